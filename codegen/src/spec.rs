@@ -1,0 +1,467 @@
+//! The YAML schema, exactly as written in `spec/<api>/`.
+//!
+//! Every struct refuses unknown keys, and every value a validation rule
+//! may point at is [`Spanned`], so an error names file, line and column.
+//! Maps are [`IndexMap`]s: the order in the file is the order in the code.
+//! Every item carries `source:` (the policy section it comes from) and
+//! `inferred: true` where the policy implies it without spelling it out.
+
+use indexmap::IndexMap;
+use marked_yaml::Spanned;
+use serde::Deserialize;
+
+/// A spanned string: a name, a reference or a free text.
+pub type Text = Spanned<String>;
+
+/// `api.yaml`: identity of the API, its origin, auth and scope headers.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiFile {
+    /// Short name, also the folder name (`grag`).
+    pub api: Text,
+    pub title: Text,
+    /// Name of the generated crate (`grag-client`).
+    #[serde(rename = "crate")]
+    pub crate_name: Text,
+    /// Name of the generated client struct (`Grag`).
+    pub client: Text,
+    pub doc: Text,
+    pub origin: Origin,
+    pub auth: Auth,
+    pub headers: Headers,
+    pub ids: Ids,
+    /// Services whose every route must carry the workspace header.
+    pub workspace_services: WorkspaceServices,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Origin {
+    /// Environment variable holding the base URL.
+    pub env: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Auth {
+    /// Only `bearer` today.
+    pub scheme: Text,
+    /// Environment variable holding the API key.
+    pub env: Text,
+    /// Environment variable holding the tenant.
+    pub tenant_env: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Headers {
+    pub authorization: Text,
+    pub tenant: Text,
+    pub workspace: Text,
+    pub request_id: Text,
+    pub pipeline: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ids {
+    /// The one pattern every ID must match.
+    pub pattern: Text,
+    /// Tenants refused before sending.
+    pub reserved_tenants: Vec<Text>,
+    /// ID newtypes beyond `TenantId` and `WorkspaceId`: name -> what it names.
+    pub types: IndexMap<Text, IdType>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdType {
+    pub doc: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceServices {
+    pub services: Vec<Text>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// `policy.yaml`: timeouts, deadline, retry classes, breaker, throttle.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFile {
+    pub timeouts: IndexMap<Text, TimeoutClass>,
+    pub deadline: Deadline,
+    pub retries: IndexMap<Text, RetryClass>,
+    pub breaker: Breaker,
+    pub throttle: Throttle,
+}
+
+/// A duration written `500ms`, `30s`, `5m` or `2h`.
+pub type Duration = Text;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutClass {
+    pub doc: Text,
+    pub per_attempt: Duration,
+    /// Longer budget while the origin is deploy-suspected (cold starts).
+    #[serde(default)]
+    pub deploy_suspected: Option<Duration>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deadline {
+    /// Overall deadline of an interactive operation, retries included.
+    pub interactive: Duration,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// One retry class. `kind` decides which of the numbers apply:
+/// - `never`: no field;
+/// - `exponential`: `attempts`, `base`, `factor`, `cap` (full jitter);
+/// - `deploy_window`: `attempts` (1 first + 1 extra), GET only;
+/// - `retry_after`: `attempts`, `floor` (used when the header is absent), `jitter`;
+/// - `once`: `attempts` (2).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryClass {
+    pub doc: Text,
+    pub kind: Text,
+    #[serde(default)]
+    pub attempts: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub base: Option<Duration>,
+    #[serde(default)]
+    pub factor: Option<Spanned<u32>>,
+    #[serde(default)]
+    pub cap: Option<Duration>,
+    #[serde(default)]
+    pub floor: Option<Duration>,
+    /// Upper bound of the random extra wait added to a server-given delay.
+    #[serde(default)]
+    pub jitter: Option<Duration>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Breaker {
+    /// Failures (connection-level or 502/503) that open the breaker...
+    pub threshold: Spanned<u32>,
+    /// ...within this rolling window...
+    pub window: Duration,
+    /// ...counted across distinct endpoints when true.
+    pub distinct_endpoints: bool,
+    /// The public liveness route, as `service.route`.
+    pub probe_route: Text,
+    pub probe_interval: Duration,
+    pub probe_timeout: Text,
+    /// Consecutive healthy probes before half-open.
+    pub healthy_probes: Spanned<u32>,
+    /// The authenticated read sent alone while half-open, as `service.route`.
+    pub canary_route: Text,
+    pub canary_timeout: Text,
+    /// How long the origin stays deploy-suspected after a close.
+    pub deploy_suspected: Duration,
+    /// Alert when the breaker stays open longer than this.
+    pub alert_after: Duration,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Throttle {
+    /// Requests in flight, all routes together.
+    pub max_in_flight: Spanned<u32>,
+    /// Sustained rate of the token bucket.
+    pub per_second: Spanned<u32>,
+    /// Named budgets a route draws from in addition to the global ones.
+    pub budgets: IndexMap<Text, Budget>,
+    pub polling: Polling,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    pub doc: Text,
+    #[serde(default)]
+    pub max_in_flight: Option<Spanned<u32>>,
+    /// Requests in any rolling 60 s window.
+    #[serde(default)]
+    pub per_minute: Option<Spanned<u32>>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Polling {
+    pub interval: Duration,
+    pub floor: Duration,
+    /// Interval multiplier while a 429 is hot.
+    pub hot_factor: Spanned<u32>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// `taxonomy.yaml`: detail vocabularies, classes and rows, first match wins.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaxonomyFile {
+    /// Named lists of substrings of the `detail` text, matched case-insensitively.
+    pub details: IndexMap<Text, DetailSet>,
+    pub rows: Vec<Row>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetailSet {
+    pub doc: Text,
+    pub contains: Vec<Text>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// One taxonomy row: what it matches, the class it gives, what follows.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Row {
+    pub row: Text,
+    #[serde(rename = "match")]
+    pub matches: Match,
+    /// The error class (snake_case); `success` means the outcome is a success.
+    pub class: Text,
+    /// A retry class from `policy.yaml`, or absent.
+    #[serde(default)]
+    pub retry: Option<Text>,
+    /// Counts toward opening the breaker.
+    #[serde(default)]
+    pub feeds_breaker: bool,
+    /// Alert raised when this row ends a call.
+    #[serde(default)]
+    pub alert: Option<Text>,
+    pub action: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// What a row matches. `outcome` is one of `connection`, `attempt_timeout`,
+/// `status`, `decode`, `deadline`, `circuit_open`, `invalid_scope`,
+/// `stream_error`, `stream_timeout`, `stream_stalled`; the other keys narrow
+/// a `status` outcome.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    pub outcome: Text,
+    #[serde(default)]
+    pub status: Option<Spanned<u16>>,
+    /// Inclusive range of statuses, e.g. `[500, 599]`.
+    #[serde(default)]
+    pub status_range: Option<Vec<Spanned<u16>>>,
+    /// A detail set from `details`, matched against the `detail` text.
+    #[serde(default)]
+    pub detail: Option<Text>,
+    /// Matches only when the response carries (or lacks) `Retry-After`.
+    #[serde(default)]
+    pub retry_after: Option<bool>,
+    /// Matches only routes whose `conflict` is this (`success`, `poll`).
+    #[serde(default)]
+    pub conflict: Option<Text>,
+}
+
+/// `streams.yaml`: the SSE contracts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamsFile {
+    pub streams: IndexMap<Text, Stream>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stream {
+    pub doc: Text,
+    /// Silence (no byte at all) after which the stream counts as stalled.
+    pub watchdog: Duration,
+    /// Interval of `: keepalive` comments, absent when the stream has none.
+    #[serde(default)]
+    pub keepalive: Option<Duration>,
+    /// Server-side ceiling that ends the stream with `event: timeout`.
+    #[serde(default)]
+    pub ceiling: Option<Duration>,
+    /// The status route polled instead, as `service.route`.
+    #[serde(default)]
+    pub fallback: Option<Text>,
+    /// Poll the fallback once after every reconnect (missed events are lost).
+    #[serde(default)]
+    pub resync_after_reconnect: bool,
+    /// Whether a dropped stream may be opened again by the client.
+    pub resend: bool,
+    /// Event that must open the stream, if any.
+    #[serde(default)]
+    pub first_event: Option<Text>,
+    /// Events that end the stream.
+    #[serde(default)]
+    pub terminal_events: Vec<Text>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// `degradation.yaml`: feature states with their German copy, and alerts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DegradationFile {
+    pub states: IndexMap<Text, FeatureState>,
+    /// German messages for final errors, keyed by error class.
+    pub messages: IndexMap<Text, Message>,
+    pub alerts: IndexMap<Text, Alert>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureState {
+    pub doc: Text,
+    /// The German UI copy, absent where the UI shows nothing (available, dark).
+    #[serde(default)]
+    pub copy: Option<Text>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    pub copy: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Alert {
+    pub doc: Text,
+    pub severity: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// `services/<name>.yaml`: one service, its types and its routes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceFile {
+    /// The platform's name for the service (`kg-service`).
+    pub service: Text,
+    /// Name of the handle method on the client (`kg`).
+    pub handle: Text,
+    pub doc: Text,
+    /// Path prefix every route of the service starts with.
+    pub prefix: Text,
+    /// `public`, `tenant` or `workspace`: what every route needs unless it says otherwise.
+    pub scope: Text,
+    /// `key` (Authorization + tenant) or `bff` (the BFF lane injects the key).
+    pub lane: Text,
+    #[serde(default)]
+    pub types: IndexMap<Text, TypeDef>,
+    pub routes: IndexMap<Text, Route>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// A named type: a struct (`fields`) or a string enum (`values`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeDef {
+    pub doc: Text,
+    /// Field name -> type expression: `string`, `integer`, `number`, `boolean`,
+    /// `json`, an ID type, a named type, `list<T>`, `map<T>`; a trailing `?`
+    /// makes the field optional.
+    #[serde(default)]
+    pub fields: Option<IndexMap<Text, Text>>,
+    #[serde(default)]
+    pub values: Option<Vec<Text>>,
+    #[serde(default)]
+    pub source: Option<Text>,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    pub doc: Text,
+    pub method: Text,
+    /// Path under the service prefix, with `{param}` placeholders.
+    pub path: Text,
+    /// Placeholder -> ID type or `string`.
+    #[serde(default)]
+    pub path_params: IndexMap<Text, Text>,
+    /// Query parameter -> type expression (`?` for optional).
+    #[serde(default)]
+    pub query: IndexMap<Text, Text>,
+    #[serde(default)]
+    pub body: Option<Text>,
+    /// Response type expression, `none` for an empty body, absent for a stream.
+    #[serde(default)]
+    pub returns: Option<Text>,
+    /// A stream from `streams.yaml`, for SSE routes.
+    #[serde(default)]
+    pub stream: Option<Text>,
+    pub idempotent: bool,
+    pub timeout: Text,
+    pub retry: Text,
+    pub budget: Text,
+    /// May be diverted to the replay queue while the breaker is open.
+    #[serde(default)]
+    pub replay: bool,
+    /// Overrides the service's scope.
+    #[serde(default)]
+    pub scope: Option<Text>,
+    /// What a 409 means here: `success` (create) or `poll` (still processing).
+    #[serde(default)]
+    pub conflict: Option<Text>,
+    /// Stamp `X-Pipeline-Id` when the client has one.
+    #[serde(default)]
+    pub pipeline_id: bool,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}

@@ -1,0 +1,72 @@
+//! The static descriptor of one route, emitted by the generator.
+
+use crate::policy::{Conflict, TimeoutClass};
+
+/// HTTP method of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// Which scope headers a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeNeed {
+    /// No headers at all (liveness probe).
+    Public,
+    /// Authorization (unless on the BFF lane) and the tenant.
+    Tenant,
+    /// Tenant and workspace.
+    Workspace,
+}
+
+/// How a route is authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// The client presents its API key.
+    Key,
+    /// The BFF injects the platform key server-side: no Authorization header.
+    Bff,
+}
+
+/// Everything the pipeline needs to know about a route.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Platform service name (`kg-service`).
+    pub service: &'static str,
+    /// Method name on the generated handle (`upsert_entity`).
+    pub operation: &'static str,
+    pub method: Method,
+    /// Full templated path (`/kg-service/api/v1/entities/{entity_id}`).
+    pub path: &'static str,
+    pub scope: ScopeNeed,
+    pub lane: Lane,
+    pub timeout: &'static TimeoutClass,
+    /// Index into [`crate::Policy::retries`].
+    pub retry: usize,
+    pub idempotent: bool,
+    /// Index into the policy's throttle budgets.
+    pub budget: usize,
+    /// May be diverted to the replay queue while the breaker is open.
+    pub replay: bool,
+    pub conflict: Conflict,
+    /// Stamp the pipeline id header when the client has one.
+    pub pipeline_id: bool,
+    /// Index into [`crate::Policy::streams`] for SSE routes.
+    pub stream: Option<usize>,
+}

@@ -1,0 +1,286 @@
+//! The policy as data: everything the generator lowers from `spec/<api>/`.
+//!
+//! All types are `'static`-friendly so a generated crate can hold its whole
+//! policy in one `static`. Nothing API-specific lives in the runtime itself.
+
+use std::time::Duration;
+
+/// The whole policy of one API.
+#[derive(Debug)]
+pub struct Policy {
+    /// Short API name (`grag`), used in logs and metrics.
+    pub api: &'static str,
+    pub headers: HeaderNames,
+    pub ids: IdRules,
+    pub timeouts: &'static [TimeoutClass],
+    /// Overall deadline of an interactive operation, retries included.
+    pub deadline: Duration,
+    pub retries: &'static [RetryClass],
+    pub breaker: BreakerPolicy,
+    pub throttle: ThrottlePolicy,
+    /// Rows in match order: the first row that matches decides.
+    pub taxonomy: &'static [TaxonomyRow],
+    pub detail_sets: &'static [DetailSet],
+    pub streams: &'static [StreamPolicy],
+    pub states: &'static [FeatureStateCopy],
+    pub messages: &'static [ClassMessage],
+}
+
+/// Names of the headers the pipeline stamps.
+#[derive(Debug)]
+pub struct HeaderNames {
+    pub authorization: &'static str,
+    pub tenant: &'static str,
+    pub workspace: &'static str,
+    pub request_id: &'static str,
+    pub pipeline: &'static str,
+}
+
+/// What an ID must look like.
+#[derive(Debug)]
+pub struct IdRules {
+    /// Tenants refused before a byte is sent (the platform's own tenants).
+    pub reserved_tenants: &'static [&'static str],
+}
+
+/// Per-attempt time budget of a route.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TimeoutClass {
+    pub name: &'static str,
+    pub per_attempt: Duration,
+    /// Longer budget while the origin is deploy-suspected (cold starts).
+    pub deploy_suspected: Option<Duration>,
+}
+
+impl TimeoutClass {
+    /// The budget of one attempt, given whether a deploy is suspected.
+    pub fn budget(&self, deploy_suspected: bool) -> Duration {
+        match (deploy_suspected, self.deploy_suspected) {
+            (true, Some(longer)) => longer,
+            _ => self.per_attempt,
+        }
+    }
+}
+
+/// A named retry class (R0–R5 for GRAG).
+#[derive(Debug, PartialEq, Eq)]
+pub struct RetryClass {
+    pub name: &'static str,
+    pub schedule: RetrySchedule,
+}
+
+/// How a retry class spaces its attempts. `attempts` counts the first one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetrySchedule {
+    /// Never retried.
+    Never,
+    /// Exponential backoff with full jitter: a random wait in
+    /// `[0, min(cap, base * factor^(n-1))]` before retry `n`.
+    Exponential {
+        attempts: u32,
+        base: Duration,
+        factor: u32,
+        cap: Duration,
+    },
+    /// Extra attempts only for GET while the origin is deploy-suspected.
+    DeployWindow { attempts: u32 },
+    /// Wait what `Retry-After` says (seconds or HTTP date), `floor` when the
+    /// header is absent, plus a random extra wait up to `jitter`.
+    RetryAfter {
+        attempts: u32,
+        floor: Duration,
+        jitter: Duration,
+    },
+    /// Retried immediately, `attempts - 1` times.
+    Once { attempts: u32 },
+}
+
+impl RetrySchedule {
+    /// Attempts in all, the first one included.
+    pub fn attempts(&self) -> u32 {
+        match *self {
+            RetrySchedule::Never => 1,
+            RetrySchedule::Exponential { attempts, .. }
+            | RetrySchedule::DeployWindow { attempts }
+            | RetrySchedule::RetryAfter { attempts, .. }
+            | RetrySchedule::Once { attempts } => attempts,
+        }
+    }
+}
+
+/// The origin circuit breaker.
+#[derive(Debug)]
+pub struct BreakerPolicy {
+    /// Failures that open the breaker within `window`.
+    pub threshold: u32,
+    pub window: Duration,
+    /// Count failures of distinct endpoints only.
+    pub distinct_endpoints: bool,
+    pub probe_interval: Duration,
+    pub probe_timeout: Duration,
+    pub healthy_probes: u32,
+    pub canary_timeout: Duration,
+    /// How long the origin stays deploy-suspected after a close.
+    pub deploy_suspected: Duration,
+    /// Alert when open longer than this.
+    pub alert_after: Duration,
+}
+
+/// Client-side throttling.
+#[derive(Debug)]
+pub struct ThrottlePolicy {
+    pub max_in_flight: u32,
+    pub per_second: u32,
+    pub budgets: &'static [BudgetPolicy],
+    pub polling: PollingPolicy,
+}
+
+/// A named budget a route draws from on top of the global limits.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BudgetPolicy {
+    pub name: &'static str,
+    pub max_in_flight: Option<u32>,
+    /// Requests in any rolling 60 s window.
+    pub per_minute: Option<u32>,
+}
+
+/// Polling cadence of status routes.
+#[derive(Debug)]
+pub struct PollingPolicy {
+    pub interval: Duration,
+    pub floor: Duration,
+    /// Interval multiplier while a 429 is hot.
+    pub hot_factor: u32,
+}
+
+/// Which kind of outcome a taxonomy row matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutcomeKind {
+    /// Refused, reset, TLS failure or per-attempt timeout.
+    Connection,
+    /// An HTTP status was received.
+    Status,
+    /// A 2xx body that does not decode.
+    Decode,
+    /// The overall deadline ended the call.
+    Deadline,
+    /// The breaker refused the call client-side.
+    CircuitOpen,
+    /// A scope or ID was refused client-side.
+    InvalidScope,
+    StreamError,
+    StreamTimeout,
+    StreamStalled,
+}
+
+/// What a 409 means on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// A plain error.
+    Error,
+    /// The thing already exists: success (idempotent create).
+    Success,
+    /// Still being processed: poll again.
+    Poll,
+}
+
+/// Conditions of a taxonomy row; `None` matches anything.
+#[derive(Debug)]
+pub struct RowMatch {
+    pub outcome: OutcomeKind,
+    /// Inclusive status range (a single status is `(s, s)`).
+    pub status: Option<(u16, u16)>,
+    /// Index into [`Policy::detail_sets`].
+    pub detail: Option<usize>,
+    pub retry_after: Option<bool>,
+    pub conflict: Option<Conflict>,
+}
+
+/// One row of the error taxonomy.
+#[derive(Debug)]
+pub struct TaxonomyRow {
+    pub row: &'static str,
+    pub matches: RowMatch,
+    /// Error class (snake_case); `success` makes the outcome a success.
+    pub class: &'static str,
+    /// Index into [`Policy::retries`].
+    pub retry: Option<usize>,
+    pub feeds_breaker: bool,
+    pub alert: Option<&'static str>,
+    pub action: &'static str,
+}
+
+impl TaxonomyRow {
+    /// Whether this row turns the outcome into a success.
+    pub fn is_success(&self) -> bool {
+        self.class == "success"
+    }
+}
+
+/// Named substrings of the `detail` text (matched case-insensitively).
+#[derive(Debug)]
+pub struct DetailSet {
+    pub name: &'static str,
+    pub contains: &'static [&'static str],
+}
+
+impl DetailSet {
+    /// Whether `detail` contains one of the set's substrings.
+    pub fn matches(&self, detail: &str) -> bool {
+        let detail = detail.to_ascii_lowercase();
+        self.contains
+            .iter()
+            .any(|needle| detail.contains(&needle.to_ascii_lowercase()))
+    }
+}
+
+/// An SSE contract.
+#[derive(Debug)]
+pub struct StreamPolicy {
+    pub name: &'static str,
+    /// Silence (no byte at all) after which the stream counts as stalled.
+    pub watchdog: Duration,
+    pub keepalive: Option<Duration>,
+    pub ceiling: Option<Duration>,
+    pub resync_after_reconnect: bool,
+    pub resend: bool,
+    pub first_event: Option<&'static str>,
+    pub terminal_events: &'static [&'static str],
+}
+
+/// German UI copy of a feature state.
+#[derive(Debug)]
+pub struct FeatureStateCopy {
+    pub state: &'static str,
+    pub copy: Option<&'static str>,
+}
+
+/// German message shown for a final error of a class.
+#[derive(Debug)]
+pub struct ClassMessage {
+    pub class: &'static str,
+    pub copy: &'static str,
+}
+
+impl Policy {
+    /// The German message for an error class, if the spec has one.
+    pub fn message(&self, class: &str) -> Option<&'static str> {
+        self.messages
+            .iter()
+            .find(|m| m.class == class)
+            .map(|m| m.copy)
+    }
+
+    /// The German copy of a feature state, if the spec has one.
+    pub fn state_copy(&self, state: &str) -> Option<&'static str> {
+        self.states
+            .iter()
+            .find(|s| s.state == state)
+            .and_then(|s| s.copy)
+    }
+
+    /// A budget by name.
+    pub fn budget(&self, name: &str) -> Option<&'static BudgetPolicy> {
+        self.throttle.budgets.iter().find(|b| b.name == name)
+    }
+}

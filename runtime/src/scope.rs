@@ -1,0 +1,165 @@
+//! Validated identifiers: the only way to get one is through [`Id::parse`].
+//!
+//! The generated crate wraps [`Id`] in one newtype per kind (`TenantId`,
+//! `WorkspaceId`, `KbId`, ...) with a private field, so a raw string never
+//! reaches a header or a path unchecked.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::policy::IdRules;
+
+/// The ID pattern the runtime enforces: a lowercase DNS label,
+/// `^[a-z0-9][a-z0-9-]{0,62}$`. The generator refuses a spec naming another.
+pub const ID_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,62}$";
+
+/// A validated identifier. Cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Id {
+    kind: IdKind,
+    value: Arc<str>,
+}
+
+/// What an [`Id`] identifies. Tenants get the reserved-name check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IdKind {
+    Tenant,
+    Workspace,
+    /// Any other ID, named after its type (`KbId`).
+    Other(&'static str),
+}
+
+impl IdKind {
+    fn name(self) -> &'static str {
+        match self {
+            IdKind::Tenant => "TenantId",
+            IdKind::Workspace => "WorkspaceId",
+            IdKind::Other(name) => name,
+        }
+    }
+}
+
+/// Why a string is not a valid ID.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidId {
+    #[error("{kind} is empty")]
+    Empty { kind: &'static str },
+    #[error("{kind} {value:?} is longer than 63 characters")]
+    TooLong { kind: &'static str, value: String },
+    #[error("{kind} {value:?} does not match {ID_PATTERN}")]
+    Pattern { kind: &'static str, value: String },
+    #[error("tenant {value:?} is reserved by the platform and never used by a client")]
+    ReservedTenant { value: String },
+}
+
+impl Id {
+    /// Validates `value` as an ID of `kind`.
+    pub fn parse(rules: &IdRules, kind: IdKind, value: &str) -> Result<Id, InvalidId> {
+        let name = kind.name();
+        let bytes = value.as_bytes();
+        let Some(&first) = bytes.first() else {
+            return Err(InvalidId::Empty { kind: name });
+        };
+        if bytes.len() > 63 {
+            return Err(InvalidId::TooLong {
+                kind: name,
+                value: value.to_owned(),
+            });
+        }
+        let label = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+        if !label(first) || !bytes.iter().all(|&b| label(b) || b == b'-') {
+            return Err(InvalidId::Pattern {
+                kind: name,
+                value: value.to_owned(),
+            });
+        }
+        if kind == IdKind::Tenant && rules.reserved_tenants.contains(&value) {
+            return Err(InvalidId::ReservedTenant {
+                value: value.to_owned(),
+            });
+        }
+        Ok(Id {
+            kind,
+            value: value.into(),
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.value
+    }
+
+    pub fn kind(&self) -> IdKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.value)
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({:?})", self.kind.name(), &*self.value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULES: IdRules = IdRules {
+        reserved_tenants: &["default", "system", "canary"],
+    };
+
+    fn parse(kind: IdKind, s: &str) -> Result<Id, InvalidId> {
+        Id::parse(&RULES, kind, s)
+    }
+
+    #[test]
+    fn accepts_dns_labels() {
+        for ok in ["a", "0", "knoll", "kb-methodik", "a-", &"a".repeat(63)] {
+            assert_eq!(parse(IdKind::Other("KbId"), ok).unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn refuses_everything_else() {
+        let kb = IdKind::Other("KbId");
+        assert!(matches!(parse(kb, ""), Err(InvalidId::Empty { .. })));
+        assert!(matches!(
+            parse(kb, &"a".repeat(64)),
+            Err(InvalidId::TooLong { .. })
+        ));
+        for bad in ["-a", "A", "a_b", "a b", "ä", "a/b", "a.b", "a\n"] {
+            assert!(
+                matches!(parse(kb, bad), Err(InvalidId::Pattern { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reserved_tenants_are_refused_only_as_tenants() {
+        for reserved in ["default", "system", "canary"] {
+            assert_eq!(
+                parse(IdKind::Tenant, reserved),
+                Err(InvalidId::ReservedTenant {
+                    value: reserved.into()
+                })
+            );
+            assert!(parse(IdKind::Workspace, reserved).is_ok());
+        }
+        assert!(parse(IdKind::Tenant, "knoll").is_ok());
+    }
+
+    #[test]
+    fn errors_name_the_kind() {
+        let err = parse(IdKind::Workspace, "WS").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "WorkspaceId \"WS\" does not match ^[a-z0-9][a-z0-9-]{0,62}$"
+        );
+    }
+}
