@@ -7,11 +7,25 @@
 
 pub mod backoff;
 pub mod breaker;
+mod call;
+pub mod classify;
+mod client;
 pub mod endpoint;
+mod error;
+mod events;
+mod pipeline;
 pub mod policy;
+mod reply;
 pub mod scope;
+pub mod sse;
+mod telemetry;
 pub mod throttle;
 
+pub use call::Call;
+pub use client::{Client, ClientConfig};
 pub use endpoint::{Endpoint, Lane, Method, ScopeNeed};
+pub use error::{ConfigError, Error, ErrorKind, env_var};
+pub use events::Events;
 pub use policy::Policy;
+pub use reply::{Created, Progress, Reply};
 pub use scope::{Id, IdKind, InvalidId};

@@ -1,0 +1,187 @@
+//! `src/lib.rs` and `src/client.rs`: the crate root and the client.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::docs::{doc, ident, inner_doc};
+use super::services::{handle_type, module_name};
+use crate::model::{Model, ScopeNeed};
+
+pub fn lib_rs(model: &Model) -> TokenStream {
+    let client = ident(&model.api.client);
+    let modules = model.services.iter().map(|s| {
+        let m = ident(&module_name(s));
+        quote!(pub mod #m;)
+    });
+    let handles = model.services.iter().map(|s| {
+        let m = ident(&module_name(s));
+        let h = ident(&handle_type(s));
+        quote!(pub use #m::#h;)
+    });
+    let ids = model.api.ids.iter().map(|i| ident(&i.name));
+    let text = format!(
+        "{}\n\n{}\n\n\
+         Generated from `spec/{}/` by `cargo xtask codegen`; `POLICY.md` beside this crate shows the whole policy as tables.\n\n\
+         ```no_run\n\
+         # async fn demo() -> Result<(), Box<dyn std::error::Error>> {{\n\
+         use {}::{{{client}, Config, TenantId, WorkspaceId}};\n\n\
+         let tenant = TenantId::parse(\"knoll\")?;\n\
+         let client = {client}::new(Config::new(\"http://127.0.0.1:8080\", \"secret\", tenant))?;\n\
+         let kbs = client.workspaces().list_kbs().await?;\n\
+         let workspace = WorkspaceId::parse(\"ws-7\")?;\n\
+         let links = client.{}(&workspace);\n\
+         # let _ = (kbs, links);\n\
+         # Ok(())\n\
+         # }}\n\
+         ```",
+        model.api.title,
+        model.api.doc,
+        model.api.name,
+        model.api.crate_name.replace('-', "_"),
+        model
+            .services
+            .iter()
+            .find(|s| s.scope == ScopeNeed::Workspace)
+            .map(|s| s.handle.as_str())
+            .unwrap_or("workspaces"),
+    );
+    let module_doc = inner_doc(&text);
+    quote! {
+        #module_doc
+
+        pub mod client;
+        pub mod ids;
+        pub mod policy;
+        pub mod types;
+        #(#modules)*
+
+        pub use client::{#client, Config};
+        pub use ids::{AsWorkspace, TenantId, WorkspaceId, #(#ids),*};
+        #(#handles)*
+        pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+    }
+}
+
+pub fn client_rs(model: &Model) -> TokenStream {
+    let client = ident(&model.api.client);
+    let (url_env, key_env, tenant_env) = (
+        &model.api.origin_env,
+        &model.api.key_env,
+        &model.api.tenant_env,
+    );
+    let accessors = model.services.iter().map(|s| {
+        let module = ident(&module_name(s));
+        let handle = ident(&handle_type(s));
+        let method = ident(&s.handle);
+        if s.scope == ScopeNeed::Workspace {
+            let text = doc(&format!(
+                "Calls of `{}`. They exist only behind a workspace: each one carries `{}` (policy §3.2).",
+                s.name, model.api.headers.workspace
+            ));
+            quote! {
+                #text
+                pub fn #method<'c>(&'c self, workspace: &'c impl AsWorkspace) -> crate::#module::#handle<'c> {
+                    crate::#module::#handle::new(&self.client, workspace.workspace_id())
+                }
+            }
+        } else {
+            let text = doc(&format!("Calls of `{}`.", s.name));
+            quote! {
+                #text
+                pub fn #method(&self) -> crate::#module::#handle<'_> {
+                    crate::#module::#handle::new(&self.client)
+                }
+            }
+        }
+    });
+    let module_doc = inner_doc(&format!(
+        "The {} client. It cannot be built without a [`TenantId`], and every call goes through \
+         the runtime pipeline, the one place that assembles headers.",
+        model.api.title
+    ));
+    let config_doc = doc(&format!(
+        "Where and as whom the client talks to {}: origin, API key and tenant, all required.",
+        model.api.title
+    ));
+    let from_env_doc = doc(&format!(
+        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`."
+    ));
+    let client_doc = doc(&format!(
+        "The {} client. Cheap to clone: clones share the breaker, the throttle and the telemetry.",
+        model.api.title
+    ));
+    quote! {
+        #module_doc
+
+        use std::fmt;
+
+        use sdk_runtime::{Client, ClientConfig, ConfigError, InvalidId};
+
+        use crate::ids::{AsWorkspace, TenantId};
+        use crate::policy::POLICY;
+
+        #config_doc
+        #[derive(Clone)]
+        pub struct Config {
+            base_url: String,
+            api_key: String,
+            tenant: TenantId,
+        }
+
+        impl Config {
+            pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant }
+            }
+
+            #from_env_doc
+            pub fn from_env() -> Result<Self, ConfigError> {
+                let tenant = TenantId::parse(&sdk_runtime::env_var(#tenant_env)?)
+                    .map_err(ConfigError::Tenant)?;
+                Ok(Self::new(sdk_runtime::env_var(#url_env)?, sdk_runtime::env_var(#key_env)?, tenant))
+            }
+
+            pub fn tenant(&self) -> &TenantId {
+                &self.tenant
+            }
+        }
+
+        impl fmt::Debug for Config {
+            /// The API key never reaches a log.
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct("Config")
+                    .field("base_url", &self.base_url)
+                    .field("api_key", &"<redacted>")
+                    .field("tenant", &self.tenant)
+                    .finish()
+            }
+        }
+
+        #client_doc
+        #[derive(Clone)]
+        pub struct #client {
+            client: Client,
+        }
+
+        impl #client {
+            pub fn new(config: Config) -> Result<Self, ConfigError> {
+                let client = Client::new(
+                    &POLICY,
+                    ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone()),
+                )?;
+                Ok(Self { client })
+            }
+
+            /// The same client, stamping `pipeline_id` on the routes that carry one.
+            pub fn with_pipeline_id(&self, pipeline_id: &str) -> Result<Self, InvalidId> {
+                Ok(Self { client: self.client.with_pipeline_id(pipeline_id)? })
+            }
+
+            /// The runtime underneath: breaker state, throttle, telemetry.
+            pub fn runtime(&self) -> &Client {
+                &self.client
+            }
+
+            #(#accessors)*
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! `src/ids.rs`: one validated newtype per ID, and the scope traits.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::docs::{doc, ident, inner_doc};
+use crate::model::Model;
+
+pub fn ids_rs(model: &Model) -> TokenStream {
+    let pattern = &model.api.id_pattern;
+    let reserved = model.api.reserved_tenants.join("`, `");
+    let tenant = id_type(
+        "TenantId",
+        quote!(sdk_runtime::IdKind::Tenant),
+        &format!(
+            "The tenant every request is sent for (`{}`).\n\nRequired to build a client; never defaulted. \
+             The platform's own tenants (`{reserved}`) are refused (policy §3).",
+            model.api.headers.tenant
+        ),
+    );
+    let workspace = id_type(
+        "WorkspaceId",
+        quote!(sdk_runtime::IdKind::Workspace),
+        &format!(
+            "A workspace (`{}`): the services {} exist only behind one (policy §3.2).",
+            model.api.headers.workspace,
+            model
+                .api
+                .workspace_services
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    );
+    let others = model.api.ids.iter().map(|id| {
+        let name = &id.name;
+        id_type(
+            name,
+            quote!(sdk_runtime::IdKind::Other(#name)),
+            &format!(
+                "{} (policy {}).",
+                id.doc.trim_end_matches('.'),
+                super::docs::source(&id.source)
+            ),
+        )
+    });
+    let module_doc = inner_doc(&format!(
+        "Validated identifiers. Every ID matches `{pattern}` (policy §3.3); the only way to get one is `parse`."
+    ));
+    quote! {
+        #module_doc
+
+        use std::fmt;
+
+        use sdk_runtime::{Id, InvalidId};
+
+        use crate::policy::POLICY;
+
+        #tenant
+        #workspace
+        #(#others)*
+
+        /// Implemented by [`WorkspaceId`] alone: what a workspace-scoped handle needs.
+        #[diagnostic::on_unimplemented(
+            message = "`{Self}` is not a workspace: kg-service and entity-linking calls need a `&WorkspaceId`",
+            label = "expected `&WorkspaceId` here",
+            note = "parse one with `WorkspaceId::parse(\"ws-7\")?`: every call of these services carries X-Workspace-ID (policy §3.2)"
+        )]
+        pub trait AsWorkspace: sealed::Sealed {
+            /// The validated workspace.
+            fn workspace_id(&self) -> &Id;
+        }
+
+        impl AsWorkspace for WorkspaceId {
+            fn workspace_id(&self) -> &Id {
+                &self.0
+            }
+        }
+
+        mod sealed {
+            pub trait Sealed {}
+            impl Sealed for super::WorkspaceId {}
+        }
+    }
+}
+
+fn id_type(name: &str, kind: TokenStream, text: &str) -> TokenStream {
+    let ty = ident(name);
+    let docs = doc(text);
+    quote! {
+        #docs
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct #ty(Id);
+
+        impl #ty {
+            /// Validates `value`; nothing unvalidated ever reaches a header or a path.
+            pub fn parse(value: &str) -> Result<Self, InvalidId> {
+                Id::parse(&POLICY.ids, #kind, value).map(Self)
+            }
+
+            pub fn as_str(&self) -> &str {
+                self.0.as_str()
+            }
+
+            /// The runtime's view of this ID.
+            pub fn id(&self) -> &Id {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for #ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Debug for #ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl std::str::FromStr for #ty {
+            type Err = InvalidId;
+
+            fn from_str(value: &str) -> Result<Self, InvalidId> {
+                Self::parse(value)
+            }
+        }
+
+        impl serde::Serialize for #ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for #ty {
+            /// An ID in a response is validated like any other: a bad one is a decode error.
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(deserializer)?;
+                Self::parse(&value).map_err(serde::de::Error::custom)
+            }
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! `src/policy.rs`: the whole policy as one `static`, plus named indices.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::docs::{doc, duration, ident, inner_doc, option, screaming, source};
+use crate::model::{Conflict, Model, OutcomeKind, RetrySchedule};
+
+pub fn policy_rs(model: &Model) -> TokenStream {
+    let api = &model.api.name;
+    let h = &model.api.headers;
+    let (auth, tenant, workspace, request_id, pipeline) = (
+        &h.authorization,
+        &h.tenant,
+        &h.workspace,
+        &h.request_id,
+        &h.pipeline,
+    );
+    let reserved = &model.api.reserved_tenants;
+    let timeouts = model.timeouts.iter().map(|t| {
+        let name = &t.name;
+        let per_attempt = duration(t.per_attempt);
+        let deploy = option(t.deploy_suspected, duration);
+        quote!(TimeoutClass { name: #name, per_attempt: #per_attempt, deploy_suspected: #deploy })
+    });
+    let retries = model.retries.iter().map(|r| {
+        let name = &r.name;
+        let schedule = schedule(&r.schedule);
+        quote!(RetryClass { name: #name, schedule: #schedule })
+    });
+    let budgets = model.throttle.budgets.iter().map(|b| {
+        let name = &b.name;
+        let max = option(b.max_in_flight, |v| quote!(#v));
+        let per_minute = option(b.per_minute, |v| quote!(#v));
+        quote!(BudgetPolicy { name: #name, max_in_flight: #max, per_minute: #per_minute })
+    });
+    let details = model.details.iter().map(|d| {
+        let name = &d.name;
+        let contains = &d.contains;
+        quote!(DetailSet { name: #name, contains: &[#(#contains),*] })
+    });
+    let rows = model.rows.iter().map(|r| {
+        let (row, class, action) = (&r.row, &r.class, &r.action);
+        let outcome = outcome(r.outcome);
+        let status = option(r.status, |(lo, hi)| quote!((#lo, #hi)));
+        let detail = option(r.detail, |d| quote!(#d));
+        let retry_after = option(r.retry_after, |b| quote!(#b));
+        let conflict = option(r.conflict, conflict);
+        let retry = option(r.retry, |i| {
+            let name = ident(&screaming(&model.retries[i].name));
+            quote!(retry::#name)
+        });
+        let feeds = r.feeds_breaker;
+        let alert = option(r.alert.as_ref(), |a| quote!(#a));
+        quote! {
+            TaxonomyRow {
+                row: #row,
+                matches: RowMatch {
+                    outcome: #outcome,
+                    status: #status,
+                    detail: #detail,
+                    retry_after: #retry_after,
+                    conflict: #conflict,
+                },
+                class: #class,
+                retry: #retry,
+                feeds_breaker: #feeds,
+                alert: #alert,
+                action: #action,
+            }
+        }
+    });
+    let streams = model.streams.iter().map(|s| {
+        let name = &s.name;
+        let watchdog = duration(s.watchdog);
+        let keepalive = option(s.keepalive, duration);
+        let ceiling = option(s.ceiling, duration);
+        let resync = s.resync_after_reconnect;
+        let resend = s.resend;
+        let first = option(s.first_event.as_ref(), |e| quote!(#e));
+        let terminal = &s.terminal_events;
+        quote! {
+            StreamPolicy {
+                name: #name,
+                watchdog: #watchdog,
+                keepalive: #keepalive,
+                ceiling: #ceiling,
+                resync_after_reconnect: #resync,
+                resend: #resend,
+                first_event: #first,
+                terminal_events: &[#(#terminal),*],
+            }
+        }
+    });
+    let states = model.states.iter().map(|s| {
+        let name = &s.name;
+        let copy = option(s.copy.as_ref(), |c| quote!(#c));
+        quote!(FeatureStateCopy { state: #name, copy: #copy })
+    });
+    let messages = model.messages.iter().map(|m| {
+        let (class, copy) = (&m.class, &m.copy);
+        quote!(ClassMessage { class: #class, copy: #copy })
+    });
+    let b = &model.breaker;
+    let (threshold, distinct, healthy) = (b.threshold, b.distinct_endpoints, b.healthy_probes);
+    let window = duration(b.window);
+    let probe_interval = duration(b.probe_interval);
+    let probe_timeout = duration(model.timeouts[b.probe_timeout].per_attempt);
+    let canary_timeout = duration(model.timeouts[b.canary_timeout].per_attempt);
+    let deploy = duration(b.deploy_suspected);
+    let alert_after = duration(b.alert_after);
+    let t = &model.throttle;
+    let (max_in_flight, per_second, hot) = (t.max_in_flight, t.per_second, t.polling_hot_factor);
+    let poll_interval = duration(t.polling_interval);
+    let poll_floor = duration(t.polling_floor);
+    let deadline = duration(model.deadline);
+    let n_timeouts = model.timeouts.len();
+    let n_retries = model.retries.len();
+    let n_budgets = model.throttle.budgets.len();
+    let n_endpoints = model.routes().count();
+    let endpoints = model.routes().map(|(s, r)| {
+        let module = ident(&super::services::module_name(s));
+        let name = ident(&screaming(&r.name));
+        quote!(&crate::#module::#name)
+    });
+    let (probe_s, probe_r) = model.route(b.probe);
+    let (canary_s, canary_r) = model.route(b.canary);
+    let probe = endpoint_path(probe_s, &probe_r.name);
+    let canary = endpoint_path(canary_s, &canary_r.name);
+    let index_modules = [
+        (
+            "timeout",
+            "Timeout classes, by name.",
+            names(model.timeouts.iter().map(|t| (&t.name, &t.doc))),
+        ),
+        (
+            "retry",
+            "Retry classes, by name.",
+            names(model.retries.iter().map(|r| (&r.name, &r.doc))),
+        ),
+        (
+            "budget",
+            "Throttle budgets, by name.",
+            names(model.throttle.budgets.iter().map(|b| (&b.name, &b.doc))),
+        ),
+        (
+            "stream",
+            "Stream contracts, by name.",
+            names(model.streams.iter().map(|s| (&s.name, &s.doc))),
+        ),
+    ]
+    .map(|(module, text, consts)| {
+        let module = ident(module);
+        quote! {
+            #[doc = #text]
+            pub mod #module {
+                #consts
+            }
+        }
+    });
+    let module_doc = inner_doc(&format!(
+        "The {} policy as data, lowered from `spec/{api}/`. The runtime executes it; nothing here is code.",
+        model.api.title
+    ));
+    let policy_doc = doc(&format!(
+        "The whole policy, handed to the runtime by [`crate::{}`].\n\n\
+         Deadline: policy {}. Breaker: policy {}. Throttle: policy {}.",
+        model.api.client,
+        source(&model.deadline_source),
+        source(&b.source),
+        source(&t.source)
+    ));
+    quote! {
+        #module_doc
+
+        use sdk_runtime::Endpoint;
+        use sdk_runtime::policy::*;
+
+        #(#index_modules)*
+
+        /// Every timeout class, indexed by [`timeout`].
+        pub static TIMEOUTS: [TimeoutClass; #n_timeouts] = [#(#timeouts),*];
+
+        /// Every retry class, indexed by [`retry`].
+        pub static RETRIES: [RetryClass; #n_retries] = [#(#retries),*];
+
+        /// Every throttle budget, indexed by [`budget`].
+        pub static BUDGETS: [BudgetPolicy; #n_budgets] = [#(#budgets),*];
+
+        /// Every route of the API, in spec order.
+        pub static ENDPOINTS: [&Endpoint; #n_endpoints] = [#(#endpoints),*];
+
+        /// The public liveness route the open breaker probes.
+        pub static PROBE: &Endpoint = #probe;
+
+        /// The authenticated read sent alone while the breaker is half-open.
+        pub static CANARY: &Endpoint = #canary;
+
+        #policy_doc
+        pub static POLICY: Policy = Policy {
+            api: #api,
+            headers: HeaderNames {
+                authorization: #auth,
+                tenant: #tenant,
+                workspace: #workspace,
+                request_id: #request_id,
+                pipeline: #pipeline,
+            },
+            ids: IdRules { reserved_tenants: &[#(#reserved),*] },
+            timeouts: &TIMEOUTS,
+            deadline: #deadline,
+            retries: &RETRIES,
+            breaker: BreakerPolicy {
+                threshold: #threshold,
+                window: #window,
+                distinct_endpoints: #distinct,
+                probe_interval: #probe_interval,
+                probe_timeout: #probe_timeout,
+                healthy_probes: #healthy,
+                canary_timeout: #canary_timeout,
+                deploy_suspected: #deploy,
+                alert_after: #alert_after,
+            },
+            throttle: ThrottlePolicy {
+                max_in_flight: #max_in_flight,
+                per_second: #per_second,
+                budgets: &BUDGETS,
+                polling: PollingPolicy {
+                    interval: #poll_interval,
+                    floor: #poll_floor,
+                    hot_factor: #hot,
+                },
+            },
+            taxonomy: &[#(#rows),*],
+            detail_sets: &[#(#details),*],
+            streams: &[#(#streams),*],
+            states: &[#(#states),*],
+            messages: &[#(#messages),*],
+        };
+    }
+}
+
+fn endpoint_path(service: &crate::model::Service, route: &str) -> TokenStream {
+    let module = ident(&super::services::module_name(service));
+    let name = ident(&screaming(route));
+    quote!(&crate::#module::#name)
+}
+
+/// `pub const NAME: usize = i;` for each named item.
+fn names<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStream {
+    let consts = items.enumerate().map(|(i, (name, text))| {
+        let docs = doc(text);
+        let name = ident(&screaming(name));
+        quote! {
+            #docs
+            pub const #name: usize = #i;
+        }
+    });
+    quote!(#(#consts)*)
+}
+
+fn schedule(s: &RetrySchedule) -> TokenStream {
+    match *s {
+        RetrySchedule::Never => quote!(RetrySchedule::Never),
+        RetrySchedule::Exponential {
+            attempts,
+            base,
+            factor,
+            cap,
+        } => {
+            let (base, cap) = (duration(base), duration(cap));
+            quote!(RetrySchedule::Exponential { attempts: #attempts, base: #base, factor: #factor, cap: #cap })
+        }
+        RetrySchedule::DeployWindow { attempts } => {
+            quote!(RetrySchedule::DeployWindow { attempts: #attempts })
+        }
+        RetrySchedule::RetryAfter {
+            attempts,
+            floor,
+            jitter,
+        } => {
+            let (floor, jitter) = (duration(floor), duration(jitter));
+            quote!(RetrySchedule::RetryAfter { attempts: #attempts, floor: #floor, jitter: #jitter })
+        }
+        RetrySchedule::Once { attempts } => quote!(RetrySchedule::Once { attempts: #attempts }),
+    }
+}
+
+fn outcome(o: OutcomeKind) -> TokenStream {
+    let name = ident(&format!("{o:?}"));
+    quote!(OutcomeKind::#name)
+}
+
+pub fn conflict(c: Conflict) -> TokenStream {
+    let name = ident(&format!("{c:?}"));
+    quote!(Conflict::#name)
+}

@@ -1,0 +1,288 @@
+//! `src/<service>.rs`: the endpoint descriptors and the typed handle of one service.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::docs::{
+    camel, doc, duration_text, ident, inner_doc, rust_type, screaming, source, type_text,
+};
+use crate::model::{Conflict, Lane, Model, Returns, Route, ScopeNeed, Service, TypeExpr};
+
+/// Rust module of a service (`kg-service` -> `kg_service`).
+pub fn module_name(service: &Service) -> String {
+    service.name.replace('-', "_")
+}
+
+/// Name of the handle struct (`kg` -> `Kg`).
+pub fn handle_type(service: &Service) -> String {
+    camel(&service.handle)
+}
+
+pub fn service_rs(model: &Model, index: usize) -> TokenStream {
+    let service = &model.services[index];
+    let endpoints = service.routes.iter().map(|r| endpoint(model, service, r));
+    let methods = service.routes.iter().map(|r| method(model, r));
+    let handle = ident(&handle_type(service));
+    let scoped = service.scope == ScopeNeed::Workspace;
+    let (fields, ctor) = if scoped {
+        (
+            quote!(client: &'c Client, workspace: &'c Id),
+            quote! {
+                pub(crate) fn new(client: &'c Client, workspace: &'c Id) -> Self {
+                    Self { client, workspace }
+                }
+            },
+        )
+    } else {
+        (
+            quote!(client: &'c Client),
+            quote! {
+                pub(crate) fn new(client: &'c Client) -> Self {
+                    Self { client }
+                }
+            },
+        )
+    };
+    let id_import = scoped.then(|| {
+        quote!(
+            use sdk_runtime::Id;
+        )
+    });
+    let streams = service
+        .routes
+        .iter()
+        .any(|r| matches!(r.returns, Returns::Stream(_)));
+    let policy_import = if streams {
+        quote!(
+            use crate::policy::{budget, retry, stream, timeout, TIMEOUTS};
+        )
+    } else {
+        quote!(
+            use crate::policy::{budget, retry, timeout, TIMEOUTS};
+        )
+    };
+    let module_doc = inner_doc(&format!(
+        "`{}`: {}\n\nEvery path starts with `{}`. Policy {}.",
+        service.name,
+        service.doc,
+        service.prefix,
+        source(&service.source)
+    ));
+    let handle_doc = doc(&if scoped {
+        format!(
+            "Calls of `{}`, bound to one workspace: every request carries `{}` (policy §3.2).",
+            service.name, model.api.headers.workspace
+        )
+    } else {
+        format!("Calls of `{}`.", service.name)
+    });
+    quote! {
+        #module_doc
+
+        use sdk_runtime::policy::Conflict;
+        use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+        #id_import
+
+        #policy_import
+
+        #(#endpoints)*
+
+        #handle_doc
+        #[derive(Clone, Copy)]
+        pub struct #handle<'c> {
+            #fields
+        }
+
+        impl<'c> #handle<'c> {
+            #ctor
+
+            #(#methods)*
+        }
+    }
+}
+
+fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
+    let name = ident(&screaming(&r.name));
+    let (svc, op, path) = (&service.name, &r.name, &r.path);
+    let method = ident(&camel(&r.method.as_str().to_ascii_lowercase()));
+    let scope = ident(&format!("{:?}", r.scope));
+    let lane = ident(match service.lane {
+        Lane::Key => "Key",
+        Lane::Bff => "Bff",
+    });
+    let timeout = ident(&screaming(&model.timeouts[r.timeout].name));
+    let retry = ident(&screaming(&model.retries[r.retry].name));
+    let budget = ident(&screaming(&model.throttle.budgets[r.budget].name));
+    let conflict = super::policy::conflict(r.conflict);
+    let (idempotent, replay, pipeline) = (r.idempotent, r.replay, r.pipeline_id);
+    let stream = match &r.returns {
+        Returns::Stream(i) => {
+            let s = ident(&screaming(&model.streams[*i].name));
+            quote!(Some(stream::#s))
+        }
+        _ => quote!(None),
+    };
+    let text = format!(" `{} {}`", r.method.as_str(), r.path);
+    quote! {
+        #[doc = #text]
+        pub static #name: Endpoint = Endpoint {
+            service: #svc,
+            operation: #op,
+            method: Method::#method,
+            path: #path,
+            scope: ScopeNeed::#scope,
+            lane: Lane::#lane,
+            timeout: &TIMEOUTS[timeout::#timeout],
+            retry: retry::#retry,
+            idempotent: #idempotent,
+            budget: budget::#budget,
+            replay: #replay,
+            conflict: #conflict,
+            pipeline_id: #pipeline,
+            stream: #stream,
+        };
+    }
+}
+
+/// The rustdoc of a method: the spec's words, then the route's policy.
+fn method_doc(model: &Model, r: &Route) -> TokenStream {
+    let timeout = &model.timeouts[r.timeout];
+    let retry = &model.retries[r.retry];
+    let budget = &model.throttle.budgets[r.budget];
+    let mut timeout_text = format!(
+        "`{}`, {} per attempt",
+        timeout.name,
+        duration_text(timeout.per_attempt)
+    );
+    if let Some(longer) = timeout.deploy_suspected {
+        timeout_text.push_str(&format!(
+            " ({} while deploy-suspected)",
+            duration_text(longer)
+        ));
+    }
+    let mut lines = vec![
+        r.doc.clone(),
+        String::new(),
+        format!("- Route: `{} {}`", r.method.as_str(), r.path),
+        format!("- Timeout class: {timeout_text}"),
+        format!("- Retry class: `{}`: {}", retry.name, retry.doc.trim()),
+        format!(
+            "- Idempotent: {}",
+            if r.idempotent {
+                "yes"
+            } else {
+                "no: never retried once the request may have reached the server"
+            }
+        ),
+        format!("- Budget: `{}`", budget.name),
+    ];
+    if r.replay {
+        lines.push("- Replayable: diverted to the replay queue while the breaker is open".into());
+    }
+    match r.conflict {
+        Conflict::Success => lines.push(
+            "- 409: already there, returned as [`Created::Existing`](sdk_runtime::Created)".into(),
+        ),
+        Conflict::Poll => lines.push(
+            "- 409: still processing, returned as [`Progress::Processing`](sdk_runtime::Progress)"
+                .into(),
+        ),
+        Conflict::Error => {}
+    }
+    if r.pipeline_id {
+        lines.push(format!(
+            "- Carries `{}` when the client has a pipeline id",
+            model.api.headers.pipeline
+        ));
+    }
+    lines.push(format!("- Policy: {}", source(&r.source)));
+    doc(&lines.join("\n"))
+}
+
+fn method(model: &Model, r: &Route) -> TokenStream {
+    let name = ident(&r.name);
+    let endpoint = ident(&screaming(&r.name));
+    let docs = method_doc(model, r);
+    let mut args = Vec::new();
+    let mut steps = Vec::new();
+    if r.scope == ScopeNeed::Workspace {
+        steps.push(quote!(.workspace(self.workspace)));
+    }
+    for (param, ty) in &r.path_params {
+        let arg = ident(param);
+        let (arg_ty, value) = arg_type(ty, quote!(#arg));
+        args.push(quote!(#arg: #arg_ty));
+        steps.push(quote!(.path(#value)));
+    }
+    for (param, ty) in &r.query {
+        let arg = ident(param);
+        match ty {
+            TypeExpr::Optional(inner) => {
+                let (arg_ty, value) = arg_type(inner, quote!(v));
+                args.push(quote!(#arg: Option<#arg_ty>));
+                steps.push(quote!(.query_opt(#param, #arg.map(|v| #value))));
+            }
+            _ => {
+                let (arg_ty, value) = arg_type(ty, quote!(#arg));
+                args.push(quote!(#arg: #arg_ty));
+                steps.push(quote!(.query(#param, #value)));
+            }
+        }
+    }
+    let body = r.body.as_ref().map(|b| {
+        let ty = rust_type(b);
+        args.push(quote!(body: &#ty));
+        quote!(.json(body)?)
+    });
+    let build = quote!(let call = Call::new(&#endpoint) #(#steps)* #body;);
+    let (ret, finish) = match &r.returns {
+        Returns::Nothing => (quote!(()), quote!(self.client.send(call).await?.empty())),
+        Returns::Stream(_) => (
+            quote!(sdk_runtime::Events),
+            quote!(self.client.open_stream(call).await),
+        ),
+        Returns::Body(t) => {
+            let ty = rust_type(t);
+            match r.conflict {
+                Conflict::Success => (
+                    quote!(sdk_runtime::Created<#ty>),
+                    quote!(self.client.send(call).await?.created()),
+                ),
+                Conflict::Poll => (
+                    quote!(sdk_runtime::Progress<#ty>),
+                    quote!(self.client.send(call).await?.progress()),
+                ),
+                Conflict::Error => (ty, quote!(self.client.send(call).await?.json())),
+            }
+        }
+    };
+    quote! {
+        #docs
+        pub async fn #name(&self, #(#args),*) -> Result<#ret, Error> {
+            #build
+            #finish
+        }
+    }
+}
+
+/// The argument type of a path or query parameter, and how it becomes text.
+fn arg_type(ty: &TypeExpr, arg: TokenStream) -> (TokenStream, TokenStream) {
+    match ty {
+        TypeExpr::Id(_) => {
+            let t = rust_type(ty);
+            (quote!(&#t), quote!(#arg.as_str()))
+        }
+        TypeExpr::Named(_) => (rust_type(ty), quote!(#arg.as_str())),
+        TypeExpr::String => (quote!(&str), arg),
+        other => (rust_type(other), quote!(#arg.to_string())),
+    }
+}
+
+/// How a type reads in generated docs (used by POLICY.md too).
+pub fn returns_text(model: &Model, r: &Route) -> String {
+    match &r.returns {
+        Returns::Nothing => "none".into(),
+        Returns::Body(t) => type_text(t),
+        Returns::Stream(i) => format!("SSE `{}`", model.streams[*i].name),
+    }
+}

@@ -1,0 +1,287 @@
+//! The lowered model: every reference resolved, every duration parsed.
+//! This is what the emitter reads; it never sees YAML.
+
+use std::time::Duration;
+
+pub use sdk_runtime::Method;
+pub use sdk_runtime::endpoint::{Lane, ScopeNeed};
+pub use sdk_runtime::policy::{Conflict, OutcomeKind, RetrySchedule};
+
+/// Where an item comes from in the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub section: String,
+    pub inferred: bool,
+}
+
+#[derive(Debug)]
+pub struct Model {
+    pub api: Api,
+    pub timeouts: Vec<Timeout>,
+    pub deadline: Duration,
+    pub deadline_source: Source,
+    pub retries: Vec<Retry>,
+    pub breaker: Breaker,
+    pub throttle: Throttle,
+    pub details: Vec<DetailSet>,
+    pub rows: Vec<Row>,
+    pub streams: Vec<Stream>,
+    pub states: Vec<State>,
+    pub messages: Vec<Message>,
+    pub alerts: Vec<Alert>,
+    pub types: Vec<TypeDef>,
+    pub services: Vec<Service>,
+}
+
+#[derive(Debug)]
+pub struct Api {
+    pub name: String,
+    pub title: String,
+    pub crate_name: String,
+    pub client: String,
+    pub doc: String,
+    pub origin_env: String,
+    pub key_env: String,
+    pub tenant_env: String,
+    pub headers: Headers,
+    pub id_pattern: String,
+    pub reserved_tenants: Vec<String>,
+    pub ids: Vec<IdType>,
+    pub workspace_services: Vec<String>,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Headers {
+    pub authorization: String,
+    pub tenant: String,
+    pub workspace: String,
+    pub request_id: String,
+    pub pipeline: String,
+}
+
+#[derive(Debug)]
+pub struct IdType {
+    pub name: String,
+    pub doc: String,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Timeout {
+    pub name: String,
+    pub doc: String,
+    pub per_attempt: Duration,
+    pub deploy_suspected: Option<Duration>,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Retry {
+    pub name: String,
+    pub doc: String,
+    pub schedule: RetrySchedule,
+    pub source: Source,
+}
+
+/// A route named as `service.route`, resolved to indices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteRef {
+    pub service: usize,
+    pub route: usize,
+}
+
+#[derive(Debug)]
+pub struct Breaker {
+    pub threshold: u32,
+    pub window: Duration,
+    pub distinct_endpoints: bool,
+    pub probe: RouteRef,
+    pub probe_interval: Duration,
+    pub probe_timeout: usize,
+    pub healthy_probes: u32,
+    pub canary: RouteRef,
+    pub canary_timeout: usize,
+    pub deploy_suspected: Duration,
+    pub alert_after: Duration,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Throttle {
+    pub max_in_flight: u32,
+    pub per_second: u32,
+    pub budgets: Vec<Budget>,
+    pub polling_interval: Duration,
+    pub polling_floor: Duration,
+    pub polling_hot_factor: u32,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Budget {
+    pub name: String,
+    pub doc: String,
+    pub max_in_flight: Option<u32>,
+    pub per_minute: Option<u32>,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct DetailSet {
+    pub name: String,
+    pub doc: String,
+    pub contains: Vec<String>,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Row {
+    pub row: String,
+    pub outcome: OutcomeKind,
+    pub status: Option<(u16, u16)>,
+    pub detail: Option<usize>,
+    pub retry_after: Option<bool>,
+    pub conflict: Option<Conflict>,
+    pub class: String,
+    pub retry: Option<usize>,
+    pub feeds_breaker: bool,
+    pub alert: Option<String>,
+    pub action: String,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Stream {
+    pub name: String,
+    pub doc: String,
+    pub watchdog: Duration,
+    pub keepalive: Option<Duration>,
+    pub ceiling: Option<Duration>,
+    pub fallback: Option<RouteRef>,
+    pub resync_after_reconnect: bool,
+    pub resend: bool,
+    pub first_event: Option<String>,
+    pub terminal_events: Vec<String>,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct State {
+    pub name: String,
+    pub doc: String,
+    pub copy: Option<String>,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Message {
+    pub class: String,
+    pub copy: String,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Alert {
+    pub name: String,
+    pub doc: String,
+    pub severity: String,
+    pub source: Source,
+}
+
+/// A named request or response type.
+#[derive(Debug)]
+pub struct TypeDef {
+    pub name: String,
+    pub doc: String,
+    pub shape: Shape,
+    /// The service file that defines it.
+    pub service: String,
+    pub source: Option<Source>,
+}
+
+#[derive(Debug)]
+pub enum Shape {
+    Struct(Vec<Field>),
+    Enum(Vec<String>),
+}
+
+#[derive(Debug)]
+pub struct Field {
+    pub name: String,
+    pub ty: TypeExpr,
+}
+
+/// A type expression of the spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TypeExpr {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    Json,
+    /// An ID newtype (`KbId`).
+    Id(String),
+    /// A named type from `types`.
+    Named(String),
+    List(Box<TypeExpr>),
+    Map(Box<TypeExpr>),
+    Optional(Box<TypeExpr>),
+}
+
+#[derive(Debug)]
+pub struct Service {
+    pub name: String,
+    pub handle: String,
+    pub doc: String,
+    pub prefix: String,
+    pub scope: ScopeNeed,
+    pub lane: Lane,
+    pub routes: Vec<Route>,
+    pub source: Source,
+}
+
+/// What a route answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Returns {
+    Nothing,
+    Body(TypeExpr),
+    /// Index into [`Model::streams`].
+    Stream(usize),
+}
+
+#[derive(Debug)]
+pub struct Route {
+    pub name: String,
+    pub doc: String,
+    pub method: Method,
+    /// Prefix and path together, with `{param}` placeholders.
+    pub path: String,
+    pub path_params: Vec<(String, TypeExpr)>,
+    pub query: Vec<(String, TypeExpr)>,
+    pub body: Option<TypeExpr>,
+    pub returns: Returns,
+    pub idempotent: bool,
+    pub timeout: usize,
+    pub retry: usize,
+    pub budget: usize,
+    pub replay: bool,
+    pub scope: ScopeNeed,
+    pub conflict: Conflict,
+    pub pipeline_id: bool,
+    pub source: Source,
+}
+
+impl Model {
+    pub fn route(&self, r: RouteRef) -> (&Service, &Route) {
+        let service = &self.services[r.service];
+        (service, &service.routes[r.route])
+    }
+
+    /// Routes in spec order, with their service.
+    pub fn routes(&self) -> impl Iterator<Item = (&Service, &Route)> {
+        self.services
+            .iter()
+            .flat_map(|s| s.routes.iter().map(move |r| (s, r)))
+    }
+}

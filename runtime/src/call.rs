@@ -1,0 +1,106 @@
+//! What a generated method hands the pipeline: a route and its arguments.
+//! Headers are not here: the pipeline alone assembles them.
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::{Endpoint, Error, Id};
+
+/// One call of a route, before it becomes a request.
+pub struct Call<'a> {
+    pub(crate) endpoint: &'static Endpoint,
+    pub(crate) workspace: Option<&'a Id>,
+    pub(crate) path: Vec<&'a str>,
+    pub(crate) query: Vec<(&'static str, String)>,
+    pub(crate) body: Option<Bytes>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(endpoint: &'static Endpoint) -> Self {
+        Call {
+            endpoint,
+            workspace: None,
+            path: Vec::new(),
+            query: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// The workspace of a workspace-scoped route.
+    pub fn workspace(mut self, workspace: &'a Id) -> Self {
+        self.workspace = Some(workspace);
+        self
+    }
+
+    /// The next `{placeholder}` of the path template, in template order.
+    pub fn path(mut self, value: &'a str) -> Self {
+        self.path.push(value);
+        self
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl AsRef<str>) -> Self {
+        self.query.push((name, value.as_ref().to_owned()));
+        self
+    }
+
+    /// A query parameter that is left out when `None`.
+    pub fn query_opt(self, name: &'static str, value: Option<impl AsRef<str>>) -> Self {
+        match value {
+            Some(v) => self.query(name, v),
+            None => self,
+        }
+    }
+
+    /// The JSON body.
+    pub fn json<B: Serialize + ?Sized>(mut self, body: &B) -> Result<Self, Error> {
+        let bytes = serde_json::to_vec(body).map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Encode,
+                "-",
+                "encode",
+                self.endpoint.operation,
+            )
+            .with_source(e)
+        })?;
+        self.body = Some(Bytes::from(bytes));
+        Ok(self)
+    }
+
+    /// The path with its placeholders filled in, each value percent-encoded.
+    pub(crate) fn render_path(&self) -> Result<String, String> {
+        let template = self.endpoint.path;
+        let mut out = String::with_capacity(template.len() + 32);
+        let mut values = self.path.iter();
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            let close = rest[open..]
+                .find('}')
+                .ok_or_else(|| format!("unclosed placeholder in {template}"))?;
+            out.push_str(&rest[..open]);
+            let value = values
+                .next()
+                .ok_or_else(|| format!("missing value for {}", &rest[open..open + close + 1]))?;
+            if value.is_empty() {
+                return Err(format!("empty value for {}", &rest[open..open + close + 1]));
+            }
+            encode_segment(value, &mut out);
+            rest = &rest[open + close + 1..];
+        }
+        out.push_str(rest);
+        if values.next().is_some() {
+            return Err(format!("more path values than placeholders in {template}"));
+        }
+        Ok(out)
+    }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+pub(crate) fn encode_segment(value: &str, out: &mut String) {
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+}

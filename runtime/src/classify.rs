@@ -1,0 +1,76 @@
+//! Outcome -> taxonomy row. The rows are data; the first that matches decides.
+
+use crate::Endpoint;
+use crate::policy::{OutcomeKind, Policy, TaxonomyRow};
+
+/// What one attempt (or a client-side check) came to.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome<'a> {
+    /// Refused, reset, TLS failure or attempt timeout.
+    Connection,
+    /// A non-2xx answer.
+    Status {
+        status: u16,
+        detail: Option<&'a str>,
+        retry_after: bool,
+    },
+    /// Any other outcome the runtime itself decides.
+    Other(OutcomeKind),
+}
+
+impl Outcome<'_> {
+    fn kind(&self) -> OutcomeKind {
+        match self {
+            Outcome::Connection => OutcomeKind::Connection,
+            Outcome::Status { .. } => OutcomeKind::Status,
+            Outcome::Other(kind) => *kind,
+        }
+    }
+}
+
+/// The first row of the policy that matches `outcome` on `endpoint`.
+pub fn classify(
+    policy: &'static Policy,
+    endpoint: &Endpoint,
+    outcome: &Outcome<'_>,
+) -> Option<&'static TaxonomyRow> {
+    policy
+        .taxonomy
+        .iter()
+        .find(|row| matches(policy, row, endpoint, outcome))
+}
+
+fn matches(policy: &Policy, row: &TaxonomyRow, endpoint: &Endpoint, outcome: &Outcome<'_>) -> bool {
+    let m = &row.matches;
+    if m.outcome != outcome.kind() {
+        return false;
+    }
+    let Outcome::Status {
+        status,
+        detail,
+        retry_after,
+    } = *outcome
+    else {
+        return true;
+    };
+    if let Some((lo, hi)) = m.status
+        && !(lo..=hi).contains(&status)
+    {
+        return false;
+    }
+    if let Some(set) = m.detail {
+        let Some(set) = policy.detail_sets.get(set) else {
+            return false;
+        };
+        if !detail.is_some_and(|d| set.matches(d)) {
+            return false;
+        }
+    }
+    if m.retry_after.is_some_and(|want| want != retry_after) {
+        return false;
+    }
+    if m.conflict.is_some_and(|want| want != endpoint.conflict) {
+        return false;
+    }
+    true
+}

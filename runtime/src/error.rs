@@ -1,0 +1,223 @@
+//! The one error type of every call: the taxonomy row decides its class.
+
+use std::fmt;
+
+/// What kind of failure ended the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The platform answered with an error status.
+    Status,
+    /// Refused, reset, TLS or an attempt timeout.
+    Connection,
+    /// A 2xx body that does not decode.
+    Decode,
+    /// The overall deadline ended the call, not the platform.
+    Deadline,
+    /// The breaker refused the call client-side.
+    CircuitOpen,
+    /// A scope or ID was refused before a byte was sent.
+    InvalidScope,
+    /// A request body that could not be encoded.
+    Encode,
+    /// An SSE stream failed.
+    Stream,
+}
+
+/// A failed call, with the taxonomy row that classified it.
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    row: &'static str,
+    class: &'static str,
+    endpoint: &'static str,
+    status: Option<u16>,
+    detail: Option<String>,
+    request_id: Option<String>,
+    attempts: u32,
+    message: Option<&'static str>,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Error {
+    pub(crate) fn new(
+        kind: ErrorKind,
+        row: &'static str,
+        class: &'static str,
+        endpoint: &'static str,
+    ) -> Self {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                row,
+                class,
+                endpoint,
+                status: None,
+                detail: None,
+                request_id: None,
+                attempts: 0,
+                message: None,
+                source: None,
+            }),
+        }
+    }
+
+    pub(crate) fn with_status(mut self, status: u16, detail: Option<String>) -> Self {
+        self.inner.status = Some(status);
+        self.inner.detail = detail;
+        self
+    }
+
+    pub(crate) fn with_request_id(mut self, id: impl Into<String>) -> Self {
+        self.inner.request_id = Some(id.into());
+        self
+    }
+
+    pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {
+        self.inner.attempts = attempts;
+        self
+    }
+
+    pub(crate) fn with_message(mut self, message: Option<&'static str>) -> Self {
+        self.inner.message = message;
+        self
+    }
+
+    pub(crate) fn with_source(
+        mut self,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        self.inner.source = Some(source.into());
+        self
+    }
+
+    pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.inner.detail = Some(detail.into());
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The taxonomy row (`T13`).
+    pub fn row(&self) -> &'static str {
+        self.inner.row
+    }
+
+    /// The error class (`feature_dark`).
+    pub fn class(&self) -> &'static str {
+        self.inner.class
+    }
+
+    /// `service.operation` of the call.
+    pub fn endpoint(&self) -> &'static str {
+        self.inner.endpoint
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        self.inner.status
+    }
+
+    /// The platform's `detail` text, or the client's reason for a client-side refusal.
+    pub fn detail(&self) -> Option<&str> {
+        self.inner.detail.as_deref()
+    }
+
+    /// `X-Request-ID` of the last attempt: the join key with platform logs.
+    pub fn request_id(&self) -> Option<&str> {
+        self.inner.request_id.as_deref()
+    }
+
+    /// Attempts made, the first one included (0 when refused before sending).
+    pub fn attempts(&self) -> u32 {
+        self.inner.attempts
+    }
+
+    /// The German message the UI shows for this class, if the spec has one.
+    pub fn message(&self) -> Option<&'static str> {
+        self.inner.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        write!(f, "{}: {} ({})", i.endpoint, i.class, i.row)?;
+        if let Some(status) = i.status {
+            write!(f, ", status {status}")?;
+        }
+        if let Some(detail) = &i.detail {
+            write!(f, ": {detail}")?;
+        }
+        if let Some(source) = &i.source {
+            write!(f, ": {source}")?;
+        }
+        if let Some(id) = &i.request_id {
+            write!(f, " [request {id}]")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("Error")
+            .field("kind", &i.kind)
+            .field("row", &i.row)
+            .field("class", &i.class)
+            .field("endpoint", &i.endpoint)
+            .field("status", &i.status)
+            .field("detail", &i.detail)
+            .field("request_id", &i.request_id)
+            .field("attempts", &i.attempts)
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {0} is not set")]
+    MissingEnv(&'static str),
+    #[error("invalid tenant: {0}")]
+    Tenant(crate::InvalidId),
+    #[error("the tenant must be a TenantId, got a {0}")]
+    NotATenant(&'static str),
+    #[error("invalid base URL {url:?}: {reason}")]
+    BaseUrl { url: String, reason: String },
+    #[error("the HTTP client could not be built: {0}")]
+    Http(String),
+}
+
+/// Reads a required environment variable.
+pub fn env_var(name: &'static str) -> Result<String, ConfigError> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or(ConfigError::MissingEnv(name))
+}
+
+impl Error {
+    pub(crate) fn with_status_opt(self, status: Option<u16>, detail: Option<String>) -> Self {
+        match status {
+            Some(s) => self.with_status(s, detail),
+            None => match detail {
+                Some(d) => self.with_detail(d),
+                None => self,
+            },
+        }
+    }
+}

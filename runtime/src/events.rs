@@ -1,0 +1,96 @@
+//! An opened SSE route: events, with the stream's watchdog from the spec.
+
+use crate::call::Call;
+use crate::client::Client;
+use crate::error::{Error, ErrorKind};
+use crate::policy::{OutcomeKind, StreamPolicy};
+use crate::sse::{EventStream, SseEvent, StreamFailure};
+
+/// The events of one stream. `error` and `timeout` events end it as typed
+/// errors (T17, T18); silence past the watchdog is T19.
+pub struct Events {
+    client: Client,
+    operation: &'static str,
+    policy: &'static StreamPolicy,
+    stream: EventStream,
+    done: bool,
+}
+
+impl Client {
+    /// Opens an SSE route through the same admission and headers as any call.
+    pub async fn open_stream(&self, call: Call<'_>) -> Result<Events, Error> {
+        let endpoint = call.endpoint;
+        let policy = endpoint
+            .stream
+            .and_then(|i| self.shared.policy.streams.get(i))
+            .expect("the generator gives every stream route its stream");
+        let (_, response) = self.run(&call, true).await?;
+        let response = response.expect("a 2xx stream answer keeps its body");
+        Ok(Events {
+            client: self.clone(),
+            operation: endpoint.operation,
+            policy,
+            stream: EventStream::new(Box::pin(response.bytes_stream()), policy.watchdog),
+            done: false,
+        })
+    }
+}
+
+impl Events {
+    /// The stream's contract (watchdog, ceiling, fallback, resend rule).
+    pub fn policy(&self) -> &'static StreamPolicy {
+        self.policy
+    }
+
+    /// Keepalive comments seen so far.
+    pub fn keepalives(&self) -> u64 {
+        self.stream.keepalives()
+    }
+
+    /// The next event; `None` once the stream ended cleanly.
+    pub async fn next(&mut self) -> Option<Result<SseEvent, Error>> {
+        if self.done {
+            return None;
+        }
+        let item = self.stream.next().await;
+        let result = match item {
+            None => {
+                self.done = true;
+                return None;
+            }
+            Some(Ok(event)) => match event.event.as_str() {
+                "error" => Err(self
+                    .error(OutcomeKind::StreamError, ErrorKind::Stream)
+                    .with_detail(event.data)),
+                "timeout" => Err(self
+                    .error(OutcomeKind::StreamTimeout, ErrorKind::Stream)
+                    .with_detail(event.data)),
+                _ => Ok(event),
+            },
+            Some(Err(StreamFailure::Stalled { silent_for })) => Err(self
+                .error(OutcomeKind::StreamStalled, ErrorKind::Stream)
+                .with_detail(format!("no byte for {} s", silent_for.as_secs()))),
+            Some(Err(StreamFailure::Dropped { detail })) => Err(self
+                .error(OutcomeKind::Connection, ErrorKind::Connection)
+                .with_detail(detail)),
+            Some(Err(StreamFailure::Malformed(e))) => Err(self
+                .error(OutcomeKind::Decode, ErrorKind::Decode)
+                .with_source(e)),
+        };
+        if let Ok(event) = &result {
+            self.done = self.policy.terminal_events.contains(&event.event.as_str());
+        } else {
+            self.done = true;
+        }
+        Some(result)
+    }
+
+    fn error(&self, outcome: OutcomeKind, kind: ErrorKind) -> Error {
+        let row = self.client.row(outcome);
+        let (name, class) = row
+            .map(|r| (r.row, r.class))
+            .unwrap_or(("-", "unclassified"));
+        Error::new(kind, name, class, self.operation)
+            .with_message(self.client.policy().message(class))
+    }
+}
