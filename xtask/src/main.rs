@@ -1,5 +1,7 @@
 //! `cargo xtask codegen [--check]` and `cargo xtask demo`.
 
+mod demo;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,8 +11,9 @@ fn main() -> ExitCode {
     match args.as_slice() {
         ["codegen"] => codegen(false),
         ["codegen", "--check"] => codegen(true),
+        ["demo"] => demo::run(),
         _ => {
-            eprintln!("usage: cargo xtask codegen [--check]");
+            eprintln!("usage: cargo xtask codegen [--check] | cargo xtask demo");
             ExitCode::from(2)
         }
     }
