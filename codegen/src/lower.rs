@@ -803,6 +803,13 @@ impl Cx<'_> {
             Some(s) => self.scope(s, &field("scope")).unwrap_or(service_scope),
             None => service_scope,
         };
+        if scope == ScopeNeed::Workspace && service_scope != ScopeNeed::Workspace {
+            self.error(
+                r.scope.as_ref().unwrap_or(&service.scope),
+                field("scope"),
+                "a workspace route belongs to a service whose scope is `workspace` (its handle carries the workspace)",
+            );
+        }
         if needs_workspace && scope != ScopeNeed::Workspace {
             let at = r.scope.as_ref().unwrap_or(&service.scope);
             self.error(

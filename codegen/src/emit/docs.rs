@@ -34,13 +34,19 @@ pub fn source(source: &Source) -> String {
     }
 }
 
+/// An integer literal without a type suffix (`3`, not `3u32`).
+pub fn int(n: impl Into<u64>) -> proc_macro2::Literal {
+    proc_macro2::Literal::u64_unsuffixed(n.into())
+}
+
 /// A `Duration` constructor, in whole seconds where possible.
 pub fn duration(d: Duration) -> TokenStream {
     let millis = d.as_millis() as u64;
     if millis % 1000 == 0 {
-        let secs = millis / 1000;
+        let secs = int(millis / 1000);
         quote!(::std::time::Duration::from_secs(#secs))
     } else {
+        let millis = int(millis);
         quote!(::std::time::Duration::from_millis(#millis))
     }
 }

@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::docs::{doc, duration, ident, inner_doc, option, screaming, source};
+use super::docs::{doc, duration, ident, inner_doc, int, option, screaming, source};
 use crate::model::{Conflict, Model, OutcomeKind, RetrySchedule};
 
 pub fn policy_rs(model: &Model) -> TokenStream {
@@ -30,8 +30,14 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     });
     let budgets = model.throttle.budgets.iter().map(|b| {
         let name = &b.name;
-        let max = option(b.max_in_flight, |v| quote!(#v));
-        let per_minute = option(b.per_minute, |v| quote!(#v));
+        let max = option(b.max_in_flight, |v| {
+            let v = int(v);
+            quote!(#v)
+        });
+        let per_minute = option(b.per_minute, |v| {
+            let v = int(v);
+            quote!(#v)
+        });
         quote!(BudgetPolicy { name: #name, max_in_flight: #max, per_minute: #per_minute })
     });
     let details = model.details.iter().map(|d| {
@@ -42,8 +48,14 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let rows = model.rows.iter().map(|r| {
         let (row, class, action) = (&r.row, &r.class, &r.action);
         let outcome = outcome(r.outcome);
-        let status = option(r.status, |(lo, hi)| quote!((#lo, #hi)));
-        let detail = option(r.detail, |d| quote!(#d));
+        let status = option(r.status, |(lo, hi)| {
+            let (lo, hi) = (int(lo), int(hi));
+            quote!((#lo, #hi))
+        });
+        let detail = option(r.detail, |d| {
+            let d = int(d as u64);
+            quote!(#d)
+        });
         let retry_after = option(r.retry_after, |b| quote!(#b));
         let conflict = option(r.conflict, conflict);
         let retry = option(r.retry, |i| {
@@ -102,7 +114,11 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         quote!(ClassMessage { class: #class, copy: #copy })
     });
     let b = &model.breaker;
-    let (threshold, distinct, healthy) = (b.threshold, b.distinct_endpoints, b.healthy_probes);
+    let (threshold, distinct, healthy) = (
+        int(b.threshold),
+        b.distinct_endpoints,
+        int(b.healthy_probes),
+    );
     let window = duration(b.window);
     let probe_interval = duration(b.probe_interval);
     let probe_timeout = duration(model.timeouts[b.probe_timeout].per_attempt);
@@ -110,14 +126,18 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let deploy = duration(b.deploy_suspected);
     let alert_after = duration(b.alert_after);
     let t = &model.throttle;
-    let (max_in_flight, per_second, hot) = (t.max_in_flight, t.per_second, t.polling_hot_factor);
+    let (max_in_flight, per_second, hot) = (
+        int(t.max_in_flight),
+        int(t.per_second),
+        int(t.polling_hot_factor),
+    );
     let poll_interval = duration(t.polling_interval);
     let poll_floor = duration(t.polling_floor);
     let deadline = duration(model.deadline);
-    let n_timeouts = model.timeouts.len();
-    let n_retries = model.retries.len();
-    let n_budgets = model.throttle.budgets.len();
-    let n_endpoints = model.routes().count();
+    let n_timeouts = int(model.timeouts.len() as u64);
+    let n_retries = int(model.retries.len() as u64);
+    let n_budgets = int(model.throttle.budgets.len() as u64);
+    let n_endpoints = int(model.routes().count() as u64);
     let endpoints = model.routes().map(|(s, r)| {
         let module = ident(&super::services::module_name(s));
         let name = ident(&screaming(&r.name));
@@ -251,6 +271,7 @@ fn names<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStre
     let consts = items.enumerate().map(|(i, (name, text))| {
         let docs = doc(text);
         let name = ident(&screaming(name));
+        let i = int(i as u64);
         quote! {
             #docs
             pub const #name: usize = #i;
@@ -269,9 +290,11 @@ fn schedule(s: &RetrySchedule) -> TokenStream {
             cap,
         } => {
             let (base, cap) = (duration(base), duration(cap));
+            let (attempts, factor) = (int(attempts), int(factor));
             quote!(RetrySchedule::Exponential { attempts: #attempts, base: #base, factor: #factor, cap: #cap })
         }
         RetrySchedule::DeployWindow { attempts } => {
+            let attempts = int(attempts);
             quote!(RetrySchedule::DeployWindow { attempts: #attempts })
         }
         RetrySchedule::RetryAfter {
@@ -280,9 +303,13 @@ fn schedule(s: &RetrySchedule) -> TokenStream {
             jitter,
         } => {
             let (floor, jitter) = (duration(floor), duration(jitter));
+            let attempts = int(attempts);
             quote!(RetrySchedule::RetryAfter { attempts: #attempts, floor: #floor, jitter: #jitter })
         }
-        RetrySchedule::Once { attempts } => quote!(RetrySchedule::Once { attempts: #attempts }),
+        RetrySchedule::Once { attempts } => {
+            let attempts = int(attempts);
+            quote!(RetrySchedule::Once { attempts: #attempts })
+        }
     }
 }
 

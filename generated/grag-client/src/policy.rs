@@ -7,86 +7,86 @@ use sdk_runtime::policy::*;
 ///Timeout classes, by name.
 pub mod timeout {
     /// Per-attempt budget of every route without a more specific class.
-    pub const DEFAULT: usize = 0usize;
+    pub const DEFAULT: usize = 0;
     /// LLM completions and groundedness; covers the BFF's own 120 s completion timeout and cold starts.
-    pub const LLM: usize = 1usize;
+    pub const LLM: usize = 1;
     /// Search / rerank; the first call after a deploy may have to load the rerank model.
-    pub const SEARCH: usize = 2usize;
+    pub const SEARCH: usize = 2;
     /// The public liveness probe (`curl -m 3 $GRAG_URL/workspaces/health`).
-    pub const PROBE: usize = 3usize;
+    pub const PROBE: usize = 3;
     /// The one authenticated canary read sent while the breaker is half-open.
-    pub const CANARY: usize = 4usize;
+    pub const CANARY: usize = 4;
 }
 
 ///Retry classes, by name.
 pub mod retry {
     /// Never retried: 400, 402, 403 admin gate, 409 docfold, 413, 422, chat SSE turns, and non-idempotent calls once the request was sent.
-    pub const R0: usize = 0usize;
+    pub const R0: usize = 0;
     /// Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
-    pub const R1: usize = 1usize;
+    pub const R1: usize = 1;
     /// GET answered 401/404/422 inside the deploy-suspected window: exactly one extra attempt (containers still coming up behind Traefik).
-    pub const R2: usize = 2usize;
+    pub const R2: usize = 2;
     /// 429: wait Retry-After (seconds or HTTP date), 2 s floor when the header is absent, plus jitter; polling slows ×2 while a 429 is hot.
-    pub const R3: usize = 3usize;
+    pub const R3: usize = 3;
     /// 503 with Retry-After (WAL backpressure): honor Retry-After; ingest jobs re-queue instead of waiting in the call.
-    pub const R4: usize = 4usize;
+    pub const R4: usize = 4;
     /// 503 fail-closed safety/admission or unknown detail: exactly one retry, then fail (an identical unknown detail twice means dark, T16 → T13).
-    pub const R5: usize = 5usize;
+    pub const R5: usize = 5;
 }
 
 ///Throttle budgets, by name.
 pub mod budget {
     /// Only the global limits above (8 in flight, 50 req/s); no extra budget.
-    pub const GLOBAL: usize = 0usize;
+    pub const GLOBAL: usize = 0;
     /// Separate semaphore for ingest pipelines (upload, convert, point upserts, KG writes).
-    pub const INGEST: usize = 1usize;
+    pub const INGEST: usize = 1;
     /// Retrieval calls, headroom under the gateway's 120 rpm bucket.
-    pub const RETRIEVAL: usize = 2usize;
+    pub const RETRIEVAL: usize = 2;
     /// Bulk migration / backfill (e.g. the initial kb-methodik ingest); run outside business hours.
-    pub const BACKFILL: usize = 3usize;
+    pub const BACKFILL: usize = 3;
 }
 
 ///Stream contracts, by name.
 pub mod stream {
     /// Ingest progress of one orchestrator job: `subscribed` first, then the orchestrator's events verbatim (node_start, node_complete, node_fail, completed, failed, cancelled, ...). Redis pub/sub behind it: missed events are never replayed, so every reconnect is followed by one status poll.
-    pub const ORCHESTRATOR: usize = 0usize;
+    pub const ORCHESTRATOR: usize = 0;
     /// One chat turn as a POST-body SSE stream: stage trace events, long silences are normal (the upstream completion is not streamed). Every stage but `generate` fails open (degraded state, stream continues). Never resent automatically: the user turn is already persisted and the LLM may have partially run.
-    pub const CHAT: usize = 1usize;
+    pub const CHAT: usize = 1;
     /// Agent session relay (only if the plan 5.6 spike happens): surface `event: error` frames to the caller; a 503 on opening means the agent plane is dark (T13).
-    pub const AGENT: usize = 2usize;
+    pub const AGENT: usize = 2;
 }
 
 /// Every timeout class, indexed by [`timeout`].
-pub static TIMEOUTS: [TimeoutClass; 5usize] = [
+pub static TIMEOUTS: [TimeoutClass; 5] = [
     TimeoutClass {
         name: "default",
-        per_attempt: ::std::time::Duration::from_secs(30u64),
+        per_attempt: ::std::time::Duration::from_secs(30),
         deploy_suspected: None,
     },
     TimeoutClass {
         name: "llm",
-        per_attempt: ::std::time::Duration::from_secs(150u64),
+        per_attempt: ::std::time::Duration::from_secs(150),
         deploy_suspected: None,
     },
     TimeoutClass {
         name: "search",
-        per_attempt: ::std::time::Duration::from_secs(30u64),
-        deploy_suspected: Some(::std::time::Duration::from_secs(60u64)),
+        per_attempt: ::std::time::Duration::from_secs(30),
+        deploy_suspected: Some(::std::time::Duration::from_secs(60)),
     },
     TimeoutClass {
         name: "probe",
-        per_attempt: ::std::time::Duration::from_secs(3u64),
+        per_attempt: ::std::time::Duration::from_secs(3),
         deploy_suspected: None,
     },
     TimeoutClass {
         name: "canary",
-        per_attempt: ::std::time::Duration::from_secs(5u64),
+        per_attempt: ::std::time::Duration::from_secs(5),
         deploy_suspected: None,
     },
 ];
 
 /// Every retry class, indexed by [`retry`].
-pub static RETRIES: [RetryClass; 6usize] = [
+pub static RETRIES: [RetryClass; 6] = [
     RetryClass {
         name: "R0",
         schedule: RetrySchedule::Never,
@@ -94,40 +94,40 @@ pub static RETRIES: [RetryClass; 6usize] = [
     RetryClass {
         name: "R1",
         schedule: RetrySchedule::Exponential {
-            attempts: 3u32,
-            base: ::std::time::Duration::from_millis(500u64),
-            factor: 2u32,
-            cap: ::std::time::Duration::from_secs(8u64),
+            attempts: 3,
+            base: ::std::time::Duration::from_millis(500),
+            factor: 2,
+            cap: ::std::time::Duration::from_secs(8),
         },
     },
     RetryClass {
         name: "R2",
-        schedule: RetrySchedule::DeployWindow { attempts: 2u32 },
+        schedule: RetrySchedule::DeployWindow { attempts: 2 },
     },
     RetryClass {
         name: "R3",
         schedule: RetrySchedule::RetryAfter {
-            attempts: 3u32,
-            floor: ::std::time::Duration::from_secs(2u64),
-            jitter: ::std::time::Duration::from_secs(1u64),
+            attempts: 3,
+            floor: ::std::time::Duration::from_secs(2),
+            jitter: ::std::time::Duration::from_secs(1),
         },
     },
     RetryClass {
         name: "R4",
         schedule: RetrySchedule::RetryAfter {
-            attempts: 3u32,
-            floor: ::std::time::Duration::from_secs(2u64),
-            jitter: ::std::time::Duration::from_millis(500u64),
+            attempts: 3,
+            floor: ::std::time::Duration::from_secs(2),
+            jitter: ::std::time::Duration::from_millis(500),
         },
     },
     RetryClass {
         name: "R5",
-        schedule: RetrySchedule::Once { attempts: 2u32 },
+        schedule: RetrySchedule::Once { attempts: 2 },
     },
 ];
 
 /// Every throttle budget, indexed by [`budget`].
-pub static BUDGETS: [BudgetPolicy; 4usize] = [
+pub static BUDGETS: [BudgetPolicy; 4] = [
     BudgetPolicy {
         name: "global",
         max_in_flight: None,
@@ -135,23 +135,23 @@ pub static BUDGETS: [BudgetPolicy; 4usize] = [
     },
     BudgetPolicy {
         name: "ingest",
-        max_in_flight: Some(2u32),
+        max_in_flight: Some(2),
         per_minute: None,
     },
     BudgetPolicy {
         name: "retrieval",
         max_in_flight: None,
-        per_minute: Some(100u32),
+        per_minute: Some(100),
     },
     BudgetPolicy {
         name: "backfill",
         max_in_flight: None,
-        per_minute: Some(30u32),
+        per_minute: Some(30),
     },
 ];
 
 /// Every route of the API, in spec order.
-pub static ENDPOINTS: [&Endpoint; 25usize] = [
+pub static ENDPOINTS: [&Endpoint; 25] = [
     &crate::ai_gateway::SEARCH_RERANK,
     &crate::ai_gateway::COMPLETE,
     &crate::bff::ORCHESTRATOR_EVENTS,
@@ -201,27 +201,27 @@ pub static POLICY: Policy = Policy {
         reserved_tenants: &["default", "system", "canary"],
     },
     timeouts: &TIMEOUTS,
-    deadline: ::std::time::Duration::from_secs(180u64),
+    deadline: ::std::time::Duration::from_secs(180),
     retries: &RETRIES,
     breaker: BreakerPolicy {
-        threshold: 3u32,
-        window: ::std::time::Duration::from_secs(30u64),
+        threshold: 3,
+        window: ::std::time::Duration::from_secs(30),
         distinct_endpoints: true,
-        probe_interval: ::std::time::Duration::from_secs(5u64),
-        probe_timeout: ::std::time::Duration::from_secs(3u64),
-        healthy_probes: 2u32,
-        canary_timeout: ::std::time::Duration::from_secs(5u64),
-        deploy_suspected: ::std::time::Duration::from_secs(120u64),
-        alert_after: ::std::time::Duration::from_secs(300u64),
+        probe_interval: ::std::time::Duration::from_secs(5),
+        probe_timeout: ::std::time::Duration::from_secs(3),
+        healthy_probes: 2,
+        canary_timeout: ::std::time::Duration::from_secs(5),
+        deploy_suspected: ::std::time::Duration::from_secs(120),
+        alert_after: ::std::time::Duration::from_secs(300),
     },
     throttle: ThrottlePolicy {
-        max_in_flight: 8u32,
-        per_second: 50u32,
+        max_in_flight: 8,
+        per_second: 50,
         budgets: &BUDGETS,
         polling: PollingPolicy {
-            interval: ::std::time::Duration::from_secs(5u64),
-            floor: ::std::time::Duration::from_secs(2u64),
-            hot_factor: 2u32,
+            interval: ::std::time::Duration::from_secs(5),
+            floor: ::std::time::Duration::from_secs(2),
+            hot_factor: 2,
         },
     },
     taxonomy: &[
@@ -289,8 +289,8 @@ pub static POLICY: Policy = Policy {
             row: "T2",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((400u16, 400u16)),
-                detail: Some(0usize),
+                status: Some((400, 400)),
+                detail: Some(0),
                 retry_after: None,
                 conflict: None,
             },
@@ -304,8 +304,8 @@ pub static POLICY: Policy = Policy {
             row: "T4",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((403u16, 403u16)),
-                detail: Some(1usize),
+                status: Some((403, 403)),
+                detail: Some(1),
                 retry_after: None,
                 conflict: None,
             },
@@ -319,7 +319,7 @@ pub static POLICY: Policy = Policy {
             row: "T5",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((402u16, 402u16)),
+                status: Some((402, 402)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -334,7 +334,7 @@ pub static POLICY: Policy = Policy {
             row: "T3",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((401u16, 403u16)),
+                status: Some((401, 403)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -349,7 +349,7 @@ pub static POLICY: Policy = Policy {
             row: "T6",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((404u16, 404u16)),
+                status: Some((404, 404)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -364,7 +364,7 @@ pub static POLICY: Policy = Policy {
             row: "T7",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((409u16, 409u16)),
+                status: Some((409, 409)),
                 detail: None,
                 retry_after: None,
                 conflict: Some(Conflict::Success),
@@ -379,7 +379,7 @@ pub static POLICY: Policy = Policy {
             row: "T8",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((409u16, 409u16)),
+                status: Some((409, 409)),
                 detail: None,
                 retry_after: None,
                 conflict: Some(Conflict::Poll),
@@ -394,7 +394,7 @@ pub static POLICY: Policy = Policy {
             row: "T9",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((413u16, 413u16)),
+                status: Some((413, 413)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -409,7 +409,7 @@ pub static POLICY: Policy = Policy {
             row: "T10",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((422u16, 422u16)),
+                status: Some((422, 422)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -424,7 +424,7 @@ pub static POLICY: Policy = Policy {
             row: "T11",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((429u16, 429u16)),
+                status: Some((429, 429)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -439,7 +439,7 @@ pub static POLICY: Policy = Policy {
             row: "T12",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((502u16, 502u16)),
+                status: Some((502, 502)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -454,7 +454,7 @@ pub static POLICY: Policy = Policy {
             row: "T15",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((503u16, 503u16)),
+                status: Some((503, 503)),
                 detail: None,
                 retry_after: Some(true),
                 conflict: None,
@@ -469,8 +469,8 @@ pub static POLICY: Policy = Policy {
             row: "T13",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((503u16, 503u16)),
-                detail: Some(2usize),
+                status: Some((503, 503)),
+                detail: Some(2),
                 retry_after: None,
                 conflict: None,
             },
@@ -484,8 +484,8 @@ pub static POLICY: Policy = Policy {
             row: "T14",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((503u16, 503u16)),
-                detail: Some(3usize),
+                status: Some((503, 503)),
+                detail: Some(3),
                 retry_after: None,
                 conflict: None,
             },
@@ -499,7 +499,7 @@ pub static POLICY: Policy = Policy {
             row: "T16",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((503u16, 503u16)),
+                status: Some((503, 503)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -514,7 +514,7 @@ pub static POLICY: Policy = Policy {
             row: "T23",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((500u16, 599u16)),
+                status: Some((500, 599)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -529,7 +529,7 @@ pub static POLICY: Policy = Policy {
             row: "T25",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
-                status: Some((400u16, 499u16)),
+                status: Some((400, 499)),
                 detail: None,
                 retry_after: None,
                 conflict: None,
@@ -634,9 +634,9 @@ pub static POLICY: Policy = Policy {
     streams: &[
         StreamPolicy {
             name: "orchestrator",
-            watchdog: ::std::time::Duration::from_secs(45u64),
-            keepalive: Some(::std::time::Duration::from_secs(20u64)),
-            ceiling: Some(::std::time::Duration::from_secs(1800u64)),
+            watchdog: ::std::time::Duration::from_secs(45),
+            keepalive: Some(::std::time::Duration::from_secs(20)),
+            ceiling: Some(::std::time::Duration::from_secs(1800)),
             resync_after_reconnect: true,
             resend: true,
             first_event: Some("subscribed"),
@@ -644,7 +644,7 @@ pub static POLICY: Policy = Policy {
         },
         StreamPolicy {
             name: "chat",
-            watchdog: ::std::time::Duration::from_secs(150u64),
+            watchdog: ::std::time::Duration::from_secs(150),
             keepalive: None,
             ceiling: None,
             resync_after_reconnect: false,
@@ -654,9 +654,9 @@ pub static POLICY: Policy = Policy {
         },
         StreamPolicy {
             name: "agent",
-            watchdog: ::std::time::Duration::from_secs(45u64),
+            watchdog: ::std::time::Duration::from_secs(45),
             keepalive: None,
-            ceiling: Some(::std::time::Duration::from_secs(1800u64)),
+            ceiling: Some(::std::time::Duration::from_secs(1800)),
             resync_after_reconnect: false,
             resend: false,
             first_event: None,

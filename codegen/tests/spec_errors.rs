@@ -1,0 +1,253 @@
+//! Broken specs get clear errors: file, line, column, field and what is wrong.
+//! Each case edits one line of the real GRAG spec in memory.
+
+use std::path::{Path, PathBuf};
+
+use sdk_codegen::{SpecError, model};
+
+fn spec_files() -> Vec<(PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    sdk_codegen::load::read_dir(&root.join("spec/grag"))
+        .unwrap()
+        .into_iter()
+        .map(|(p, text)| (p.strip_prefix(root).unwrap().to_path_buf(), text))
+        .collect()
+}
+
+/// Replaces the `nth` (0-based) occurrence of `from` in `file` and returns the errors.
+fn broken(file: &str, from: &str, to: &str, nth: usize) -> Vec<SpecError> {
+    let mut files = spec_files();
+    let (_, text) = files
+        .iter_mut()
+        .find(|(p, _)| p.ends_with(file))
+        .unwrap_or_else(|| panic!("no spec file {file}"));
+    let at = text
+        .match_indices(from)
+        .nth(nth)
+        .unwrap_or_else(|| panic!("`{from}` not found in {file}"))
+        .0;
+    text.replace_range(at..at + from.len(), to);
+    match model(&files) {
+        Ok(_) => panic!("the broken spec was accepted"),
+        Err(errors) => errors.0,
+    }
+}
+
+/// The single error, checked for file, line and field.
+fn one(errors: Vec<SpecError>, file: &str, line: usize, field: &str) -> SpecError {
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    let e = errors.into_iter().next().unwrap();
+    assert!(e.file.ends_with(file), "{e}");
+    assert_eq!(e.line, line, "{e}");
+    assert_eq!(e.field, field, "{e}");
+    assert!(e.column > 0, "{e}");
+    e
+}
+
+fn line_of(file: &str, needle: &str, nth: usize) -> usize {
+    let text = &spec_files()
+        .into_iter()
+        .find(|(p, _)| p.ends_with(file))
+        .unwrap()
+        .1;
+    let at = text.match_indices(needle).nth(nth).unwrap().0;
+    text[..at].lines().count() + usize::from(text[..at].ends_with('\n'))
+}
+
+#[test]
+fn the_real_spec_is_valid() {
+    let m = model(&spec_files()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.api.name, "grag");
+    assert!(m.routes().count() >= 25);
+}
+
+#[test]
+fn unknown_timeout_class() {
+    let file = "services/ai-gateway.yaml";
+    let line = line_of(file, "timeout: search", 0);
+    let e = one(
+        broken(file, "timeout: search", "timeout: glacial", 0),
+        file,
+        line,
+        "routes.search_rerank.timeout",
+    );
+    assert!(e.message.contains("unknown timeout class `glacial`"), "{e}");
+    assert!(
+        e.message.contains("`search`"),
+        "lists the known classes: {e}"
+    );
+    assert_eq!(e.column, 14, "{e}");
+}
+
+#[test]
+fn workspace_service_route_without_workspace() {
+    let file = "services/kg-service.yaml";
+    let errors = broken(file, "scope: workspace", "scope: tenant", 0);
+    // Every route of the service is now missing its workspace: one error each.
+    assert!(errors.len() >= 4, "{errors:#?}");
+    for e in &errors {
+        assert!(e.file.ends_with(file), "{e}");
+        assert_eq!(e.line, 8, "{e}");
+        assert!(e.field.ends_with(".scope"), "{e}");
+        assert!(e.message.contains("workspace service (policy §3.2)"), "{e}");
+    }
+}
+
+#[test]
+fn path_parameter_missing_from_template() {
+    let file = "services/kg-service.yaml";
+    let line = line_of(file, "path_params:", 0) + 1;
+    let errors = broken(file, "path: /entities/{entity_id}", "path: /entities", 0);
+    let e = errors
+        .iter()
+        .find(|e| e.field == "routes.upsert_entity.path_params.entity_id")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert_eq!(e.line, line, "{e}");
+    assert!(
+        e.message
+            .contains("missing from the path template `/entities`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn placeholder_without_parameter() {
+    let file = "services/kg-service.yaml";
+    let line = line_of(file, "path: /entities/{entity_id}", 0);
+    let e = one(
+        broken(
+            file,
+            "path: /entities/{entity_id}",
+            "path: /entities/{entity_id}/{rev}",
+            0,
+        ),
+        file,
+        line,
+        "routes.upsert_entity.path",
+    );
+    assert!(
+        e.message
+            .contains("placeholder `{rev}` has no entry in `path_params`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn duplicate_method_name() {
+    let file = "services/kg-service.yaml";
+    let line = line_of(file, "get_entity:", 0);
+    let e = one(
+        broken(file, "get_entity:", "upsert_entity:", 0),
+        file,
+        line,
+        "",
+    );
+    assert!(e.message.contains("duplicate key `upsert_entity`"), "{e}");
+}
+
+#[test]
+fn duplicate_handle_across_services() {
+    let file = "services/voyager.yaml";
+    let line = line_of(file, "handle: voyager", 0);
+    let e = one(
+        broken(file, "handle: voyager", "handle: kg", 0),
+        file,
+        line,
+        "handle",
+    );
+    assert!(e.message.contains("duplicate method name"), "{e}");
+}
+
+#[test]
+fn taxonomy_row_naming_an_unknown_class() {
+    let file = "taxonomy.yaml";
+    let line = line_of(file, "retry: R3", 0);
+    let e = one(
+        broken(file, "retry: R3", "retry: R9", 0),
+        file,
+        line,
+        "rows.T11.retry",
+    );
+    assert!(e.message.contains("unknown retry class `R9`"), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let file = "policy.yaml";
+    let errors = broken(file, "timeouts:", "timeouts_typo:", 0);
+    let e = &errors[0];
+    assert!(e.file.ends_with(file), "{e}");
+    assert!(e.message.contains("Unknown field `timeouts_typo`"), "{e}");
+}
+
+#[test]
+fn bad_duration() {
+    let file = "policy.yaml";
+    let errors = broken(file, "per_attempt: 30s", "per_attempt: 30 seconds", 0);
+    let e = &errors[0];
+    assert!(e.field.ends_with(".per_attempt"), "{e}");
+    assert!(e.message.contains("is not a duration"), "{e}");
+}
+
+#[test]
+fn malformed_yaml_names_the_line() {
+    let file = "streams.yaml";
+    let errors = broken(file, "streams:", "streams: [", 0);
+    let e = &errors[0];
+    assert!(e.file.ends_with(file), "{e}");
+    assert!(e.line > 0 && e.message.contains("not valid YAML"), "{e}");
+}
+
+#[test]
+fn errors_read_file_line_column_field() {
+    let file = "services/ai-gateway.yaml";
+    let errors = broken(file, "timeout: search", "timeout: glacial", 0);
+    let text = errors[0].to_string();
+    let line = line_of(file, "timeout: search", 0);
+    assert!(
+        text.starts_with(&format!("spec/grag/services/ai-gateway.yaml:{line}:14: `routes.search_rerank.timeout`: unknown timeout class")),
+        "{text}"
+    );
+}
+
+#[test]
+fn output_is_deterministic() {
+    let files = spec_files();
+    let a = sdk_codegen::generate(&files).unwrap();
+    let b = sdk_codegen::generate(&files).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_yaml_change_changes_the_generated_code() {
+    let mut files = spec_files();
+    let before = sdk_codegen::generate(&files).unwrap();
+    let policy = files
+        .iter_mut()
+        .find(|(p, _)| p.ends_with("policy.yaml"))
+        .unwrap();
+    policy.1 = policy
+        .1
+        .replacen("per_attempt: 150s", "per_attempt: 170s", 1);
+    let after = sdk_codegen::generate(&files).unwrap();
+    let file = |files: &[sdk_codegen::emit::File], name: &str| {
+        files
+            .iter()
+            .find(|f| f.path.ends_with(name))
+            .unwrap()
+            .contents
+            .clone()
+    };
+    let (old, new) = (
+        file(&before, "src/policy.rs"),
+        file(&after, "src/policy.rs"),
+    );
+    let llm = |secs: u32| {
+        format!("name: \"llm\",\n        per_attempt: ::std::time::Duration::from_secs({secs}),")
+    };
+    assert!(old.contains(&llm(150)) && !old.contains(&llm(170)), "{old}");
+    assert!(new.contains(&llm(170)) && !new.contains(&llm(150)), "{new}");
+    // The rustdoc of every llm route follows too.
+    assert!(file(&after, "src/groundedness.rs").contains("`llm`, 170 s per attempt"));
+    assert!(file(&after, "POLICY.md").contains("| llm | 170 s |"));
+}
