@@ -33,13 +33,30 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         types: types.iter().map(|t| t.name.as_str()).collect(),
         details: details.iter().map(|d| d.name.as_str()).collect(),
         alerts: alerts.iter().map(|a| a.name.as_str()).collect(),
+        states: states.iter().map(|s| s.name.as_str()).collect(),
     };
     let services = cx.services(&raw.services, &api, &names);
-    let rows = cx.rows(&raw.taxonomy, &names);
+    let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
+    let rows = cx.rows(&raw.taxonomy, &names, &states_when);
     let messages = cx.messages(&raw.degradation, &rows);
     let breaker = cx.breaker(&raw.policy.breaker, &services, &names);
     let streams = cx.streams(&raw.streams, &services);
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
+    let policy_alerts = &raw.policy.alerts;
+    cx.reference(
+        &policy_alerts.breaker_open,
+        "alerts.breaker_open",
+        "alert",
+        &names.alerts,
+    );
+    cx.reference(
+        &policy_alerts.retry_exhausted,
+        "alerts.retry_exhausted",
+        "alert",
+        &names.alerts,
+    );
+    cx.source(&policy_alerts.source, policy_alerts.inferred);
+    let features = cx.features(&raw.degradation, &services);
     let deadline_source = cx.source(&raw.policy.deadline.source, raw.policy.deadline.inferred);
     if cx.sources.has_errors() {
         return None;
@@ -58,6 +75,9 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         states,
         messages,
         alerts,
+        breaker_alert: policy_alerts.breaker_open.to_string(),
+        retry_exhausted_alert: policy_alerts.retry_exhausted.to_string(),
+        features,
         types,
         services,
     })
@@ -73,6 +93,7 @@ struct Names<'a> {
     types: Vec<&'a str>,
     details: Vec<&'a str>,
     alerts: Vec<&'a str>,
+    states: Vec<&'a str>,
 }
 
 struct Cx<'s> {
@@ -435,9 +456,25 @@ impl Cx<'_> {
     fn degradation(&mut self, d: &spec::DegradationFile) -> (Vec<State>, Vec<Alert>) {
         let mut states = Vec::new();
         for (name, s) in &d.states {
+            let when = match s.when.as_str() {
+                "otherwise" => StateTrigger::Otherwise,
+                "row" => StateTrigger::Row,
+                "breaker_open" => StateTrigger::BreakerOpen,
+                "deploy_suspected" => StateTrigger::DeploySuspected,
+                "stage_failed" => StateTrigger::StageFailed,
+                other => {
+                    self.error(
+                        &s.when,
+                        format!("states.{}.when", &**name),
+                        format!("unknown trigger `{other}`: `otherwise`, `row`, `breaker_open`, `deploy_suspected` or `stage_failed`"),
+                    );
+                    StateTrigger::Otherwise
+                }
+            };
             states.push(State {
                 name: name.to_string(),
                 doc: s.doc.to_string(),
+                when,
                 copy: s.copy.as_ref().map(|c| c.to_string()),
                 source: self.source(&s.source, s.inferred),
             });
@@ -545,6 +582,7 @@ impl Cx<'_> {
             types: type_names.iter().map(|s| s.as_str()).collect(),
             details: vec![],
             alerts: vec![],
+            states: vec![],
         };
         let mut i = 0;
         for service in services {
@@ -904,7 +942,12 @@ impl Cx<'_> {
         found
     }
 
-    fn rows(&mut self, taxonomy: &spec::TaxonomyFile, names: &Names) -> Vec<Row> {
+    fn rows(
+        &mut self,
+        taxonomy: &spec::TaxonomyFile,
+        names: &Names,
+        states_when: &[StateTrigger],
+    ) -> Vec<Row> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
         for r in &taxonomy.rows {
@@ -991,6 +1034,25 @@ impl Cx<'_> {
             if let Some(alert) = &r.alert {
                 self.reference(alert, &field("alert"), "alert", &names.alerts);
             }
+            let feature_state = r.feature_state.as_ref().and_then(|st| {
+                let i =
+                    self.reference(st, &field("feature_state"), "feature state", &names.states)?;
+                if states_when[i] != StateTrigger::Row {
+                    self.error(
+                        st,
+                        field("feature_state"),
+                        format!(
+                            "state `{}` is not entered by rows (its `when` is not `row`)",
+                            &**st
+                        ),
+                    );
+                }
+                Some(i)
+            });
+            let remember_for = r
+                .remember_for
+                .as_ref()
+                .and_then(|d| self.duration(d, &field("remember_for")));
             out.push(Row {
                 row: r.row.to_string(),
                 outcome: outcome.unwrap_or(OutcomeKind::Status),
@@ -1002,9 +1064,41 @@ impl Cx<'_> {
                 retry,
                 feeds_breaker: r.feeds_breaker,
                 alert: r.alert.as_ref().map(|a| a.to_string()),
+                alert_outside_deploy: r.alert_outside_deploy,
+                feature_state,
+                remember_for,
+                escalate_to: None, // resolved below, once every row is known
                 action: r.action.to_string(),
                 source: self.source(&r.source, r.inferred),
             });
+        }
+        let names: Vec<String> = out.iter().map(|r| r.row.clone()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        for (i, r) in taxonomy.rows.iter().enumerate() {
+            let Some(target) = &r.escalate_to else {
+                continue;
+            };
+            let field = format!("rows.{}.escalate_to", &*r.row);
+            out[i].escalate_to = self.reference(target, &field, "row", &names);
+            if out[i].escalate_to == Some(i) {
+                self.error(target, &field, "a row cannot escalate to itself");
+            }
+            if r.retry.is_none() {
+                self.error(
+                    target,
+                    &field,
+                    "escalation happens on the retry: the row needs a `retry` class",
+                );
+            }
+        }
+        for r in &taxonomy.rows {
+            if r.alert_outside_deploy && r.alert.is_none() {
+                self.error(
+                    &r.row,
+                    format!("rows.{}.alert_outside_deploy", &*r.row),
+                    "needs an `alert`",
+                );
+            }
         }
         out
     }
@@ -1047,6 +1141,7 @@ impl Cx<'_> {
             "timeout class",
             &names.timeouts,
         );
+        let warm_up = self.warm_up(b, services);
         Some(Breaker {
             threshold: self.positive(&b.threshold, "breaker.threshold"),
             window: self.duration(&b.window, "breaker.window")?,
@@ -1059,8 +1154,77 @@ impl Cx<'_> {
             canary_timeout: canary_timeout?,
             deploy_suspected: self.duration(&b.deploy_suspected, "breaker.deploy_suspected")?,
             alert_after: self.duration(&b.alert_after, "breaker.alert_after")?,
+            warm_up,
             source: self.source(&b.source, b.inferred),
         })
+    }
+
+    fn warm_up(&mut self, b: &spec::Breaker, services: &[Service]) -> Vec<WarmUp> {
+        let mut out = Vec::new();
+        for (i, w) in b.warm_up.iter().enumerate() {
+            let field = |key: &str| format!("breaker.warm_up.{i}.{key}");
+            let Some(route) = self.route_ref(&w.route, &field("route"), services) else {
+                continue;
+            };
+            let target = &services[route.service].routes[route.route];
+            if w.path.len() != target.path_params.len() {
+                self.error(
+                    &w.route,
+                    field("path"),
+                    format!(
+                        "`{}` has {} path parameters, the warm-up gives {}",
+                        &*w.route,
+                        target.path_params.len(),
+                        w.path.len()
+                    ),
+                );
+            }
+            let body = w.body.as_ref().and_then(|text| {
+                match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(value) => Some(value.to_string()),
+                    Err(e) => {
+                        self.error(text, field("body"), format!("not valid JSON: {e}"));
+                        None
+                    }
+                }
+            });
+            if w.body.is_some() != target.body.is_some() {
+                self.error(
+                    &w.route,
+                    field("body"),
+                    "give a body exactly when the route takes one",
+                );
+            }
+            out.push(WarmUp {
+                route,
+                path: w.path.iter().map(|p| p.to_string()).collect(),
+                body,
+                source: self.source(&w.source, w.inferred),
+            });
+        }
+        out
+    }
+
+    fn features(&mut self, d: &spec::DegradationFile, services: &[Service]) -> Vec<Feature> {
+        let mut out = Vec::new();
+        for (name, f) in &d.features {
+            let field = format!("features.{}.routes", &**name);
+            if f.routes.is_empty() {
+                self.error(name, &field, "a feature depends on at least one route");
+            }
+            let routes = f
+                .routes
+                .iter()
+                .filter_map(|r| self.route_ref(r, &field, services))
+                .collect();
+            out.push(Feature {
+                name: name.to_string(),
+                doc: f.doc.to_string(),
+                routes,
+                source: self.source(&f.source, f.inferred),
+            });
+        }
+        out
     }
 
     fn streams(&mut self, s: &spec::StreamsFile, services: &[Service]) -> Vec<Stream> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 pub use sdk_runtime::Method;
 pub use sdk_runtime::endpoint::{Lane, ScopeNeed};
-pub use sdk_runtime::policy::{Conflict, OutcomeKind, RetrySchedule};
+pub use sdk_runtime::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
 
 /// Where an item comes from in the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,9 @@ pub struct Model {
     pub states: Vec<State>,
     pub messages: Vec<Message>,
     pub alerts: Vec<Alert>,
+    pub breaker_alert: String,
+    pub retry_exhausted_alert: String,
+    pub features: Vec<Feature>,
     pub types: Vec<TypeDef>,
     pub services: Vec<Service>,
 }
@@ -104,6 +107,16 @@ pub struct Breaker {
     pub canary_timeout: usize,
     pub deploy_suspected: Duration,
     pub alert_after: Duration,
+    pub warm_up: Vec<WarmUp>,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct WarmUp {
+    pub route: RouteRef,
+    pub path: Vec<String>,
+    /// Compact JSON text.
+    pub body: Option<String>,
     pub source: Source,
 }
 
@@ -147,6 +160,12 @@ pub struct Row {
     pub retry: Option<usize>,
     pub feeds_breaker: bool,
     pub alert: Option<String>,
+    pub alert_outside_deploy: bool,
+    /// Index into [`Model::states`].
+    pub feature_state: Option<usize>,
+    pub remember_for: Option<Duration>,
+    /// Index into [`Model::rows`].
+    pub escalate_to: Option<usize>,
     pub action: String,
     pub source: Source,
 }
@@ -170,6 +189,7 @@ pub struct Stream {
 pub struct State {
     pub name: String,
     pub doc: String,
+    pub when: StateTrigger,
     pub copy: Option<String>,
     pub source: Source,
 }
@@ -186,6 +206,14 @@ pub struct Alert {
     pub name: String,
     pub doc: String,
     pub severity: String,
+    pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Feature {
+    pub name: String,
+    pub doc: String,
+    pub routes: Vec<RouteRef>,
     pub source: Source,
 }
 

@@ -112,6 +112,20 @@ pub struct PolicyFile {
     pub retries: IndexMap<Text, RetryClass>,
     pub breaker: Breaker,
     pub throttle: Throttle,
+    /// Alerts the runtime raises on its own (not tied to one taxonomy row).
+    pub alerts: PolicyAlerts,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyAlerts {
+    /// Raised when the breaker stays open past `breaker.alert_after`.
+    pub breaker_open: Text,
+    /// Raised when a call fails after its retry class was used up.
+    pub retry_exhausted: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
 }
 
 /// A duration written `500ms`, `30s`, `5m` or `2h`.
@@ -191,6 +205,26 @@ pub struct Breaker {
     pub deploy_suspected: Duration,
     /// Alert when the breaker stays open longer than this.
     pub alert_after: Duration,
+    /// Optional warm-up calls fired once after a close (cold starts, §7).
+    #[serde(default)]
+    pub warm_up: Vec<WarmUp>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// One warm-up call: a route, its path values and a JSON body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmUp {
+    /// As `handle.route`.
+    pub route: Text,
+    /// Values of the path placeholders, in template order.
+    #[serde(default)]
+    pub path: Vec<Text>,
+    /// The request body, as JSON text.
+    #[serde(default)]
+    pub body: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -274,6 +308,20 @@ pub struct Row {
     /// Alert raised when this row ends a call.
     #[serde(default)]
     pub alert: Option<Text>,
+    /// Raise `alert` only outside the deploy-suspected window (deploys cause these).
+    #[serde(default)]
+    pub alert_outside_deploy: bool,
+    /// The feature state (from `degradation.yaml`) a route's features enter
+    /// when this row ends a call; left on the next success of that route.
+    #[serde(default)]
+    pub feature_state: Option<Text>,
+    /// The answer is stable: remember it per route this long and fail fast meanwhile.
+    #[serde(default)]
+    pub remember_for: Option<Duration>,
+    /// When the retry brings back the identical detail, the call is classified
+    /// by this row instead (an unknown 503 twice means dark).
+    #[serde(default)]
+    pub escalate_to: Option<Text>,
     pub action: Text,
     pub source: Text,
     #[serde(default)]
@@ -350,12 +398,29 @@ pub struct DegradationFile {
     /// German messages for final errors, keyed by error class.
     pub messages: IndexMap<Text, Message>,
     pub alerts: IndexMap<Text, Alert>,
+    /// UI features and the routes each depends on.
+    pub features: IndexMap<Text, Feature>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Feature {
+    pub doc: Text,
+    /// Routes as `handle.route`: the feature is dark when one of them is.
+    pub routes: Vec<Text>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FeatureState {
     pub doc: Text,
+    /// What puts a feature in this state: `otherwise` (the default state),
+    /// `row` (a taxonomy row names it in `feature_state`), `breaker_open`,
+    /// `deploy_suspected` or `stage_failed` (a fail-open stage failed).
+    pub when: Text,
     /// The German UI copy, absent where the UI shows nothing (available, dark).
     #[serde(default)]
     pub copy: Option<Text>,

@@ -66,6 +66,12 @@ impl<'a> Call<'a> {
         Ok(self)
     }
 
+    /// A body that is already JSON text (the spec's warm-up calls).
+    pub(crate) fn raw_json(mut self, body: &'static str) -> Self {
+        self.body = Some(Bytes::from_static(body.as_bytes()));
+        self
+    }
+
     /// The path with its placeholders filled in, each value percent-encoded.
     pub(crate) fn render_path(&self) -> Result<String, String> {
         let template = self.endpoint.path;

@@ -1,8 +1,13 @@
 //! The client: one per tenant, shared state behind an `Arc`, cheap clones.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::alerts::{AlertSink, LogAlerts};
+use crate::breaker::Breaker;
 use crate::error::ConfigError;
+use crate::memory::Memory;
+use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::throttle::Throttle;
 use crate::{Id, IdKind, InvalidId};
@@ -13,6 +18,8 @@ pub struct ClientConfig {
     pub(crate) base_url: String,
     pub(crate) api_key: String,
     pub(crate) tenant: Id,
+    pub(crate) alerts: Arc<dyn AlertSink>,
+    pub(crate) warm_up: bool,
 }
 
 impl ClientConfig {
@@ -21,7 +28,21 @@ impl ClientConfig {
             base_url: base_url.into(),
             api_key: api_key.into(),
             tenant,
+            alerts: Arc::new(LogAlerts),
+            warm_up: false,
         }
+    }
+
+    /// Where alerts go (default: a `warn` log event).
+    pub fn alerts(mut self, sink: impl AlertSink) -> Self {
+        self.alerts = Arc::new(sink);
+        self
+    }
+
+    /// Fire the policy's warm-up calls once after every breaker close (§7).
+    pub fn warm_up(mut self, enabled: bool) -> Self {
+        self.warm_up = enabled;
+        self
     }
 }
 
@@ -39,6 +60,13 @@ pub(crate) struct Shared {
     pub(crate) api_key: String,
     pub(crate) tenant: Id,
     pub(crate) throttle: Throttle,
+    pub(crate) breaker: Mutex<Breaker>,
+    pub(crate) memory: Mutex<Memory>,
+    pub(crate) metrics: Metrics,
+    pub(crate) alerts: Arc<dyn AlertSink>,
+    pub(crate) warm_up: bool,
+    /// A probe loop is running for the open breaker.
+    pub(crate) probing: AtomicBool,
 }
 
 impl Client {
@@ -64,6 +92,12 @@ impl Client {
                 api_key: config.api_key,
                 tenant: config.tenant,
                 throttle: Throttle::new(&policy.throttle),
+                breaker: Mutex::new(Breaker::new(&policy.breaker)),
+                memory: Mutex::new(Memory::default()),
+                metrics: Metrics::new(),
+                alerts: config.alerts,
+                warm_up: config.warm_up,
+                probing: AtomicBool::new(false),
             }),
             pipeline_id: None,
         })
@@ -96,6 +130,39 @@ impl Client {
 
     pub fn throttle(&self) -> &Throttle {
         &self.shared.throttle
+    }
+
+    /// The origin breaker's state right now.
+    pub fn circuit_state(&self) -> crate::breaker::CircuitState {
+        self.breaker().state()
+    }
+
+    /// Whether the origin is deploy-suspected (a close happened recently).
+    pub fn deploy_suspected(&self) -> bool {
+        self.breaker().deploy_suspected(tokio::time::Instant::now())
+    }
+
+    /// Every metric of §10.3 in the Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        let now = tokio::time::Instant::now();
+        let (state, open_total) = {
+            let breaker = self.breaker();
+            (breaker.state(), breaker.open_seconds_total(now))
+        };
+        self.shared.metrics.circuit_state(state.metric());
+        self.shared.metrics.circuit_open_total(open_total);
+        self.shared.metrics.encode()
+    }
+
+    pub(crate) fn breaker(&self) -> MutexGuard<'_, Breaker> {
+        self.shared
+            .breaker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn memory(&self) -> MutexGuard<'_, Memory> {
+        self.shared.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

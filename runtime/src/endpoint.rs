@@ -1,6 +1,6 @@
 //! The static descriptor of one route, emitted by the generator.
 
-use crate::policy::{Conflict, TimeoutClass};
+use crate::policy::Conflict;
 
 /// HTTP method of a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,7 +56,8 @@ pub struct Endpoint {
     pub path: &'static str,
     pub scope: ScopeNeed,
     pub lane: Lane,
-    pub timeout: &'static TimeoutClass,
+    /// Index into [`crate::Policy::timeouts`].
+    pub timeout: usize,
     /// Index into [`crate::Policy::retries`].
     pub retry: usize,
     pub idempotent: bool,

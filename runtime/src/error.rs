@@ -38,6 +38,7 @@ struct Inner {
     request_id: Option<String>,
     attempts: u32,
     message: Option<&'static str>,
+    replayable: bool,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -59,6 +60,7 @@ impl Error {
                 request_id: None,
                 attempts: 0,
                 message: None,
+                replayable: false,
                 source: None,
             }),
         }
@@ -96,6 +98,24 @@ impl Error {
     pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.inner.detail = Some(detail.into());
         self
+    }
+
+    pub(crate) fn with_replayable(mut self, replayable: bool) -> Self {
+        self.inner.replayable = replayable;
+        self
+    }
+
+    pub(crate) fn with_detail_prefix(mut self, prefix: &str) -> Self {
+        self.inner.detail = Some(match self.inner.detail.take() {
+            Some(d) => format!("{prefix}: {d}"),
+            None => prefix.to_owned(),
+        });
+        self
+    }
+
+    /// The route may be diverted to the replay queue (writes while the breaker is open).
+    pub fn replayable(&self) -> bool {
+        self.inner.replayable
     }
 
     pub fn kind(&self) -> ErrorKind {

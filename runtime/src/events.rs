@@ -77,10 +77,15 @@ impl Events {
                 .error(OutcomeKind::Decode, ErrorKind::Decode)
                 .with_source(e)),
         };
-        if let Ok(event) = &result {
-            self.done = self.policy.terminal_events.contains(&event.event.as_str());
-        } else {
-            self.done = true;
+        match &result {
+            Ok(event) => self.done = self.policy.terminal_events.contains(&event.event.as_str()),
+            Err(error) => {
+                self.done = true;
+                // Each of these sends the caller to its fallback (polling, error state).
+                if matches!(error.kind(), ErrorKind::Stream | ErrorKind::Connection) {
+                    self.client.shared.metrics.sse_fallback(self.policy.name);
+                }
+            }
         }
         Some(result)
     }

@@ -5,6 +5,7 @@
 //! same pipeline: admission, one place that assembles headers, per-attempt
 //! timeouts, taxonomy classification, retries inside the deadline.
 
+pub mod alerts;
 pub mod backoff;
 pub mod breaker;
 mod call;
@@ -13,9 +14,14 @@ mod client;
 pub mod endpoint;
 mod error;
 mod events;
+mod features;
+mod memory;
+mod metrics;
 mod pipeline;
 pub mod policy;
+mod probe;
 mod reply;
+mod scaled;
 pub mod scope;
 pub mod sse;
 mod telemetry;
@@ -26,6 +32,7 @@ pub use client::{Client, ClientConfig};
 pub use endpoint::{Endpoint, Lane, Method, ScopeNeed};
 pub use error::{ConfigError, Error, ErrorKind, env_var};
 pub use events::Events;
+pub use features::FeatureStatus;
 pub use policy::Policy;
 pub use reply::{Created, Progress, Reply};
 pub use scope::{Id, IdKind, InvalidId};

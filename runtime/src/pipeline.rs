@@ -1,18 +1,21 @@
-//! The request pipeline: scope check, throttle, the one place headers are
-//! assembled, per-attempt timeout, classification, retries inside the deadline.
+//! The request pipeline: scope check, remembered answers, breaker admission,
+//! throttle, the one place headers are assembled, per-attempt timeout,
+//! classification, breaker bookkeeping, retries inside the deadline.
 
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use crate::alerts::Alert;
 use crate::backoff::{parse_retry_after, retry_delay};
+use crate::breaker::{Admission, Generation};
 use crate::call::Call;
 use crate::classify::{Outcome, classify};
 use crate::client::Client;
-use crate::endpoint::{Lane, ScopeNeed};
+use crate::endpoint::{Lane, Method, ScopeNeed};
 use crate::error::{Error, ErrorKind};
-use crate::policy::{OutcomeKind, RetrySchedule, TaxonomyRow};
+use crate::policy::{OutcomeKind, RetrySchedule, StateTrigger, TaxonomyRow};
 use crate::reply::Reply;
 use crate::telemetry::{self, AttemptLog};
 
@@ -24,8 +27,28 @@ pub(crate) enum Attempt {
         echoed_id: Option<String>,
         body: Bytes,
     },
-    /// The request may have reached the server (reset, timeout mid-answer).
+    /// No answer. `maybe_sent`: the request may have reached the server.
     Failed { maybe_sent: bool, reason: String },
+}
+
+impl Attempt {
+    fn status(&self) -> Option<u16> {
+        match self {
+            Attempt::Answer { status, .. } => Some(*status),
+            Attempt::Failed { .. } => None,
+        }
+    }
+}
+
+/// The running state of one call across its attempts.
+struct Run<'c, 'a> {
+    client: &'c Client,
+    call: &'c Call<'a>,
+    started: Instant,
+    deadline: Instant,
+    attempt: u32,
+    /// The row and detail of the previous attempt, for escalation (T16 -> T13).
+    previous: Option<(&'static TaxonomyRow, Option<String>)>,
 }
 
 impl Client {
@@ -45,80 +68,100 @@ impl Client {
         let endpoint = call.endpoint;
         let path = self.check_scope(call)?;
         let started = Instant::now();
-        let deadline = started + policy.deadline;
-        let mut attempt = 0u32;
+        let mut run = Run {
+            client: self,
+            call,
+            started,
+            deadline: started + policy.deadline,
+            attempt: 0,
+            previous: None,
+        };
+        // A stable answer (a dark feature) fails fast without sending a byte.
+        let remembered = self.memory().fail_fast(endpoint, started);
+        if let Some(r) = remembered {
+            let error = self
+                .error(ErrorKind::Status, Some(r.row), call)
+                .with_status_opt(r.status, r.detail)
+                .with_detail_prefix("remembered");
+            return Err(run.fail(error, false));
+        }
         loop {
-            attempt += 1;
+            run.attempt += 1;
+            let now = Instant::now();
+            let admission = self.breaker().admit(now, false);
+            let generation = match admission {
+                Admission::Allowed(g) | Admission::Canary(g) => g,
+                Admission::Rejected(_) => {
+                    let error = self.circuit_open_error(call).with_attempts(run.attempt - 1);
+                    return Err(run.fail(error, false));
+                }
+            };
             let permit =
-                tokio::time::timeout_at(deadline, self.shared.throttle.admit(endpoint.budget))
+                tokio::time::timeout_at(run.deadline, self.shared.throttle.admit(endpoint.budget))
                     .await;
             let Ok(_permit) = permit else {
-                return Err(self.deadline_error(call, attempt - 1, None));
+                return Err(run.deadline_error(None));
             };
             let request_id = uuid::Uuid::new_v4().to_string();
             let attempt_started = Instant::now();
-            let budget = endpoint.timeout.budget(false);
-            let attempt_deadline = (attempt_started + budget).min(deadline);
+            let deploy = self.breaker().deploy_suspected(attempt_started);
+            let budget = policy.timeouts[endpoint.timeout].budget(deploy);
+            let attempt_deadline = (attempt_started + budget).min(run.deadline);
             let request = self.request(call, &path, &request_id);
-            let sent = tokio::time::timeout_at(attempt_deadline, perform(request, stream)).await;
-            let (result, response) = match sent {
-                Ok((result, response)) => (result, response),
-                Err(_) if attempt_deadline == deadline => {
-                    return Err(self.deadline_error(call, attempt, Some(request_id)));
-                }
-                Err(_) => (
-                    Attempt::Failed {
-                        maybe_sent: true,
-                        reason: format!(
+            let (result, response) =
+                match tokio::time::timeout_at(attempt_deadline, perform(request, stream)).await {
+                    Ok(done) => done,
+                    Err(_) if attempt_deadline == run.deadline => {
+                        self.record_breaker(generation, endpoint.path, true);
+                        return Err(run.deadline_error(Some(request_id)));
+                    }
+                    Err(_) => {
+                        let reason = format!(
                             "no answer within the {} ms attempt timeout",
                             budget.as_millis()
-                        ),
-                    },
-                    None,
-                ),
-            };
-            let (outcome, detail, maybe_sent, retry_after, status) = match &result {
+                        );
+                        (
+                            Attempt::Failed {
+                                maybe_sent: true,
+                                reason,
+                            },
+                            None,
+                        )
+                    }
+                };
+            let status = result.status();
+            let (detail, retry_after) = match &result {
                 Attempt::Answer {
-                    status,
-                    retry_after,
-                    body,
-                    ..
-                } => {
-                    let detail = detail_of(body);
-                    let outcome_detail = detail.clone();
-                    (
-                        Some(outcome_detail),
-                        detail,
-                        true,
-                        retry_after.clone(),
-                        Some(*status),
-                    )
-                }
-                Attempt::Failed { maybe_sent, reason } => {
-                    (None, Some(reason.clone()), *maybe_sent, None, None)
-                }
+                    body, retry_after, ..
+                } => (detail_of(body), retry_after.clone()),
+                Attempt::Failed { reason, .. } => (Some(reason.clone()), None),
             };
             let success_status = status.is_some_and(|s| (200..300).contains(&s));
             let row = if success_status {
                 None
             } else {
-                let outcome = match (status, &outcome) {
-                    (Some(status), Some(d)) => Outcome::Status {
+                let outcome = match status {
+                    Some(status) => Outcome::Status {
                         status,
-                        detail: d.as_deref(),
+                        detail: detail.as_deref(),
                         retry_after: retry_after.is_some(),
                     },
-                    _ => Outcome::Connection,
+                    None => Outcome::Connection,
                 };
-                classify(policy, endpoint, &outcome)
+                run.escalate(classify(policy, endpoint, &outcome), &detail)
             };
+            self.record_breaker(
+                generation,
+                endpoint.path,
+                row.is_some_and(|r| r.feeds_breaker),
+            );
             telemetry::attempt(&AttemptLog {
                 client: self,
                 call,
                 request_id: &request_id,
                 status,
                 row,
-                attempt,
+                attempt: run.attempt,
                 retry_after: retry_after.as_deref(),
                 latency: attempt_started.elapsed(),
             });
@@ -135,6 +178,8 @@ impl Client {
                 else {
                     unreachable!("a success has a status");
                 };
+                self.memory().record_success(endpoint);
+                run.finish("ok");
                 let reply = Reply::new(
                     policy,
                     endpoint,
@@ -144,41 +189,54 @@ impl Client {
                 );
                 return Ok((reply, response));
             }
+            if status == Some(429) {
+                let hot_for = policy.throttle.polling.interval * policy.throttle.polling.hot_factor;
+                self.memory().saw_429(Instant::now(), hot_for);
+            }
+            let maybe_sent = !matches!(
+                result,
+                Attempt::Failed {
+                    maybe_sent: false,
+                    ..
+                }
+            );
             let schedule = row
                 .and_then(|r| r.retry)
                 .and_then(|i| policy.retries.get(i))
                 .map(|c| c.schedule)
                 .unwrap_or(RetrySchedule::Never);
-            let retryable = attempt < schedule.attempts()
-                && (endpoint.idempotent || !maybe_sent)
-                && match schedule {
-                    RetrySchedule::Never => false,
-                    // Only GET inside the deploy-suspected window; no window is open
-                    // until the breaker has closed once.
-                    RetrySchedule::DeployWindow { .. } => false,
-                    _ => true,
-                };
-            let error = || {
+            let eligible = match schedule {
+                RetrySchedule::Never => false,
+                // One extra attempt, for a GET, inside the deploy-suspected window.
+                RetrySchedule::DeployWindow { .. } => endpoint.method == Method::Get && deploy,
+                _ => true,
+            } && (endpoint.idempotent || !maybe_sent);
+            if !eligible || run.attempt >= schedule.attempts() {
                 let kind = if status.is_some() {
                     ErrorKind::Status
                 } else {
                     ErrorKind::Connection
                 };
-                self.error(kind, row, call)
-                    .with_attempts(attempt)
-                    .with_request_id(request_id.clone())
-                    .with_status_opt(status, detail.clone())
-            };
-            if !retryable {
-                return Err(error());
+                let error = self
+                    .error(kind, row, call)
+                    .with_attempts(run.attempt)
+                    .with_request_id(request_id)
+                    .with_status_opt(status, detail.clone());
+                if let Some(row) = row {
+                    self.memory()
+                        .record_final(endpoint, row, status, detail, Instant::now());
+                    self.row_alert(row, &error, deploy);
+                }
+                return Err(run.fail(error, eligible));
             }
             let server_delay = retry_after
                 .as_deref()
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            let delay = retry_delay(&schedule, attempt, server_delay, &mut rand::rng());
-            if Instant::now() + delay >= deadline {
-                return Err(self.deadline_error(call, attempt, Some(request_id)));
+            let delay = retry_delay(&schedule, run.attempt, server_delay, &mut rand::rng());
+            if Instant::now() + delay >= run.deadline {
+                return Err(run.deadline_error(Some(request_id)));
             }
+            run.previous = row.map(|r| (r, detail));
             tokio::time::sleep(delay).await;
         }
     }
@@ -186,30 +244,30 @@ impl Client {
     /// Refuses a call whose scope is incomplete, before a byte is sent (T22).
     fn check_scope(&self, call: &Call<'_>) -> Result<String, Error> {
         let endpoint = call.endpoint;
-        if endpoint.scope == ScopeNeed::Workspace && call.workspace.is_none() {
-            return Err(self
-                .error(
-                    ErrorKind::InvalidScope,
-                    self.row(OutcomeKind::InvalidScope),
-                    call,
-                )
-                .with_detail(format!(
-                    "{} needs a workspace (X-Workspace-ID)",
-                    endpoint.path
-                )));
-        }
-        call.render_path().map_err(|reason| {
+        let invalid = || {
             self.error(
                 ErrorKind::InvalidScope,
                 self.row(OutcomeKind::InvalidScope),
                 call,
             )
-            .with_detail(reason)
-        })
+        };
+        if endpoint.scope == ScopeNeed::Workspace && call.workspace.is_none() {
+            return Err(invalid().with_detail(format!(
+                "{} needs a workspace (X-Workspace-ID)",
+                endpoint.path
+            )));
+        }
+        call.render_path()
+            .map_err(|reason| invalid().with_detail(reason))
     }
 
     /// The only place a request and its headers are assembled.
-    fn request(&self, call: &Call<'_>, path: &str, request_id: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn request(
+        &self,
+        call: &Call<'_>,
+        path: &str,
+        request_id: &str,
+    ) -> reqwest::RequestBuilder {
         let shared = &self.shared;
         let endpoint = call.endpoint;
         let names = &shared.policy.headers;
@@ -248,6 +306,38 @@ impl Client {
         request
     }
 
+    fn record_breaker(&self, generation: Generation, endpoint: &'static str, failed: bool) {
+        let now = Instant::now();
+        let transition = {
+            let mut breaker = self.breaker();
+            if failed {
+                breaker.record_failure(generation, endpoint, now)
+            } else {
+                breaker.record_success(generation, now)
+            }
+        };
+        self.on_transition(transition);
+    }
+
+    /// The alert a final row raises, unless deploys explain it.
+    fn row_alert(&self, row: &'static TaxonomyRow, error: &Error, deploy: bool) {
+        let Some(name) = row.alert else { return };
+        if row.alert_outside_deploy && deploy {
+            return;
+        }
+        self.raise(name, error);
+    }
+
+    pub(crate) fn raise(&self, name: &'static str, error: &Error) {
+        self.shared.alerts.alert(Alert {
+            name,
+            endpoint: Some(error.endpoint()),
+            row: Some(error.row()),
+            detail: error.detail().map(str::to_owned),
+            request_id: error.request_id().map(str::to_owned),
+        });
+    }
+
     pub(crate) fn row(&self, kind: OutcomeKind) -> Option<&'static TaxonomyRow> {
         self.shared
             .policy
@@ -268,25 +358,91 @@ impl Client {
             .unwrap_or(("-", "unclassified"));
         Error::new(kind, name, class, call.endpoint.operation)
             .with_message(self.shared.policy.message(class))
+            .with_replayable(call.endpoint.replay)
     }
 
-    fn deadline_error(&self, call: &Call<'_>, attempts: u32, request_id: Option<String>) -> Error {
-        let error = self
-            .error(ErrorKind::Deadline, self.row(OutcomeKind::Deadline), call)
-            .with_attempts(attempts)
-            .with_detail(format!(
-                "the {} s overall deadline ended the call, not the platform",
-                self.shared.policy.deadline.as_secs()
-            ));
-        match request_id {
-            Some(id) => error.with_request_id(id),
+    /// T21, with the German text of the breaker-open feature state.
+    fn circuit_open_error(&self, call: &Call<'_>) -> Error {
+        let policy = self.shared.policy;
+        let copy = policy
+            .states
+            .iter()
+            .find(|s| s.when == StateTrigger::BreakerOpen)
+            .and_then(|s| s.copy);
+        let error = self.error(
+            ErrorKind::CircuitOpen,
+            self.row(OutcomeKind::CircuitOpen),
+            call,
+        );
+        let error = error.with_detail("the origin breaker is open: failing fast without sending");
+        match copy {
+            Some(copy) => error.with_message(Some(copy)),
             None => error,
         }
     }
 }
 
+impl Run<'_, '_> {
+    /// Classifies by the row's escalation when the retry brought back the same detail.
+    fn escalate(
+        &self,
+        row: Option<&'static TaxonomyRow>,
+        detail: &Option<String>,
+    ) -> Option<&'static TaxonomyRow> {
+        let row = row?;
+        match (row.escalate_to, &self.previous) {
+            (Some(target), Some((previous, previous_detail)))
+                if std::ptr::eq(*previous, row) && previous_detail == detail =>
+            {
+                self.client.shared.policy.taxonomy.get(target).or(Some(row))
+            }
+            _ => Some(row),
+        }
+    }
+
+    fn deadline_error(&mut self, request_id: Option<String>) -> Error {
+        let client = self.client;
+        let error = client
+            .error(
+                ErrorKind::Deadline,
+                client.row(OutcomeKind::Deadline),
+                self.call,
+            )
+            .with_attempts(self.attempt)
+            .with_detail(format!(
+                "the {} s overall deadline ended the call, not the platform",
+                client.shared.policy.deadline.as_secs()
+            ));
+        let error = match request_id {
+            Some(id) => error.with_request_id(id),
+            None => error,
+        };
+        self.fail(error, false)
+    }
+
+    /// Ends the call with `error`: metrics, and the retry-exhaustion alert.
+    fn fail(&mut self, error: Error, exhausted: bool) -> Error {
+        let client = self.client;
+        if exhausted && self.attempt > 1 {
+            client.raise(client.shared.policy.alerts.retry_exhausted, &error);
+        }
+        self.finish(error.class());
+        error
+    }
+
+    fn finish(&self, class: &'static str) {
+        let endpoint = self.call.endpoint;
+        self.client.shared.metrics.call(
+            endpoint.service,
+            class,
+            self.attempt > 1,
+            self.started.elapsed(),
+        );
+    }
+}
+
 /// Sends one request and reads the answer (the whole body, unless a stream).
-async fn perform(
+pub(crate) async fn perform(
     request: reqwest::RequestBuilder,
     stream: bool,
 ) -> (Attempt, Option<reqwest::Response>) {

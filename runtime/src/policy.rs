@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
+use crate::Endpoint;
+
 /// The whole policy of one API.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     /// Short API name (`grag`), used in logs and metrics.
     pub api: &'static str,
@@ -24,10 +26,43 @@ pub struct Policy {
     pub streams: &'static [StreamPolicy],
     pub states: &'static [FeatureStateCopy],
     pub messages: &'static [ClassMessage],
+    /// The public liveness route the open breaker probes.
+    pub probe: &'static Endpoint,
+    /// The authenticated read sent alone while the breaker is half-open.
+    pub canary: &'static Endpoint,
+    /// Calls fired once after a close to warm cold models, when enabled.
+    pub warm_up: &'static [WarmUpCall],
+    pub features: &'static [FeaturePolicy],
+    pub alerts: AlertNames,
+}
+
+/// Alerts the runtime raises on its own.
+#[derive(Debug, Clone)]
+pub struct AlertNames {
+    /// The breaker stayed open past `breaker.alert_after`.
+    pub breaker_open: &'static str,
+    /// A call failed after its retry class was used up.
+    pub retry_exhausted: &'static str,
+}
+
+/// One warm-up call of §7.
+#[derive(Debug, Clone)]
+pub struct WarmUpCall {
+    pub endpoint: &'static Endpoint,
+    pub path: &'static [&'static str],
+    /// JSON text.
+    pub body: Option<&'static str>,
+}
+
+/// A UI feature and the routes it depends on.
+#[derive(Debug, Clone)]
+pub struct FeaturePolicy {
+    pub name: &'static str,
+    pub routes: &'static [&'static Endpoint],
 }
 
 /// Names of the headers the pipeline stamps.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct HeaderNames {
     pub authorization: &'static str,
     pub tenant: &'static str,
@@ -37,14 +72,14 @@ pub struct HeaderNames {
 }
 
 /// What an ID must look like.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct IdRules {
     /// Tenants refused before a byte is sent (the platform's own tenants).
     pub reserved_tenants: &'static [&'static str],
 }
 
 /// Per-attempt time budget of a route.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeoutClass {
     pub name: &'static str,
     pub per_attempt: Duration,
@@ -63,7 +98,7 @@ impl TimeoutClass {
 }
 
 /// A named retry class (R0–R5 for GRAG).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryClass {
     pub name: &'static str,
     pub schedule: RetrySchedule,
@@ -109,7 +144,7 @@ impl RetrySchedule {
 }
 
 /// The origin circuit breaker.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct BreakerPolicy {
     /// Failures that open the breaker within `window`.
     pub threshold: u32,
@@ -127,7 +162,7 @@ pub struct BreakerPolicy {
 }
 
 /// Client-side throttling.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ThrottlePolicy {
     pub max_in_flight: u32,
     pub per_second: u32,
@@ -136,7 +171,7 @@ pub struct ThrottlePolicy {
 }
 
 /// A named budget a route draws from on top of the global limits.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetPolicy {
     pub name: &'static str,
     pub max_in_flight: Option<u32>,
@@ -145,7 +180,7 @@ pub struct BudgetPolicy {
 }
 
 /// Polling cadence of status routes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PollingPolicy {
     pub interval: Duration,
     pub floor: Duration,
@@ -185,7 +220,7 @@ pub enum Conflict {
 }
 
 /// Conditions of a taxonomy row; `None` matches anything.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RowMatch {
     pub outcome: OutcomeKind,
     /// Inclusive status range (a single status is `(s, s)`).
@@ -197,7 +232,7 @@ pub struct RowMatch {
 }
 
 /// One row of the error taxonomy.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct TaxonomyRow {
     pub row: &'static str,
     pub matches: RowMatch,
@@ -207,6 +242,14 @@ pub struct TaxonomyRow {
     pub retry: Option<usize>,
     pub feeds_breaker: bool,
     pub alert: Option<&'static str>,
+    /// Raise `alert` only outside the deploy-suspected window.
+    pub alert_outside_deploy: bool,
+    /// The feature state the route's features enter when this row ends a call.
+    pub feature_state: Option<&'static str>,
+    /// A stable answer: remembered per route this long, failing fast meanwhile.
+    pub remember_for: Option<Duration>,
+    /// Index of the row that applies when the retry brings back the same detail.
+    pub escalate_to: Option<usize>,
     pub action: &'static str,
 }
 
@@ -218,7 +261,7 @@ impl TaxonomyRow {
 }
 
 /// Named substrings of the `detail` text (matched case-insensitively).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DetailSet {
     pub name: &'static str,
     pub contains: &'static [&'static str],
@@ -235,7 +278,7 @@ impl DetailSet {
 }
 
 /// An SSE contract.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StreamPolicy {
     pub name: &'static str,
     /// Silence (no byte at all) after which the stream counts as stalled.
@@ -248,15 +291,28 @@ pub struct StreamPolicy {
     pub terminal_events: &'static [&'static str],
 }
 
-/// German UI copy of a feature state.
-#[derive(Debug)]
+/// A feature state with its German UI copy and what triggers it.
+#[derive(Debug, Clone)]
 pub struct FeatureStateCopy {
     pub state: &'static str,
     pub copy: Option<&'static str>,
+    pub when: StateTrigger,
+}
+
+/// What puts a feature in a state. Checked in this order: `Row` (the worst
+/// news, e.g. dark or paused), `BreakerOpen`, `DeploySuspected`, `StageFailed`,
+/// and `Otherwise` when nothing else holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StateTrigger {
+    Otherwise,
+    Row,
+    BreakerOpen,
+    DeploySuspected,
+    StageFailed,
 }
 
 /// German message shown for a final error of a class.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ClassMessage {
     pub class: &'static str,
     pub copy: &'static str,

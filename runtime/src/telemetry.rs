@@ -28,6 +28,7 @@ pub(crate) fn attempt(log: &AttemptLog<'_>) {
     };
     let error_class = log.row.map(|r| r.class).unwrap_or("ok");
     let row = log.row.map(|r| r.row).unwrap_or("-");
+    let circuit_state = log.client.breaker().state().as_str();
     tracing::info!(
         target: "grag_client",
         request_id = log.request_id,
@@ -44,6 +45,7 @@ pub(crate) fn attempt(log: &AttemptLog<'_>) {
         attempt = log.attempt,
         retry_after_s = log.retry_after,
         latency_ms = log.latency.as_millis() as u64,
+        circuit_state,
         body_len,
         body_sha256 = body_sha256.as_str(),
         "attempt"

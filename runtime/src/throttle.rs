@@ -56,7 +56,7 @@ impl RollingWindow {
     /// Like [`try_acquire`](Self::try_acquire) without taking the slot.
     pub fn check(&mut self, now: Instant) -> Result<(), Duration> {
         while let Some(&oldest) = self.log.front() {
-            if now.saturating_duration_since(oldest) > self.window {
+            if now.saturating_duration_since(oldest) >= self.window {
                 self.log.pop_front();
             } else {
                 break;

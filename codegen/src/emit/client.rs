@@ -114,8 +114,10 @@ pub fn client_rs(model: &Model) -> TokenStream {
         #module_doc
 
         use std::fmt;
+        use std::sync::Arc;
 
-        use sdk_runtime::{Client, ClientConfig, ConfigError, InvalidId};
+        use sdk_runtime::alerts::AlertSink;
+        use sdk_runtime::{Client, ClientConfig, ConfigError, InvalidId, Policy};
 
         use crate::ids::{AsWorkspace, TenantId};
         use crate::policy::POLICY;
@@ -126,11 +128,25 @@ pub fn client_rs(model: &Model) -> TokenStream {
             base_url: String,
             api_key: String,
             tenant: TenantId,
+            alerts: Option<Arc<dyn AlertSink>>,
+            warm_up: bool,
         }
 
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant }
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false }
+            }
+
+            /// Where alerts go (policy §10.4); by default a `warn` log event.
+            pub fn alerts(mut self, sink: impl AlertSink) -> Self {
+                self.alerts = Some(Arc::new(sink));
+                self
+            }
+
+            /// Fire the spec's warm-up calls once after every breaker close (policy §7).
+            pub fn warm_up(mut self, enabled: bool) -> Self {
+                self.warm_up = enabled;
+                self
             }
 
             #from_env_doc
@@ -152,7 +168,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
                     .field("base_url", &self.base_url)
                     .field("api_key", &"<redacted>")
                     .field("tenant", &self.tenant)
-                    .finish()
+                    .field("warm_up", &self.warm_up)
+                    .finish_non_exhaustive()
             }
         }
 
@@ -164,10 +181,18 @@ pub fn client_rs(model: &Model) -> TokenStream {
 
         impl #client {
             pub fn new(config: Config) -> Result<Self, ConfigError> {
-                let client = Client::new(
-                    &POLICY,
-                    ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone()),
-                )?;
+                Self::with_policy(config, &POLICY)
+            }
+
+            /// A client running `policy` instead of the spec's: an override, or the
+            /// spec's own policy with compressed durations for tests.
+            pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
+                let mut runtime = ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
+                    .warm_up(config.warm_up);
+                if let Some(alerts) = config.alerts {
+                    runtime = runtime.alerts(alerts);
+                }
+                let client = Client::new(policy, runtime)?;
                 Ok(Self { client })
             }
 

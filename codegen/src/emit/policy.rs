@@ -63,6 +63,16 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             quote!(retry::#name)
         });
         let feeds = r.feeds_breaker;
+        let outside = r.alert_outside_deploy;
+        let feature_state = option(r.feature_state, |i| {
+            let name = &model.states[i].name;
+            quote!(#name)
+        });
+        let remember = option(r.remember_for, duration);
+        let escalate = option(r.escalate_to, |i| {
+            let i = int(i as u64);
+            quote!(#i)
+        });
         let alert = option(r.alert.as_ref(), |a| quote!(#a));
         quote! {
             TaxonomyRow {
@@ -78,6 +88,10 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 retry: #retry,
                 feeds_breaker: #feeds,
                 alert: #alert,
+                alert_outside_deploy: #outside,
+                feature_state: #feature_state,
+                remember_for: #remember,
+                escalate_to: #escalate,
                 action: #action,
             }
         }
@@ -107,7 +121,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let states = model.states.iter().map(|s| {
         let name = &s.name;
         let copy = option(s.copy.as_ref(), |c| quote!(#c));
-        quote!(FeatureStateCopy { state: #name, copy: #copy })
+        let when = ident(&format!("{:?}", s.when));
+        quote!(FeatureStateCopy { state: #name, copy: #copy, when: StateTrigger::#when })
     });
     let messages = model.messages.iter().map(|m| {
         let (class, copy) = (&m.class, &m.copy);
@@ -178,6 +193,22 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             }
         }
     });
+    let warm_up = b.warm_up.iter().map(|w| {
+        let (s, r) = model.route(w.route);
+        let endpoint = endpoint_path(s, &r.name);
+        let path = &w.path;
+        let body = option(w.body.as_ref(), |b| quote!(#b));
+        quote!(WarmUpCall { endpoint: #endpoint, path: &[#(#path),*], body: #body })
+    });
+    let features = model.features.iter().map(|f| {
+        let name = &f.name;
+        let routes = f.routes.iter().map(|r| {
+            let (s, r) = model.route(*r);
+            endpoint_path(s, &r.name)
+        });
+        quote!(FeaturePolicy { name: #name, routes: &[#(#routes),*] })
+    });
+    let (breaker_alert, retry_alert) = (&model.breaker_alert, &model.retry_exhausted_alert);
     let module_doc = inner_doc(&format!(
         "The {} policy as data, lowered from `spec/{api}/`. The runtime executes it; nothing here is code.",
         model.api.title
@@ -256,6 +287,14 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             streams: &[#(#streams),*],
             states: &[#(#states),*],
             messages: &[#(#messages),*],
+            probe: PROBE,
+            canary: CANARY,
+            warm_up: &[#(#warm_up),*],
+            features: &[#(#features),*],
+            alerts: AlertNames {
+                breaker_open: #breaker_alert,
+                retry_exhausted: #retry_alert,
+            },
         };
     }
 }

@@ -54,11 +54,11 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         .any(|r| matches!(r.returns, Returns::Stream(_)));
     let policy_import = if streams {
         quote!(
-            use crate::policy::{budget, retry, stream, timeout, TIMEOUTS};
+            use crate::policy::{budget, retry, stream, timeout};
         )
     } else {
         quote!(
-            use crate::policy::{budget, retry, timeout, TIMEOUTS};
+            use crate::policy::{budget, retry, timeout};
         )
     };
     let module_doc = inner_doc(&format!(
@@ -132,7 +132,7 @@ fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
             path: #path,
             scope: ScopeNeed::#scope,
             lane: Lane::#lane,
-            timeout: &TIMEOUTS[timeout::#timeout],
+            timeout: timeout::#timeout,
             retry: retry::#retry,
             idempotent: #idempotent,
             budget: budget::#budget,

@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/ai-gateway/api/v1`. Policy §7, §8, §10.1.
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
 
@@ -15,7 +15,7 @@ pub static SEARCH_RERANK: Endpoint = Endpoint {
     path: "/ai-gateway/api/v1/retrieval/collections/{kb}/search/rerank",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::SEARCH],
+    timeout: timeout::SEARCH,
     retry: retry::R1,
     idempotent: true,
     budget: budget::RETRIEVAL,
@@ -33,7 +33,7 @@ pub static COMPLETE: Endpoint = Endpoint {
     path: "/ai-gateway/api/v1/llm/completions",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::LLM],
+    timeout: timeout::LLM,
     retry: retry::R1,
     idempotent: false,
     budget: budget::GLOBAL,

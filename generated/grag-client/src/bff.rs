@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/next/api`. Policy §2, §6.
 
-use crate::policy::{TIMEOUTS, budget, retry, stream, timeout};
+use crate::policy::{budget, retry, stream, timeout};
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
 
@@ -15,7 +15,7 @@ pub static ORCHESTRATOR_EVENTS: Endpoint = Endpoint {
     path: "/next/api/orchestrator/events/{job_id}",
     scope: ScopeNeed::Tenant,
     lane: Lane::Bff,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -33,7 +33,7 @@ pub static PIPELINE_STATUS: Endpoint = Endpoint {
     path: "/next/api/pipeline/status/{job_id}",
     scope: ScopeNeed::Tenant,
     lane: Lane::Bff,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -51,7 +51,7 @@ pub static CHAT_STREAM: Endpoint = Endpoint {
     path: "/next/api/chat/stream",
     scope: ScopeNeed::Tenant,
     lane: Lane::Bff,
-    timeout: &TIMEOUTS[timeout::LLM],
+    timeout: timeout::LLM,
     retry: retry::R0,
     idempotent: false,
     budget: budget::GLOBAL,
@@ -69,7 +69,7 @@ pub static AGENT_SESSION_STREAM: Endpoint = Endpoint {
     path: "/next/api/agents/sessions/{session_id}/stream",
     scope: ScopeNeed::Tenant,
     lane: Lane::Bff,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,

@@ -3,8 +3,10 @@
 
 use crate::ids::{AsWorkspace, TenantId};
 use crate::policy::POLICY;
-use sdk_runtime::{Client, ClientConfig, ConfigError, InvalidId};
+use sdk_runtime::alerts::AlertSink;
+use sdk_runtime::{Client, ClientConfig, ConfigError, InvalidId, Policy};
 use std::fmt;
+use std::sync::Arc;
 
 /// Where and as whom the client talks to GRAG AI platform: origin, API key and tenant, all required.
 #[derive(Clone)]
@@ -12,6 +14,8 @@ pub struct Config {
     base_url: String,
     api_key: String,
     tenant: TenantId,
+    alerts: Option<Arc<dyn AlertSink>>,
+    warm_up: bool,
 }
 
 impl Config {
@@ -20,7 +24,21 @@ impl Config {
             base_url: base_url.into(),
             api_key: api_key.into(),
             tenant,
+            alerts: None,
+            warm_up: false,
         }
+    }
+
+    /// Where alerts go (policy §10.4); by default a `warn` log event.
+    pub fn alerts(mut self, sink: impl AlertSink) -> Self {
+        self.alerts = Some(Arc::new(sink));
+        self
+    }
+
+    /// Fire the spec's warm-up calls once after every breaker close (policy §7).
+    pub fn warm_up(mut self, enabled: bool) -> Self {
+        self.warm_up = enabled;
+        self
     }
 
     /// Reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`.
@@ -46,7 +64,8 @@ impl fmt::Debug for Config {
             .field("base_url", &self.base_url)
             .field("api_key", &"<redacted>")
             .field("tenant", &self.tenant)
-            .finish()
+            .field("warm_up", &self.warm_up)
+            .finish_non_exhaustive()
     }
 }
 
@@ -58,10 +77,20 @@ pub struct Grag {
 
 impl Grag {
     pub fn new(config: Config) -> Result<Self, ConfigError> {
-        let client = Client::new(
-            &POLICY,
-            ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone()),
-        )?;
+        Self::with_policy(config, &POLICY)
+    }
+
+    /// A client running `policy` instead of the spec's: an override, or the
+    /// spec's own policy with compressed durations for tests.
+    pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
+        let mut runtime =
+            ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
+                .warm_up(config.warm_up);
+        if let Some(alerts) = config.alerts {
+            runtime = runtime.alerts(alerts);
+        }
+
+        let client = Client::new(policy, runtime)?;
         Ok(Self { client })
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/docfold/api/v1`. Policy §5.3, App. A (inferred).
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
 
@@ -15,7 +15,7 @@ pub static CONVERT: Endpoint = Endpoint {
     path: "/docfold/api/v1/convert",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::INGEST,
@@ -33,7 +33,7 @@ pub static RESULT: Endpoint = Endpoint {
     path: "/docfold/api/v1/convert/{conversion_id}/result",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,

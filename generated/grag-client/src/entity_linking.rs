@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/entity-linking/api/v1`. Policy §3.2 (inferred).
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::Id;
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
@@ -16,7 +16,7 @@ pub static LINK: Endpoint = Endpoint {
     path: "/entity-linking/api/v1/link",
     scope: ScopeNeed::Workspace,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,

@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/groundedness/api/v1`. Policy §7.
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
 
@@ -15,7 +15,7 @@ pub static SCORE: Endpoint = Endpoint {
     path: "/groundedness/api/v1/score",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::LLM],
+    timeout: timeout::LLM,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,

@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/kg-service/api/v1`. Policy §3.2, §5.3 (inferred).
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::Id;
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
@@ -16,7 +16,7 @@ pub static UPSERT_ENTITY: Endpoint = Endpoint {
     path: "/kg-service/api/v1/entities/{entity_id}",
     scope: ScopeNeed::Workspace,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::INGEST,
@@ -34,7 +34,7 @@ pub static GET_ENTITY: Endpoint = Endpoint {
     path: "/kg-service/api/v1/entities/{entity_id}",
     scope: ScopeNeed::Workspace,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -52,7 +52,7 @@ pub static UPSERT_EDGE: Endpoint = Endpoint {
     path: "/kg-service/api/v1/edges/{edge_id}",
     scope: ScopeNeed::Workspace,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::INGEST,
@@ -70,7 +70,7 @@ pub static LIST_EDGES: Endpoint = Endpoint {
     path: "/kg-service/api/v1/entities/{entity_id}/edges",
     scope: ScopeNeed::Workspace,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,

@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/ledger/api/v1`. Policy §10.1.
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
 
@@ -15,7 +15,7 @@ pub static TOTALS: Endpoint = Endpoint {
     path: "/ledger/api/v1/ledger/totals",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -33,7 +33,7 @@ pub static SPEND: Endpoint = Endpoint {
     path: "/ledger/api/v1/ledger/spend",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,

@@ -238,6 +238,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Invalid or reserved tenant, or an ID outside the charset; refused before a byte is sent.",
         },
         TaxonomyRow {
@@ -253,6 +257,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Fail fast with „wird gerade aktualisiert“; replay routes divert to the replay queue instead.",
         },
         TaxonomyRow {
@@ -268,6 +276,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "The overall interactive deadline (180 s) ran out; fail with the mapped German message.",
         },
         TaxonomyRow {
@@ -283,6 +295,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R1),
             feeds_breaker: true,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Connection refused/reset/TLS error or attempt timeout (the runtime maps attempt timeouts to this outcome). Retried only when idempotent; feeds the breaker; queued ops go to replay, interactive calls fail fast; after a send whose outcome is unknown, re-poll by ID before re-submitting.",
         },
         TaxonomyRow {
@@ -298,6 +314,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: Some("client_contract"),
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Client bug, unreachable while §3 holds; page as contract drift.",
         },
         TaxonomyRow {
@@ -313,6 +333,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: Some("admin_gate"),
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Admin-gated route; follow the operator runbook (04-provisioning-runbook.md).",
         },
         TaxonomyRow {
@@ -328,6 +352,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: Some("budget_exhausted"),
+            alert_outside_deploy: false,
+            feature_state: Some("paused"),
+            remember_for: None,
+            escalate_to: None,
             action: "Budget exhausted; hard stop, show „KI pausiert“, page.",
         },
         TaxonomyRow {
@@ -343,6 +371,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R2),
             feeds_breaker: false,
             alert: Some("auth_outside_deploy"),
+            alert_outside_deploy: true,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Auth refused; not retried, except one extra attempt for a GET inside the deploy-suspected window (R2); ops alert when it happens outside that window.",
         },
         TaxonomyRow {
@@ -358,6 +390,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R2),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Does not exist in our tenant (cross-tenant access is 404, never 403); reconcile grag_refs. One extra attempt for a GET inside the deploy-suspected window (R2).",
         },
         TaxonomyRow {
@@ -373,6 +409,10 @@ pub static POLICY: Policy = Policy {
             retry: None,
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "409 on a create route means already provisioned (deterministic IDs); return as success.",
         },
         TaxonomyRow {
@@ -388,6 +428,10 @@ pub static POLICY: Policy = Policy {
             retry: None,
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "409 on the docfold result means still processing; poll again.",
         },
         TaxonomyRow {
@@ -403,6 +447,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Payload too large; split the batch (at most 256 points per upsert) and send again.",
         },
         TaxonomyRow {
@@ -418,6 +466,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R2),
             feeds_breaker: false,
             alert: Some("contract_drift"),
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Contract bug, never retried, except one extra attempt for a GET inside the deploy-suspected window (R2); page as contract drift.",
         },
         TaxonomyRow {
@@ -433,6 +485,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R3),
             feeds_breaker: false,
             alert: Some("retry_exhausted"),
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Wait Retry-After plus jitter (2 s floor when absent); polling ×2 while hot.",
         },
         TaxonomyRow {
@@ -448,6 +504,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R1),
             feeds_breaker: true,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Retried when idempotent; otherwise surface the error and offer the re-upload path. Feeds the breaker.",
         },
         TaxonomyRow {
@@ -463,6 +523,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R4),
             feeds_breaker: true,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "WAL backpressure; honor Retry-After; ingest (replay) jobs re-queue instead of waiting.",
         },
         TaxonomyRow {
@@ -478,6 +542,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: true,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: Some("dark"),
+            remember_for: Some(::std::time::Duration::from_secs(300)),
+            escalate_to: None,
             action: "Stable dark-flag answer; cache the unavailability and hide the feature.",
         },
         TaxonomyRow {
@@ -493,6 +561,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R5),
             feeds_breaker: true,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Transient fail-closed safety/admission answer; exactly one retry, then fail.",
         },
         TaxonomyRow {
@@ -508,6 +580,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R5),
             feeds_breaker: true,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: Some(16),
             action: "Unknown 503 detail; retry once. If the second answer carries the identical detail, treat the route as dark (T13) and cache it.",
         },
         TaxonomyRow {
@@ -523,6 +599,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R1),
             feeds_breaker: false,
             alert: Some("retry_exhausted"),
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Other server error (500, 504, ...); retried when idempotent.",
         },
         TaxonomyRow {
@@ -538,6 +618,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "Other client error; not retried, surfaced with its status and detail.",
         },
         TaxonomyRow {
@@ -553,6 +637,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: Some("contract_drift"),
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "A 2xx body that does not decode; contract drift, never retried.",
         },
         TaxonomyRow {
@@ -568,6 +656,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: fall back to polling.",
         },
         TaxonomyRow {
@@ -583,6 +675,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "SSE `event: timeout` at the 30 min ceiling; switch to polling, the job is NOT failed.",
         },
         TaxonomyRow {
@@ -598,6 +694,10 @@ pub static POLICY: Policy = Policy {
             retry: Some(retry::R0),
             feeds_breaker: false,
             alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
             action: "No byte past the stream's watchdog. Jobs: close and poll. Chat: abort, show the error state, never resend automatically.",
         },
     ],
@@ -667,30 +767,36 @@ pub static POLICY: Policy = Policy {
         FeatureStateCopy {
             state: "available",
             copy: None,
+            when: StateTrigger::Otherwise,
         },
         FeatureStateCopy {
             state: "updating",
             copy: Some("Wird gerade aktualisiert"),
+            when: StateTrigger::BreakerOpen,
         },
         FeatureStateCopy {
             state: "warming_up",
             copy: Some(
                 "Die KI-Dienste starten gerade — die erste Antwort kann bis zu zwei Minuten dauern.",
             ),
+            when: StateTrigger::DeploySuspected,
         },
         FeatureStateCopy {
             state: "dark",
             copy: None,
+            when: StateTrigger::Row,
         },
         FeatureStateCopy {
             state: "paused",
             copy: Some("KI pausiert"),
+            when: StateTrigger::Row,
         },
         FeatureStateCopy {
             state: "degraded",
             copy: Some(
                 "Eingeschränkt verfügbar — ein Verarbeitungsschritt ist ausgefallen, das Ergebnis kann unvollständig sein.",
             ),
+            when: StateTrigger::StageFailed,
         },
     ],
     messages: &[
@@ -787,4 +893,68 @@ pub static POLICY: Policy = Policy {
             copy: "Die Anfrage konnte nicht verarbeitet werden.",
         },
     ],
+    probe: PROBE,
+    canary: CANARY,
+    warm_up: &[
+        WarmUpCall {
+            endpoint: &crate::ai_gateway::SEARCH_RERANK,
+            path: &["kb-methodik"],
+            body: Some("{\"query_text\":\"warmup\",\"top_k\":1}"),
+        },
+        WarmUpCall {
+            endpoint: &crate::groundedness::SCORE,
+            path: &[],
+            body: Some(
+                "{\"chunks\":[{\"chunk_id\":\"w1\",\"text\":\"warmup\"}],\"response_text\":\"warmup\"}",
+            ),
+        },
+    ],
+    features: &[
+        FeaturePolicy {
+            name: "chat",
+            routes: &[
+                &crate::bff::CHAT_STREAM,
+                &crate::workspaces::CREATE_CONVERSATION,
+            ],
+        },
+        FeaturePolicy {
+            name: "search",
+            routes: &[&crate::ai_gateway::SEARCH_RERANK],
+        },
+        FeaturePolicy {
+            name: "groundedness",
+            routes: &[&crate::groundedness::SCORE],
+        },
+        FeaturePolicy {
+            name: "ingest",
+            routes: &[
+                &crate::workspaces::UPLOAD_DOCUMENT,
+                &crate::docfold::CONVERT,
+                &crate::voyager::UPSERT_POINTS,
+                &crate::bff::ORCHESTRATOR_EVENTS,
+            ],
+        },
+        FeaturePolicy {
+            name: "knowledge_graph",
+            routes: &[
+                &crate::kg_service::UPSERT_ENTITY,
+                &crate::kg_service::GET_ENTITY,
+                &crate::kg_service::UPSERT_EDGE,
+                &crate::kg_service::LIST_EDGES,
+                &crate::entity_linking::LINK,
+            ],
+        },
+        FeaturePolicy {
+            name: "agents",
+            routes: &[&crate::bff::AGENT_SESSION_STREAM],
+        },
+        FeaturePolicy {
+            name: "budget",
+            routes: &[&crate::ledger::TOTALS, &crate::ledger::SPEND],
+        },
+    ],
+    alerts: AlertNames {
+        breaker_open: "breaker_open_long",
+        retry_exhausted: "retry_exhausted",
+    },
 };

@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/voyager/api/v1`. Policy §5.3, App. A (inferred).
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
 
@@ -15,7 +15,7 @@ pub static UPSERT_POINTS: Endpoint = Endpoint {
     path: "/voyager/api/v1/collections/{kb}/points",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::INGEST,

@@ -3,7 +3,7 @@
 //!
 //! Every path starts with `/workspaces`. Policy §1, §5.2.
 
-use crate::policy::{TIMEOUTS, budget, retry, timeout};
+use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
 
@@ -15,7 +15,7 @@ pub static HEALTH: Endpoint = Endpoint {
     path: "/workspaces/health",
     scope: ScopeNeed::Public,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::PROBE],
+    timeout: timeout::PROBE,
     retry: retry::R0,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -33,7 +33,7 @@ pub static LIST_KBS: Endpoint = Endpoint {
     path: "/workspaces/api/v1/kbs",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -51,7 +51,7 @@ pub static CREATE_KB: Endpoint = Endpoint {
     path: "/workspaces/api/v1/kbs",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -69,7 +69,7 @@ pub static LIST_DOCUMENTS: Endpoint = Endpoint {
     path: "/workspaces/api/v1/kbs/{kb}/documents",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -87,7 +87,7 @@ pub static UPLOAD_DOCUMENT: Endpoint = Endpoint {
     path: "/workspaces/api/v1/kbs/{kb}/documents",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::INGEST,
@@ -105,7 +105,7 @@ pub static CREATE_CONVERSATION: Endpoint = Endpoint {
     path: "/workspaces/api/v1/conversations",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -123,7 +123,7 @@ pub static GET_SETTINGS: Endpoint = Endpoint {
     path: "/workspaces/api/v1/settings",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,
@@ -141,7 +141,7 @@ pub static PUT_SETTINGS: Endpoint = Endpoint {
     path: "/workspaces/api/v1/settings",
     scope: ScopeNeed::Tenant,
     lane: Lane::Key,
-    timeout: &TIMEOUTS[timeout::DEFAULT],
+    timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
     budget: budget::GLOBAL,

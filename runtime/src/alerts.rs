@@ -1,0 +1,75 @@
+//! The alert hook (policy §10.4): the backend decides where alerts go.
+
+use std::sync::Mutex;
+
+/// One alert, named as in the spec's `alerts` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alert {
+    /// The alert's name (`breaker_open_long`, `budget_exhausted`, ...).
+    pub name: &'static str,
+    /// `service.operation` of the call that raised it, if a call did.
+    pub endpoint: Option<&'static str>,
+    /// The taxonomy row, if a row raised it.
+    pub row: Option<&'static str>,
+    pub detail: Option<String>,
+    pub request_id: Option<String>,
+}
+
+/// Where alerts go. Implemented by the backend (pager, ops channel).
+pub trait AlertSink: Send + Sync + 'static {
+    fn alert(&self, alert: Alert);
+}
+
+/// The default sink: a `warn` event on target `grag_client::alert`.
+#[derive(Debug, Default)]
+pub struct LogAlerts;
+
+impl AlertSink for LogAlerts {
+    fn alert(&self, alert: Alert) {
+        tracing::warn!(
+            target: "grag_client::alert",
+            alert = alert.name,
+            endpoint = alert.endpoint,
+            row = alert.row,
+            detail = alert.detail.as_deref(),
+            request_id = alert.request_id.as_deref(),
+            "alert"
+        );
+    }
+}
+
+/// A sink that keeps every alert, for tests and demos.
+#[derive(Debug, Default)]
+pub struct CollectAlerts {
+    alerts: Mutex<Vec<Alert>>,
+}
+
+impl CollectAlerts {
+    /// Every alert raised so far, oldest first.
+    pub fn taken(&self) -> Vec<Alert> {
+        self.alerts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The names of the alerts raised so far.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.taken().iter().map(|a| a.name).collect()
+    }
+}
+
+impl AlertSink for CollectAlerts {
+    fn alert(&self, alert: Alert) {
+        self.alerts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(alert);
+    }
+}
+
+impl<T: AlertSink + ?Sized> AlertSink for std::sync::Arc<T> {
+    fn alert(&self, alert: Alert) {
+        (**self).alert(alert);
+    }
+}

@@ -1,0 +1,107 @@
+//! What the client remembers between calls: stable answers (dark features,
+//! exhausted budget) per route, failed stages per feature, a hot 429.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::Endpoint;
+use crate::policy::TaxonomyRow;
+
+/// A remembered answer of one route.
+#[derive(Debug, Clone)]
+pub(crate) struct Remembered {
+    pub row: &'static TaxonomyRow,
+    pub status: Option<u16>,
+    pub detail: Option<String>,
+    /// When a fail-fast answer stops holding (`remember_for`); `None` holds
+    /// until the route succeeds again.
+    pub until: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Memory {
+    /// Keyed by the templated path: one entry per route.
+    routes: HashMap<&'static str, Remembered>,
+    /// Feature -> the stage that failed open last.
+    stages: HashMap<&'static str, String>,
+    /// A 429 was seen until this instant: polling backs off meanwhile.
+    hot_429_until: Option<Instant>,
+}
+
+impl Memory {
+    /// The remembered answer a call of `endpoint` must fail fast with, if any.
+    pub fn fail_fast(&mut self, endpoint: &Endpoint, now: Instant) -> Option<Remembered> {
+        let entry = self.routes.get(endpoint.path)?;
+        match entry.until {
+            Some(until) if now < until => Some(entry.clone()),
+            Some(_) => {
+                self.routes.remove(endpoint.path);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Records the row that ended a call, when it is one worth remembering.
+    pub fn record_final(
+        &mut self,
+        endpoint: &'static Endpoint,
+        row: &'static TaxonomyRow,
+        status: Option<u16>,
+        detail: Option<String>,
+        now: Instant,
+    ) {
+        if row.remember_for.is_none() && row.feature_state.is_none() {
+            return;
+        }
+        let until = row.remember_for.map(|d| now + d);
+        self.routes.insert(
+            endpoint.path,
+            Remembered {
+                row,
+                status,
+                detail,
+                until,
+            },
+        );
+    }
+
+    /// A success: whatever was remembered about the route no longer holds.
+    pub fn record_success(&mut self, endpoint: &Endpoint) {
+        self.routes.remove(endpoint.path);
+    }
+
+    /// The remembered answer of a route that still holds at `now`.
+    pub fn current(&self, endpoint: &Endpoint, now: Instant) -> Option<&Remembered> {
+        self.routes
+            .get(endpoint.path)
+            .filter(|r| r.until.is_none_or(|until| now < until))
+    }
+
+    /// A deploy finished: stable answers may have changed, forget them.
+    pub fn forget_routes(&mut self) {
+        self.routes.clear();
+    }
+
+    pub fn stage_failed(&mut self, feature: &'static str, stage: String) {
+        self.stages.insert(feature, stage);
+    }
+
+    pub fn stage_recovered(&mut self, feature: &str) {
+        self.stages.remove(feature);
+    }
+
+    pub fn failed_stage(&self, feature: &str) -> Option<&str> {
+        self.stages.get(feature).map(String::as_str)
+    }
+
+    pub fn saw_429(&mut self, now: Instant, hot_for: Duration) {
+        self.hot_429_until = Some(now + hot_for);
+    }
+
+    pub fn hot_429(&self, now: Instant) -> bool {
+        self.hot_429_until.is_some_and(|until| now < until)
+    }
+}

@@ -1,0 +1,201 @@
+//! What follows a breaker transition: the probe loop while open, the single
+//! canary while half-open, forgetting stable answers and warming up after a close.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use tokio::time::Instant;
+
+use crate::alerts::Alert;
+use crate::breaker::{Admission, CircuitState, Transition};
+use crate::call::Call;
+use crate::client::{Client, Shared};
+use crate::endpoint::Endpoint;
+use crate::pipeline::{Attempt, perform};
+use crate::telemetry::{self, AttemptLog};
+
+impl Client {
+    /// Reacts to a breaker transition; called after every recorded outcome.
+    pub(crate) fn on_transition(&self, transition: Option<Transition>) {
+        let Some(transition) = transition else { return };
+        let state = transition.to();
+        self.shared.metrics.circuit_state(state.metric());
+        tracing::info!(
+            target: "grag_client::breaker",
+            transition = ?transition,
+            circuit_state = state.as_str(),
+            "breaker"
+        );
+        match transition {
+            Transition::Opened | Transition::Reopened => self.spawn_probe_loop(),
+            Transition::Closed => {
+                // A deploy finished: dark flags and budgets may have changed.
+                self.memory().forget_routes();
+                if self.shared.warm_up {
+                    self.spawn_warm_up();
+                }
+            }
+            Transition::HalfOpened => {}
+        }
+    }
+
+    fn spawn_probe_loop(&self) {
+        if self.shared.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let shared = Arc::downgrade(&self.shared);
+        tokio::spawn(probe_loop(shared));
+    }
+
+    fn spawn_warm_up(&self) {
+        for warm in self.shared.policy.warm_up {
+            let client = self.clone();
+            tokio::spawn(async move {
+                let mut call = Call::new(warm.endpoint);
+                for value in warm.path {
+                    call = call.path(value);
+                }
+                if let Some(body) = warm.body {
+                    call = call.raw_json(body);
+                }
+                let outcome = client.send(call).await;
+                tracing::info!(
+                    target: "grag_client::breaker",
+                    operation = warm.endpoint.operation,
+                    ok = outcome.is_ok(),
+                    "warm-up"
+                );
+            });
+        }
+    }
+
+    /// One probe of the public liveness route: healthy on a 2xx.
+    async fn probe(&self) -> bool {
+        let policy = self.shared.policy;
+        let status = self
+            .bare_attempt(policy.probe, policy.breaker.probe_timeout)
+            .await;
+        status.is_some_and(|s| (200..300).contains(&s))
+    }
+
+    /// The authenticated canary read: only a 200 closes the breaker.
+    async fn canary(&self) -> bool {
+        let policy = self.shared.policy;
+        let status = self
+            .bare_attempt(policy.canary, policy.breaker.canary_timeout)
+            .await;
+        status == Some(200)
+    }
+
+    /// One attempt outside the retry loop (probe and canary), still assembled
+    /// and logged by the pipeline. Returns the status, if any came back.
+    async fn bare_attempt(
+        &self,
+        endpoint: &'static Endpoint,
+        timeout: std::time::Duration,
+    ) -> Option<u16> {
+        let call = Call::new(endpoint);
+        let path = call.render_path().ok()?;
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let started = Instant::now();
+        let request = self.request(&call, &path, &request_id);
+        let result = tokio::time::timeout(timeout, perform(request, false)).await;
+        let status = match result {
+            Ok((Attempt::Answer { status, .. }, _)) => Some(status),
+            _ => None,
+        };
+        telemetry::attempt(&AttemptLog {
+            client: self,
+            call: &call,
+            request_id: &request_id,
+            status,
+            row: None,
+            attempt: 1,
+            retry_after: None,
+            latency: started.elapsed(),
+        });
+        status
+    }
+
+    fn check_open_alert(&self, now: Instant) {
+        if self.breaker().take_open_alert(now) {
+            let policy = self.shared.policy;
+            self.shared.alerts.alert(Alert {
+                name: policy.alerts.breaker_open,
+                endpoint: None,
+                row: None,
+                detail: Some(format!(
+                    "the breaker has been open longer than {} s",
+                    policy.breaker.alert_after.as_secs()
+                )),
+                request_id: None,
+            });
+        }
+    }
+}
+
+/// Probes while the breaker is open, sends the canary when it half-opens,
+/// and ends when it closes or every client is gone.
+async fn probe_loop(shared: Weak<Shared>) {
+    loop {
+        let Some(client) = upgrade(&shared) else {
+            return;
+        };
+        let (state, next_probe, canary_deadline) = {
+            let breaker = client.breaker();
+            (
+                breaker.state(),
+                breaker.next_probe_at(),
+                breaker.canary_deadline(),
+            )
+        };
+        match state {
+            CircuitState::Closed => {
+                client.shared.probing.store(false, Ordering::Release);
+                // An open that raced with this exit finds no loop: take over.
+                if client.circuit_state() == CircuitState::Closed
+                    || client.shared.probing.swap(true, Ordering::AcqRel)
+                {
+                    return;
+                }
+            }
+            CircuitState::Open => {
+                drop(client);
+                tokio::time::sleep_until(next_probe.unwrap_or_else(Instant::now)).await;
+                let Some(client) = upgrade(&shared) else {
+                    return;
+                };
+                client.check_open_alert(Instant::now());
+                let healthy = client.probe().await;
+                let transition = client.breaker().record_probe(healthy, Instant::now());
+                client.on_transition(transition);
+            }
+            CircuitState::HalfOpen => {
+                let admission = client.breaker().admit(Instant::now(), true);
+                if let Admission::Canary(generation) = admission {
+                    let ok = client.canary().await;
+                    let transition = client
+                        .breaker()
+                        .record_canary(generation, ok, Instant::now());
+                    client.on_transition(transition);
+                } else {
+                    // The canary slot is taken and never reported: let it expire.
+                    drop(client);
+                    tokio::time::sleep_until(canary_deadline.unwrap_or_else(Instant::now)).await;
+                    let Some(client) = upgrade(&shared) else {
+                        return;
+                    };
+                    let transition = client.breaker().expire_canary(Instant::now());
+                    client.on_transition(transition);
+                }
+            }
+        }
+    }
+}
+
+fn upgrade(shared: &Weak<Shared>) -> Option<Client> {
+    shared.upgrade().map(|shared| Client {
+        shared,
+        pipeline_id: None,
+    })
+}
