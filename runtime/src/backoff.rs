@@ -43,7 +43,7 @@ pub fn retry_delay(
     match *schedule {
         RetrySchedule::Exponential {
             base, factor, cap, ..
-        } => exponential_bound(base, factor, cap, retry),
+        } => uniform(rng, exponential_bound(base, factor, cap, retry)),
         RetrySchedule::RetryAfter { floor, jitter, .. } => retry_after
             .unwrap_or(floor)
             .saturating_add(uniform(rng, jitter)),

@@ -85,6 +85,8 @@ impl Policy {
                 ..b.clone()
             },
             throttle: ThrottlePolicy {
+                rate_period: d(t.rate_period),
+                budget_period: d(t.budget_period),
                 polling: PollingPolicy {
                     interval: d(t.polling.interval),
                     floor: d(t.polling.floor),

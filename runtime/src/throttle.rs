@@ -163,7 +163,10 @@ impl Throttle {
         let per_second = NonZeroU32::new(policy.per_second).unwrap_or(NonZeroU32::MIN);
         let burst =
             NonZeroU32::new(policy.max_in_flight.min(per_second.get())).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::per_second(per_second).allow_burst(burst);
+        let period = (policy.rate_period / per_second.get()).max(Duration::from_nanos(1));
+        let quota = Quota::with_period(period)
+            .expect("a non-zero period")
+            .allow_burst(burst);
         let lanes = policy
             .budgets
             .iter()
@@ -173,7 +176,7 @@ impl Throttle {
                     .map(|n| Arc::new(Semaphore::new(n.max(1) as usize))),
                 window: budget
                     .per_minute
-                    .map(|n| Mutex::new(RollingWindow::new(n, Duration::from_secs(60)))),
+                    .map(|n| Mutex::new(RollingWindow::new(n, policy.budget_period))),
             })
             .collect();
         Self {
@@ -204,40 +207,39 @@ impl Throttle {
             Some(semaphore) => Some(acquire(semaphore).await),
             None => None,
         };
-        let global = acquire(&self.global).await;
-        self.pace(lane).await;
-        Permit {
-            _global: global,
-            _budget: budget_permit,
+        // A global slot is held only while the request may go: a request that
+        // must wait for its window or the bucket gives its slot back meanwhile,
+        // so a retrieval backlog never starves the other routes.
+        loop {
+            let global = acquire(&self.global).await;
+            match self.pace(lane) {
+                Ok(()) => {
+                    return Permit {
+                        _global: global,
+                        _budget: budget_permit,
+                    };
+                }
+                Err(wait) => {
+                    drop(global);
+                    tokio::time::sleep(wait).await;
+                }
+            }
         }
     }
 
-    /// Waits for the rolling window and the bucket. Both are decided under the
-    /// window's lock at one instant: a bucket token is only spent when the
-    /// window has a slot, and the slot is recorded at the admission time.
-    async fn pace(&self, lane: &Lane) {
-        loop {
-            let wait = match &lane.window {
-                Some(window) => {
-                    let mut window = window.lock().unwrap_or_else(PoisonError::into_inner);
-                    match window.check(Instant::now()) {
-                        Err(wait) => wait,
-                        Ok(()) => match self.take_token() {
-                            Ok(()) => {
-                                window.record(Instant::now());
-                                return;
-                            }
-                            Err(wait) => wait,
-                        },
-                    }
-                }
-                None => match self.take_token() {
-                    Ok(()) => return,
-                    Err(wait) => wait,
-                },
-            };
-            tokio::time::sleep(wait).await;
-        }
+    /// Takes a slot of the rolling window and a bucket token, or says how long
+    /// to wait. Both are decided under the window's lock at one instant: a
+    /// token is only spent when the window has a slot, and the slot is
+    /// recorded at the admission time.
+    fn pace(&self, lane: &Lane) -> Result<(), Duration> {
+        let Some(window) = &lane.window else {
+            return self.take_token();
+        };
+        let mut window = window.lock().unwrap_or_else(PoisonError::into_inner);
+        window.check(Instant::now())?;
+        self.take_token()?;
+        window.record(Instant::now());
+        Ok(())
     }
 
     fn take_token(&self) -> Result<(), Duration> {
@@ -299,6 +301,8 @@ mod tests {
     static POLICY: ThrottlePolicy = ThrottlePolicy {
         max_in_flight: 8,
         per_second: 50,
+        rate_period: Duration::from_secs(1),
+        budget_period: MINUTE,
         budgets: &[
             BudgetPolicy {
                 name: "global",
@@ -454,6 +458,8 @@ mod tests {
             "101st after {gap:?}"
         );
         assert!(times[99].duration_since(times[0]) < Duration::from_secs(3));
+        // The window comes on top of the global bucket, not instead of it.
+        assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 57);
         assert_eq!(throttle.budget_window_used(RETRIEVAL), Some(100));
     }
 

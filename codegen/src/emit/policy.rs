@@ -275,6 +275,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             throttle: ThrottlePolicy {
                 max_in_flight: #max_in_flight,
                 per_second: #per_second,
+                rate_period: ::std::time::Duration::from_secs(1),
+                budget_period: ::std::time::Duration::from_secs(60),
                 budgets: &BUDGETS,
                 polling: PollingPolicy {
                     interval: #poll_interval,

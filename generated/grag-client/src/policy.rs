@@ -217,6 +217,8 @@ pub static POLICY: Policy = Policy {
     throttle: ThrottlePolicy {
         max_in_flight: 8,
         per_second: 50,
+        rate_period: ::std::time::Duration::from_secs(1),
+        budget_period: ::std::time::Duration::from_secs(60),
         budgets: &BUDGETS,
         polling: PollingPolicy {
             interval: ::std::time::Duration::from_secs(5),

@@ -1,0 +1,235 @@
+//! Checks the raw files against each other and lowers them to the [`Model`].
+//!
+//! Every rule records an error at the offending value and carries on, so
+//! one run reports every problem of the spec, each with file, line and field.
+
+mod api;
+mod degradation;
+mod policy;
+mod routes;
+mod taxonomy;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use marked_yaml::Spanned;
+
+use crate::error::Sources;
+use crate::load::RawSpec;
+use crate::model::*;
+use crate::spec::{self, Text};
+
+pub use routes::placeholders;
+
+/// Lowers a parsed spec; returns `None` when any rule failed (see `sources`).
+pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
+    let mut cx = Cx { sources };
+    let api = cx.api(&raw.api);
+    let timeouts = cx.timeouts(&raw.policy);
+    let retries = cx.retries(&raw.policy);
+    let throttle = cx.throttle(&raw.policy.throttle);
+    let details = cx.details(&raw.taxonomy);
+    let (states, alerts) = cx.degradation(&raw.degradation);
+    let streams_index: Vec<&str> = raw.streams.streams.keys().map(|k| k.as_str()).collect();
+    let types = cx.types(&raw.services, &api);
+    let names = Names {
+        timeouts: timeouts.iter().map(|t| t.name.as_str()).collect(),
+        retries: retries.iter().map(|r| r.name.as_str()).collect(),
+        budgets: throttle.budgets.iter().map(|b| b.name.as_str()).collect(),
+        streams: streams_index,
+        ids: api.ids.iter().map(|i| i.name.as_str()).collect(),
+        types: types.iter().map(|t| t.name.as_str()).collect(),
+        details: details.iter().map(|d| d.name.as_str()).collect(),
+        alerts: alerts.iter().map(|a| a.name.as_str()).collect(),
+        states: states.iter().map(|s| s.name.as_str()).collect(),
+    };
+    let services = cx.services(&raw.services, &api, &names);
+    let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
+    let rows = cx.rows(&raw.taxonomy, &names, &states_when);
+    let messages = cx.messages(&raw.degradation, &rows);
+    let breaker = cx.breaker(&raw.policy.breaker, &services, &names);
+    let streams = cx.streams(&raw.streams, &services);
+    let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
+    let policy_alerts = &raw.policy.alerts;
+    cx.reference(
+        &policy_alerts.breaker_open,
+        "alerts.breaker_open",
+        "alert",
+        &names.alerts,
+    );
+    cx.reference(
+        &policy_alerts.retry_exhausted,
+        "alerts.retry_exhausted",
+        "alert",
+        &names.alerts,
+    );
+    cx.source(&policy_alerts.source, policy_alerts.inferred);
+    let features = cx.features(&raw.degradation, &services);
+    let deadline_source = cx.source(&raw.policy.deadline.source, raw.policy.deadline.inferred);
+    if cx.sources.has_errors() {
+        return None;
+    }
+    Some(Model {
+        api,
+        timeouts,
+        deadline: deadline?,
+        deadline_source,
+        retries,
+        breaker: breaker?,
+        throttle,
+        details,
+        rows,
+        streams,
+        states,
+        messages,
+        alerts,
+        breaker_alert: policy_alerts.breaker_open.to_string(),
+        retry_exhausted_alert: policy_alerts.retry_exhausted.to_string(),
+        features,
+        types,
+        services,
+    })
+}
+
+/// The names other items may refer to.
+struct Names<'a> {
+    timeouts: Vec<&'a str>,
+    retries: Vec<&'a str>,
+    budgets: Vec<&'a str>,
+    streams: Vec<&'a str>,
+    ids: Vec<&'a str>,
+    types: Vec<&'a str>,
+    details: Vec<&'a str>,
+    alerts: Vec<&'a str>,
+    states: Vec<&'a str>,
+}
+
+struct Cx<'s> {
+    sources: &'s mut Sources,
+}
+
+fn position(names: &[&str], wanted: &str) -> Option<usize> {
+    names.iter().position(|n| *n == wanted)
+}
+
+fn one_of(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn is_snake(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn is_camel(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_uppercase()) && chars.all(|c| c.is_ascii_alphanumeric())
+}
+
+/// Parses `500ms`, `30s`, `5m`, `2h`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs),
+        "h" => n.checked_mul(3600).map(Duration::from_secs),
+        _ => None,
+    }
+}
+
+impl Cx<'_> {
+    fn error(&mut self, at: &Text, field: impl Into<String>, message: impl Into<String>) {
+        self.sources.at(at.span(), field, message);
+    }
+
+    fn source(&mut self, source: &Text, inferred: bool) -> Source {
+        if source.trim().is_empty() {
+            self.error(
+                source,
+                "source",
+                "must name the policy section (e.g. \"§5.2\")",
+            );
+        }
+        Source {
+            section: source.to_string(),
+            inferred,
+        }
+    }
+
+    fn duration(&mut self, text: &Text, field: &str) -> Option<Duration> {
+        let parsed = parse_duration(text);
+        if parsed.is_none() {
+            self.error(
+                text,
+                field,
+                format!(
+                    "`{}` is not a duration: write e.g. `500ms`, `30s`, `5m` or `2h`",
+                    &**text
+                ),
+            );
+        }
+        parsed
+    }
+
+    fn positive(&mut self, value: &Spanned<u32>, field: &str) -> u32 {
+        if **value == 0 {
+            self.sources.at(value.span(), field, "must be at least 1");
+        }
+        **value
+    }
+
+    fn scope(&mut self, text: &Text, field: &str) -> Option<ScopeNeed> {
+        match text.as_str() {
+            "public" => Some(ScopeNeed::Public),
+            "tenant" => Some(ScopeNeed::Tenant),
+            "workspace" => Some(ScopeNeed::Workspace),
+            _ => {
+                self.error(text, field, "scope is `public`, `tenant` or `workspace`");
+                None
+            }
+        }
+    }
+
+    fn reference(&mut self, text: &Text, field: &str, what: &str, names: &[&str]) -> Option<usize> {
+        let found = position(names, text);
+        if found.is_none() {
+            self.error(
+                text,
+                field,
+                format!(
+                    "unknown {what} `{}`: expected one of {}",
+                    &**text,
+                    one_of(names)
+                ),
+            );
+        }
+        found
+    }
+
+    fn route_ref(&mut self, text: &Text, field: &str, services: &[Service]) -> Option<RouteRef> {
+        let found = text.split_once('.').and_then(|(s, r)| {
+            let service = services.iter().position(|x| x.handle == s)?;
+            let route = services[service].routes.iter().position(|x| x.name == r)?;
+            Some(RouteRef { service, route })
+        });
+        if found.is_none() {
+            self.error(
+                text,
+                field,
+                format!(
+                    "`{}` names no route: write `handle.route`, e.g. `workspaces.health`",
+                    &**text
+                ),
+            );
+        }
+        found
+    }
+}

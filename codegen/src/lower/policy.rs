@@ -1,0 +1,272 @@
+//! Checks and lowers `policy.yaml`: timeouts, retries, throttle and breaker.
+
+use crate::model::*;
+use crate::spec::{self, Text};
+
+use super::{Cx, Names, is_snake};
+
+impl Cx<'_> {
+    pub(super) fn timeouts(&mut self, policy: &spec::PolicyFile) -> Vec<Timeout> {
+        let mut out = Vec::new();
+        for (name, t) in &policy.timeouts {
+            let field = format!("timeouts.{}", &**name);
+            if !is_snake(name) {
+                self.error(name, &field, "timeout class names are snake_case");
+            }
+            let per_attempt = self.duration(&t.per_attempt, &format!("{field}.per_attempt"));
+            let deploy_suspected = t
+                .deploy_suspected
+                .as_ref()
+                .and_then(|d| self.duration(d, &format!("{field}.deploy_suspected")));
+            out.push(Timeout {
+                name: name.to_string(),
+                doc: t.doc.to_string(),
+                per_attempt: per_attempt.unwrap_or_default(),
+                deploy_suspected,
+                source: self.source(&t.source, t.inferred),
+            });
+        }
+        out
+    }
+
+    pub(super) fn retries(&mut self, policy: &spec::PolicyFile) -> Vec<Retry> {
+        let mut out = Vec::new();
+        for (name, r) in &policy.retries {
+            let field = format!("retries.{}", &**name);
+            let schedule = self.schedule(r, &field);
+            out.push(Retry {
+                name: name.to_string(),
+                doc: r.doc.to_string(),
+                schedule: schedule.unwrap_or(RetrySchedule::Never),
+                source: self.source(&r.source, r.inferred),
+            });
+        }
+        out
+    }
+
+    fn schedule(&mut self, r: &spec::RetryClass, field: &str) -> Option<RetrySchedule> {
+        // Which optional numbers each kind takes; anything else is refused.
+        let (allowed, _): (&[&str], ()) = match r.kind.as_str() {
+            "never" => (&[], ()),
+            "exponential" => (&["attempts", "base", "factor", "cap"], ()),
+            "deploy_window" | "once" => (&["attempts"], ()),
+            "retry_after" => (&["attempts", "floor", "jitter"], ()),
+            other => {
+                self.error(
+                    &r.kind,
+                    format!("{field}.kind"),
+                    format!(
+                        "unknown retry kind `{other}`: expected `never`, `exponential`, `deploy_window`, `retry_after` or `once`"
+                    ),
+                );
+                return None;
+            }
+        };
+        let present = [
+            ("attempts", r.attempts.as_ref().map(|a| a.span())),
+            ("base", r.base.as_ref().map(|a| a.span())),
+            ("factor", r.factor.as_ref().map(|a| a.span())),
+            ("cap", r.cap.as_ref().map(|a| a.span())),
+            ("floor", r.floor.as_ref().map(|a| a.span())),
+            ("jitter", r.jitter.as_ref().map(|a| a.span())),
+        ];
+        let mut ok = true;
+        for (key, span) in present {
+            match (span, allowed.contains(&key)) {
+                (Some(span), false) => {
+                    self.sources.at(
+                        span,
+                        format!("{field}.{key}"),
+                        format!("`{key}` does not apply to kind `{}`", &*r.kind),
+                    );
+                    ok = false;
+                }
+                (None, true) => {
+                    self.error(
+                        &r.kind,
+                        format!("{field}.{key}"),
+                        format!("kind `{}` needs `{key}`", &*r.kind),
+                    );
+                    ok = false;
+                }
+                _ => {}
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let attempts = r
+            .attempts
+            .as_ref()
+            .map(|a| self.positive(a, &format!("{field}.attempts")));
+        let d = |cx: &mut Self, t: &Option<Text>, key: &str| {
+            t.as_ref()
+                .and_then(|t| cx.duration(t, &format!("{field}.{key}")))
+        };
+        Some(match r.kind.as_str() {
+            "never" => RetrySchedule::Never,
+            "exponential" => RetrySchedule::Exponential {
+                attempts: attempts?,
+                base: d(self, &r.base, "base")?,
+                factor: self.positive(r.factor.as_ref()?, &format!("{field}.factor")),
+                cap: d(self, &r.cap, "cap")?,
+            },
+            "deploy_window" => RetrySchedule::DeployWindow {
+                attempts: attempts?,
+            },
+            "once" => RetrySchedule::Once {
+                attempts: attempts?,
+            },
+            _ => RetrySchedule::RetryAfter {
+                attempts: attempts?,
+                floor: d(self, &r.floor, "floor")?,
+                jitter: d(self, &r.jitter, "jitter")?,
+            },
+        })
+    }
+
+    pub(super) fn throttle(&mut self, t: &spec::Throttle) -> Throttle {
+        let mut budgets = Vec::new();
+        for (name, b) in &t.budgets {
+            let field = format!("throttle.budgets.{}", &**name);
+            budgets.push(Budget {
+                name: name.to_string(),
+                doc: b.doc.to_string(),
+                max_in_flight: b
+                    .max_in_flight
+                    .as_ref()
+                    .map(|v| self.positive(v, &format!("{field}.max_in_flight"))),
+                per_minute: b
+                    .per_minute
+                    .as_ref()
+                    .map(|v| self.positive(v, &format!("{field}.per_minute"))),
+                source: self.source(&b.source, b.inferred),
+            });
+        }
+        let p = &t.polling;
+        let interval = self
+            .duration(&p.interval, "throttle.polling.interval")
+            .unwrap_or_default();
+        let floor = self
+            .duration(&p.floor, "throttle.polling.floor")
+            .unwrap_or_default();
+        if interval < floor {
+            self.error(
+                &p.interval,
+                "throttle.polling.interval",
+                "the polling interval is below its own floor",
+            );
+        }
+        Throttle {
+            max_in_flight: self.positive(&t.max_in_flight, "throttle.max_in_flight"),
+            per_second: self.positive(&t.per_second, "throttle.per_second"),
+            budgets,
+            polling_interval: interval,
+            polling_floor: floor,
+            polling_hot_factor: self.positive(&p.hot_factor, "throttle.polling.hot_factor"),
+            source: self.source(&t.source, t.inferred),
+        }
+    }
+
+    pub(super) fn breaker(
+        &mut self,
+        b: &spec::Breaker,
+        services: &[Service],
+        names: &Names,
+    ) -> Option<Breaker> {
+        let probe = self.route_ref(&b.probe_route, "breaker.probe_route", services);
+        let canary = self.route_ref(&b.canary_route, "breaker.canary_route", services);
+        if let Some(p) = probe
+            && services[p.service].routes[p.route].scope != ScopeNeed::Public
+        {
+            self.error(
+                &b.probe_route,
+                "breaker.probe_route",
+                "the probe route must be public (it runs while auth may be broken)",
+            );
+        }
+        if let Some(c) = canary
+            && services[c.service].routes[c.route].method != Method::Get
+        {
+            self.error(
+                &b.canary_route,
+                "breaker.canary_route",
+                "the canary must be a read (GET)",
+            );
+        }
+        let probe_timeout = self.reference(
+            &b.probe_timeout,
+            "breaker.probe_timeout",
+            "timeout class",
+            &names.timeouts,
+        );
+        let canary_timeout = self.reference(
+            &b.canary_timeout,
+            "breaker.canary_timeout",
+            "timeout class",
+            &names.timeouts,
+        );
+        let warm_up = self.warm_up(b, services);
+        Some(Breaker {
+            threshold: self.positive(&b.threshold, "breaker.threshold"),
+            window: self.duration(&b.window, "breaker.window")?,
+            distinct_endpoints: b.distinct_endpoints,
+            probe: probe?,
+            probe_interval: self.duration(&b.probe_interval, "breaker.probe_interval")?,
+            probe_timeout: probe_timeout?,
+            healthy_probes: self.positive(&b.healthy_probes, "breaker.healthy_probes"),
+            canary: canary?,
+            canary_timeout: canary_timeout?,
+            deploy_suspected: self.duration(&b.deploy_suspected, "breaker.deploy_suspected")?,
+            alert_after: self.duration(&b.alert_after, "breaker.alert_after")?,
+            warm_up,
+            source: self.source(&b.source, b.inferred),
+        })
+    }
+
+    fn warm_up(&mut self, b: &spec::Breaker, services: &[Service]) -> Vec<WarmUp> {
+        let mut out = Vec::new();
+        for (i, w) in b.warm_up.iter().enumerate() {
+            let field = |key: &str| format!("breaker.warm_up.{i}.{key}");
+            let Some(route) = self.route_ref(&w.route, &field("route"), services) else {
+                continue;
+            };
+            let target = &services[route.service].routes[route.route];
+            if w.path.len() != target.path_params.len() {
+                self.error(
+                    &w.route,
+                    field("path"),
+                    format!(
+                        "`{}` has {} path parameters, the warm-up gives {}",
+                        &*w.route,
+                        target.path_params.len(),
+                        w.path.len()
+                    ),
+                );
+            }
+            let body = w.body.as_ref().and_then(|text| {
+                match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(value) => Some(value.to_string()),
+                    Err(e) => {
+                        self.error(text, field("body"), format!("not valid JSON: {e}"));
+                        None
+                    }
+                }
+            });
+            if w.body.is_some() != target.body.is_some() {
+                self.error(
+                    &w.route,
+                    field("body"),
+                    "give a body exactly when the route takes one",
+                );
+            }
+            out.push(WarmUp {
+                route,
+                path: w.path.iter().map(|p| p.to_string()).collect(),
+                body,
+                source: self.source(&w.source, w.inferred),
+            });
+        }
+        out
+    }
+}

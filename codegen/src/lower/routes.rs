@@ -1,0 +1,435 @@
+//! Checks and lowers the service files: types, services and their routes.
+
+use std::collections::HashMap;
+
+use crate::model::*;
+use crate::spec::{self, Text};
+
+use super::{Cx, Names, is_camel, is_snake, one_of, position};
+
+impl Cx<'_> {
+    pub(super) fn types(&mut self, services: &[spec::ServiceFile], api: &Api) -> Vec<TypeDef> {
+        let mut seen: HashMap<String, String> = HashMap::new();
+        let mut out = Vec::new();
+        for service in services {
+            for (name, t) in &service.types {
+                let field = format!("types.{}", &**name);
+                if !is_camel(name) {
+                    self.error(name, &field, "type names are CamelCase");
+                }
+                if api.ids.iter().any(|i| i.name == name.as_str())
+                    || ["TenantId", "WorkspaceId"].contains(&name.as_str())
+                {
+                    self.error(name, &field, "this name is already an ID type");
+                }
+                if let Some(other) = seen.insert(name.to_string(), service.service.to_string()) {
+                    self.error(
+                        name,
+                        &field,
+                        format!("type `{}` is already defined by service `{other}`", &**name),
+                    );
+                }
+                let shape = match (&t.fields, &t.values) {
+                    (Some(fields), None) => Shape::Struct(
+                        fields
+                            .iter()
+                            .map(|(f, _)| Field {
+                                name: f.to_string(),
+                                ty: TypeExpr::String, // resolved below, once every name is known
+                            })
+                            .collect(),
+                    ),
+                    (None, Some(values)) if !values.is_empty() => {
+                        Shape::Enum(values.iter().map(|v| v.to_string()).collect())
+                    }
+                    _ => {
+                        self.error(
+                            name,
+                            &field,
+                            "a type has either `fields` or a non-empty `values` list",
+                        );
+                        Shape::Enum(Vec::new())
+                    }
+                };
+                out.push(TypeDef {
+                    name: name.to_string(),
+                    doc: t.doc.to_string(),
+                    shape,
+                    service: service.service.to_string(),
+                    source: t.source.as_ref().map(|s| self.source(s, t.inferred)),
+                });
+            }
+        }
+        // Resolve field types now that every type name is known.
+        let type_names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
+        let ids: Vec<&str> = api.ids.iter().map(|i| i.name.as_str()).collect();
+        let names = Names {
+            timeouts: vec![],
+            retries: vec![],
+            budgets: vec![],
+            streams: vec![],
+            ids,
+            types: type_names.iter().map(|s| s.as_str()).collect(),
+            details: vec![],
+            alerts: vec![],
+            states: vec![],
+        };
+        let mut i = 0;
+        for service in services {
+            for (name, t) in &service.types {
+                if let (Some(fields), Shape::Struct(lowered)) = (&t.fields, &mut out[i].shape) {
+                    for ((field, ty), target) in fields.iter().zip(lowered.iter_mut()) {
+                        if !is_snake(field) {
+                            self.error(
+                                field,
+                                format!("types.{}.fields.{}", &**name, &**field),
+                                "field names are snake_case",
+                            );
+                        }
+                        let path = format!("types.{}.fields.{}", &**name, &**field);
+                        target.ty = self.type_expr(ty, &path, &names).unwrap_or(TypeExpr::Json);
+                    }
+                }
+                i += 1;
+            }
+        }
+        out
+    }
+
+    fn type_expr(&mut self, text: &Text, field: &str, names: &Names) -> Option<TypeExpr> {
+        match parse_type(text, names) {
+            Ok(t) => Some(t),
+            Err(message) => {
+                self.error(text, field, message);
+                None
+            }
+        }
+    }
+
+    pub(super) fn services(
+        &mut self,
+        services: &[spec::ServiceFile],
+        api: &Api,
+        names: &Names,
+    ) -> Vec<Service> {
+        let mut handles: HashMap<String, String> = HashMap::new();
+        let mut out = Vec::new();
+        for s in services {
+            if !is_snake(&s.handle) {
+                self.error(&s.handle, "handle", "handles are snake_case method names");
+            }
+            if let Some(other) = handles.insert(s.handle.to_string(), s.service.to_string()) {
+                self.error(
+                    &s.handle,
+                    "handle",
+                    format!(
+                        "duplicate method name: service `{other}` already has handle `{}`",
+                        &*s.handle
+                    ),
+                );
+            }
+            let scope = self.scope(&s.scope, "scope");
+            let lane = match s.lane.as_str() {
+                "key" => Lane::Key,
+                "bff" => Lane::Bff,
+                _ => {
+                    self.error(&s.lane, "lane", "lane is `key` or `bff`");
+                    Lane::Key
+                }
+            };
+            if !s.prefix.starts_with('/') || s.prefix.ends_with('/') {
+                self.error(
+                    &s.prefix,
+                    "prefix",
+                    "a prefix starts with `/` and does not end with one",
+                );
+            }
+            let needs_workspace = api
+                .workspace_services
+                .iter()
+                .any(|w| w == s.service.as_str());
+            let mut routes = Vec::new();
+            for (name, r) in &s.routes {
+                let route = self.route(
+                    name,
+                    r,
+                    s,
+                    scope.unwrap_or(ScopeNeed::Tenant),
+                    needs_workspace,
+                    names,
+                );
+                routes.push(route);
+            }
+            out.push(Service {
+                name: s.service.to_string(),
+                handle: s.handle.to_string(),
+                doc: s.doc.to_string(),
+                prefix: s.prefix.to_string(),
+                scope: scope.unwrap_or(ScopeNeed::Tenant),
+                lane,
+                routes,
+                source: self.source(&s.source, s.inferred),
+            });
+        }
+        for w in &api.workspace_services {
+            if !services.iter().any(|s| s.service.as_str() == w) {
+                self.sources.in_file(
+                    0,
+                    "workspace_services",
+                    format!("no service file defines `{w}`"),
+                );
+            }
+        }
+        out
+    }
+
+    fn route(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        service: &spec::ServiceFile,
+        service_scope: ScopeNeed,
+        needs_workspace: bool,
+        names: &Names,
+    ) -> Route {
+        let field = |key: &str| format!("routes.{}.{key}", &**name);
+        if !is_snake(name) {
+            self.error(
+                name,
+                format!("routes.{}", &**name),
+                "route names are snake_case method names",
+            );
+        }
+        let method = match r.method.as_str() {
+            "GET" => Method::Get,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "PATCH" => Method::Patch,
+            "DELETE" => Method::Delete,
+            other => {
+                self.error(
+                    &r.method,
+                    field("method"),
+                    format!("unknown method `{other}`: GET, POST, PUT, PATCH or DELETE"),
+                );
+                Method::Get
+            }
+        };
+        if !r.path.starts_with('/') {
+            self.error(&r.path, field("path"), "a path starts with `/`");
+        }
+        let placeholders = placeholders(&r.path);
+        for p in &placeholders {
+            if !r.path_params.keys().any(|k| k.as_str() == p) {
+                self.error(
+                    &r.path,
+                    field("path"),
+                    format!("placeholder `{{{p}}}` has no entry in `path_params`"),
+                );
+            }
+        }
+        let mut path_params = Vec::new();
+        for (param, ty) in &r.path_params {
+            if !placeholders.iter().any(|p| p == param.as_str()) {
+                self.error(
+                    param,
+                    field(&format!("path_params.{}", &**param)),
+                    format!(
+                        "path parameter `{}` is missing from the path template `{}`",
+                        &**param, &*r.path
+                    ),
+                );
+            }
+            let lowered = self.type_expr(ty, &field(&format!("path_params.{}", &**param)), names);
+            if let Some(t) = &lowered
+                && !matches!(t, TypeExpr::Id(_) | TypeExpr::String)
+            {
+                self.error(
+                    ty,
+                    field(&format!("path_params.{}", &**param)),
+                    "a path parameter is an ID type or `string`",
+                );
+            }
+            path_params.push((param.to_string(), lowered.unwrap_or(TypeExpr::String)));
+        }
+        // Keep template order: the emitter renders parameters as they appear.
+        path_params.sort_by_key(|(p, _)| placeholders.iter().position(|q| q == p));
+        let query = r
+            .query
+            .iter()
+            .map(|(q, ty)| {
+                let t = self.type_expr(ty, &field(&format!("query.{}", &**q)), names);
+                (q.to_string(), t.unwrap_or(TypeExpr::String))
+            })
+            .collect();
+        let body = r
+            .body
+            .as_ref()
+            .and_then(|b| self.type_expr(b, &field("body"), names));
+        if body.is_some() && method == Method::Get {
+            self.error(
+                r.body.as_ref().expect("checked"),
+                field("body"),
+                "a GET route has no body",
+            );
+        }
+        let returns = match (&r.returns, &r.stream) {
+            (Some(_), Some(stream)) => {
+                self.error(stream, field("stream"), "a stream route has no `returns`");
+                Returns::Nothing
+            }
+            (None, Some(stream)) => match position(&names.streams, stream) {
+                Some(i) => Returns::Stream(i),
+                None => {
+                    self.error(
+                        stream,
+                        field("stream"),
+                        format!(
+                            "unknown stream `{}`: expected one of {}",
+                            &**stream,
+                            one_of(&names.streams)
+                        ),
+                    );
+                    Returns::Nothing
+                }
+            },
+            (Some(t), None) if t.as_str() == "none" => Returns::Nothing,
+            (Some(t), None) => Returns::Body(
+                self.type_expr(t, &field("returns"), names)
+                    .unwrap_or(TypeExpr::Json),
+            ),
+            (None, None) => {
+                self.error(
+                    name,
+                    field("returns"),
+                    "a route needs `returns` (or `stream`)",
+                );
+                Returns::Nothing
+            }
+        };
+        let timeout = self.reference(
+            &r.timeout,
+            &field("timeout"),
+            "timeout class",
+            &names.timeouts,
+        );
+        let retry = self.reference(&r.retry, &field("retry"), "retry class", &names.retries);
+        let budget = self.reference(&r.budget, &field("budget"), "budget", &names.budgets);
+        let scope = match &r.scope {
+            Some(s) => self.scope(s, &field("scope")).unwrap_or(service_scope),
+            None => service_scope,
+        };
+        if scope == ScopeNeed::Workspace && service_scope != ScopeNeed::Workspace {
+            self.error(
+                r.scope.as_ref().unwrap_or(&service.scope),
+                field("scope"),
+                "a workspace route belongs to a service whose scope is `workspace` (its handle carries the workspace)",
+            );
+        }
+        if needs_workspace && scope != ScopeNeed::Workspace {
+            let at = r.scope.as_ref().unwrap_or(&service.scope);
+            self.error(
+                at,
+                field("scope"),
+                format!(
+                    "`{}` is a workspace service (policy §3.2): every route needs the workspace, so scope must be `workspace`",
+                    &*service.service
+                ),
+            );
+        }
+        let conflict = match r.conflict.as_ref().map(|c| c.as_str()) {
+            None => Conflict::Error,
+            Some("success") => Conflict::Success,
+            Some("poll") => Conflict::Poll,
+            Some(other) => {
+                self.error(
+                    r.conflict.as_ref().expect("some"),
+                    field("conflict"),
+                    format!("unknown conflict rule `{other}`: `success` or `poll`"),
+                );
+                Conflict::Error
+            }
+        };
+        if conflict == Conflict::Success && method == Method::Get {
+            self.error(
+                r.conflict.as_ref().expect("some"),
+                field("conflict"),
+                "`conflict: success` is for create routes, not GET",
+            );
+        }
+        if r.replay && !r.idempotent {
+            self.error(
+                name,
+                field("replay"),
+                "only idempotent routes may be replayed",
+            );
+        }
+        Route {
+            name: name.to_string(),
+            doc: r.doc.to_string(),
+            method,
+            path: format!("{}{}", &*service.prefix, &*r.path),
+            path_params,
+            query,
+            body,
+            returns,
+            idempotent: r.idempotent,
+            timeout: timeout.unwrap_or(0),
+            retry: retry.unwrap_or(0),
+            budget: budget.unwrap_or(0),
+            replay: r.replay,
+            scope,
+            conflict,
+            pipeline_id: r.pipeline_id,
+            source: self.source(&r.source, r.inferred),
+        }
+    }
+}
+
+/// The `{name}` placeholders of a path template, in order.
+pub fn placeholders(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        out.push(rest[open + 1..open + close].to_string());
+        rest = &rest[open + close + 1..];
+    }
+    out
+}
+
+/// Parses a type expression such as `list<KbId>?`.
+fn parse_type(text: &str, names: &Names) -> Result<TypeExpr, String> {
+    let text = text.trim();
+    if let Some(inner) = text.strip_suffix('?') {
+        return Ok(TypeExpr::Optional(Box::new(parse_type(inner, names)?)));
+    }
+    for (prefix, wrap) in [
+        ("list<", TypeExpr::List as fn(Box<TypeExpr>) -> TypeExpr),
+        ("map<", TypeExpr::Map),
+    ] {
+        if let Some(inner) = text.strip_prefix(prefix) {
+            let inner = inner
+                .strip_suffix('>')
+                .ok_or_else(|| format!("`{text}` is missing its closing `>`"))?;
+            return Ok(wrap(Box::new(parse_type(inner, names)?)));
+        }
+    }
+    Ok(match text {
+        "string" => TypeExpr::String,
+        "integer" => TypeExpr::Integer,
+        "number" => TypeExpr::Number,
+        "boolean" => TypeExpr::Boolean,
+        "json" => TypeExpr::Json,
+        "TenantId" | "WorkspaceId" => TypeExpr::Id(text.to_string()),
+        _ if names.ids.contains(&text) => TypeExpr::Id(text.to_string()),
+        _ if names.types.contains(&text) => TypeExpr::Named(text.to_string()),
+        _ => {
+            return Err(format!(
+                "unknown type `{text}`: expected string, integer, number, boolean, json, an ID type, a type from `types`, list<T> or map<T>"
+            ));
+        }
+    })
+}

@@ -1,0 +1,191 @@
+//! Checks and lowers `taxonomy.yaml`: detail sets and error rows.
+
+use std::collections::BTreeSet;
+
+use crate::model::*;
+use crate::spec;
+
+use super::{Cx, Names, is_snake};
+
+impl Cx<'_> {
+    pub(super) fn details(&mut self, taxonomy: &spec::TaxonomyFile) -> Vec<DetailSet> {
+        let mut out = Vec::new();
+        for (name, set) in &taxonomy.details {
+            if set.contains.is_empty() {
+                self.error(
+                    name,
+                    format!("details.{}.contains", &**name),
+                    "a detail set needs at least one substring",
+                );
+            }
+            out.push(DetailSet {
+                name: name.to_string(),
+                doc: set.doc.to_string(),
+                contains: set.contains.iter().map(|c| c.to_lowercase()).collect(),
+                source: self.source(&set.source, set.inferred),
+            });
+        }
+        out
+    }
+
+    pub(super) fn rows(
+        &mut self,
+        taxonomy: &spec::TaxonomyFile,
+        names: &Names,
+        states_when: &[StateTrigger],
+    ) -> Vec<Row> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for r in &taxonomy.rows {
+            let field = |key: &str| format!("rows.{}.{key}", &*r.row);
+            if !seen.insert(r.row.as_str()) {
+                self.error(&r.row, field("row"), format!("duplicate row `{}`", &*r.row));
+            }
+            let m = &r.matches;
+            let outcome = match m.outcome.as_str() {
+                "connection" => Some(OutcomeKind::Connection),
+                "status" => Some(OutcomeKind::Status),
+                "decode" => Some(OutcomeKind::Decode),
+                "deadline" => Some(OutcomeKind::Deadline),
+                "circuit_open" => Some(OutcomeKind::CircuitOpen),
+                "invalid_scope" => Some(OutcomeKind::InvalidScope),
+                "stream_error" => Some(OutcomeKind::StreamError),
+                "stream_timeout" => Some(OutcomeKind::StreamTimeout),
+                "stream_stalled" => Some(OutcomeKind::StreamStalled),
+                other => {
+                    self.error(
+                        &m.outcome,
+                        field("match.outcome"),
+                        format!("unknown outcome `{other}`"),
+                    );
+                    None
+                }
+            };
+            let status = match (&m.status, &m.status_range) {
+                (Some(s), None) => Some((**s, **s)),
+                (None, Some(range)) if range.len() == 2 && *range[0] <= *range[1] => {
+                    Some((*range[0], *range[1]))
+                }
+                (None, Some(_)) => {
+                    self.error(
+                        &r.row,
+                        field("match.status_range"),
+                        "a status range is `[low, high]` with low <= high",
+                    );
+                    None
+                }
+                (Some(s), Some(_)) => {
+                    self.sources.at(
+                        s.span(),
+                        field("match.status"),
+                        "give `status` or `status_range`, not both",
+                    );
+                    None
+                }
+                (None, None) => None,
+            };
+            let narrows = status.is_some()
+                || m.detail.is_some()
+                || m.retry_after.is_some()
+                || m.conflict.is_some();
+            if narrows && outcome.is_some_and(|o| o != OutcomeKind::Status) {
+                self.error(
+                    &m.outcome,
+                    field("match"),
+                    "status, detail, retry_after and conflict only narrow a `status` outcome",
+                );
+            }
+            let detail = m.detail.as_ref().and_then(|d| {
+                self.reference(d, &field("match.detail"), "detail set", &names.details)
+            });
+            let conflict = m.conflict.as_ref().and_then(|c| match c.as_str() {
+                "success" => Some(Conflict::Success),
+                "poll" => Some(Conflict::Poll),
+                _ => {
+                    self.error(
+                        c,
+                        field("match.conflict"),
+                        "conflict is `success` or `poll`",
+                    );
+                    None
+                }
+            });
+            if !is_snake(&r.class) {
+                self.error(&r.class, field("class"), "error classes are snake_case");
+            }
+            let retry = r
+                .retry
+                .as_ref()
+                .and_then(|c| self.reference(c, &field("retry"), "retry class", &names.retries));
+            if let Some(alert) = &r.alert {
+                self.reference(alert, &field("alert"), "alert", &names.alerts);
+            }
+            let feature_state = r.feature_state.as_ref().and_then(|st| {
+                let i =
+                    self.reference(st, &field("feature_state"), "feature state", &names.states)?;
+                if states_when[i] != StateTrigger::Row {
+                    self.error(
+                        st,
+                        field("feature_state"),
+                        format!(
+                            "state `{}` is not entered by rows (its `when` is not `row`)",
+                            &**st
+                        ),
+                    );
+                }
+                Some(i)
+            });
+            let remember_for = r
+                .remember_for
+                .as_ref()
+                .and_then(|d| self.duration(d, &field("remember_for")));
+            out.push(Row {
+                row: r.row.to_string(),
+                outcome: outcome.unwrap_or(OutcomeKind::Status),
+                status,
+                detail,
+                retry_after: m.retry_after,
+                conflict,
+                class: r.class.to_string(),
+                retry,
+                feeds_breaker: r.feeds_breaker,
+                alert: r.alert.as_ref().map(|a| a.to_string()),
+                alert_outside_deploy: r.alert_outside_deploy,
+                feature_state,
+                remember_for,
+                escalate_to: None, // resolved below, once every row is known
+                action: r.action.to_string(),
+                source: self.source(&r.source, r.inferred),
+            });
+        }
+        let names: Vec<String> = out.iter().map(|r| r.row.clone()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        for (i, r) in taxonomy.rows.iter().enumerate() {
+            let Some(target) = &r.escalate_to else {
+                continue;
+            };
+            let field = format!("rows.{}.escalate_to", &*r.row);
+            out[i].escalate_to = self.reference(target, &field, "row", &names);
+            if out[i].escalate_to == Some(i) {
+                self.error(target, &field, "a row cannot escalate to itself");
+            }
+            if r.retry.is_none() {
+                self.error(
+                    target,
+                    &field,
+                    "escalation happens on the retry: the row needs a `retry` class",
+                );
+            }
+        }
+        for r in &taxonomy.rows {
+            if r.alert_outside_deploy && r.alert.is_none() {
+                self.error(
+                    &r.row,
+                    format!("rows.{}.alert_outside_deploy", &*r.row),
+                    "needs an `alert`",
+                );
+            }
+        }
+        out
+    }
+}
