@@ -86,8 +86,12 @@ impl<'a> Call<'a> {
             let value = values
                 .next()
                 .ok_or_else(|| format!("missing value for {}", &rest[open..open + close + 1]))?;
-            if value.is_empty() {
-                return Err(format!("empty value for {}", &rest[open..open + close + 1]));
+            // `.` and `..` would be folded by the URL parser onto another route.
+            if value.is_empty() || *value == "." || *value == ".." {
+                return Err(format!(
+                    "{value:?} is not a value for {}",
+                    &rest[open..open + close + 1]
+                ));
             }
             encode_segment(value, &mut out);
             rest = &rest[open + close + 1..];

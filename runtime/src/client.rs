@@ -10,7 +10,7 @@ use crate::memory::Memory;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::throttle::Throttle;
-use crate::{Id, IdKind, InvalidId};
+use crate::{Id, IdKind};
 
 /// What a client needs besides its policy. The tenant is an [`Id`] of kind
 /// tenant: validated, never defaulted.
@@ -74,6 +74,9 @@ impl Client {
         if config.tenant.kind() != IdKind::Tenant {
             return Err(ConfigError::NotATenant(kind_name(config.tenant.kind())));
         }
+        // The tenant may have been parsed under other rules: check this policy's.
+        Id::parse(&policy.ids, IdKind::Tenant, config.tenant.as_str())
+            .map_err(ConfigError::Tenant)?;
         let base_url = config.base_url.trim_end_matches('/').to_owned();
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(ConfigError::BaseUrl {
@@ -104,16 +107,11 @@ impl Client {
     }
 
     /// The same client, stamping the pipeline header on routes that carry it.
-    pub fn with_pipeline_id(&self, pipeline_id: &str) -> Result<Client, InvalidId> {
-        let id = Id::parse(
-            &self.shared.policy.ids,
-            IdKind::Other("PipelineId"),
-            pipeline_id,
-        )?;
-        Ok(Client {
+    pub fn with_pipeline_id(&self, pipeline_id: &Id) -> Client {
+        Client {
             shared: self.shared.clone(),
-            pipeline_id: Some(id.as_str().into()),
-        })
+            pipeline_id: Some(pipeline_id.as_str().into()),
+        }
     }
 
     pub fn policy(&self) -> &'static Policy {

@@ -17,6 +17,7 @@ use crate::endpoint::{Lane, Method, ScopeNeed};
 use crate::error::{Error, ErrorKind};
 use crate::policy::{OutcomeKind, RetrySchedule, StateTrigger, TaxonomyRow};
 use crate::reply::Reply;
+use crate::scope::IdKind;
 use crate::telemetry::{self, AttemptLog};
 
 /// What one attempt brought back.
@@ -241,24 +242,35 @@ impl Client {
         }
     }
 
-    /// Refuses a call whose scope is incomplete, before a byte is sent (T22).
+    /// Refuses a call whose scope does not fit its route, before a byte is
+    /// sent (T22): a missing workspace, an ID of another kind as the
+    /// workspace, a workspace on a route that takes none, a bad path value.
     fn check_scope(&self, call: &Call<'_>) -> Result<String, Error> {
         let endpoint = call.endpoint;
-        let invalid = || {
+        let invalid = |reason: String| {
             self.error(
                 ErrorKind::InvalidScope,
                 self.row(OutcomeKind::InvalidScope),
                 call,
             )
+            .with_detail(reason)
         };
-        if endpoint.scope == ScopeNeed::Workspace && call.workspace.is_none() {
-            return Err(invalid().with_detail(format!(
-                "{} needs a workspace (X-Workspace-ID)",
-                endpoint.path
-            )));
+        match (endpoint.scope, call.workspace) {
+            (ScopeNeed::Workspace, None) => {
+                return Err(invalid(format!(
+                    "{} needs a workspace (X-Workspace-ID)",
+                    endpoint.path
+                )));
+            }
+            (ScopeNeed::Workspace, Some(id)) if id.kind() != IdKind::Workspace => {
+                return Err(invalid(format!("{id:?} is not a workspace")));
+            }
+            (ScopeNeed::Public | ScopeNeed::Tenant, Some(_)) => {
+                return Err(invalid(format!("{} takes no workspace", endpoint.path)));
+            }
+            _ => {}
         }
-        call.render_path()
-            .map_err(|reason| invalid().with_detail(reason))
+        call.render_path().map_err(invalid)
     }
 
     /// The only place a request and its headers are assembled.

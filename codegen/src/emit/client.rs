@@ -117,9 +117,9 @@ pub fn client_rs(model: &Model) -> TokenStream {
         use std::sync::Arc;
 
         use sdk_runtime::alerts::AlertSink;
-        use sdk_runtime::{Client, ClientConfig, ConfigError, InvalidId, Policy};
+        use sdk_runtime::{Client, ClientConfig, ConfigError, Policy};
 
-        use crate::ids::{AsWorkspace, TenantId};
+        use crate::ids::{AsWorkspace, PipelineId, TenantId};
         use crate::policy::POLICY;
 
         #config_doc
@@ -197,8 +197,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
             }
 
             /// The same client, stamping `pipeline_id` on the routes that carry one.
-            pub fn with_pipeline_id(&self, pipeline_id: &str) -> Result<Self, InvalidId> {
-                Ok(Self { client: self.client.with_pipeline_id(pipeline_id)? })
+            pub fn with_pipeline_id(&self, pipeline_id: &PipelineId) -> Self {
+                Self { client: self.client.with_pipeline_id(pipeline_id.id()) }
             }
 
             /// The runtime underneath: breaker state, throttle, telemetry.

@@ -42,7 +42,7 @@ pub fn int(n: impl Into<u64>) -> proc_macro2::Literal {
 /// A `Duration` constructor, in whole seconds where possible.
 pub fn duration(d: Duration) -> TokenStream {
     let millis = d.as_millis() as u64;
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         let secs = int(millis / 1000);
         quote!(::std::time::Duration::from_secs(#secs))
     } else {
@@ -160,9 +160,9 @@ pub fn type_text(ty: &TypeExpr) -> String {
 /// A duration as a person writes it: `500 ms`, `30 s`, `2 min`.
 pub fn duration_text(d: Duration) -> String {
     let millis = d.as_millis();
-    if millis % 60_000 == 0 && millis >= 60_000 {
+    if millis.is_multiple_of(60_000) && millis >= 60_000 {
         format!("{} min", millis / 60_000)
-    } else if millis % 1000 == 0 {
+    } else if millis.is_multiple_of(1000) {
         format!("{} s", millis / 1000)
     } else {
         format!("{millis} ms")

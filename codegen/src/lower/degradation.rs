@@ -73,7 +73,11 @@ impl Cx<'_> {
         out
     }
 
-    pub(super) fn features(&mut self, d: &spec::DegradationFile, services: &[Service]) -> Vec<Feature> {
+    pub(super) fn features(
+        &mut self,
+        d: &spec::DegradationFile,
+        services: &[Service],
+    ) -> Vec<Feature> {
         let mut out = Vec::new();
         for (name, f) in &d.features {
             let field = format!("features.{}.routes", &**name);

@@ -9,7 +9,6 @@ mod policy;
 mod routes;
 mod taxonomy;
 
-use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use marked_yaml::Spanned;
@@ -17,7 +16,7 @@ use marked_yaml::Spanned;
 use crate::error::Sources;
 use crate::load::RawSpec;
 use crate::model::*;
-use crate::spec::{self, Text};
+use crate::spec::Text;
 
 pub use routes::placeholders;
 

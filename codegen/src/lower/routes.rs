@@ -364,6 +364,13 @@ impl Cx<'_> {
                 "only idempotent routes may be replayed",
             );
         }
+        if r.pipeline_id && !names.ids.contains(&"PipelineId") {
+            self.error(
+                name,
+                field("pipeline_id"),
+                "routes that carry the pipeline header need a `PipelineId` in `ids.types`",
+            );
+        }
         Route {
             name: name.to_string(),
             doc: r.doc.to_string(),

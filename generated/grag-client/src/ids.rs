@@ -388,6 +388,59 @@ impl<'de> serde::Deserialize<'de> for ConversionId {
     }
 }
 
+/// Identifier of a Gutachten run or Analyse batch, stamped as X-Pipeline-Id on its ai-gateway calls and the join key of its cost totals (policy §10.1 (inferred)).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PipelineId(Id);
+
+impl PipelineId {
+    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
+    pub fn parse(value: &str) -> Result<Self, InvalidId> {
+        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("PipelineId"), value).map(Self)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// The runtime's view of this ID.
+    pub fn id(&self) -> &Id {
+        &self.0
+    }
+}
+
+impl fmt::Display for PipelineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for PipelineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl std::str::FromStr for PipelineId {
+    type Err = InvalidId;
+    fn from_str(value: &str) -> Result<Self, InvalidId> {
+        Self::parse(value)
+    }
+}
+
+impl serde::Serialize for PipelineId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for PipelineId {
+    /// An ID in a response is validated like any other: a bad one is a decode error.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = String::deserialize(deserializer)?;
+        Self::parse(&value).map_err(serde::de::Error::custom)
+    }
+}
+
 /// Identifier of a knowledge-graph entity (MERGE key of the upsert) (policy §5.3 (inferred)).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntityId(Id);

@@ -62,8 +62,11 @@ impl<'c> Ledger<'c> {
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §10.1
-    pub async fn totals(&self, pipeline_id: &str) -> Result<crate::types::LedgerTotals, Error> {
-        let call = Call::new(&TOTALS).query("pipeline_id", pipeline_id);
+    pub async fn totals(
+        &self,
+        pipeline_id: &crate::ids::PipelineId,
+    ) -> Result<crate::types::LedgerTotals, Error> {
+        let call = Call::new(&TOTALS).query("pipeline_id", pipeline_id.as_str());
         self.client.send(call).await?.json()
     }
 

@@ -56,7 +56,7 @@ pub use client::{Config, Grag};
 
 pub use ids::{
     AsWorkspace, ConversationId, ConversionId, DocumentId, EdgeId, EntityId, JobId, KbId,
-    SessionId, TenantId, WorkspaceId,
+    PipelineId, SessionId, TenantId, WorkspaceId,
 };
 
 pub use ai_gateway::AiGateway;

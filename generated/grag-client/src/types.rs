@@ -237,7 +237,7 @@ impl SpendGrouping {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LedgerTotals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pipeline_id: Option<String>,
+    pub pipeline_id: Option<crate::ids::PipelineId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_cost: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

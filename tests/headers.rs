@@ -1,0 +1,721 @@
+//! Every generated route, called through the generated client against a local
+//! recording server, carries exactly the headers the spec requires (policy
+//! §2, §3.4): Authorization on non-public key-lane routes, X-Tenant-ID on every
+//! non-public route, X-Workspace-ID on workspace routes only, a fresh UUIDv4
+//! X-Request-ID on every request, X-Pipeline-Id on pipeline routes when the
+//! client has a pipeline id.
+//!
+//! The walk must reach every route of `grag_client::policy::ENDPOINTS`: the
+//! recorded requests are matched back to their templates and the set is
+//! compared with the spec's, so a route added to the spec and not called here
+//! fails the test.
+
+mod recorder;
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use grag_client::policy::ENDPOINTS;
+use grag_client::types::{
+    ChatRequest, Completion, CompletionRequest, Conversation, ConversionJob, ConversionResult,
+    ConvertRequest, CreateConversation, CreateKb, Document, Edge, Entity, EntityLink, Health,
+    JobStatus, Kb, LedgerTotals, LinkRequest, Score, ScoreRequest, SearchHit, SearchRequest,
+    SearchResults, Spend, SpendGrouping, SpendLine, UploadDocument, UpsertPoints, UpsertResult,
+};
+use grag_client::{
+    Config, ConversationId, ConversionId, Created, DocumentId, EdgeId, EntityId, Events, Grag,
+    JobId, KbId, Progress, SessionId, TenantId, WorkspaceId,
+};
+use recorder::{Recorded, Recorder, routes_matching};
+use sdk_runtime::{Endpoint, Lane, ScopeNeed};
+use serde_json::json;
+use uuid::Uuid;
+
+const TENANT: &str = "knoll";
+const WORKSPACE: &str = "ws-7";
+const API_KEY: &str = "test-key-7f3a";
+const PIPELINE: &str = "run-7";
+
+fn pipeline() -> grag_client::PipelineId {
+    grag_client::PipelineId::parse(PIPELINE).expect("a valid pipeline id")
+}
+
+/// The value each path placeholder of the spec is called with.
+const PLACEHOLDERS: &[(&str, &str)] = &[
+    ("kb", "kb-methodik"),
+    ("entity_id", "e-1"),
+    ("edge_id", "edge-1"),
+    ("job_id", "job-1"),
+    ("session_id", "s-1"),
+    ("conversion_id", "conv-1"),
+];
+
+fn placeholder(name: &str) -> &'static str {
+    PLACEHOLDERS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
+        .unwrap_or_else(|| panic!("no test value for path placeholder {{{name}}}"))
+}
+
+/// Sample answers: the server serializes them, the walk compares the decoded
+/// answers with them.
+mod sample {
+    use super::*;
+
+    pub fn kb_id() -> KbId {
+        KbId::parse(placeholder("kb")).unwrap()
+    }
+    pub fn document_id() -> DocumentId {
+        DocumentId::parse("doc-1").unwrap()
+    }
+    pub fn entity_id() -> EntityId {
+        EntityId::parse(placeholder("entity_id")).unwrap()
+    }
+    pub fn edge_id() -> EdgeId {
+        EdgeId::parse(placeholder("edge_id")).unwrap()
+    }
+    pub fn conversation_id() -> ConversationId {
+        ConversationId::parse("c-1").unwrap()
+    }
+    pub fn conversion_id() -> ConversionId {
+        ConversionId::parse(placeholder("conversion_id")).unwrap()
+    }
+    pub fn search_results() -> SearchResults {
+        SearchResults {
+            results: vec![SearchHit {
+                chunk_id: "chunk-1".into(),
+                document_id: Some(document_id()),
+                text: "Methodik".into(),
+                score: 0.75,
+                metadata: None,
+            }],
+        }
+    }
+    pub fn completion() -> Completion {
+        Completion {
+            content: "Antwort".into(),
+            model: Some("m".into()),
+            usage: Some(json!({"tokens": 3})),
+        }
+    }
+    pub fn job_status() -> JobStatus {
+        JobStatus {
+            status: "running".into(),
+            progress: 0.5,
+            error: None,
+            results: None,
+        }
+    }
+    pub fn conversion_job() -> ConversionJob {
+        ConversionJob {
+            conversion_id: conversion_id(),
+            status: "queued".into(),
+        }
+    }
+    pub fn conversion_result() -> ConversionResult {
+        ConversionResult {
+            conversion_id: conversion_id(),
+            status: "done".into(),
+            content: Some("# Text".into()),
+            pages: Some(2),
+            metadata: None,
+        }
+    }
+    pub fn links() -> Vec<EntityLink> {
+        vec![EntityLink {
+            entity_id: entity_id(),
+            mention: "Knoll".into(),
+            start: 0,
+            end: 5,
+            score: Some(0.5),
+        }]
+    }
+    pub fn score() -> Score {
+        Score {
+            score: 0.5,
+            grounded: Some(true),
+            details: None,
+        }
+    }
+    pub fn entity() -> Entity {
+        Entity {
+            entity_id: entity_id(),
+            entity_type: "org".into(),
+            name: "Knoll GmbH".into(),
+            kb_id: Some(kb_id()),
+            properties: None,
+        }
+    }
+    pub fn edge() -> Edge {
+        Edge {
+            edge_id: edge_id(),
+            source_entity_id: entity_id(),
+            target_entity_id: entity_id(),
+            relation_type: "self".into(),
+            properties: None,
+        }
+    }
+    pub fn totals() -> LedgerTotals {
+        LedgerTotals {
+            pipeline_id: Some(pipeline()),
+            total_cost: Some(1.25),
+            currency: Some("EUR".into()),
+            calls: Some(3),
+            breakdown: None,
+        }
+    }
+    pub fn spend() -> Spend {
+        Spend {
+            group_by: Some(SpendGrouping::Provider),
+            items: vec![SpendLine {
+                key: "provider-a".into(),
+                cost: 2.5,
+                currency: Some("EUR".into()),
+            }],
+        }
+    }
+    pub fn upsert_result() -> UpsertResult {
+        UpsertResult {
+            status: Some("ok".into()),
+            upserted: Some(0),
+        }
+    }
+    pub fn health() -> Health {
+        Health {
+            status: "ok".into(),
+        }
+    }
+    pub fn kb() -> Kb {
+        Kb {
+            kb_id: kb_id(),
+            name: Some("Methodik".into()),
+            description: None,
+            created_at: None,
+        }
+    }
+    pub fn document() -> Document {
+        Document {
+            document_id: document_id(),
+            filename: "a.pdf".into(),
+            content_type: Some("application/pdf".into()),
+            status: Some("stored".into()),
+            created_at: None,
+        }
+    }
+    pub fn conversation() -> Conversation {
+        Conversation {
+            conversation_id: conversation_id(),
+            title: Some("Gutachten".into()),
+            kb_ids: Some(vec![kb_id()]),
+            created_at: None,
+        }
+    }
+    pub fn settings() -> serde_json::Value {
+        json!({"language": "de"})
+    }
+
+    pub const ORCHESTRATOR_SSE: &str = "event: subscribed\ndata: {}\n\n: keepalive\n\n\
+        event: node_complete\ndata: {\"node\":\"convert\"}\n\n\
+        event: completed\ndata: {\"status\":\"completed\"}\n\n";
+    pub const CHAT_SSE: &str = "event: retrieve\ndata: {}\n\nevent: done\ndata: {}\n\n";
+    pub const AGENT_SSE: &str = "event: message\ndata: hello\n\n";
+}
+
+/// What the recording server answers for `endpoint`: a JSON body that decodes
+/// as the route's response type, or an event stream ending in a terminal event.
+fn answer(endpoint: &Endpoint) -> Response {
+    fn json(value: impl serde::Serialize) -> Response {
+        axum::Json(serde_json::to_value(value).expect("sample serializes")).into_response()
+    }
+    fn sse(text: &'static str) -> Response {
+        ([(header::CONTENT_TYPE, "text/event-stream")], text).into_response()
+    }
+    match (endpoint.service, endpoint.operation) {
+        ("ai-gateway", "search_rerank") => json(sample::search_results()),
+        ("ai-gateway", "complete") => json(sample::completion()),
+        ("bff", "orchestrator_events") => sse(sample::ORCHESTRATOR_SSE),
+        ("bff", "pipeline_status") => json(sample::job_status()),
+        ("bff", "chat_stream") => sse(sample::CHAT_SSE),
+        ("bff", "agent_session_stream") => sse(sample::AGENT_SSE),
+        ("docfold", "convert") => json(sample::conversion_job()),
+        ("docfold", "result") => json(sample::conversion_result()),
+        ("entity-linking", "link") => json(sample::links()),
+        ("groundedness", "score") => json(sample::score()),
+        ("kg-service", "upsert_entity" | "get_entity") => json(sample::entity()),
+        ("kg-service", "upsert_edge") => json(sample::edge()),
+        ("kg-service", "list_edges") => json(vec![sample::edge()]),
+        ("ledger", "totals") => json(sample::totals()),
+        ("ledger", "spend") => json(sample::spend()),
+        ("voyager", "upsert_points") => json(sample::upsert_result()),
+        ("workspaces", "health") => json(sample::health()),
+        ("workspaces", "list_kbs") => json(vec![sample::kb()]),
+        ("workspaces", "create_kb") => json(sample::kb()),
+        ("workspaces", "list_documents") => json(vec![sample::document()]),
+        ("workspaces", "upload_document") => json(sample::document()),
+        ("workspaces", "create_conversation") => json(sample::conversation()),
+        ("workspaces", "get_settings" | "put_settings") => json(sample::settings()),
+        (service, operation) => (
+            StatusCode::NOT_IMPLEMENTED,
+            axum::Json(json!({
+                "detail": format!("headers.rs has no sample answer for {service}.{operation}")
+            })),
+        )
+            .into_response(),
+    }
+}
+
+/// The recorder's responder: the one route a request matches decides the answer.
+fn respond(request: &Recorded) -> Response {
+    match routes_matching(&ENDPOINTS, &request.method, &request.path)[..] {
+        [endpoint] => answer(endpoint),
+        ref matched => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({
+                "detail": format!(
+                    "{} {} matches {} routes",
+                    request.method,
+                    request.path,
+                    matched.len()
+                )
+            })),
+        )
+            .into_response(),
+    }
+}
+
+/// Reads a stream to its end and returns its event names.
+async fn drain(operation: &str, mut events: Events) -> Vec<String> {
+    let mut names = Vec::new();
+    let read = async {
+        while let Some(event) = events.next().await {
+            let event = event.unwrap_or_else(|e| panic!("{operation}: stream event: {e}"));
+            names.push(event.event);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .unwrap_or_else(|_| panic!("{operation}: the stream did not end within 10 s"));
+    names
+}
+
+/// `unwrap_or_else` argument naming the call that failed.
+fn expect<T>(what: &'static str) -> impl FnOnce(grag_client::Error) -> T {
+    move |e| panic!("{what}: {e}")
+}
+
+/// Calls every route of the generated client once and checks each typed answer.
+async fn walk(grag: &Grag) {
+    let workspace = WorkspaceId::parse(WORKSPACE).unwrap();
+    let kb = sample::kb_id();
+    let entity_id = sample::entity_id();
+
+    // workspaces
+    let w = grag.workspaces();
+    assert_eq!(
+        w.health().await.unwrap_or_else(expect("health")),
+        sample::health()
+    );
+    assert_eq!(
+        w.list_kbs().await.unwrap_or_else(expect("list_kbs")),
+        vec![sample::kb()]
+    );
+    let create = CreateKb {
+        kb_id: kb.clone(),
+        name: "Methodik".into(),
+        description: None,
+    };
+    assert_eq!(
+        w.create_kb(&create)
+            .await
+            .unwrap_or_else(expect("create_kb")),
+        Created::New(sample::kb())
+    );
+    assert_eq!(
+        w.list_documents(&kb)
+            .await
+            .unwrap_or_else(expect("list_documents")),
+        vec![sample::document()]
+    );
+    let upload = UploadDocument {
+        document_id: sample::document_id(),
+        filename: "a.pdf".into(),
+        content_type: "application/pdf".into(),
+        content_base64: "JVBERi0=".into(),
+        metadata: None,
+    };
+    assert_eq!(
+        w.upload_document(&kb, &upload)
+            .await
+            .unwrap_or_else(expect("upload_document")),
+        Created::New(sample::document())
+    );
+    let conversation = CreateConversation {
+        conversation_id: sample::conversation_id(),
+        title: Some("Gutachten".into()),
+        kb_ids: Some(vec![kb.clone()]),
+    };
+    assert_eq!(
+        w.create_conversation(&conversation)
+            .await
+            .unwrap_or_else(expect("create_conversation")),
+        Created::New(sample::conversation())
+    );
+    assert_eq!(
+        w.get_settings()
+            .await
+            .unwrap_or_else(expect("get_settings")),
+        sample::settings()
+    );
+    assert_eq!(
+        w.put_settings(&sample::settings())
+            .await
+            .unwrap_or_else(expect("put_settings")),
+        sample::settings()
+    );
+
+    // ai-gateway
+    let search = SearchRequest {
+        query_text: "Methodik".into(),
+        top_k: 3,
+    };
+    assert_eq!(
+        grag.ai_gateway()
+            .search_rerank(&kb, &search)
+            .await
+            .unwrap_or_else(expect("search_rerank")),
+        sample::search_results()
+    );
+    let completion = CompletionRequest {
+        messages: Vec::new(),
+        model: None,
+        max_tokens: Some(16),
+        temperature: None,
+    };
+    assert_eq!(
+        grag.ai_gateway()
+            .complete(&completion)
+            .await
+            .unwrap_or_else(expect("complete")),
+        sample::completion()
+    );
+
+    // groundedness
+    let score = ScoreRequest {
+        response_text: "Antwort".into(),
+        chunks: Vec::new(),
+    };
+    assert_eq!(
+        grag.groundedness()
+            .score(&score)
+            .await
+            .unwrap_or_else(expect("score")),
+        sample::score()
+    );
+
+    // ledger
+    assert_eq!(
+        grag.ledger()
+            .totals(&pipeline())
+            .await
+            .unwrap_or_else(expect("totals")),
+        sample::totals()
+    );
+    assert_eq!(
+        grag.ledger()
+            .spend(SpendGrouping::Provider)
+            .await
+            .unwrap_or_else(expect("spend")),
+        sample::spend()
+    );
+
+    // docfold
+    let convert = ConvertRequest {
+        document_id: sample::document_id(),
+        filename: "a.pdf".into(),
+        content_type: "application/pdf".into(),
+        content_base64: "JVBERi0=".into(),
+        kb_id: Some(kb.clone()),
+    };
+    assert_eq!(
+        grag.docfold()
+            .convert(&convert)
+            .await
+            .unwrap_or_else(expect("convert")),
+        sample::conversion_job()
+    );
+    assert_eq!(
+        grag.docfold()
+            .result(&sample::conversion_id())
+            .await
+            .unwrap_or_else(expect("result")),
+        Progress::Ready(sample::conversion_result())
+    );
+
+    // voyager
+    assert_eq!(
+        grag.voyager()
+            .upsert_points(&kb, &UpsertPoints { points: Vec::new() })
+            .await
+            .unwrap_or_else(expect("upsert_points")),
+        sample::upsert_result()
+    );
+
+    // kg-service, behind the workspace
+    let kg = grag.kg(&workspace);
+    assert_eq!(
+        kg.upsert_entity(&entity_id, &sample::entity())
+            .await
+            .unwrap_or_else(expect("upsert_entity")),
+        sample::entity()
+    );
+    assert_eq!(
+        kg.get_entity(&entity_id)
+            .await
+            .unwrap_or_else(expect("get_entity")),
+        sample::entity()
+    );
+    assert_eq!(
+        kg.upsert_edge(&sample::edge_id(), &sample::edge())
+            .await
+            .unwrap_or_else(expect("upsert_edge")),
+        sample::edge()
+    );
+    assert_eq!(
+        kg.list_edges(&entity_id)
+            .await
+            .unwrap_or_else(expect("list_edges")),
+        vec![sample::edge()]
+    );
+
+    // entity-linking, behind the workspace
+    let link = LinkRequest {
+        text: "Knoll GmbH".into(),
+        kb_id: Some(kb.clone()),
+    };
+    assert_eq!(
+        grag.entity_linking(&workspace)
+            .link(&link)
+            .await
+            .unwrap_or_else(expect("link")),
+        sample::links()
+    );
+
+    // bff lane
+    let job = JobId::parse(placeholder("job_id")).unwrap();
+    assert_eq!(
+        grag.bff()
+            .pipeline_status(&job)
+            .await
+            .unwrap_or_else(expect("pipeline_status")),
+        sample::job_status()
+    );
+    let progress = grag
+        .bff()
+        .orchestrator_events(&job)
+        .await
+        .unwrap_or_else(expect("orchestrator_events"));
+    assert_eq!(
+        drain("orchestrator_events", progress).await,
+        ["subscribed", "node_complete", "completed"]
+    );
+    let chat = ChatRequest {
+        conversation_id: sample::conversation_id(),
+        message: "Hallo".into(),
+        kb_ids: None,
+    };
+    let turn = grag
+        .bff()
+        .chat_stream(&chat)
+        .await
+        .unwrap_or_else(expect("chat_stream"));
+    assert_eq!(drain("chat_stream", turn).await, ["retrieve", "done"]);
+    let session = SessionId::parse(placeholder("session_id")).unwrap();
+    let relay = grag
+        .bff()
+        .agent_session_stream(&session)
+        .await
+        .unwrap_or_else(expect("agent_session_stream"));
+    assert_eq!(drain("agent_session_stream", relay).await, ["message"]);
+}
+
+/// `METHOD /templated/path`, the key a route is known by.
+fn route_key(endpoint: &Endpoint) -> String {
+    format!("{} {}", endpoint.method.as_str(), endpoint.path)
+}
+
+/// Checks one walk's requests; `pipeline` is the client's pipeline id.
+fn check_walk(requests: &[Recorded], pipeline: Option<&str>, request_ids: &mut HashSet<Uuid>) {
+    let mut called = BTreeSet::new();
+    for request in requests {
+        let what = format!("{} {}", request.method, request.path);
+        let endpoint = match routes_matching(&ENDPOINTS, &request.method, &request.path)[..] {
+            [endpoint] => endpoint,
+            ref matched => panic!("{what} matches {} routes of the spec", matched.len()),
+        };
+        assert!(
+            called.insert(route_key(endpoint)),
+            "{what}: {} was called more than once in one walk",
+            route_key(endpoint)
+        );
+        check_path_values(endpoint, request);
+
+        let public = endpoint.scope == ScopeNeed::Public;
+        let expected_auth =
+            (!public && endpoint.lane == Lane::Key).then(|| format!("Bearer {API_KEY}"));
+        assert_eq!(
+            request.header("authorization"),
+            expected_auth,
+            "{what}: Authorization (scope {:?}, lane {:?})",
+            endpoint.scope,
+            endpoint.lane
+        );
+        assert_eq!(
+            request.header("x-tenant-id").as_deref(),
+            (!public).then_some(TENANT),
+            "{what}: X-Tenant-ID (scope {:?})",
+            endpoint.scope
+        );
+        assert_eq!(
+            request.header("x-workspace-id").as_deref(),
+            (endpoint.scope == ScopeNeed::Workspace).then_some(WORKSPACE),
+            "{what}: X-Workspace-ID (scope {:?})",
+            endpoint.scope
+        );
+        assert_eq!(
+            request.header("x-pipeline-id").as_deref(),
+            pipeline.filter(|_| endpoint.pipeline_id),
+            "{what}: X-Pipeline-Id (route pipeline_id {}, client pipeline {pipeline:?})",
+            endpoint.pipeline_id
+        );
+
+        let request_id = request
+            .header("x-request-id")
+            .unwrap_or_else(|| panic!("{what}: no X-Request-ID"));
+        let uuid = Uuid::parse_str(&request_id)
+            .unwrap_or_else(|e| panic!("{what}: X-Request-ID {request_id:?} is not a UUID: {e}"));
+        assert_eq!(
+            uuid.get_version_num(),
+            4,
+            "{what}: X-Request-ID {request_id} is not a UUIDv4"
+        );
+        assert_eq!(
+            uuid.get_variant(),
+            uuid::Variant::RFC4122,
+            "{what}: X-Request-ID {request_id} is not an RFC 4122 UUID"
+        );
+        assert_eq!(
+            uuid.hyphenated().to_string(),
+            request_id,
+            "{what}: X-Request-ID is not in the canonical lowercase hyphenated form"
+        );
+        assert!(
+            request_ids.insert(uuid),
+            "{what}: X-Request-ID {request_id} was already used by another request"
+        );
+    }
+
+    let spec: BTreeSet<String> = ENDPOINTS.iter().map(|e| route_key(e)).collect();
+    let skipped: Vec<&String> = spec.difference(&called).collect();
+    let unknown: Vec<&String> = called.difference(&spec).collect();
+    assert!(
+        skipped.is_empty() && unknown.is_empty(),
+        "the walk must call every route of ENDPOINTS exactly once;\n  not called: {skipped:#?}\n  not in the spec: {unknown:#?}"
+    );
+    assert_eq!(requests.len(), ENDPOINTS.len(), "one request per route");
+}
+
+/// The concrete path carries the IDs the walk passed, in their placeholders;
+/// the query parameters the two ledger routes take are on the URL.
+fn check_path_values(endpoint: &Endpoint, request: &Recorded) {
+    for (template, concrete) in endpoint.path.split('/').zip(request.path.split('/')) {
+        if let Some(name) = template.strip_prefix('{').and_then(|t| t.strip_suffix('}')) {
+            assert_eq!(
+                concrete,
+                placeholder(name),
+                "{} {}: value of {{{name}}}",
+                request.method,
+                request.path
+            );
+        }
+    }
+    let expected_query = match (endpoint.service, endpoint.operation) {
+        ("ledger", "totals") => Some(format!("pipeline_id={PIPELINE}")),
+        ("ledger", "spend") => Some("group_by=provider".to_owned()),
+        _ => None,
+    };
+    assert_eq!(
+        request.query, expected_query,
+        "{} {}: query",
+        request.method, request.path
+    );
+}
+
+#[tokio::test]
+async fn every_route_carries_exactly_the_required_headers() {
+    // The walk is only meaningful if the spec exercises every rule.
+    assert!(ENDPOINTS.iter().any(|e| e.scope == ScopeNeed::Public));
+    assert!(ENDPOINTS.iter().any(|e| e.scope == ScopeNeed::Tenant));
+    assert!(ENDPOINTS.iter().any(|e| e.scope == ScopeNeed::Workspace));
+    assert!(ENDPOINTS.iter().any(|e| e.lane == Lane::Bff));
+    assert!(ENDPOINTS.iter().any(|e| e.pipeline_id));
+    assert!(ENDPOINTS.iter().any(|e| e.stream.is_some()));
+    let keys: BTreeSet<String> = ENDPOINTS.iter().map(|e| route_key(e)).collect();
+    assert_eq!(
+        keys.len(),
+        ENDPOINTS.len(),
+        "two routes share a method and path"
+    );
+
+    let server = Recorder::start(respond).await;
+    let tenant = TenantId::parse(TENANT).unwrap();
+    let grag = Grag::new(Config::new(server.url(), API_KEY, tenant)).expect("client");
+    let mut request_ids = HashSet::new();
+
+    walk(&grag).await;
+    check_walk(&server.take(), None, &mut request_ids);
+
+    let run = grag.with_pipeline_id(&pipeline());
+    walk(&run).await;
+    check_walk(&server.take(), Some(PIPELINE), &mut request_ids);
+
+    // The plain client is untouched by its pipeline-stamping clone.
+    grag.workspaces().list_kbs().await.expect("list_kbs again");
+    let again = server.take();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].header("x-pipeline-id"), None);
+
+    drop(run);
+    drop(grag);
+    let late = server.stop().await;
+    assert!(late.is_empty(), "requests after the walks: {late:?}");
+    assert_eq!(request_ids.len(), 2 * ENDPOINTS.len());
+}
+
+#[test]
+fn route_matching_is_exact() {
+    let matched = |method: &str, path: &str| -> Vec<String> {
+        routes_matching(&ENDPOINTS, method, path)
+            .into_iter()
+            .map(route_key)
+            .collect()
+    };
+    assert_eq!(
+        matched("GET", "/kg-service/api/v1/entities/e-1"),
+        ["GET /kg-service/api/v1/entities/{entity_id}"]
+    );
+    assert_eq!(
+        matched("GET", "/kg-service/api/v1/entities/e-1/edges"),
+        ["GET /kg-service/api/v1/entities/{entity_id}/edges"]
+    );
+    assert_eq!(
+        matched("POST", "/workspaces/api/v1/kbs"),
+        ["POST /workspaces/api/v1/kbs"]
+    );
+    assert!(matched("GET", "/kg-service/api/v1/entities/").is_empty());
+    assert!(matched("GET", "/kg-service/api/v1/entities").is_empty());
+    assert!(matched("DELETE", "/workspaces/api/v1/kbs").is_empty());
+    assert!(matched("GET", "/workspaces/api/v1/kbs/kb-1/documents/x").is_empty());
+}

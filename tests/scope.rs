@@ -1,0 +1,397 @@
+//! Scope rules checked at run time (policy §3, row T22).
+//!
+//! What the type system already rules out (a kg-service call without a
+//! workspace, a tenant or workspace from a raw string, one ID where another is
+//! expected, a request assembled outside the pipeline) is pinned by the
+//! compile-fail cases in `ui/fail/`; see `compile_time_rules_have_cases`. What
+//! is left for run time: the validation inside every `parse`, the reserved
+//! tenants, and the pipeline refusing a hand-built `Call` whose scope is
+//! incomplete before a byte is sent.
+
+#[allow(dead_code)]
+mod recorder;
+
+use std::path::Path;
+
+use axum::response::IntoResponse;
+use grag_client::policy::{ENDPOINTS, POLICY};
+use grag_client::{
+    Config, ConversationId, ConversionId, DocumentId, EdgeId, EntityId, Grag, InvalidId, JobId,
+    KbId, SessionId, TenantId, WorkspaceId,
+};
+use recorder::Recorder;
+use sdk_runtime::policy::IdRules;
+use sdk_runtime::{Call, ClientConfig, ConfigError, ErrorKind, Id, IdKind, ScopeNeed};
+use serde_json::json;
+
+const RESERVED: [&str; 3] = ["default", "system", "canary"];
+
+/// Strings no ID accepts, with the reason each is refused.
+fn bad_ids() -> Vec<(String, &'static str)> {
+    let mut bad: Vec<(String, &str)> = [
+        "-leading-dash",
+        "Upper",
+        "KNOLL",
+        "under_score",
+        "dot.ted",
+        "sl/ash",
+        "..",
+        "sp ace",
+        " knoll",
+        "knoll\n",
+        "ümlaut",
+        "a%2Fb",
+        "a?b=c",
+        "a#b",
+        "x-tenant-id:evil",
+        "knoll\r\nX-Tenant-ID: system",
+    ]
+    .into_iter()
+    .map(|s| (s.to_owned(), "pattern"))
+    .collect();
+    bad.push((String::new(), "empty"));
+    bad.push(("a".repeat(64), "too long"));
+    bad
+}
+
+/// Strings every ID accepts (tenants also refuse the reserved names).
+fn good_ids() -> Vec<String> {
+    [
+        "a",
+        "0",
+        "knoll",
+        "kb-methodik",
+        "ws-7",
+        "trailing-",
+        "9lives",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain([format!("a{}", "-".repeat(62)), "z".repeat(63)])
+    .collect()
+}
+
+fn check_refusal(kind: &str, value: &str, reason: &str, err: &InvalidId) {
+    let ok = match reason {
+        "empty" => matches!(err, InvalidId::Empty { kind: k } if *k == kind),
+        "too long" => matches!(err, InvalidId::TooLong { kind: k, .. } if *k == kind),
+        _ => matches!(err, InvalidId::Pattern { kind: k, .. } if *k == kind),
+    };
+    assert!(
+        ok,
+        "{kind}::parse({value:?}) refused for the wrong reason: {err:?}"
+    );
+    assert!(
+        err.to_string().starts_with(kind),
+        "the error names the type: {err}"
+    );
+}
+
+/// Runs the same checks over every ID type of the generated crate.
+macro_rules! check_id_types {
+    ($($ty:ident),+ $(,)?) => {{
+        let mut checked = Vec::new();
+        $(
+            let kind = stringify!($ty);
+            for (value, reason) in bad_ids() {
+                let err = $ty::parse(&value)
+                    .expect_err(&format!("{kind}::parse({value:?}) must fail"));
+                check_refusal(kind, &value, reason, &err);
+                assert!(value.parse::<$ty>().is_err(), "{kind} FromStr {value:?}");
+                assert!(
+                    serde_json::from_value::<$ty>(json!(value)).is_err(),
+                    "{kind} deserialized from {value:?}"
+                );
+            }
+            for value in good_ids() {
+                let id = $ty::parse(&value)
+                    .unwrap_or_else(|e| panic!("{kind}::parse({value:?}): {e}"));
+                assert_eq!(id.as_str(), value);
+                assert_eq!(id.to_string(), value);
+                assert_eq!(value.parse::<$ty>().unwrap(), id);
+                let back: $ty = serde_json::from_value(serde_json::to_value(&id).unwrap()).unwrap();
+                assert_eq!(back, id);
+            }
+            checked.push(kind);
+        )+
+        checked
+    }};
+}
+
+#[test]
+fn every_id_type_refuses_bad_ids() {
+    let checked = check_id_types!(
+        TenantId,
+        WorkspaceId,
+        KbId,
+        ConversationId,
+        ConversionId,
+        DocumentId,
+        EdgeId,
+        EntityId,
+        JobId,
+        SessionId,
+    );
+    assert_eq!(checked.len(), 10);
+}
+
+#[test]
+fn reserved_tenants_are_refused() {
+    for reserved in RESERVED {
+        assert_eq!(
+            TenantId::parse(reserved),
+            Err(InvalidId::ReservedTenant {
+                value: reserved.to_owned()
+            }),
+            "TenantId::parse({reserved:?})"
+        );
+        assert!(reserved.parse::<TenantId>().is_err());
+        let err = serde_json::from_value::<TenantId>(json!(reserved)).unwrap_err();
+        assert!(err.to_string().contains("reserved"), "{err}");
+        // Reserved only as tenants: the same label names a workspace or a KB.
+        assert_eq!(WorkspaceId::parse(reserved).unwrap().as_str(), reserved);
+        assert_eq!(KbId::parse(reserved).unwrap().as_str(), reserved);
+    }
+    assert_eq!(POLICY.ids.reserved_tenants, RESERVED);
+    // Case does not sneak a reserved name through: upper case is no ID at all.
+    assert!(matches!(
+        TenantId::parse("Default"),
+        Err(InvalidId::Pattern { .. })
+    ));
+    assert!(TenantId::parse("default-2").is_ok());
+    assert!(TenantId::parse("knoll").is_ok());
+}
+
+#[test]
+fn the_pipeline_id_is_validated_too() {
+    for (bad, _) in bad_ids() {
+        assert!(
+            grag_client::PipelineId::parse(&bad).is_err(),
+            "pipeline id {bad:?}"
+        );
+    }
+    assert!(grag_client::PipelineId::parse("run-7").is_ok());
+}
+
+#[test]
+fn the_runtime_client_takes_only_a_tenant_as_tenant() {
+    let workspace = WorkspaceId::parse("ws-7").unwrap();
+    let config = ClientConfig::new("http://127.0.0.1:9", "key", workspace.id().clone());
+    match sdk_runtime::Client::new(&POLICY, config) {
+        Err(ConfigError::NotATenant(kind)) => assert_eq!(kind, "WorkspaceId"),
+        Err(e) => panic!("wrong refusal: {e}"),
+        Ok(_) => panic!("a WorkspaceId was accepted as the tenant"),
+    }
+    let tenant = TenantId::parse("knoll").unwrap();
+    let config = ClientConfig::new("http://127.0.0.1:9", "key", tenant.id().clone());
+    assert!(sdk_runtime::Client::new(&POLICY, config).is_ok());
+}
+
+/// How many `{placeholder}`s a path template has.
+fn placeholders(path: &str) -> usize {
+    path.matches('{').count()
+}
+
+#[tokio::test]
+async fn a_workspace_call_without_workspace_is_refused_before_sending() {
+    let server = Recorder::start(|_| axum::Json(json!({})).into_response()).await;
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new(server.url(), "key", tenant)).unwrap();
+
+    let workspace_routes: Vec<_> = ENDPOINTS
+        .iter()
+        .copied()
+        .filter(|e| e.scope == ScopeNeed::Workspace)
+        .collect();
+    assert!(
+        workspace_routes.len() >= 2,
+        "kg-service and entity-linking are workspace-scoped"
+    );
+    for endpoint in workspace_routes {
+        let mut call = Call::new(endpoint);
+        for _ in 0..placeholders(endpoint.path) {
+            call = call.path("e-1");
+        }
+        let err = grag
+            .runtime()
+            .send(call)
+            .await
+            .expect_err("a workspace route without a workspace must be refused");
+        let what = format!("{} {}", endpoint.method.as_str(), endpoint.path);
+        assert_eq!(err.kind(), ErrorKind::InvalidScope, "{what}: {err}");
+        assert_eq!(err.class(), "invalid_scope", "{what}");
+        assert_eq!(err.row(), "T22", "{what}");
+        assert_eq!(
+            err.attempts(),
+            0,
+            "{what}: refused before the first attempt"
+        );
+        assert_eq!(err.status(), None, "{what}");
+        assert_eq!(err.request_id(), None, "{what}: no request id was minted");
+        assert!(
+            err.detail().is_some_and(|d| d.contains("X-Workspace-ID")),
+            "{what}: the detail names the missing header: {err}"
+        );
+        assert!(err.message().is_some(), "{what}: T22 has UI copy");
+    }
+    assert!(
+        server.take().is_empty(),
+        "a refused call reached the server"
+    );
+
+    // The control: the same hand-built call with its workspace goes through,
+    // so the refusals above did not come from an unreachable server.
+    let workspace = WorkspaceId::parse("ws-7").unwrap();
+    let call = Call::new(&grag_client::kg_service::GET_ENTITY)
+        .workspace(workspace.id())
+        .path("e-1");
+    let reply = grag.runtime().send(call).await.expect("control call");
+    assert_eq!(reply.status(), 200);
+    let seen = server.stop().await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/kg-service/api/v1/entities/e-1");
+    assert_eq!(seen[0].header("x-workspace-id").as_deref(), Some("ws-7"));
+}
+
+#[tokio::test]
+async fn a_call_with_missing_or_extra_path_values_is_refused_before_sending() {
+    let server = Recorder::start(|_| axum::Json(json!([])).into_response()).await;
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new(server.url(), "key", tenant)).unwrap();
+    let documents = &grag_client::workspaces::LIST_DOCUMENTS;
+    let calls = [
+        ("no value", Call::new(documents)),
+        ("empty value", Call::new(documents).path("")),
+        (
+            "extra value",
+            Call::new(documents).path("kb-1").path("kb-2"),
+        ),
+        (
+            "value on a route without placeholders",
+            Call::new(&grag_client::workspaces::LIST_KBS).path("kb-1"),
+        ),
+    ];
+    for (what, call) in calls {
+        let err = grag.runtime().send(call).await.expect_err(what);
+        assert_eq!(err.kind(), ErrorKind::InvalidScope, "{what}: {err}");
+        assert_eq!(err.class(), "invalid_scope", "{what}");
+        assert_eq!(err.row(), "T22", "{what}");
+        assert_eq!(err.attempts(), 0, "{what}");
+    }
+    let seen = server.stop().await;
+    assert!(
+        seen.is_empty(),
+        "a refused call reached the server: {seen:?}"
+    );
+}
+
+/// The rules the type system enforces have their compile-fail case, and each
+/// case its committed snapshot.
+#[test]
+fn compile_time_rules_have_cases() {
+    let fail = Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/fail");
+    for case in [
+        "kg_without_workspace",
+        "kg_with_tenant",
+        "entity_linking_without_workspace",
+        "entity_linking_with_raw_str",
+        "config_without_tenant",
+        "config_struct_literal",
+        "tenant_from_str",
+        "tenant_private_field",
+        "workspace_from_str",
+        "workspace_as_tenant",
+        "kb_as_document_id",
+        "document_as_kb",
+        "call_header",
+        "call_private_fields",
+        "reply_outside_pipeline",
+        "pipeline_private_module",
+        "kg_handle_by_hand",
+        "kg_outlives_workspace",
+        "as_workspace_sealed",
+    ] {
+        for ext in ["rs", "stderr"] {
+            let file = fail.join(format!("{case}.{ext}"));
+            assert!(file.is_file(), "missing {}", file.display());
+        }
+    }
+}
+
+// The runtime's own guards, for callers that bypass the generated typed API
+// through the public `Call` / `Client::send` / `Id::parse`.
+
+#[tokio::test]
+async fn a_hand_built_call_cannot_send_another_kind_of_id_as_workspace() {
+    let server = Recorder::start(|_| axum::Json(json!({})).into_response()).await;
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new(server.url(), "key", tenant.clone())).unwrap();
+    let call = Call::new(&grag_client::kg_service::GET_ENTITY)
+        .workspace(tenant.id())
+        .path("e-1");
+    let result = grag.runtime().send(call).await;
+    let seen = server.stop().await;
+    assert!(seen.is_empty(), "sent: {seen:?}");
+    let err = result.expect_err("a TenantId is not a workspace");
+    assert_eq!(err.class(), "invalid_scope");
+}
+
+#[tokio::test]
+async fn x_workspace_id_goes_only_to_workspace_routes() {
+    let server = Recorder::start(|_| axum::Json(json!({"status": "ok"})).into_response()).await;
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new(server.url(), "key", tenant)).unwrap();
+    let workspace = WorkspaceId::parse("ws-7").unwrap();
+    for endpoint in [
+        &grag_client::workspaces::HEALTH,
+        &grag_client::workspaces::LIST_KBS,
+    ] {
+        let call = Call::new(endpoint).workspace(workspace.id());
+        // Either refused (T22) or sent without the header; never sent with it.
+        let _ = grag.runtime().send(call).await;
+    }
+    for request in server.stop().await {
+        assert_eq!(
+            request.header("x-workspace-id"),
+            None,
+            "{} {} carried X-Workspace-ID",
+            request.method,
+            request.path
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_runtime_client_refuses_a_reserved_tenant_validated_under_other_rules() {
+    static NO_RESERVED: IdRules = IdRules {
+        reserved_tenants: &[],
+    };
+    let system = Id::parse(&NO_RESERVED, IdKind::Tenant, "system").unwrap();
+    let config = ClientConfig::new("http://127.0.0.1:9", "key", system);
+    assert!(
+        sdk_runtime::Client::new(&POLICY, config).is_err(),
+        "a client for the reserved tenant `system` was built"
+    );
+}
+
+#[tokio::test]
+async fn a_path_value_cannot_leave_its_placeholder() {
+    let server = Recorder::start(|_| axum::Json(json!([])).into_response()).await;
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new(server.url(), "key", tenant)).unwrap();
+    for value in ["..", ".", "%2e%2e"] {
+        let call = Call::new(&grag_client::workspaces::LIST_DOCUMENTS).path(value);
+        let _ = grag.runtime().send(call).await;
+    }
+    for request in server.stop().await {
+        assert!(
+            recorder::routes_matching(&ENDPOINTS, &request.method, &request.path)
+                .iter()
+                .any(|e| e.path == grag_client::workspaces::LIST_DOCUMENTS.path),
+            "the call for {} reached {} {}",
+            grag_client::workspaces::LIST_DOCUMENTS.path,
+            request.method,
+            request.path
+        );
+    }
+}

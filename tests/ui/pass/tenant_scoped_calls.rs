@@ -1,0 +1,129 @@
+// Tenant-scoped calls of every other service, with and without a pipeline id.
+// Built, never awaited.
+use grag_client::types::{
+    ChatRequest, CompletionRequest, ConvertRequest, CreateConversation, CreateKb, ScoreRequest,
+    SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
+};
+use grag_client::{
+    Config, ConversationId, ConversionId, Created, DocumentId, Grag, JobId, KbId, Progress,
+    SessionId, TenantId,
+};
+
+async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
+    let kb = KbId::parse("kb-methodik")?;
+    let document = DocumentId::parse("doc-1")?;
+    let conversation = ConversationId::parse("c-1")?;
+
+    let _health = grag.workspaces().health().await?;
+    let _kbs = grag.workspaces().list_kbs().await?;
+    let created = grag
+        .workspaces()
+        .create_kb(&CreateKb {
+            kb_id: kb.clone(),
+            name: "Methodik".to_owned(),
+            description: None,
+        })
+        .await?;
+    if let Created::New(made) = created {
+        let _: KbId = made.kb_id;
+    }
+    let _docs = grag.workspaces().list_documents(&kb).await?;
+    let _upload = grag
+        .workspaces()
+        .upload_document(
+            &kb,
+            &UploadDocument {
+                document_id: document.clone(),
+                filename: "a.pdf".to_owned(),
+                content_type: "application/pdf".to_owned(),
+                content_base64: String::new(),
+                metadata: None,
+            },
+        )
+        .await?;
+    let _conversation = grag
+        .workspaces()
+        .create_conversation(&CreateConversation {
+            conversation_id: conversation.clone(),
+            title: None,
+            kb_ids: Some(vec![kb.clone()]),
+        })
+        .await?;
+    let settings = grag.workspaces().get_settings().await?;
+    let _ = grag.workspaces().put_settings(&settings).await?;
+
+    let pipeline = grag_client::PipelineId::parse("run-7")?;
+    let run = grag.with_pipeline_id(&pipeline);
+    let _hits = run
+        .ai_gateway()
+        .search_rerank(
+            &kb,
+            &SearchRequest {
+                query_text: "Gutachten".to_owned(),
+                top_k: 5,
+            },
+        )
+        .await?;
+    let _completion = run
+        .ai_gateway()
+        .complete(&CompletionRequest {
+            messages: Vec::new(),
+            model: None,
+            max_tokens: None,
+            temperature: None,
+        })
+        .await?;
+    let _totals = grag.ledger().totals(&pipeline).await?;
+    let _spend = grag.ledger().spend(SpendGrouping::Provider).await?;
+    let _score = grag
+        .groundedness()
+        .score(&ScoreRequest {
+            response_text: String::new(),
+            chunks: Vec::new(),
+        })
+        .await?;
+    let job = grag
+        .docfold()
+        .convert(&ConvertRequest {
+            document_id: document,
+            filename: "a.pdf".to_owned(),
+            content_type: "application/pdf".to_owned(),
+            content_base64: String::new(),
+            kb_id: Some(kb.clone()),
+        })
+        .await?;
+    let conversion: ConversionId = job.conversion_id;
+    if let Progress::Ready(result) = grag.docfold().result(&conversion).await? {
+        let _ = result.content;
+    }
+    let _ack = grag
+        .voyager()
+        .upsert_points(&kb, &UpsertPoints { points: Vec::new() })
+        .await?;
+
+    let job = JobId::parse("job-1")?;
+    let _status = grag.bff().pipeline_status(&job).await?;
+    let mut progress = grag.bff().orchestrator_events(&job).await?;
+    while let Some(event) = progress.next().await {
+        let _ = event?.event;
+    }
+    let _chat = grag
+        .bff()
+        .chat_stream(&ChatRequest {
+            conversation_id: conversation,
+            message: "Hallo".to_owned(),
+            kb_ids: None,
+        })
+        .await?;
+    let _agent = grag
+        .bff()
+        .agent_session_stream(&SessionId::parse("s-1")?)
+        .await?;
+    Ok(())
+}
+
+fn main() {
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new("http://127.0.0.1:1", "key", tenant)).unwrap();
+    drop(calls(&grag));
+}
