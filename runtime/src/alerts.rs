@@ -20,18 +20,22 @@ pub trait AlertSink: Send + Sync + 'static {
     fn alert(&self, alert: Alert);
 }
 
-/// The default sink: a `warn` event on target `grag_client::alert`.
+/// The default sink: a `warn` event on target `grag_client::alert`. The
+/// platform's `detail` is part of a response body and may quote the request
+/// (FastAPI validation errors do), so only its length and sha256 are logged.
 #[derive(Debug, Default)]
 pub struct LogAlerts;
 
 impl AlertSink for LogAlerts {
     fn alert(&self, alert: Alert) {
+        let detail = alert.detail.as_deref().unwrap_or("");
         tracing::warn!(
             target: "grag_client::alert",
             alert = alert.name,
             endpoint = alert.endpoint,
             row = alert.row,
-            detail = alert.detail.as_deref(),
+            detail_len = detail.len(),
+            detail_sha256 = crate::telemetry::sha256_hex(detail.as_bytes()).as_str(),
             request_id = alert.request_id.as_deref(),
             "alert"
         );

@@ -1,0 +1,164 @@
+//! Policy §10.2: one JSON log line per attempt with the policy's fields, and
+//! never a body: a secret marker sent in a request body (and echoed in the
+//! answer's body and `detail`) appears in no line, and neither does the API key.
+
+mod recorder;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use axum::response::IntoResponse;
+use grag_client::types::{Entity, UploadDocument};
+use grag_client::{Config, DocumentId, EntityId, Grag, KbId, TenantId, WorkspaceId};
+use recorder::Recorder;
+use serde_json::{Value, json};
+
+const SECRET: &str = "MANDANT-GEHEIM-4711";
+
+/// Collects everything the subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn lines(&self) -> Vec<Value> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+fn subscriber(captured: &Captured) -> impl tracing::Subscriber + Send + Sync {
+    let writer = captured.clone();
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish()
+}
+
+#[tokio::test]
+async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    // The server echoes the body back, so the secret is in both directions.
+    let server = Recorder::start(|r| {
+        if r.method == "POST" {
+            (
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                axum::Json(json!({"detail": format!("bad body {SECRET}")})),
+            )
+                .into_response()
+        } else {
+            axum::Json(json!({"entity_id": "e-1", "entity_type": "person", "name": SECRET}))
+                .into_response()
+        }
+    })
+    .await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "api-key-should-not-leak",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let workspace = WorkspaceId::parse("ws-7").unwrap();
+
+    let entity = Entity {
+        entity_id: EntityId::parse("e-1").unwrap(),
+        entity_type: "person".into(),
+        name: SECRET.into(),
+        kb_id: None,
+        properties: Some(json!({"note": SECRET})),
+    };
+    grag.kg(&workspace)
+        .upsert_entity(&entity.entity_id, &entity)
+        .await
+        .unwrap();
+    let upload = UploadDocument {
+        document_id: DocumentId::parse("doc-1").unwrap(),
+        filename: format!("{SECRET}.pdf"),
+        content_type: "application/pdf".into(),
+        content_base64: SECRET.into(),
+        metadata: None,
+    };
+    let error = grag
+        .workspaces()
+        .upload_document(&KbId::parse("kb-1").unwrap(), &upload)
+        .await
+        .unwrap_err();
+    assert_eq!(error.row(), "T10", "{error}");
+    server.stop().await;
+
+    let text = captured.text();
+    assert!(!text.contains(SECRET), "a body reached the log:\n{text}");
+    assert!(
+        !text.contains("api-key-should-not-leak"),
+        "the API key reached the log"
+    );
+
+    let attempts: Vec<Value> = captured
+        .lines()
+        .into_iter()
+        .filter(|l| l["message"] == "attempt")
+        .collect();
+    assert_eq!(attempts.len(), 2, "one line per attempt: {attempts:#?}");
+    for line in &attempts {
+        for field in [
+            "timestamp",
+            "level",
+            "request_id",
+            "tenant",
+            "grag_service",
+            "method",
+            "path",
+            "error_class",
+            "attempt",
+            "latency_ms",
+            "circuit_state",
+            "body_len",
+            "body_sha256",
+        ] {
+            assert!(line.get(field).is_some(), "field {field} missing in {line}");
+        }
+        assert_eq!(line["tenant"], "knoll");
+        assert_eq!(line["circuit_state"], "closed");
+        assert!(uuid::Uuid::parse_str(line["request_id"].as_str().unwrap()).is_ok());
+        assert_eq!(line["body_sha256"].as_str().unwrap().len(), 64);
+    }
+    let put = &attempts[0];
+    assert_eq!(
+        put["path"], "/kg-service/api/v1/entities/{entity_id}",
+        "templated, no IDs"
+    );
+    assert_eq!(put["workspace_id"], "ws-7");
+    assert_eq!(put["status"], 200);
+    assert_eq!(put["error_class"], "ok");
+    let post = &attempts[1];
+    assert_eq!(post["status"], 422);
+    assert_eq!(post["error_class"], "validation");
+    assert_eq!(post["row"], "T10");
+    // The 422 raised its alert; the alert line carries the detail's digest only.
+    let alert = captured
+        .lines()
+        .into_iter()
+        .find(|l| l["message"] == "alert")
+        .expect("the 422 raises contract_drift");
+    assert_eq!(alert["alert"], "contract_drift");
+    assert!(alert["detail_len"].as_u64().unwrap() > 0);
+}
