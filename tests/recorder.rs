@@ -1,7 +1,9 @@
 //! A tiny recording HTTP server on `127.0.0.1:0` for the integration tests:
 //! it keeps every request it sees (method, path, query, headers) and answers
-//! with whatever the test's responder says. Shared by `headers.rs` and
-//! `scope.rs` through `mod recorder;`.
+//! with whatever the test's responder says. Shared by `headers.rs`,
+//! `scope.rs` and `logs.rs` through `mod recorder;`.
+// Shared by several test binaries through `mod recorder;`; each uses a part.
+#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -8,7 +8,6 @@
 //! tenants, and the pipeline refusing a hand-built `Call` whose scope is
 //! incomplete before a byte is sent.
 
-#[allow(dead_code)]
 mod recorder;
 
 use std::path::Path;

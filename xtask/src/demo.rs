@@ -1,8 +1,461 @@
 //! `cargo xtask demo`: a narrated walk through the generated client.
+//!
+//! Without `GRAG_URL` it starts the GRAG simulator in-process (time running
+//! ten times faster than the platform's) and walks the whole flow: KB, upload
+//! and ingest progress, documents, search, chat, ledger. With `GRAG_URL`,
+//! `GRAG_API_KEY` and `GRAG_TENANT` it runs only the read-only part against
+//! that platform.
 
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use base64::Engine;
+use grag_client::types::{
+    ChatRequest, CreateConversation, CreateKb, SearchRequest, SpendGrouping, UploadDocument,
+};
+use grag_client::{
+    Config, ConversationId, Created, DocumentId, Grag, JobId, KbId, PipelineId, TenantId,
+};
+use grag_sim::{Sim, SimConfig};
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// How much faster than the platform the simulator runs in the demo.
+const SPEED: f64 = 10.0;
+
+const DOCUMENT: &str = "Prüfbericht Brücke Mühlenweg\n\n\
+    Die Brücke am Mühlenweg wurde im März geprüft. Die Standsicherheit ist gegeben.\n\n\
+    Brücken werden nach DIN 1076 alle sechs Jahre einer Hauptprüfung unterzogen, \
+    dazwischen alle drei Jahre einer einfachen Prüfung.\n\n\
+    An zwei Lagern wurden Schäden der Schadensklasse 2 festgestellt; \
+    die Instandsetzung ist bis Jahresende vorgesehen.";
+
+const QUESTION: &str = "Wie oft werden Brücken nach DIN 1076 geprüft?";
 
 pub fn run() -> ExitCode {
-    eprintln!("the demo arrives with the simulator");
-    ExitCode::FAILURE
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: no tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let live = std::env::var("GRAG_URL").is_ok_and(|u| !u.is_empty());
+    let result = runtime.block_on(async {
+        if live {
+            read_only().await
+        } else {
+            simulated().await
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\ndemo failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn step(n: u32, what: &str, route: &str) {
+    println!();
+    println!("{n}. {what}");
+    println!("   {route}");
+}
+
+fn stamp(since: Instant) -> String {
+    format!("[{:5.2} s]", since.elapsed().as_secs_f64())
+}
+
+fn short(text: &str, max: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        format!("{}…", one_line.chars().take(max).collect::<String>())
+    }
+}
+
+/// The whole flow against the in-process simulator.
+async fn simulated() -> Result<()> {
+    let started = Instant::now();
+    let sim = Sim::start(SimConfig::scaled(1.0 / SPEED))
+        .await
+        .context("starting the simulator")?;
+    let tenant = TenantId::parse("knoll")?;
+    let grag = Grag::new(Config::new(sim.url(), "demo-key", tenant))?;
+    println!("GRAG demo: the generated client against the local simulator");
+    println!(
+        "   simulator at {}, tenant `knoll`, time running {SPEED}× faster than the platform",
+        sim.url()
+    );
+    println!(
+        "   (set GRAG_URL, GRAG_API_KEY and GRAG_TENANT to run the read-only part against a platform)"
+    );
+
+    step(
+        1,
+        "Is the platform up?",
+        "GET /workspaces/health  (public: no headers)",
+    );
+    let health = grag.workspaces().health().await?;
+    println!("   → {}", health.status);
+
+    let kb = KbId::parse("kb-demo")?;
+    let create = CreateKb {
+        kb_id: kb.clone(),
+        name: "Prüfberichte".into(),
+        description: Some("Demo knowledge base".into()),
+    };
+    step(
+        2,
+        "Create the knowledge base kb-demo",
+        "POST /workspaces/api/v1/kbs",
+    );
+    match grag.workspaces().create_kb(&create).await? {
+        Created::New(kb) => println!(
+            "   → 201 created: {} „{}“",
+            kb.kb_id,
+            kb.name.unwrap_or_default()
+        ),
+        Created::Existing => println!("   → already there"),
+    }
+    println!("   Once more, as a replay after a lost answer would:");
+    match grag.workspaces().create_kb(&create).await? {
+        Created::Existing => println!(
+            "   → 409 Conflict, returned as Created::Existing: already provisioned, which is a success (T7)"
+        ),
+        Created::New(_) => println!("   → created again (unexpected)"),
+    }
+
+    step(
+        3,
+        "Upload a document and follow its ingest",
+        "POST /workspaces/api/v1/kbs/kb-demo/documents",
+    );
+    let doc = DocumentId::parse("doc-pruefbericht")?;
+    let upload = UploadDocument {
+        document_id: doc.clone(),
+        filename: "pruefbericht-muehlenweg.txt".into(),
+        content_type: "text/plain".into(),
+        content_base64: base64::engine::general_purpose::STANDARD.encode(DOCUMENT),
+        metadata: None,
+    };
+    if let Created::New(d) = grag.workspaces().upload_document(&kb, &upload).await? {
+        println!(
+            "   → 201 {} ({}), status {}",
+            d.document_id,
+            d.filename,
+            d.status.unwrap_or_default()
+        );
+    }
+    let job = JobId::parse(doc.as_str())?;
+    println!("   GET /next/api/orchestrator/events/{job}  (SSE)");
+    let ingest = Instant::now();
+    let mut events = grag.bff().orchestrator_events(&job).await?;
+    let mut resynced = false;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+        match event.event.as_str() {
+            "node_start" | "node_complete" | "node_fail" => println!(
+                "   {} {:<14} {}",
+                stamp(ingest),
+                event.event,
+                data["node"].as_str().unwrap_or("?")
+            ),
+            "completed" => println!(
+                "   {} completed: {} chunks indexed",
+                stamp(ingest),
+                data["results"]["chunks"]
+            ),
+            other => println!("   {} {other}", stamp(ingest)),
+        }
+        if event.event == "subscribed" && !resynced {
+            // Pub/sub does not replay: poll once after subscribing.
+            let status = grag.bff().pipeline_status(&job).await?;
+            println!(
+                "   {} status poll to resync (GET /next/api/pipeline/status/{job}): {}, {:.0} %",
+                stamp(ingest),
+                status.status,
+                status.progress * 100.0
+            );
+            resynced = true;
+        }
+    }
+    if events.keepalives() > 0 {
+        println!("   ({} keepalive comments on the way)", events.keepalives());
+    }
+
+    step(
+        4,
+        "List the documents",
+        "GET /workspaces/api/v1/kbs/kb-demo/documents",
+    );
+    for d in grag.workspaces().list_documents(&kb).await? {
+        println!(
+            "   → {}  {}  {}",
+            d.document_id,
+            d.filename,
+            d.status.unwrap_or_default()
+        );
+    }
+
+    step(
+        5,
+        "Search the knowledge base (stamped with pipeline id demo-run)",
+        "POST /ai-gateway/api/v1/retrieval/collections/kb-demo/search/rerank",
+    );
+    println!("   „{QUESTION}“");
+    let pipeline = PipelineId::parse("demo-run")?;
+    let run = grag.with_pipeline_id(&pipeline);
+    let query = SearchRequest {
+        query_text: QUESTION.into(),
+        top_k: 2,
+    };
+    for hit in run.ai_gateway().search_rerank(&kb, &query).await?.results {
+        println!(
+            "   → {:.2}  {}  „{}“",
+            hit.score,
+            hit.chunk_id,
+            short(&hit.text, 70)
+        );
+    }
+
+    step(
+        6,
+        "Ask a chat question",
+        "POST /workspaces/api/v1/conversations, then POST /next/api/chat/stream (SSE)",
+    );
+    let conversation = ConversationId::parse("conv-demo")?;
+    grag.workspaces()
+        .create_conversation(&CreateConversation {
+            conversation_id: conversation.clone(),
+            title: Some("Prüffristen".into()),
+            kb_ids: Some(vec![kb.clone()]),
+        })
+        .await?;
+    println!("   conversation {conversation} created (the chat stream does not create it)");
+    let chat = Instant::now();
+    let mut turn = grag
+        .bff()
+        .chat_stream(&ChatRequest {
+            conversation_id: conversation.clone(),
+            message: QUESTION.into(),
+            kb_ids: None,
+        })
+        .await?;
+    let mut answer = String::new();
+    let mut pieces = 0;
+    let mut first_piece = None;
+    while let Some(event) = turn.next().await {
+        let event = event?;
+        let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+        match event.event.as_str() {
+            "trace" => {
+                let extra: Vec<String> = data
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| !matches!(k.as_str(), "stage" | "status"))
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect();
+                println!(
+                    "   {} stage {:<13} {:<6} {}",
+                    stamp(chat),
+                    data["stage"].as_str().unwrap_or("?"),
+                    data["status"].as_str().unwrap_or("?"),
+                    extra.join(", ")
+                );
+            }
+            "delta" => {
+                first_piece.get_or_insert_with(|| chat.elapsed().as_secs_f64());
+                pieces += 1;
+                answer.push_str(data["text"].as_str().unwrap_or(""));
+            }
+            "done" => {
+                println!(
+                    "   {} answer, streamed in {pieces} pieces from {:.2} s on:",
+                    stamp(chat),
+                    first_piece.unwrap_or_default(),
+                );
+                println!("            „{}“", short(&answer, 200));
+                println!(
+                    "   {} done; saved in the conversation: {}",
+                    stamp(chat),
+                    data["persisted"]
+                );
+            }
+            other => println!("   {} {other}", stamp(chat)),
+        }
+    }
+    println!("   (the long pause before `generate` is normal: the completion is not streamed)");
+
+    step(
+        7,
+        "Read the ledger",
+        "GET /ledger/api/v1/ledger/spend?group_by=…  and  /ledger/totals?pipeline_id=demo-run",
+    );
+    ledger(&grag).await?;
+    let totals = grag.ledger().totals(&pipeline).await?;
+    println!(
+        "   → pipeline demo-run: {} call(s), {:.4} {}",
+        totals.calls.unwrap_or(0),
+        totals.total_cost.unwrap_or(0.0),
+        totals.currency.unwrap_or_default()
+    );
+
+    let log = sim.log().entries();
+    let scoped = log.iter().filter(|e| e.operation != Some("health")).count();
+    let all_tenant = log
+        .iter()
+        .filter(|e| e.operation != Some("health"))
+        .all(|e| e.header("x-tenant-id") == Some("knoll"));
+    let all_ids = log.iter().all(|e| e.header("x-request-id").is_some());
+    println!();
+    println!(
+        "Done in {:.1} s. The simulator saw {} requests; {} of {} scoped ones carried X-Tenant-ID: knoll, {} an X-Request-ID.",
+        started.elapsed().as_secs_f64(),
+        log.len(),
+        if all_tenant { "all" } else { "NOT all" },
+        scoped,
+        if all_ids {
+            "every one"
+        } else {
+            "NOT every one"
+        },
+    );
+    sim.stop().await;
+    anyhow::ensure!(
+        all_tenant && all_ids,
+        "a request went out without its headers"
+    );
+    Ok(())
+}
+
+async fn ledger(grag: &Grag) -> Result<()> {
+    for group in [SpendGrouping::Service, SpendGrouping::Provider] {
+        let spend = grag.ledger().spend(group).await?;
+        let items: Vec<String> = spend
+            .items
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {:.4} {}",
+                    i.key,
+                    i.cost,
+                    i.currency.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        println!(
+            "   → spend by {:<8}: {}",
+            group.as_str(),
+            if items.is_empty() {
+                "nothing yet".to_owned()
+            } else {
+                items.join(", ")
+            }
+        );
+    }
+    Ok(())
+}
+
+/// The read-only part against the platform named by the environment.
+async fn read_only() -> Result<()> {
+    let config = Config::from_env().context("GRAG_URL, GRAG_API_KEY and GRAG_TENANT")?;
+    let tenant = config.tenant().clone();
+    let grag = Grag::new(config)?;
+    let url = std::env::var("GRAG_URL").unwrap_or_default();
+    println!("GRAG demo, read-only, against {url} as tenant `{tenant}`");
+    let mut failed = 0;
+    let mut report = |what: &str, e: grag_client::Error| {
+        failed += 1;
+        println!(
+            "   ✗ {what}: {} ({}){}",
+            e.class(),
+            e.row(),
+            e.message().map(|m| format!(" — „{m}“")).unwrap_or_default()
+        );
+        println!("     {e}");
+    };
+
+    step(1, "Is the platform up?", "GET /workspaces/health  (public)");
+    match tokio::time::timeout(Duration::from_secs(10), grag.workspaces().health()).await {
+        Ok(Ok(h)) => println!("   → {}", h.status),
+        Ok(Err(e)) => report("health", e),
+        Err(_) => println!("   ✗ no answer within 10 s"),
+    }
+
+    step(
+        2,
+        "Knowledge bases of the tenant",
+        "GET /workspaces/api/v1/kbs",
+    );
+    let mut first = None;
+    match grag.workspaces().list_kbs().await {
+        Ok(kbs) => {
+            println!("   → {} knowledge bases", kbs.len());
+            for kb in kbs.iter().take(10) {
+                println!("     {}  {}", kb.kb_id, kb.name.as_deref().unwrap_or(""));
+            }
+            first = kbs.into_iter().next().map(|k| k.kb_id);
+        }
+        Err(e) => report("list_kbs", e),
+    }
+
+    if let Some(kb) = first {
+        step(
+            3,
+            &format!("Documents of {kb}"),
+            &format!("GET /workspaces/api/v1/kbs/{kb}/documents"),
+        );
+        match grag.workspaces().list_documents(&kb).await {
+            Ok(docs) => {
+                println!("   → {} documents", docs.len());
+                for d in docs.iter().take(10) {
+                    println!(
+                        "     {}  {}  {}",
+                        d.document_id,
+                        d.filename,
+                        d.status.as_deref().unwrap_or("")
+                    );
+                }
+            }
+            Err(e) => report("list_documents", e),
+        }
+    }
+
+    step(
+        4,
+        "The tenant's spend",
+        "GET /ledger/api/v1/ledger/spend?group_by=service|provider",
+    );
+    for group in [SpendGrouping::Service, SpendGrouping::Provider] {
+        match grag.ledger().spend(group).await {
+            Ok(spend) => {
+                let items: Vec<String> = spend
+                    .items
+                    .iter()
+                    .map(|i| format!("{} {:.4}", i.key, i.cost))
+                    .collect();
+                let items = if items.is_empty() {
+                    "nothing yet".to_owned()
+                } else {
+                    items.join(", ")
+                };
+                println!("   → by {}: {items}", group.as_str());
+            }
+            Err(e) => report("spend", e),
+        }
+    }
+    println!();
+    anyhow::ensure!(failed == 0, "{failed} read-only calls failed");
+    println!("Done: every read-only call answered.");
+    Ok(())
 }

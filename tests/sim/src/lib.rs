@@ -1,1 +1,375 @@
+//! A local GRAG platform: a real HTTP server on loopback with every route of
+//! the generated client, the platform's behaviour (per-tenant state, the
+//! missing-tenant hazard, 404 across tenants, `{"detail": ...}` errors, SSE
+//! streams with keepalives and ceilings) and scriptable faults (deploy churn,
+//! 429/402/403/502/503, cold starts, resets, stalled/dropped/buffered streams).
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use grag_sim::{Fault, Rule, Sim, SimConfig};
+//!
+//! let sim = Sim::start(SimConfig::scaled(0.01)).await?;
+//! sim.faults().push(Rule::new(Fault::BadGateway).on("list_kbs").once());
+//! // ... point a client at sim.url() ...
+//! assert_eq!(sim.log().count("list_kbs"), 0);
+//! sim.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Routes come from `grag_client::policy::ENDPOINTS` and bodies are the
+//! generated `grag_client::types`, so the simulator cannot drift from the
+//! client. Admin routes live under `/_sim/` (see [`admin`]).
+//!
+//! # Faults
+//!
+//! From Rust, `sim.faults().push(Rule::new(fault).on("list_kbs").times(n))`
+//! (also `.skip(n)`, `.on("service:kg-service")`, `.on("*")`); over HTTP,
+//! `POST /_sim/faults` with the same rule as JSON, e.g.
+//! `{"route": "list_kbs", "fault": {"kind": "rate_limited", "retry_after": {"seconds": 2}}, "times": 1}`.
+//! Every answer a fault shaped names it in [`LoggedRequest::faults`].
+//!
+//! | fault | `kind` | answer |
+//! |---|---|---|
+//! | deploy churn | `Faults::deploy_churn()` / `POST /_sim/churn` | listener closed (refused) and open connections cut, then 401/404/422 in turn (health 200), then healthy |
+//! | rate limit | `rate_limited` | 429 text, `Retry-After` seconds, HTTP date or none |
+//! | budget | `budget` | 402 |
+//! | admin gate | `admin_gate` | 403, detail names the admin role |
+//! | bad gateway | `bad_gateway` | 502 text |
+//! | dark flag | `dark` | 503, the same feature-flag detail every time |
+//! | safety / admission | `safety` | 503, transient detail |
+//! | WAL backpressure | `backpressure` | 503 + `Retry-After` |
+//! | any status | `status` | status + detail (+ `Retry-After`) |
+//! | slow answer | `delay` / `cold_start` (`Faults::cold_start()`, `POST /_sim/cold-start`) | answer after a delay |
+//! | reset mid-body | `reset_mid_body` | status line and half the body, then the connection is cut |
+//! | SSE stall | `sse_stall` | after N events not one byte, connection open |
+//! | SSE drop | `sse_drop` | after N events half an event, then the connection is cut |
+//! | SSE buffered | `sse_buffered` | the whole stream in one burst at its end |
+//! | SSE error | `sse_error` | after N events `event: error` |
+//! | chat stage | `stage_fails` | that stage `failed` on the trace; `generate` ends the turn with `event: error` |
+//! | ingest job | `job_fails` | the upload's job fails in that node (`node_fail`, `failed`) |
+//! | agent plane | `Faults::set_agent_plane(false)` / `POST /_sim/agent-plane` | 503 "not running" on the agent stream |
 
+pub mod admin;
+mod config;
+mod faults;
+mod handlers;
+mod log;
+mod platform;
+mod sse;
+mod state;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use grag_client::types::{Document, Entity, Kb};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+pub use config::SimConfig;
+pub use faults::{ActiveRule, Fault, Faults, MODEL_ROUTES, RetryAfter, Route, Rule};
+pub use log::{LoggedRequest, Note, RequestLog};
+pub use platform::DEFAULT_TENANT;
+
+/// Resolves once the simulator is stopping (or its handle is gone).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// Which accepted TCP connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnId(pub u64);
+
+/// State shared by the accept loop, the handlers and the handles.
+pub(crate) struct Shared {
+    pub config: SimConfig,
+    pub log: RequestLog,
+    pub faults: faults::FaultState,
+    pub platform: Mutex<state::Platform>,
+    pub in_flight: AtomicUsize,
+    pub agent_plane: AtomicBool,
+    pub shutdown: watch::Receiver<bool>,
+    /// `true` while the listener is closed (deploy churn).
+    pub listener_closed: watch::Sender<bool>,
+}
+
+/// A running simulator. Stops when dropped; [`Sim::stop`] stops gracefully.
+pub struct Sim {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Sim {
+    /// Binds 127.0.0.1 on `config.port` (0 picks a free port) and serves.
+    pub async fn start(config: SimConfig) -> io::Result<Sim> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, config.port)).await?;
+        let addr = listener.local_addr()?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            log: RequestLog::new(Instant::now()),
+            faults: faults::FaultState::default(),
+            platform: Mutex::default(),
+            in_flight: AtomicUsize::new(0),
+            agent_plane: AtomicBool::new(config.agent_plane),
+            shutdown: shutdown_rx,
+            listener_closed: watch::channel(false).0,
+            config,
+        });
+        let router = admin::routes()
+            .fallback(platform::platform)
+            .with_state(shared.clone());
+        let task = tokio::spawn(accept_loop(shared.clone(), listener, addr, router));
+        Ok(Sim {
+            shared,
+            addr,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`, the base URL for a client.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.shared.config
+    }
+
+    /// The request log.
+    pub fn log(&self) -> RequestLog {
+        self.shared.log.clone()
+    }
+
+    /// The fault scripting handle.
+    pub fn faults(&self) -> Faults {
+        Faults {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Stops accepting, ends open streams, waits for open connections
+    /// (at most [`SimConfig::shutdown_grace`]), then returns.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    fn platform<T>(&self, f: impl FnOnce(&mut state::Platform) -> T) -> T {
+        let mut p = self
+            .shared
+            .platform
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        f(&mut p)
+    }
+
+    /// Tenants that have any state (`default` among them if a request came
+    /// without `X-Tenant-ID`).
+    pub fn tenants(&self) -> Vec<String> {
+        self.platform(|p| {
+            let mut t: Vec<String> = p.tenants.keys().cloned().collect();
+            t.sort();
+            t
+        })
+    }
+
+    /// Knowledge bases of a tenant.
+    pub fn kbs(&self, tenant: &str) -> Vec<Kb> {
+        self.platform(|p| {
+            p.tenants
+                .get(tenant)
+                .map(|t| t.kbs.values().map(|k| k.kb.clone()).collect())
+                .unwrap_or_default()
+        })
+    }
+
+    /// Documents of a tenant's knowledge base (status as stored at upload).
+    pub fn documents(&self, tenant: &str, kb: &str) -> Vec<Document> {
+        self.platform(|p| {
+            p.tenants
+                .get(tenant)
+                .and_then(|t| t.kbs.get(kb))
+                .map(|k| k.documents.values().map(|d| d.document.clone()).collect())
+                .unwrap_or_default()
+        })
+    }
+
+    /// Persisted messages of a conversation, as (role, text).
+    pub fn messages(&self, tenant: &str, conversation: &str) -> Vec<(String, String)> {
+        self.platform(|p| {
+            p.tenants
+                .get(tenant)
+                .and_then(|t| t.conversations.get(conversation))
+                .map(|c| c.messages.clone())
+                .unwrap_or_default()
+        })
+    }
+
+    /// A KG entity of a tenant's workspace.
+    pub fn entity(&self, tenant: &str, workspace: &str, id: &str) -> Option<Entity> {
+        self.platform(|p| {
+            p.tenants
+                .get(tenant)
+                .and_then(|t| t.entities.get(&(workspace.to_owned(), id.to_owned())))
+                .cloned()
+        })
+    }
+
+    /// A tenant's settings, if ever written.
+    pub fn settings(&self, tenant: &str) -> Option<Value> {
+        self.platform(|p| p.tenants.get(tenant).and_then(|t| t.settings.clone()))
+    }
+
+    /// Forgets all platform state, rules and log.
+    pub fn reset(&self) {
+        self.faults().clear();
+        self.shared.log.clear();
+        self.platform(|p| *p = state::Platform::default());
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+enum Turn {
+    Shutdown,
+    Churn,
+    Accepted(io::Result<TcpStream>),
+    Reaped,
+}
+
+/// Accepts connections; on a deploy churn closes the listener, cuts every
+/// open connection, and binds the same port again when the refusal ends.
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, addr: SocketAddr, router: Router) {
+    let mut listener = Some(listener);
+    let mut shutdown = shared.shutdown.clone();
+    let mut conns = JoinSet::new();
+    let mut next_conn = 0u64;
+    loop {
+        let turn = match &listener {
+            Some(l) => tokio::select! {
+                _ = crate::stopped(&mut shutdown) => Turn::Shutdown,
+                _ = shared.faults.churn_started.notified() => Turn::Churn,
+                r = l.accept() => Turn::Accepted(r.map(|(s, _)| s)),
+                Some(_) = conns.join_next(), if !conns.is_empty() => Turn::Reaped,
+            },
+            None => Turn::Churn,
+        };
+        match turn {
+            Turn::Shutdown => break,
+            Turn::Reaped | Turn::Accepted(Err(_)) => {}
+            Turn::Accepted(Ok(stream)) => {
+                next_conn += 1;
+                let _ = stream.set_nodelay(true);
+                conns.spawn(connection(
+                    stream,
+                    ConnId(next_conn),
+                    router.clone(),
+                    shared.shutdown.clone(),
+                ));
+            }
+            Turn::Churn => {
+                let until = shared
+                    .faults
+                    .churn
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .map(|c| c.refused_until);
+                let Some(until) = until.filter(|u| *u > Instant::now()) else {
+                    if listener.is_none() {
+                        listener = rebind(addr).await;
+                    }
+                    continue;
+                };
+                listener = None;
+                conns.abort_all();
+                shared.listener_closed.send_replace(true);
+                shared
+                    .log
+                    .note("deploy churn: listener closed, open connections cut");
+                tokio::select! {
+                    _ = crate::stopped(&mut shutdown) => break,
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+                listener = rebind(addr).await;
+                shared.listener_closed.send_replace(false);
+                shared.log.note(match listener {
+                    Some(_) => "deploy churn: listener open again",
+                    None => "deploy churn: could not bind the port again",
+                });
+                if listener.is_none() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(listener);
+    let grace = tokio::time::sleep(shared.config.shutdown_grace);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            next = conns.join_next() => if next.is_none() { break },
+            _ = &mut grace => { conns.abort_all(); break }
+        }
+    }
+}
+
+/// Binds the port again (retrying a little while a port in TIME_WAIT frees up).
+async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
+    for _ in 0..200 {
+        if let Ok(l) = TcpListener::bind(addr).await {
+            return Some(l);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Serves one connection (HTTP/1.1, keep-alive) until it closes or the sim stops.
+async fn connection(
+    stream: TcpStream,
+    id: ConnId,
+    router: Router,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(id);
+        router.clone().oneshot(req.map(Body::new))
+    });
+    let conn =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = crate::stopped(&mut shutdown) => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}

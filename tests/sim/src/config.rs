@@ -1,0 +1,130 @@
+//! Every timer of the simulator, with the real platform's values as defaults.
+
+use std::time::Duration;
+
+use grag_client::policy::{POLICY, stream};
+
+/// How the simulated platform behaves in time, and who it lets in.
+///
+/// [`SimConfig::default`] holds the real values (keepalive 20 s, stream ceiling
+/// 30 min, deploy churn ~30 s, ...). Loopback tests use
+/// [`SimConfig::scaled`] to run the same scenario compressed, instead of a
+/// paused tokio clock, which does not mix with real sockets (tokio issue 4522).
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// TCP port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// The API key Key-lane routes accept; `None` accepts any bearer token (but
+    /// a missing `Authorization` header is still a 401).
+    pub api_key: Option<String>,
+    /// `: keepalive` comment interval of the orchestrator stream (KEEPALIVE_MS).
+    pub keepalive: Duration,
+    /// Hard ceiling of the orchestrator and agent streams (STREAM_TIMEOUT_MS);
+    /// the stream then sends `event: timeout` and closes.
+    pub stream_ceiling: Duration,
+    /// Deploy churn, first phase: the listener is closed (connection refused)
+    /// and every open connection is cut.
+    pub churn_refused: Duration,
+    /// Deploy churn, second phase: `/workspaces/health` answers 200 but every
+    /// other route answers a transient 401/404/422 in turn.
+    pub churn_flaky: Duration,
+    /// Pipeline nodes an ingest job runs through, in order.
+    pub job_nodes: Vec<String>,
+    /// How long a new job waits in the queue before its first node starts.
+    pub job_queue: Duration,
+    /// How long each pipeline node runs.
+    pub job_node_pace: Duration,
+    /// How long a docfold conversion runs (its result answers 409 until then).
+    pub conversion_time: Duration,
+    /// Time each chat stage before `generate` takes (retrieval, rerank).
+    pub chat_stage_pace: Duration,
+    /// The silence before the answer: the upstream completion is not streamed.
+    pub chat_silence: Duration,
+    /// Pause between two pieces of the (fake-tokenized) answer.
+    pub chat_piece_pace: Duration,
+    /// Pause between two steps of an agent session.
+    pub agent_step_pace: Duration,
+    /// Delay of a model route's first answer after a (simulated) container start.
+    pub cold_start: Duration,
+    /// Whether the agent plane runs; when not, the agent stream answers 503.
+    pub agent_plane: bool,
+    /// Most points a voyager upsert takes (413 above).
+    pub max_points: usize,
+    /// How long [`crate::Sim::stop`] waits for open connections before cutting them.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        let orchestrator = &POLICY.streams[stream::ORCHESTRATOR];
+        SimConfig {
+            port: 0,
+            api_key: None,
+            keepalive: orchestrator.keepalive.unwrap_or(Duration::from_secs(20)),
+            stream_ceiling: orchestrator.ceiling.unwrap_or(Duration::from_secs(30 * 60)),
+            churn_refused: Duration::from_secs(20),
+            churn_flaky: Duration::from_secs(10),
+            job_nodes: ["convert", "chunk", "embed", "index"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
+            job_queue: Duration::from_secs(2),
+            job_node_pace: Duration::from_secs(3),
+            conversion_time: Duration::from_secs(3),
+            chat_stage_pace: Duration::from_millis(400),
+            chat_silence: Duration::from_secs(8),
+            chat_piece_pace: Duration::from_millis(40),
+            agent_step_pace: Duration::from_secs(1),
+            cold_start: Duration::from_secs(40),
+            agent_plane: true,
+            max_points: 256,
+            shutdown_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+impl SimConfig {
+    /// The real timings, every one multiplied by `factor` (0.001 turns the
+    /// 20 s keepalive into 20 ms and the 30 min ceiling into 1.8 s).
+    /// `shutdown_grace` is not scaled.
+    pub fn scaled(factor: f64) -> Self {
+        assert!(
+            factor.is_finite() && factor > 0.0,
+            "scale factor must be positive"
+        );
+        let base = SimConfig::default();
+        let s = |d: Duration| d.mul_f64(factor);
+        SimConfig {
+            keepalive: s(base.keepalive),
+            stream_ceiling: s(base.stream_ceiling),
+            churn_refused: s(base.churn_refused),
+            churn_flaky: s(base.churn_flaky),
+            job_queue: s(base.job_queue),
+            job_node_pace: s(base.job_node_pace),
+            conversion_time: s(base.conversion_time),
+            chat_stage_pace: s(base.chat_stage_pace),
+            chat_silence: s(base.chat_silence),
+            chat_piece_pace: s(base.chat_piece_pace),
+            agent_step_pace: s(base.agent_step_pace),
+            cold_start: s(base.cold_start),
+            ..base
+        }
+    }
+
+    /// The same configuration on a fixed port.
+    pub fn with_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The same configuration accepting only `key`.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// How long an ingest job runs from upload to `completed`.
+    pub fn job_duration(&self) -> Duration {
+        self.job_queue + self.job_node_pace * self.job_nodes.len() as u32
+    }
+}

@@ -1,0 +1,401 @@
+//! Fault injection: rules that shape the answers of matching routes, deploy
+//! churn, the agent plane switch. Scriptable from Rust through [`Faults`] and
+//! over HTTP through the admin routes under `/_sim/` (see [`crate::admin`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::Shared;
+
+/// `Retry-After` as delta-seconds or as an HTTP date that far in the future.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryAfter {
+    /// `Retry-After: 7`
+    Seconds(u64),
+    /// `Retry-After: <HTTP date>` this many seconds after the answer (0 gives
+    /// the current second, which a client reads as "retry now").
+    DateIn(u64),
+}
+
+impl RetryAfter {
+    /// The header value at the moment of answering.
+    pub fn header_value(self) -> String {
+        match self {
+            RetryAfter::Seconds(s) => s.to_string(),
+            RetryAfter::DateIn(s) => {
+                httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(s))
+            }
+        }
+    }
+}
+
+/// What a rule does to a matching request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Fault {
+    /// 429 from the edge proxy, plain text, with or without `Retry-After`.
+    RateLimited { retry_after: Option<RetryAfter> },
+    /// 402: the tenant's AI budget is exhausted.
+    Budget,
+    /// 403 from an admin-gated route (detail names the admin role).
+    AdminGate,
+    /// 502 from the edge proxy, plain text (the upstream container is gone).
+    BadGateway,
+    /// 503 with a stable dark-flag detail, the same on every answer.
+    Dark,
+    /// 503 from a fail-closed safety/admission check (transient).
+    Safety,
+    /// 503 with `Retry-After` (WAL backpressure).
+    Backpressure { retry_after: RetryAfter },
+    /// Any status with a `{"detail": ...}` body.
+    Status {
+        status: u16,
+        detail: String,
+        retry_after: Option<RetryAfter>,
+    },
+    /// The answer comes this much later (a slow upstream).
+    Delay { ms: u64 },
+    /// The answer comes [`crate::SimConfig::cold_start`] later (model weights
+    /// loading on the first call after a container start).
+    ColdStart,
+    /// The status line and half the body are sent, then the connection is cut.
+    ResetMidBody,
+    /// An SSE stream sends `after_events` events, then no byte at all (no
+    /// keepalives either) while the connection stays open.
+    SseStall { after_events: u32 },
+    /// An SSE stream sends `after_events` events, then half of the next one,
+    /// then the connection is cut.
+    SseDrop { after_events: u32 },
+    /// An SSE stream is held back by a buffering proxy: every byte arrives in
+    /// one burst when the stream ends.
+    SseBuffered,
+    /// An SSE stream sends `after_events` events, then `event: error` and ends.
+    SseError { after_events: u32, detail: String },
+    /// A chat turn's stage fails (`retrieval`, `rerank`, `generate`,
+    /// `groundedness`, `persist`): open except `generate`, which ends the turn.
+    StageFails { stage: String },
+    /// The ingest job an upload starts fails in this pipeline node.
+    JobFails { node: String },
+}
+
+impl Fault {
+    /// A short name for the request log (`rate_limited`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::RateLimited { .. } => "rate_limited",
+            Fault::Budget => "budget",
+            Fault::AdminGate => "admin_gate",
+            Fault::BadGateway => "bad_gateway",
+            Fault::Dark => "dark",
+            Fault::Safety => "safety",
+            Fault::Backpressure { .. } => "backpressure",
+            Fault::Status { .. } => "status",
+            Fault::Delay { .. } => "delay",
+            Fault::ColdStart => "cold_start",
+            Fault::ResetMidBody => "reset_mid_body",
+            Fault::SseStall { .. } => "sse_stall",
+            Fault::SseDrop { .. } => "sse_drop",
+            Fault::SseBuffered => "sse_buffered",
+            Fault::SseError { .. } => "sse_error",
+            Fault::StageFails { .. } => "stage_fails",
+            Fault::JobFails { .. } => "job_fails",
+        }
+    }
+
+    /// [`Fault::Delay`] of `d`.
+    pub fn delay(d: Duration) -> Fault {
+        Fault::Delay {
+            ms: d.as_millis() as u64,
+        }
+    }
+
+    /// 429 with `Retry-After: <seconds>`.
+    pub fn rate_limited_secs(seconds: u64) -> Fault {
+        Fault::RateLimited {
+            retry_after: Some(RetryAfter::Seconds(seconds)),
+        }
+    }
+}
+
+/// Which requests a rule applies to: `*` (every platform route), a route's
+/// operation name (`list_kbs`), or `service:<name>` (`service:kg-service`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Route(pub String);
+
+impl Route {
+    pub fn any() -> Route {
+        Route("*".into())
+    }
+
+    pub fn op(operation: &str) -> Route {
+        Route(operation.into())
+    }
+
+    pub fn service(service: &str) -> Route {
+        Route(format!("service:{service}"))
+    }
+
+    pub(crate) fn matches(&self, endpoint: &sdk_runtime::Endpoint) -> bool {
+        let r = self.0.as_str();
+        r == "*" || r == endpoint.operation || r.strip_prefix("service:") == Some(endpoint.service)
+    }
+}
+
+/// One scripted fault: which route, what, how often.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rule {
+    pub route: Route,
+    pub fault: Fault,
+    /// Answers it shapes before it is used up; `None` = until cleared.
+    #[serde(default)]
+    pub times: Option<u32>,
+    /// Matching requests it lets through before it starts.
+    #[serde(default)]
+    pub skip: u32,
+}
+
+impl Rule {
+    /// A rule for every platform route, firing until cleared.
+    pub fn new(fault: Fault) -> Rule {
+        Rule {
+            route: Route::any(),
+            fault,
+            times: None,
+            skip: 0,
+        }
+    }
+
+    /// Only requests to `operation` (`list_kbs`); `service:<name>` and `*` work too.
+    pub fn on(mut self, operation: &str) -> Rule {
+        self.route = Route(operation.into());
+        self
+    }
+
+    /// Fires `n` times, then is used up.
+    pub fn times(mut self, n: u32) -> Rule {
+        self.times = Some(n);
+        self
+    }
+
+    /// Fires once.
+    pub fn once(self) -> Rule {
+        self.times(1)
+    }
+
+    /// Lets `n` matching requests through first.
+    pub fn skip(mut self, n: u32) -> Rule {
+        self.skip = n;
+        self
+    }
+}
+
+/// A rule and how often it fired.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActiveRule {
+    pub id: u64,
+    pub rule: Rule,
+    pub seen: u32,
+    pub fired: u32,
+}
+
+/// The deploy churn in progress: refused until `refused_until`, then
+/// transient answers until `flaky_until`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Churn {
+    pub refused_until: Instant,
+    pub flaky_until: Instant,
+}
+
+#[derive(Default)]
+pub(crate) struct FaultState {
+    pub rules: Mutex<Vec<ActiveRule>>,
+    pub next_id: Mutex<u64>,
+    pub churn: Mutex<Option<Churn>>,
+    /// Wakes the accept loop to close the listener.
+    pub churn_started: tokio::sync::Notify,
+    /// Rotates the transient deploy answers (401, 404, 422, ...).
+    pub churn_counter: std::sync::atomic::AtomicU64,
+}
+
+/// Phase of a deploy churn at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChurnPhase {
+    Refused,
+    Flaky,
+}
+
+impl FaultState {
+    /// The first live rule matching `endpoint`, counted as fired.
+    pub(crate) fn take(&self, endpoint: &sdk_runtime::Endpoint) -> Option<Fault> {
+        let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+        let mut hit = None;
+        for (i, active) in rules.iter_mut().enumerate() {
+            if !active.rule.route.matches(endpoint) {
+                continue;
+            }
+            active.seen += 1;
+            if active.seen <= active.rule.skip {
+                continue;
+            }
+            active.fired += 1;
+            hit = Some((i, active.rule.fault.clone()));
+            break;
+        }
+        let (i, fault) = hit?;
+        if rules[i].rule.times.is_some_and(|t| rules[i].fired >= t) {
+            rules.remove(i);
+        }
+        Some(fault)
+    }
+
+    pub(crate) fn churn_phase(&self, now: Instant) -> Option<ChurnPhase> {
+        let churn = *self.churn.lock().unwrap_or_else(|e| e.into_inner());
+        let churn = churn?;
+        if now < churn.refused_until {
+            Some(ChurnPhase::Refused)
+        } else if now < churn.flaky_until {
+            Some(ChurnPhase::Flaky)
+        } else {
+            None
+        }
+    }
+}
+
+/// Scripting handle on the simulator's faults; cheap to clone.
+#[derive(Clone)]
+pub struct Faults {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Faults {
+    /// Adds a rule; rules are tried in the order they were pushed and the
+    /// first live match decides. Returns the rule's id.
+    pub fn push(&self, rule: Rule) -> u64 {
+        let state = &self.shared.faults;
+        let id = {
+            let mut next = state.next_id.lock().unwrap_or_else(|e| e.into_inner());
+            *next += 1;
+            *next
+        };
+        state
+            .rules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ActiveRule {
+                id,
+                rule,
+                seen: 0,
+                fired: 0,
+            });
+        id
+    }
+
+    /// Adds `fault` on one route (`list_kbs`), until cleared.
+    pub fn on(&self, operation: &str, fault: Fault) -> u64 {
+        self.push(Rule::new(fault).on(operation))
+    }
+
+    /// Adds `fault` on one route for the next request only.
+    pub fn once(&self, operation: &str, fault: Fault) -> u64 {
+        self.push(Rule::new(fault).on(operation).once())
+    }
+
+    /// Removes one rule by id; whether it was still there.
+    pub fn remove(&self, id: u64) -> bool {
+        let mut rules = self
+            .shared
+            .faults
+            .rules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = rules.len();
+        rules.retain(|r| r.id != id);
+        rules.len() != before
+    }
+
+    /// The live rules, with their counters.
+    pub fn rules(&self) -> Vec<ActiveRule> {
+        self.shared
+            .faults
+            .rules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Removes every rule, ends a churn in progress and restarts the agent plane.
+    pub fn clear(&self) {
+        let state = &self.shared.faults;
+        state
+            .rules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        *state.churn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.shared
+            .agent_plane
+            .store(self.shared.config.agent_plane, Ordering::SeqCst);
+    }
+
+    /// Starts a deploy now with the configured timings: connections refused
+    /// for [`crate::SimConfig::churn_refused`] (the listener closes, open
+    /// connections are cut), then transient 401/404/422 answers for
+    /// [`crate::SimConfig::churn_flaky`] while `/workspaces/health` is already
+    /// 200, then healthy. Returns when the listener is closed.
+    pub async fn deploy_churn(&self) {
+        let c = &self.shared.config;
+        self.deploy_churn_for(c.churn_refused, c.churn_flaky).await;
+    }
+
+    /// [`Faults::deploy_churn`] with explicit phase lengths.
+    pub async fn deploy_churn_for(&self, refused: Duration, flaky: Duration) {
+        let state = &self.shared.faults;
+        let now = Instant::now();
+        *state.churn.lock().unwrap_or_else(|e| e.into_inner()) = Some(Churn {
+            refused_until: now + refused,
+            flaky_until: now + refused + flaky,
+        });
+        state.churn_started.notify_one();
+        // The accept loop closes the listener on its next turn; wait for it so a
+        // caller's next connection attempt is refused.
+        if !refused.is_zero() {
+            let mut closed = self.shared.listener_closed.subscribe();
+            let _ =
+                tokio::time::timeout(refused.min(Duration::from_secs(1)), closed.wait_for(|c| *c))
+                    .await;
+        }
+    }
+
+    /// Whether a deploy churn is in progress (refused or flaky phase).
+    pub fn churning(&self) -> bool {
+        self.shared.faults.churn_phase(Instant::now()).is_some()
+    }
+
+    /// Turns the agent plane on or off: off, the agent stream answers 503 with
+    /// a stable "not running" detail.
+    pub fn set_agent_plane(&self, running: bool) {
+        self.shared.agent_plane.store(running, Ordering::SeqCst);
+    }
+
+    /// Cold start: the next call of each model-serving route (search/rerank,
+    /// completions, groundedness, chat) waits [`crate::SimConfig::cold_start`].
+    pub fn cold_start(&self) {
+        for op in MODEL_ROUTES {
+            self.push(Rule::new(Fault::ColdStart).on(op).once());
+        }
+    }
+
+    /// A stable dark-flag 503 on one route, until cleared.
+    pub fn dark(&self, operation: &str) -> u64 {
+        self.on(operation, Fault::Dark)
+    }
+}
+
+/// Routes served by models that load their weights on the first call.
+pub const MODEL_ROUTES: [&str; 4] = ["search_rerank", "complete", "score", "chat_stream"];

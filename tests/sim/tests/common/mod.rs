@@ -1,0 +1,92 @@
+//! Helpers shared by the simulator's test binaries.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use base64::Engine;
+use grag_client::policy::POLICY;
+use grag_client::{Config, Grag, TenantId};
+use grag_sim::{Sim, SimConfig};
+use sdk_runtime::Policy;
+
+/// The key the tests' clients present.
+pub const KEY: &str = "test-key";
+
+/// The simulator's timings at 1/1000: 20 ms keepalive, 1.8 s ceiling, 3 ms per job node.
+pub fn config() -> SimConfig {
+    SimConfig::scaled(0.001)
+}
+
+pub async fn sim() -> Sim {
+    start(config()).await
+}
+
+pub async fn start(config: SimConfig) -> Sim {
+    Sim::start(config).await.expect("the simulator starts")
+}
+
+/// The spec's policy at 1/100 (R1 backoff from 5 ms, 429 floor 20 ms, 450 ms
+/// orchestrator watchdog): the client's real rules, in test time.
+pub fn policy() -> &'static Policy {
+    static SCALED: OnceLock<&'static Policy> = OnceLock::new();
+    SCALED.get_or_init(|| POLICY.scaled(100))
+}
+
+/// A client of `tenant` on the simulator, with the scaled policy.
+pub fn client(sim: &Sim, tenant: &str) -> Grag {
+    let tenant = TenantId::parse(tenant).expect("a valid tenant");
+    Grag::with_policy(Config::new(sim.url(), KEY, tenant), policy()).expect("a client")
+}
+
+/// A plain HTTP client, for what the typed client never sends.
+pub fn raw() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("reqwest")
+}
+
+/// A raw request with the full header set of tenant `knoll`.
+pub fn scoped(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+) -> reqwest::RequestBuilder {
+    http.request(method, url)
+        .header("Authorization", format!("Bearer {KEY}"))
+        .header("X-Tenant-ID", "knoll")
+}
+
+pub fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+pub const TEXT: &str = "Das Gutachten bewertet die Standsicherheit der Brücke.\n\n\
+    Die Prüfung der Tragwerke erfolgt alle sechs Jahre nach DIN 1076.\n\n\
+    Schäden an Lagern werden in der Schadensklasse 3 eingeordnet.";
+
+/// Reads a raw SSE body chunk by chunk until it ends, with arrival times.
+pub async fn read_all(
+    mut response: reqwest::Response,
+) -> (Vec<(tokio::time::Instant, String)>, Option<reqwest::Error>) {
+    let mut chunks = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) => chunks.push((
+                tokio::time::Instant::now(),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            )),
+            Ok(None) => return (chunks, None),
+            Err(e) => return (chunks, Some(e)),
+        }
+    }
+}
+
+/// Event names in an SSE text, in order.
+pub fn event_names(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .map(str::to_owned)
+        .collect()
+}
