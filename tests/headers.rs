@@ -203,6 +203,7 @@ mod sample {
             content_type: Some("application/pdf".into()),
             status: Some("stored".into()),
             created_at: None,
+            job_id: Some(JobId::parse("job-1").unwrap()),
         }
     }
     pub fn conversation() -> Conversation {

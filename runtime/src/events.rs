@@ -61,10 +61,10 @@ impl Events {
             Some(Ok(event)) => match event.event.as_str() {
                 "error" => Err(self
                     .error(OutcomeKind::StreamError, ErrorKind::Stream)
-                    .with_detail(event.data)),
+                    .with_detail(detail_of(&event.data))),
                 "timeout" => Err(self
                     .error(OutcomeKind::StreamTimeout, ErrorKind::Stream)
-                    .with_detail(event.data)),
+                    .with_detail(detail_of(&event.data))),
                 _ => Ok(event),
             },
             Some(Err(StreamFailure::Stalled { silent_for })) => Err(self
@@ -97,5 +97,17 @@ impl Events {
             .unwrap_or(("-", "unclassified"));
         Error::new(kind, name, class, self.operation)
             .with_message(self.client.policy().message(class))
+    }
+}
+
+/// The `detail` of a `{"detail": "..."}` frame, else the data as sent.
+fn detail_of(data: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(data) {
+        Ok(serde_json::Value::Object(map)) => match map.get("detail") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => data.to_owned(),
+        },
+        _ => data.to_owned(),
     }
 }

@@ -334,7 +334,7 @@ pub struct CreateKb {
 
 /// A document stored in a knowledge base.
 ///
-/// Service `workspaces`, policy §5.3 (inferred).
+/// Service `workspaces`, policy §5.3, §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Document {
     pub document_id: crate::ids::DocumentId,
@@ -345,6 +345,8 @@ pub struct Document {
     pub status: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<crate::ids::JobId>,
 }
 
 /// Body of upload_document; the document id is deterministic, so a replay answers 409.

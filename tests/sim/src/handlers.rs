@@ -16,7 +16,7 @@ use grag_client::types::{
     LinkRequest, Score, ScoreRequest, SearchHit, SearchRequest, SearchResults, Spend,
     SpendGrouping, SpendLine, UploadDocument, UpsertPoints, UpsertResult,
 };
-use grag_client::{ConversionId, DocumentId};
+use grag_client::{ConversionId, DocumentId, JobId};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -196,6 +196,7 @@ fn upload_document(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
         content_type: Some(body.content_type),
         status: Some("queued".into()),
         created_at: Some(now_rfc3339()),
+        job_id: JobId::parse(&job_id).ok(),
     };
     let chunk_count = chunks(&text).len();
     tenant.jobs.insert(
@@ -228,11 +229,7 @@ fn upload_document(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
         "sim-embed",
         0.0001 * chunk_count as f64,
     );
-    // The Document shape has no job id; the simulator adds one (it is also the
-    // document id) so a caller can follow the ingest.
-    let mut value = serde_json::to_value(&document).unwrap_or(Value::Null);
-    value["job_id"] = json!(job_id);
-    Ok(json_status(201, &value))
+    Ok(json_status(201, &document))
 }
 
 fn create_conversation(p: &mut Platform, ctx: &Ctx) -> Answer {
