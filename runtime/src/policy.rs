@@ -273,12 +273,17 @@ pub struct DetailSet {
 }
 
 impl DetailSet {
-    /// Whether `detail` contains one of the set's substrings.
+    /// Whether `detail` contains one of the set's substrings, ignoring ASCII
+    /// case. Allocation-free: it runs on every classified error answer.
     pub fn matches(&self, detail: &str) -> bool {
-        let detail = detail.to_ascii_lowercase();
-        self.contains
-            .iter()
-            .any(|needle| detail.contains(&needle.to_ascii_lowercase()))
+        let haystack = detail.as_bytes();
+        self.contains.iter().any(|needle| {
+            let needle = needle.as_bytes();
+            needle.is_empty()
+                || haystack
+                    .windows(needle.len())
+                    .any(|window| window.eq_ignore_ascii_case(needle))
+        })
     }
 }
 
@@ -343,5 +348,39 @@ impl Policy {
     /// A budget by name.
     pub fn budget(&self, name: &str) -> Option<&'static BudgetPolicy> {
         self.throttle.budgets.iter().find(|b| b.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detail_sets_match_substrings_ignoring_case() {
+        let dark = DetailSet {
+            name: "dark",
+            contains: &["feature flag", "disabled"],
+        };
+        assert!(dark.matches("Rerank is DISABLED on this instance"));
+        assert!(dark.matches("blocked by Feature Flag rerank_v2"));
+        assert!(!dark.matches("admission control: overloaded"));
+        assert!(!dark.matches(""));
+        assert!(!dark.matches("disable"), "a prefix of a needle is no match");
+    }
+
+    #[test]
+    fn timeout_budget_grows_only_where_the_class_says() {
+        let search = TimeoutClass {
+            name: "search",
+            per_attempt: Duration::from_secs(30),
+            deploy_suspected: Some(Duration::from_secs(60)),
+        };
+        assert_eq!(search.budget(false), Duration::from_secs(30));
+        assert_eq!(search.budget(true), Duration::from_secs(60));
+        let default = TimeoutClass {
+            deploy_suspected: None,
+            ..search
+        };
+        assert_eq!(default.budget(true), Duration::from_secs(30));
     }
 }
