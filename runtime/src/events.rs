@@ -24,7 +24,9 @@ impl Client {
             .stream
             .and_then(|i| self.shared.policy.streams.get(i))
             .expect("the generator gives every stream route its stream");
-        let (_, response) = self.run(&call, true).await?;
+        let (reply, response) = self.run(&call, true).await?;
+        // The opening counts as the call; the stream's own failures count as fallbacks.
+        reply.empty()?;
         let response = response.expect("a 2xx stream answer keeps its body");
         Ok(Events {
             client: self.clone(),

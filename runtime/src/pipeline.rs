@@ -13,7 +13,7 @@ use crate::breaker::{Admission, Generation};
 use crate::call::Call;
 use crate::classify::{Outcome, classify};
 use crate::client::Client;
-use crate::endpoint::{Lane, Method, ScopeNeed};
+use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
 use crate::error::{Error, ErrorKind};
 use crate::policy::{OutcomeKind, RetrySchedule, StateTrigger, TaxonomyRow};
 use crate::reply::Reply;
@@ -180,13 +180,16 @@ impl Client {
                     unreachable!("a success has a status");
                 };
                 self.memory().record_success(endpoint);
-                run.finish("ok");
+                // The call is counted when the reply is decoded: a body that
+                // does not decode is a decode error, not a success.
                 let reply = Reply::new(
-                    policy,
+                    self.clone(),
                     endpoint,
                     status,
                     body,
                     echoed_id.unwrap_or(request_id),
+                    run.started,
+                    run.attempt > 1,
                 );
                 return Ok((reply, response));
             }
@@ -340,6 +343,19 @@ impl Client {
         self.raise(name, error);
     }
 
+    /// Counts one finished call in the metrics.
+    pub(crate) fn count_call(
+        &self,
+        endpoint: &Endpoint,
+        class: &'static str,
+        retried: bool,
+        started: Instant,
+    ) {
+        self.shared
+            .metrics
+            .call(endpoint.service, class, retried, started.elapsed());
+    }
+
     pub(crate) fn raise(&self, name: &'static str, error: &Error) {
         self.shared.alerts.alert(Alert {
             name,
@@ -432,24 +448,21 @@ impl Run<'_, '_> {
         self.fail(error, false)
     }
 
-    /// Ends the call with `error`: metrics, and the retry-exhaustion alert.
+    /// Ends the call with `error`: metrics, and the retry-exhaustion alert
+    /// when the row's retries were used up (the row itself raised none).
     fn fail(&mut self, error: Error, exhausted: bool) -> Error {
         let client = self.client;
+        let retry_exhausted = client.shared.policy.alerts.retry_exhausted;
         if exhausted && self.attempt > 1 {
-            client.raise(client.shared.policy.alerts.retry_exhausted, &error);
+            client.raise(retry_exhausted, &error);
         }
-        self.finish(error.class());
-        error
-    }
-
-    fn finish(&self, class: &'static str) {
-        let endpoint = self.call.endpoint;
-        self.client.shared.metrics.call(
-            endpoint.service,
-            class,
+        client.count_call(
+            self.call.endpoint,
+            error.class(),
             self.attempt > 1,
-            self.started.elapsed(),
+            self.started,
         );
+        error
     }
 }
 

@@ -2,10 +2,12 @@
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::Endpoint;
+use crate::client::Client;
 use crate::error::{Error, ErrorKind};
-use crate::policy::{OutcomeKind, Policy};
+use crate::policy::OutcomeKind;
 
 /// What a create route answered: made now, or already there (409, T7).
 #[derive(Debug, Clone, PartialEq)]
@@ -29,30 +31,48 @@ pub enum Progress<T> {
     Processing,
 }
 
-/// A successful answer with its status and body.
-#[derive(Debug)]
+/// A successful answer with its status and body. The call is counted in the
+/// metrics once the body is decoded (or fails to), so a 2xx that does not fit
+/// its shape counts as a decode error, not a success.
 pub struct Reply {
-    policy: &'static Policy,
+    client: Client,
     endpoint: &'static Endpoint,
     status: u16,
     body: Bytes,
     request_id: String,
+    started: Instant,
+    retried: bool,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply")
+            .field("endpoint", &self.endpoint.operation)
+            .field("status", &self.status)
+            .field("body_len", &self.body.len())
+            .field("request_id", &self.request_id)
+            .finish()
+    }
 }
 
 impl Reply {
     pub(crate) fn new(
-        policy: &'static Policy,
+        client: Client,
         endpoint: &'static Endpoint,
         status: u16,
         body: Bytes,
         request_id: String,
+        started: Instant,
+        retried: bool,
     ) -> Self {
         Reply {
-            policy,
+            client,
             endpoint,
             status,
             body,
             request_id,
+            started,
+            retried,
         }
     }
 
@@ -67,17 +87,25 @@ impl Reply {
 
     /// Decodes the body; a body that does not fit is a typed decode error (T24).
     pub fn json<T: DeserializeOwned>(self) -> Result<T, Error> {
-        serde_json::from_slice(&self.body).map_err(|e| self.decode_error(e))
+        match serde_json::from_slice(&self.body) {
+            Ok(value) => {
+                self.count("ok");
+                Ok(value)
+            }
+            Err(e) => Err(self.decode_error(e)),
+        }
     }
 
     /// Ignores the body.
     pub fn empty(self) -> Result<(), Error> {
+        self.count("ok");
         Ok(())
     }
 
     /// `Existing` for the 409 of a create route, else the decoded body.
     pub fn created<T: DeserializeOwned>(self) -> Result<Created<T>, Error> {
         if self.status == 409 {
+            self.count("ok");
             return Ok(Created::Existing);
         }
         self.json().map(Created::New)
@@ -86,22 +114,34 @@ impl Reply {
     /// `Processing` for the 409 of a poll route, else the decoded body.
     pub fn progress<T: DeserializeOwned>(self) -> Result<Progress<T>, Error> {
         if self.status == 409 {
+            self.count("ok");
             return Ok(Progress::Processing);
         }
         self.json().map(Progress::Ready)
     }
 
+    fn count(&self, class: &'static str) {
+        self.client
+            .count_call(self.endpoint, class, self.retried, self.started);
+    }
+
+    /// T24: counted as such, with the row's alert (contract drift).
     fn decode_error(&self, e: serde_json::Error) -> Error {
-        let row = self
-            .policy
+        let policy = self.client.policy();
+        let row = policy
             .taxonomy
             .iter()
             .find(|r| r.matches.outcome == OutcomeKind::Decode);
         let (name, class) = row.map(|r| (r.row, r.class)).unwrap_or(("-", "decode"));
-        Error::new(ErrorKind::Decode, name, class, self.endpoint.operation)
+        let error = Error::new(ErrorKind::Decode, name, class, self.endpoint.operation)
             .with_status(self.status, None)
             .with_request_id(self.request_id.clone())
-            .with_message(self.policy.message(class))
-            .with_source(e)
+            .with_message(policy.message(class))
+            .with_source(e);
+        if let Some(alert) = row.and_then(|r| r.alert) {
+            self.client.raise(alert, &error);
+        }
+        self.count(class);
+        error
     }
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::policy::{
-    BreakerPolicy, Policy, PollingPolicy, RetryClass, RetrySchedule, StreamPolicy, ThrottlePolicy,
-    TimeoutClass,
+    BreakerPolicy, Policy, PollingPolicy, RetryClass, RetrySchedule, StreamPolicy, TaxonomyRow,
+    ThrottlePolicy, TimeoutClass,
 };
 
 impl Policy {
@@ -69,6 +69,14 @@ impl Policy {
                 ..s.clone()
             })
             .collect();
+        let taxonomy: Vec<TaxonomyRow> = self
+            .taxonomy
+            .iter()
+            .map(|r| TaxonomyRow {
+                remember_for: r.remember_for.map(d),
+                ..r.clone()
+            })
+            .collect();
         let b = &self.breaker;
         let t = &self.throttle;
         Box::leak(Box::new(Policy {
@@ -95,6 +103,7 @@ impl Policy {
                 ..t.clone()
             },
             streams: Box::leak(streams.into_boxed_slice()),
+            taxonomy: Box::leak(taxonomy.into_boxed_slice()),
             ..self.clone()
         }))
     }
