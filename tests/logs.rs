@@ -97,11 +97,15 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
         content_base64: SECRET.into(),
         metadata: None,
     };
-    let error = grag
-        .workspaces()
-        .upload_document(&KbId::parse("kb-1").unwrap(), &upload)
-        .await
-        .unwrap_err();
+    // The backend's own context (analyse_id, ai_run_id) rides on a span.
+    let span = tracing::info_span!("analyse", analyse_id = "a-42", ai_run_id = "run-7");
+    let error = tracing::Instrument::instrument(
+        grag.workspaces()
+            .upload_document(&KbId::parse("kb-1").unwrap(), &upload),
+        span,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(error.row(), "T10", "{error}");
     server.stop().await;
 
@@ -153,6 +157,13 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
     assert_eq!(post["status"], 422);
     assert_eq!(post["error_class"], "validation");
     assert_eq!(post["row"], "T10");
+    assert_eq!(post["kb_id"], "kb-1");
+    assert_eq!(post["span"]["analyse_id"], "a-42", "{post}");
+    assert_eq!(post["span"]["ai_run_id"], "run-7", "{post}");
+    assert!(
+        put.get("kb_id").is_none(),
+        "no kb in the entity route: {put}"
+    );
     // The 422 raised its alert; the alert line carries the detail's digest only.
     let alert = captured
         .lines()

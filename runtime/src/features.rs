@@ -2,6 +2,7 @@
 
 use tokio::time::Instant;
 
+use crate::backoff::PollCadence;
 use crate::breaker::CircuitState;
 use crate::client::Client;
 use crate::policy::{FeatureStateCopy, StateTrigger};
@@ -80,6 +81,13 @@ impl Client {
     /// Whether a 429 was seen recently: polling doubles its interval meanwhile.
     pub fn rate_limit_hot(&self) -> bool {
         self.memory().hot_429(Instant::now())
+    }
+
+    /// How long to wait before the next poll of a status route: the policy's
+    /// interval (5 s), times its hot factor while a 429 is hot, never below
+    /// the floor (2 s).
+    pub fn poll_interval(&self) -> std::time::Duration {
+        PollCadence::new(&self.shared.policy.throttle.polling).interval(self.rate_limit_hot())
     }
 }
 
