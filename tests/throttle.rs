@@ -1,1 +1,431 @@
-//! Placeholder: filled in by the resilience tests.
+//! Throttle (policy §6, GRAG §8), measured where it matters: at the
+//! simulator's request log, over loopback, with the spec's policy at 1/20
+//! (a second is 50 ms, a minute 3 s).
+//!
+//! - at most 8 requests in flight in all, and the cap is actually reached;
+//! - at most 2 ingest requests in flight, while other routes use the rest;
+//! - at most 57 requests in any rolling second (50/s with a burst of 8);
+//! - at most 100 retrieval calls in any rolling minute, the 101st only after
+//!   the window;
+//! - a retrieval backlog does not hold back other routes.
+//!
+//! The bounds hold for what the platform sees, not for the client's own
+//! bookkeeping: a request reaches the platform some time after it was
+//! admitted, and a burst of admissions reaches it spread out. The rate and
+//! retrieval tests therefore drive bursts (repeated ones, and a first one on
+//! cold connections) and count arrivals.
+//!
+//! The tests run one at a time (`SERIAL`): two cores, and every test wants them.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use grag_client::policy::POLICY;
+use grag_client::types::{
+    ConvertRequest, CreateKb, Point, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
+};
+use grag_client::{Config, Created, DocumentId, Grag, KbId, TenantId};
+use grag_sim::{Fault, LoggedRequest, Rule, Sim, SimConfig};
+use sdk_runtime::Policy;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// 1 s → 50 ms, 60 s → 3 s.
+const DIVISOR: u32 = 20;
+static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| POLICY.scaled(DIVISOR));
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const INGEST_ROUTES: [&str; 3] = ["upload_document", "convert", "upsert_points"];
+
+async fn sim() -> Sim {
+    Sim::start(SimConfig::scaled(1.0 / f64::from(DIVISOR)))
+        .await
+        .expect("the simulator starts")
+}
+
+fn client(sim: &Sim) -> Grag {
+    let tenant = TenantId::parse("knoll").expect("a valid tenant");
+    Grag::with_policy(Config::new(sim.url(), "test-key", tenant), &SCALED).expect("a client")
+}
+
+fn kb() -> KbId {
+    KbId::parse("kb-methodik").expect("a valid KB id")
+}
+
+async fn create_kb(grag: &Grag) {
+    let created = grag
+        .workspaces()
+        .create_kb(&CreateKb {
+            kb_id: kb(),
+            name: "Methodik".into(),
+            description: None,
+        })
+        .await
+        .expect("create_kb");
+    assert!(matches!(created, Created::New(_)));
+}
+
+/// The policy's rolling second and rolling minute, compressed.
+fn second(policy: &Policy) -> Duration {
+    policy.throttle.rate_period
+}
+
+fn minute(policy: &Policy) -> Duration {
+    policy.throttle.budget_period
+}
+
+/// The most arrivals in any half-open window `[t, t + width)`; only windows
+/// starting at an arrival can hold a maximum. `times` must be sorted.
+fn max_in_any_window(times: &[Instant], width: Duration) -> usize {
+    times
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| {
+            times[i..]
+                .iter()
+                .take_while(|&&t| t.duration_since(start) < width)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn arrivals<'a>(entries: impl IntoIterator<Item = &'a LoggedRequest>) -> Vec<Instant> {
+    let mut times: Vec<Instant> = entries.into_iter().map(|e| e.arrived).collect();
+    times.sort();
+    times
+}
+
+async fn join_all<T>(tasks: Vec<JoinHandle<Result<T, grag_client::Error>>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.expect("task").expect("call"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_more_than_8_requests_in_flight_at_the_platform() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    // Slow answers, so 40 concurrent calls really pile up at the cap.
+    sim.faults().push(Rule::new(Fault::Delay { ms: 40 }));
+    let tasks: Vec<JoinHandle<Result<(), grag_client::Error>>> = (0..40)
+        .map(|i| {
+            let grag = grag.clone();
+            tokio::spawn(async move {
+                match i % 4 {
+                    0 => grag.workspaces().list_kbs().await.map(drop),
+                    1 => grag.workspaces().get_settings().await.map(drop),
+                    2 => grag.workspaces().health().await.map(drop),
+                    _ => grag.ledger().spend(SpendGrouping::Service).await.map(drop),
+                }
+            })
+        })
+        .collect();
+    join_all(tasks).await;
+
+    let log = sim.log();
+    assert_eq!(log.len(), 40, "one attempt per call");
+    let peak = log.max_in_flight();
+    println!("peak in flight at the simulator: {peak} (40 concurrent calls, 40 ms answers)");
+    assert!(peak <= 8, "the platform saw {peak} requests in flight");
+    assert_eq!(peak, 8, "40 concurrent slow calls must reach the cap of 8");
+    assert_eq!(grag.runtime().throttle().in_flight(), 0);
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_routes_never_exceed_2_in_flight_while_other_routes_flow() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    create_kb(&grag).await;
+    const INGEST_MS: u64 = 60;
+    let ingest_answer = Duration::from_millis(INGEST_MS);
+    for route in INGEST_ROUTES {
+        sim.faults()
+            .push(Rule::new(Fault::Delay { ms: INGEST_MS }).on(route));
+    }
+    sim.faults()
+        .push(Rule::new(Fault::Delay { ms: 15 }).on("list_kbs"));
+    let content = "UHLDvGZiZXJpY2h0".to_owned();
+
+    let mut ingest: Vec<JoinHandle<Result<(), grag_client::Error>>> = Vec::new();
+    for i in 0..4 {
+        let grag1 = grag.clone();
+        let upload = UploadDocument {
+            document_id: DocumentId::parse(&format!("doc-{i}")).unwrap(),
+            filename: format!("bericht-{i}.txt"),
+            content_type: "text/plain".into(),
+            content_base64: content.clone(),
+            metadata: None,
+        };
+        ingest.push(tokio::spawn(async move {
+            grag1
+                .workspaces()
+                .upload_document(&kb(), &upload)
+                .await
+                .map(drop)
+        }));
+        let grag2 = grag.clone();
+        let convert = ConvertRequest {
+            document_id: DocumentId::parse(&format!("scan-{i}")).unwrap(),
+            filename: format!("scan-{i}.pdf"),
+            content_type: "application/pdf".into(),
+            content_base64: content.clone(),
+            kb_id: Some(kb()),
+        };
+        ingest.push(tokio::spawn(async move {
+            grag2.docfold().convert(&convert).await.map(drop)
+        }));
+        let grag3 = grag.clone();
+        let points = UpsertPoints {
+            points: vec![Point {
+                id: format!("chunk-{i}"),
+                vector: vec![0.1, 0.2, 0.3],
+                payload: None,
+            }],
+        };
+        ingest.push(tokio::spawn(async move {
+            grag3
+                .voyager()
+                .upsert_points(&kb(), &points)
+                .await
+                .map(drop)
+        }));
+    }
+    // Other routes, queued behind the ingest backlog.
+    let others: Vec<JoinHandle<Result<(), grag_client::Error>>> = (0..24)
+        .map(|_| {
+            let grag = grag.clone();
+            tokio::spawn(async move { grag.workspaces().list_kbs().await.map(drop) })
+        })
+        .collect();
+    join_all(ingest).await;
+    join_all(others).await;
+
+    let entries = sim.log().entries();
+    let ingest = arrivals(
+        entries
+            .iter()
+            .filter(|e| e.operation.is_some_and(|op| INGEST_ROUTES.contains(&op))),
+    );
+    let listed = arrivals(entries.iter().filter(|e| e.operation == Some("list_kbs")));
+    assert_eq!(ingest.len(), 12);
+    assert_eq!(listed.len(), 24);
+    // Every ingest answer takes at least INGEST_MS from its arrival. Three
+    // ingest requests in flight at once would show as three arrivals inside
+    // one INGEST_MS window; with a cap of 2 the third can only leave once one
+    // of the first two was answered.
+    let tightest_triple = ingest
+        .windows(3)
+        .map(|w| w[2].duration_since(w[0]))
+        .min()
+        .unwrap();
+    let tightest_pair = ingest
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .min()
+        .unwrap();
+    let peak = sim.log().max_in_flight();
+    println!(
+        "ingest: tightest 3 arrivals span {tightest_triple:?} (≥ {ingest_answer:?} means never 3 in flight), \
+         tightest pair {tightest_pair:?}; peak in flight overall {peak}"
+    );
+    assert!(
+        tightest_triple >= ingest_answer,
+        "3 ingest requests within {tightest_triple:?}: more than 2 in flight"
+    );
+    assert!(
+        tightest_pair < ingest_answer,
+        "ingest never had 2 in flight (closest arrivals {tightest_pair:?} apart)"
+    );
+    // The other routes used the 6 remaining slots meanwhile: every list_kbs
+    // arrived while the ingest backlog still had at least two waves to go.
+    assert!(peak <= 8, "the platform saw {peak} requests in flight");
+    assert_eq!(peak, 8, "list_kbs must fill the slots ingest leaves free");
+    let last_listed = *listed.last().unwrap();
+    assert!(
+        last_listed < ingest[8],
+        "list_kbs waited for the ingest backlog: last at +{:?}, ingest wave 5 at +{:?}",
+        last_listed.duration_since(ingest[0]),
+        ingest[8].duration_since(ingest[0])
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_57_requests_in_any_rolling_second() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    let window = second(&SCALED);
+    let throttle = &SCALED.throttle;
+    // The documented bound: the burst (min(8 in flight, 50/s) = 8) at once,
+    // then one token per 1/50 s: 8 + 50 - 1 in any rolling second.
+    let bound =
+        (throttle.max_in_flight.min(throttle.per_second) + throttle.per_second - 1) as usize;
+    assert_eq!(bound, 57);
+
+    // Bursty traffic: rounds of 60 concurrent calls, each after a pause that
+    // refills the bucket, so every round opens with a full burst of 8 and
+    // then runs at the sustained rate for a whole second.
+    const ROUNDS: usize = 20;
+    const PER_ROUND: usize = 60;
+    let started = Instant::now();
+    for _ in 0..ROUNDS {
+        let tasks: Vec<JoinHandle<Result<(), grag_client::Error>>> = (0..PER_ROUND)
+            .map(|_| {
+                let grag = grag.clone();
+                tokio::spawn(async move { grag.workspaces().list_kbs().await.map(drop) })
+            })
+            .collect();
+        join_all(tasks).await;
+        tokio::time::sleep(window / 5).await;
+    }
+    let took = started.elapsed();
+
+    let times = arrivals(&sim.log().entries());
+    assert_eq!(times.len(), ROUNDS * PER_ROUND, "one attempt per call");
+    let per_window: Vec<usize> = (0..times.len())
+        .map(|i| {
+            times[i..]
+                .iter()
+                .take_while(|t| t.duration_since(times[i]) < window)
+                .count()
+        })
+        .collect();
+    let max = per_window.iter().copied().max().unwrap_or(0);
+    let over = per_window.iter().filter(|&&n| n > bound).count();
+    println!(
+        "rate: at most {max} requests in any rolling (scaled) second of {window:?} \
+         ({over} windows over {bound}); {} calls in {took:?}",
+        times.len()
+    );
+    assert!(
+        max <= bound,
+        "the platform saw {max} requests in one rolling second ({over} windows over {bound})"
+    );
+    assert!(
+        max >= throttle.per_second as usize,
+        "only {max} in the busiest second: the test did not drive the bucket"
+    );
+    sim.stop().await;
+}
+
+fn search_task(grag: &Grag) -> JoinHandle<Result<(), grag_client::Error>> {
+    let grag = grag.clone();
+    tokio::spawn(async move {
+        let query = SearchRequest {
+            query_text: "Prüffristen".into(),
+            top_k: 1,
+        };
+        grag.ai_gateway()
+            .search_rerank(&kb(), &query)
+            .await
+            .map(drop)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrieval_admits_at_most_100_per_rolling_minute() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    // The KB comes from another client: the measured one starts cold, as a
+    // fresh client does, and its first burst opens its connections.
+    create_kb(&client(&sim)).await;
+    let grag = client(&sim);
+    let window = minute(&SCALED);
+
+    // Two windows' worth: 100 at once, 100 more as the window slides. Other
+    // routes keep the client and the platform busy in the first window only:
+    // a busy minute, then a quiet one.
+    let searches: Vec<_> = (0..200).map(|_| search_task(&grag)).collect();
+    let others: Vec<JoinHandle<Result<(), grag_client::Error>>> = (0..200)
+        .map(|_| {
+            let grag = grag.clone();
+            tokio::spawn(async move { grag.workspaces().list_kbs().await.map(drop) })
+        })
+        .collect();
+    join_all(others).await;
+    join_all(searches).await;
+
+    let times = arrivals(sim.log().of("search_rerank").iter());
+    assert_eq!(times.len(), 200, "one attempt per call");
+    let max = max_in_any_window(&times, window);
+    let first_100 = times[99].duration_since(times[0]);
+    let the_101st = times[100].duration_since(times[0]);
+    println!(
+        "retrieval: at most {max} in any rolling (scaled) minute of {window:?}; \
+         the first 100 arrived within {first_100:?}, the 101st after {the_101st:?}"
+    );
+    assert!(
+        max <= 100,
+        "the platform saw {max} retrieval calls in one rolling minute"
+    );
+    assert_eq!(max, 100, "200 searches must fill the window");
+    assert!(
+        the_101st >= window,
+        "the 101st search arrived {the_101st:?} after the first, inside the {window:?} window"
+    );
+    // The window slides: the slot frees when the first call leaves it, not a
+    // whole window later.
+    assert!(
+        the_101st < window + window / 2,
+        "the 101st search waited {the_101st:?}"
+    );
+    sim.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrieval_backlog_does_not_starve_other_routes() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    create_kb(&grag).await;
+    let window = minute(&SCALED);
+
+    let searches: Vec<_> = (0..230).map(|_| search_task(&grag)).collect();
+    let log = sim.log();
+    let filled = log
+        .wait_for(window / 2, |entries| {
+            entries
+                .iter()
+                .filter(|e| e.operation == Some("search_rerank"))
+                .count()
+                >= 100
+        })
+        .await;
+    assert!(filled, "100 searches did not go out");
+    // Let the other 130 settle into waiting for the window.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let waiting = searches.iter().filter(|s| !s.is_finished()).count();
+    assert_eq!(log.count("search_rerank"), 100);
+    assert_eq!(waiting, 130, "130 searches wait for the rolling minute");
+
+    let started = Instant::now();
+    let kbs = grag.workspaces().list_kbs().await.expect("list_kbs");
+    let took = started.elapsed();
+    assert_eq!(kbs.len(), 1);
+    let settings = grag.workspaces().get_settings().await;
+    assert!(settings.is_ok(), "{settings:?}");
+    println!(
+        "backlog: list_kbs answered in {took:?} while {waiting} searches waited for a {window:?} window"
+    );
+    assert_eq!(
+        log.count("search_rerank"),
+        100,
+        "the backlog was still waiting"
+    );
+    assert!(
+        took < window / 10,
+        "list_kbs took {took:?} behind a retrieval backlog"
+    );
+    for search in searches {
+        search.abort();
+    }
+    sim.stop().await;
+}

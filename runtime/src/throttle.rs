@@ -21,8 +21,13 @@ use tokio::time::Instant;
 
 use crate::policy::ThrottlePolicy;
 
-/// At most `limit` acquisitions in any rolling `window` (half-open: an
-/// acquisition at `t` stops counting at `t + window`).
+/// At most `limit` requests in any rolling `window`, as the platform counts
+/// them: a slot is taken at admission and held until one `window` after the
+/// request *ended* ([`release`](Self::release)). A request reaches the
+/// platform somewhere between the two, so any window the platform measures
+/// holds at most `limit` arrivals, however the network delays them; counting
+/// from admission alone lets a delayed burst and a prompt refill meet in one
+/// platform window.
 ///
 /// A sliding log, not a GCRA: a GCRA quota of 100/min still lets a full burst
 /// through on top of the steady rate, so "≤ 100 per rolling minute" would not
@@ -32,7 +37,10 @@ use crate::policy::ThrottlePolicy;
 pub struct RollingWindow {
     limit: usize,
     window: Duration,
+    /// When released requests ended; each counts until `end + window`.
     log: VecDeque<Instant>,
+    /// Admitted requests that have not ended yet.
+    open: usize,
 }
 
 impl RollingWindow {
@@ -43,17 +51,34 @@ impl RollingWindow {
             limit,
             window,
             log: VecDeque::with_capacity(limit),
+            open: 0,
         }
     }
 
-    /// Takes a slot at `now`, or says how long until the next slot frees.
+    /// An instantaneous request at `now` (admitted and ended at once), or how
+    /// long until the next slot frees.
     pub fn try_acquire(&mut self, now: Instant) -> Result<(), Duration> {
-        self.check(now)?;
-        self.record(now);
+        self.acquire(now)?;
+        self.release(now);
         Ok(())
     }
 
-    /// Like [`try_acquire`](Self::try_acquire) without taking the slot.
+    /// Admits a request at `now`; [`release`](Self::release) it when it ends.
+    pub fn acquire(&mut self, now: Instant) -> Result<(), Duration> {
+        self.check(now)?;
+        self.open += 1;
+        Ok(())
+    }
+
+    /// The request admitted earlier ended at `now`.
+    pub fn release(&mut self, now: Instant) {
+        self.open = self.open.saturating_sub(1);
+        let at = self.log.back().map_or(now, |&last| last.max(now));
+        self.log.push_back(at);
+    }
+
+    /// Whether a slot is free at `now`, without taking it. When every slot is
+    /// held by an open request, none can free before a full `window`.
     pub fn check(&mut self, now: Instant) -> Result<(), Duration> {
         while let Some(&oldest) = self.log.front() {
             if now.saturating_duration_since(oldest) >= self.window {
@@ -62,27 +87,22 @@ impl RollingWindow {
                 break;
             }
         }
+        if self.used() < self.limit {
+            return Ok(());
+        }
         match self.log.front() {
-            Some(&oldest) if self.log.len() >= self.limit => {
-                Err(self.window - now.saturating_duration_since(oldest))
-            }
-            _ => Ok(()),
+            Some(&oldest) => Err(self.window - now.saturating_duration_since(oldest)),
+            None => Err(self.window),
         }
     }
 
-    /// Acquisitions still counting at the last check.
+    /// Slots held at the last check: open requests and recent ones.
     pub fn used(&self) -> usize {
-        self.log.len()
+        self.open + self.log.len()
     }
 
     pub fn limit(&self) -> usize {
         self.limit
-    }
-
-    /// Records an acquisition; kept sorted even if `now` went backwards.
-    fn record(&mut self, now: Instant) {
-        let at = self.log.back().map_or(now, |&last| last.max(now));
-        self.log.push_back(at);
     }
 }
 
@@ -129,7 +149,7 @@ type Bucket = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<To
 #[derive(Debug)]
 struct Lane {
     semaphore: Option<Arc<Semaphore>>,
-    window: Option<Mutex<RollingWindow>>,
+    window: Option<Arc<Mutex<RollingWindow>>>,
 }
 
 /// Admission control of one API, built from its [`ThrottlePolicy`].
@@ -146,14 +166,30 @@ pub struct Throttle {
     global: Arc<Semaphore>,
     lanes: Vec<Lane>,
     bucket: Bucket,
+    /// The bucket's bound per rolling second, as the platform counts it.
+    per_period: Arc<Mutex<RollingWindow>>,
     burst: u32,
 }
 
-/// Admission to send one request; dropping it frees the concurrency slots.
+/// Admission to send one request; dropping it (the request ended) frees the
+/// concurrency slots and starts the end of its rolling-window slots.
 #[derive(Debug)]
 pub struct Permit {
     _global: OwnedSemaphorePermit,
     _budget: Option<OwnedSemaphorePermit>,
+    windows: Vec<Arc<Mutex<RollingWindow>>>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        for window in &self.windows {
+            window
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .release(now);
+        }
+    }
 }
 
 impl Throttle {
@@ -176,7 +212,7 @@ impl Throttle {
                     .map(|n| Arc::new(Semaphore::new(n.max(1) as usize))),
                 window: budget
                     .per_minute
-                    .map(|n| Mutex::new(RollingWindow::new(n, policy.budget_period))),
+                    .map(|n| Arc::new(Mutex::new(RollingWindow::new(n, policy.budget_period)))),
             })
             .collect();
         Self {
@@ -185,6 +221,11 @@ impl Throttle {
             global: Arc::new(Semaphore::new(max_in_flight)),
             lanes,
             bucket: RateLimiter::direct_with_clock(quota, TokioClock),
+            // What the bucket admits in any rolling second, held as the platform counts.
+            per_period: Arc::new(Mutex::new(RollingWindow::new(
+                burst.get() + per_second.get() - 1,
+                policy.rate_period,
+            ))),
             burst: burst.get(),
         }
     }
@@ -214,9 +255,12 @@ impl Throttle {
             let global = acquire(&self.global).await;
             match self.pace(lane) {
                 Ok(()) => {
+                    let mut windows = vec![self.per_period.clone()];
+                    windows.extend(lane.window.clone());
                     return Permit {
                         _global: global,
                         _budget: budget_permit,
+                        windows,
                     };
                 }
                 Err(wait) => {
@@ -227,18 +271,28 @@ impl Throttle {
         }
     }
 
-    /// Takes a slot of the rolling window and a bucket token, or says how long
-    /// to wait. Both are decided under the window's lock at one instant: a
-    /// token is only spent when the window has a slot, and the slot is
-    /// recorded at the admission time.
+    /// Takes a bucket token and the rolling-window slots (the budget's, and
+    /// the per-second one), or says how long to wait. All are decided at one
+    /// instant under the windows' locks: nothing is taken unless all are free.
     fn pace(&self, lane: &Lane) -> Result<(), Duration> {
-        let Some(window) = &lane.window else {
-            return self.take_token();
-        };
-        let mut window = window.lock().unwrap_or_else(PoisonError::into_inner);
-        window.check(Instant::now())?;
+        let now = Instant::now();
+        let mut per_period = self
+            .per_period
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        per_period.check(now)?;
+        let mut window = lane
+            .window
+            .as_ref()
+            .map(|w| w.lock().unwrap_or_else(PoisonError::into_inner));
+        if let Some(window) = window.as_mut() {
+            window.check(now)?;
+        }
         self.take_token()?;
-        window.record(Instant::now());
+        per_period.acquire(now)?;
+        if let Some(window) = window.as_mut() {
+            window.acquire(now)?;
+        }
         Ok(())
     }
 
@@ -473,6 +527,21 @@ mod tests {
         // Sustained: 192 paced admissions after the burst take 3.84 s.
         let span = times[199].duration_since(times[0]);
         assert_eq!(span, Duration::from_millis(192 * 20));
+    }
+
+    #[test]
+    fn an_open_request_holds_its_slot_until_a_window_after_it_ends() {
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let mut window = RollingWindow::new(2, MINUTE);
+        window.acquire(t0).unwrap();
+        window.acquire(t0).unwrap();
+        // Both still open: no slot can free before a full window.
+        assert_eq!(window.check(t0 + s(90)), Err(MINUTE));
+        window.release(t0 + s(100));
+        assert_eq!(window.check(t0 + s(130)), Err(s(30)));
+        assert_eq!(window.acquire(t0 + s(160)), Ok(()));
+        assert_eq!(window.used(), 2);
     }
 
     #[test]

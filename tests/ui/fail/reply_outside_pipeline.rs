@@ -2,11 +2,5 @@
 use sdk_runtime::Reply;
 
 fn main() {
-    let _ = Reply::new(
-        &grag_client::policy::POLICY,
-        &grag_client::workspaces::LIST_KBS,
-        200,
-        Default::default(),
-        String::new(),
-    );
+    let _forge = Reply::new;
 }
