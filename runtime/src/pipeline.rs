@@ -14,7 +14,7 @@ use crate::call::Call;
 use crate::classify::{Outcome, classify};
 use crate::client::Client;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, error_chain};
 use crate::policy::{OutcomeKind, RetrySchedule, StateTrigger, TaxonomyRow};
 use crate::reply::Reply;
 use crate::scope::IdKind;
@@ -539,16 +539,4 @@ fn detail_of(body: &[u8]) -> Option<String> {
         Ok(Envelope { detail }) => Some(detail.to_string()),
         Err(_) => Some(String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()),
     }
-}
-
-/// An error with its sources, for people: reqwest hides the useful part there.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

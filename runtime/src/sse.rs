@@ -21,6 +21,8 @@ use bytes::Bytes;
 use futures_util::stream::{BoxStream, Stream, StreamExt};
 use tokio::time::Instant;
 
+use crate::error::error_chain;
+
 /// Longest line (terminator excluded) the parser buffers. A peer that never
 /// sends a line break must not grow our memory without bound.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
@@ -395,19 +397,6 @@ impl EventStream {
         self.body = None;
         self.failure = Some(failure);
     }
-}
-
-/// `error: source: source…`, since transport errors often hide the useful
-/// part (e.g. "connection reset") in their sources.
-fn error_chain(e: &(dyn StdError + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]
