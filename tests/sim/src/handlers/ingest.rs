@@ -1,0 +1,92 @@
+//! Ingest services: voyager point upserts and docfold conversions.
+
+use base64::Engine;
+use grag_client::ConversionId;
+use grag_client::types::{
+    ConversionJob, ConversionResult, ConvertRequest, UpsertPoints, UpsertResult,
+};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{Answer, charge};
+use crate::Shared;
+use crate::platform::{Ctx, detail, json_status, unprocessable};
+use crate::state::{Conversion, Platform};
+
+pub(super) fn upsert_points(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
+    let body: UpsertPoints = ctx.json()?;
+    let max = shared.config.max_points;
+    if body.points.len() > max {
+        return Err(detail(
+            413,
+            format!(
+                "batch of {} points exceeds the limit of {max} per upsert",
+                body.points.len()
+            ),
+        ));
+    }
+    let kb = ctx.param("kb");
+    let tenant = p.tenant(&ctx.tenant);
+    let Some(state) = tenant.kbs.get_mut(kb) else {
+        return Err(detail(404, format!("collection '{kb}' not found")));
+    };
+    let n = body.points.len();
+    for point in body.points {
+        state.points.insert(point.id.clone(), point);
+    }
+    Ok(json_status(
+        200,
+        &UpsertResult {
+            status: Some("ok".into()),
+            upserted: Some(n as i64),
+        },
+    ))
+}
+
+pub(super) fn convert(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
+    let body: ConvertRequest = ctx.json()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(body.content_base64.as_bytes())
+        .map_err(|e| unprocessable(&["body", "content_base64"], e.to_string()))?;
+    let n = p.next_id();
+    let id = format!("conv-{n}");
+    let tenant = p.tenant(&ctx.tenant);
+    tenant.conversions.insert(
+        id.clone(),
+        Conversion {
+            id: id.clone(),
+            ready_at: Instant::now() + shared.config.conversion_time,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+        },
+    );
+    charge(tenant, ctx, "docfold", "sim-ocr", 0.001);
+    let conversion_id = ConversionId::parse(&id).map_err(|e| detail(500, e.to_string()))?;
+    Ok(json_status(
+        202,
+        &ConversionJob {
+            conversion_id,
+            status: "processing".into(),
+        },
+    ))
+}
+
+pub(super) fn conversion_result(p: &mut Platform, ctx: &Ctx) -> Answer {
+    let id = ctx.param("conversion_id");
+    let Some(c) = p.tenant(&ctx.tenant).conversions.get(id) else {
+        return Err(detail(404, format!("conversion '{id}' not found")));
+    };
+    if Instant::now() < c.ready_at {
+        return Err(detail(409, format!("conversion '{id}' is still running")));
+    }
+    let conversion_id = ConversionId::parse(&c.id).map_err(|e| detail(500, e.to_string()))?;
+    Ok(json_status(
+        200,
+        &ConversionResult {
+            conversion_id,
+            status: "completed".into(),
+            content: Some(c.text.clone()),
+            pages: Some(1 + c.text.len() as i64 / 3000),
+            metadata: Some(json!({ "converter": "grag-sim" })),
+        },
+    ))
+}

@@ -1,0 +1,76 @@
+//! ledger: a pipeline's totals and the tenant's spend by service or provider.
+
+use std::collections::BTreeMap;
+
+use grag_client::types::{LedgerTotals, Spend, SpendGrouping, SpendLine};
+use serde_json::json;
+
+use super::Answer;
+use crate::platform::{Ctx, json_status, unprocessable};
+use crate::state::Platform;
+
+pub(super) fn totals(p: &mut Platform, ctx: &Ctx) -> Answer {
+    let Some(pipeline) = ctx.query("pipeline_id").filter(|v| !v.is_empty()) else {
+        return Err(unprocessable(&["query", "pipeline_id"], "Field required"));
+    };
+    let tenant = p.tenant(&ctx.tenant);
+    let mut breakdown = BTreeMap::<&str, f64>::new();
+    let mut total = 0.0;
+    let mut calls = 0;
+    for c in tenant
+        .ledger
+        .iter()
+        .filter(|c| c.pipeline_id.as_deref() == Some(pipeline))
+    {
+        *breakdown.entry(c.service).or_default() += c.cost;
+        total += c.cost;
+        calls += 1;
+    }
+    Ok(json_status(
+        200,
+        &LedgerTotals {
+            pipeline_id: grag_client::PipelineId::parse(pipeline).ok(),
+            total_cost: Some(total),
+            currency: Some("EUR".into()),
+            calls: Some(calls),
+            breakdown: Some(json!(breakdown)),
+        },
+    ))
+}
+
+pub(super) fn spend(p: &mut Platform, ctx: &Ctx) -> Answer {
+    let group_by = match ctx.query("group_by") {
+        Some("service") => SpendGrouping::Service,
+        Some("provider") => SpendGrouping::Provider,
+        Some(_) => {
+            return Err(unprocessable(
+                &["query", "group_by"],
+                "Input should be 'service' or 'provider'",
+            ));
+        }
+        None => return Err(unprocessable(&["query", "group_by"], "Field required")),
+    };
+    let mut sums = BTreeMap::<&str, f64>::new();
+    for c in &p.tenant(&ctx.tenant).ledger {
+        let key = match group_by {
+            SpendGrouping::Service => c.service,
+            SpendGrouping::Provider => c.provider,
+        };
+        *sums.entry(key).or_default() += c.cost;
+    }
+    let items = sums
+        .into_iter()
+        .map(|(key, cost)| SpendLine {
+            key: key.to_owned(),
+            cost,
+            currency: Some("EUR".into()),
+        })
+        .collect();
+    Ok(json_status(
+        200,
+        &Spend {
+            group_by: Some(group_by),
+            items,
+        },
+    ))
+}

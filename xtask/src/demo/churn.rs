@@ -1,0 +1,234 @@
+//! Step 8: a deploy churn takes a compressed client's breaker through its whole cycle.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use grag_client::types::{SearchRequest, SpendGrouping};
+use grag_client::{Config, Grag, KbId, TenantId};
+use grag_sim::Sim;
+use tokio::time::Instant;
+
+use super::{QUESTION, SPEED, stamp, step};
+
+/// The deploy churn runs at 1/CHURN_SPEED of the platform's time, client and
+/// simulator alike: the breaker's 5 s probe interval becomes 100 ms.
+const CHURN_SPEED: u32 = 50;
+
+fn stamp_at(since: Instant, at: Instant) -> String {
+    format!(
+        "[{:5.2} s]",
+        at.saturating_duration_since(since).as_secs_f64()
+    )
+}
+
+/// One failed call, as the UI would learn it.
+fn failed(since: Instant, what: &str, error: &grag_client::Error) {
+    println!(
+        "   {} ✗ {what}: {} ({}) after {} attempt(s) — „{}“",
+        stamp(since),
+        error.class(),
+        error.row(),
+        error.attempts(),
+        error.message().unwrap_or("")
+    );
+}
+
+/// Step 8: a deploy takes the platform away and brings it back. A second
+/// client with the same policy, compressed, goes through the whole breaker
+/// cycle in well under a second. Returns that client for its metrics.
+pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
+    step(
+        8,
+        "Deploy churn: the breaker opens, fails fast, probes, and one canary closes it",
+        "origin breaker (policy §5.2), probe GET /workspaces/health, canary GET /workspaces/api/v1/kbs",
+    );
+    let policy = grag_client::policy::POLICY.scaled(CHURN_SPEED);
+    let breaker = &policy.breaker;
+    let grag = Grag::with_policy(
+        Config::new(sim.url(), "demo-key", TenantId::parse("knoll")?),
+        policy,
+    )?;
+    let shrink = SPEED / f64::from(CHURN_SPEED);
+    let refused = sim.config().churn_refused.mul_f64(shrink);
+    let flaky = sim.config().churn_flaky.mul_f64(shrink);
+    println!(
+        "   a second client runs the same policy at 1/{CHURN_SPEED}: probes every {} ms instead of 5 s,",
+        breaker.probe_interval.as_millis()
+    );
+    println!(
+        "   deploy-suspected for {:.1} s instead of 2 min. The platform refuses connections for {:.2} s,",
+        breaker.deploy_suspected.as_secs_f64(),
+        refused.as_secs_f64()
+    );
+    println!(
+        "   then answers 401/404/422 for {:.2} s while /workspaces/health already says 200.",
+        flaky.as_secs_f64()
+    );
+
+    // The breaker as a UI sees it: its state, sampled every millisecond.
+    let watcher = {
+        let grag = grag.clone();
+        tokio::spawn(async move {
+            let mut seen: Vec<(Instant, &'static str)> = Vec::new();
+            loop {
+                let state = grag.runtime().circuit_state().as_str();
+                if seen.last().is_none_or(|(_, last)| *last != state) {
+                    seen.push((Instant::now(), state));
+                }
+                if state == "closed" && seen.len() > 1 {
+                    return seen;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+
+    let churn = Instant::now();
+    sim.faults().deploy_churn_for(refused, flaky).await;
+    println!("   {} the deploy starts", stamp(churn));
+    let query = SearchRequest {
+        query_text: QUESTION.into(),
+        top_k: 2,
+    };
+    // Three distinct endpoints fail at the connection level (R1 retries each).
+    match grag.workspaces().list_documents(kb).await {
+        Ok(_) => anyhow::bail!("list_documents answered during the refusal"),
+        Err(e) => failed(churn, "GET /workspaces/api/v1/kbs/kb-demo/documents", &e),
+    }
+    match grag.workspaces().get_settings().await {
+        Ok(_) => anyhow::bail!("get_settings answered during the refusal"),
+        Err(e) => failed(churn, "GET /workspaces/api/v1/settings", &e),
+    }
+    match grag.ledger().spend(SpendGrouping::Service).await {
+        Ok(_) => anyhow::bail!("spend answered during the refusal"),
+        Err(e) => failed(churn, "GET /ledger/api/v1/ledger/spend", &e),
+    }
+    let state = grag.runtime().circuit_state().as_str();
+    anyhow::ensure!(
+        state == "open",
+        "the breaker is {state} after three endpoints failed"
+    );
+    println!(
+        "   {} breaker open: 3 distinct endpoints failed within {:.1} s (30 s at platform speed)",
+        stamp(churn),
+        breaker.window.as_secs_f64()
+    );
+
+    // Interactive calls now fail fast, with the state text for the UI.
+    let asked = Instant::now();
+    match grag.ai_gateway().search_rerank(kb, &query).await {
+        Ok(_) => anyhow::bail!("search went through an open breaker"),
+        Err(e) => println!(
+            "   {} ✗ search (interactive): {} ({}) in {} µs, {} attempts, nothing sent — „{}“",
+            stamp(churn),
+            e.class(),
+            e.row(),
+            asked.elapsed().as_micros(),
+            e.attempts(),
+            e.message().unwrap_or("")
+        ),
+    }
+    if let Some(chat) = grag.runtime().feature_state("chat") {
+        println!(
+            "   {} feature chat: {} — „{}“",
+            stamp(churn),
+            chat.state,
+            chat.copy.unwrap_or("")
+        );
+    }
+
+    println!(
+        "   … the probe loop takes over: GET /workspaces/health every {} ms, then one canary read",
+        breaker.probe_interval.as_millis()
+    );
+    let seen = tokio::time::timeout(Duration::from_secs(10), watcher)
+        .await
+        .context("the breaker did not close within 10 s")?
+        .context("the breaker watcher")?;
+    let closed_at = seen.last().map_or(churn, |(at, _)| *at);
+
+    // What the platform saw, merged with the breaker states seen client-side.
+    let log = sim.log();
+    let mut timeline: Vec<(Instant, String)> = log
+        .notes()
+        .into_iter()
+        .filter(|n| n.at >= churn)
+        .map(|n| (n.at, format!("platform: {}", n.what)))
+        .collect();
+    let mut probes = 0;
+    let mut canaries = Vec::new();
+    for e in log.entries().into_iter().filter(|e| e.arrived >= churn) {
+        let status = e.status.map_or("—".to_owned(), |s| s.to_string());
+        let churned = if e.has_fault("deploy_churn") {
+            " (deploy churn)"
+        } else {
+            ""
+        };
+        let line = match e.operation {
+            Some("health") => {
+                probes += 1;
+                format!("platform: probe  {} {} → {status}", e.method, e.path)
+            }
+            Some("list_kbs") => {
+                canaries.push(e.status);
+                let outcome = if e.status == Some(200) {
+                    "closes the breaker"
+                } else {
+                    "the breaker reopens"
+                };
+                format!(
+                    "platform: canary {} {} → {status}{churned}: {outcome}",
+                    e.method, e.path
+                )
+            }
+            _ => format!(
+                "platform: call   {} {} → {status}{churned}",
+                e.method, e.path
+            ),
+        };
+        timeline.push((e.arrived, line));
+    }
+    timeline.extend(
+        seen.iter()
+            .skip(1)
+            .map(|(at, state)| (*at, format!("breaker {state} (as the client sees it)"))),
+    );
+    timeline.sort_by_key(|(at, _)| *at);
+    println!("   what the platform saw meanwhile, and the breaker as the client saw it:");
+    for (at, what) in &timeline {
+        println!("   {} {what}", stamp_at(churn, *at));
+    }
+    println!(
+        "   Probes during the refusal were refused and never reached the platform; {probes} did.\n   \
+         After each pair of healthy probes exactly one canary read went out: {} canary read(s), answered {}.",
+        canaries.len(),
+        canaries
+            .iter()
+            .map(|s| s.map_or("—".to_owned(), |s| s.to_string()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // Deploy-suspected: the UI says the first answers may be slow.
+    anyhow::ensure!(
+        grag.runtime().deploy_suspected(),
+        "not deploy-suspected after the close"
+    );
+    if let Some(chat) = grag.runtime().feature_state("chat") {
+        println!(
+            "   {} deploy-suspected ({:.1} s here, 2 min at platform speed): feature chat is {} — „{}“",
+            stamp(churn),
+            breaker.deploy_suspected.as_secs_f64(),
+            chat.state,
+            chat.copy.unwrap_or("")
+        );
+    }
+    let hits = grag.ai_gateway().search_rerank(kb, &query).await?.results;
+    println!(
+        "   {} ✓ search: 200, {} hit(s), {:.2} s after the close (while deploy-suspected, search waits up to 1 min instead of 30 s)",
+        stamp(churn),
+        hits.len(),
+        closed_at.elapsed().as_secs_f64()
+    );
+    Ok(grag)
+}

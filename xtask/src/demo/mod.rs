@@ -1,0 +1,69 @@
+//! `cargo xtask demo`: a narrated walk through the generated client.
+//!
+//! Without `GRAG_URL` it starts the GRAG simulator in-process (time running
+//! ten times faster than the platform's) and walks the whole flow: KB, upload
+//! and ingest progress, documents, search, chat, ledger, and a deploy churn
+//! that takes the breaker through open, probes, canary and close. With `GRAG_URL`,
+//! `GRAG_API_KEY` and `GRAG_TENANT` it runs only the read-only part against
+//! that platform.
+
+mod churn;
+mod live;
+mod walk;
+
+use std::process::ExitCode;
+
+use tokio::time::Instant;
+
+/// How much faster than the platform the simulator runs in the demo.
+const SPEED: f64 = 10.0;
+
+const QUESTION: &str = "Wie oft werden Brücken nach DIN 1076 geprüft?";
+
+pub fn run() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: no tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let live = std::env::var("GRAG_URL").is_ok_and(|u| !u.is_empty());
+    let result = runtime.block_on(async {
+        if live {
+            live::read_only().await
+        } else {
+            walk::simulated().await
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\ndemo failed: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn step(n: u32, what: &str, route: &str) {
+    println!();
+    println!("{n}. {what}");
+    println!("   {route}");
+}
+
+fn stamp(since: Instant) -> String {
+    format!("[{:5.2} s]", since.elapsed().as_secs_f64())
+}
+
+fn short(text: &str, max: usize) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        format!("{}…", one_line.chars().take(max).collect::<String>())
+    }
+}
