@@ -50,7 +50,8 @@ impl RollingWindow {
         Self {
             limit,
             window,
-            log: VecDeque::with_capacity(limit),
+            // A huge limit (an override that means "unpaced") must not reserve it all.
+            log: VecDeque::with_capacity(limit.min(1024)),
             open: 0,
         }
     }
@@ -223,7 +224,7 @@ impl Throttle {
             bucket: RateLimiter::direct_with_clock(quota, TokioClock),
             // What the bucket admits in any rolling second, held as the platform counts.
             per_period: Arc::new(Mutex::new(RollingWindow::new(
-                burst.get() + per_second.get() - 1,
+                burst.get().saturating_add(per_second.get() - 1),
                 policy.rate_period,
             ))),
             burst: burst.get(),
@@ -588,6 +589,19 @@ mod tests {
             assert_eq!(window.try_acquire(t0 + s(500)), Ok(()));
         }
         assert_eq!(window.try_acquire(t0 + s(500)), Err(MINUTE));
+    }
+
+    #[test]
+    fn a_limit_near_u32_max_neither_overflows_nor_reserves_it() {
+        let unpaced: &'static ThrottlePolicy = Box::leak(Box::new(ThrottlePolicy {
+            per_second: u32::MAX,
+            ..POLICY.clone()
+        }));
+        let throttle = Throttle::new(unpaced);
+        let window = throttle.per_period.lock().unwrap();
+        // burst (8) + u32::MAX - 1 saturates instead of wrapping to 6.
+        assert_eq!(window.limit(), u32::MAX as usize);
+        assert!(window.log.capacity() <= 1024);
     }
 
     #[test]
