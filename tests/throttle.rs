@@ -7,7 +7,8 @@
 //! - at most 57 requests in any rolling second (50/s with a burst of 8);
 //! - at most 100 retrieval calls in any rolling minute, the 101st only after
 //!   the window;
-//! - a retrieval backlog does not hold back other routes.
+//! - a retrieval backlog does not hold back other routes;
+//! - polling doubles its interval while a 429 is hot.
 //!
 //! The bounds hold for what the platform sees, not for the client's own
 //! bookkeeping: a request reaches the platform some time after it was
@@ -427,5 +428,33 @@ async fn retrieval_backlog_does_not_starve_other_routes() {
     for search in searches {
         search.abort();
     }
+    sim.stop().await;
+}
+
+/// Polling every 5 s, never below 2 s, doubled while a 429 is hot (§8).
+#[tokio::test]
+async fn polling_doubles_while_a_429_is_hot() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    let polling = &SCALED.throttle.polling;
+    assert_eq!(grag.runtime().poll_interval(), polling.interval);
+    assert!(polling.interval >= polling.floor);
+
+    // A 429 on every attempt: R3 gives up after three, the 429 is now hot.
+    sim.faults()
+        .push(Rule::new(Fault::RateLimited { retry_after: None }).on("list_kbs"));
+    let error = grag.workspaces().list_kbs().await.unwrap_err();
+    assert_eq!(error.row(), "T11", "{error}");
+    assert!(grag.runtime().rate_limit_hot());
+    assert_eq!(
+        grag.runtime().poll_interval(),
+        polling.interval * polling.hot_factor
+    );
+
+    // Hot for one doubled interval, then back to the plain cadence.
+    tokio::time::sleep(polling.interval * polling.hot_factor).await;
+    assert!(!grag.runtime().rate_limit_hot());
+    assert_eq!(grag.runtime().poll_interval(), polling.interval);
     sim.stop().await;
 }
