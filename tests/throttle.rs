@@ -458,3 +458,46 @@ async fn polling_doubles_while_a_429_is_hot() {
     assert_eq!(grag.runtime().poll_interval(), polling.interval);
     sim.stop().await;
 }
+
+/// A call waiting out a Retry-After holds no slot: eight calls backing off
+/// from 429s do not keep a ninth from going through.
+#[tokio::test]
+async fn backing_off_calls_hold_no_slot() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    // Retry-After is honored as sent (not scaled): each call sleeps 1 s between attempts.
+    sim.faults().push(
+        Rule::new(Fault::RateLimited {
+            retry_after: Some(grag_sim::RetryAfter::Seconds(1)),
+        })
+        .on("get_settings"),
+    );
+    let backing_off: Vec<_> = (0..8)
+        .map(|_| {
+            let grag = grag.clone();
+            tokio::spawn(async move { grag.workspaces().get_settings().await })
+        })
+        .collect();
+    let all_answered = sim
+        .log()
+        .wait_for(Duration::from_secs(5), |log| {
+            log.iter()
+                .filter(|r| r.operation.as_deref() == Some("get_settings") && r.status.is_some())
+                .count()
+                >= 8
+        })
+        .await;
+    assert!(all_answered, "eight first attempts answered 429");
+    let started = Instant::now();
+    grag.workspaces().list_kbs().await.expect("list_kbs");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(500),
+        "a ninth call waited {took:?} behind eight calls sleeping out a Retry-After"
+    );
+    for call in backing_off {
+        call.abort();
+    }
+    sim.stop().await;
+}

@@ -100,7 +100,7 @@ impl Client {
             let permit =
                 tokio::time::timeout_at(run.deadline, self.shared.throttle.admit(endpoint.budget))
                     .await;
-            let Ok(_permit) = permit else {
+            let Ok(permit) = permit else {
                 return Err(run.deadline_error(None));
             };
             let request_id = uuid::Uuid::new_v4().to_string();
@@ -241,6 +241,8 @@ impl Client {
                 return Err(run.deadline_error(Some(request_id)));
             }
             run.previous = row.map(|r| (r, detail));
+            // The request ended: its throttle slots are free while we back off.
+            drop(permit);
             tokio::time::sleep(delay).await;
         }
     }
