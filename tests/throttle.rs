@@ -483,7 +483,7 @@ async fn backing_off_calls_hold_no_slot() {
         .log()
         .wait_for(Duration::from_secs(5), |log| {
             log.iter()
-                .filter(|r| r.operation.as_deref() == Some("get_settings") && r.status.is_some())
+                .filter(|r| r.operation == Some("get_settings") && r.status.is_some())
                 .count()
                 >= 8
         })
