@@ -117,6 +117,36 @@ async fn opens_on_failures_of_three_distinct_endpoints_within_the_window() {
     );
 }
 
+/// Dark answers are stable flags of one feature, not an outage: three dark
+/// routes do not open the breaker (which would forget them on the close and
+/// trip again, forever).
+#[tokio::test]
+async fn dark_features_do_not_open_the_breaker() {
+    let env = Env::start().await;
+    for operation in ["list_kbs", "get_settings", "spend"] {
+        env.sim.faults().dark(operation);
+    }
+    let errors = [
+        env.grag.workspaces().list_kbs().await.unwrap_err(),
+        env.grag.workspaces().get_settings().await.unwrap_err(),
+        env.grag
+            .ledger()
+            .spend(SpendGrouping::Service)
+            .await
+            .unwrap_err(),
+    ];
+    for e in &errors {
+        assert_eq!(e.row(), "T13", "{e}");
+    }
+    assert_eq!(env.state(), CircuitState::Closed);
+    // A fourth, healthy route still flows.
+    env.grag
+        .workspaces()
+        .health()
+        .await
+        .expect("health is not dark");
+}
+
 #[tokio::test]
 async fn three_failures_of_one_endpoint_do_not_open() {
     let env = Env::start().await;

@@ -542,7 +542,7 @@ pub static POLICY: Policy = Policy {
             },
             class: "feature_dark",
             retry: Some(retry::R0),
-            feeds_breaker: true,
+            feeds_breaker: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: Some("dark"),
