@@ -100,7 +100,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         model.api.title
     ));
     let config_doc = doc(&format!(
-        "Where and as whom the client talks to {}: origin, API key and tenant, all required.",
+        "Where and as whom the client talks to the {}: origin, API key and tenant, all required.",
         model.api.title
     ));
     let from_env_doc = doc(&format!(

@@ -8,7 +8,7 @@ use sdk_runtime::{Client, ClientConfig, ConfigError, Policy};
 use std::fmt;
 use std::sync::Arc;
 
-/// Where and as whom the client talks to GRAG AI platform: origin, API key and tenant, all required.
+/// Where and as whom the client talks to the GRAG AI platform: origin, API key and tenant, all required.
 #[derive(Clone)]
 pub struct Config {
     base_url: String,
