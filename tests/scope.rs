@@ -394,3 +394,31 @@ async fn a_path_value_cannot_leave_its_placeholder() {
         );
     }
 }
+
+/// A hand-made descriptor naming a class the policy lacks, or a plain route
+/// opened as a stream, is a typed refusal, never a panic, and sends nothing.
+#[tokio::test]
+async fn a_hand_made_endpoint_outside_the_policy_is_refused() {
+    static STRAY: sdk_runtime::Endpoint = sdk_runtime::Endpoint {
+        budget: 99,
+        ..grag_client::workspaces::LIST_KBS
+    };
+    let server = Recorder::start(|_| axum::Json(json!([])).into_response()).await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let err = grag.runtime().send(Call::new(&STRAY)).await.unwrap_err();
+    assert_eq!((err.row(), err.class()), ("T22", "invalid_scope"), "{err}");
+    let err = grag
+        .runtime()
+        .open_stream(Call::new(&grag_client::workspaces::LIST_KBS))
+        .await
+        .err()
+        .expect("list_kbs is no stream");
+    assert_eq!(err.class(), "invalid_scope", "{err}");
+    let seen = server.stop().await;
+    assert!(seen.is_empty(), "sent: {seen:?}");
+}

@@ -20,14 +20,30 @@ impl Client {
     /// Opens an SSE route through the same admission and headers as any call.
     pub async fn open_stream(&self, call: Call<'_>) -> Result<Events, Error> {
         let endpoint = call.endpoint;
-        let policy = endpoint
+        let Some(policy) = endpoint
             .stream
             .and_then(|i| self.shared.policy.streams.get(i))
-            .expect("the generator gives every stream route its stream");
+        else {
+            return Err(self
+                .error(
+                    ErrorKind::InvalidScope,
+                    self.row(OutcomeKind::InvalidScope),
+                    &call,
+                )
+                .with_detail(format!("{} is not a stream route", endpoint.path)));
+        };
         let (reply, response) = self.run(&call, true).await?;
+        // A 2xx keeps its body for the stream; a 409 answer (a create route) has none.
+        let Some(response) = response else {
+            return Err(self
+                .error(ErrorKind::Decode, self.row(OutcomeKind::Decode), &call)
+                .with_status(
+                    reply.status(),
+                    Some("the answer has no event stream".into()),
+                ));
+        };
         // The opening counts as the call; the stream's own failures count as fallbacks.
         reply.empty()?;
-        let response = response.expect("a 2xx stream answer keeps its body");
         Ok(Events {
             client: self.clone(),
             operation: endpoint.operation,

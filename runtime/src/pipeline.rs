@@ -249,7 +249,8 @@ impl Client {
 
     /// Refuses a call whose scope does not fit its route, before a byte is
     /// sent (T22): a missing workspace, an ID of another kind as the
-    /// workspace, a workspace on a route that takes none, a bad path value.
+    /// workspace, a workspace on a route that takes none, a bad path value,
+    /// a hand-made descriptor outside the policy.
     fn check_scope(&self, call: &Call<'_>) -> Result<String, Error> {
         let endpoint = call.endpoint;
         let invalid = |reason: String| {
@@ -260,6 +261,18 @@ impl Client {
             )
             .with_detail(reason)
         };
+        // A hand-built descriptor may name classes this policy does not have.
+        let policy = self.shared.policy;
+        let in_range = endpoint.timeout < policy.timeouts.len()
+            && endpoint.retry < policy.retries.len()
+            && endpoint.budget < policy.throttle.budgets.len()
+            && endpoint.stream.is_none_or(|s| s < policy.streams.len());
+        if !in_range {
+            return Err(invalid(format!(
+                "{} names a class the policy lacks",
+                endpoint.path
+            )));
+        }
         match (endpoint.scope, call.workspace) {
             (ScopeNeed::Workspace, None) => {
                 return Err(invalid(format!(
