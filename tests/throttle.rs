@@ -501,3 +501,55 @@ async fn backing_off_calls_hold_no_slot() {
     }
     sim.stop().await;
 }
+
+/// A bulk backfill (§8: at most 30 per minute) is a caller's mode: every call
+/// of `grag.backfill()` also draws from the backfill budget, so the platform
+/// sees at most 30 of them in any rolling minute, on top of each route's own
+/// limits; the same client outside the mode is not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_sends_at_most_30_per_rolling_minute() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    let backfill = grag.backfill();
+    let window = minute(&SCALED);
+
+    let calls: Vec<_> = (0..45)
+        .map(|_| {
+            let backfill = backfill.clone();
+            tokio::spawn(async move { backfill.workspaces().get_settings().await.map(drop) })
+        })
+        .collect();
+    let filled = sim
+        .log()
+        .wait_for(window / 2, |log| {
+            log.iter()
+                .filter(|r| r.operation == Some("get_settings"))
+                .count()
+                >= 30
+        })
+        .await;
+    assert!(filled, "the first 30 go at once");
+    // Outside the mode, the same client is not held back by the backfill.
+    let started = Instant::now();
+    grag.workspaces().list_kbs().await.expect("list_kbs");
+    assert!(
+        started.elapsed() < window / 10,
+        "list_kbs waited {:?}",
+        started.elapsed()
+    );
+    join_all(calls).await;
+
+    let times = arrivals(sim.log().of("get_settings").iter());
+    assert_eq!(times.len(), 45);
+    let max = max_in_any_window(&times, window);
+    assert_eq!(
+        max, 30,
+        "at most 30 backfill calls in any rolling minute, and the cap is reached"
+    );
+    assert!(
+        times[30].duration_since(times[0]) >= window,
+        "the 31st came inside the window"
+    );
+    sim.stop().await;
+}

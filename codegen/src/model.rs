@@ -306,6 +306,17 @@ impl Model {
         (service, &service.routes[r.route])
     }
 
+    /// Budgets no route draws from: modes a caller opts into (a bulk
+    /// backfill), each a method on the client.
+    pub fn caller_budgets(&self) -> impl Iterator<Item = &Budget> {
+        self.throttle
+            .budgets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.routes().any(|(_, r)| r.budget == *i))
+            .map(|(_, b)| b)
+    }
+
     /// Routes in spec order, with their service.
     pub fn routes(&self) -> impl Iterator<Item = (&Service, &Route)> {
         self.services

@@ -256,3 +256,16 @@ fn a_yaml_change_changes_the_generated_code() {
     assert!(file(&after, "src/groundedness.rs").contains("`llm`, 170 s per attempt"));
     assert!(file(&after, "POLICY.md").contains("| llm | 170 s |"));
 }
+
+#[test]
+fn a_caller_budget_must_not_shadow_a_client_method() {
+    let file = "policy.yaml";
+    let line = line_of(file, "  backfill:", 0);
+    let e = one(
+        broken(file, "  backfill:", "  kg:", 0),
+        file,
+        line,
+        "throttle.budgets.kg",
+    );
+    assert!(e.message.contains("the client already has `kg`"), "{e}");
+}

@@ -51,6 +51,8 @@ impl ClientConfig {
 pub struct Client {
     pub(crate) shared: Arc<Shared>,
     pub(crate) pipeline_id: Option<Arc<str>>,
+    /// A caller's mode (a bulk backfill): every call also draws from this budget.
+    pub(crate) extra_budget: Option<usize>,
 }
 
 pub(crate) struct Shared {
@@ -103,6 +105,7 @@ impl Client {
                 probing: AtomicBool::new(false),
             }),
             pipeline_id: None,
+            extra_budget: None,
         })
     }
 
@@ -111,6 +114,18 @@ impl Client {
         Client {
             shared: self.shared.clone(),
             pipeline_id: Some(pipeline_id.as_str().into()),
+            extra_budget: self.extra_budget,
+        }
+    }
+
+    /// The same client, every call of it also drawing from `budget` (an index
+    /// into the policy's budgets): a caller's mode such as a bulk backfill,
+    /// on top of each route's own budget.
+    pub fn within_budget(&self, budget: usize) -> Client {
+        Client {
+            shared: self.shared.clone(),
+            pipeline_id: self.pipeline_id.clone(),
+            extra_budget: Some(budget),
         }
     }
 

@@ -97,9 +97,10 @@ impl Client {
                     return Err(run.fail(error, false));
                 }
             };
-            let permit =
-                tokio::time::timeout_at(run.deadline, self.shared.throttle.admit(endpoint.budget))
-                    .await;
+            let budgets = [Some(endpoint.budget), self.extra_budget];
+            let budgets: Vec<usize> = budgets.into_iter().flatten().collect();
+            let admission = self.shared.throttle.admit_all(&budgets);
+            let permit = tokio::time::timeout_at(run.deadline, admission).await;
             let Ok(permit) = permit else {
                 return Err(run.deadline_error(None));
             };
@@ -266,6 +267,9 @@ impl Client {
         let in_range = endpoint.timeout < policy.timeouts.len()
             && endpoint.retry < policy.retries.len()
             && endpoint.budget < policy.throttle.budgets.len()
+            && self
+                .extra_budget
+                .is_none_or(|b| b < policy.throttle.budgets.len())
             && endpoint.stream.is_none_or(|s| s < policy.streams.len());
         if !in_range {
             return Err(invalid(format!(

@@ -197,5 +197,6 @@ fn upgrade(shared: &Weak<Shared>) -> Option<Client> {
     shared.upgrade().map(|shared| Client {
         shared,
         pipeline_id: None,
+        extra_budget: None,
     })
 }

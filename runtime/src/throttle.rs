@@ -177,7 +177,7 @@ pub struct Throttle {
 #[derive(Debug)]
 pub struct Permit {
     _global: OwnedSemaphorePermit,
-    _budget: Option<OwnedSemaphorePermit>,
+    _budgets: Vec<OwnedSemaphorePermit>,
     windows: Vec<Arc<Mutex<RollingWindow>>>,
 }
 
@@ -232,35 +232,51 @@ impl Throttle {
     }
 
     /// Waits until a request of `budget` (an index into `policy.budgets`) may
-    /// be sent. The budget slot is taken before the global one so a saturated
-    /// budget (ingest) queues without occupying global slots.
+    /// be sent. See [`admit_all`](Self::admit_all).
+    pub async fn admit(&self, budget: usize) -> Permit {
+        self.admit_all(&[budget]).await
+    }
+
+    /// Waits until a request drawing from every one of `budgets` may be sent
+    /// (a route's own budget, and a caller's mode such as a bulk backfill).
+    /// Budget slots are taken before the global one, so a saturated budget
+    /// (ingest) queues without occupying global slots.
     ///
     /// # Panics
-    /// If `budget` is out of range: endpoints come from the same generated
-    /// policy, so that is a generator bug.
-    pub async fn admit(&self, budget: usize) -> Permit {
-        let lane = self.lanes.get(budget).unwrap_or_else(|| {
-            panic!(
-                "budget index {budget} out of range ({} budgets)",
-                self.lanes.len()
-            )
-        });
-        let budget_permit = match &lane.semaphore {
-            Some(semaphore) => Some(acquire(semaphore).await),
-            None => None,
-        };
+    /// If a budget is out of range: the pipeline checks descriptors against
+    /// the policy before it gets here.
+    pub async fn admit_all(&self, budgets: &[usize]) -> Permit {
+        // Sorted and unique: every caller locks the windows in one order.
+        let mut budgets = budgets.to_vec();
+        budgets.sort_unstable();
+        budgets.dedup();
+        let lanes: Vec<&Lane> = budgets
+            .iter()
+            .map(|&budget| {
+                self.lanes.get(budget).unwrap_or_else(|| {
+                    panic!(
+                        "budget index {budget} out of range ({} budgets)",
+                        self.lanes.len()
+                    )
+                })
+            })
+            .collect();
+        let mut budget_permits = Vec::new();
+        for semaphore in lanes.iter().filter_map(|lane| lane.semaphore.as_ref()) {
+            budget_permits.push(acquire(semaphore).await);
+        }
         // A global slot is held only while the request may go: a request that
         // must wait for its window or the bucket gives its slot back meanwhile,
         // so a retrieval backlog never starves the other routes.
         loop {
             let global = acquire(&self.global).await;
-            match self.pace(lane) {
+            match self.pace(&lanes) {
                 Ok(()) => {
                     let mut windows = vec![self.per_period.clone()];
-                    windows.extend(lane.window.clone());
+                    windows.extend(lanes.iter().filter_map(|lane| lane.window.clone()));
                     return Permit {
                         _global: global,
-                        _budget: budget_permit,
+                        _budgets: budget_permits,
                         windows,
                     };
                 }
@@ -272,26 +288,27 @@ impl Throttle {
         }
     }
 
-    /// Takes a bucket token and the rolling-window slots (the budget's, and
+    /// Takes a bucket token and the rolling-window slots (the budgets', and
     /// the per-second one), or says how long to wait. All are decided at one
     /// instant under the windows' locks: nothing is taken unless all are free.
-    fn pace(&self, lane: &Lane) -> Result<(), Duration> {
+    fn pace(&self, lanes: &[&Lane]) -> Result<(), Duration> {
         let now = Instant::now();
         let mut per_period = self
             .per_period
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         per_period.check(now)?;
-        let mut window = lane
-            .window
-            .as_ref()
-            .map(|w| w.lock().unwrap_or_else(PoisonError::into_inner));
-        if let Some(window) = window.as_mut() {
+        let mut windows: Vec<_> = lanes
+            .iter()
+            .filter_map(|lane| lane.window.as_ref())
+            .map(|w| w.lock().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        for window in &mut windows {
             window.check(now)?;
         }
         self.take_token()?;
         per_period.acquire(now)?;
-        if let Some(window) = window.as_mut() {
+        for window in &mut windows {
             window.acquire(now)?;
         }
         Ok(())

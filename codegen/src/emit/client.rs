@@ -69,6 +69,22 @@ pub fn client_rs(model: &Model) -> TokenStream {
         &model.api.key_env,
         &model.api.tenant_env,
     );
+    let modes = model.caller_budgets().map(|b| {
+        let method = ident(&b.name);
+        let constant = ident(&super::docs::screaming(&b.name));
+        let text = doc(&format!(
+            "The same client, every call of it also drawing from the `{}` budget: {} (policy {}).",
+            b.name,
+            b.doc.trim().trim_end_matches('.'),
+            super::docs::source(&b.source)
+        ));
+        quote! {
+            #text
+            pub fn #method(&self) -> Self {
+                Self { client: self.client.within_budget(crate::policy::budget::#constant) }
+            }
+        }
+    });
     let accessors = model.services.iter().map(|s| {
         let module = ident(&module_name(s));
         let handle = ident(&handle_type(s));
@@ -207,6 +223,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
             }
 
             #(#accessors)*
+
+            #(#modes)*
         }
     }
 }

@@ -43,6 +43,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         states: states.iter().map(|s| s.name.as_str()).collect(),
     };
     let services = cx.services(&raw.services, &api, &names);
+    cx.caller_budgets(&raw.policy.throttle, &services);
     let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
     let rows = cx.rows(&raw.taxonomy, &names, &states_when);
     let messages = cx.messages(&raw.degradation, &rows);

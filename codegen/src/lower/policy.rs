@@ -270,3 +270,36 @@ impl Cx<'_> {
         out
     }
 }
+
+impl Cx<'_> {
+    /// A budget no route draws from becomes a method on the client (a
+    /// caller's mode): its name must be a free method name there.
+    pub(super) fn caller_budgets(&mut self, t: &spec::Throttle, services: &[Service]) {
+        const CLIENT_METHODS: [&str; 4] = ["new", "with_policy", "with_pipeline_id", "runtime"];
+        for (index, name) in t.budgets.keys().enumerate() {
+            let used = services
+                .iter()
+                .flat_map(|s| &s.routes)
+                .any(|r| r.budget == index);
+            if used {
+                continue;
+            }
+            let field = format!("throttle.budgets.{}", &**name);
+            if !is_snake(name) {
+                self.error(
+                    name,
+                    &field,
+                    "a budget no route uses becomes a client method: its name must be snake_case",
+                );
+            } else if CLIENT_METHODS.contains(&name.as_str())
+                || services.iter().any(|s| s.handle == name.as_str())
+            {
+                self.error(
+                    name,
+                    &field,
+                    format!("a budget no route uses becomes a client method, and the client already has `{}`", &**name),
+                );
+            }
+        }
+    }
+}

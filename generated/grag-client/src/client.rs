@@ -153,4 +153,11 @@ impl Grag {
     pub fn workspaces(&self) -> crate::workspaces::Workspaces<'_> {
         crate::workspaces::Workspaces::new(&self.client)
     }
+
+    /// The same client, every call of it also drawing from the `backfill` budget: Bulk migration / backfill (e.g. the initial kb-methodik ingest); run outside business hours (policy §8).
+    pub fn backfill(&self) -> Self {
+        Self {
+            client: self.client.within_budget(crate::policy::budget::BACKFILL),
+        }
+    }
 }
