@@ -51,9 +51,10 @@ pub(super) async fn read_only() -> Result<()> {
         Err(e) => report("list_kbs", e),
     }
 
+    let mut n = 3;
     if let Some(kb) = first {
         step(
-            3,
+            n,
             &format!("Documents of {kb}"),
             &format!("GET /workspaces/api/v1/kbs/{kb}/documents"),
         );
@@ -71,10 +72,11 @@ pub(super) async fn read_only() -> Result<()> {
             }
             Err(e) => report("list_documents", e),
         }
+        n += 1;
     }
 
     step(
-        4,
+        n,
         "The tenant's spend",
         "GET /ledger/api/v1/ledger/spend?group_by=service|provider",
     );
