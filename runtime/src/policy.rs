@@ -213,6 +213,36 @@ pub enum OutcomeKind {
     StreamStalled,
 }
 
+impl OutcomeKind {
+    /// Every kind, in the order the spec documents them.
+    pub const ALL: [OutcomeKind; 9] = [
+        OutcomeKind::Connection,
+        OutcomeKind::Status,
+        OutcomeKind::Decode,
+        OutcomeKind::Deadline,
+        OutcomeKind::CircuitOpen,
+        OutcomeKind::InvalidScope,
+        OutcomeKind::StreamError,
+        OutcomeKind::StreamTimeout,
+        OutcomeKind::StreamStalled,
+    ];
+
+    /// The spec's spelling (`circuit_open`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Connection => "connection",
+            OutcomeKind::Status => "status",
+            OutcomeKind::Decode => "decode",
+            OutcomeKind::Deadline => "deadline",
+            OutcomeKind::CircuitOpen => "circuit_open",
+            OutcomeKind::InvalidScope => "invalid_scope",
+            OutcomeKind::StreamError => "stream_error",
+            OutcomeKind::StreamTimeout => "stream_timeout",
+            OutcomeKind::StreamStalled => "stream_stalled",
+        }
+    }
+}
+
 /// What a 409 means on a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Conflict {

@@ -113,7 +113,7 @@ pub fn policy_md(model: &Model) -> String {
         "\n## Error taxonomy (first matching row wins)\n\n| row | matches | class | retry | breaker | alert | action | source |\n|---|---|---|---|---|---|---|---|"
     );
     for row in &model.rows {
-        let mut matches = format!("{:?}", row.outcome).to_lowercase();
+        let mut matches = row.outcome.as_str().to_owned();
         if let Some((lo, hi)) = row.status {
             matches = if lo == hi {
                 format!("{lo}")

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use crate::model::*;
 use crate::spec;
 
-use super::{Cx, Names, is_snake};
+use super::{Cx, Names, is_snake, one_of};
 
 impl Cx<'_> {
     pub(super) fn details(&mut self, taxonomy: &spec::TaxonomyFile) -> Vec<DetailSet> {
@@ -42,25 +42,21 @@ impl Cx<'_> {
                 self.error(&r.row, field("row"), format!("duplicate row `{}`", &*r.row));
             }
             let m = &r.matches;
-            let outcome = match m.outcome.as_str() {
-                "connection" => Some(OutcomeKind::Connection),
-                "status" => Some(OutcomeKind::Status),
-                "decode" => Some(OutcomeKind::Decode),
-                "deadline" => Some(OutcomeKind::Deadline),
-                "circuit_open" => Some(OutcomeKind::CircuitOpen),
-                "invalid_scope" => Some(OutcomeKind::InvalidScope),
-                "stream_error" => Some(OutcomeKind::StreamError),
-                "stream_timeout" => Some(OutcomeKind::StreamTimeout),
-                "stream_stalled" => Some(OutcomeKind::StreamStalled),
-                other => {
-                    self.error(
-                        &m.outcome,
-                        field("match.outcome"),
-                        format!("unknown outcome `{other}`"),
-                    );
-                    None
-                }
-            };
+            let outcome = OutcomeKind::ALL
+                .into_iter()
+                .find(|k| k.as_str() == m.outcome.as_str());
+            if outcome.is_none() {
+                let known: Vec<&str> = OutcomeKind::ALL.iter().map(|k| k.as_str()).collect();
+                self.error(
+                    &m.outcome,
+                    field("match.outcome"),
+                    format!(
+                        "unknown outcome `{}`: expected one of {}",
+                        &*m.outcome,
+                        one_of(&known)
+                    ),
+                );
+            }
             let status = match (&m.status, &m.status_range) {
                 (Some(s), None) => Some((**s, **s)),
                 (None, Some(range)) if range.len() == 2 && *range[0] <= *range[1] => {
