@@ -1,5 +1,6 @@
 //! An opened SSE route: events, with the stream's watchdog from the spec.
 
+use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind};
@@ -10,7 +11,7 @@ use crate::sse::{EventStream, SseEvent, StreamFailure};
 /// errors (T17, T18); silence past the watchdog is T19.
 pub struct Events {
     client: Client,
-    operation: &'static str,
+    endpoint: &'static Endpoint,
     policy: &'static StreamPolicy,
     stream: EventStream,
     done: bool,
@@ -46,7 +47,7 @@ impl Client {
         reply.empty()?;
         Ok(Events {
             client: self.clone(),
-            operation: endpoint.operation,
+            endpoint,
             policy,
             stream: EventStream::new(Box::pin(response.bytes_stream()), policy.watchdog),
             done: false,
@@ -109,12 +110,8 @@ impl Events {
     }
 
     fn error(&self, outcome: OutcomeKind, kind: ErrorKind) -> Error {
-        let row = self.client.row(outcome);
-        let (name, class) = row
-            .map(|r| (r.row, r.class))
-            .unwrap_or(("-", "unclassified"));
-        Error::new(kind, name, class, self.operation)
-            .with_message(self.client.policy().message(class))
+        self.client
+            .classified(kind, self.client.row(outcome), self.endpoint)
     }
 }
 

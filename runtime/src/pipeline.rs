@@ -393,18 +393,30 @@ impl Client {
             .find(|r| r.matches.outcome == kind)
     }
 
-    /// An error classified by `row` (or unclassified when the spec has none).
+    /// An error of `endpoint` classified by `row` (or unclassified when the
+    /// spec has none), with the class's German message.
+    pub(crate) fn classified(
+        &self,
+        kind: ErrorKind,
+        row: Option<&'static TaxonomyRow>,
+        endpoint: &Endpoint,
+    ) -> Error {
+        let (name, class) = row
+            .map(|r| (r.row, r.class))
+            .unwrap_or(("-", "unclassified"));
+        Error::new(kind, name, class, endpoint.operation)
+            .with_message(self.shared.policy.message(class))
+    }
+
+    /// A call that ended before an answer could be used: classified, and
+    /// marked replayable where the route may be queued.
     pub(crate) fn error(
         &self,
         kind: ErrorKind,
         row: Option<&'static TaxonomyRow>,
         call: &Call<'_>,
     ) -> Error {
-        let (name, class) = row
-            .map(|r| (r.row, r.class))
-            .unwrap_or(("-", "unclassified"));
-        Error::new(kind, name, class, call.endpoint.operation)
-            .with_message(self.shared.policy.message(class))
+        self.classified(kind, row, call.endpoint)
             .with_replayable(call.endpoint.replay)
     }
 

@@ -127,21 +127,17 @@ impl Reply {
 
     /// T24: counted as such, with the row's alert (contract drift).
     fn decode_error(&self, e: serde_json::Error) -> Error {
-        let policy = self.client.policy();
-        let row = policy
-            .taxonomy
-            .iter()
-            .find(|r| r.matches.outcome == OutcomeKind::Decode);
-        let (name, class) = row.map(|r| (r.row, r.class)).unwrap_or(("-", "decode"));
-        let error = Error::new(ErrorKind::Decode, name, class, self.endpoint.operation)
+        let row = self.client.row(OutcomeKind::Decode);
+        let error = self
+            .client
+            .classified(ErrorKind::Decode, row, self.endpoint)
             .with_status(self.status, None)
             .with_request_id(self.request_id.clone())
-            .with_message(policy.message(class))
             .with_source(e);
         if let Some(alert) = row.and_then(|r| r.alert) {
             self.client.raise(alert, &error);
         }
-        self.count(class);
+        self.count(error.class());
         error
     }
 }
