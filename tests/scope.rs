@@ -16,7 +16,7 @@ use axum::response::IntoResponse;
 use grag_client::policy::{ENDPOINTS, POLICY};
 use grag_client::{
     Config, ConversationId, ConversionId, DocumentId, EdgeId, EntityId, Grag, InvalidId, JobId,
-    KbId, SessionId, TenantId, WorkspaceId,
+    KbId, PipelineId, SessionId, TenantId, WorkspaceId,
 };
 use recorder::Recorder;
 use sdk_runtime::policy::IdRules;
@@ -119,19 +119,52 @@ macro_rules! check_id_types {
 
 #[test]
 fn every_id_type_refuses_bad_ids() {
+    // The IDs Knoll chooses follow the DNS-label rule of §3.3.
     let checked = check_id_types!(
         TenantId,
         WorkspaceId,
         KbId,
         ConversationId,
-        ConversionId,
         DocumentId,
         EdgeId,
         EntityId,
-        JobId,
-        SessionId,
+        PipelineId,
     );
-    assert_eq!(checked.len(), 10);
+    assert_eq!(checked.len(), 8);
+}
+
+/// IDs the platform mints (api.yaml `rule: opaque`) are held only to what
+/// keeps a path safe: a job id with `_` or a capital is no contract drift.
+macro_rules! check_opaque_id_types {
+    ($($ty:ident),+ $(,)?) => {{
+        let mut checked = Vec::new();
+        $(
+            let kind = stringify!($ty);
+            let longest = "J".repeat(POLICY.ids.opaque_max_len);
+            for value in ["Job_7", "ABC.def", "a~b", "ä-1", longest.as_str()] {
+                let id = $ty::parse(value).unwrap_or_else(|e| panic!("{kind}::parse({value:?}): {e}"));
+                assert_eq!(id.as_str(), value);
+                let back: $ty = serde_json::from_value(json!(value)).unwrap();
+                assert_eq!(back, id);
+            }
+            let too_long = format!("{longest}J");
+            for value in ["", "a/b", ".", "..", "a\nb", "a\rb", "a\u{7f}", too_long.as_str()] {
+                let err = $ty::parse(value).expect_err(&format!("{kind}::parse({value:?}) must fail"));
+                assert!(err.to_string().starts_with(kind), "the error names the type: {err}");
+                assert!(serde_json::from_value::<$ty>(json!(value)).is_err(), "{kind} deserialized from {value:?}");
+            }
+            checked.push(kind);
+        )+
+        checked
+    }};
+}
+
+#[test]
+fn platform_minted_ids_need_only_be_path_safe() {
+    let checked = check_opaque_id_types!(JobId, ConversionId, SessionId);
+    assert_eq!(checked, ["JobId", "ConversionId", "SessionId"]);
+    // The choice is spec data: exactly these types are opaque.
+    assert_eq!(POLICY.ids.opaque, ["JobId", "ConversionId", "SessionId"]);
 }
 
 #[test]
@@ -364,6 +397,8 @@ async fn x_workspace_id_goes_only_to_workspace_routes() {
 async fn the_runtime_client_refuses_a_reserved_tenant_validated_under_other_rules() {
     static NO_RESERVED: IdRules = IdRules {
         reserved_tenants: &[],
+        opaque: &[],
+        opaque_max_len: 256,
     };
     let system = Id::parse(&NO_RESERVED, IdKind::Tenant, "system").unwrap();
     let config = ClientConfig::new("http://127.0.0.1:9", "key", system);

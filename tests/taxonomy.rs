@@ -926,23 +926,19 @@ async fn t20_deadline_ends_a_call_the_platform_is_too_slow_for() {
 }
 
 #[tokio::test]
-async fn t20_a_retry_after_past_the_deadline_ends_the_call_without_waiting() {
-    // 1/100: deadline 1.8 s; Retry-After: 5 is not scaled.
+async fn t11_a_retry_after_past_the_deadline_ends_the_call_with_its_row_and_the_wait() {
+    // 1/100: deadline 1.8 s; Retry-After: 3600 is not scaled. Had the call
+    // slept toward it, the 1.8 s deadline would have ended it as T20.
     let env = Env::start().await;
     env.sim
         .faults()
-        .push(Rule::new(Fault::rate_limited_secs(5)).on("list_kbs"));
-    let started = Instant::now();
+        .push(Rule::new(Fault::rate_limited_secs(3600)).on("list_kbs"));
     let e = env.grag.workspaces().list_kbs().await.unwrap_err();
-    assert_row(&e, "T20", "deadline", MSG_DEADLINE);
-    assert_eq!(e.kind(), ErrorKind::Deadline);
-    assert!(e.detail().is_some_and(|d| d.contains("deadline")), "{e}");
+    assert_row(&e, "T11", "rate_limited", MSG_RATE_LIMITED);
+    assert_eq!(e.kind(), ErrorKind::Status);
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(3600)), "{e}");
+    assert!(e.to_string().contains("3600 s"), "Display says what the server asked: {e}");
     assert_eq!(env.count("list_kbs"), 1, "no retry could fit the deadline");
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "it does not sleep into the deadline: {:?}",
-        started.elapsed()
-    );
 }
 
 // ---- T21 circuit open --------------------------------------------------------
@@ -1116,8 +1112,8 @@ async fn t25_other_4xx_is_client_error_never_retried() {
     let faults = env.sim.faults();
     // 409 on a route whose 409 is an error (not a create, not a poll).
     faults.push(Rule::new(status(409, "settings version conflict")).on("put_settings"));
-    // 400 that names neither tenant nor workspace.
-    faults.push(Rule::new(status(400, "group_by must be service or provider")).on("spend"));
+    // 405 on a route that has no other method.
+    faults.push(Rule::new(status(405, "method not allowed")).on("spend"));
 
     let e = env
         .grag
@@ -1137,7 +1133,27 @@ async fn t25_other_4xx_is_client_error_never_retried() {
         .await
         .unwrap_err();
     assert_row(&e, "T25", "client_error", MSG_CLIENT_ERROR);
-    assert_eq!(e.status(), Some(400));
+    assert_eq!(e.status(), Some(405));
     assert_eq!(env.count("spend"), 1, "R0");
     assert!(env.alert_names().is_empty(), "{:?}", env.alert_names());
+}
+
+// ---- T27 a plain 400 ------------------------------------------------------------
+
+#[tokio::test]
+async fn t27_a_400_without_a_scope_detail_pages_as_contract_drift() {
+    let env = Env::start().await;
+    env.sim.faults().push(
+        Rule::new(status(400, "group_by must be service or provider")).on("spend"),
+    );
+    let e = env
+        .grag
+        .ledger()
+        .spend(SpendGrouping::Provider)
+        .await
+        .unwrap_err();
+    assert_row(&e, "T27", "bad_request", MSG_VALIDATION);
+    assert_eq!(e.status(), Some(400));
+    assert_eq!(env.count("spend"), 1, "R0 (§4.2)");
+    assert_eq!(env.alert_names(), ["contract_drift"]);
 }

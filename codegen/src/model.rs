@@ -23,6 +23,7 @@ pub struct Model {
     pub retries: Vec<Retry>,
     pub breaker: Breaker,
     pub throttle: Throttle,
+    pub limits: Limits,
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
@@ -49,7 +50,11 @@ pub struct Api {
     pub headers: Headers,
     pub id_pattern: String,
     pub reserved_tenants: Vec<String>,
+    /// Longest value of an opaque ID, in bytes.
+    pub opaque_max_len: u32,
     pub ids: Vec<IdType>,
+    /// The BFF lane presents the API key (its auth has landed).
+    pub bff_authenticated: bool,
     pub workspace_services: Vec<String>,
     pub source: Source,
 }
@@ -67,6 +72,8 @@ pub struct Headers {
 pub struct IdType {
     pub name: String,
     pub doc: String,
+    /// Minted by the platform: only path safety is checked, not the pattern.
+    pub opaque: bool,
     pub source: Source,
 }
 
@@ -117,6 +124,8 @@ pub struct WarmUp {
     pub path: Vec<String>,
     /// Compact JSON text.
     pub body: Option<String>,
+    /// A timeout class instead of the route's own.
+    pub timeout: Option<usize>,
     pub source: Source,
 }
 
@@ -140,6 +149,17 @@ pub struct Budget {
     pub source: Source,
 }
 
+/// Bounds on what a server may send, in bytes.
+#[derive(Debug)]
+pub struct Limits {
+    pub response: u64,
+    pub error_body: u64,
+    pub detail: u64,
+    pub sse_line: u64,
+    pub sse_event: u64,
+    pub source: Source,
+}
+
 #[derive(Debug)]
 pub struct DetailSet {
     pub name: String,
@@ -156,6 +176,7 @@ pub struct Row {
     pub detail: Option<usize>,
     pub retry_after: Option<bool>,
     pub conflict: Option<Conflict>,
+    pub keyless: Option<bool>,
     pub class: String,
     pub retry: Option<usize>,
     pub feeds_breaker: bool,
@@ -297,6 +318,8 @@ pub struct Route {
     pub scope: ScopeNeed,
     pub conflict: Conflict,
     pub pipeline_id: bool,
+    /// Largest 2xx body, in bytes.
+    pub max_response: u64,
     pub source: Source,
 }
 

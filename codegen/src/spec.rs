@@ -47,6 +47,10 @@ pub struct Origin {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Auth {
+    /// Lanes whose routes present the API key once their auth has landed
+    /// (`bff: false` while the BFF injects the key server-side).
+    #[serde(default)]
+    pub lanes_authenticated: IndexMap<Text, bool>,
     /// Only `bearer` today.
     pub scheme: Text,
     /// Environment variable holding the API key.
@@ -78,6 +82,8 @@ pub struct Ids {
     pub pattern: Text,
     /// Tenants refused before sending.
     pub reserved_tenants: Vec<Text>,
+    /// Longest value of an `opaque` ID, in bytes.
+    pub opaque_max_len: Spanned<u32>,
     /// ID newtypes beyond `TenantId` and `WorkspaceId`: name -> what it names.
     pub types: IndexMap<Text, IdType>,
     pub source: Text,
@@ -89,6 +95,9 @@ pub struct Ids {
 #[serde(deny_unknown_fields)]
 pub struct IdType {
     pub doc: Text,
+    /// `dns_label` (the ID `pattern`; IDs the client chooses) or `opaque`
+    /// (IDs the platform mints: only what keeps a path safe is checked).
+    pub rule: Text,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -112,6 +121,7 @@ pub struct PolicyFile {
     pub retries: IndexMap<Text, RetryClass>,
     pub breaker: Breaker,
     pub throttle: Throttle,
+    pub limits: Limits,
     /// Alerts the runtime raises on its own (not tied to one taxonomy row).
     pub alerts: PolicyAlerts,
 }
@@ -225,6 +235,9 @@ pub struct WarmUp {
     /// The request body, as JSON text.
     #[serde(default)]
     pub body: Option<Text>,
+    /// A timeout class for the warm-up call instead of the route's own.
+    #[serde(default)]
+    pub timeout: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -266,6 +279,24 @@ pub struct Polling {
     pub floor: Duration,
     /// Interval multiplier while a 429 is hot.
     pub hot_factor: Spanned<u32>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// Bounds on what a server may send. Sizes are `<n> B|KiB|MiB|GiB`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest 2xx body a route reads unless it says otherwise (`max_response`).
+    pub response: Text,
+    /// Bytes of a non-2xx body read for its `detail`; the rest is not read.
+    pub error_body: Text,
+    /// Longest `detail` an error keeps (cut on a char boundary and marked).
+    pub detail: Text,
+    /// Longest SSE line, and the most data one SSE event may gather.
+    pub sse_line: Text,
+    pub sse_event: Text,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -328,10 +359,8 @@ pub struct Row {
     pub inferred: bool,
 }
 
-/// What a row matches. `outcome` is one of `connection`, `attempt_timeout`,
-/// `status`, `decode`, `deadline`, `circuit_open`, `invalid_scope`,
-/// `stream_error`, `stream_timeout`, `stream_stalled`; the other keys narrow
-/// a `status` outcome.
+/// What a row matches. `outcome` is one of the runtime's outcome kinds
+/// (`OutcomeKind::ALL`); the other keys narrow a `status` outcome.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
@@ -350,6 +379,9 @@ pub struct Match {
     /// Matches only routes whose `conflict` is this (`success`, `poll`).
     #[serde(default)]
     pub conflict: Option<Text>,
+    /// Matches only routes that present no key (`true`) or only those that do.
+    #[serde(default)]
+    pub keyless: Option<bool>,
 }
 
 /// `streams.yaml`: the SSE contracts.
@@ -526,6 +558,9 @@ pub struct Route {
     /// Stamp `X-Pipeline-Id` when the client has one.
     #[serde(default)]
     pub pipeline_id: bool,
+    /// Largest 2xx body of this route, instead of `limits.response`.
+    #[serde(default)]
+    pub max_response: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

@@ -13,6 +13,8 @@ pub struct Call<'a> {
     pub(crate) path: Vec<&'a str>,
     pub(crate) query: Vec<(&'static str, String)>,
     pub(crate) body: Option<Bytes>,
+    /// A timeout class instead of the route's own (the warm-up pair).
+    pub(crate) timeout: Option<usize>,
 }
 
 impl<'a> Call<'a> {
@@ -23,6 +25,7 @@ impl<'a> Call<'a> {
             path: Vec::new(),
             query: Vec::new(),
             body: None,
+            timeout: None,
         }
     }
 
@@ -66,6 +69,13 @@ impl<'a> Call<'a> {
         Ok(self)
     }
 
+    /// Runs every attempt under the timeout class `timeout` (an index into
+    /// the policy's classes) instead of the route's own.
+    pub(crate) fn timeout_class(mut self, timeout: Option<usize>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     /// A body that is already JSON text (the spec's warm-up calls).
     pub(crate) fn raw_json(mut self, body: &'static str) -> Self {
         self.body = Some(Bytes::from_static(body.as_bytes()));
@@ -106,11 +116,14 @@ impl<'a> Call<'a> {
 
 /// Percent-encodes everything but RFC 3986 unreserved characters.
 pub(crate) fn encode_segment(value: &str, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for b in value.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xf)] as char);
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Outcome -> taxonomy row. The rows are data; the first that matches decides.
 
-use crate::Endpoint;
+use crate::endpoint::{Endpoint, Lane};
 use crate::policy::{OutcomeKind, Policy, TaxonomyRow};
 
 /// What one attempt (or a client-side check) came to.
@@ -70,6 +70,9 @@ fn matches(policy: &Policy, row: &TaxonomyRow, endpoint: &Endpoint, outcome: &Ou
         return false;
     }
     if m.conflict.is_some_and(|want| want != endpoint.conflict) {
+        return false;
+    }
+    if m.keyless.is_some_and(|want| want != (endpoint.lane == Lane::Bff)) {
         return false;
     }
     true

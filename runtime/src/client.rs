@@ -72,6 +72,9 @@ pub(crate) struct Shared {
 }
 
 impl Client {
+    /// A client of `policy`, the API's own. Configuration that could never
+    /// work (a key no header can carry, a base URL with a query, fragment or
+    /// userinfo) is refused here, so it never looks like an outage later.
     pub fn new(policy: &'static Policy, config: ClientConfig) -> Result<Client, ConfigError> {
         if config.tenant.kind() != IdKind::Tenant {
             return Err(ConfigError::NotATenant(kind_name(config.tenant.kind())));
@@ -79,14 +82,13 @@ impl Client {
         // The tenant may have been parsed under other rules: check this policy's.
         Id::parse(&policy.ids, IdKind::Tenant, config.tenant.as_str())
             .map_err(ConfigError::Tenant)?;
-        let base_url = config.base_url.trim_end_matches('/').to_owned();
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(ConfigError::BaseUrl {
-                url: config.base_url,
-                reason: "must start with http:// or https://".into(),
-            });
-        }
+        check_api_key(&config.api_key)?;
+        let base_url = check_base_url(&config.base_url)?;
         let http = reqwest::Client::builder()
+            // Never follow a redirect: the next hop would get the tenant,
+            // workspace and pipeline headers (and on 307/308 the body). A 3xx
+            // is an answer with a row of its own (contract drift).
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {
@@ -107,6 +109,33 @@ impl Client {
             pipeline_id: None,
             extra_budget: None,
         })
+    }
+
+    /// A client of `policy`, an override of the API's own `spec` policy (other
+    /// numbers, compressed time). No override may change what scopes a
+    /// request: its header names, its ID rules and reserved tenants, or its
+    /// route table.
+    pub fn with_override(
+        spec: &'static Policy,
+        policy: &'static Policy,
+        config: ClientConfig,
+    ) -> Result<Client, ConfigError> {
+        if policy.headers != spec.headers {
+            return Err(ConfigError::Override("the scope header names"));
+        }
+        if policy.ids != spec.ids {
+            return Err(ConfigError::Override("the ID rules or the reserved tenants"));
+        }
+        let same_routes = policy.routes.len() == spec.routes.len()
+            && policy
+                .routes
+                .iter()
+                .zip(spec.routes)
+                .all(|(a, b)| std::ptr::eq(*a, *b));
+        if !same_routes {
+            return Err(ConfigError::Override("the route table"));
+        }
+        Client::new(policy, config)
     }
 
     /// The same client, stamping the pipeline header on routes that carry it.
@@ -177,6 +206,49 @@ impl Client {
     pub(crate) fn memory(&self) -> MutexGuard<'_, Memory> {
         self.shared.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The key goes into a header on every keyed request: it must be a valid
+/// header value, and a key that is empty or carries whitespace is a paste
+/// error, not a credential.
+fn check_api_key(key: &str) -> Result<(), ConfigError> {
+    if key.is_empty() {
+        return Err(ConfigError::ApiKey("it is empty"));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError::ApiKey(
+            "it holds a space, a control character (CR, LF, DEL, ...) or a non-ASCII byte",
+        ));
+    }
+    Ok(())
+}
+
+/// The origin every path is appended to: http(s), a host, nothing a path
+/// cannot follow (query, fragment) and no credentials in the URL.
+fn check_base_url(raw: &str) -> Result<String, ConfigError> {
+    let refuse = |reason| ConfigError::BaseUrl {
+        url: raw.to_owned(),
+        reason,
+    };
+    let url = reqwest::Url::parse(raw).map_err(|_| refuse("not a URL"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(refuse("must start with http:// or https://"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(refuse("has no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(refuse(
+            "carries credentials (userinfo): the key goes in GRAG_API_KEY",
+        ));
+    }
+    if url.query().is_some() || raw.contains('?') {
+        return Err(refuse("has a query: every route's path is appended to it"));
+    }
+    if url.fragment().is_some() || raw.contains('#') {
+        return Err(refuse("has a fragment: every route's path is appended to it"));
+    }
+    Ok(raw.trim_end_matches('/').to_owned())
 }
 
 fn kind_name(kind: IdKind) -> &'static str {

@@ -70,4 +70,6 @@ pub struct Endpoint {
     pub pipeline_id: bool,
     /// Index into [`crate::Policy::streams`] for SSE routes.
     pub stream: Option<usize>,
+    /// Largest 2xx body read, in bytes: reading stops there with a typed error.
+    pub max_response: usize,
 }

@@ -1,6 +1,8 @@
 //! The one error type of every call: the taxonomy row decides its class.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::time::Duration;
 
 /// What kind of failure ended the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +21,10 @@ pub enum ErrorKind {
     InvalidScope,
     /// A request body that could not be encoded.
     Encode,
+    /// A request the HTTP client could not build; nothing was sent.
+    Request,
+    /// A 2xx body over the route's size cap; reading stopped at the cap.
+    TooLarge,
     /// An SSE stream failed.
     Stream,
 }
@@ -34,8 +40,11 @@ struct Inner {
     class: &'static str,
     endpoint: &'static str,
     status: Option<u16>,
-    detail: Option<String>,
+    /// Bounded: server text is cut to the policy's `limits.detail` before it gets here.
+    detail: Option<Cow<'static, str>>,
     request_id: Option<String>,
+    /// The wait the server asked for (`Retry-After`) when it outlasted the call.
+    retry_after: Option<Duration>,
     attempts: u32,
     message: Option<&'static str>,
     replayable: bool,
@@ -58,6 +67,7 @@ impl Error {
                 status: None,
                 detail: None,
                 request_id: None,
+                retry_after: None,
                 attempts: 0,
                 message: None,
                 replayable: false,
@@ -68,7 +78,12 @@ impl Error {
 
     pub(crate) fn with_status(mut self, status: u16, detail: Option<String>) -> Self {
         self.inner.status = Some(status);
-        self.inner.detail = detail;
+        self.inner.detail = detail.map(Cow::Owned);
+        self
+    }
+
+    pub(crate) fn with_retry_after(mut self, wait: Duration) -> Self {
+        self.inner.retry_after = Some(wait);
         self
     }
 
@@ -95,7 +110,7 @@ impl Error {
         self
     }
 
-    pub(crate) fn with_detail(mut self, detail: impl Into<String>) -> Self {
+    pub(crate) fn with_detail(mut self, detail: impl Into<Cow<'static, str>>) -> Self {
         self.inner.detail = Some(detail.into());
         self
     }
@@ -107,8 +122,8 @@ impl Error {
 
     pub(crate) fn with_detail_prefix(mut self, prefix: &str) -> Self {
         self.inner.detail = Some(match self.inner.detail.take() {
-            Some(d) => format!("{prefix}: {d}"),
-            None => prefix.to_owned(),
+            Some(d) => Cow::Owned(format!("{prefix}: {d}")),
+            None => Cow::Owned(prefix.to_owned()),
         });
         self
     }
@@ -146,6 +161,12 @@ impl Error {
         self.inner.detail.as_deref()
     }
 
+    /// How long the server asked the client to wait (`Retry-After`), when
+    /// that wait reached past the call's deadline and so ended the call.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.inner.retry_after
+    }
+
     /// `X-Request-ID` of the last attempt: the join key with platform logs.
     pub fn request_id(&self) -> Option<&str> {
         self.inner.request_id.as_deref()
@@ -175,6 +196,9 @@ impl fmt::Display for Error {
         if let Some(source) = &i.source {
             write!(f, ": {source}")?;
         }
+        if let Some(wait) = i.retry_after {
+            write!(f, " (the server asked to wait {} s)", wait.as_secs())?;
+        }
         if let Some(id) = &i.request_id {
             write!(f, " [request {id}]")?;
         }
@@ -193,6 +217,7 @@ impl fmt::Debug for Error {
             .field("status", &i.status)
             .field("detail", &i.detail)
             .field("request_id", &i.request_id)
+            .field("retry_after", &i.retry_after)
             .field("attempts", &i.attempts)
             .finish()
     }
@@ -217,7 +242,11 @@ pub enum ConfigError {
     #[error("the tenant must be a TenantId, got a {0}")]
     NotATenant(&'static str),
     #[error("invalid base URL {url:?}: {reason}")]
-    BaseUrl { url: String, reason: String },
+    BaseUrl { url: String, reason: &'static str },
+    #[error("invalid API key: {0}")]
+    ApiKey(&'static str),
+    #[error("the policy override changes {0}, which no override may change")]
+    Override(&'static str),
     #[error("the HTTP client could not be built: {0}")]
     Http(String),
 }
@@ -240,6 +269,23 @@ impl Error {
             },
         }
     }
+}
+
+/// `text` cut to at most `max` bytes on a char boundary, marked as cut:
+/// server text (a `detail`, an SSE error frame) never grows an error unbounded.
+pub(crate) fn bounded(text: &str, max: usize) -> String {
+    const CUT: &str = "… [cut]";
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub(CUT.len()).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end + CUT.len());
+    out.push_str(&text[..end]);
+    out.push_str(CUT);
+    out
 }
 
 /// `error: source: source…`, for people: transport errors often hide the

@@ -5,7 +5,9 @@ use crate::call::Call;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind};
 use crate::policy::{OutcomeKind, StreamPolicy};
-use crate::sse::{EventStream, SseEvent, StreamFailure};
+use crate::error::bounded;
+use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
+use crate::throttle::Permit;
 
 /// The events of one stream. `error` and `timeout` events end it as typed
 /// errors (T17, T18); silence past the watchdog is T19.
@@ -15,6 +17,8 @@ pub struct Events {
     policy: &'static StreamPolicy,
     stream: EventStream,
     done: bool,
+    /// A stream is a request (§8): it holds its throttle slots until it ends.
+    permit: Option<Permit>,
 }
 
 impl Client {
@@ -33,9 +37,10 @@ impl Client {
                 )
                 .with_detail(format!("{} is not a stream route", endpoint.path)));
         };
-        let (reply, response) = self.run(&call, true).await?;
+        let opened = self.run(&call, true).await?;
+        let reply = opened.reply;
         // A 2xx keeps its body for the stream; a 409 answer (a create route) has none.
-        let Some(response) = response else {
+        let Some((response, permit)) = opened.stream else {
             return Err(self
                 .error(ErrorKind::Decode, self.row(OutcomeKind::Decode), &call)
                 .with_status(
@@ -45,12 +50,16 @@ impl Client {
         };
         // The opening counts as the call; the stream's own failures count as fallbacks.
         reply.empty()?;
+        let limits = &self.shared.policy.limits;
+        let parser = SseParser::with_limits(limits.sse_line, limits.sse_event);
+        let body = Box::pin(response.bytes_stream());
         Ok(Events {
             client: self.clone(),
             endpoint,
             policy,
-            stream: EventStream::new(Box::pin(response.bytes_stream()), policy.watchdog),
+            stream: EventStream::with_parser(body, policy.watchdog, parser),
             done: false,
+            permit: Some(permit),
         })
     }
 }
@@ -74,16 +83,16 @@ impl Events {
         let item = self.stream.next().await;
         let result = match item {
             None => {
-                self.done = true;
+                self.end();
                 return None;
             }
             Some(Ok(event)) => match event.event.as_str() {
                 "error" => Err(self
                     .error(OutcomeKind::StreamError, ErrorKind::Stream)
-                    .with_detail(detail_of(&event.data))),
+                    .with_detail(self.detail_of(&event.data))),
                 "timeout" => Err(self
                     .error(OutcomeKind::StreamTimeout, ErrorKind::Stream)
-                    .with_detail(detail_of(&event.data))),
+                    .with_detail(self.detail_of(&event.data))),
                 _ => Ok(event),
             },
             Some(Err(StreamFailure::Stalled { silent_for })) => Err(self
@@ -91,15 +100,19 @@ impl Events {
                 .with_detail(format!("no byte for {} s", silent_for.as_secs()))),
             Some(Err(StreamFailure::Dropped { detail })) => Err(self
                 .error(OutcomeKind::Connection, ErrorKind::Connection)
-                .with_detail(detail)),
+                .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))),
             Some(Err(StreamFailure::Malformed(e))) => Err(self
                 .error(OutcomeKind::Decode, ErrorKind::Decode)
                 .with_source(e)),
         };
         match &result {
-            Ok(event) => self.done = self.policy.terminal_events.contains(&event.event.as_str()),
+            Ok(event) => {
+                if self.policy.terminal_events.contains(&event.event.as_str()) {
+                    self.end();
+                }
+            }
             Err(error) => {
-                self.done = true;
+                self.end();
                 // Each of these sends the caller to its fallback (polling, error state).
                 if matches!(error.kind(), ErrorKind::Stream | ErrorKind::Connection) {
                     self.client.shared.metrics.sse_fallback(self.policy.name);
@@ -109,20 +122,28 @@ impl Events {
         Some(result)
     }
 
+    /// The stream is over: its throttle slots are free for the next request.
+    fn end(&mut self) {
+        self.done = true;
+        self.permit = None;
+    }
+
+    /// The `detail` of a `{"detail": "..."}` frame, else the data as sent,
+    /// cut to the policy's detail cap.
+    fn detail_of(&self, data: &str) -> String {
+        let detail = match serde_json::from_str::<serde_json::Value>(data) {
+            Ok(serde_json::Value::Object(map)) => match map.get("detail") {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => data.to_owned(),
+            },
+            _ => data.to_owned(),
+        };
+        bounded(&detail, self.client.shared.policy.limits.detail)
+    }
+
     fn error(&self, outcome: OutcomeKind, kind: ErrorKind) -> Error {
         self.client
             .classified(kind, self.client.row(outcome), self.endpoint)
-    }
-}
-
-/// The `detail` of a `{"detail": "..."}` frame, else the data as sent.
-fn detail_of(data: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(data) {
-        Ok(serde_json::Value::Object(map)) => match map.get("detail") {
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(other) => other.to_string(),
-            None => data.to_owned(),
-        },
-        _ => data.to_owned(),
     }
 }

@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod breaker;
 mod call;
 pub mod classify;
+mod clock;
 mod client;
 pub mod endpoint;
 mod error;

@@ -56,7 +56,7 @@ impl Memory {
         if row.remember_for.is_none() && row.feature_state.is_none() {
             return;
         }
-        let until = row.remember_for.map(|d| now + d);
+        let until = row.remember_for.map(|d| crate::clock::after(now, d));
         self.routes.insert(
             endpoint.path,
             Remembered {
@@ -98,7 +98,7 @@ impl Memory {
     }
 
     pub fn saw_429(&mut self, now: Instant, hot_for: Duration) {
-        self.hot_429_until = Some(now + hot_for);
+        self.hot_429_until = Some(crate::clock::after(now, hot_for));
     }
 
     pub fn hot_429(&self, now: Instant) -> bool {

@@ -2,9 +2,10 @@
 //! throttle, the one place headers are assembled, per-attempt timeout,
 //! classification, breaker bookkeeping, retries inside the deadline.
 
-use std::time::SystemTime;
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use crate::alerts::Alert;
@@ -14,8 +15,10 @@ use crate::call::Call;
 use crate::classify::{Outcome, classify};
 use crate::client::Client;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
-use crate::error::{Error, ErrorKind, error_chain};
-use crate::policy::{OutcomeKind, RetrySchedule, StateTrigger, TaxonomyRow};
+use crate::clock;
+use crate::error::{Error, ErrorKind, bounded, error_chain};
+use crate::policy::{OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRow};
+use crate::throttle::Permit;
 use crate::reply::Reply;
 use crate::scope::IdKind;
 use crate::telemetry::{self, AttemptLog};
@@ -24,19 +27,26 @@ use crate::telemetry::{self, AttemptLog};
 pub(crate) enum Attempt {
     Answer {
         status: u16,
-        retry_after: Option<String>,
+        /// The parsed `Retry-After`, if the answer carried one that parses.
+        retry_after: Option<Duration>,
         echoed_id: Option<String>,
+        /// The whole 2xx body (at most the route's cap), or the first
+        /// `limits.error_body` bytes of an error answer.
         body: Bytes,
     },
+    /// A 2xx whose body passed the route's cap: reading stopped there.
+    TooLarge { status: u16, limit: usize },
     /// No answer. `maybe_sent`: the request may have reached the server.
     Failed { maybe_sent: bool, reason: String },
+    /// The HTTP client could not build the request: nothing was sent.
+    Unbuildable { reason: String },
 }
 
 impl Attempt {
     fn status(&self) -> Option<u16> {
         match self {
-            Attempt::Answer { status, .. } => Some(*status),
-            Attempt::Failed { .. } => None,
+            Attempt::Answer { status, .. } | Attempt::TooLarge { status, .. } => Some(*status),
+            Attempt::Failed { .. } | Attempt::Unbuildable { .. } => None,
         }
     }
 }
@@ -50,32 +60,37 @@ struct Run<'c, 'a> {
     attempt: u32,
     /// The row and detail of the previous attempt, for escalation (T16 -> T13).
     previous: Option<(&'static TaxonomyRow, Option<String>)>,
+    /// The request body's digest, computed once per call and only when logged.
+    body_digest: Option<String>,
+}
+
+/// What a successful opening hands on: the reply and, for a stream, its
+/// response and its throttle permit, held for as long as the stream is open.
+pub(crate) struct Opened {
+    pub reply: Reply,
+    pub stream: Option<(reqwest::Response, Permit)>,
 }
 
 impl Client {
     /// Runs a call through the pipeline and returns the successful answer.
     pub async fn send(&self, call: Call<'_>) -> Result<Reply, Error> {
-        let (reply, _) = self.run(&call, false).await?;
-        Ok(reply)
+        Ok(self.run(&call, false).await?.reply)
     }
 
     /// The attempt loop shared by plain calls and stream openings.
-    pub(crate) async fn run(
-        &self,
-        call: &Call<'_>,
-        stream: bool,
-    ) -> Result<(Reply, Option<reqwest::Response>), Error> {
+    pub(crate) async fn run(&self, call: &Call<'_>, stream: bool) -> Result<Opened, Error> {
         let policy = self.shared.policy;
         let endpoint = call.endpoint;
-        let path = self.check_scope(call)?;
+        self.check_scope(call)?;
         let started = Instant::now();
         let mut run = Run {
             client: self,
             call,
             started,
-            deadline: started + policy.deadline,
+            deadline: clock::after(started, policy.deadline),
             attempt: 0,
             previous: None,
+            body_digest: None,
         };
         // A stable answer (a dark feature) fails fast without sending a byte.
         let remembered = self.memory().fail_fast(endpoint, started);
@@ -86,6 +101,9 @@ impl Client {
                 .with_detail_prefix("remembered");
             return Err(run.fail(error, false));
         }
+        // The route's own class bounds every row's: an R0 route is never re-sent.
+        let route_schedule = policy.retries[endpoint.retry].schedule;
+        let mut rendered: Option<String> = None;
         loop {
             run.attempt += 1;
             let now = Instant::now();
@@ -93,84 +111,106 @@ impl Client {
             let generation = match admission {
                 Admission::Allowed(g) | Admission::Canary(g) => g,
                 Admission::Rejected(_) => {
+                    // Never open without a live probe loop (it may have died
+                    // with the runtime it was spawned on).
+                    self.ensure_probe_loop();
                     let error = self.circuit_open_error(call).with_attempts(run.attempt - 1);
                     return Err(run.fail(error, false));
                 }
             };
-            let budgets = [Some(endpoint.budget), self.extra_budget];
-            let budgets: Vec<usize> = budgets.into_iter().flatten().collect();
-            let admission = self.shared.throttle.admit_all(&budgets);
-            let permit = tokio::time::timeout_at(run.deadline, admission).await;
-            let Ok(permit) = permit else {
+            // Rendered once the breaker admits the call: failing fast allocates nothing.
+            if rendered.is_none() {
+                let path = call.render_path();
+                let path = path.map_err(|reason| run.fail(self.invalid_scope(call, reason), false));
+                rendered = Some(path?);
+            }
+            let path = rendered.as_deref().unwrap_or_default();
+            let (budgets, n) = self.budgets(endpoint);
+            let permit = self.shared.throttle.admit_all(&budgets[..n]);
+            let Ok(permit) = tokio::time::timeout_at(run.deadline, permit).await else {
                 return Err(run.deadline_error(None));
             };
             let request_id = uuid::Uuid::new_v4().to_string();
             let attempt_started = Instant::now();
             let deploy = self.breaker().deploy_suspected(attempt_started);
-            let budget = policy.timeouts[endpoint.timeout].budget(deploy);
-            let attempt_deadline = (attempt_started + budget).min(run.deadline);
-            let request = self.request(call, &path, &request_id);
-            let (result, response) =
-                match tokio::time::timeout_at(attempt_deadline, perform(request, stream)).await {
-                    Ok(done) => done,
-                    Err(_) if attempt_deadline == run.deadline => {
-                        self.record_breaker(generation, endpoint.path, true);
-                        return Err(run.deadline_error(Some(request_id)));
-                    }
-                    Err(_) => {
-                        let reason = format!(
-                            "no answer within the {} ms attempt timeout",
-                            budget.as_millis()
-                        );
-                        (
-                            Attempt::Failed {
-                                maybe_sent: true,
-                                reason,
-                            },
-                            None,
-                        )
-                    }
-                };
+            let timeout = call.timeout.unwrap_or(endpoint.timeout);
+            let budget = policy.timeouts[timeout].budget(deploy);
+            let attempt_deadline = clock::after(attempt_started, budget).min(run.deadline);
+            let request = self.request(call, path, &request_id);
+            let limits = Limits::of(policy, endpoint);
+            let performed = perform(request, stream, limits);
+            let (result, response) = match tokio::time::timeout_at(attempt_deadline, performed).await
+            {
+                Ok(done) => done,
+                Err(_) if attempt_deadline == run.deadline => {
+                    self.record_breaker(generation, endpoint.path, true);
+                    return Err(run.deadline_error(Some(request_id)));
+                }
+                Err(_) => {
+                    let reason = format!(
+                        "no answer within the {} ms attempt timeout",
+                        budget.as_millis()
+                    );
+                    let failed = Attempt::Failed {
+                        maybe_sent: true,
+                        reason,
+                    };
+                    (failed, None)
+                }
+            };
             let status = result.status();
+            let success_status = matches!(result, Attempt::Answer { status, .. } if (200..300).contains(&status));
+            // Only an error answer is read for its detail: a 2xx body is the reply's.
             let (detail, retry_after) = match &result {
                 Attempt::Answer {
                     body, retry_after, ..
-                } => (detail_of(body), retry_after.clone()),
-                Attempt::Failed { reason, .. } => (Some(reason.clone()), None),
+                } if !success_status => (detail_of(body, policy.limits.detail), *retry_after),
+                Attempt::Answer { .. } => (None, None),
+                Attempt::TooLarge { limit, .. } => (
+                    Some(format!("the body passed the route's {limit}-byte cap")),
+                    None,
+                ),
+                Attempt::Failed { reason, .. } | Attempt::Unbuildable { reason } => {
+                    (Some(bounded(reason, policy.limits.detail)), None)
+                }
             };
-            let success_status = status.is_some_and(|s| (200..300).contains(&s));
             let row = if success_status {
                 None
             } else {
-                let outcome = match status {
-                    Some(status) => Outcome::Status {
-                        status,
+                let outcome = match &result {
+                    Attempt::Answer { status, .. } => Outcome::Status {
+                        status: *status,
                         detail: detail.as_deref(),
                         retry_after: retry_after.is_some(),
                     },
-                    None => Outcome::Connection,
+                    Attempt::TooLarge { .. } => Outcome::Other(OutcomeKind::TooLarge),
+                    Attempt::Failed { .. } => Outcome::Connection,
+                    Attempt::Unbuildable { .. } => Outcome::Other(OutcomeKind::InvalidRequest),
                 };
                 run.escalate(classify(policy, endpoint, &outcome), &detail)
             };
-            self.record_breaker(
-                generation,
-                endpoint.path,
-                row.is_some_and(|r| r.feeds_breaker),
-            );
-            telemetry::attempt(&AttemptLog {
+            // A request that could not be built says nothing about the origin.
+            if !matches!(result, Attempt::Unbuildable { .. }) {
+                self.record_breaker(
+                    generation,
+                    endpoint.path,
+                    row.is_some_and(|r| r.feeds_breaker),
+                );
+            }
+            let answered = success_status || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some());
+            let log = AttemptLog {
                 client: self,
                 call,
                 request_id: &request_id,
                 status,
                 row,
                 attempt: run.attempt,
-                retry_after: retry_after.as_deref(),
+                retry_after,
                 latency: attempt_started.elapsed(),
-            });
+            };
             // 2xx, and the rows that are answers rather than errors (409 on a
             // create route, 409 still-processing on a poll route).
-            if success_status || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some())
-            {
+            if answered {
                 let Attempt::Answer {
                     status,
                     echoed_id,
@@ -178,11 +218,12 @@ impl Client {
                     ..
                 } = result
                 else {
-                    unreachable!("a success has a status");
+                    unreachable!("an answer has a status");
                 };
                 self.memory().record_success(endpoint);
-                // The call is counted when the reply is decoded: a body that
-                // does not decode is a decode error, not a success.
+                // The line is written when the body is decoded: a 2xx that does
+                // not decode is logged (and counted) as T24, not as a success.
+                let pending = telemetry::pending(&log, run.digest());
                 let reply = Reply::new(
                     self.clone(),
                     endpoint,
@@ -191,9 +232,12 @@ impl Client {
                     echoed_id.unwrap_or(request_id),
                     run.started,
                     run.attempt > 1,
+                    pending,
                 );
-                return Ok((reply, response));
+                let stream = response.map(|r| (r, permit));
+                return Ok(Opened { reply, stream });
             }
+            telemetry::attempt(&log, run.digest());
             if status == Some(429) {
                 let hot_for = policy.throttle.polling.interval * policy.throttle.polling.hot_factor;
                 self.memory().saw_429(Instant::now(), hot_for);
@@ -203,78 +247,114 @@ impl Client {
                 Attempt::Failed {
                     maybe_sent: false,
                     ..
-                }
+                } | Attempt::Unbuildable { .. }
             );
             let schedule = row
                 .and_then(|r| r.retry)
                 .and_then(|i| policy.retries.get(i))
                 .map(|c| c.schedule)
                 .unwrap_or(RetrySchedule::Never);
+            let attempts = schedule.attempts().min(route_schedule.attempts());
             let eligible = match schedule {
                 RetrySchedule::Never => false,
                 // One extra attempt, for a GET, inside the deploy-suspected window.
                 RetrySchedule::DeployWindow { .. } => endpoint.method == Method::Get && deploy,
                 _ => true,
-            } && (endpoint.idempotent || !maybe_sent);
-            if !eligible || run.attempt >= schedule.attempts() {
-                let kind = if status.is_some() {
-                    ErrorKind::Status
-                } else {
-                    ErrorKind::Connection
-                };
-                let error = self
-                    .error(kind, row, call)
+            } && route_schedule != RetrySchedule::Never
+                && (endpoint.idempotent || !maybe_sent);
+            let kind = match &result {
+                Attempt::Answer { .. } => ErrorKind::Status,
+                Attempt::TooLarge { .. } => ErrorKind::TooLarge,
+                Attempt::Failed { .. } => ErrorKind::Connection,
+                Attempt::Unbuildable { .. } => ErrorKind::Request,
+            };
+            let final_error = |detail: Option<String>| {
+                self.error(kind, row, call)
                     .with_attempts(run.attempt)
-                    .with_request_id(request_id)
-                    .with_status_opt(status, detail.clone());
-                if let Some(row) = row {
-                    self.memory()
-                        .record_final(endpoint, row, status, detail, Instant::now());
-                    self.row_alert(row, &error, deploy);
-                }
+                    .with_request_id(request_id.clone())
+                    .with_status_opt(status, detail)
+            };
+            if !eligible || run.attempt >= attempts {
+                let error = final_error(detail.clone());
+                self.finish_row(row, &error, endpoint, status, detail, deploy);
                 return Err(run.fail(error, eligible));
             }
-            let server_delay = retry_after
-                .as_deref()
-                .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            let delay = retry_delay(&schedule, run.attempt, server_delay, &mut rand::rng());
-            if Instant::now() + delay >= run.deadline {
+            let delay = retry_delay(&schedule, run.attempt, retry_after, &mut rand::rng());
+            let resume = Instant::now().checked_add(delay).filter(|at| *at < run.deadline);
+            let Some(resume) = resume else {
+                // The server asked for a wait past the deadline: say so, with its row.
+                if let Some(wait) = retry_after {
+                    let error = final_error(detail.clone()).with_retry_after(wait);
+                    self.finish_row(row, &error, endpoint, status, detail, deploy);
+                    return Err(run.fail(error, false));
+                }
                 return Err(run.deadline_error(Some(request_id)));
-            }
+            };
             run.previous = row.map(|r| (r, detail));
             // The request ended: its throttle slots are free while we back off.
             drop(permit);
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep_until(resume).await;
         }
     }
 
+    /// The budgets a call of `endpoint` draws from: its route's, and the
+    /// caller's mode (a bulk backfill, the fan-out) if the client has one.
+    fn budgets(&self, endpoint: &Endpoint) -> ([usize; 2], usize) {
+        match self.extra_budget {
+            Some(extra) if extra != endpoint.budget => ([endpoint.budget, extra], 2),
+            _ => ([endpoint.budget, endpoint.budget], 1),
+        }
+    }
+
+    /// The row ended the call: remember a stable answer, raise the row's alert.
+    fn finish_row(
+        &self,
+        row: Option<&'static TaxonomyRow>,
+        error: &Error,
+        endpoint: &'static Endpoint,
+        status: Option<u16>,
+        detail: Option<String>,
+        deploy: bool,
+    ) {
+        if let Some(row) = row {
+            self.memory()
+                .record_final(endpoint, row, status, detail, Instant::now());
+            self.row_alert(row, error, deploy);
+        }
+    }
+
+    /// A call refused before a byte is sent (T22).
+    fn invalid_scope(&self, call: &Call<'_>, reason: impl Into<Cow<'static, str>>) -> Error {
+        self.error(
+            ErrorKind::InvalidScope,
+            self.row(OutcomeKind::InvalidScope),
+            call,
+        )
+        .with_detail(reason)
+    }
+
     /// Refuses a call whose scope does not fit its route, before a byte is
-    /// sent (T22): a missing workspace, an ID of another kind as the
-    /// workspace, a workspace on a route that takes none, a bad path value,
-    /// a hand-made descriptor outside the policy.
-    fn check_scope(&self, call: &Call<'_>) -> Result<String, Error> {
+    /// sent (T22): a descriptor that is not one of the policy's own routes
+    /// (§3.4: a hand-made one could drop the tenant and the key), a missing
+    /// workspace, an ID of another kind as the workspace, a workspace on a
+    /// route that takes none. Path values are checked when the path is rendered.
+    fn check_scope(&self, call: &Call<'_>) -> Result<(), Error> {
         let endpoint = call.endpoint;
-        let invalid = |reason: String| {
-            self.error(
-                ErrorKind::InvalidScope,
-                self.row(OutcomeKind::InvalidScope),
-                call,
-            )
-            .with_detail(reason)
-        };
-        // A hand-built descriptor may name classes this policy does not have.
+        let invalid = |reason: String| self.invalid_scope(call, reason);
         let policy = self.shared.policy;
+        let known = policy.routes.iter().any(|r| std::ptr::eq(*r, endpoint));
         let in_range = endpoint.timeout < policy.timeouts.len()
+            && call.timeout.is_none_or(|t| t < policy.timeouts.len())
             && endpoint.retry < policy.retries.len()
             && endpoint.budget < policy.throttle.budgets.len()
             && self
                 .extra_budget
                 .is_none_or(|b| b < policy.throttle.budgets.len())
             && endpoint.stream.is_none_or(|s| s < policy.streams.len());
-        if !in_range {
+        if !known || !in_range {
             return Err(invalid(format!(
-                "{} names a class the policy lacks",
-                endpoint.path
+                "{} is not a route of the {} policy: only its generated route table is sent",
+                endpoint.path, policy.api
             )));
         }
         match (endpoint.scope, call.workspace) {
@@ -292,7 +372,7 @@ impl Client {
             }
             _ => {}
         }
-        call.render_path().map_err(invalid)
+        Ok(())
     }
 
     /// The only place a request and its headers are assembled.
@@ -459,6 +539,15 @@ impl Run<'_, '_> {
         }
     }
 
+    /// The request body's sha256, computed at most once per call, and only
+    /// when attempt lines are logged at all.
+    fn digest(&mut self) -> Option<&str> {
+        if self.body_digest.is_none() && telemetry::enabled() {
+            self.body_digest = self.call.body.as_deref().and_then(telemetry::body_digest);
+        }
+        self.body_digest.as_deref()
+    }
+
     fn deadline_error(&mut self, request_id: Option<String>) -> Error {
         let client = self.client;
         let error = client
@@ -497,35 +586,61 @@ impl Run<'_, '_> {
     }
 }
 
-/// Sends one request and reads the answer (the whole body, unless a stream).
+/// The size caps of one attempt.
+#[derive(Clone, Copy)]
+pub(crate) struct Limits {
+    /// Largest 2xx body.
+    response: usize,
+    /// Bytes of an error body read for its detail.
+    error_body: usize,
+}
+
+impl Limits {
+    pub(crate) fn of(policy: &Policy, endpoint: &Endpoint) -> Self {
+        Limits {
+            response: endpoint.max_response,
+            error_body: policy.limits.error_body,
+        }
+    }
+}
+
+/// Longest echoed `X-Request-ID` kept; a longer one is ignored (ours is used).
+const MAX_ECHOED_ID: usize = 128;
+
+/// Sends one request and reads the answer: a 2xx body incrementally up to
+/// the route's cap, an error body up to `error_body` bytes; a stream's body
+/// is left to the SSE parser. Redirects are never followed (the client is
+/// built without), so a 3xx arrives here as an answer.
 pub(crate) async fn perform(
     request: reqwest::RequestBuilder,
     stream: bool,
+    limits: Limits,
 ) -> (Attempt, Option<reqwest::Response>) {
-    let response = match request.send().await {
+    let mut response = match request.send().await {
         Ok(r) => r,
+        Err(e) if e.is_builder() => {
+            let reason = error_chain(&e);
+            return (Attempt::Unbuildable { reason }, None);
+        }
         Err(e) => {
             let maybe_sent = !e.is_connect();
-            return (
-                Attempt::Failed {
-                    maybe_sent,
-                    reason: error_chain(&e),
-                },
-                None,
-            );
+            let reason = error_chain(&e);
+            return (Attempt::Failed { maybe_sent, reason }, None);
         }
     };
     let status = response.status().as_u16();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    let retry_after = header("retry-after");
-    let echoed_id = header("x-request-id");
-    if stream && (200..300).contains(&status) {
+    let headers = response.headers();
+    let retry_after = headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, SystemTime::now()));
+    let echoed_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= MAX_ECHOED_ID)
+        .map(str::to_owned);
+    let success = (200..300).contains(&status);
+    if stream && success {
         let answer = Attempt::Answer {
             status,
             retry_after,
@@ -534,28 +649,53 @@ pub(crate) async fn perform(
         };
         return (answer, Some(response));
     }
-    match response.bytes().await {
-        Ok(body) => (
-            Attempt::Answer {
-                status,
-                retry_after,
-                echoed_id,
-                body,
-            },
-            None,
-        ),
-        Err(e) => (
-            Attempt::Failed {
-                maybe_sent: true,
-                reason: error_chain(&e),
-            },
-            None,
-        ),
+    let cap = if success {
+        limits.response
+    } else {
+        limits.error_body
+    };
+    // A declared length over the cap is refused before a byte of the body is read.
+    if success && response.content_length().is_some_and(|n| n > cap as u64) {
+        return (Attempt::TooLarge { status, limit: cap }, None);
     }
+    let mut body = BytesMut::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = cap - body.len();
+                if chunk.len() > room {
+                    if success {
+                        return (Attempt::TooLarge { status, limit: cap }, None);
+                    }
+                    // An error body is only read for its detail: the rest is left unread.
+                    body.extend_from_slice(&chunk[..room]);
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let reason = error_chain(&e);
+                let failed = Attempt::Failed {
+                    maybe_sent: true,
+                    reason,
+                };
+                return (failed, None);
+            }
+        }
+    }
+    let answer = Attempt::Answer {
+        status,
+        retry_after,
+        echoed_id,
+        body: body.freeze(),
+    };
+    (answer, None)
 }
 
-/// The `detail` of a `{"detail": "..."}` envelope (or the raw text, shortened).
-fn detail_of(body: &[u8]) -> Option<String> {
+/// The `detail` of a `{"detail": ...}` envelope (or the raw text), cut to
+/// `max` bytes. Only error answers are read for it.
+fn detail_of(body: &[u8], max: usize) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Envelope {
         detail: serde_json::Value,
@@ -563,11 +703,12 @@ fn detail_of(body: &[u8]) -> Option<String> {
     if body.is_empty() {
         return None;
     }
-    match serde_json::from_slice::<Envelope>(body) {
+    let text = match serde_json::from_slice::<Envelope>(body) {
         Ok(Envelope {
             detail: serde_json::Value::String(s),
-        }) => Some(s),
-        Ok(Envelope { detail }) => Some(detail.to_string()),
-        Err(_) => Some(String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()),
-    }
+        }) => s,
+        Ok(Envelope { detail }) => detail.to_string(),
+        Err(_) => String::from_utf8_lossy(&body[..body.len().min(max)]).into_owned(),
+    };
+    Some(bounded(&text, max))
 }

@@ -34,6 +34,23 @@ pub struct Policy {
     pub warm_up: &'static [WarmUpCall],
     pub features: &'static [FeaturePolicy],
     pub alerts: AlertNames,
+    pub limits: Limits,
+    /// Every route of the API: the only descriptors the pipeline sends.
+    pub routes: &'static [&'static Endpoint],
+}
+
+/// Bounds on what a server may send, in bytes. The largest 2xx body is per
+/// route ([`Endpoint::max_response`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of a non-2xx body read for its `detail`; the rest is never read.
+    pub error_body: usize,
+    /// Longest `detail` an error keeps (cut on a char boundary, marked as cut).
+    pub detail: usize,
+    /// Longest SSE line.
+    pub sse_line: usize,
+    /// Most data one SSE event may gather before its blank line.
+    pub sse_event: usize,
 }
 
 /// Alerts the runtime raises on its own.
@@ -52,6 +69,8 @@ pub struct WarmUpCall {
     pub path: &'static [&'static str],
     /// JSON text.
     pub body: Option<&'static str>,
+    /// A timeout class instead of the route's own (§7.3: `-m 150` for the pair).
+    pub timeout: Option<usize>,
 }
 
 /// A UI feature and the routes it depends on.
@@ -62,7 +81,7 @@ pub struct FeaturePolicy {
 }
 
 /// Names of the headers the pipeline stamps.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderNames {
     pub authorization: &'static str,
     pub tenant: &'static str,
@@ -72,10 +91,15 @@ pub struct HeaderNames {
 }
 
 /// What an ID must look like.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdRules {
     /// Tenants refused before a byte is sent (the platform's own tenants).
     pub reserved_tenants: &'static [&'static str],
+    /// ID types the platform mints: checked only to be safe in a path, not
+    /// against the DNS-label pattern the client's own IDs follow.
+    pub opaque: &'static [&'static str],
+    /// Longest opaque ID, in bytes.
+    pub opaque_max_len: usize,
 }
 
 /// Per-attempt time budget of a route.
@@ -208,6 +232,10 @@ pub enum OutcomeKind {
     CircuitOpen,
     /// A scope or ID was refused client-side.
     InvalidScope,
+    /// A request that could not be built (nothing was sent).
+    InvalidRequest,
+    /// A 2xx body larger than the route's cap (reading stopped there).
+    TooLarge,
     StreamError,
     StreamTimeout,
     StreamStalled,
@@ -215,13 +243,15 @@ pub enum OutcomeKind {
 
 impl OutcomeKind {
     /// Every kind, in the order the spec documents them.
-    pub const ALL: [OutcomeKind; 9] = [
+    pub const ALL: [OutcomeKind; 11] = [
         OutcomeKind::Connection,
         OutcomeKind::Status,
         OutcomeKind::Decode,
         OutcomeKind::Deadline,
         OutcomeKind::CircuitOpen,
         OutcomeKind::InvalidScope,
+        OutcomeKind::InvalidRequest,
+        OutcomeKind::TooLarge,
         OutcomeKind::StreamError,
         OutcomeKind::StreamTimeout,
         OutcomeKind::StreamStalled,
@@ -236,6 +266,8 @@ impl OutcomeKind {
             OutcomeKind::Deadline => "deadline",
             OutcomeKind::CircuitOpen => "circuit_open",
             OutcomeKind::InvalidScope => "invalid_scope",
+            OutcomeKind::InvalidRequest => "invalid_request",
+            OutcomeKind::TooLarge => "too_large",
             OutcomeKind::StreamError => "stream_error",
             OutcomeKind::StreamTimeout => "stream_timeout",
             OutcomeKind::StreamStalled => "stream_stalled",
@@ -264,6 +296,8 @@ pub struct RowMatch {
     pub detail: Option<usize>,
     pub retry_after: Option<bool>,
     pub conflict: Option<Conflict>,
+    /// `Some(true)`: only routes that present no key (an unauthenticated lane).
+    pub keyless: Option<bool>,
 }
 
 /// One row of the error taxonomy.

@@ -11,7 +11,7 @@ use crate::breaker::{Admission, CircuitState, Transition};
 use crate::call::Call;
 use crate::client::{Client, Shared};
 use crate::endpoint::Endpoint;
-use crate::pipeline::{Attempt, perform};
+use crate::pipeline::{Attempt, Limits, perform};
 use crate::telemetry::{self, AttemptLog};
 
 impl Client {
@@ -44,7 +44,25 @@ impl Client {
             return;
         }
         let shared = Arc::downgrade(&self.shared);
-        tokio::spawn(probe_loop(shared));
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to probe on: the next call that finds the breaker
+            // open starts the loop on its own runtime.
+            self.shared.probing.store(false, Ordering::Release);
+            return;
+        };
+        let flag = ProbingFlag {
+            shared: shared.clone(),
+            held: true,
+        };
+        runtime.spawn(probe_loop(flag, shared));
+    }
+
+    /// The breaker is open and a call was refused: make sure a probe loop is
+    /// alive. One that died with the runtime it ran on cleared its flag.
+    pub(crate) fn ensure_probe_loop(&self) {
+        if !self.shared.probing.load(Ordering::Acquire) {
+            self.spawn_probe_loop();
+        }
     }
 
     fn spawn_warm_up(&self) {
@@ -58,6 +76,7 @@ impl Client {
                 if let Some(body) = warm.body {
                     call = call.raw_json(body);
                 }
+                let call = call.timeout_class(warm.timeout);
                 let outcome = client.send(call).await;
                 tracing::info!(
                     target: "grag_client::breaker",
@@ -99,7 +118,8 @@ impl Client {
         let request_id = uuid::Uuid::new_v4().to_string();
         let started = Instant::now();
         let request = self.request(&call, &path, &request_id);
-        let result = tokio::time::timeout(timeout, perform(request, false)).await;
+        let limits = Limits::of(self.shared.policy, endpoint);
+        let result = tokio::time::timeout(timeout, perform(request, false, limits)).await;
         let status = match result {
             Ok((Attempt::Answer { status, .. }, _)) => Some(status),
             _ => None,
@@ -113,7 +133,7 @@ impl Client {
             attempt: 1,
             retry_after: None,
             latency: started.elapsed(),
-        });
+        }, None);
         status
     }
 
@@ -134,9 +154,28 @@ impl Client {
     }
 }
 
+/// Clears the "a probe loop is running" flag when the loop ends in any way,
+/// also when its runtime shuts down and drops it mid-sleep: the breaker is
+/// never left open with a flag that claims a loop nobody runs.
+struct ProbingFlag {
+    shared: Weak<Shared>,
+    /// This loop holds the flag (it gives it up when the breaker closes).
+    held: bool,
+}
+
+impl Drop for ProbingFlag {
+    fn drop(&mut self) {
+        if self.held
+            && let Some(shared) = self.shared.upgrade()
+        {
+            shared.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// Probes while the breaker is open, sends the canary when it half-opens,
 /// and ends when it closes or every client is gone.
-async fn probe_loop(shared: Weak<Shared>) {
+async fn probe_loop(mut flag: ProbingFlag, shared: Weak<Shared>) {
     loop {
         let Some(client) = upgrade(&shared) else {
             return;
@@ -152,12 +191,14 @@ async fn probe_loop(shared: Weak<Shared>) {
         match state {
             CircuitState::Closed => {
                 client.shared.probing.store(false, Ordering::Release);
+                flag.held = false;
                 // An open that raced with this exit finds no loop: take over.
                 if client.circuit_state() == CircuitState::Closed
                     || client.shared.probing.swap(true, Ordering::AcqRel)
                 {
                     return;
                 }
+                flag.held = true;
             }
             CircuitState::Open => {
                 drop(client);

@@ -7,7 +7,8 @@ use tokio::time::Instant;
 use crate::Endpoint;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind};
-use crate::policy::OutcomeKind;
+use crate::policy::{OutcomeKind, TaxonomyRow};
+use crate::telemetry::PendingLine;
 
 /// What a create route answered: made now, or already there (409, T7).
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +43,8 @@ pub struct Reply {
     request_id: String,
     started: Instant,
     retried: bool,
+    /// The attempt's log line, written once the body is decoded.
+    line: Option<PendingLine>,
 }
 
 impl std::fmt::Debug for Reply {
@@ -64,6 +67,7 @@ impl Reply {
         request_id: String,
         started: Instant,
         retried: bool,
+        line: Option<PendingLine>,
     ) -> Self {
         Reply {
             client,
@@ -73,6 +77,7 @@ impl Reply {
             request_id,
             started,
             retried,
+            line,
         }
     }
 
@@ -120,7 +125,16 @@ impl Reply {
         self.json().map(Progress::Ready)
     }
 
+    /// Counts the call and writes its attempt line: `row` is `None` for a
+    /// decoded answer, T24 for a body that does not fit its shape.
     fn count(&self, class: &'static str) {
+        self.finish(class, None);
+    }
+
+    fn finish(&self, class: &'static str, row: Option<&'static TaxonomyRow>) {
+        if let Some(line) = &self.line {
+            line.emit(&self.client, self.endpoint, row);
+        }
         self.client
             .count_call(self.endpoint, class, self.retried, self.started);
     }
@@ -137,7 +151,7 @@ impl Reply {
         if let Some(alert) = row.and_then(|r| r.alert) {
             self.client.raise(alert, &error);
         }
-        self.count(error.class());
+        self.finish(error.class(), row);
         error
     }
 }

@@ -50,6 +50,14 @@ pub enum InvalidId {
     Pattern { kind: &'static str, value: String },
     #[error("tenant {value:?} is reserved by the platform and never used by a client")]
     ReservedTenant { value: String },
+    #[error("{kind} of {len} bytes is longer than {max}")]
+    OpaqueTooLong {
+        kind: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("{kind} {value:?} is not safe in a path (`/`, a control character, `.` or `..`)")]
+    Unsafe { kind: &'static str, value: String },
 }
 
 impl Id {
@@ -60,6 +68,11 @@ impl Id {
         let Some(&first) = bytes.first() else {
             return Err(InvalidId::Empty { kind: name });
         };
+        if let IdKind::Other(type_name) = kind
+            && rules.opaque.contains(&type_name)
+        {
+            return Self::opaque(rules, kind, value);
+        }
         if bytes.len() > 63 {
             return Err(InvalidId::TooLong {
                 kind: name,
@@ -77,6 +90,29 @@ impl Id {
             return Err(InvalidId::ReservedTenant {
                 value: value.to_owned(),
             });
+        }
+        Ok(Id {
+            kind,
+            value: value.into(),
+        })
+    }
+
+    /// An ID the platform mints: only what keeps it one path segment and a
+    /// header-safe value is checked, and its length.
+    fn opaque(rules: &IdRules, kind: IdKind, value: &str) -> Result<Id, InvalidId> {
+        let name = kind.name();
+        if value.len() > rules.opaque_max_len {
+            return Err(InvalidId::OpaqueTooLong {
+                kind: name,
+                len: value.len(),
+                max: rules.opaque_max_len,
+            });
+        }
+        let unsafe_char = value.chars().any(|c| c == '/' || c.is_control());
+        if unsafe_char || value == "." || value == ".." {
+            // A value this long in an error would be the server's to size.
+            let value = value.chars().take(64).collect();
+            return Err(InvalidId::Unsafe { kind: name, value });
         }
         Ok(Id {
             kind,
@@ -111,7 +147,30 @@ mod tests {
 
     const RULES: IdRules = IdRules {
         reserved_tenants: &["default", "system", "canary"],
+        opaque: &["JobId"],
+        opaque_max_len: 256,
     };
+
+    #[test]
+    fn opaque_ids_need_only_be_path_safe() {
+        let job = IdKind::Other("JobId");
+        for ok in ["Job_7", "a.b", "UPPER-case_123", "ä", &"x".repeat(256)] {
+            assert_eq!(parse(job, ok).unwrap().as_str(), ok);
+        }
+        assert!(matches!(parse(job, ""), Err(InvalidId::Empty { .. })));
+        assert!(matches!(
+            parse(job, &"x".repeat(257)),
+            Err(InvalidId::OpaqueTooLong { len: 257, .. })
+        ));
+        for bad in ["a/b", ".", "..", "a\nb", "a\rb", "a\u{7f}", "a\0"] {
+            assert!(
+                matches!(parse(job, bad), Err(InvalidId::Unsafe { .. })),
+                "{bad:?}"
+            );
+        }
+        // The DNS-label rule still holds where the policy sets it.
+        assert!(parse(IdKind::Other("KbId"), "Job_7").is_err());
+    }
 
     fn parse(kind: IdKind, s: &str) -> Result<Id, InvalidId> {
         Id::parse(&RULES, kind, s)

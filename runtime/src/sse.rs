@@ -23,9 +23,13 @@ use tokio::time::Instant;
 
 use crate::error::error_chain;
 
-/// Longest line (terminator excluded) the parser buffers. A peer that never
-/// sends a line break must not grow our memory without bound.
+/// Longest line (terminator excluded) the parser buffers by default. A peer
+/// that never sends a line break must not grow our memory without bound.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// Most data one event gathers by default. A peer that sends `data:` lines
+/// and never the blank line that ends the event must not either.
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 /// Event type used when a block carries no (or an empty) `event:` field.
 pub const DEFAULT_EVENT: &str = "message";
@@ -60,9 +64,12 @@ pub enum SseError {
     /// Line `line` (1-based) is not UTF-8, which the format mandates.
     #[error("event stream line {line} is not valid UTF-8")]
     InvalidUtf8 { line: u64 },
-    /// A line exceeded [`MAX_LINE_BYTES`] before its terminator arrived.
+    /// A line exceeded its cap before its terminator arrived.
     #[error("event stream line longer than {limit} bytes")]
     LineTooLong { limit: usize },
+    /// The data of one event exceeded its cap before the event ended.
+    #[error("event stream event with more than {limit} bytes of data")]
+    EventTooLarge { limit: usize },
     /// The input ended inside an event (after the last blank line).
     #[error("event stream ended mid-event")]
     Truncated,
@@ -90,6 +97,8 @@ pub struct SseParser {
     retry: Option<u64>,
     last_id: Option<String>,
     failed: Option<SseError>,
+    max_line: usize,
+    max_event: usize,
 }
 
 impl Default for SseParser {
@@ -100,7 +109,15 @@ impl Default for SseParser {
 
 impl SseParser {
     pub fn new() -> Self {
+        Self::with_limits(MAX_LINE_BYTES, MAX_EVENT_BYTES)
+    }
+
+    /// A parser that refuses lines over `max_line` bytes and events whose
+    /// data passes `max_event` bytes (the policy's `limits`).
+    pub fn with_limits(max_line: usize, max_event: usize) -> Self {
         Self {
+            max_line,
+            max_event,
             line: Vec::new(),
             after_cr: false,
             first_line: true,
@@ -189,9 +206,9 @@ impl SseParser {
     }
 
     fn append(&mut self, bytes: &[u8]) -> Result<(), SseError> {
-        if self.line.len() + bytes.len() > MAX_LINE_BYTES {
+        if self.line.len() + bytes.len() > self.max_line {
             return Err(SseError::LineTooLong {
-                limit: MAX_LINE_BYTES,
+                limit: self.max_line,
             });
         }
         self.line.extend_from_slice(bytes);
@@ -223,6 +240,11 @@ impl SseParser {
         match field {
             "event" => value.clone_into(&mut self.event),
             "data" => {
+                if self.data.len() + value.len() + 1 > self.max_event {
+                    return Err(SseError::EventTooLarge {
+                        limit: self.max_event,
+                    });
+                }
                 self.data.push_str(value);
                 self.data.push('\n');
             }
@@ -318,9 +340,18 @@ impl EventStream {
         S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
         E: StdError + Send + Sync + 'static,
     {
+        Self::with_parser(body, watchdog, SseParser::new())
+    }
+
+    /// Like [`EventStream::new`], with the parser's caps given.
+    pub fn with_parser<S, E>(body: S, watchdog: Duration, parser: SseParser) -> Self
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
+        E: StdError + Send + Sync + 'static,
+    {
         Self {
             body: Some(body.map(|r| r.map_err(BoxError::from)).boxed()),
-            parser: SseParser::new(),
+            parser,
             watchdog,
             last_byte: Instant::now(),
             ready: VecDeque::new(),

@@ -2,9 +2,15 @@
 
 use std::time::Duration;
 
+use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
 use crate::policy::TaxonomyRow;
+use crate::scope::Id;
+
+/// Request bodies up to this size are hashed for the log line; a larger
+/// one is logged by length alone (hashing megabytes per call buys nothing).
+const MAX_HASHED_BODY: usize = 1 << 20;
 
 /// Everything one attempt's log line says.
 pub(crate) struct AttemptLog<'a> {
@@ -14,44 +20,140 @@ pub(crate) struct AttemptLog<'a> {
     pub status: Option<u16>,
     pub row: Option<&'static TaxonomyRow>,
     pub attempt: u32,
-    pub retry_after: Option<&'a str>,
+    pub retry_after: Option<Duration>,
     pub latency: Duration,
+}
+
+/// Whether attempt lines are logged at all: nothing is computed for them otherwise.
+pub(crate) fn enabled() -> bool {
+    tracing::enabled!(target: "grag_client", tracing::Level::INFO)
+}
+
+/// The sha256 of a request body, if it is small enough to be worth hashing.
+pub(crate) fn body_digest(body: &[u8]) -> Option<String> {
+    (body.len() <= MAX_HASHED_BODY).then(|| sha256_hex(body))
 }
 
 /// Emits the attempt's line as a `tracing` event (target `grag_client`).
 /// Only the body's length and sha256 are logged, never its content.
-pub(crate) fn attempt(log: &AttemptLog<'_>) {
+pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
+    if !enabled() {
+        return;
+    }
     let endpoint = log.call.endpoint;
-    let (body_len, body_sha256) = match &log.call.body {
-        Some(body) => (body.len(), sha256_hex(body)),
-        None => (0, String::new()),
-    };
-    let error_class = log.row.map(|r| r.class).unwrap_or("ok");
-    let row = log.row.map(|r| r.row).unwrap_or("-");
-    let circuit_state = log.client.breaker().state().as_str();
-    let kb_id = path_value(endpoint.path, &log.call.path, &["kb", "kb_id"]);
-    tracing::info!(
-        target: "grag_client",
-        request_id = log.request_id,
-        tenant = log.client.tenant().as_str(),
-        workspace_id = log.call.workspace.map(|w| w.as_str()),
-        kb_id,
-        pipeline_id = log.client.pipeline_id.as_deref().filter(|_| endpoint.pipeline_id),
-        grag_service = endpoint.service,
-        operation = endpoint.operation,
-        method = endpoint.method.as_str(),
-        path = endpoint.path,
-        status = log.status,
-        error_class,
-        row,
-        attempt = log.attempt,
-        retry_after_s = log.retry_after,
-        latency_ms = log.latency.as_millis() as u64,
-        circuit_state,
-        body_len,
-        body_sha256 = body_sha256.as_str(),
-        "attempt"
-    );
+    Line {
+        endpoint,
+        request_id: log.request_id,
+        workspace: log.call.workspace.map(Id::as_str),
+        kb_id: path_value(endpoint.path, &log.call.path, &["kb", "kb_id"]),
+        status: log.status,
+        row: log.row,
+        attempt: log.attempt,
+        retry_after: log.retry_after,
+        latency: log.latency,
+        body_len: log.call.body.as_ref().map_or(0, |b| b.len()),
+        body_sha256: digest,
+    }
+    .emit(log.client);
+}
+
+/// The line of a successful attempt, written once its body is decoded
+/// (a 2xx that does not decode is a T24 line, not an `ok` one).
+pub(crate) struct PendingLine {
+    request_id: String,
+    workspace: Option<Id>,
+    kb_id: Option<String>,
+    status: Option<u16>,
+    row: Option<&'static TaxonomyRow>,
+    attempt: u32,
+    latency: Duration,
+    body_len: usize,
+    body_sha256: Option<String>,
+}
+
+/// Captures a successful attempt's line, when lines are logged at all.
+pub(crate) fn pending(log: &AttemptLog<'_>, digest: Option<&str>) -> Option<PendingLine> {
+    if !enabled() {
+        return None;
+    }
+    let endpoint = log.call.endpoint;
+    Some(PendingLine {
+        request_id: log.request_id.to_owned(),
+        workspace: log.call.workspace.cloned(),
+        kb_id: path_value(endpoint.path, &log.call.path, &["kb", "kb_id"]).map(str::to_owned),
+        status: log.status,
+        row: log.row,
+        attempt: log.attempt,
+        latency: log.latency,
+        body_len: log.call.body.as_ref().map_or(0, |b| b.len()),
+        body_sha256: digest.map(str::to_owned),
+    })
+}
+
+impl PendingLine {
+    /// Writes the line, classified by how decoding ended (`row: None` is ok).
+    pub(crate) fn emit(&self, client: &Client, endpoint: &Endpoint, row: Option<&'static TaxonomyRow>) {
+        Line {
+            endpoint,
+            request_id: &self.request_id,
+            workspace: self.workspace.as_ref().map(Id::as_str),
+            kb_id: self.kb_id.as_deref(),
+            status: self.status,
+            row: row.or(self.row),
+            attempt: self.attempt,
+            retry_after: None,
+            latency: self.latency,
+            body_len: self.body_len,
+            body_sha256: self.body_sha256.as_deref(),
+        }
+        .emit(client);
+    }
+}
+
+/// The fields of one line, however they were gathered.
+struct Line<'a> {
+    endpoint: &'a Endpoint,
+    request_id: &'a str,
+    workspace: Option<&'a str>,
+    kb_id: Option<&'a str>,
+    status: Option<u16>,
+    row: Option<&'static TaxonomyRow>,
+    attempt: u32,
+    retry_after: Option<Duration>,
+    latency: Duration,
+    body_len: usize,
+    body_sha256: Option<&'a str>,
+}
+
+impl Line<'_> {
+    fn emit(&self, client: &Client) {
+        let endpoint = self.endpoint;
+        let error_class = self.row.map(|r| r.class).unwrap_or("ok");
+        let row = self.row.map(|r| r.row).unwrap_or("-");
+        let circuit_state = client.breaker().state().as_str();
+        tracing::info!(
+            target: "grag_client",
+            request_id = self.request_id,
+            tenant = client.tenant().as_str(),
+            workspace_id = self.workspace,
+            kb_id = self.kb_id,
+            pipeline_id = client.pipeline_id.as_deref().filter(|_| endpoint.pipeline_id),
+            grag_service = endpoint.service,
+            operation = endpoint.operation,
+            method = endpoint.method.as_str(),
+            path = endpoint.path,
+            status = self.status,
+            error_class,
+            row,
+            attempt = self.attempt,
+            retry_after_s = self.retry_after.map(|d| d.as_secs()),
+            latency_ms = self.latency.as_millis() as u64,
+            circuit_state,
+            body_len = self.body_len,
+            body_sha256 = self.body_sha256.unwrap_or(""),
+            "attempt"
+        );
+    }
 }
 
 /// The value of the first placeholder named one of `names`, if the route has one.
@@ -73,8 +175,13 @@ fn path_value<'a>(template: &str, values: &[&'a str], names: &[&str]) -> Option<
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
+    use std::fmt::Write;
     let digest = Sha256::digest(bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(64);
+    for b in digest {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 #[cfg(test)]
@@ -94,5 +201,11 @@ mod tests {
             Some("k")
         );
         assert_eq!(path_value("/x/{job_id}", &["j"], &["kb"]), None);
+    }
+
+    #[test]
+    fn large_bodies_are_not_hashed() {
+        assert_eq!(super::body_digest(b"{}").map(|d| d.len()), Some(64));
+        assert_eq!(super::body_digest(&vec![b'x'; super::MAX_HASHED_BODY + 1]), None);
     }
 }

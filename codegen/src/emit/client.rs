@@ -201,14 +201,16 @@ pub fn client_rs(model: &Model) -> TokenStream {
             }
 
             /// A client running `policy` instead of the spec's: an override, or the
-            /// spec's own policy with compressed durations for tests.
+            /// spec's own policy with compressed durations for tests. An override
+            /// that changes the scope headers, the ID rules, the reserved tenants or
+            /// the route table is refused.
             pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
                 let mut runtime = ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
                     .warm_up(config.warm_up);
                 if let Some(alerts) = config.alerts {
                     runtime = runtime.alerts(alerts);
                 }
-                let client = Client::new(policy, runtime)?;
+                let client = Client::with_override(&POLICY, policy, runtime)?;
                 Ok(Self { client })
             }
 

@@ -35,18 +35,28 @@ pub fn ids_rs(model: &Model) -> TokenStream {
     );
     let others = model.api.ids.iter().map(|id| {
         let name = &id.name;
+        let rule = if id.opaque {
+            format!(
+                "Minted by the platform, so only what keeps a path safe is checked: non-empty, \
+                 at most {} bytes, no `/`, no control characters, not `.` or `..`.",
+                model.api.opaque_max_len
+            )
+        } else {
+            format!("Matches `{pattern}`.")
+        };
         id_type(
             name,
             quote!(sdk_runtime::IdKind::Other(#name)),
             &format!(
-                "{} (policy {}).",
+                "{} (policy {}).\n\n{rule}",
                 id.doc.trim_end_matches('.'),
                 super::docs::source(&id.source)
             ),
         )
     });
     let module_doc = inner_doc(&format!(
-        "Validated identifiers. Every ID matches `{pattern}` (policy §3.3); the only way to get one is `parse`."
+        "Validated identifiers. The IDs the client chooses match `{pattern}` (policy §3.3); \
+         those the platform mints are only checked to be path-safe. The only way to get one is `parse`."
     ));
     quote! {
         #module_doc

@@ -17,6 +17,15 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         &h.pipeline,
     );
     let reserved = &model.api.reserved_tenants;
+    let opaque = model.api.ids.iter().filter(|i| i.opaque).map(|i| &i.name);
+    let opaque_max_len = int(model.api.opaque_max_len);
+    let l = &model.limits;
+    let (error_body, detail, sse_line, sse_event) = (
+        int(l.error_body),
+        int(l.detail),
+        int(l.sse_line),
+        int(l.sse_event),
+    );
     let timeouts = model.timeouts.iter().map(|t| {
         let name = &t.name;
         let per_attempt = duration(t.per_attempt);
@@ -74,6 +83,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             quote!(#i)
         });
         let alert = option(r.alert.as_ref(), |a| quote!(#a));
+        let keyless = option(r.keyless, |b| quote!(#b));
         quote! {
             TaxonomyRow {
                 row: #row,
@@ -83,6 +93,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                     detail: #detail,
                     retry_after: #retry_after,
                     conflict: #conflict,
+                    keyless: #keyless,
                 },
                 class: #class,
                 retry: #retry,
@@ -198,7 +209,11 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let endpoint = endpoint_path(s, &r.name);
         let path = &w.path;
         let body = option(w.body.as_ref(), |b| quote!(#b));
-        quote!(WarmUpCall { endpoint: #endpoint, path: &[#(#path),*], body: #body })
+        let timeout = option(w.timeout, |i| {
+            let name = ident(&screaming(&model.timeouts[i].name));
+            quote!(timeout::#name)
+        });
+        quote!(WarmUpCall { endpoint: #endpoint, path: &[#(#path),*], body: #body, timeout: #timeout })
     });
     let features = model.features.iter().map(|f| {
         let name = &f.name;
@@ -257,7 +272,18 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 request_id: #request_id,
                 pipeline: #pipeline,
             },
-            ids: IdRules { reserved_tenants: &[#(#reserved),*] },
+            ids: IdRules {
+                reserved_tenants: &[#(#reserved),*],
+                opaque: &[#(#opaque),*],
+                opaque_max_len: #opaque_max_len,
+            },
+            limits: Limits {
+                error_body: #error_body,
+                detail: #detail,
+                sse_line: #sse_line,
+                sse_event: #sse_event,
+            },
+            routes: &ENDPOINTS,
             timeouts: &TIMEOUTS,
             deadline: #deadline,
             retries: &RETRIES,

@@ -115,6 +115,7 @@ fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
     let budget = ident(&screaming(&model.throttle.budgets[r.budget].name));
     let conflict = super::policy::conflict(r.conflict);
     let (idempotent, replay, pipeline) = (r.idempotent, r.replay, r.pipeline_id);
+    let max_response = super::docs::int(r.max_response);
     let stream = match &r.returns {
         Returns::Stream(i) => {
             let s = ident(&screaming(&model.streams[*i].name));
@@ -140,6 +141,7 @@ fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
             conflict: #conflict,
             pipeline_id: #pipeline,
             stream: #stream,
+            max_response: #max_response,
         };
     }
 }

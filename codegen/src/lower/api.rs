@@ -41,9 +41,22 @@ impl Cx<'_> {
                     "TenantId and WorkspaceId are built in",
                 );
             }
+            let opaque = match id.rule.as_str() {
+                "dns_label" => false,
+                "opaque" => true,
+                other => {
+                    self.error(
+                        &id.rule,
+                        format!("ids.types.{}.rule", &**name),
+                        format!("unknown ID rule `{other}`: expected `dns_label` or `opaque`"),
+                    );
+                    false
+                }
+            };
             ids.push(IdType {
                 name: name.to_string(),
                 doc: id.doc.to_string(),
+                opaque,
                 source: self.source(&id.source, id.inferred),
             });
         }
@@ -51,6 +64,8 @@ impl Cx<'_> {
             if sdk_runtime::Id::parse(
                 &sdk_runtime::policy::IdRules {
                     reserved_tenants: &[],
+                    opaque: &[],
+                    opaque_max_len: 0,
                 },
                 sdk_runtime::IdKind::Workspace,
                 reserved,
@@ -64,8 +79,28 @@ impl Cx<'_> {
                 );
             }
         }
+        let mut bff_authenticated = false;
+        for (lane, &authenticated) in &api.auth.lanes_authenticated {
+            match lane.as_str() {
+                "bff" => bff_authenticated = authenticated,
+                other => self.error(
+                    lane,
+                    format!("auth.lanes_authenticated.{other}"),
+                    "the only lane without a key of its own is `bff`",
+                ),
+            }
+        }
+        if *api.ids.opaque_max_len == 0 || *api.ids.opaque_max_len > 4096 {
+            self.sources.at(
+                api.ids.opaque_max_len.span(),
+                "ids.opaque_max_len",
+                "must be between 1 and 4096 bytes",
+            );
+        }
         let h = &api.headers;
         Api {
+            bff_authenticated,
+            opaque_max_len: *api.ids.opaque_max_len,
             name: api.api.to_string(),
             title: api.title.to_string(),
             crate_name: api.crate_name.to_string(),

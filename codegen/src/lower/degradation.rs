@@ -70,6 +70,22 @@ impl Cx<'_> {
                 source: self.source(&m.source, m.inferred),
             });
         }
+        // Every class that can end a call as an error has its German message;
+        // answers (success, a 409 that means "still processing") need none.
+        let at = d.messages.keys().next();
+        for row in rows {
+            let answer = row.class == "success" || row.conflict.is_some();
+            if !answer && !d.messages.keys().any(|c| c.as_str() == row.class) {
+                let message = format!(
+                    "class `{}` (row {}) ends calls as an error and has no German message",
+                    row.class, row.row
+                );
+                match at {
+                    Some(at) => self.error(at, "messages", message),
+                    None => self.sources.in_file(0, "messages", message),
+                }
+            }
+        }
         out
     }
 

@@ -27,6 +27,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let timeouts = cx.timeouts(&raw.policy);
     let retries = cx.retries(&raw.policy);
     let throttle = cx.throttle(&raw.policy.throttle);
+    let limits = cx.limits(&raw.policy.limits);
     let details = cx.details(&raw.taxonomy);
     let (states, alerts) = cx.degradation(&raw.degradation);
     let streams_index: Vec<&str> = raw.streams.streams.keys().map(|k| k.as_str()).collect();
@@ -42,11 +43,12 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         alerts: alerts.iter().map(|a| a.name.as_str()).collect(),
         states: states.iter().map(|s| s.name.as_str()).collect(),
     };
-    let services = cx.services(&raw.services, &api, &names);
+    let services = cx.services(&raw.services, &api, &names, limits.as_ref());
     cx.caller_budgets(&raw.policy.throttle, &services);
     let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
     let rows = cx.rows(&raw.taxonomy, &names, &states_when);
     let messages = cx.messages(&raw.degradation, &rows);
+    cx.streams_bounded(&services, &throttle, &raw.services);
     let breaker = cx.breaker(&raw.policy.breaker, &services, &names);
     let streams = cx.streams(&raw.streams, &services);
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
@@ -77,6 +79,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         retries,
         breaker: breaker?,
         throttle,
+        limits: limits?,
         details,
         rows,
         streams,
@@ -131,6 +134,21 @@ fn is_camel(s: &str) -> bool {
     chars.next().is_some_and(|c| c.is_ascii_uppercase()) && chars.all(|c| c.is_ascii_alphanumeric())
 }
 
+/// Parses a size: `512 B`, `64 KiB`, `16 MiB`, `1 GiB` (the space is optional).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let scale: u64 = match unit.trim_start() {
+        "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale).filter(|&bytes| bytes > 0)
+}
+
 /// Parses `500ms`, `30s`, `5m`, `2h`.
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| !c.is_ascii_digit())?;
@@ -172,6 +190,21 @@ impl Cx<'_> {
                 field,
                 format!(
                     "`{}` is not a duration: write e.g. `500ms`, `30s`, `5m` or `2h`",
+                    &**text
+                ),
+            );
+        }
+        parsed
+    }
+
+    fn size(&mut self, text: &Text, field: &str) -> Option<u64> {
+        let parsed = parse_size(text);
+        if parsed.is_none() {
+            self.error(
+                text,
+                field,
+                format!(
+                    "`{}` is not a size: write e.g. `512 B`, `64 KiB`, `16 MiB` or `1 GiB` (at least 1 B)",
                     &**text
                 ),
             );

@@ -168,6 +168,60 @@ impl Cx<'_> {
         }
     }
 
+    pub(super) fn limits(&mut self, l: &spec::Limits) -> Option<Limits> {
+        let response = self.size(&l.response, "limits.response");
+        let error_body = self.size(&l.error_body, "limits.error_body");
+        let detail = self.size(&l.detail, "limits.detail");
+        let sse_line = self.size(&l.sse_line, "limits.sse_line");
+        let sse_event = self.size(&l.sse_event, "limits.sse_event");
+        if let (Some(detail), Some(error_body)) = (detail, error_body)
+            && detail > error_body
+        {
+            self.error(
+                &l.detail,
+                "limits.detail",
+                "a detail cannot be longer than the error body it is read from",
+            );
+        }
+        let source = self.source(&l.source, l.inferred);
+        Some(Limits {
+            response: response?,
+            error_body: error_body?,
+            detail: detail?,
+            sse_line: sse_line?,
+            sse_event: sse_event?,
+            source,
+        })
+    }
+
+    /// An open stream holds its budget's slot for as long as it is open, so
+    /// the budget of a stream route must bound how many may be open.
+    pub(super) fn streams_bounded(
+        &mut self,
+        services: &[Service],
+        throttle: &Throttle,
+        raw: &[spec::ServiceFile],
+    ) {
+        for (service, file) in services.iter().zip(raw) {
+            for (route, (name, r)) in service.routes.iter().zip(&file.routes) {
+                let unbounded = throttle
+                    .budgets
+                    .get(route.budget)
+                    .is_some_and(|b| b.max_in_flight.is_none());
+                if matches!(route.returns, Returns::Stream(_)) && unbounded {
+                    self.error(
+                        &r.budget,
+                        format!("routes.{}.budget", &**name),
+                        format!(
+                            "`{}` has no `max_in_flight`: an open stream holds its slot, so a stream route needs a budget that bounds open streams",
+                            &*r.budget
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
     pub(super) fn breaker(
         &mut self,
         b: &spec::Breaker,
@@ -206,7 +260,7 @@ impl Cx<'_> {
             "timeout class",
             &names.timeouts,
         );
-        let warm_up = self.warm_up(b, services);
+        let warm_up = self.warm_up(b, services, names);
         Some(Breaker {
             threshold: self.positive(&b.threshold, "breaker.threshold"),
             window: self.duration(&b.window, "breaker.window")?,
@@ -224,7 +278,7 @@ impl Cx<'_> {
         })
     }
 
-    fn warm_up(&mut self, b: &spec::Breaker, services: &[Service]) -> Vec<WarmUp> {
+    fn warm_up(&mut self, b: &spec::Breaker, services: &[Service], names: &Names) -> Vec<WarmUp> {
         let mut out = Vec::new();
         for (i, w) in b.warm_up.iter().enumerate() {
             let field = |key: &str| format!("breaker.warm_up.{i}.{key}");
@@ -260,10 +314,14 @@ impl Cx<'_> {
                     "give a body exactly when the route takes one",
                 );
             }
+            let timeout = w.timeout.as_ref().and_then(|t| {
+                self.reference(t, &field("timeout"), "timeout class", &names.timeouts)
+            });
             out.push(WarmUp {
                 route,
                 path: w.path.iter().map(|p| p.to_string()).collect(),
                 body,
+                timeout,
                 source: self.source(&w.source, w.inferred),
             });
         }

@@ -111,6 +111,7 @@ impl Cx<'_> {
         services: &[spec::ServiceFile],
         api: &Api,
         names: &Names,
+        limits: Option<&Limits>,
     ) -> Vec<Service> {
         let mut handles: HashMap<String, String> = HashMap::new();
         let mut out = Vec::new();
@@ -131,6 +132,8 @@ impl Cx<'_> {
             let scope = self.scope(&s.scope, "scope");
             let lane = match s.lane.as_str() {
                 "key" => Lane::Key,
+                // Until the BFF lane's own auth lands, it presents no key.
+                "bff" if api.bff_authenticated => Lane::Key,
                 "bff" => Lane::Bff,
                 _ => {
                     self.error(&s.lane, "lane", "lane is `key` or `bff`");
@@ -157,6 +160,7 @@ impl Cx<'_> {
                     scope.unwrap_or(ScopeNeed::Tenant),
                     needs_workspace,
                     names,
+                    limits.map_or(0, |l| l.response),
                 );
                 routes.push(route);
             }
@@ -191,6 +195,7 @@ impl Cx<'_> {
         service_scope: ScopeNeed,
         needs_workspace: bool,
         names: &Names,
+        default_max_response: u64,
     ) -> Route {
         let field = |key: &str| format!("routes.{}.{key}", &**name);
         if !is_snake(name) {
@@ -371,8 +376,14 @@ impl Cx<'_> {
                 "routes that carry the pipeline header need a `PipelineId` in `ids.types`",
             );
         }
+        let max_response = r
+            .max_response
+            .as_ref()
+            .and_then(|m| self.size(m, &field("max_response")))
+            .unwrap_or(default_max_response);
         Route {
             name: name.to_string(),
+            max_response,
             doc: r.doc.to_string(),
             method,
             path: format!("{}{}", &*service.prefix, &*r.path),

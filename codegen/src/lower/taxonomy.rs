@@ -7,7 +7,56 @@ use crate::spec;
 
 use super::{Cx, Names, is_snake, one_of};
 
+/// Statuses a 2xx route answers with: decoded by the route's shape, never classified.
+const SUCCESS: (u16, u16) = (200, 299);
+
 impl Cx<'_> {
+    /// Every outcome must have a row: each client-side outcome kind, and every
+    /// status 100–999 outside 2xx by a row that matches it whatever its detail,
+    /// headers or route (narrowed rows may come first, but cannot be the last word).
+    fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Row]) {
+        let at = taxonomy.rows.first().map(|r| &r.row);
+        let mut missing = Vec::new();
+        for kind in OutcomeKind::ALL {
+            if kind != OutcomeKind::Status && !rows.iter().any(|r| r.outcome == kind) {
+                missing.push(format!("outcome `{}`", kind.as_str()));
+            }
+        }
+        let covers = |s: u16| {
+            rows.iter().any(|r| {
+                r.outcome == OutcomeKind::Status
+                    && r.status.is_none_or(|(lo, hi)| (lo..=hi).contains(&s))
+                    && r.detail.is_none()
+                    && r.retry_after.is_none()
+                    && r.conflict.is_none()
+                    && r.keyless.is_none()
+            })
+        };
+        let mut gap: Option<(u16, u16)> = None;
+        for s in (100..=999u16).filter(|s| !(SUCCESS.0..=SUCCESS.1).contains(s)) {
+            match (covers(s), gap) {
+                (false, Some((lo, hi))) if hi + 1 == s => gap = Some((lo, s)),
+                (false, _) => {
+                    missing.extend(gap.map(status_span));
+                    gap = Some((s, s));
+                }
+                (true, _) => missing.extend(gap.take().map(status_span)),
+            }
+        }
+        missing.extend(gap.map(status_span));
+        if missing.is_empty() {
+            return;
+        }
+        let message = format!(
+            "the taxonomy is not total: no row matches {} (every outcome needs a row; a status row that narrows by detail, Retry-After, conflict or lane does not count)",
+            missing.join(", ")
+        );
+        match at {
+            Some(at) => self.error(at, "rows", message),
+            None => self.sources.in_file(0, "rows", message),
+        }
+    }
+
     pub(super) fn details(&mut self, taxonomy: &spec::TaxonomyFile) -> Vec<DetailSet> {
         let mut out = Vec::new();
         for (name, set) in &taxonomy.details {
@@ -83,12 +132,13 @@ impl Cx<'_> {
             let narrows = status.is_some()
                 || m.detail.is_some()
                 || m.retry_after.is_some()
-                || m.conflict.is_some();
+                || m.conflict.is_some()
+                || m.keyless.is_some();
             if narrows && outcome.is_some_and(|o| o != OutcomeKind::Status) {
                 self.error(
                     &m.outcome,
                     field("match"),
-                    "status, detail, retry_after and conflict only narrow a `status` outcome",
+                    "status, detail, retry_after, conflict and keyless only narrow a `status` outcome",
                 );
             }
             let detail = m.detail.as_ref().and_then(|d| {
@@ -142,6 +192,7 @@ impl Cx<'_> {
                 detail,
                 retry_after: m.retry_after,
                 conflict,
+                keyless: m.keyless,
                 class: r.class.to_string(),
                 retry,
                 feeds_breaker: r.feeds_breaker,
@@ -173,6 +224,7 @@ impl Cx<'_> {
                 );
             }
         }
+        self.total(taxonomy, &out);
         for r in &taxonomy.rows {
             if r.alert_outside_deploy && r.alert.is_none() {
                 self.error(
@@ -183,5 +235,13 @@ impl Cx<'_> {
             }
         }
         out
+    }
+}
+
+fn status_span((lo, hi): (u16, u16)) -> String {
+    if lo == hi {
+        format!("status {lo}")
+    } else {
+        format!("statuses {lo}–{hi}")
     }
 }

@@ -23,6 +23,7 @@ pub static SEARCH_RERANK: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: true,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `POST /ai-gateway/api/v1/llm/completions`
@@ -41,6 +42,7 @@ pub static COMPLETE: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: true,
     stream: None,
+    max_response: 16777216,
 };
 
 /// Calls of `ai-gateway`.

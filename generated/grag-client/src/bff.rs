@@ -18,11 +18,12 @@ pub static ORCHESTRATOR_EVENTS: Endpoint = Endpoint {
     timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
-    budget: budget::GLOBAL,
+    budget: budget::STREAMS,
     replay: false,
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: Some(stream::ORCHESTRATOR),
+    max_response: 16777216,
 };
 
 /// `GET /next/api/pipeline/status/{job_id}`
@@ -41,6 +42,7 @@ pub static PIPELINE_STATUS: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `POST /next/api/chat/stream`
@@ -54,11 +56,12 @@ pub static CHAT_STREAM: Endpoint = Endpoint {
     timeout: timeout::LLM,
     retry: retry::R0,
     idempotent: false,
-    budget: budget::GLOBAL,
+    budget: budget::STREAMS,
     replay: false,
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: Some(stream::CHAT),
+    max_response: 16777216,
 };
 
 /// `GET /next/api/agents/sessions/{session_id}/stream`
@@ -72,11 +75,12 @@ pub static AGENT_SESSION_STREAM: Endpoint = Endpoint {
     timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
-    budget: budget::GLOBAL,
+    budget: budget::STREAMS,
     replay: false,
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: Some(stream::AGENT),
+    max_response: 16777216,
 };
 
 /// Calls of `bff`.
@@ -96,7 +100,7 @@ impl<'c> Bff<'c> {
     /// - Timeout class: `default`, 30 s per attempt
     /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
     /// - Idempotent: yes
-    /// - Budget: `global`
+    /// - Budget: `streams`
     /// - Policy: §6.1, §6.3
     pub async fn orchestrator_events(
         &self,
@@ -128,7 +132,7 @@ impl<'c> Bff<'c> {
     /// - Timeout class: `llm`, 150 s per attempt
     /// - Retry class: `R0`: Never retried: 400, 402, 403 admin gate, 409 docfold, 413, 422, chat SSE turns, and non-idempotent calls once the request was sent.
     /// - Idempotent: no: never retried once the request may have reached the server
-    /// - Budget: `global`
+    /// - Budget: `streams`
     /// - Policy: §6.2, §4.2
     pub async fn chat_stream(
         &self,
@@ -144,7 +148,7 @@ impl<'c> Bff<'c> {
     /// - Timeout class: `default`, 30 s per attempt
     /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
     /// - Idempotent: yes
-    /// - Budget: `global`
+    /// - Budget: `streams`
     /// - Policy: §6.3 (inferred)
     pub async fn agent_session_stream(
         &self,

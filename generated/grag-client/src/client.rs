@@ -81,7 +81,9 @@ impl Grag {
     }
 
     /// A client running `policy` instead of the spec's: an override, or the
-    /// spec's own policy with compressed durations for tests.
+    /// spec's own policy with compressed durations for tests. An override
+    /// that changes the scope headers, the ID rules, the reserved tenants or
+    /// the route table is refused.
     pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
         let mut runtime =
             ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
@@ -90,7 +92,7 @@ impl Grag {
             runtime = runtime.alerts(alerts);
         }
 
-        let client = Client::new(policy, runtime)?;
+        let client = Client::with_override(&POLICY, policy, runtime)?;
         Ok(Self { client })
     }
 
@@ -158,6 +160,13 @@ impl Grag {
     pub fn backfill(&self) -> Self {
         Self {
             client: self.client.within_budget(crate::policy::budget::BACKFILL),
+        }
+    }
+
+    /// The same client, every call of it also drawing from the `fanout` budget: The Gutachten step 2 per-document fan-out: sequential, at most 2 documents in flight. No route draws from it: the caller enters it with `grag.fanout()` (policy §8).
+    pub fn fanout(&self) -> Self {
+        Self {
+            client: self.client.within_budget(crate::policy::budget::FANOUT),
         }
     }
 }

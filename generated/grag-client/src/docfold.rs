@@ -23,6 +23,7 @@ pub static CONVERT: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `GET /docfold/api/v1/convert/{conversion_id}/result`
@@ -41,6 +42,7 @@ pub static RESULT: Endpoint = Endpoint {
     conflict: Conflict::Poll,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// Calls of `docfold`.

@@ -24,6 +24,7 @@ pub static LINK: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// Calls of `entity-linking`, bound to one workspace: every request carries `X-Workspace-ID` (policy §3.2).

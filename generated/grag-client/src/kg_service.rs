@@ -24,6 +24,7 @@ pub static UPSERT_ENTITY: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `GET /kg-service/api/v1/entities/{entity_id}`
@@ -42,6 +43,7 @@ pub static GET_ENTITY: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `PUT /kg-service/api/v1/edges/{edge_id}`
@@ -60,6 +62,7 @@ pub static UPSERT_EDGE: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `GET /kg-service/api/v1/entities/{entity_id}/edges`
@@ -78,6 +81,7 @@ pub static LIST_EDGES: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// Calls of `kg-service`, bound to one workspace: every request carries `X-Workspace-ID` (policy §3.2).

@@ -23,6 +23,7 @@ pub static TOTALS: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `GET /ledger/api/v1/ledger/spend`
@@ -41,6 +42,7 @@ pub static SPEND: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// Calls of `ledger`.

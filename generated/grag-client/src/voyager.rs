@@ -23,6 +23,7 @@ pub static UPSERT_POINTS: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// Calls of `voyager`.

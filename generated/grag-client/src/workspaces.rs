@@ -23,6 +23,7 @@ pub static HEALTH: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `GET /workspaces/api/v1/kbs`
@@ -41,6 +42,7 @@ pub static LIST_KBS: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `POST /workspaces/api/v1/kbs`
@@ -59,6 +61,7 @@ pub static CREATE_KB: Endpoint = Endpoint {
     conflict: Conflict::Success,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `GET /workspaces/api/v1/kbs/{kb}/documents`
@@ -77,6 +80,7 @@ pub static LIST_DOCUMENTS: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `POST /workspaces/api/v1/kbs/{kb}/documents`
@@ -95,6 +99,7 @@ pub static UPLOAD_DOCUMENT: Endpoint = Endpoint {
     conflict: Conflict::Success,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `POST /workspaces/api/v1/conversations`
@@ -113,6 +118,7 @@ pub static CREATE_CONVERSATION: Endpoint = Endpoint {
     conflict: Conflict::Success,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `GET /workspaces/api/v1/settings`
@@ -131,6 +137,7 @@ pub static GET_SETTINGS: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// `PUT /workspaces/api/v1/settings`
@@ -149,6 +156,7 @@ pub static PUT_SETTINGS: Endpoint = Endpoint {
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
+    max_response: 16777216,
 };
 
 /// Calls of `workspaces`.

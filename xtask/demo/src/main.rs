@@ -1,4 +1,4 @@
-//! `cargo xtask demo`: a narrated walk through the generated client.
+//! `grag-demo` (run by `cargo xtask demo`): a narrated walk through the generated client.
 //!
 //! Without `GRAG_URL` it starts the GRAG simulator in-process (time running
 //! ten times faster than the platform's) and walks the whole flow: KB, upload
@@ -20,7 +20,7 @@ const SPEED: f64 = 10.0;
 
 const QUESTION: &str = "Wie oft werden Brücken nach DIN 1076 geprüft?";
 
-pub fn run() -> ExitCode {
+fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
