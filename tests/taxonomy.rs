@@ -937,7 +937,10 @@ async fn t11_a_retry_after_past_the_deadline_ends_the_call_with_its_row_and_the_
     assert_row(&e, "T11", "rate_limited", MSG_RATE_LIMITED);
     assert_eq!(e.kind(), ErrorKind::Status);
     assert_eq!(e.retry_after(), Some(Duration::from_secs(3600)), "{e}");
-    assert!(e.to_string().contains("3600 s"), "Display says what the server asked: {e}");
+    assert!(
+        e.to_string().contains("3600 s"),
+        "Display says what the server asked: {e}"
+    );
     assert_eq!(env.count("list_kbs"), 1, "no retry could fit the deadline");
 }
 
@@ -1143,9 +1146,9 @@ async fn t25_other_4xx_is_client_error_never_retried() {
 #[tokio::test]
 async fn t27_a_400_without_a_scope_detail_pages_as_contract_drift() {
     let env = Env::start().await;
-    env.sim.faults().push(
-        Rule::new(status(400, "group_by must be service or provider")).on("spend"),
-    );
+    env.sim
+        .faults()
+        .push(Rule::new(status(400, "group_by must be service or provider")).on("spend"));
     let e = env
         .grag
         .ledger()

@@ -72,7 +72,9 @@ fn matches(policy: &Policy, row: &TaxonomyRow, endpoint: &Endpoint, outcome: &Ou
     if m.conflict.is_some_and(|want| want != endpoint.conflict) {
         return false;
     }
-    if m.keyless.is_some_and(|want| want != (endpoint.lane == Lane::Bff)) {
+    if m.keyless
+        .is_some_and(|want| want != (endpoint.lane == Lane::Bff))
+    {
         return false;
     }
     true

@@ -124,7 +124,9 @@ impl Client {
             return Err(ConfigError::Override("the scope header names"));
         }
         if policy.ids != spec.ids {
-            return Err(ConfigError::Override("the ID rules or the reserved tenants"));
+            return Err(ConfigError::Override(
+                "the ID rules or the reserved tenants",
+            ));
         }
         let same_routes = policy.routes.len() == spec.routes.len()
             && policy
@@ -246,7 +248,9 @@ fn check_base_url(raw: &str) -> Result<String, ConfigError> {
         return Err(refuse("has a query: every route's path is appended to it"));
     }
     if url.fragment().is_some() || raw.contains('#') {
-        return Err(refuse("has a fragment: every route's path is appended to it"));
+        return Err(refuse(
+            "has a fragment: every route's path is appended to it",
+        ));
     }
     Ok(raw.trim_end_matches('/').to_owned())
 }

@@ -22,6 +22,9 @@ mod tests {
     fn a_huge_wait_saturates() {
         let now = Instant::now();
         assert!(after(now, Duration::MAX) > after(now, Duration::from_secs(86_400 * 365)));
-        assert_eq!(after(now, Duration::from_secs(5)), now + Duration::from_secs(5));
+        assert_eq!(
+            after(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
+        );
     }
 }

@@ -3,9 +3,9 @@
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
+use crate::error::bounded;
 use crate::error::{Error, ErrorKind};
 use crate::policy::{OutcomeKind, StreamPolicy};
-use crate::error::bounded;
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::Permit;
 

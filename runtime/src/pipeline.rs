@@ -14,14 +14,14 @@ use crate::breaker::{Admission, Generation};
 use crate::call::Call;
 use crate::classify::{Outcome, classify};
 use crate::client::Client;
-use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
 use crate::clock;
+use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
 use crate::error::{Error, ErrorKind, bounded, error_chain};
 use crate::policy::{OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRow};
-use crate::throttle::Permit;
 use crate::reply::Reply;
 use crate::scope::IdKind;
 use crate::telemetry::{self, AttemptLog};
+use crate::throttle::Permit;
 
 /// What one attempt brought back.
 pub(crate) enum Attempt {
@@ -139,27 +139,28 @@ impl Client {
             let request = self.request(call, path, &request_id);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(request, stream, limits);
-            let (result, response) = match tokio::time::timeout_at(attempt_deadline, performed).await
-            {
-                Ok(done) => done,
-                Err(_) if attempt_deadline == run.deadline => {
-                    self.record_breaker(generation, endpoint.path, true);
-                    return Err(run.deadline_error(Some(request_id)));
-                }
-                Err(_) => {
-                    let reason = format!(
-                        "no answer within the {} ms attempt timeout",
-                        budget.as_millis()
-                    );
-                    let failed = Attempt::Failed {
-                        maybe_sent: true,
-                        reason,
-                    };
-                    (failed, None)
-                }
-            };
+            let (result, response) =
+                match tokio::time::timeout_at(attempt_deadline, performed).await {
+                    Ok(done) => done,
+                    Err(_) if attempt_deadline == run.deadline => {
+                        self.record_breaker(generation, endpoint.path, true);
+                        return Err(run.deadline_error(Some(request_id)));
+                    }
+                    Err(_) => {
+                        let reason = format!(
+                            "no answer within the {} ms attempt timeout",
+                            budget.as_millis()
+                        );
+                        let failed = Attempt::Failed {
+                            maybe_sent: true,
+                            reason,
+                        };
+                        (failed, None)
+                    }
+                };
             let status = result.status();
-            let success_status = matches!(result, Attempt::Answer { status, .. } if (200..300).contains(&status));
+            let success_status =
+                matches!(result, Attempt::Answer { status, .. } if (200..300).contains(&status));
             // Only an error answer is read for its detail: a 2xx body is the reply's.
             let (detail, retry_after) = match &result {
                 Attempt::Answer {
@@ -197,7 +198,8 @@ impl Client {
                     row.is_some_and(|r| r.feeds_breaker),
                 );
             }
-            let answered = success_status || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some());
+            let answered = success_status
+                || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some());
             let log = AttemptLog {
                 client: self,
                 call,
@@ -280,7 +282,9 @@ impl Client {
                 return Err(run.fail(error, eligible));
             }
             let delay = retry_delay(&schedule, run.attempt, retry_after, &mut rand::rng());
-            let resume = Instant::now().checked_add(delay).filter(|at| *at < run.deadline);
+            let resume = Instant::now()
+                .checked_add(delay)
+                .filter(|at| *at < run.deadline);
             let Some(resume) = resume else {
                 // The server asked for a wait past the deadline: say so, with its row.
                 if let Some(wait) = retry_after {
@@ -708,7 +712,8 @@ fn detail_of(body: &[u8], max: usize) -> Option<String> {
             detail: serde_json::Value::String(s),
         }) => s,
         Ok(Envelope { detail }) => detail.to_string(),
-        Err(_) => String::from_utf8_lossy(&body[..body.len().min(max)]).into_owned(),
+        // One byte past the cap, so a longer text is cut and marked as such.
+        Err(_) => String::from_utf8_lossy(&body[..body.len().min(max + 1)]).into_owned(),
     };
     Some(bounded(&text, max))
 }

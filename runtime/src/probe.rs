@@ -124,16 +124,19 @@ impl Client {
             Ok((Attempt::Answer { status, .. }, _)) => Some(status),
             _ => None,
         };
-        telemetry::attempt(&AttemptLog {
-            client: self,
-            call: &call,
-            request_id: &request_id,
-            status,
-            row: None,
-            attempt: 1,
-            retry_after: None,
-            latency: started.elapsed(),
-        }, None);
+        telemetry::attempt(
+            &AttemptLog {
+                client: self,
+                call: &call,
+                request_id: &request_id,
+                status,
+                row: None,
+                attempt: 1,
+                retry_after: None,
+                latency: started.elapsed(),
+            },
+            None,
+        );
         status
     }
 

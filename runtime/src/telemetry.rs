@@ -92,7 +92,12 @@ pub(crate) fn pending(log: &AttemptLog<'_>, digest: Option<&str>) -> Option<Pend
 
 impl PendingLine {
     /// Writes the line, classified by how decoding ended (`row: None` is ok).
-    pub(crate) fn emit(&self, client: &Client, endpoint: &Endpoint, row: Option<&'static TaxonomyRow>) {
+    pub(crate) fn emit(
+        &self,
+        client: &Client,
+        endpoint: &Endpoint,
+        row: Option<&'static TaxonomyRow>,
+    ) {
         Line {
             endpoint,
             request_id: &self.request_id,
@@ -206,6 +211,9 @@ mod tests {
     #[test]
     fn large_bodies_are_not_hashed() {
         assert_eq!(super::body_digest(b"{}").map(|d| d.len()), Some(64));
-        assert_eq!(super::body_digest(&vec![b'x'; super::MAX_HASHED_BODY + 1]), None);
+        assert_eq!(
+            super::body_digest(&vec![b'x'; super::MAX_HASHED_BODY + 1]),
+            None
+        );
     }
 }

@@ -1,0 +1,652 @@
+//! The call path against hostile answers and bad configuration (issue 7):
+//! each test here failed on the code before it and names the defect it pins.
+//! The servers are the test's own (`recorder`), so an answer can be anything
+//! a hostile or broken server could send.
+
+mod recorder;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use grag_client::policy::{ENDPOINTS, POLICY, budget, timeout};
+use grag_client::types::{ChatRequest, CreateKb};
+use grag_client::{Config, ConversationId, Grag, JobId, KbId, TenantId};
+use recorder::Recorder;
+use sdk_runtime::alerts::CollectAlerts;
+use sdk_runtime::breaker::CircuitState;
+use sdk_runtime::classify::{Outcome, classify};
+use sdk_runtime::{Call, ConfigError, Endpoint, ErrorKind, Lane, Policy, ScopeNeed};
+use serde_json::json;
+
+fn tenant() -> TenantId {
+    TenantId::parse("knoll").unwrap()
+}
+
+fn client(url: &str) -> Grag {
+    Grag::new(Config::new(url, "key", tenant())).unwrap()
+}
+
+fn client_with(url: &str, policy: &'static Policy, alerts: Arc<CollectAlerts>) -> Grag {
+    Grag::with_policy(Config::new(url, "key", tenant()).alerts(alerts), policy).unwrap()
+}
+
+/// The spec's policy with durations divided by 100, one per test binary.
+fn fast() -> &'static Policy {
+    static FAST: std::sync::OnceLock<&'static Policy> = std::sync::OnceLock::new();
+    FAST.get_or_init(|| POLICY.scaled(100))
+}
+
+fn answer(status: u16, headers: &[(&'static str, &str)], body: impl Into<Body>) -> Response {
+    let mut response = Response::new(body.into());
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    for (name, value) in headers {
+        response
+            .headers_mut()
+            .insert(*name, HeaderValue::from_str(value).unwrap());
+    }
+    response
+}
+
+/// A body that never ends: `chunk` again and again.
+fn endless(chunk: &'static [u8]) -> Body {
+    let chunks = futures_util::stream::repeat_with(move || {
+        Ok::<_, std::io::Error>(Bytes::from_static(chunk))
+    });
+    Body::from_stream(chunks)
+}
+
+fn kb() -> KbId {
+    KbId::parse("kb-1").unwrap()
+}
+
+// ---- 1. a hostile Retry-After --------------------------------------------------
+
+#[tokio::test]
+async fn a_retry_after_that_overflows_an_instant_ends_the_call_with_its_row() {
+    let huge = u64::MAX.to_string();
+    let server = Recorder::start(move |r| {
+        let status = if r.path.ends_with("/kbs") { 429 } else { 503 };
+        answer(
+            status,
+            &[("retry-after", &huge)],
+            r#"{"detail":"slow down"}"#,
+        )
+    })
+    .await;
+    let grag = client(&server.url());
+    let e = grag.workspaces().list_kbs().await.unwrap_err();
+    assert_eq!((e.row(), e.class()), ("T11", "rate_limited"), "{e}");
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(u64::MAX)));
+    assert_eq!(e.attempts(), 1, "no retry fits a wait past the deadline");
+    let e = grag.workspaces().get_settings().await.unwrap_err();
+    assert_eq!((e.row(), e.class()), ("T15", "backpressure"), "{e}");
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(u64::MAX)));
+    server.stop().await;
+}
+
+// ---- 2. redirects ----------------------------------------------------------------
+
+#[tokio::test]
+async fn a_redirect_is_never_followed_and_is_contract_drift() {
+    let elsewhere = Recorder::start(|_| json!([]).to_string().into_response()).await;
+    let target = elsewhere.url();
+    let origin = Recorder::start(move |r| {
+        let status = if r.method == "POST" { 307 } else { 302 };
+        answer(status, &[("location", &format!("{target}{}", r.path))], "")
+    })
+    .await;
+    let alerts = Arc::new(CollectAlerts::default());
+    let grag = client_with(&origin.url(), &POLICY, alerts.clone());
+    let e = grag.workspaces().list_kbs().await.unwrap_err();
+    assert_eq!(
+        (e.row(), e.class(), e.status()),
+        ("T26", "redirect", Some(302)),
+        "{e}"
+    );
+    assert!(e.message().is_some(), "German copy for {e}");
+    let body = CreateKb {
+        kb_id: kb(),
+        name: "x".into(),
+        description: None,
+    };
+    let e = grag.workspaces().create_kb(&body).await.unwrap_err();
+    assert_eq!((e.row(), e.status()), ("T26", Some(307)), "{e}");
+    assert_eq!(alerts.names(), ["contract_drift", "contract_drift"]);
+    assert!(
+        elsewhere.stop().await.is_empty(),
+        "the other origin received the scope headers"
+    );
+    assert_eq!(origin.stop().await.len(), 2);
+}
+
+// ---- 3. every outcome has a row ----------------------------------------------------
+
+#[test]
+fn every_status_and_every_client_side_outcome_has_a_row_with_german_copy() {
+    let endpoint = &grag_client::workspaces::LIST_KBS;
+    for status in (100..=999u16).filter(|s| !(200..300).contains(s)) {
+        let outcome = Outcome::Status {
+            status,
+            detail: None,
+            retry_after: false,
+        };
+        let row = classify(&POLICY, endpoint, &outcome)
+            .unwrap_or_else(|| panic!("status {status} has no row"));
+        if !row.is_success() && row.matches.conflict.is_none() {
+            assert!(
+                POLICY.message(row.class).is_some(),
+                "no copy for {}",
+                row.class
+            );
+        }
+    }
+    for kind in sdk_runtime::policy::OutcomeKind::ALL {
+        let outcome = match kind {
+            sdk_runtime::policy::OutcomeKind::Status => continue,
+            sdk_runtime::policy::OutcomeKind::Connection => Outcome::Connection,
+            other => Outcome::Other(other),
+        };
+        let row = classify(&POLICY, endpoint, &outcome)
+            .unwrap_or_else(|| panic!("{} has no row", kind.as_str()));
+        assert!(
+            POLICY.message(row.class).is_some(),
+            "no copy for {}",
+            row.class
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_status_outside_every_contract_is_classified() {
+    let server = Recorder::start(|_| answer(600, &[], "")).await;
+    let e = client(&server.url())
+        .workspaces()
+        .list_kbs()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.row(), e.class(), e.status()),
+        ("T29", "unexpected_status", Some(600)),
+        "{e}"
+    );
+    assert!(e.message().is_some());
+    server.stop().await;
+}
+
+// ---- 4. size limits ------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_endless_2xx_body_stops_at_the_route_cap() {
+    let server = Recorder::start(|_| {
+        answer(
+            200,
+            &[("content-type", "application/json")],
+            endless(&[b' '; 64 * 1024]),
+        )
+    })
+    .await;
+    let e = client(&server.url())
+        .workspaces()
+        .list_kbs()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.row(), e.class(), e.kind()),
+        ("T30", "response_too_large", ErrorKind::TooLarge),
+        "{e}"
+    );
+    let cap = grag_client::workspaces::LIST_KBS.max_response;
+    assert_eq!(cap, 16 << 20, "the spec's default");
+    assert!(
+        e.detail().is_some_and(|d| d.contains(&cap.to_string())),
+        "{e}"
+    );
+    assert_eq!(
+        e.attempts(),
+        1,
+        "the same answer would come again: never retried"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_declared_length_over_the_cap_is_refused_before_the_body_is_read() {
+    let gib = 1u64 << 30;
+    let server = Recorder::start(move |_| {
+        let mut r = answer(200, &[], endless(&[b'x'; 64 * 1024]));
+        r.headers_mut().insert(header::CONTENT_LENGTH, gib.into());
+        r
+    })
+    .await;
+    let e = client(&server.url())
+        .workspaces()
+        .list_kbs()
+        .await
+        .unwrap_err();
+    assert_eq!(e.row(), "T30", "{e}");
+    server.stop().await;
+}
+
+/// `{"detail":"` and then `y` forever: an error body with no end.
+fn endless_detail() -> Body {
+    use futures_util::StreamExt;
+    let head = futures_util::stream::once(async {
+        Ok::<_, std::io::Error>(Bytes::from_static(b"{\"detail\":\""))
+    });
+    let tail = futures_util::stream::repeat_with(|| Ok(Bytes::from_static(&[b'y'; 64 * 1024])));
+    Body::from_stream(head.chain(tail))
+}
+
+#[tokio::test]
+async fn an_endless_detail_is_read_only_up_to_the_error_cap_and_cut() {
+    let server = Recorder::start(|_| answer(404, &[], endless_detail())).await;
+    let e = client(&server.url())
+        .workspaces()
+        .list_kbs()
+        .await
+        .unwrap_err();
+    assert_eq!(e.row(), "T6", "{e}");
+    let detail = e.detail().expect("a detail");
+    assert!(
+        detail.len() <= POLICY.limits.detail,
+        "{} bytes",
+        detail.len()
+    );
+    assert!(detail.ends_with("[cut]"), "marked as cut");
+    assert!(
+        e.to_string().len() < 2 * POLICY.limits.detail,
+        "Display is bounded"
+    );
+    assert!(
+        format!("{e:?}").len() < 2 * POLICY.limits.detail,
+        "Debug is bounded"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_sse_event_that_never_ends_is_a_typed_error_at_the_event_cap() {
+    let server = Recorder::start(|_| {
+        answer(
+            200,
+            &[("content-type", "text/event-stream")],
+            endless(b"data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n"),
+        )
+    })
+    .await;
+    let grag = client(&server.url());
+    let job = JobId::parse("job-1").unwrap();
+    let mut events = grag.bff().orchestrator_events(&job).await.unwrap();
+    let e = events.next().await.expect("an item").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Decode, "{e}");
+    let cause = std::error::Error::source(&e)
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    assert!(
+        cause.contains(&POLICY.limits.sse_event.to_string()),
+        "{cause}"
+    );
+    assert!(events.next().await.is_none(), "the stream is over");
+    server.stop().await;
+}
+
+// ---- 5. the breaker never stays open without a probe loop -------------------------------
+
+#[test]
+fn a_breaker_opened_on_a_runtime_that_is_gone_still_heals() {
+    let healthy = Arc::new(AtomicBool::new(false));
+    let flag = healthy.clone();
+    let serve = tokio::runtime::Runtime::new().unwrap();
+    let server = serve.block_on(Recorder::start(move |_| {
+        if flag.load(Ordering::SeqCst) {
+            json!([]).to_string().into_response()
+        } else {
+            answer(502, &[], "bad gateway")
+        }
+    }));
+    let grag = client_with(&server.url(), fast(), Arc::new(CollectAlerts::default()));
+    // Runtime A opens the breaker (its probe loop runs there), then is dropped.
+    let a = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    a.block_on(async {
+        let job = JobId::parse("job-1").unwrap();
+        let _ = grag.workspaces().list_kbs().await;
+        let _ = grag.workspaces().get_settings().await;
+        let _ = grag.bff().pipeline_status(&job).await;
+    });
+    assert_eq!(grag.runtime().circuit_state(), CircuitState::Open);
+    drop(a);
+    healthy.store(true, Ordering::SeqCst);
+    // Runtime B: the first refused call starts a new probe loop.
+    let b = tokio::runtime::Runtime::new().unwrap();
+    let healed = b.block_on(async {
+        for _ in 0..400 {
+            if grag.workspaces().list_kbs().await.is_ok() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    });
+    assert!(healed, "the breaker stayed open against a healthy platform");
+    serve.block_on(server.stop());
+}
+
+// ---- 6. configuration that can never work --------------------------------------------
+
+#[test]
+fn configuration_that_can_never_work_is_refused_when_the_client_is_built() {
+    let build = |url: &str, key: &str| Grag::new(Config::new(url, key, tenant())).err();
+    for key in [
+        "",
+        "abc\r\nX-Evil: 1",
+        "abc\n",
+        "abc\u{7f}",
+        "a b",
+        "schlüssel",
+    ] {
+        assert!(
+            matches!(
+                build("http://127.0.0.1:9", key),
+                Some(ConfigError::ApiKey(_))
+            ),
+            "key {key:?} accepted"
+        );
+    }
+    for url in [
+        "http://127.0.0.1:9/?x=1",
+        "http://127.0.0.1:9/#top",
+        "http://user:pw@127.0.0.1:9",
+        "http://user@127.0.0.1:9",
+        "ftp://127.0.0.1:9",
+        "127.0.0.1:9",
+        "http://",
+    ] {
+        let refused = build(url, "key");
+        assert!(
+            matches!(&refused, Some(ConfigError::BaseUrl { url: u, .. }) if u == url),
+            "{url:?}: {refused:?}"
+        );
+    }
+    assert!(build("https://grag.example:8443/base/", "key").is_none());
+}
+
+// ---- 7. §3.4 cannot be bypassed -----------------------------------------------------------
+
+#[tokio::test]
+async fn a_hand_made_public_descriptor_of_a_tenant_route_is_refused() {
+    static NAKED: Endpoint = Endpoint {
+        scope: ScopeNeed::Public,
+        ..grag_client::workspaces::LIST_KBS
+    };
+    let server = Recorder::start(|_| json!([]).to_string().into_response()).await;
+    let grag = client(&server.url());
+    let e = grag.runtime().send(Call::new(&NAKED)).await.unwrap_err();
+    assert_eq!((e.row(), e.attempts()), ("T22", 0), "{e}");
+    assert!(
+        server.stop().await.is_empty(),
+        "a request left without its tenant"
+    );
+}
+
+#[test]
+fn no_override_may_change_the_scope_headers_or_the_reserved_tenants() {
+    let renamed: &'static Policy = Box::leak(Box::new(Policy {
+        headers: sdk_runtime::policy::HeaderNames {
+            tenant: "X-Other-Tenant",
+            ..POLICY.headers.clone()
+        },
+        ..POLICY.clone()
+    }));
+    let open: &'static Policy = Box::leak(Box::new(Policy {
+        ids: sdk_runtime::policy::IdRules {
+            reserved_tenants: &[],
+            ..POLICY.ids.clone()
+        },
+        ..POLICY.clone()
+    }));
+    let routes: &'static Policy = Box::leak(Box::new(Policy {
+        routes: &ENDPOINTS[1..],
+        ..POLICY.clone()
+    }));
+    for policy in [renamed, open, routes] {
+        let built = Grag::with_policy(Config::new("http://127.0.0.1:9", "key", tenant()), policy);
+        assert!(
+            matches!(built, Err(ConfigError::Override(_))),
+            "override accepted"
+        );
+    }
+    // Compressed time changes no scope: it is accepted.
+    assert!(Grag::with_policy(Config::new("http://127.0.0.1:9", "key", tenant()), fast()).is_ok());
+}
+
+// ---- 8. the route's retry class bounds the row's -----------------------------------------
+
+/// A port nothing listens on: every connection is refused.
+async fn refused_url() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+#[tokio::test]
+async fn an_r0_route_is_never_re_sent_whatever_the_row_says() {
+    let url = refused_url().await;
+    // A client per route: three refused endpoints would open the breaker.
+    let fresh = || client_with(&url, fast(), Arc::new(CollectAlerts::default()));
+    let grag = fresh();
+    // chat_stream: R0 (§4.2, a chat turn is never re-sent).
+    let chat = ChatRequest {
+        conversation_id: ConversationId::parse("c-1").unwrap(),
+        message: "hallo".into(),
+        kb_ids: None,
+    };
+    let e = grag.bff().chat_stream(&chat).await.err().expect("refused");
+    assert_eq!((e.row(), e.attempts()), ("T1", 1), "{e}");
+    // health: R0, the probe route.
+    let e = fresh().workspaces().health().await.unwrap_err();
+    assert_eq!((e.row(), e.attempts()), ("T1", 1), "{e}");
+    // list_kbs: R1, the row's three attempts.
+    let e = fresh().workspaces().list_kbs().await.unwrap_err();
+    assert_eq!((e.row(), e.attempts()), ("T1", 3), "{e}");
+}
+
+// ---- 9. open streams are requests -----------------------------------------------------------
+
+#[tokio::test]
+async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
+    let opened = Arc::new(AtomicUsize::new(0));
+    let counter = opened.clone();
+    let server = Recorder::start(move |r| {
+        if !r.path.contains("/orchestrator/events/") {
+            return json!({"status": "running", "progress": 0.5})
+                .to_string()
+                .into_response();
+        }
+        counter.fetch_add(1, Ordering::SeqCst);
+        let keepalives = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Some((
+                Ok::<_, std::io::Error>(Bytes::from_static(b": keepalive\n\n")),
+                (),
+            ))
+        });
+        let head = futures_util::stream::once(async {
+            Ok::<_, std::io::Error>(Bytes::from_static(b"event: subscribed\ndata: {}\n\n"))
+        });
+        use futures_util::StreamExt;
+        answer(
+            200,
+            &[("content-type", "text/event-stream")],
+            Body::from_stream(head.chain(keepalives)),
+        )
+    })
+    .await;
+    let grag = client(&server.url());
+    let limit = POLICY.throttle.budgets[budget::STREAMS]
+        .max_in_flight
+        .unwrap() as usize;
+    assert_eq!(limit, 4);
+    let job = JobId::parse("job-1").unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..limit {
+        streams.push(grag.bff().orchestrator_events(&job).await.unwrap());
+    }
+    let throttle = grag.runtime().throttle();
+    assert_eq!(
+        throttle.in_flight(),
+        limit,
+        "open streams count as in flight"
+    );
+    assert_eq!(throttle.budget_in_flight(budget::STREAMS), Some(limit));
+    let waiting = {
+        let grag = grag.clone();
+        let job = job.clone();
+        tokio::spawn(async move { grag.bff().orchestrator_events(&job).await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        opened.load(Ordering::SeqCst),
+        limit,
+        "a fifth stream was opened"
+    );
+    // Other calls still have the rest of the 8.
+    let status = grag.bff().pipeline_status(&job).await.unwrap();
+    assert_eq!(status.status, "running");
+    streams.pop();
+    waiting
+        .await
+        .unwrap()
+        .expect("the fifth opens once one ended");
+    assert_eq!(opened.load(Ordering::SeqCst), limit + 1);
+    drop(streams);
+    server.stop().await;
+}
+
+// ---- BFF lane (§2) ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_401_on_the_keyless_bff_lane_is_the_platform_s_not_an_auth_alert() {
+    assert!(
+        !POLICY
+            .routes
+            .iter()
+            .any(|e| e.lane == Lane::Bff && e.service != "bff")
+    );
+    let server =
+        Recorder::start(|_| answer(401, &[], r#"{"detail":"upstream refused the key"}"#)).await;
+    let alerts = Arc::new(CollectAlerts::default());
+    let grag = client_with(&server.url(), &POLICY, alerts.clone());
+    let e = grag
+        .bff()
+        .pipeline_status(&JobId::parse("job-1").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!((e.row(), e.class()), ("T28", "platform_auth"), "{e}");
+    let e = grag.workspaces().list_kbs().await.unwrap_err();
+    assert_eq!((e.row(), e.class()), ("T3", "auth"), "{e}");
+    assert_eq!(
+        alerts.names(),
+        ["auth_outside_deploy"],
+        "only the keyed lane raises the auth alert"
+    );
+    let seen = server.stop().await;
+    assert_eq!(
+        seen[0].header("authorization"),
+        None,
+        "the BFF lane sends no key"
+    );
+    assert!(seen[1].header("authorization").is_some());
+}
+
+#[test]
+fn once_the_bff_lane_is_authenticated_t3_applies_to_it() {
+    // What the generator emits for a bff route with `lanes_authenticated.bff: true`.
+    let keyed = Endpoint {
+        lane: Lane::Key,
+        ..grag_client::bff::PIPELINE_STATUS
+    };
+    let outcome = Outcome::Status {
+        status: 401,
+        detail: None,
+        retry_after: false,
+    };
+    assert_eq!(
+        classify(&POLICY, &keyed, &outcome).map(|r| r.row),
+        Some("T3")
+    );
+    assert_eq!(
+        classify(&POLICY, &grag_client::bff::PIPELINE_STATUS, &outcome).map(|r| r.row),
+        Some("T28")
+    );
+}
+
+// ---- 10. the attempt line of an undecodable 2xx ------------------------------------------------
+
+#[tokio::test]
+async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
+    use std::io::Write;
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = Recorder::start(|_| json!({"not": "a list"}).to_string().into_response()).await;
+    let e = client(&server.url())
+        .workspaces()
+        .list_kbs()
+        .await
+        .unwrap_err();
+    assert_eq!(e.row(), "T24", "{e}");
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let attempts: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["message"] == "attempt")
+        .collect();
+    assert_eq!(attempts.len(), 1, "{text}");
+
+    assert_eq!(attempts[0]["error_class"], "decode");
+    assert_eq!(attempts[0]["row"], "T24");
+    server.stop().await;
+}
+
+// ---- policy numbers ---------------------------------------------------------------------------
+
+#[test]
+fn the_warm_up_pair_runs_with_the_llm_budget() {
+    assert_eq!(POLICY.warm_up.len(), 2);
+    for warm in POLICY.warm_up {
+        let class = &POLICY.timeouts[warm.timeout.expect("a timeout class")];
+        assert_eq!(
+            warm.timeout,
+            Some(timeout::LLM),
+            "{}",
+            warm.endpoint.operation
+        );
+        assert_eq!(class.budget(true), Duration::from_secs(150), "§7.3: -m 150");
+    }
+}
