@@ -269,3 +269,111 @@ fn a_caller_budget_must_not_shadow_a_client_method() {
     );
     assert!(e.message.contains("the client already has `kg`"), "{e}");
 }
+
+#[test]
+fn a_taxonomy_that_is_not_total_is_refused() {
+    // Without the 1xx/6xx catch-all (T29), 100–199 and 600–999 match no row.
+    let file = "taxonomy.yaml";
+    // Reported at the first row: the gap belongs to no single row.
+    let line = line_of(file, "  - row: ", 0);
+    let errors = broken(
+        file,
+        "match: { outcome: status, status_range: [100, 999] }",
+        "match: { outcome: status, status_range: [100, 101] }",
+        0,
+    );
+    let e = one(errors, file, line, "rows");
+    assert!(e.message.contains("not total"), "{e}");
+    assert!(e.message.contains("statuses 102–199"), "{e}");
+    assert!(e.message.contains("statuses 600–999"), "{e}");
+    assert!(!e.message.contains("status 100"), "{e}");
+}
+
+#[test]
+fn a_client_side_outcome_without_a_row_is_refused() {
+    let file = "taxonomy.yaml";
+    let errors = broken(
+        file,
+        "match: { outcome: too_large }",
+        "match: { outcome: decode }",
+        0,
+    );
+    let e = errors
+        .iter()
+        .find(|e| e.field == "rows")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert!(e.message.contains("outcome `too_large`"), "{e}");
+}
+
+#[test]
+fn a_row_narrowed_by_detail_does_not_close_a_gap() {
+    // The catch-all T29 narrowed to a detail: a 1xx or 6xx without it has no row.
+    let file = "taxonomy.yaml";
+    let errors = broken(
+        file,
+        "match: { outcome: status, status_range: [100, 999] }",
+        "match: { outcome: status, status_range: [100, 999], detail: dark }",
+        0,
+    );
+    let e = errors
+        .iter()
+        .find(|e| e.field == "rows")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert!(e.message.contains("statuses 100–199"), "{e}");
+    assert!(e.message.contains("statuses 600–999"), "{e}");
+}
+
+#[test]
+fn a_stream_route_needs_a_budget_that_bounds_open_streams() {
+    let file = "services/bff.yaml";
+    let line = line_of(file, "budget: streams", 0);
+    let e = one(
+        broken(file, "budget: streams", "budget: global", 0),
+        file,
+        line,
+        "routes.orchestrator_events.budget",
+    );
+    assert!(e.message.contains("bounds open streams"), "{e}");
+}
+
+#[test]
+fn a_size_names_its_unit() {
+    let file = "policy.yaml";
+    let line = line_of(file, "response: 16 MiB", 0);
+    let e = one(
+        broken(file, "response: 16 MiB", "response: 16 megs", 0),
+        file,
+        line,
+        "limits.response",
+    );
+    assert!(e.message.contains("not a size"), "{e}");
+}
+
+#[test]
+fn an_error_class_without_german_copy_is_refused() {
+    let file = "degradation.yaml";
+    let errors = broken(file, "  redirect:\n", "  redirected:\n", 0);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.message.contains("class `redirect` (row T26)")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn the_bff_lane_switch_decides_whether_the_lane_sends_the_key() {
+    let files = |on: bool| {
+        let mut files = spec_files();
+        let (_, text) = files
+            .iter_mut()
+            .find(|(p, _)| p.ends_with("api.yaml"))
+            .unwrap();
+        *text = text.replace("    bff: false", &format!("    bff: {on}"));
+        model(&files).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let lane =
+        |m: &sdk_codegen::model::Model| m.services.iter().find(|s| s.handle == "bff").unwrap().lane;
+    assert_eq!(lane(&files(false)), sdk_codegen::model::Lane::Bff);
+    assert_eq!(lane(&files(true)), sdk_codegen::model::Lane::Key);
+}
