@@ -589,50 +589,9 @@ fn once_the_bff_lane_is_authenticated_t3_applies_to_it() {
     );
 }
 
-// ---- 10. the attempt line of an undecodable 2xx ------------------------------------------------
-
-#[tokio::test]
-async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
-    use std::io::Write;
-    #[derive(Clone, Default)]
-    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let server = Recorder::start(|_| json!({"not": "a list"}).to_string().into_response()).await;
-    let e = client(&server.url())
-        .workspaces()
-        .list_kbs()
-        .await
-        .unwrap_err();
-    assert_eq!(e.row(), "T24", "{e}");
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let attempts: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &serde_json::Value| l["message"] == "attempt")
-        .collect();
-    assert_eq!(attempts.len(), 1, "{text}");
-
-    assert_eq!(attempts[0]["error_class"], "decode");
-    assert_eq!(attempts[0]["row"], "T24");
-    server.stop().await;
-}
+// ---- 10. the attempt line of an undecodable 2xx: in logs.rs, whose every test
+// captures logs (a capture beside tests without a subscriber races tracing's
+// callsite cache).
 
 // ---- policy numbers ---------------------------------------------------------------------------
 
@@ -649,4 +608,76 @@ fn the_warm_up_pair_runs_with_the_llm_budget() {
         );
         assert_eq!(class.budget(true), Duration::from_secs(150), "§7.3: -m 150");
     }
+}
+
+// ---- §5.2: 502/503 feed the breaker, dark answers do not ---------------------------------------
+
+/// A client whose every call answers 503 with `detail`.
+async fn breaker_after_503s_on_three_routes(detail: &'static str) -> CircuitState {
+    let body = format!(r#"{{"detail":"{detail}"}}"#);
+    let server = Recorder::start(move |_| answer(503, &[], body.clone())).await;
+    let grag = client(&server.url());
+    let _ = grag.workspaces().list_kbs().await;
+    let _ = grag.workspaces().get_settings().await;
+    let _ = grag.workspaces().list_documents(&kb()).await;
+    let state = grag.runtime().circuit_state();
+    server.stop().await;
+    state
+}
+
+#[tokio::test]
+async fn three_503s_on_distinct_endpoints_open_the_breaker_but_dark_answers_do_not() {
+    // T14: fail-closed safety check; T16: an unknown detail.
+    assert_eq!(
+        breaker_after_503s_on_three_routes("safety check failed closed").await,
+        CircuitState::Open
+    );
+    assert_eq!(
+        breaker_after_503s_on_three_routes("upstream hiccup").await,
+        CircuitState::Open
+    );
+    // T13: a stable dark flag is one feature, not the origin (taxonomy.yaml).
+    assert_eq!(
+        breaker_after_503s_on_three_routes("rerank is disabled by feature flag").await,
+        CircuitState::Closed
+    );
+}
+
+// ---- §8: the Gutachten fan-out --------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_fan_out_mode_keeps_at_most_two_documents_in_flight() {
+    let sim = grag_sim::Sim::start(grag_sim::SimConfig::default())
+        .await
+        .unwrap();
+    sim.faults().push(
+        grag_sim::Rule::new(grag_sim::Fault::delay(Duration::from_millis(200))).on("list_kbs"),
+    );
+    let grag = client(&sim.url());
+    let fanout = grag.fanout();
+    let max = POLICY.throttle.budgets[budget::FANOUT].max_in_flight;
+    assert_eq!(
+        max,
+        Some(2),
+        "§8: sequential, at most 2 documents in flight"
+    );
+    let calls = (0..6).map(|_| async { fanout.workspaces().list_kbs().await });
+    for result in futures_util::future::join_all(calls).await {
+        result.unwrap();
+    }
+    let in_flight: Vec<usize> = sim
+        .log()
+        .entries()
+        .iter()
+        .filter(|e| e.operation == Some("list_kbs"))
+        .map(|e| e.in_flight)
+        .collect();
+    assert_eq!(in_flight.len(), 6);
+    assert_eq!(in_flight.iter().max(), Some(&2), "{in_flight:?}");
+    // Without the mode the same six go out together (up to the global 8).
+    let calls = (0..6).map(|_| async { grag.workspaces().list_kbs().await });
+    futures_util::future::join_all(calls).await;
+    let widest = sim.log().entries().iter().map(|e| e.in_flight).max();
+    assert!(widest > Some(2), "{widest:?}");
+    sim.stop().await;
 }

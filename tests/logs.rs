@@ -173,3 +173,26 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
     assert_eq!(alert["alert"], "contract_drift");
     assert!(alert["detail_len"].as_u64().unwrap() > 0);
 }
+
+/// Issue 7, defect 10: a 2xx whose body does not decode is logged as T24,
+/// not as `error_class: "ok"`: the line is written once the body is decoded.
+#[tokio::test]
+async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    let server = Recorder::start(|_| json!({"not": "a list"}).to_string().into_response()).await;
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new(server.url(), "key", tenant)).unwrap();
+    let e = grag.workspaces().list_kbs().await.unwrap_err();
+    assert_eq!(e.row(), "T24", "{e}");
+    let attempts: Vec<Value> = captured
+        .lines()
+        .into_iter()
+        .filter(|l| l["message"] == "attempt")
+        .collect();
+    assert_eq!(attempts.len(), 1, "{}", captured.text());
+    assert_eq!(attempts[0]["error_class"], "decode");
+    assert_eq!(attempts[0]["row"], "T24");
+    assert_eq!(attempts[0]["status"], 200);
+    server.stop().await;
+}
