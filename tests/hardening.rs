@@ -681,3 +681,107 @@ async fn the_fan_out_mode_keeps_at_most_two_documents_in_flight() {
     assert!(widest > Some(2), "{widest:?}");
     sim.stop().await;
 }
+
+// ---- numbers no other test pins: probe 3 s, canary 5 s, polling floor 2 s ----------------------
+
+/// A body that arrives `after` the head: an answer slower than a timeout.
+fn late(after: Duration, body: &'static str) -> Body {
+    Body::from_stream(futures_util::stream::once(async move {
+        tokio::time::sleep(after).await;
+        Ok::<_, std::io::Error>(Bytes::from_static(body.as_bytes()))
+    }))
+}
+
+/// Opens the breaker of a client of `policy` against a server whose health
+/// and canary answers take `health` and `canary`; true if it closes within
+/// `probes` probe intervals.
+async fn heals(policy: &'static Policy, health: Duration, canary: Duration, probes: u32) -> bool {
+    let failing = Arc::new(AtomicBool::new(true));
+    let flag = failing.clone();
+    let server = Recorder::start(move |r| {
+        if r.path == "/workspaces/health" {
+            return answer(200, &[], late(health, r#"{"status":"ok"}"#));
+        }
+        if flag.load(Ordering::SeqCst) {
+            return answer(502, &[], "bad gateway");
+        }
+        answer(200, &[], late(canary, "[]"))
+    })
+    .await;
+    let grag = client_with(&server.url(), policy, Arc::new(CollectAlerts::default()));
+    let job = JobId::parse("job-1").unwrap();
+    let _ = grag.workspaces().list_kbs().await;
+    let _ = grag.workspaces().get_settings().await;
+    let _ = grag.bff().pipeline_status(&job).await;
+    assert_eq!(grag.runtime().circuit_state(), CircuitState::Open);
+    failing.store(false, Ordering::SeqCst);
+    let period = policy.breaker.probe_interval
+        + policy.breaker.probe_timeout
+        + policy.breaker.canary_timeout;
+    let mut closed = false;
+    for _ in 0..probes {
+        tokio::time::sleep(period).await;
+        if grag.runtime().circuit_state() == CircuitState::Closed {
+            closed = true;
+            break;
+        }
+    }
+    server.stop().await;
+    closed
+}
+
+#[tokio::test]
+async fn a_probe_slower_than_the_probe_timeout_is_unhealthy_and_a_canary_slower_than_its_own_fails()
+{
+    let policy = POLICY.scaled(20);
+    let b = &policy.breaker;
+    assert_eq!(
+        POLICY.breaker.probe_timeout,
+        POLICY.timeouts[timeout::PROBE].per_attempt
+    );
+    assert_eq!(
+        POLICY.breaker.probe_timeout,
+        Duration::from_secs(3),
+        "§5.2: curl -m 3"
+    );
+    assert_eq!(POLICY.breaker.canary_timeout, Duration::from_secs(5));
+    let quick = Duration::ZERO;
+    // Control: prompt answers heal the breaker.
+    assert!(
+        heals(policy, quick, quick, 20).await,
+        "prompt probes and canary did not heal"
+    );
+    // Probes answered just after their timeout never count as healthy.
+    assert!(
+        !heals(policy, b.probe_timeout * 2, quick, 4).await,
+        "a late probe counted"
+    );
+    // A canary answered after its timeout reopens instead of closing.
+    assert!(
+        !heals(policy, quick, b.canary_timeout * 2, 4).await,
+        "a late canary closed"
+    );
+}
+
+#[test]
+fn polling_never_drops_below_its_floor() {
+    let polling = &POLICY.throttle.polling;
+    assert_eq!(polling.floor, Duration::from_secs(2), "§8");
+    let eager: &'static Policy = Box::leak(Box::new(Policy {
+        throttle: sdk_runtime::policy::ThrottlePolicy {
+            polling: sdk_runtime::policy::PollingPolicy {
+                interval: polling.floor / 4,
+                ..polling.clone()
+            },
+            ..POLICY.throttle.clone()
+        },
+        ..POLICY.clone()
+    }));
+    let grag =
+        Grag::with_policy(Config::new("http://127.0.0.1:9", "key", tenant()), eager).unwrap();
+    assert_eq!(grag.runtime().poll_interval(), polling.floor);
+    assert_eq!(
+        client("http://127.0.0.1:9").runtime().poll_interval(),
+        polling.interval
+    );
+}

@@ -546,7 +546,7 @@ pub struct Route {
     pub timeout: Text,
     pub retry: Text,
     pub budget: Text,
-    /// May be diverted to the replay queue while the breaker is open.
+    /// A write the caller may queue for replay while the breaker is open (`Error::replayable`).
     #[serde(default)]
     pub replay: bool,
     /// Overrides the service's scope.

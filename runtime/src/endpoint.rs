@@ -63,7 +63,7 @@ pub struct Endpoint {
     pub idempotent: bool,
     /// Index into the policy's throttle budgets.
     pub budget: usize,
-    /// May be diverted to the replay queue while the breaker is open.
+    /// A write the caller may queue for replay while the breaker is open (`Error::replayable`).
     pub replay: bool,
     pub conflict: Conflict,
     /// Stamp the pipeline id header when the client has one.

@@ -128,7 +128,8 @@ impl Error {
         self
     }
 
-    /// The route may be diverted to the replay queue (writes while the breaker is open).
+    /// The call is a write of a replay route: the caller may queue it and send it
+    /// again once the breaker closes (the client itself keeps no queue yet).
     pub fn replayable(&self) -> bool {
         self.inner.replayable
     }

@@ -17,12 +17,19 @@ pub fn policy_md(model: &Model) -> String {
     let _ = writeln!(md, "# {} policy\n\n{}\n", api.title, api.doc);
     let _ = writeln!(
         md,
-        "Every request carries `{}`, `{}` and a fresh UUIDv4 `{}`; workspace-scoped routes add `{}`. \
-         IDs match `{}`; reserved tenants: {}.\n",
-        api.headers.authorization,
-        api.headers.tenant,
+        "Every request carries a fresh UUIDv4 `{}`. Every route but the public ones carries `{}`; \
+         workspace-scoped routes add `{}`; routes on a keyed lane add `{}` ({}). \
+         The IDs the client chooses match `{}`; those the platform mints are only checked to be path-safe; \
+         reserved tenants: {}.\n",
         api.headers.request_id,
+        api.headers.tenant,
         api.headers.workspace,
+        api.headers.authorization,
+        if api.bff_authenticated {
+            "the BFF lane too"
+        } else {
+            "not the BFF lane: until its auth lands the BFF injects the key server-side"
+        },
         api.id_pattern,
         api.reserved_tenants
             .iter()

@@ -179,7 +179,10 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         format!("- Budget: `{}`", budget.name),
     ];
     if r.replay {
-        lines.push("- Replayable: diverted to the replay queue while the breaker is open".into());
+        lines.push(
+            "- Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue"
+                .into(),
+        );
     }
     match r.conflict {
         Conflict::Success => lines.push(

@@ -94,7 +94,7 @@ impl<'c> Bff<'c> {
         Self { client }
     }
 
-    /// Ingest progress of a job as SSE. Falls back to polling pipeline_status on stall, `event: error` or the 30 min ceiling, and polls once after every reconnect. Jobs expected to run longer than 30 min are better monitored by polling alone.
+    /// Ingest progress of a job as SSE. On a stall, `event: error` or the 30 min ceiling the stream ends with a typed error (T19, T17, T18) and the caller polls pipeline_status, and polls once after every reconnect (no automatic fallback yet). Jobs expected to run longer than 30 min are better monitored by polling alone.
     ///
     /// - Route: `GET /next/api/orchestrator/events/{job_id}`
     /// - Timeout class: `default`, 30 s per attempt

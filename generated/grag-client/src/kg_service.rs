@@ -103,7 +103,7 @@ impl<'c> Kg<'c> {
     /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
     /// - Idempotent: yes
     /// - Budget: `ingest`
-    /// - Replayable: diverted to the replay queue while the breaker is open
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
     /// - Policy: §5.3 (inferred)
     pub async fn upsert_entity(
         &self,
@@ -142,7 +142,7 @@ impl<'c> Kg<'c> {
     /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
     /// - Idempotent: yes
     /// - Budget: `ingest`
-    /// - Replayable: diverted to the replay queue while the breaker is open
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
     /// - Policy: §5.3 (inferred)
     pub async fn upsert_edge(
         &self,

@@ -288,7 +288,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "Fail fast with „wird gerade aktualisiert“; replay routes divert to the replay queue instead.",
+            action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, so the caller can queue the write (the client has no replay queue yet).",
         },
         TaxonomyRow {
             row: "T31",
@@ -828,7 +828,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: fall back to polling.",
+            action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the stream ends with this error and the caller polls the status route (no automatic fallback yet).",
         },
         TaxonomyRow {
             row: "T18",
@@ -848,7 +848,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "SSE `event: timeout` at the 30 min ceiling; switch to polling, the job is NOT failed.",
+            action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the caller switches to polling the status route (no automatic fallback yet).",
         },
         TaxonomyRow {
             row: "T19",
@@ -868,7 +868,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "No byte past the stream's watchdog. Jobs: close and poll. Chat: abort, show the error state, never resend automatically.",
+            action: "No byte past the stream's watchdog. Jobs: the stream ends with this error and the caller polls. Chat: abort, show the error state, never resend automatically.",
         },
     ],
     detail_sets: &[

@@ -44,7 +44,7 @@ impl<'c> Voyager<'c> {
     /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
     /// - Idempotent: yes
     /// - Budget: `ingest`
-    /// - Replayable: diverted to the replay queue while the breaker is open
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
     /// - Policy: §5.3, App. A (inferred)
     pub async fn upsert_points(
         &self,

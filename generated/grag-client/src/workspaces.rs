@@ -203,7 +203,7 @@ impl<'c> Workspaces<'c> {
     /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
     /// - Idempotent: yes
     /// - Budget: `global`
-    /// - Replayable: diverted to the replay queue while the breaker is open
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
     /// - 409: already there, returned as [`Created::Existing`](sdk_runtime::Created)
     /// - Policy: §5.3, App. A (inferred)
     pub async fn create_kb(
@@ -237,7 +237,7 @@ impl<'c> Workspaces<'c> {
     /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
     /// - Idempotent: yes
     /// - Budget: `ingest`
-    /// - Replayable: diverted to the replay queue while the breaker is open
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
     /// - 409: already there, returned as [`Created::Existing`](sdk_runtime::Created)
     /// - Policy: §5.3, App. A (inferred)
     pub async fn upload_document(
