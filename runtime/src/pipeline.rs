@@ -18,7 +18,7 @@ use crate::clock;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
 use crate::error::{Error, ErrorKind, bounded, error_chain};
 use crate::policy::{OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRow};
-use crate::reply::Reply;
+use crate::reply::{Ledger, Reply};
 use crate::scope::IdKind;
 use crate::telemetry::{self, AttemptLog};
 use crate::throttle::Permit;
@@ -225,17 +225,13 @@ impl Client {
                 self.memory().record_success(endpoint);
                 // The line is written when the body is decoded: a 2xx that does
                 // not decode is logged (and counted) as T24, not as a success.
-                let pending = telemetry::pending(&log, run.digest());
-                let reply = Reply::new(
-                    self.clone(),
-                    endpoint,
-                    status,
-                    body,
-                    echoed_id.unwrap_or(request_id),
-                    run.started,
-                    run.attempt > 1,
-                    pending,
-                );
+                let ledger = Ledger {
+                    line: telemetry::pending(&log, run.digest()),
+                    started: run.started,
+                    retried: run.attempt > 1,
+                };
+                let request_id = echoed_id.unwrap_or(request_id);
+                let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
                 let stream = response.map(|r| (r, permit));
                 return Ok(Opened { reply, stream });
             }

@@ -41,10 +41,15 @@ pub struct Reply {
     status: u16,
     body: Bytes,
     request_id: String,
-    started: Instant,
-    retried: bool,
-    /// The attempt's log line, written once the body is decoded.
-    line: Option<PendingLine>,
+    ledger: Ledger,
+}
+
+/// What is left to record once the body is decoded: the call's metrics and
+/// its last attempt's log line.
+pub(crate) struct Ledger {
+    pub started: Instant,
+    pub retried: bool,
+    pub line: Option<PendingLine>,
 }
 
 impl std::fmt::Debug for Reply {
@@ -65,9 +70,7 @@ impl Reply {
         status: u16,
         body: Bytes,
         request_id: String,
-        started: Instant,
-        retried: bool,
-        line: Option<PendingLine>,
+        ledger: Ledger,
     ) -> Self {
         Reply {
             client,
@@ -75,9 +78,7 @@ impl Reply {
             status,
             body,
             request_id,
-            started,
-            retried,
-            line,
+            ledger,
         }
     }
 
@@ -132,11 +133,12 @@ impl Reply {
     }
 
     fn finish(&self, class: &'static str, row: Option<&'static TaxonomyRow>) {
-        if let Some(line) = &self.line {
+        let ledger = &self.ledger;
+        if let Some(line) = &ledger.line {
             line.emit(&self.client, self.endpoint, row);
         }
         self.client
-            .count_call(self.endpoint, class, self.retried, self.started);
+            .count_call(self.endpoint, class, ledger.retried, ledger.started);
     }
 
     /// T24: counted as such, with the row's alert (contract drift).

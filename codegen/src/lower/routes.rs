@@ -153,15 +153,12 @@ impl Cx<'_> {
                 .any(|w| w == s.service.as_str());
             let mut routes = Vec::new();
             for (name, r) in &s.routes {
-                let route = self.route(
-                    name,
-                    r,
-                    s,
-                    scope.unwrap_or(ScopeNeed::Tenant),
+                let defaults = Defaults {
+                    scope: scope.unwrap_or(ScopeNeed::Tenant),
                     needs_workspace,
-                    names,
-                    limits.map_or(0, |l| l.response),
-                );
+                    max_response: limits.map_or(0, |l| l.response),
+                };
+                let route = self.route(name, r, s, &defaults, names);
                 routes.push(route);
             }
             out.push(Service {
@@ -192,11 +189,10 @@ impl Cx<'_> {
         name: &Text,
         r: &spec::Route,
         service: &spec::ServiceFile,
-        service_scope: ScopeNeed,
-        needs_workspace: bool,
+        defaults: &Defaults,
         names: &Names,
-        default_max_response: u64,
     ) -> Route {
+        let (service_scope, needs_workspace) = (defaults.scope, defaults.needs_workspace);
         let field = |key: &str| format!("routes.{}.{key}", &**name);
         if !is_snake(name) {
             self.error(
@@ -380,7 +376,7 @@ impl Cx<'_> {
             .max_response
             .as_ref()
             .and_then(|m| self.size(m, &field("max_response")))
-            .unwrap_or(default_max_response);
+            .unwrap_or(defaults.max_response);
         Route {
             name: name.to_string(),
             max_response,
@@ -402,6 +398,15 @@ impl Cx<'_> {
             source: self.source(&r.source, r.inferred),
         }
     }
+}
+
+/// What a route of a service has unless it says otherwise.
+struct Defaults {
+    scope: ScopeNeed,
+    /// A workspace service (policy §3.2): every route needs the workspace.
+    needs_workspace: bool,
+    /// `limits.response`.
+    max_response: u64,
 }
 
 /// The `{name}` placeholders of a path template, in order.
