@@ -203,6 +203,7 @@ pub struct Stream {
     pub resend: bool,
     pub first_event: Option<String>,
     pub terminal_events: Vec<String>,
+    pub ends_with_terminal: bool,
     pub source: Source,
 }
 

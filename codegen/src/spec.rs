@@ -417,6 +417,10 @@ pub struct Stream {
     /// Events that end the stream.
     #[serde(default)]
     pub terminal_events: Vec<Text>,
+    /// The stream must end with one of `terminal_events`: a clean close
+    /// before one is a drop (the job still runs; the chat answer was lost).
+    #[serde(default)]
+    pub ends_with_terminal: bool,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

@@ -82,6 +82,12 @@ impl Events {
         }
         let item = self.stream.next().await;
         let result = match item {
+            // A clean end before the contract's terminal event is a drop: the
+            // job is still running (poll it), the chat answer likely was not
+            // persisted (offer a resend). Never a normal end.
+            None if self.policy.ends_with_terminal => Err(self
+                .error(OutcomeKind::Connection, ErrorKind::Connection)
+                .with_detail("the stream ended before its terminal event")),
             None => {
                 self.end();
                 return None;
@@ -132,9 +138,9 @@ impl Events {
     /// cut to the policy's detail cap.
     fn detail_of(&self, data: &str) -> String {
         let detail = match serde_json::from_str::<serde_json::Value>(data) {
-            Ok(serde_json::Value::Object(map)) => match map.get("detail") {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
+            Ok(serde_json::Value::Object(mut map)) => match map.remove("detail") {
+                Some(serde_json::Value::String(s)) => s,
+                Some(other) => crate::pipeline::operator_view(other).to_string(),
                 None => data.to_owned(),
             },
             _ => data.to_owned(),

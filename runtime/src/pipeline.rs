@@ -693,6 +693,26 @@ pub(crate) async fn perform(
     (answer, None)
 }
 
+/// What an operator needs of a structured detail, and nothing the server
+/// echoed of the request: a FastAPI/pydantic 422 lists `{type, loc, msg,
+/// input, ctx}` per field, and `input` (like `ctx`) quotes the rejected value,
+/// Mandanten content. Only `type`, `loc` and `msg` are kept, in lists and
+/// objects at any depth.
+pub(crate) fn operator_view(detail: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    const KEPT: [&str; 3] = ["type", "loc", "msg"];
+    match detail {
+        Value::Array(items) => Value::Array(items.into_iter().map(operator_view).collect()),
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .filter(|(k, _)| KEPT.contains(&k.as_str()))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// The `detail` of a `{"detail": ...}` envelope (or the raw text), cut to
 /// `max` bytes. Only error answers are read for it.
 fn detail_of(body: &[u8], max: usize) -> Option<String> {
@@ -707,7 +727,7 @@ fn detail_of(body: &[u8], max: usize) -> Option<String> {
         Ok(Envelope {
             detail: serde_json::Value::String(s),
         }) => s,
-        Ok(Envelope { detail }) => detail.to_string(),
+        Ok(Envelope { detail }) => operator_view(detail).to_string(),
         // One byte past the cap, so a longer text is cut and marked as such.
         Err(_) => String::from_utf8_lossy(&body[..body.len().min(max + 1)]).into_owned(),
     };

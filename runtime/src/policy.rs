@@ -363,6 +363,8 @@ pub struct StreamPolicy {
     pub resend: bool,
     pub first_event: Option<&'static str>,
     pub terminal_events: &'static [&'static str],
+    /// A clean close before a terminal event is a drop, not an end.
+    pub ends_with_terminal: bool,
 }
 
 /// A feature state with its German UI copy and what triggers it.

@@ -237,7 +237,7 @@ pub fn policy_md(model: &Model) -> String {
 
     let _ = writeln!(
         md,
-        "\n## Streams\n\n| stream | watchdog | keepalive | ceiling | fallback | resend | first event | terminal events | source |\n|---|---|---|---|---|---|---|---|---|"
+        "\n## Streams\n\n| stream | watchdog | keepalive | ceiling | fallback | resend | first event | terminal events | clean end before one | source |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for s in &model.streams {
         let fallback = s
@@ -249,7 +249,7 @@ pub fn policy_md(model: &Model) -> String {
             .unwrap_or_else(|| "—".into());
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
             duration_text(s.watchdog),
             s.keepalive
@@ -260,6 +260,11 @@ pub fn policy_md(model: &Model) -> String {
             yes(s.resend),
             s.first_event.as_deref().unwrap_or("—"),
             s.terminal_events.join(", "),
+            if s.ends_with_terminal {
+                "a drop"
+            } else {
+                "an end"
+            },
             source(&s.source)
         );
     }

@@ -114,6 +114,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let ceiling = option(s.ceiling, duration);
         let resync = s.resync_after_reconnect;
         let resend = s.resend;
+        let ends = s.ends_with_terminal;
         let first = option(s.first_event.as_ref(), |e| quote!(#e));
         let terminal = &s.terminal_events;
         quote! {
@@ -124,6 +125,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 ceiling: #ceiling,
                 resync_after_reconnect: #resync,
                 resend: #resend,
+                ends_with_terminal: #ends,
                 first_event: #first,
                 terminal_events: &[#(#terminal),*],
             }

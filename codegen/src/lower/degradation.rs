@@ -142,6 +142,7 @@ impl Cx<'_> {
                 resend: st.resend,
                 first_event: st.first_event.as_ref().map(|e| e.to_string()),
                 terminal_events: st.terminal_events.iter().map(|e| e.to_string()).collect(),
+                ends_with_terminal: st.ends_with_terminal,
                 source: self.source(&st.source, st.inferred),
             });
         }
