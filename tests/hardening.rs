@@ -785,3 +785,64 @@ fn polling_never_drops_below_its_floor() {
         polling.interval
     );
 }
+
+// ---- issue 12: pooled connections idle for less than the platform's keep-alive -----------------
+
+/// A bare HTTP/1.1 server on 127.0.0.1:0 that answers every GET `[]` and
+/// keeps each connection open; it counts the connections it accepted.
+async fn counting_server() -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = socket.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n[]";
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (url, accepted)
+}
+
+#[tokio::test]
+async fn an_idle_pooled_connection_is_dropped_before_the_platform_s_keep_alive() {
+    assert_eq!(
+        POLICY.pool_idle,
+        Duration::from_secs(4),
+        "below uvicorn's and Node's 5 s"
+    );
+    let policy = POLICY.scaled(10);
+    let (url, accepted) = counting_server().await;
+    let grag = client_with(&url, policy, Arc::new(CollectAlerts::default()));
+    grag.workspaces().list_kbs().await.unwrap();
+    grag.workspaces().list_kbs().await.unwrap();
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "back to back, the connection is reused"
+    );
+    tokio::time::sleep(policy.pool_idle * 2).await;
+    grag.workspaces().list_kbs().await.unwrap();
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "a connection idle past pool_idle is not reused"
+    );
+}

@@ -24,6 +24,8 @@ pub struct Model {
     pub breaker: Breaker,
     pub throttle: Throttle,
     pub limits: Limits,
+    /// How long an idle pooled connection is kept.
+    pub pool_idle: Duration,
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,

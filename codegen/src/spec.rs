@@ -121,6 +121,7 @@ pub struct PolicyFile {
     pub retries: IndexMap<Text, RetryClass>,
     pub breaker: Breaker,
     pub throttle: Throttle,
+    pub connections: Connections,
     pub limits: Limits,
     /// Alerts the runtime raises on its own (not tied to one taxonomy row).
     pub alerts: PolicyAlerts,
@@ -279,6 +280,17 @@ pub struct Polling {
     pub floor: Duration,
     /// Interval multiplier while a 429 is hot.
     pub hot_factor: Spanned<u32>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// Pooled connections.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Connections {
+    /// How long an idle pooled connection is kept: below the server's keep-alive.
+    pub pool_idle: Duration,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

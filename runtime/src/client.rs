@@ -89,6 +89,7 @@ impl Client {
             // workspace and pipeline headers (and on 307/308 the body). A 3xx
             // is an answer with a row of its own (contract drift).
             .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(policy.pool_idle)
             .build()
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {

@@ -40,13 +40,16 @@ pub(crate) enum Attempt {
     Failed { maybe_sent: bool, reason: String },
     /// The HTTP client could not build the request: nothing was sent.
     Unbuildable { reason: String },
+    /// A pooled connection closed under the request before it was written:
+    /// nothing was sent, and it says nothing about the origin's health.
+    Stale { reason: String },
 }
 
 impl Attempt {
     fn status(&self) -> Option<u16> {
         match self {
             Attempt::Answer { status, .. } | Attempt::TooLarge { status, .. } => Some(*status),
-            Attempt::Failed { .. } | Attempt::Unbuildable { .. } => None,
+            Attempt::Failed { .. } | Attempt::Unbuildable { .. } | Attempt::Stale { .. } => None,
         }
     }
 }
@@ -171,9 +174,9 @@ impl Client {
                     Some(format!("the body passed the route's {limit}-byte cap")),
                     None,
                 ),
-                Attempt::Failed { reason, .. } | Attempt::Unbuildable { reason } => {
-                    (Some(bounded(reason, policy.limits.detail)), None)
-                }
+                Attempt::Failed { reason, .. }
+                | Attempt::Unbuildable { reason }
+                | Attempt::Stale { reason } => (Some(bounded(reason, policy.limits.detail)), None),
             };
             let row = if success_status {
                 None
@@ -185,13 +188,14 @@ impl Client {
                         retry_after: retry_after.is_some(),
                     },
                     Attempt::TooLarge { .. } => Outcome::Other(OutcomeKind::TooLarge),
-                    Attempt::Failed { .. } => Outcome::Connection,
+                    Attempt::Failed { .. } | Attempt::Stale { .. } => Outcome::Connection,
                     Attempt::Unbuildable { .. } => Outcome::Other(OutcomeKind::InvalidRequest),
                 };
                 run.escalate(classify(policy, endpoint, &outcome), &detail)
             };
-            // A request that could not be built says nothing about the origin.
-            if !matches!(result, Attempt::Unbuildable { .. }) {
+            // A request that could not be built, or never left a connection
+            // that closed under it, says nothing about the origin.
+            if !matches!(result, Attempt::Unbuildable { .. } | Attempt::Stale { .. }) {
                 self.record_breaker(
                     generation,
                     endpoint.path,
@@ -246,6 +250,7 @@ impl Client {
                     maybe_sent: false,
                     ..
                 } | Attempt::Unbuildable { .. }
+                    | Attempt::Stale { .. }
             );
             let schedule = row
                 .and_then(|r| r.retry)
@@ -263,7 +268,7 @@ impl Client {
             let kind = match &result {
                 Attempt::Answer { .. } => ErrorKind::Status,
                 Attempt::TooLarge { .. } => ErrorKind::TooLarge,
-                Attempt::Failed { .. } => ErrorKind::Connection,
+                Attempt::Failed { .. } | Attempt::Stale { .. } => ErrorKind::Connection,
                 Attempt::Unbuildable { .. } => ErrorKind::Request,
             };
             let final_error = |detail: Option<String>| {
@@ -586,6 +591,23 @@ impl Run<'_, '_> {
     }
 }
 
+/// Whether the HTTP stack knows the request was never written: hyper calls a
+/// request "canceled" when its connection closed before it was sent (a pooled
+/// connection the server had just closed). Such a call is not sent: it may be
+/// retried even when not idempotent.
+fn never_written(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// The size caps of one attempt.
 #[derive(Clone, Copy)]
 pub(crate) struct Limits {
@@ -621,6 +643,10 @@ pub(crate) async fn perform(
         Err(e) if e.is_builder() => {
             let reason = error_chain(&e);
             return (Attempt::Unbuildable { reason }, None);
+        }
+        Err(e) if never_written(&e) => {
+            let reason = error_chain(&e);
+            return (Attempt::Stale { reason }, None);
         }
         Err(e) => {
             let maybe_sent = !e.is_connect();

@@ -37,6 +37,9 @@ pub struct Policy {
     pub limits: Limits,
     /// Every route of the API: the only descriptors the pipeline sends.
     pub routes: &'static [&'static Endpoint],
+    /// How long an idle pooled connection is kept: less than the server's
+    /// keep-alive, so no request goes out on a connection it already closed.
+    pub pool_idle: Duration,
 }
 
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per

@@ -82,6 +82,7 @@ impl Policy {
         Box::leak(Box::new(Policy {
             timeouts: Box::leak(timeouts.into_boxed_slice()),
             deadline: d(self.deadline),
+            pool_idle: d(self.pool_idle),
             retries: Box::leak(retries.into_boxed_slice()),
             breaker: BreakerPolicy {
                 window: d(b.window),

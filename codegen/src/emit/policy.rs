@@ -19,6 +19,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let reserved = &model.api.reserved_tenants;
     let opaque = model.api.ids.iter().filter(|i| i.opaque).map(|i| &i.name);
     let opaque_max_len = int(model.api.opaque_max_len);
+    let pool_idle = duration(model.pool_idle);
     let l = &model.limits;
     let (error_body, detail, sse_line, sse_event) = (
         int(l.error_body),
@@ -286,6 +287,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 sse_event: #sse_event,
             },
             routes: &ENDPOINTS,
+            pool_idle: #pool_idle,
             timeouts: &TIMEOUTS,
             deadline: #deadline,
             retries: &RETRIES,

@@ -28,6 +28,9 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let retries = cx.retries(&raw.policy);
     let throttle = cx.throttle(&raw.policy.throttle);
     let limits = cx.limits(&raw.policy.limits);
+    let connections = &raw.policy.connections;
+    let pool_idle = cx.duration(&connections.pool_idle, "connections.pool_idle");
+    cx.source(&connections.source, connections.inferred);
     let details = cx.details(&raw.taxonomy);
     let (states, alerts) = cx.degradation(&raw.degradation);
     let streams_index: Vec<&str> = raw.streams.streams.keys().map(|k| k.as_str()).collect();
@@ -80,6 +83,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         breaker: breaker?,
         throttle,
         limits: limits?,
+        pool_idle: pool_idle?,
         details,
         rows,
         streams,

@@ -223,6 +223,7 @@ pub static POLICY: Policy = Policy {
         sse_event: 1048576,
     },
     routes: &ENDPOINTS,
+    pool_idle: ::std::time::Duration::from_secs(4),
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),
     retries: &RETRIES,
