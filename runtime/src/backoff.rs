@@ -75,6 +75,33 @@ pub fn may_retry(schedule: &RetrySchedule, attempt: u32) -> bool {
     attempt < schedule.attempts()
 }
 
+/// What decides whether a failed attempt may be sent again.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryCase {
+    /// The schedule of the row that classified the attempt.
+    pub row: RetrySchedule,
+    /// The route's own class: it bounds the row's (an R0 route is never re-sent).
+    pub route: RetrySchedule,
+    pub get: bool,
+    pub deploy_suspected: bool,
+    pub idempotent: bool,
+    /// The request may have reached the server.
+    pub maybe_sent: bool,
+}
+
+/// Whether the call may be sent again at all (the attempt count is
+/// [`may_retry`]'s): never on an R0 row or route, R2 only for a GET inside the
+/// deploy-suspected window, and a call that is not idempotent only when the
+/// request cannot have reached the server.
+pub fn may_resend(case: &RetryCase) -> bool {
+    let row_allows = match case.row {
+        RetrySchedule::Never => false,
+        RetrySchedule::DeployWindow { .. } => case.get && case.deploy_suspected,
+        _ => true,
+    };
+    row_allows && case.route != RetrySchedule::Never && (case.idempotent || !case.maybe_sent)
+}
+
 /// Polling cadence of status routes: the policy interval, slowed while a 429
 /// is hot, never below the floor.
 #[derive(Debug, Clone, Copy)]
@@ -285,6 +312,58 @@ mod tests {
             assert!(!may_retry(&schedule, attempts), "{schedule:?} @ {attempts}");
             assert!(!may_retry(&schedule, attempts + 1), "{schedule:?}");
         }
+    }
+
+    #[test]
+    fn the_route_class_bounds_the_row_and_unsent_calls_may_be_resent() {
+        let case = RetryCase {
+            row: R1,
+            route: R1,
+            get: true,
+            deploy_suspected: false,
+            idempotent: true,
+            maybe_sent: true,
+        };
+        assert!(may_resend(&case));
+        let never = RetrySchedule::Never;
+        assert!(
+            !may_resend(&RetryCase {
+                route: never,
+                ..case
+            }),
+            "R0 route"
+        );
+        assert!(!may_resend(&RetryCase { row: never, ..case }), "R0 row");
+        let post = RetryCase {
+            idempotent: false,
+            get: false,
+            ..case
+        };
+        assert!(!may_resend(&post), "a sent POST");
+        assert!(
+            may_resend(&RetryCase {
+                maybe_sent: false,
+                ..post
+            }),
+            "an unsent POST"
+        );
+        let r2 = RetryCase {
+            row: RetrySchedule::DeployWindow { attempts: 2 },
+            ..case
+        };
+        assert!(!may_resend(&r2), "R2 outside the window");
+        assert!(may_resend(&RetryCase {
+            deploy_suspected: true,
+            ..r2
+        }));
+        assert!(
+            !may_resend(&RetryCase {
+                deploy_suspected: true,
+                get: false,
+                ..r2
+            }),
+            "R2 is GET only"
+        );
     }
 
     #[test]

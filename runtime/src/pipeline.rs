@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use crate::alerts::Alert;
-use crate::backoff::{parse_retry_after, retry_delay};
+use crate::backoff::{RetryCase, may_resend, parse_retry_after, retry_delay};
 use crate::breaker::{Admission, Generation};
 use crate::call::Call;
 use crate::classify::{Outcome, classify};
@@ -258,13 +258,14 @@ impl Client {
                 .map(|c| c.schedule)
                 .unwrap_or(RetrySchedule::Never);
             let attempts = schedule.attempts().min(route_schedule.attempts());
-            let eligible = match schedule {
-                RetrySchedule::Never => false,
-                // One extra attempt, for a GET, inside the deploy-suspected window.
-                RetrySchedule::DeployWindow { .. } => endpoint.method == Method::Get && deploy,
-                _ => true,
-            } && route_schedule != RetrySchedule::Never
-                && (endpoint.idempotent || !maybe_sent);
+            let eligible = may_resend(&RetryCase {
+                row: schedule,
+                route: route_schedule,
+                get: endpoint.method == Method::Get,
+                deploy_suspected: deploy,
+                idempotent: endpoint.idempotent,
+                maybe_sent,
+            });
             let kind = match &result {
                 Attempt::Answer { .. } => ErrorKind::Status,
                 Attempt::TooLarge { .. } => ErrorKind::TooLarge,
