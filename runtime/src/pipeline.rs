@@ -98,7 +98,6 @@ impl Client {
                 }
             };
             let budgets = [Some(endpoint.budget), self.extra_budget];
-            let budgets: Vec<usize> = budgets.into_iter().flatten().collect();
             let admission = self.shared.throttle.admit_all(&budgets);
             let permit = tokio::time::timeout_at(run.deadline, admission).await;
             let Ok(permit) = permit else {
