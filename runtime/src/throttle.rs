@@ -718,7 +718,8 @@ mod tests {
                 tokio::time::sleep(hold).await;
                 drop(permit);
             }));
-            tokio::time::sleep(every).await;
+            // Exactly `every`, not rounded up to the timer's millisecond ticks.
+            tokio::time::advance(every).await;
         }
         for task in tasks {
             task.await.unwrap();
@@ -730,38 +731,36 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn callers_paced_by_the_bucket_are_admitted_in_arrival_order() {
         let throttle = Arc::new(Throttle::new(&POLICY));
-        // 64 callers, 8 at once, then one token per 20 ms; each holds 30 ms,
-        // so the global slots and the bucket both make callers wait.
+        // 64 callers arrive 1.3 ms apart, a burst of 8 passes, then one per
+        // 20 ms. A sleeper's timer fires on the next millisecond tick, up to
+        // 1 ms after its token is due: a newcomer in that gap must not take it.
         let budgets = [&[GLOBAL][..]; 64];
-        let (order, times) = admission_order(
-            &throttle,
-            &budgets,
-            Duration::ZERO,
-            Duration::from_millis(30),
-        )
-        .await;
+        let every = Duration::from_micros(1300);
+        let (order, times) =
+            admission_order(&throttle, &budgets, every, Duration::from_millis(10)).await;
         assert_eq!(order.len(), 64);
         assert_eq!(out_of_order_pairs(&order), 0, "admission order {order:?}");
-        // Still paced: 56 tokens after the burst.
-        assert_eq!(
-            times[63].duration_since(times[0]),
-            56 * Duration::from_millis(20)
+        // Still paced: 56 tokens after the burst, each taken on the first
+        // timer tick after it is due.
+        let span = times[63].duration_since(times[0]);
+        let paced = 56 * Duration::from_millis(20);
+        assert!(
+            span >= paced && span <= paced + Duration::from_millis(1),
+            "{span:?}"
         );
+        assert!(max_in_any_window(&times, Duration::from_secs(1)) <= 57);
     }
 
     #[tokio::test(start_paused = true)]
     async fn callers_waiting_for_a_window_keep_their_place() {
         let throttle = Arc::new(Throttle::new(&POLICY));
-        // The first 100 fill the rolling minute; the other 40 wait for it
-        // to slide, and must leave its queue in the order they joined it.
+        // 140 callers 12 ms apart: the first 100 fill the rolling minute;
+        // the other 40 wait for it to slide, joined by newcomers that arrive
+        // while it does, and leave in the order they came.
         let budgets = [&[RETRIEVAL][..]; 140];
-        let (order, times) = admission_order(
-            &throttle,
-            &budgets,
-            Duration::ZERO,
-            Duration::from_millis(10),
-        )
-        .await;
+        let every = Duration::from_millis(12);
+        let (order, times) =
+            admission_order(&throttle, &budgets, every, Duration::from_millis(10)).await;
         assert_eq!(out_of_order_pairs(&order), 0, "admission order {order:?}");
         assert_eq!(max_in_any_window(&times, MINUTE), 100);
         assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 57);
@@ -777,7 +776,7 @@ mod tests {
         let (order, times) = admission_order(
             &throttle,
             &budgets,
-            Duration::ZERO,
+            Duration::from_micros(1300),
             Duration::from_millis(10),
         )
         .await;
