@@ -13,7 +13,8 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::ops::Add;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use governor::clock::{Clock, Reference};
@@ -140,21 +141,43 @@ impl Reference for TokioInstant {
     }
 }
 
-/// governor's clock over `tokio::time::Instant::now()`. Only `check` is used:
-/// governor's `until_ready` sleeps on real time (futures-timer), so waiting
-/// is done here with `tokio::time::sleep`.
-#[derive(Debug, Clone, Copy, Default)]
-struct TokioClock;
+/// governor's clock: the instant [`Throttle::try_token`] decides at, read
+/// once from tokio time (so paused-time tests drive the bucket) and shared
+/// with the rolling second the token is taken with. The bucket is consulted
+/// only there, under the rolling second's lock, right after the instant is
+/// stored. governor's `until_ready` would sleep on real time
+/// (futures-timer), so waiting is done with `tokio::time::sleep` instead.
+#[derive(Debug, Clone)]
+struct DecisionClock {
+    origin: Instant,
+    /// Nanoseconds from `origin`.
+    at: Arc<AtomicU64>,
+}
 
-impl Clock for TokioClock {
-    type Instant = TokioInstant;
+impl DecisionClock {
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            at: Arc::new(AtomicU64::new(0)),
+        }
+    }
 
-    fn now(&self) -> TokioInstant {
-        TokioInstant(Instant::now())
+    fn set(&self, now: Instant) {
+        let nanos = now.saturating_duration_since(self.origin).as_nanos();
+        self.at
+            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 
-type Bucket = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<TokioInstant>>;
+impl Clock for DecisionClock {
+    type Instant = TokioInstant;
+
+    fn now(&self) -> TokioInstant {
+        TokioInstant(self.origin + Duration::from_nanos(self.at.load(Ordering::Relaxed)))
+    }
+}
+
+type Bucket = RateLimiter<NotKeyed, InMemoryState, DecisionClock, NoOpMiddleware<TokioInstant>>;
 
 /// A FIFO queue in front of a paced `state` (a rolling window): only the
 /// caller holding the turn tests the state, sleeping until the pace allows,
@@ -214,17 +237,35 @@ struct Lane {
 /// caller's mode (a backfill).
 pub const MAX_BUDGETS: usize = 2;
 
-/// The sorted, distinct budgets of one request, without an allocation.
+/// The distinct budgets of one request, without an allocation: in index
+/// order (semaphores) and tightest window first (windows).
 #[derive(Debug, Clone, Copy)]
 struct BudgetSet {
     ids: [usize; MAX_BUDGETS],
+    by_tightness: [usize; MAX_BUDGETS],
     len: usize,
 }
 
 impl BudgetSet {
-    fn iter(&self) -> impl Iterator<Item = usize> + Clone + '_ {
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.ids[..self.len].iter().copied()
     }
+
+    fn by_tightness(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_tightness[..self.len].iter().copied()
+    }
+}
+
+/// The first admission stage a request could not pass at once.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// The window of the n-th budget, tightest first.
+    Window(usize),
+    /// The semaphore of the n-th budget, in index order.
+    Budget(usize),
+    Token,
+    Global,
+    Done,
 }
 
 /// Admission control of one API, built from its [`ThrottlePolicy`].
@@ -307,7 +348,7 @@ impl Throttle {
             max_in_flight,
             global: Semaphore::new(max_in_flight),
             lanes,
-            bucket: RateLimiter::direct_with_clock(quota, TokioClock),
+            bucket: RateLimiter::direct_with_clock(quota, DecisionClock::new()),
             // What the bucket admits in any rolling second, held as the platform counts.
             per_period: Paced::new(RollingWindow::new(
                 burst.get().saturating_add(per_second.get() - 1),
@@ -352,12 +393,27 @@ impl Throttle {
         B: Into<Option<usize>> + Copy,
     {
         let set = self.budget_set(budgets);
-        self.admit_set(set)
+        async move {
+            let mut permit = Permit {
+                throttle: self,
+                windows: [None; MAX_BUDGETS],
+                per_period: false,
+                _budgets: [None, None],
+                _global: None,
+            };
+            match self.pass_free_stages(set, &mut permit) {
+                Stage::Done => permit,
+                // Waiting is the rare case: its larger state goes on the
+                // heap, so the uncontended future stays small.
+                stage => Box::pin(self.wait_stages(set, permit, stage)).await,
+            }
+        }
     }
 
     fn budget_set<B: Into<Option<usize>> + Copy>(&self, budgets: &[B]) -> BudgetSet {
         let mut set = BudgetSet {
             ids: [0; MAX_BUDGETS],
+            by_tightness: [0; MAX_BUDGETS],
             len: 0,
         };
         for budget in budgets.iter().filter_map(|&b| b.into()) {
@@ -376,43 +432,99 @@ impl Throttle {
             set.ids[set.len] = budget;
             set.len += 1;
         }
-        // Sorted: every caller takes the windows' turns and locks in one order.
-        set.ids[..set.len].sort_unstable();
+        // Index order: every caller takes the semaphores in one order.
+        if set.len == 2 && set.ids[1] < set.ids[0] {
+            set.ids.swap(0, 1);
+        }
+        set.by_tightness = set.ids;
+        let tightness = |b: usize| (self.policy.budgets[b].per_minute, b);
+        if set.len == 2 && tightness(set.ids[1]) < tightness(set.ids[0]) {
+            set.by_tightness.swap(0, 1);
+        }
         set
     }
 
-    async fn admit_set(&self, set: BudgetSet) -> Permit<'_> {
-        let mut permit = Permit {
-            throttle: self,
-            windows: [None; MAX_BUDGETS],
-            per_period: false,
-            _budgets: [None, None],
-            _global: None,
+    /// Takes every stage that is free now and nobody queues for, in order;
+    /// returns the first one that is not.
+    fn pass_free_stages<'a>(&'a self, set: BudgetSet, permit: &mut Permit<'a>) -> Stage {
+        for (i, budget) in set.by_tightness().enumerate() {
+            if let Some(window) = &self.lanes[budget].window {
+                if !(window.queue_empty() && window.lock().acquire(Instant::now()).is_ok()) {
+                    return Stage::Window(i);
+                }
+                permit.windows[i] = Some(budget);
+            }
+        }
+        for (i, budget) in set.iter().enumerate() {
+            if let Some(semaphore) = &self.lanes[budget].semaphore {
+                // A free permit means nobody waits: waiters are handed theirs.
+                match semaphore.try_acquire() {
+                    Ok(p) => permit._budgets[i] = Some(p),
+                    Err(_) => return Stage::Budget(i),
+                }
+            }
+        }
+        if !(self.per_period.queue_empty() && self.try_token(Instant::now()).is_ok()) {
+            return Stage::Token;
+        }
+        permit.per_period = true;
+        match self.global.try_acquire() {
+            Ok(p) => {
+                permit._global = Some(p);
+                Stage::Done
+            }
+            Err(_) => Stage::Global,
+        }
+    }
+
+    /// Queues for the stages from `from` on.
+    async fn wait_stages<'a>(
+        &'a self,
+        set: BudgetSet,
+        mut permit: Permit<'a>,
+        from: Stage,
+    ) -> Permit<'a> {
+        let (windows_from, budgets_from, token) = match from {
+            Stage::Window(i) => (i, 0, true),
+            Stage::Budget(i) => (MAX_BUDGETS, i, true),
+            Stage::Token => (MAX_BUDGETS, MAX_BUDGETS, true),
+            Stage::Global | Stage::Done => (MAX_BUDGETS, MAX_BUDGETS, false),
         };
-        self.take_windows(set, &mut permit.windows).await;
-        for (slot, budget) in permit._budgets.iter_mut().zip(set.iter()) {
+        self.take_windows(set, windows_from, &mut permit.windows)
+            .await;
+        for (slot, budget) in permit
+            ._budgets
+            .iter_mut()
+            .zip(set.iter())
+            .skip(budgets_from)
+        {
             if let Some(semaphore) = &self.lanes[budget].semaphore {
                 *slot = Some(acquire(semaphore).await);
             }
         }
-        self.take_token().await;
-        permit.per_period = true;
-        permit._global = Some(acquire(&self.global).await);
+        if token {
+            self.take_token().await;
+            permit.per_period = true;
+        }
+        if permit._global.is_none() {
+            permit._global = Some(acquire(&self.global).await);
+        }
         permit
     }
 
-    /// The budgets' rolling-window slots, each in its budget's FIFO queue.
-    /// With two windows the tighter one comes first, and each slot is taken
-    /// and its queue left before the next is joined: a backfill-mode search
-    /// waits for the backfill window holding nothing retrieval needs, and no
-    /// request ever waits in one queue while heading another.
-    async fn take_windows(&self, set: BudgetSet, taken: &mut [Option<usize>; MAX_BUDGETS]) {
-        let mut order = set;
-        let tightness = |b: usize| (self.policy.budgets[b].per_minute, b);
-        if order.len == 2 && tightness(order.ids[1]) < tightness(order.ids[0]) {
-            order.ids.swap(0, 1);
-        }
-        for (slot, budget) in taken.iter_mut().zip(order.iter()) {
+    /// The budgets' rolling-window slots from the `from`-th on, each in its
+    /// budget's FIFO queue. With two windows the tighter one comes first,
+    /// and each slot is taken and its queue left before the next is joined:
+    /// a backfill-mode search waits for the backfill window holding nothing
+    /// retrieval needs, and no request ever waits in one queue while
+    /// heading another.
+    async fn take_windows(
+        &self,
+        set: BudgetSet,
+        from: usize,
+        taken: &mut [Option<usize>; MAX_BUDGETS],
+    ) {
+        for (i, budget) in set.by_tightness().enumerate().skip(from) {
             let Some(window) = &self.lanes[budget].window else {
                 continue;
             };
@@ -421,7 +533,7 @@ impl Throttle {
                 let _turn = window.turn().await;
                 when_paced(attempt).await;
             }
-            *slot = Some(budget);
+            taken[i] = Some(budget);
         }
     }
 
@@ -440,9 +552,10 @@ impl Throttle {
     fn try_token(&self, now: Instant) -> Result<(), Duration> {
         let mut per_period = self.per_period.lock();
         per_period.check(now)?;
+        self.bucket.clock().set(now);
         self.bucket
             .check()
-            .map_err(|not_until| not_until.wait_time_from(TokioClock.now()))?;
+            .map_err(|not_until| not_until.wait_time_from(TokioInstant(now)))?;
         per_period.hold();
         Ok(())
     }
