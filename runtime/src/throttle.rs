@@ -181,9 +181,12 @@ type Bucket = RateLimiter<NotKeyed, InMemoryState, DecisionClock, NoOpMiddleware
 
 /// A FIFO queue in front of a paced `state` (a rolling window): only the
 /// caller holding the turn tests the state, sleeping until the pace allows,
-/// and everyone behind it keeps their place instead of racing it on wake-up.
-/// tokio's semaphore is fair, so its single permit is the queue. A caller who
-/// finds nobody queued tests the state at once without taking the turn.
+/// and everyone behind it keeps their place. Without it every waiter slept
+/// on its own and retried: they woke together and raced (on two worker
+/// threads, in any order), and a timer fires on the millisecond tick after
+/// the slot frees, so a newcomer in that gap took the slot first. tokio's
+/// semaphore is fair, so its single permit is the queue. A caller who finds
+/// nobody queued tests the state at once without taking the turn.
 #[derive(Debug)]
 struct Paced<T> {
     turn: Semaphore,
