@@ -7,7 +7,9 @@
 //! - at most 57 requests in any rolling second (50/s with a burst of 8);
 //! - at most 100 retrieval calls in any rolling minute, the 101st only after
 //!   the window;
-//! - a retrieval backlog does not hold back other routes;
+//! - a retrieval backlog does not hold back other routes, also when every
+//!   queued rerank is slow (retrieval holds at most 4 of the 8 slots);
+//! - callers queued under pacing are admitted in the order they arrived;
 //! - polling doubles its interval while a 429 is hot.
 //!
 //! The bounds hold for what the platform sees, not for the client's own
@@ -25,9 +27,10 @@ use grag_client::policy::POLICY;
 use grag_client::types::{
     ConvertRequest, CreateKb, Point, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
-use grag_client::{Config, Created, DocumentId, Grag, KbId, TenantId};
+use grag_client::{Config, Created, DocumentId, Grag, KbId, PipelineId, TenantId};
 use grag_sim::{Fault, LoggedRequest, Rule, Sim, SimConfig};
 use sdk_runtime::Policy;
+use sdk_runtime::policy::ThrottlePolicy;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -428,6 +431,149 @@ async fn retrieval_backlog_does_not_starve_other_routes() {
     for search in searches {
         search.abort();
     }
+    sim.stop().await;
+}
+
+/// 130 slow reranks (500 ms each, as in the incident) are queued; a list_kbs
+/// (global budget) sent meanwhile goes with the first wave, not behind the
+/// backlog: retrieval holds at most 4 of the 8 global slots and its queue
+/// holds none. Counted at the simulator, in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_kbs_is_not_queued_behind_130_slow_reranks() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    create_kb(&grag).await;
+    const RERANK_MS: u64 = 500;
+    sim.faults()
+        .push(Rule::new(Fault::Delay { ms: RERANK_MS }).on("search_rerank"));
+    let searches: Vec<_> = (0..130).map(|_| search_task(&grag)).collect();
+    let log = sim.log();
+    let first_wave = log
+        .wait_for(Duration::from_secs(5), |entries| {
+            entries
+                .iter()
+                .filter(|e| e.operation == Some("search_rerank"))
+                .count()
+                >= 4
+        })
+        .await;
+    assert!(first_wave, "the first reranks did not go out");
+    let kbs = grag.workspaces().list_kbs().await.expect("list_kbs");
+    assert_eq!(kbs.len(), 1);
+    let still_queued = searches.iter().filter(|s| !s.is_finished()).count();
+
+    let entries = log.entries();
+    let listed = entries
+        .iter()
+        .find(|e| e.operation == Some("list_kbs"))
+        .expect("list_kbs reached the platform");
+    let reranks_before = entries
+        .iter()
+        .filter(|e| e.operation == Some("search_rerank") && e.seq < listed.seq)
+        .count();
+    let peak_reranks = entries
+        .iter()
+        .filter(|e| e.operation == Some("search_rerank"))
+        .map(|e| e.in_flight)
+        .max()
+        .unwrap_or(0);
+    println!(
+        "backlog: list_kbs arrived after {reranks_before} of 130 reranks \
+         ({still_queued} still queued, at most {peak_reranks} platform requests in flight)"
+    );
+    // The first wave of 4, or two if the machine stalled for a whole rerank;
+    // without the cap all 8 slots hold reranks and list_kbs waits for 122.
+    assert!(
+        reranks_before <= 8,
+        "list_kbs queued behind {reranks_before} reranks"
+    );
+    assert!(
+        still_queued >= 120,
+        "only {still_queued} reranks still queued"
+    );
+    for search in searches {
+        search.abort();
+    }
+    sim.stop().await;
+}
+
+/// The spec's 50 req/s without its burst: one token every 20 ms, so the
+/// admissions are 20 ms apart and their order is the order the simulator
+/// sees them in.
+static PACED: LazyLock<&'static Policy> = LazyLock::new(|| {
+    let mut policy = (*SCALED).clone();
+    policy.throttle = ThrottlePolicy {
+        per_second: 1,
+        rate_period: Duration::from_millis(20),
+        ..SCALED.throttle.clone()
+    };
+    Box::leak(Box::new(policy))
+});
+
+/// Pairs in the other order than their numbers, of `order`.
+fn out_of_order_pairs(order: &[usize]) -> usize {
+    order
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| order[i + 1..].iter().filter(|&&b| b < a).count())
+        .sum()
+}
+
+/// 64 callers arrive 10 ms apart, twice as fast as the bucket admits them,
+/// so up to ~32 wait at once; each is admitted in its turn, none overtakes
+/// one that came earlier. Each caller's search carries its number as the
+/// pipeline id, read back from the simulator's log in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_queued_under_pacing_are_admitted_in_arrival_order() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    create_kb(&client(&sim)).await;
+    let tenant = TenantId::parse("knoll").expect("a valid tenant");
+    let grag =
+        Grag::with_policy(Config::new(sim.url(), "test-key", tenant), &PACED).expect("a client");
+    const CALLERS: usize = 64;
+    let mut calls: Vec<JoinHandle<Result<(), grag_client::Error>>> = Vec::new();
+    for i in 0..CALLERS {
+        let id = PipelineId::parse(&format!("caller-{i}")).expect("a valid pipeline id");
+        let caller = grag.with_pipeline_id(&id);
+        calls.push(tokio::spawn(async move {
+            let query = SearchRequest {
+                query_text: "Prüffristen".into(),
+                top_k: 1,
+            };
+            caller
+                .ai_gateway()
+                .search_rerank(&kb(), &query)
+                .await
+                .map(drop)
+        }));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    join_all(calls).await;
+
+    let mut searches = sim.log().of("search_rerank");
+    searches.sort_by_key(|e| e.seq);
+    let order: Vec<usize> = searches
+        .iter()
+        .map(|e| {
+            let (_, id) = e
+                .headers
+                .iter()
+                .find(|(name, _)| name == "x-pipeline-id")
+                .expect("a pipeline id");
+            id.trim_start_matches("caller-")
+                .parse()
+                .expect("a caller number")
+        })
+        .collect();
+    assert_eq!(order.len(), CALLERS, "one attempt per call");
+    let out = out_of_order_pairs(&order);
+    println!(
+        "fifo: {out} of {} pairs admitted out of arrival order",
+        CALLERS * (CALLERS - 1) / 2
+    );
+    assert_eq!(out, 0, "admission order {order:?}");
     sim.stop().await;
 }
 

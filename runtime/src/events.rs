@@ -7,7 +7,7 @@ use crate::error::bounded;
 use crate::error::{Error, ErrorKind};
 use crate::policy::{OutcomeKind, StreamPolicy};
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
-use crate::throttle::Permit;
+use crate::throttle::HeldSlots;
 
 /// The events of one stream. `error` and `timeout` events end it as typed
 /// errors (T17, T18); silence past the watchdog is T19.
@@ -18,7 +18,13 @@ pub struct Events {
     stream: EventStream,
     done: bool,
     /// A stream is a request (§8): it holds its throttle slots until it ends.
-    permit: Option<Permit>,
+    slots: Option<HeldSlots>,
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl Client {
@@ -40,7 +46,7 @@ impl Client {
         let opened = self.run(&call, true).await?;
         let reply = opened.reply;
         // A 2xx keeps its body for the stream; a 409 answer (a create route) has none.
-        let Some((response, permit)) = opened.stream else {
+        let Some((response, slots)) = opened.stream else {
             return Err(self
                 .error(ErrorKind::Decode, self.row(OutcomeKind::Decode), &call)
                 .with_status(
@@ -48,19 +54,21 @@ impl Client {
                     Some("the answer has no event stream".into()),
                 ));
         };
-        // The opening counts as the call; the stream's own failures count as fallbacks.
-        reply.empty()?;
         let limits = &self.shared.policy.limits;
         let parser = SseParser::with_limits(limits.sse_line, limits.sse_event);
         let body = Box::pin(response.bytes_stream());
-        Ok(Events {
+        // Built first: from here on, dropping it gives the slots back.
+        let events = Events {
             client: self.clone(),
             endpoint,
             policy,
             stream: EventStream::with_parser(body, policy.watchdog, parser),
             done: false,
-            permit: Some(permit),
-        })
+            slots: Some(slots),
+        };
+        // The opening counts as the call; the stream's own failures count as fallbacks.
+        reply.empty()?;
+        Ok(events)
     }
 }
 
@@ -131,7 +139,13 @@ impl Events {
     /// The stream is over: its throttle slots are free for the next request.
     fn end(&mut self) {
         self.done = true;
-        self.permit = None;
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if let Some(slots) = self.slots.take() {
+            self.client.shared.throttle.give_back(slots);
+        }
     }
 
     /// The `detail` of a `{"detail": "..."}` frame, else the data as sent,

@@ -1,6 +1,6 @@
 //! The client-side metrics of policy §10.3, in Prometheus text format.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -27,6 +27,57 @@ struct StreamLabels {
     stream: &'static str,
 }
 
+/// A call's labels by the addresses of their `&'static str`s: comparing and
+/// hashing two pointers is what makes the per-call lookup cheap. Two equal
+/// strings at different addresses get two cache entries that share one
+/// labelled series, so the exposition is the same either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CallKey {
+    service: (usize, usize),
+    error_class: (usize, usize),
+    retried: bool,
+}
+
+impl CallKey {
+    fn new(service: &'static str, error_class: &'static str, retried: bool) -> Self {
+        let at = |s: &'static str| (s.as_ptr() as usize, s.len());
+        Self {
+            service: at(service),
+            error_class: at(error_class),
+            retried,
+        }
+    }
+
+    /// The first cache slot to probe.
+    fn slot(&self) -> usize {
+        const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+        let words = [
+            self.service.0,
+            self.service.1,
+            self.error_class.0,
+            self.error_class.1,
+            usize::from(self.retried),
+        ];
+        let hash = words.iter().fold(0u64, |h, &w| {
+            (h.rotate_left(5) ^ w as u64).wrapping_mul(MIX)
+        });
+        (hash >> (64 - CACHE_BITS)) as usize
+    }
+}
+
+/// The series one call updates, resolved from the families once.
+#[derive(Debug)]
+struct CallSeries {
+    key: CallKey,
+    requests: Counter,
+    duration: Histogram,
+}
+
+/// 256 slots: services × classes × retried that one client meets stay far
+/// below; a combination that finds no slot is counted through the families.
+const CACHE_BITS: u32 = 8;
+const PROBES: usize = 8;
+
 fn duration_histogram() -> Histogram {
     // 5 ms .. ~160 s: covers loopback answers up to the llm timeout class.
     Histogram::new(exponential_buckets(0.005, 2.0, 16))
@@ -41,6 +92,9 @@ pub(crate) struct Metrics {
     circuit_open_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     open_seconds_counted: Mutex<Duration>,
     sse_fallbacks: Family<StreamLabels, Counter>,
+    /// Open addressing over write-once slots: a hit is a few atomic loads,
+    /// no lock and no string hashing.
+    calls: Box<[OnceLock<CallSeries>]>,
 }
 
 impl Metrics {
@@ -86,6 +140,7 @@ impl Metrics {
             circuit_open_seconds,
             open_seconds_counted: Mutex::new(Duration::ZERO),
             sse_fallbacks,
+            calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -97,17 +152,46 @@ impl Metrics {
         retried: bool,
         took: Duration,
     ) {
+        let key = CallKey::new(service, error_class, retried);
+        let first = key.slot();
+        let cached = (0..PROBES)
+            .map(|i| {
+                self.calls[(first + i) % self.calls.len()]
+                    .get_or_init(|| self.series(key, service, error_class, retried))
+            })
+            .find(|series| series.key == key);
+        let uncached;
+        let series = match cached {
+            Some(series) => series,
+            None => {
+                uncached = self.series(key, service, error_class, retried);
+                &uncached
+            }
+        };
+        series.requests.inc();
+        series.duration.observe(took.as_secs_f64());
+    }
+
+    /// The labelled series of one call, created in the families on first use.
+    fn series(
+        &self,
+        key: CallKey,
+        service: &'static str,
+        error_class: &'static str,
+        retried: bool,
+    ) -> CallSeries {
         let retried = if retried { "true" } else { "false" };
-        self.requests
-            .get_or_create(&CallLabels {
+        CallSeries {
+            key,
+            requests: self.requests.get_or_create_owned(&CallLabels {
                 service,
                 error_class,
                 retried,
-            })
-            .inc();
-        self.duration
-            .get_or_create(&ServiceLabels { service })
-            .observe(took.as_secs_f64());
+            }),
+            duration: self
+                .duration
+                .get_or_create_owned(&ServiceLabels { service }),
+        }
     }
 
     pub fn circuit_state(&self, metric: u8) {
@@ -139,5 +223,81 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn calls_are_counted_per_label_set_whatever_the_string_addresses() {
+        let metrics = Metrics::new();
+        let ms = Duration::from_millis(7);
+        // The same labels, once from a leaked copy at another address.
+        let copy: &'static str = String::from("workspaces").leak();
+        metrics.call("workspaces", "ok", false, ms);
+        metrics.call(copy, "ok", false, ms);
+        metrics.call("workspaces", "ok", true, ms);
+        metrics.call("ai-gateway", "feature_dark", false, ms);
+        let text = metrics.encode();
+        let requests =
+            |labels: &str| line(&text, &format!("grag_client_requests_total{{{labels}}}"));
+        assert_eq!(
+            requests(r#"service="workspaces",error_class="ok",retried="false""#),
+            Some(
+                r#"grag_client_requests_total{service="workspaces",error_class="ok",retried="false"} 2"#
+            )
+        );
+        assert!(
+            requests(r#"service="workspaces",error_class="ok",retried="true""#)
+                .is_some_and(|l| l.ends_with(" 1"))
+        );
+        assert!(
+            requests(r#"service="ai-gateway",error_class="feature_dark",retried="false""#)
+                .is_some_and(|l| l.ends_with(" 1"))
+        );
+        assert_eq!(
+            line(
+                &text,
+                r#"grag_client_request_duration_seconds_count{service="workspaces"}"#
+            ),
+            Some(r#"grag_client_request_duration_seconds_count{service="workspaces"} 3"#)
+        );
+    }
+
+    #[test]
+    fn combinations_beyond_the_cache_are_still_counted() {
+        let metrics = Metrics::new();
+        let classes: Vec<&'static str> = (0..600)
+            .map(|i| format!("class_{i}").leak() as &'static str)
+            .collect();
+        for _ in 0..2 {
+            for class in &classes {
+                metrics.call("ledger", class, false, Duration::from_millis(1));
+            }
+        }
+        let text = metrics.encode();
+        for class in &classes {
+            let prefix = format!(
+                r#"grag_client_requests_total{{service="ledger",error_class="{class}",retried="false"}}"#
+            );
+            assert_eq!(
+                line(&text, &prefix).and_then(|l| l.rsplit(' ').next()),
+                Some("2"),
+                "{class}"
+            );
+        }
+        assert!(
+            line(
+                &text,
+                r#"grag_client_request_duration_seconds_count{service="ledger"} 1200"#
+            )
+            .is_some()
+        );
     }
 }

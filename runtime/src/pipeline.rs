@@ -21,7 +21,7 @@ use crate::policy::{OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRo
 use crate::reply::{Ledger, Reply};
 use crate::scope::IdKind;
 use crate::telemetry::{self, AttemptLog};
-use crate::throttle::Permit;
+use crate::throttle::HeldSlots;
 
 /// What one attempt brought back.
 pub(crate) enum Attempt {
@@ -71,7 +71,7 @@ struct Run<'c, 'a> {
 /// response and its throttle permit, held for as long as the stream is open.
 pub(crate) struct Opened {
     pub reply: Reply,
-    pub stream: Option<(reqwest::Response, Permit)>,
+    pub stream: Option<(reqwest::Response, HeldSlots)>,
 }
 
 impl Client {
@@ -236,7 +236,7 @@ impl Client {
                 };
                 let request_id = echoed_id.unwrap_or(request_id);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
-                let stream = response.map(|r| (r, permit));
+                let stream = response.map(|r| (r, permit.detach()));
                 return Ok(Opened { reply, stream });
             }
             telemetry::attempt(&log, run.digest());

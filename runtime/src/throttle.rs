@@ -1,14 +1,20 @@
 //! Client-side admission (GRAG §8): be a polite tenant of a single-box backend.
 //!
-//! Every request passes [`Throttle::admit`] before it is sent: its budget's
-//! semaphore (ingest: 2), the global semaphore (8), its budget's rolling
-//! window (retrieval: 100/min, backfill: 30/min) and the global token bucket
-//! (50 req/s). All waiting uses tokio time, so tests run under paused time.
+//! Every request passes [`Throttle::admit`] before it is sent, through four
+//! stages in this order: its budgets' rolling windows (retrieval: 100/min,
+//! backfill: 30/min), its budgets' semaphores (ingest: 2, retrieval: 4), the
+//! global token bucket (50 req/s) with its rolling second, and the global
+//! semaphore (8). Every stage is a FIFO queue, so callers are admitted in
+//! the order they arrived; the budget stages queue per budget, so one
+//! budget's backlog waits in its own lane. All waiting uses tokio time, so
+//! tests run under paused time.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::ops::Add;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use governor::clock::{Clock, Reference};
@@ -16,7 +22,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::policy::ThrottlePolicy;
@@ -67,8 +73,13 @@ impl RollingWindow {
     /// Admits a request at `now`; [`release`](Self::release) it when it ends.
     pub fn acquire(&mut self, now: Instant) -> Result<(), Duration> {
         self.check(now)?;
-        self.open += 1;
+        self.hold();
         Ok(())
+    }
+
+    /// Takes a slot a [`check`](Self::check) just found free.
+    fn hold(&mut self) {
+        self.open += 1;
     }
 
     /// The request admitted earlier ended at `now`.
@@ -130,27 +141,134 @@ impl Reference for TokioInstant {
     }
 }
 
-/// governor's clock over `tokio::time::Instant::now()`. Only `check` is used:
-/// governor's `until_ready` sleeps on real time (futures-timer), so waiting
-/// is done here with `tokio::time::sleep`.
-#[derive(Debug, Clone, Copy, Default)]
-struct TokioClock;
+/// governor's clock: the instant [`Throttle::try_token`] decides at, read
+/// once from tokio time (so paused-time tests drive the bucket) and shared
+/// with the rolling second the token is taken with. The bucket is consulted
+/// only there, under the rolling second's lock, right after the instant is
+/// stored. governor's `until_ready` would sleep on real time
+/// (futures-timer), so waiting is done with `tokio::time::sleep` instead.
+#[derive(Debug, Clone)]
+struct DecisionClock {
+    origin: Instant,
+    /// Nanoseconds from `origin`.
+    at: Arc<AtomicU64>,
+}
 
-impl Clock for TokioClock {
-    type Instant = TokioInstant;
+impl DecisionClock {
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            at: Arc::new(AtomicU64::new(0)),
+        }
+    }
 
-    fn now(&self) -> TokioInstant {
-        TokioInstant(Instant::now())
+    fn set(&self, now: Instant) {
+        let nanos = now.saturating_duration_since(self.origin).as_nanos();
+        self.at
+            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }
 
-type Bucket = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<TokioInstant>>;
+impl Clock for DecisionClock {
+    type Instant = TokioInstant;
+
+    fn now(&self) -> TokioInstant {
+        TokioInstant(self.origin + Duration::from_nanos(self.at.load(Ordering::Relaxed)))
+    }
+}
+
+type Bucket = RateLimiter<NotKeyed, InMemoryState, DecisionClock, NoOpMiddleware<TokioInstant>>;
+
+/// A FIFO queue in front of a paced `state` (a rolling window): only the
+/// caller holding the turn tests the state, sleeping until the pace allows,
+/// and everyone behind it keeps their place. Without it every waiter slept
+/// on its own and retried: they woke together and raced (on two worker
+/// threads, in any order), and a timer fires on the millisecond tick after
+/// the slot frees, so a newcomer in that gap took the slot first. tokio's
+/// semaphore is fair, so its single permit is the queue. A caller who finds
+/// nobody queued tests the state at once without taking the turn.
+#[derive(Debug)]
+struct Paced<T> {
+    turn: Semaphore,
+    state: Mutex<T>,
+}
+
+impl<T> Paced<T> {
+    fn new(state: T) -> Self {
+        Self {
+            turn: Semaphore::new(1),
+            state: Mutex::new(state),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, T> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Nobody holds or waits for the turn (waiters are handed the permit
+    /// directly, so it is never free while anyone waits).
+    fn queue_empty(&self) -> bool {
+        self.turn.available_permits() > 0
+    }
+
+    /// Waits for the turn.
+    async fn turn(&self) -> SemaphorePermit<'_> {
+        acquire(&self.turn).await
+    }
+}
+
+/// Waits at the head of the queue(s) until `attempt` passes at the current
+/// instant, sleeping as long as it says; `attempt` takes what it needs only
+/// when everything it needs is free.
+async fn when_paced(mut attempt: impl FnMut(Instant) -> Result<(), Duration>) {
+    loop {
+        match attempt(Instant::now()) {
+            Ok(()) => return,
+            Err(wait) => tokio::time::sleep(wait).await,
+        }
+    }
+}
 
 /// The extra limits of one budget.
 #[derive(Debug)]
 struct Lane {
-    semaphore: Option<Arc<Semaphore>>,
-    window: Option<Arc<Mutex<RollingWindow>>>,
+    semaphore: Option<Semaphore>,
+    window: Option<Paced<RollingWindow>>,
+}
+
+/// At most this many distinct budgets per request: the route's and a
+/// caller's mode (a backfill).
+pub const MAX_BUDGETS: usize = 2;
+
+/// The distinct budgets of one request, without an allocation: in index
+/// order (semaphores) and tightest window first (windows).
+#[derive(Debug, Clone, Copy)]
+struct BudgetSet {
+    ids: [usize; MAX_BUDGETS],
+    by_tightness: [usize; MAX_BUDGETS],
+    len: usize,
+}
+
+impl BudgetSet {
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.ids[..self.len].iter().copied()
+    }
+
+    fn by_tightness(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_tightness[..self.len].iter().copied()
+    }
+}
+
+/// The first admission stage a request could not pass at once.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// The window of the n-th budget, tightest first.
+    Window(usize),
+    /// The semaphore of the n-th budget, in index order.
+    Budget(usize),
+    Token,
+    Global,
+    Done,
 }
 
 /// Admission control of one API, built from its [`ThrottlePolicy`].
@@ -164,31 +282,74 @@ struct Lane {
 pub struct Throttle {
     policy: &'static ThrottlePolicy,
     max_in_flight: usize,
-    global: Arc<Semaphore>,
+    global: Semaphore,
     lanes: Vec<Lane>,
     bucket: Bucket,
-    /// The bucket's bound per rolling second, as the platform counts it.
-    per_period: Arc<Mutex<RollingWindow>>,
+    /// The bucket's bound per rolling second, as the platform counts it; its
+    /// queue is the one every request passes, in arrival order.
+    per_period: Paced<RollingWindow>,
     burst: u32,
 }
 
 /// Admission to send one request; dropping it (the request ended) frees the
 /// concurrency slots and starts the end of its rolling-window slots.
+///
+/// A request cancelled while it waits (a deadline) drops what it has taken
+/// so far the same way.
 #[derive(Debug)]
-pub struct Permit {
-    _global: OwnedSemaphorePermit,
-    _budgets: Vec<OwnedSemaphorePermit>,
-    windows: Vec<Arc<Mutex<RollingWindow>>>,
+pub struct Permit<'a> {
+    throttle: &'a Throttle,
+    /// The budgets whose window slot this permit holds.
+    windows: [Option<usize>; MAX_BUDGETS],
+    per_period: bool,
+    _budgets: [Option<SemaphorePermit<'a>>; MAX_BUDGETS],
+    /// The budget whose semaphore each of `_budgets` came from.
+    semaphores: [Option<usize>; MAX_BUDGETS],
+    _global: Option<SemaphorePermit<'a>>,
 }
 
-impl Drop for Permit {
+/// What a [`Permit`] holds, detached from the borrow of its throttle, for a
+/// request that outlives the call that admitted it (an open stream). Give it
+/// back with [`Throttle::give_back`]; dropped without, its slots stay taken.
+#[derive(Debug)]
+#[must_use = "held slots are only freed by Throttle::give_back"]
+pub struct HeldSlots {
+    windows: [Option<usize>; MAX_BUDGETS],
+    per_period: bool,
+    semaphores: [Option<usize>; MAX_BUDGETS],
+    global: bool,
+}
+
+impl Permit<'_> {
+    /// The slots of this permit, to be given back later with
+    /// [`Throttle::give_back`] on the same throttle.
+    pub fn detach(mut self) -> HeldSlots {
+        for permit in self._budgets.iter_mut().filter_map(Option::take) {
+            permit.forget();
+        }
+        let global = self._global.take().map(SemaphorePermit::forget).is_some();
+        HeldSlots {
+            windows: std::mem::take(&mut self.windows),
+            per_period: std::mem::take(&mut self.per_period),
+            semaphores: self.semaphores,
+            global,
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
     fn drop(&mut self) {
+        if !self.per_period && self.windows.iter().all(Option::is_none) {
+            return;
+        }
         let now = Instant::now();
-        for window in &self.windows {
-            window
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .release(now);
+        for &budget in self.windows.iter().flatten() {
+            if let Some(window) = &self.throttle.lanes[budget].window {
+                window.lock().release(now);
+            }
+        }
+        if self.per_period {
+            self.throttle.per_period.lock().release(now);
         }
     }
 }
@@ -210,114 +371,248 @@ impl Throttle {
             .map(|budget| Lane {
                 semaphore: budget
                     .max_in_flight
-                    .map(|n| Arc::new(Semaphore::new(n.max(1) as usize))),
+                    .map(|n| Semaphore::new(n.max(1) as usize)),
                 window: budget
                     .per_minute
-                    .map(|n| Arc::new(Mutex::new(RollingWindow::new(n, policy.budget_period)))),
+                    .map(|n| Paced::new(RollingWindow::new(n, policy.budget_period))),
             })
             .collect();
         Self {
             policy,
             max_in_flight,
-            global: Arc::new(Semaphore::new(max_in_flight)),
+            global: Semaphore::new(max_in_flight),
             lanes,
-            bucket: RateLimiter::direct_with_clock(quota, TokioClock),
+            bucket: RateLimiter::direct_with_clock(quota, DecisionClock::new()),
             // What the bucket admits in any rolling second, held as the platform counts.
-            per_period: Arc::new(Mutex::new(RollingWindow::new(
+            per_period: Paced::new(RollingWindow::new(
                 burst.get().saturating_add(per_second.get() - 1),
                 policy.rate_period,
-            ))),
+            )),
             burst: burst.get(),
+        }
+    }
+
+    /// Frees what a detached permit held, as dropping the permit would have.
+    pub fn give_back(&self, held: HeldSlots) {
+        for &budget in held.semaphores.iter().flatten() {
+            if let Some(semaphore) = &self.lanes[budget].semaphore {
+                semaphore.add_permits(1);
+            }
+        }
+        if held.global {
+            self.global.add_permits(1);
+        }
+        let now = Instant::now();
+        for &budget in held.windows.iter().flatten() {
+            if let Some(window) = &self.lanes[budget].window {
+                window.lock().release(now);
+            }
+        }
+        if held.per_period {
+            self.per_period.lock().release(now);
         }
     }
 
     /// Waits until a request of `budget` (an index into `policy.budgets`) may
     /// be sent. See [`admit_all`](Self::admit_all).
-    pub async fn admit(&self, budget: usize) -> Permit {
-        self.admit_all(&[budget]).await
+    pub fn admit(&self, budget: usize) -> impl Future<Output = Permit<'_>> + use<'_> {
+        self.admit_all(&[budget])
     }
 
     /// Waits until a request drawing from every one of `budgets` may be sent
     /// (a route's own budget, and a caller's mode such as a bulk backfill).
-    /// Budget slots are taken before the global one, so a saturated budget
-    /// (ingest) queues without occupying global slots.
+    /// `None` entries are skipped, so `&[Some(route), mode]` needs no
+    /// collecting; duplicates count once.
+    ///
+    /// The stages, each a FIFO queue: the budgets' rolling windows, then
+    /// their semaphores (one queue per budget: a retrieval backlog waits
+    /// without holding anything another route needs), then the token bucket
+    /// and its rolling second (one queue for all, as every request needs a
+    /// token), then the global semaphore. Budget slots come before the
+    /// global one, so a saturated budget (ingest) queues without occupying
+    /// global slots, and a request waiting for a window or a token holds no
+    /// global slot; one waiting for a window holds no budget semaphore
+    /// either. Window slots are taken when their stage passes: a request
+    /// still waiting for a later stage already counts against its windows,
+    /// which only makes the bound stricter.
     ///
     /// # Panics
-    /// If a budget is out of range: the pipeline checks descriptors against
-    /// the policy before it gets here.
-    pub async fn admit_all(&self, budgets: &[usize]) -> Permit {
-        // Sorted and unique: every caller locks the windows in one order.
-        let mut budgets = budgets.to_vec();
-        budgets.sort_unstable();
-        budgets.dedup();
-        let lanes: Vec<&Lane> = budgets
-            .iter()
-            .map(|&budget| {
-                self.lanes.get(budget).unwrap_or_else(|| {
-                    panic!(
-                        "budget index {budget} out of range ({} budgets)",
-                        self.lanes.len()
-                    )
-                })
-            })
-            .collect();
-        let mut budget_permits = Vec::new();
-        for semaphore in lanes.iter().filter_map(|lane| lane.semaphore.as_ref()) {
-            budget_permits.push(acquire(semaphore).await);
-        }
-        // A global slot is held only while the request may go: a request that
-        // must wait for its window or the bucket gives its slot back meanwhile,
-        // so a retrieval backlog never starves the other routes.
-        loop {
-            let global = acquire(&self.global).await;
-            match self.pace(&lanes) {
-                Ok(()) => {
-                    let mut windows = vec![self.per_period.clone()];
-                    windows.extend(lanes.iter().filter_map(|lane| lane.window.clone()));
-                    return Permit {
-                        _global: global,
-                        _budgets: budget_permits,
-                        windows,
-                    };
-                }
-                Err(wait) => {
-                    drop(global);
-                    tokio::time::sleep(wait).await;
-                }
+    /// If a budget is out of range, or more than [`MAX_BUDGETS`] distinct
+    /// budgets are given: the pipeline checks descriptors against the policy
+    /// before it gets here.
+    pub fn admit_all<'a, B>(
+        &'a self,
+        budgets: &[B],
+    ) -> impl Future<Output = Permit<'a>> + use<'a, B>
+    where
+        B: Into<Option<usize>> + Copy,
+    {
+        let set = self.budget_set(budgets);
+        async move {
+            let mut permit = Permit {
+                throttle: self,
+                windows: [None; MAX_BUDGETS],
+                per_period: false,
+                _budgets: [None, None],
+                semaphores: [None; MAX_BUDGETS],
+                _global: None,
+            };
+            match self.pass_free_stages(set, &mut permit) {
+                Stage::Done => permit,
+                // Waiting is the rare case: its larger state goes on the
+                // heap, so the uncontended future stays small.
+                stage => Box::pin(self.wait_stages(set, permit, stage)).await,
             }
         }
     }
 
-    /// Takes a bucket token and the rolling-window slots (the budgets', and
-    /// the per-second one), or says how long to wait. All are decided at one
-    /// instant under the windows' locks: nothing is taken unless all are free.
-    fn pace(&self, lanes: &[&Lane]) -> Result<(), Duration> {
-        let now = Instant::now();
-        let mut per_period = self
-            .per_period
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        per_period.check(now)?;
-        let mut windows: Vec<_> = lanes
-            .iter()
-            .filter_map(|lane| lane.window.as_ref())
-            .map(|w| w.lock().unwrap_or_else(PoisonError::into_inner))
-            .collect();
-        for window in &mut windows {
-            window.check(now)?;
+    fn budget_set<B: Into<Option<usize>> + Copy>(&self, budgets: &[B]) -> BudgetSet {
+        let mut set = BudgetSet {
+            ids: [0; MAX_BUDGETS],
+            by_tightness: [0; MAX_BUDGETS],
+            len: 0,
+        };
+        for budget in budgets.iter().filter_map(|&b| b.into()) {
+            assert!(
+                budget < self.lanes.len(),
+                "budget index {budget} out of range ({} budgets)",
+                self.lanes.len()
+            );
+            if set.iter().any(|b| b == budget) {
+                continue;
+            }
+            assert!(
+                set.len < MAX_BUDGETS,
+                "more than {MAX_BUDGETS} budgets for one request"
+            );
+            set.ids[set.len] = budget;
+            set.len += 1;
         }
-        self.take_token()?;
-        per_period.acquire(now)?;
-        for window in &mut windows {
-            window.acquire(now)?;
+        // Index order: every caller takes the semaphores in one order.
+        if set.len == 2 && set.ids[1] < set.ids[0] {
+            set.ids.swap(0, 1);
         }
-        Ok(())
+        set.by_tightness = set.ids;
+        let tightness = |b: usize| (self.policy.budgets[b].per_minute, b);
+        if set.len == 2 && tightness(set.ids[1]) < tightness(set.ids[0]) {
+            set.by_tightness.swap(0, 1);
+        }
+        set
     }
 
-    fn take_token(&self) -> Result<(), Duration> {
+    /// Takes every stage that is free now and nobody queues for, in order;
+    /// returns the first one that is not.
+    fn pass_free_stages<'a>(&'a self, set: BudgetSet, permit: &mut Permit<'a>) -> Stage {
+        for (i, budget) in set.by_tightness().enumerate() {
+            if let Some(window) = &self.lanes[budget].window {
+                if !(window.queue_empty() && window.lock().acquire(Instant::now()).is_ok()) {
+                    return Stage::Window(i);
+                }
+                permit.windows[i] = Some(budget);
+            }
+        }
+        for (i, budget) in set.iter().enumerate() {
+            if let Some(semaphore) = &self.lanes[budget].semaphore {
+                // A free permit means nobody waits: waiters are handed theirs.
+                match semaphore.try_acquire() {
+                    Ok(p) => {
+                        permit._budgets[i] = Some(p);
+                        permit.semaphores[i] = Some(budget);
+                    }
+                    Err(_) => return Stage::Budget(i),
+                }
+            }
+        }
+        if !(self.per_period.queue_empty() && self.try_token(Instant::now()).is_ok()) {
+            return Stage::Token;
+        }
+        permit.per_period = true;
+        match self.global.try_acquire() {
+            Ok(p) => {
+                permit._global = Some(p);
+                Stage::Done
+            }
+            Err(_) => Stage::Global,
+        }
+    }
+
+    /// Queues for the stages from `from` on.
+    async fn wait_stages<'a>(
+        &'a self,
+        set: BudgetSet,
+        mut permit: Permit<'a>,
+        from: Stage,
+    ) -> Permit<'a> {
+        let (windows_from, budgets_from, token) = match from {
+            Stage::Window(i) => (i, 0, true),
+            Stage::Budget(i) => (MAX_BUDGETS, i, true),
+            Stage::Token => (MAX_BUDGETS, MAX_BUDGETS, true),
+            Stage::Global | Stage::Done => (MAX_BUDGETS, MAX_BUDGETS, false),
+        };
+        self.take_windows(set, windows_from, &mut permit.windows)
+            .await;
+        for (i, budget) in set.iter().enumerate().skip(budgets_from) {
+            if let Some(semaphore) = &self.lanes[budget].semaphore {
+                permit._budgets[i] = Some(acquire(semaphore).await);
+                permit.semaphores[i] = Some(budget);
+            }
+        }
+        if token {
+            self.take_token().await;
+            permit.per_period = true;
+        }
+        if permit._global.is_none() {
+            permit._global = Some(acquire(&self.global).await);
+        }
+        permit
+    }
+
+    /// The budgets' rolling-window slots from the `from`-th on, each in its
+    /// budget's FIFO queue. With two windows the tighter one comes first,
+    /// and each slot is taken and its queue left before the next is joined:
+    /// a backfill-mode search waits for the backfill window holding nothing
+    /// retrieval needs, and no request ever waits in one queue while
+    /// heading another.
+    async fn take_windows(
+        &self,
+        set: BudgetSet,
+        from: usize,
+        taken: &mut [Option<usize>; MAX_BUDGETS],
+    ) {
+        for (i, budget) in set.by_tightness().enumerate().skip(from) {
+            let Some(window) = &self.lanes[budget].window else {
+                continue;
+            };
+            let attempt = |now| window.lock().acquire(now);
+            if !(window.queue_empty() && attempt(Instant::now()).is_ok()) {
+                let _turn = window.turn().await;
+                when_paced(attempt).await;
+            }
+            taken[i] = Some(budget);
+        }
+    }
+
+    /// A bucket token and a slot of the rolling second, in the one FIFO
+    /// queue every request passes.
+    async fn take_token(&self) {
+        if self.per_period.queue_empty() && self.try_token(Instant::now()).is_ok() {
+            return;
+        }
+        let _turn = self.per_period.turn().await;
+        when_paced(|now| self.try_token(now)).await;
+    }
+
+    /// Both at one instant, under the rolling second's lock: neither is
+    /// taken unless both are free.
+    fn try_token(&self, now: Instant) -> Result<(), Duration> {
+        let mut per_period = self.per_period.lock();
+        per_period.check(now)?;
+        self.bucket.clock().set(now);
         self.bucket
             .check()
-            .map_err(|not_until| not_until.wait_time_from(TokioClock.now()))
+            .map_err(|not_until| not_until.wait_time_from(TokioInstant(now)))?;
+        per_period.hold();
+        Ok(())
     }
 
     /// Requests admitted and not yet finished, over all budgets.
@@ -336,7 +631,7 @@ impl Throttle {
     /// Admissions of `budget` in its current rolling window; `None` without one.
     pub fn budget_window_used(&self, budget: usize) -> Option<usize> {
         let window = self.lanes.get(budget)?.window.as_ref()?;
-        let mut window = window.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut window = window.lock();
         let _ = window.check(Instant::now());
         Some(window.used())
     }
@@ -351,23 +646,31 @@ impl Throttle {
     }
 }
 
-/// The semaphores are never closed, so acquiring cannot fail.
-async fn acquire(semaphore: &Arc<Semaphore>) -> OwnedSemaphorePermit {
-    Arc::clone(semaphore)
-        .acquire_owned()
-        .await
-        .expect("throttle semaphores are never closed")
+/// The semaphores are never closed, so acquiring cannot fail. A free permit
+/// is taken without building a waiter (a waiter queued before us would
+/// already hold it).
+async fn acquire(semaphore: &Semaphore) -> SemaphorePermit<'_> {
+    match semaphore.try_acquire() {
+        Ok(permit) => permit,
+        Err(_) => semaphore
+            .acquire()
+            .await
+            .expect("throttle semaphores are never closed"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::{BudgetPolicy, PollingPolicy};
+    use futures_util::FutureExt;
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     const GLOBAL: usize = 0;
     const INGEST: usize = 1;
     const RETRIEVAL: usize = 2;
+    const BACKFILL: usize = 3;
     const MINUTE: Duration = Duration::from_secs(60);
 
     static POLICY: ThrottlePolicy = ThrottlePolicy {
@@ -484,6 +787,33 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn detached_slots_stay_taken_until_given_back() {
+        let throttle = Throttle::new(&POLICY);
+        let held = throttle.admit_all(&[INGEST, RETRIEVAL]).await.detach();
+        assert_eq!(
+            throttle.in_flight(),
+            1,
+            "a detached permit still holds its global slot"
+        );
+        assert_eq!(throttle.budget_in_flight(INGEST), Some(1));
+        let windows_used = |t: &Throttle| t.lanes[RETRIEVAL].window.as_ref().unwrap().lock().used();
+        assert_eq!(windows_used(&throttle), 1);
+        throttle.give_back(held);
+        assert_eq!(throttle.in_flight(), 0);
+        assert_eq!(throttle.budget_in_flight(INGEST), Some(0));
+        // The window slot now counts from the end of the request, as on drop.
+        assert_eq!(windows_used(&throttle), 1);
+        tokio::time::advance(MINUTE).await;
+        let window = throttle.lanes[RETRIEVAL].window.as_ref().unwrap();
+        assert!(window.lock().check(Instant::now()).is_ok());
+        assert_eq!(
+            windows_used(&throttle),
+            0,
+            "one window after the end it expired"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn global_concurrency_is_capped_at_8() {
         let throttle = Arc::new(Throttle::new(&POLICY));
         let all = Arc::new(Gauge::default());
@@ -545,6 +875,229 @@ mod tests {
         // Sustained: 192 paced admissions after the burst take 3.84 s.
         let span = times[199].duration_since(times[0]);
         assert_eq!(span, Duration::from_millis(192 * 20));
+    }
+
+    /// Pairs admitted in the other order than they arrived, of `order`: the
+    /// arrival numbers in admission order.
+    fn out_of_order_pairs(order: &[usize]) -> usize {
+        order
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| order[i + 1..].iter().filter(|&&b| b < a).count())
+            .sum()
+    }
+
+    /// Spawns one caller per entry of `budgets`, in order, `every` apart;
+    /// each takes an arrival number right before it asks, holds its permit
+    /// `hold` and returns. The result lists the arrival numbers in admission
+    /// order, and the admission instants.
+    async fn admission_order(
+        throttle: &Arc<Throttle>,
+        budgets: &[&'static [usize]],
+        every: Duration,
+        hold: Duration,
+    ) -> (Vec<usize>, Vec<Instant>) {
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let admitted = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::with_capacity(budgets.len());
+        for &budgets in budgets {
+            let (throttle, arrived, admitted) = (
+                Arc::clone(throttle),
+                Arc::clone(&arrived),
+                Arc::clone(&admitted),
+            );
+            tasks.push(tokio::spawn(async move {
+                let me = arrived.fetch_add(1, Ordering::SeqCst);
+                let permit = throttle.admit_all(budgets).await;
+                admitted.lock().unwrap().push((me, Instant::now()));
+                tokio::time::sleep(hold).await;
+                drop(permit);
+            }));
+            // Exactly `every`, not rounded up to the timer's millisecond ticks.
+            tokio::time::advance(every).await;
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let admitted = admitted.lock().unwrap();
+        admitted.iter().copied().unzip()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn callers_paced_by_the_bucket_are_admitted_in_arrival_order() {
+        let throttle = Arc::new(Throttle::new(&POLICY));
+        // 64 callers arrive 1.3 ms apart, a burst of 8 passes, then one per
+        // 20 ms. A sleeper's timer fires on the next millisecond tick, up to
+        // 1 ms after its token is due: a newcomer in that gap must not take it.
+        let budgets = [&[GLOBAL][..]; 64];
+        let every = Duration::from_micros(1300);
+        let (order, times) =
+            admission_order(&throttle, &budgets, every, Duration::from_millis(10)).await;
+        assert_eq!(order.len(), 64);
+        assert_eq!(out_of_order_pairs(&order), 0, "admission order {order:?}");
+        // Still paced: 56 tokens after the burst, each taken on the first
+        // timer tick after it is due.
+        let span = times[63].duration_since(times[0]);
+        let paced = 56 * Duration::from_millis(20);
+        assert!(
+            span >= paced && span <= paced + Duration::from_millis(1),
+            "{span:?}"
+        );
+        assert!(max_in_any_window(&times, Duration::from_secs(1)) <= 57);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn callers_waiting_for_a_window_keep_their_place() {
+        let throttle = Arc::new(Throttle::new(&POLICY));
+        // 140 callers 12 ms apart: the first 100 fill the rolling minute;
+        // the other 40 wait for it to slide, joined by newcomers that arrive
+        // while it does, and leave in the order they came.
+        let budgets = [&[RETRIEVAL][..]; 140];
+        let every = Duration::from_millis(12);
+        let (order, times) =
+            admission_order(&throttle, &budgets, every, Duration::from_millis(10)).await;
+        assert_eq!(out_of_order_pairs(&order), 0, "admission order {order:?}");
+        assert_eq!(max_in_any_window(&times, MINUTE), 100);
+        assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 57);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backfill_mode_search_waits_in_the_backfill_lane_only() {
+        let throttle = Arc::new(Throttle::new(&POLICY));
+        // Searches in backfill mode (more than the backfill window holds)
+        // interleaved with plain searches and plain backfill calls.
+        let kinds: [&'static [usize]; 3] = [&[RETRIEVAL, BACKFILL], &[RETRIEVAL], &[BACKFILL]];
+        let budgets: Vec<&'static [usize]> = (0..120).map(|i| kinds[i % 3]).collect();
+        let (order, times) = admission_order(
+            &throttle,
+            &budgets,
+            Duration::from_micros(1300),
+            Duration::from_millis(10),
+        )
+        .await;
+        assert_eq!(order.len(), 120);
+        let of = |kind: &[usize]| -> Vec<usize> {
+            order
+                .iter()
+                .copied()
+                .filter(|&me| budgets[me] == kind)
+                .collect()
+        };
+        let backfill_lane: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&me| budgets[me].contains(&BACKFILL))
+            .collect();
+        assert_eq!(out_of_order_pairs(&backfill_lane), 0, "{backfill_lane:?}");
+        assert_eq!(out_of_order_pairs(&of(&[RETRIEVAL])), 0);
+        // The 40 plain searches do not wait behind the 50 backfill-mode
+        // searches the backfill window holds back: all go in the first wave.
+        let first_minute = times.iter().filter(|&&t| t < times[0] + MINUTE).count();
+        let plain_searches_late = order[first_minute..]
+            .iter()
+            .filter(|&&me| budgets[me] == [RETRIEVAL])
+            .count();
+        assert_eq!(plain_searches_late, 0);
+        let backfill_times: Vec<Instant> = order
+            .iter()
+            .zip(&times)
+            .filter(|(me, _)| budgets[**me].contains(&BACKFILL))
+            .map(|(_, &t)| t)
+            .collect();
+        assert_eq!(max_in_any_window(&backfill_times, MINUTE), 30);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_backlog_holds_no_global_slot_and_does_not_queue_other_lanes() {
+        let throttle = Arc::new(Throttle::new(&POLICY));
+        for _ in 0..100 {
+            drop(throttle.admit(RETRIEVAL).await);
+        }
+        let backlog: Vec<_> = (0..130)
+            .map(|_| {
+                let throttle = Arc::clone(&throttle);
+                tokio::spawn(async move { drop(throttle.admit(RETRIEVAL).await) })
+            })
+            .collect();
+        // Long enough for the bucket to refill, far from the window sliding.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(backlog.iter().all(|task| !task.is_finished()));
+        assert_eq!(throttle.in_flight(), 0, "the backlog holds global slots");
+        // A global call and a backfill call pass at once, ahead of all 130.
+        let global = throttle.admit(GLOBAL).now_or_never();
+        assert!(global.is_some(), "a global call queued behind the backlog");
+        let backfill = throttle.admit(BACKFILL).now_or_never();
+        assert!(
+            backfill.is_some(),
+            "a backfill call queued behind the backlog"
+        );
+        assert_eq!(throttle.in_flight(), 2);
+        for task in backlog {
+            task.abort();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_waiter_gives_its_place_to_the_next() {
+        let throttle = Arc::new(Throttle::new(&POLICY));
+        let started = Instant::now();
+        for _ in 0..30 {
+            drop(throttle.admit(BACKFILL).await);
+        }
+        // Two wait for the window; the head gives up before it slides.
+        let head = tokio::spawn({
+            let throttle = Arc::clone(&throttle);
+            async move { drop(throttle.admit(BACKFILL).await) }
+        });
+        let next = tokio::spawn({
+            let throttle = Arc::clone(&throttle);
+            async move {
+                drop(throttle.admit(BACKFILL).await);
+                Instant::now()
+            }
+        });
+        tokio::time::sleep(MINUTE / 2).await;
+        head.abort();
+        assert!(head.await.unwrap_err().is_cancelled());
+        assert_eq!(throttle.budget_window_used(BACKFILL), Some(30));
+        // The next one in line is admitted as soon as the first slot frees.
+        assert_eq!(next.await.unwrap().duration_since(started), MINUTE);
+        // The burst of 8 left together at `started`: 22 remain, and the new one.
+        assert_eq!(throttle.budget_window_used(BACKFILL), Some(23));
+        assert_eq!(throttle.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn admissions_that_give_up_return_their_window_and_second_slots() {
+        let throttle = Arc::new(Throttle::new(&POLICY));
+        let permits: Vec<_> = (0..8).map(|_| throttle.admit(GLOBAL)).collect();
+        let mut held = Vec::new();
+        for permit in permits {
+            held.push(permit.await);
+        }
+        // A retrieval call takes its window slot and a token, then waits for
+        // a global slot and gives up: the slots it took end with it.
+        let waiting = tokio::time::timeout(Duration::from_millis(100), throttle.admit(RETRIEVAL));
+        assert!(waiting.await.is_err());
+        assert_eq!(throttle.budget_window_used(RETRIEVAL), Some(1));
+        assert_eq!(throttle.per_period.lock().open, 8);
+        drop(held);
+        assert_eq!(throttle.per_period.lock().open, 0);
+        assert_eq!(throttle.in_flight(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "more than 2 budgets")]
+    fn three_budgets_are_refused() {
+        let throttle = Throttle::new(&POLICY);
+        drop(throttle.admit_all(&[GLOBAL, INGEST, RETRIEVAL]));
+    }
+
+    #[test]
+    fn none_and_duplicate_budgets_are_skipped() {
+        let throttle = Throttle::new(&POLICY);
+        let set = throttle.budget_set(&[Some(RETRIEVAL), None, Some(INGEST), Some(RETRIEVAL)]);
+        assert_eq!(set.iter().collect::<Vec<_>>(), [INGEST, RETRIEVAL]);
     }
 
     #[test]
@@ -615,7 +1168,7 @@ mod tests {
             ..POLICY.clone()
         }));
         let throttle = Throttle::new(unpaced);
-        let window = throttle.per_period.lock().unwrap();
+        let window = throttle.per_period.lock();
         // burst (8) + u32::MAX - 1 saturates instead of wrapping to 6.
         assert_eq!(window.limit(), u32::MAX as usize);
         assert!(window.log.capacity() <= 1024);

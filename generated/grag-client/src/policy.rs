@@ -40,7 +40,7 @@ pub mod budget {
     pub const GLOBAL: usize = 0;
     /// Separate semaphore for ingest pipelines (upload, convert, point upserts, KG writes).
     pub const INGEST: usize = 1;
-    /// Retrieval calls, headroom under the gateway's 120 rpm bucket.
+    /// Retrieval calls, headroom under the gateway's 120 rpm bucket; at most half the global slots.
     pub const RETRIEVAL: usize = 2;
     /// Bulk migration / backfill (e.g. the initial kb-methodik ingest); run outside business hours.
     pub const BACKFILL: usize = 3;
@@ -144,7 +144,7 @@ pub static BUDGETS: [BudgetPolicy; 6] = [
     },
     BudgetPolicy {
         name: "retrieval",
-        max_in_flight: None,
+        max_in_flight: Some(4),
         per_minute: Some(100),
     },
     BudgetPolicy {
