@@ -59,7 +59,8 @@ pub(crate) struct Shared {
     pub(crate) policy: &'static Policy,
     pub(crate) http: reqwest::Client,
     pub(crate) base_url: String,
-    pub(crate) api_key: String,
+    /// `Bearer <key>`, built once and marked sensitive (never in a debug print).
+    pub(crate) authorization: reqwest::header::HeaderValue,
     pub(crate) tenant: Id,
     pub(crate) throttle: Throttle,
     pub(crate) breaker: Mutex<Breaker>,
@@ -82,7 +83,7 @@ impl Client {
         // The tenant may have been parsed under other rules: check this policy's.
         Id::parse(&policy.ids, IdKind::Tenant, config.tenant.as_str())
             .map_err(ConfigError::Tenant)?;
-        check_api_key(&config.api_key)?;
+        let authorization = check_api_key(&config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
         let http = reqwest::Client::builder()
             // Never follow a redirect: the next hop would get the tenant,
@@ -97,7 +98,7 @@ impl Client {
                 policy,
                 http,
                 base_url,
-                api_key: config.api_key,
+                authorization,
                 tenant: config.tenant,
                 throttle: Throttle::new(&policy.throttle),
                 breaker: Mutex::new(Breaker::new(&policy.breaker)),
@@ -214,7 +215,7 @@ impl Client {
 /// The key goes into a header on every keyed request: it must be a valid
 /// header value, and a key that is empty or carries whitespace is a paste
 /// error, not a credential.
-fn check_api_key(key: &str) -> Result<(), ConfigError> {
+fn check_api_key(key: &str) -> Result<reqwest::header::HeaderValue, ConfigError> {
     if key.is_empty() {
         return Err(ConfigError::ApiKey("it is empty"));
     }
@@ -223,7 +224,10 @@ fn check_api_key(key: &str) -> Result<(), ConfigError> {
             "it holds a space, a control character (CR, LF, DEL, ...) or a non-ASCII byte",
         ));
     }
-    Ok(())
+    let mut value = reqwest::header::HeaderValue::try_from(format!("Bearer {key}"))
+        .map_err(|_| ConfigError::ApiKey("it is not a valid header value"))?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 /// The origin every path is appended to: http(s), a host, nothing a path

@@ -391,8 +391,13 @@ impl Client {
         let shared = &self.shared;
         let endpoint = call.endpoint;
         let names = &shared.policy.headers;
-        let method = reqwest::Method::from_bytes(endpoint.method.as_str().as_bytes())
-            .expect("a known method");
+        let method = match endpoint.method {
+            Method::Get => reqwest::Method::GET,
+            Method::Post => reqwest::Method::POST,
+            Method::Put => reqwest::Method::PUT,
+            Method::Patch => reqwest::Method::PATCH,
+            Method::Delete => reqwest::Method::DELETE,
+        };
         let mut url = format!("{}{}", shared.base_url, path);
         for (i, (name, value)) in call.query.iter().enumerate() {
             url.push(if i == 0 { '?' } else { '&' });
@@ -406,7 +411,7 @@ impl Client {
             .header(names.request_id, request_id);
         if endpoint.scope != ScopeNeed::Public {
             if endpoint.lane == Lane::Key {
-                request = request.header(names.authorization, format!("Bearer {}", shared.api_key));
+                request = request.header(names.authorization, shared.authorization.clone());
             }
             request = request.header(names.tenant, shared.tenant.as_str());
         }
