@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-pub use sdk_runtime::Method;
-pub use sdk_runtime::endpoint::{Lane, ScopeNeed};
-pub use sdk_runtime::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
+pub use sdk_policy::Method;
+pub use sdk_policy::endpoint::{Lane, ScopeNeed};
+pub use sdk_policy::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
 
 /// Where an item comes from in the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]

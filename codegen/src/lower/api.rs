@@ -8,13 +8,13 @@ use super::{Cx, is_camel};
 impl Cx<'_> {
     pub(super) fn api(&mut self, api: &spec::ApiFile) -> Api {
         let pattern = &api.ids.pattern;
-        if pattern.as_str() != sdk_runtime::scope::ID_PATTERN {
+        if pattern.as_str() != sdk_policy::scope::ID_PATTERN {
             self.error(
                 pattern,
                 "ids.pattern",
                 format!(
                     "the runtime enforces `{}` and no other ID pattern",
-                    sdk_runtime::scope::ID_PATTERN
+                    sdk_policy::scope::ID_PATTERN
                 ),
             );
         }
@@ -61,13 +61,13 @@ impl Cx<'_> {
             });
         }
         for reserved in &api.ids.reserved_tenants {
-            if sdk_runtime::Id::parse(
-                &sdk_runtime::policy::IdRules {
+            if sdk_policy::Id::parse(
+                &sdk_policy::policy::IdRules {
                     reserved_tenants: &[],
                     opaque: &[],
                     opaque_max_len: 0,
                 },
-                sdk_runtime::IdKind::Workspace,
+                sdk_policy::IdKind::Workspace,
                 reserved,
             )
             .is_err()

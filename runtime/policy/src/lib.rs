@@ -1,0 +1,13 @@
+//! The vocabulary of a policy: what the generator lowers a spec to and the
+//! runtime executes. Data and pure functions only (no I/O, no async), so
+//! `cargo xtask codegen` builds without the runtime's HTTP stack and without
+//! the generated crates.
+
+pub mod endpoint;
+pub mod policy;
+mod scaled;
+pub mod scope;
+
+pub use endpoint::{Endpoint, Lane, Method, ScopeNeed};
+pub use policy::Policy;
+pub use scope::{Id, IdKind, InvalidId};
