@@ -90,3 +90,23 @@ pub fn event_names(text: &str) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// Polls `cond` every 2 ms until it holds (true) or `timeout` passes (false).
+/// For conditions that become true by themselves; the timeout only bounds a
+/// failing test, it is no assertion about speed.
+pub async fn wait_for<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
