@@ -21,33 +21,30 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use grag_client::policy::POLICY;
 use grag_client::types::{
     ConvertRequest, CreateKb, Point, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
-use grag_client::{Config, Created, DocumentId, Grag, KbId, TenantId};
-use grag_sim::{Fault, LoggedRequest, Rule, Sim, SimConfig};
+use grag_client::{Created, DocumentId, Grag, KbId};
+use grag_sim::testkit;
+use grag_sim::{Fault, LoggedRequest, Rule, Sim};
 use sdk_runtime::Policy;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// 1 s → 50 ms, 60 s → 3 s.
 const DIVISOR: u32 = 20;
-static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| POLICY.scaled(DIVISOR));
+static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| testkit::policy(DIVISOR));
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const INGEST_ROUTES: [&str; 3] = ["upload_document", "convert", "upsert_points"];
 
 async fn sim() -> Sim {
-    Sim::start(SimConfig::scaled(1.0 / f64::from(DIVISOR)))
-        .await
-        .expect("the simulator starts")
+    testkit::start(testkit::sim_config(DIVISOR)).await
 }
 
 fn client(sim: &Sim) -> Grag {
-    let tenant = TenantId::parse("knoll").expect("a valid tenant");
-    Grag::with_policy(Config::new(sim.url(), "test-key", tenant), &SCALED).expect("a client")
+    testkit::client(sim, testkit::TENANT, &SCALED)
 }
 
 fn kb() -> KbId {

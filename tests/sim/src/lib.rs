@@ -38,6 +38,9 @@
 //! long [`SimConfig::conversion_time`] and [`Sim::finish_conversion`]. The
 //! clock-driven forms remain for the demo and the binary's scenarios.
 //!
+//! [`testkit`] starts what a test needs: a simulator, the policy at a scale,
+//! a client of tenant `knoll`.
+//!
 //! | fault | `kind` | answer |
 //! |---|---|---|
 //! | deploy churn | `Faults::deploy_churn()` (phases by the clock) / `Faults::deploy_churn_stepped(n)` + `Faults::churn_step()` (phases by steps and answer counts: for tests) / `POST /_sim/churn` | listener closed (refused) and open connections cut, then 401/404/422 in turn (health 200), then healthy |
@@ -67,6 +70,7 @@ mod log;
 mod platform;
 mod sse;
 mod state;
+pub mod testkit;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
