@@ -183,6 +183,18 @@ impl Env {
     }
 }
 
+/// The output of `call` if it is ready on its first poll: a call that fails
+/// fast (breaker open, a remembered dark flag) neither sends nor waits, so it
+/// never returns `Pending`. How fast the machine is plays no part.
+pub fn ready_now<F: std::future::Future>(call: F) -> Option<F::Output> {
+    let mut call = std::pin::pin!(call);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match call.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// Polls `cond` every millisecond until it holds or `timeout` passes.
 pub async fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
