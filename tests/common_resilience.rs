@@ -5,12 +5,12 @@
 // Shared through `mod common_resilience;`; each binary uses a part.
 #![allow(dead_code)]
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use grag_client::policy::POLICY;
 use grag_client::types::SpendGrouping;
-use grag_client::{Config, Grag, PipelineId, TenantId};
+use grag_client::{Grag, PipelineId};
+use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
@@ -18,31 +18,27 @@ use sdk_runtime::breaker::CircuitState;
 use tokio::time::Instant;
 
 /// The key the clients present (the simulator accepts any by default).
-pub const KEY: &str = "test-key";
+pub const KEY: &str = testkit::KEY;
 
 /// The spec's policy at 1/100: default attempt timeout 300 ms, deadline
 /// 1.8 s, R1 from 5 ms, 429 floor 20 ms, breaker window 300 ms, probe every
 /// 50 ms (30 ms timeout), canary 50 ms, deploy-suspected 1.2 s, open alert 3 s.
-static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| POLICY.scaled(100));
+pub fn policy() -> &'static Policy {
+    testkit::policy(100)
+}
 
 /// The spec's policy at 1/1000, for the rules whose scaled(100) duration
 /// would cost seconds (the 5 min open alert, the 180 s deadline): default
 /// attempt timeout 30 ms, llm 150 ms, deadline 180 ms, breaker window 30 ms,
 /// probe every 5 ms, open alert 300 ms.
-static FAST: LazyLock<&'static Policy> = LazyLock::new(|| POLICY.scaled(1000));
-
-pub fn policy() -> &'static Policy {
-    *SCALED
-}
-
 pub fn fast_policy() -> &'static Policy {
-    *FAST
+    testkit::policy(1000)
 }
 
 /// The simulator's timings at 1/100 (deploy churn 200 ms refused + 100 ms
 /// flaky, conversions 30 ms).
 pub fn sim_config() -> SimConfig {
-    SimConfig::scaled(0.01)
+    testkit::sim_config(100)
 }
 
 /// A simulator and one client of tenant `knoll` on it.
@@ -68,13 +64,8 @@ impl Env {
     }
 
     async fn build(config: SimConfig, policy: &'static Policy, warm_up: bool) -> Env {
-        let sim = Sim::start(config).await.expect("the simulator starts");
-        let alerts = Arc::new(CollectAlerts::default());
-        let tenant = TenantId::parse("knoll").expect("a valid tenant");
-        let config = Config::new(sim.url(), KEY, tenant)
-            .alerts(alerts.clone())
-            .warm_up(warm_up);
-        let grag = Grag::with_policy(config, policy).expect("a client");
+        let Kit { sim, grag, alerts } =
+            Kit::start_with(config, policy, |c| c.warm_up(warm_up)).await;
         Env { sim, grag, alerts }
     }
 
@@ -189,6 +180,18 @@ impl Env {
             self.grag.runtime().deploy_suspected(),
             "a close starts the deploy-suspected window"
         );
+    }
+}
+
+/// The output of `call` if it is ready on its first poll: a call that fails
+/// fast (breaker open, a remembered dark flag) neither sends nor waits, so it
+/// never returns `Pending`. How fast the machine is plays no part.
+pub fn ready_now<F: std::future::Future>(call: F) -> Option<F::Output> {
+    let mut call = std::pin::pin!(call);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match call.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
     }
 }
 

@@ -10,17 +10,17 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use grag_client::policy::POLICY;
 use grag_client::types::{CreateKb, SearchRequest};
-use grag_client::{Config, Grag, KbId, PipelineId, TenantId};
-use grag_sim::{Fault, Rule, Sim, SimConfig};
+use grag_client::{Config, Grag, KbId, PipelineId};
+use grag_sim::testkit;
+use grag_sim::{Fault, Rule, Sim};
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::breaker::CircuitState;
 use sdk_runtime::{ErrorKind, FeatureStatus, Policy};
 use tokio::time::Instant;
 
 const DIVISOR: u32 = 50;
-static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| POLICY.scaled(DIVISOR));
+static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| testkit::policy(DIVISOR));
 
 const UPDATING: &str = "Wird gerade aktualisiert";
 const WARMING_UP: &str =
@@ -32,18 +32,15 @@ const SEARCH_PATH: &str = "/ai-gateway/api/v1/retrieval/collections/kb-methodik/
 const SCORE_PATH: &str = "/groundedness/api/v1/score";
 
 async fn sim() -> Sim {
-    Sim::start(SimConfig::scaled(1.0 / f64::from(DIVISOR)))
-        .await
-        .expect("the simulator starts")
+    testkit::start(testkit::sim_config(DIVISOR)).await
 }
 
 fn config(sim: &Sim) -> Config {
-    let tenant = TenantId::parse("knoll").expect("a valid tenant");
-    Config::new(sim.url(), "test-key", tenant)
+    testkit::config(sim, testkit::TENANT)
 }
 
 fn client(config: Config) -> Grag {
-    Grag::with_policy(config, &SCALED).expect("a client")
+    testkit::client_with(config, &SCALED)
 }
 
 /// Every feature the spec names.

@@ -11,7 +11,7 @@ mod common_resilience;
 use std::time::Duration;
 
 use common_resilience::{
-    Env, WallClock, early_in_a_second, fast_policy, policy, sim_config, whole_second,
+    Env, WallClock, early_in_a_second, fast_policy, policy, ready_now, sim_config, whole_second,
 };
 use grag_client::types::{
     ChatMessage, Chunk, CompletionRequest, ConvertRequest, CreateConversation, CreateKb, Point,
@@ -126,11 +126,9 @@ fn alerts_since(env: &Env, from: usize) -> Vec<&'static str> {
 #[tokio::test]
 async fn t01_connection_refused_is_retried_three_times_then_t1() {
     let env = Env::start().await;
-    // The deploy churn's first phase: the listener is closed, connects are refused.
-    env.sim
-        .faults()
-        .deploy_churn_for(Duration::from_secs(5), Duration::ZERO)
-        .await;
+    // The deploy churn's first phase: the listener is closed, connects are
+    // refused, until a step that this test never takes.
+    env.sim.faults().deploy_churn_stepped(Some(0)).await;
     let e = env.grag.workspaces().list_kbs().await.unwrap_err();
     assert_row(&e, "T1", "connection", MSG_CONNECTION);
     assert_eq!(e.kind(), ErrorKind::Connection);
@@ -695,18 +693,14 @@ async fn t13_dark_503_is_stable_remembered_and_the_next_call_fails_fast() {
     assert_eq!(e.attempts(), 1);
     assert_eq!(env.count("search_rerank"), 1, "R0: a stable answer");
 
-    // Remembered: the next call fails fast without a request.
-    let started = Instant::now();
-    let e = env
-        .grag
-        .ai_gateway()
-        .search_rerank(&kb, &search())
-        .await
+    // Remembered: the next call fails fast (over on its first poll) without a request.
+    let query = search();
+    let e = ready_now(env.grag.ai_gateway().search_rerank(&kb, &query))
+        .expect("fails fast: ready on the first poll")
         .unwrap_err();
     assert_row(&e, "T13", "feature_dark", MSG_DARK);
     assert_eq!(e.attempts(), 0, "nothing was sent");
     assert_eq!(env.count("search_rerank"), 1, "no request reached the sim");
-    assert!(started.elapsed() < Duration::from_millis(100));
     assert_eq!(env.feature("search"), ("dark", None));
     assert_eq!(
         env.feature("chat"),
@@ -891,11 +885,13 @@ async fn t16_unknown_503_with_a_different_detail_stays_ambiguous() {
 
 #[tokio::test]
 async fn t20_deadline_ends_a_call_the_platform_is_too_slow_for() {
-    // 1/1000: llm attempt timeout 150 ms, overall deadline 180 ms.
-    let env = Env::with(sim_config(), fast_policy()).await;
+    // 1/100: llm attempt timeout 1.5 s, overall deadline 1.8 s, so the retry
+    // has 300 ms to start (at 1/1000 it had 30 ms, which a loaded machine
+    // missed). The platform would answer after a minute.
+    let env = Env::start().await;
     env.sim
         .faults()
-        .push(Rule::new(Fault::delay(Duration::from_secs(2))).on("score"));
+        .push(Rule::new(Fault::delay(Duration::from_secs(60))).on("score"));
     let started = Instant::now();
     let e = env
         .grag
@@ -919,10 +915,10 @@ async fn t20_deadline_ends_a_call_the_platform_is_too_slow_for() {
     );
     assert_eq!(env.count("score"), 2);
     assert!(
-        took >= Duration::from_millis(180),
+        took >= Duration::from_millis(1800),
         "the whole deadline was used: {took:?}"
     );
-    assert!(took < Duration::from_millis(600), "{took:?}");
+    assert!(took < Duration::from_millis(6000), "{took:?}");
 }
 
 #[tokio::test]
@@ -961,13 +957,9 @@ async fn t21_circuit_open_fails_fast_with_the_german_state_text() {
     };
     let before = platform_requests(&env);
 
-    let started = Instant::now();
-    let e = env.grag.workspaces().list_kbs().await.unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_millis(50),
-        "fails fast: {:?}",
-        started.elapsed()
-    );
+    let e = ready_now(env.grag.workspaces().list_kbs())
+        .expect("fails fast: ready on the first poll")
+        .unwrap_err();
     assert_row(&e, "T21", "circuit_open", MSG_CIRCUIT_OPEN);
     assert_eq!(e.kind(), ErrorKind::CircuitOpen);
     assert_eq!(e.attempts(), 0);

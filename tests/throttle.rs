@@ -23,12 +23,12 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use grag_client::policy::POLICY;
 use grag_client::types::{
     ConvertRequest, CreateKb, Point, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
 use grag_client::{Config, Created, DocumentId, Grag, KbId, PipelineId, TenantId};
-use grag_sim::{Fault, LoggedRequest, Rule, Sim, SimConfig};
+use grag_sim::testkit;
+use grag_sim::{Fault, LoggedRequest, Rule, Sim};
 use sdk_runtime::Policy;
 use sdk_runtime::policy::ThrottlePolicy;
 use tokio::task::JoinHandle;
@@ -36,21 +36,18 @@ use tokio::time::Instant;
 
 /// 1 s → 50 ms, 60 s → 3 s.
 const DIVISOR: u32 = 20;
-static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| POLICY.scaled(DIVISOR));
+static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| testkit::policy(DIVISOR));
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const INGEST_ROUTES: [&str; 3] = ["upload_document", "convert", "upsert_points"];
 
 async fn sim() -> Sim {
-    Sim::start(SimConfig::scaled(1.0 / f64::from(DIVISOR)))
-        .await
-        .expect("the simulator starts")
+    testkit::start(testkit::sim_config(DIVISOR)).await
 }
 
 fn client(sim: &Sim) -> Grag {
-    let tenant = TenantId::parse("knoll").expect("a valid tenant");
-    Grag::with_policy(Config::new(sim.url(), "test-key", tenant), &SCALED).expect("a client")
+    testkit::client(sim, testkit::TENANT, &SCALED)
 }
 
 fn kb() -> KbId {
@@ -612,10 +609,12 @@ async fn backing_off_calls_hold_no_slot() {
     let _serial = SERIAL.lock().await;
     let sim = sim().await;
     let grag = client(&sim);
-    // Retry-After is honored as sent (not scaled): each call sleeps 1 s between attempts.
+    // Retry-After is honored as sent (not scaled): each call sleeps 5 s between
+    // attempts (within the 9 s deadline at 1/20), so none frees a slot by
+    // finishing while the test runs.
     sim.faults().push(
         Rule::new(Fault::RateLimited {
-            retry_after: Some(grag_sim::RetryAfter::Seconds(1)),
+            retry_after: Some(grag_sim::RetryAfter::Seconds(5)),
         })
         .on("get_settings"),
     );
@@ -635,12 +634,17 @@ async fn backing_off_calls_hold_no_slot() {
         })
         .await;
     assert!(all_answered, "eight first attempts answered 429");
-    let started = Instant::now();
     grag.workspaces().list_kbs().await.expect("list_kbs");
-    let took = started.elapsed();
+    // Had the eight held their slots, the ninth could only have gone once one
+    // of them finished: all are still sleeping out their Retry-After.
     assert!(
-        took < Duration::from_millis(500),
-        "a ninth call waited {took:?} behind eight calls sleeping out a Retry-After"
+        backing_off.iter().all(|call| !call.is_finished()),
+        "a ninth call went through only after a call backing off had finished"
+    );
+    assert_eq!(
+        sim.log().count("get_settings"),
+        8,
+        "no second attempt yet: the ninth call did not wait for one"
     );
     for call in backing_off {
         call.abort();
@@ -676,13 +680,13 @@ async fn a_backfill_sends_at_most_30_per_rolling_minute() {
         })
         .await;
     assert!(filled, "the first 30 go at once");
-    // Outside the mode, the same client is not held back by the backfill.
-    let started = Instant::now();
+    // Outside the mode, the same client is not held back by the backfill: it
+    // is answered while the 31st backfill call still waits for the window.
     grag.workspaces().list_kbs().await.expect("list_kbs");
-    assert!(
-        started.elapsed() < window / 10,
-        "list_kbs waited {:?}",
-        started.elapsed()
+    assert_eq!(
+        sim.log().count("get_settings"),
+        30,
+        "list_kbs is answered before the window lets a 31st backfill call go"
     );
     join_all(calls).await;
 

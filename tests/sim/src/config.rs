@@ -4,6 +4,20 @@ use std::time::Duration;
 
 use grag_client::policy::{POLICY, stream};
 
+/// When an ingest job's timeline (queue, then one node after the other) starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobStart {
+    /// At the upload, as on the platform: a subscriber that comes late misses
+    /// what was published before it (pub/sub does not replay).
+    #[default]
+    AtUpload,
+    /// The job stays `queued` until its first orchestrator subscriber arrives
+    /// (the job starts at that subscription, so the subscriber sees every
+    /// event) or [`crate::Sim::start_job`] starts it. For tests: what a
+    /// subscriber sees does not depend on how fast the machine is.
+    Held,
+}
+
 /// How the simulated platform behaves in time, and who it lets in.
 ///
 /// [`SimConfig::default`] holds the real values (keepalive 20 s, stream ceiling
@@ -30,7 +44,11 @@ pub struct SimConfig {
     pub churn_flaky: Duration,
     /// Pipeline nodes an ingest job runs through, in order.
     pub job_nodes: Vec<String>,
-    /// How long a new job waits in the queue before its first node starts.
+    /// When a new ingest job's timeline starts: at the upload (the default),
+    /// or held until its first orchestrator subscriber or [`crate::Sim::start_job`].
+    pub job_start: JobStart,
+    /// How long a new job waits in the queue before its first node starts
+    /// (counted from the job's start).
     pub job_queue: Duration,
     /// How long each pipeline node runs.
     pub job_node_pace: Duration,
@@ -68,6 +86,7 @@ impl Default for SimConfig {
                 .into_iter()
                 .map(String::from)
                 .collect(),
+            job_start: JobStart::AtUpload,
             job_queue: Duration::from_secs(2),
             job_node_pace: Duration::from_secs(3),
             conversion_time: Duration::from_secs(3),
@@ -123,7 +142,14 @@ impl SimConfig {
         self
     }
 
-    /// How long an ingest job runs from upload to `completed`.
+    /// The same configuration with ingest jobs held until started
+    /// ([`JobStart::Held`]).
+    pub fn with_held_jobs(mut self) -> Self {
+        self.job_start = JobStart::Held;
+        self
+    }
+
+    /// How long an ingest job runs from its start to `completed`.
     pub fn job_duration(&self) -> Duration {
         self.job_queue + self.job_node_pace * self.job_nodes.len() as u32
     }

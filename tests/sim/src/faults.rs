@@ -204,12 +204,84 @@ pub struct ActiveRule {
     pub fired: u32,
 }
 
-/// The deploy churn in progress: refused until `refused_until`, then
-/// transient answers until `flaky_until`.
+/// Phase of a deploy churn: first [`ChurnPhase::Refused`] (listener closed,
+/// open connections cut), then [`ChurnPhase::Flaky`] (`/workspaces/health`
+/// 200, every other route a transient 401/404/422 in turn); after it the
+/// platform is healthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChurnPhase {
+    Refused,
+    Flaky,
+}
+
+/// What ends the current phase of a churn.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PhaseEnd {
+    /// The clock (the timed churn of [`Faults::deploy_churn`]).
+    At(Instant),
+    /// [`Faults::churn_step`] only.
+    Step,
+    /// This many more transient answers (flaky phase only), or a step.
+    Answers(u32),
+}
+
+/// How the flaky phase of a churn will end, decided when the churn starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FlakyPlan {
+    For(Duration),
+    Step,
+    Answers(u32),
+}
+
+/// The deploy churn in progress.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Churn {
-    pub refused_until: Instant,
-    pub flaky_until: Instant,
+    pub phase: ChurnPhase,
+    pub end: PhaseEnd,
+    pub flaky: FlakyPlan,
+}
+
+impl Churn {
+    /// The churn after its current phase, which ended at `at`.
+    fn next(self, at: Instant) -> Option<Churn> {
+        match self.phase {
+            ChurnPhase::Flaky => None,
+            ChurnPhase::Refused => {
+                let end = match self.flaky {
+                    FlakyPlan::For(d) if d.is_zero() => return None,
+                    FlakyPlan::Answers(0) => return None,
+                    FlakyPlan::For(d) => PhaseEnd::At(at + d),
+                    FlakyPlan::Step => PhaseEnd::Step,
+                    FlakyPlan::Answers(n) => PhaseEnd::Answers(n),
+                };
+                Some(Churn {
+                    phase: ChurnPhase::Flaky,
+                    end,
+                    flaky: self.flaky,
+                })
+            }
+        }
+    }
+}
+
+/// The churn in force at `now`, with every phase the clock has ended applied.
+fn settle(churn: &mut Option<Churn>, now: Instant) {
+    while let Some(c) = *churn {
+        match c.end {
+            PhaseEnd::At(t) if t <= now => *churn = c.next(t),
+            _ => return,
+        }
+    }
+}
+
+/// What the platform does with a request during a churn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChurnAnswer {
+    /// A request on a connection that raced the cut.
+    Refused,
+    /// The `n`-th transient answer of this simulator (401, 404, 422 in turn).
+    Flaky(u64),
 }
 
 #[derive(Default)]
@@ -219,15 +291,10 @@ pub(crate) struct FaultState {
     pub churn: Mutex<Option<Churn>>,
     /// Wakes the accept loop to close the listener.
     pub churn_started: tokio::sync::Notify,
+    /// Wakes the accept loop when a step (or a clear) may have ended the refusal.
+    pub churn_stepped: tokio::sync::Notify,
     /// Rotates the transient deploy answers (401, 404, 422, ...).
     pub churn_counter: std::sync::atomic::AtomicU64,
-}
-
-/// Phase of a deploy churn at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChurnPhase {
-    Refused,
-    Flaky,
 }
 
 impl FaultState {
@@ -254,15 +321,59 @@ impl FaultState {
         Some(fault)
     }
 
+    fn churn(&self) -> std::sync::MutexGuard<'_, Option<Churn>> {
+        self.churn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) fn churn_phase(&self, now: Instant) -> Option<ChurnPhase> {
-        let churn = *self.churn.lock().unwrap_or_else(|e| e.into_inner());
-        let churn = churn?;
-        if now < churn.refused_until {
-            Some(ChurnPhase::Refused)
-        } else if now < churn.flaky_until {
-            Some(ChurnPhase::Flaky)
-        } else {
-            None
+        let mut churn = self.churn();
+        settle(&mut churn, now);
+        churn.map(|c| c.phase)
+    }
+
+    /// When the refusal of a timed churn ends by the clock (`None` for a
+    /// stepped one, or when no refusal is in force).
+    pub(crate) fn refused_until(&self, now: Instant) -> Option<Option<Instant>> {
+        let mut churn = self.churn();
+        settle(&mut churn, now);
+        match *churn {
+            Some(Churn {
+                phase: ChurnPhase::Refused,
+                end,
+                ..
+            }) => Some(match end {
+                PhaseEnd::At(t) => Some(t),
+                _ => None,
+            }),
+            _ => None,
+        }
+    }
+
+    /// How the churn answers a request at `now` (`public`: a route such as
+    /// `/workspaces/health`, which is already fine in the flaky phase). A
+    /// flaky answer counts against a counted flaky phase.
+    pub(crate) fn churn_answer(&self, now: Instant, public: bool) -> Option<ChurnAnswer> {
+        let mut churn = self.churn();
+        settle(&mut churn, now);
+        let c = (*churn)?;
+        match c.phase {
+            ChurnPhase::Refused => Some(ChurnAnswer::Refused),
+            ChurnPhase::Flaky if public => None,
+            ChurnPhase::Flaky => {
+                if let PhaseEnd::Answers(left) = c.end {
+                    *churn = if left <= 1 {
+                        None
+                    } else {
+                        Some(Churn {
+                            end: PhaseEnd::Answers(left - 1),
+                            ..c
+                        })
+                    };
+                }
+                Some(ChurnAnswer::Flaky(
+                    self.churn_counter.fetch_add(1, Ordering::SeqCst),
+                ))
+            }
         }
     }
 }
@@ -337,7 +448,8 @@ impl Faults {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        *state.churn.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *state.churn() = None;
+        state.churn_stepped.notify_one();
         self.shared
             .agent_plane
             .store(self.shared.config.agent_plane, Ordering::SeqCst);
@@ -348,6 +460,10 @@ impl Faults {
     /// connections are cut), then transient 401/404/422 answers for
     /// [`crate::SimConfig::churn_flaky`] while `/workspaces/health` is already
     /// 200, then healthy. Returns when the listener is closed.
+    ///
+    /// The phases follow the clock: for demos and the binary. Tests use
+    /// [`Faults::deploy_churn_stepped`], whose phases do not depend on how fast
+    /// the machine is.
     pub async fn deploy_churn(&self) {
         let c = &self.shared.config;
         self.deploy_churn_for(c.churn_refused, c.churn_flaky).await;
@@ -355,26 +471,69 @@ impl Faults {
 
     /// [`Faults::deploy_churn`] with explicit phase lengths.
     pub async fn deploy_churn_for(&self, refused: Duration, flaky: Duration) {
-        let state = &self.shared.faults;
         let now = Instant::now();
-        *state.churn.lock().unwrap_or_else(|e| e.into_inner()) = Some(Churn {
-            refused_until: now + refused,
-            flaky_until: now + refused + flaky,
+        self.begin_churn(PhaseEnd::At(now + refused), FlakyPlan::For(flaky))
+            .await;
+    }
+
+    /// Starts a deploy that the caller drives, with no clock involved: the
+    /// listener closes and open connections are cut (returns once it is
+    /// closed), and connections are refused until the first
+    /// [`Faults::churn_step`]. Then the flaky phase (`/workspaces/health` 200,
+    /// every other route 401, 404, 422 in turn) lasts for `flaky_answers`
+    /// transient answers, after which the platform is healthy by itself;
+    /// `None` keeps it flaky until a second [`Faults::churn_step`].
+    pub async fn deploy_churn_stepped(&self, flaky_answers: Option<u32>) {
+        let flaky = flaky_answers.map_or(FlakyPlan::Step, FlakyPlan::Answers);
+        self.begin_churn(PhaseEnd::Step, flaky).await;
+    }
+
+    async fn begin_churn(&self, end: PhaseEnd, flaky: FlakyPlan) {
+        let state = &self.shared.faults;
+        let refusing = !matches!(end, PhaseEnd::At(t) if t <= Instant::now());
+        *state.churn() = Some(Churn {
+            phase: ChurnPhase::Refused,
+            end,
+            flaky,
         });
         state.churn_started.notify_one();
         // The accept loop closes the listener on its next turn; wait for it so a
         // caller's next connection attempt is refused.
-        if !refused.is_zero() {
+        if refusing {
             let mut closed = self.shared.listener_closed.subscribe();
-            let _ =
-                tokio::time::timeout(refused.min(Duration::from_secs(1)), closed.wait_for(|c| *c))
-                    .await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), closed.wait_for(|c| *c)).await;
         }
+    }
+
+    /// Ends the current phase of a churn now, timed or stepped: a refusal
+    /// turns flaky (returns once the listener accepts again), a flaky phase
+    /// turns healthy. Returns the phase now in force (`None`: healthy).
+    pub async fn churn_step(&self) -> Option<ChurnPhase> {
+        let state = &self.shared.faults;
+        let now = Instant::now();
+        let (was, phase) = {
+            let mut churn = state.churn();
+            settle(&mut churn, now);
+            let was = churn.map(|c| c.phase);
+            *churn = churn.and_then(|c| c.next(now));
+            (was, churn.map(|c| c.phase))
+        };
+        if was == Some(ChurnPhase::Refused) {
+            state.churn_stepped.notify_one();
+            let mut closed = self.shared.listener_closed.subscribe();
+            let _ = tokio::time::timeout(Duration::from_secs(10), closed.wait_for(|c| !*c)).await;
+        }
+        phase
+    }
+
+    /// The phase of the churn in progress, if any.
+    pub fn churn_phase(&self) -> Option<ChurnPhase> {
+        self.shared.faults.churn_phase(Instant::now())
     }
 
     /// Whether a deploy churn is in progress (refused or flaky phase).
     pub fn churning(&self) -> bool {
-        self.shared.faults.churn_phase(Instant::now()).is_some()
+        self.churn_phase().is_some()
     }
 
     /// Turns the agent plane on or off: off, the agent stream answers 503 with

@@ -29,9 +29,21 @@
 //! `{"route": "list_kbs", "fault": {"kind": "rate_limited", "retry_after": {"seconds": 2}}, "times": 1}`.
 //! Every answer a fault shaped names it in [`LoggedRequest::faults`].
 //!
+//! # Tests and the clock
+//!
+//! A test must not depend on how fast the machine is, so it drives the
+//! simulator's phases itself: a deploy with [`Faults::deploy_churn_stepped`]
+//! and [`Faults::churn_step`], ingest jobs with [`JobStart::Held`]
+//! ([`SimConfig::with_held_jobs`], [`Sim::start_job`]), conversions with a
+//! long [`SimConfig::conversion_time`] and [`Sim::finish_conversion`]. The
+//! clock-driven forms remain for the demo and the binary's scenarios.
+//!
+//! [`testkit`] starts what a test needs: a simulator, the policy at a scale,
+//! a client of tenant `knoll`.
+//!
 //! | fault | `kind` | answer |
 //! |---|---|---|
-//! | deploy churn | `Faults::deploy_churn()` / `POST /_sim/churn` | listener closed (refused) and open connections cut, then 401/404/422 in turn (health 200), then healthy |
+//! | deploy churn | `Faults::deploy_churn()` (phases by the clock) / `Faults::deploy_churn_stepped(n)` + `Faults::churn_step()` (phases by steps and answer counts: for tests) / `POST /_sim/churn` | listener closed (refused) and open connections cut, then 401/404/422 in turn (health 200), then healthy |
 //! | rate limit | `rate_limited` | 429 text, `Retry-After` seconds, HTTP date or none |
 //! | budget | `budget` | 402 |
 //! | admin gate | `admin_gate` | 403, detail names the admin role |
@@ -58,6 +70,7 @@ mod log;
 mod platform;
 mod sse;
 mod state;
+pub mod testkit;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -77,8 +90,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-pub use config::SimConfig;
-pub use faults::{ActiveRule, Fault, Faults, MODEL_ROUTES, RetryAfter, Route, Rule};
+pub use config::{JobStart, SimConfig};
+pub use faults::{ActiveRule, ChurnPhase, Fault, Faults, MODEL_ROUTES, RetryAfter, Route, Rule};
 pub use log::{LoggedRequest, Note, RequestLog};
 pub use platform::DEFAULT_TENANT;
 
@@ -235,6 +248,46 @@ impl Sim {
         })
     }
 
+    /// Starts a held ingest job ([`JobStart::Held`]) now: its queue, then its
+    /// nodes run from this moment, so it is `completed` (or `failed`) after
+    /// [`SimConfig::job_duration`]. Whether the tenant has a job of that id
+    /// that had not started yet.
+    pub fn start_job(&self, tenant: &str, job_id: &str) -> bool {
+        self.platform(|p| {
+            match p
+                .tenants
+                .get_mut(tenant)
+                .and_then(|t| t.jobs.get_mut(job_id))
+            {
+                Some(job) if job.start.is_none() => {
+                    job.start = Some(Instant::now());
+                    true
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// Finishes a docfold conversion now: its result route answers 200 from
+    /// here on instead of 409. Whether the tenant has a conversion of that id.
+    /// With a [`SimConfig::conversion_time`] longer than any test, the test,
+    /// not the clock, decides when a conversion is done.
+    pub fn finish_conversion(&self, tenant: &str, conversion_id: &str) -> bool {
+        self.platform(|p| {
+            let conversion = p
+                .tenants
+                .get_mut(tenant)
+                .and_then(|t| t.conversions.get_mut(conversion_id));
+            match conversion {
+                Some(c) => {
+                    c.ready_at = c.ready_at.min(Instant::now());
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
     /// A tenant's settings, if ever written.
     pub fn settings(&self, tenant: &str) -> Option<Value> {
         self.platform(|p| p.tenants.get(tenant).and_then(|t| t.settings.clone()))
@@ -295,27 +348,34 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, addr: SocketAdd
                 ));
             }
             Turn::Churn => {
-                let until = shared
-                    .faults
-                    .churn
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .map(|c| c.refused_until);
-                let Some(until) = until.filter(|u| *u > Instant::now()) else {
+                if shared.faults.refused_until(Instant::now()).is_none() {
                     if listener.is_none() {
                         listener = rebind(addr).await;
                     }
                     continue;
-                };
+                }
                 listener = None;
                 conns.abort_all();
                 shared.listener_closed.send_replace(true);
                 shared
                     .log
                     .note("deploy churn: listener closed, open connections cut");
-                tokio::select! {
-                    _ = crate::stopped(&mut shutdown) => break,
-                    _ = tokio::time::sleep_until(until) => {}
+                // Refused until the clock (timed churn) or a step ends it.
+                while let Some(until) = shared.faults.refused_until(Instant::now()) {
+                    let clock = async {
+                        match until {
+                            Some(t) => tokio::time::sleep_until(t).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = crate::stopped(&mut shutdown) => break,
+                        _ = clock => {}
+                        _ = shared.faults.churn_stepped.notified() => {}
+                    }
+                }
+                if *shutdown.borrow() {
+                    break;
                 }
                 listener = rebind(addr).await;
                 shared.listener_closed.send_replace(false);

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::faults::{ChurnPhase, Fault};
+use crate::faults::{ChurnAnswer, Fault};
 use crate::log::LoggedRequest;
 use crate::sse::channel_body;
 use crate::{ConnId, Shared};
@@ -204,14 +204,14 @@ async fn serve(
     };
 
     // Deploy churn: containers coming up behind the proxy.
-    match shared.faults.churn_phase(Instant::now()) {
-        Some(ChurnPhase::Refused) => {
+    let public = endpoint.scope == ScopeNeed::Public;
+    match shared.faults.churn_answer(Instant::now(), public) {
+        Some(ChurnAnswer::Refused) => {
             // Only a connection that raced the cut gets here.
             meta.faults.push("deploy_churn:refused".into());
             return plain(502, "Bad Gateway");
         }
-        Some(ChurnPhase::Flaky) if endpoint.scope != ScopeNeed::Public => {
-            let n = shared.faults.churn_counter.fetch_add(1, Ordering::SeqCst);
+        Some(ChurnAnswer::Flaky(n)) => {
             let (label, response) = match n % 3 {
                 0 => ("deploy_churn:401", detail(401, "Invalid API key")),
                 1 => ("deploy_churn:404", plain(404, "404 page not found")),
@@ -223,7 +223,7 @@ async fn serve(
             meta.faults.push(label.into());
             return response;
         }
-        _ => {}
+        None => {}
     }
 
     // Scripted faults: the first live rule matching the route.

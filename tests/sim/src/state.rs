@@ -79,7 +79,10 @@ pub(crate) struct Job {
     pub id: String,
     pub document_id: String,
     pub kb_id: String,
-    pub created: Instant,
+    /// Where the timeline starts: the upload, or for a held job
+    /// ([`crate::JobStart::Held`]) the moment it was started; `None` while a
+    /// held job waits (it is `queued` until then).
+    pub start: Option<Instant>,
     pub queue: Duration,
     pub pace: Duration,
     pub nodes: Vec<String>,
@@ -97,22 +100,27 @@ pub(crate) struct TimedEvent {
 }
 
 impl Job {
-    fn node_start(&self, i: usize) -> Instant {
-        self.created + self.queue + self.pace * i as u32
+    fn node_start(&self, start: Instant, i: usize) -> Instant {
+        start + self.queue + self.pace * i as u32
     }
 
-    /// Every event the orchestrator publishes for this job, in order.
+    /// Every event the orchestrator publishes for this job, in order (none
+    /// while a held job waits to be started).
     pub fn timeline(&self) -> Vec<TimedEvent> {
+        let Some(start) = self.start else {
+            return Vec::new();
+        };
+        let node_start = |i: usize| self.node_start(start, i);
         let total = self.nodes.len();
         let mut out = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
             let base = json!({ "job_id": self.id, "node": node, "index": i, "total": total });
             out.push(TimedEvent {
-                at: self.node_start(i),
+                at: node_start(i),
                 name: "node_start",
                 data: base.clone(),
             });
-            let end = self.node_start(i + 1);
+            let end = node_start(i + 1);
             if self.fail_at == Some(i) {
                 let mut fail = base;
                 fail["error"] = json!(self.failure());
@@ -135,7 +143,7 @@ impl Job {
             });
         }
         out.push(TimedEvent {
-            at: self.node_start(total),
+            at: node_start(total),
             name: "completed",
             data: json!({ "job_id": self.id, "results": self.results() }),
         });
@@ -158,15 +166,19 @@ impl Job {
     /// The status hash at `now`.
     pub fn status(&self, now: Instant) -> JobStatus {
         let total = self.nodes.len().max(1);
-        if now < self.node_start(0) {
+        let Some(first) = self
+            .start
+            .map(|s| self.node_start(s, 0))
+            .filter(|f| now >= *f)
+        else {
             return JobStatus {
                 status: "queued".into(),
                 progress: 0.0,
                 error: None,
                 results: None,
             };
-        }
-        let elapsed = now.saturating_duration_since(self.node_start(0));
+        };
+        let elapsed = now.saturating_duration_since(first);
         let done = if self.pace.is_zero() {
             total
         } else {
@@ -287,7 +299,7 @@ mod tests {
             id: "j".into(),
             document_id: "d".into(),
             kb_id: "k".into(),
-            created: Instant::now(),
+            start: Some(Instant::now()),
             queue: Duration::from_secs(1),
             pace: Duration::from_secs(2),
             nodes: vec!["a".into(), "b".into()],
@@ -299,7 +311,7 @@ mod tests {
     #[test]
     fn status_follows_the_timeline() {
         let j = job(None);
-        let t = j.created;
+        let t = j.start.unwrap();
         assert_eq!(j.status(t).status, "queued");
         assert_eq!(j.status(t + Duration::from_secs(1)).status, "running");
         assert_eq!(j.status(t + Duration::from_secs(3)).progress, 0.5);
@@ -320,7 +332,7 @@ mod tests {
     #[test]
     fn a_failing_node_fails_the_job() {
         let j = job(Some(1));
-        let t = j.created;
+        let t = j.start.unwrap();
         assert_eq!(j.status(t + Duration::from_secs(4)).status, "running");
         let failed = j.status(t + Duration::from_secs(5));
         assert_eq!(failed.status, "failed");

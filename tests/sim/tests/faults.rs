@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use common::{client, raw, scoped};
 use grag_client::types::SearchRequest;
 use grag_client::{KbId, SessionId};
-use grag_sim::{Fault, RetryAfter, Rule};
+use grag_sim::{ChurnPhase, Fault, RetryAfter, Rule};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -34,11 +34,9 @@ fn statuses(sim: &grag_sim::Sim, operation: &str) -> Vec<u16> {
 
 #[tokio::test]
 async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() {
-    let mut config = common::config();
-    // A wide flaky phase: the checks inside it must not race a loaded machine.
-    config.churn_refused = Duration::from_millis(150);
-    config.churn_flaky = Duration::from_millis(600);
-    let sim = common::start(config).await;
+    // The phases are steps and answer counts, not windows of the clock: refused
+    // until the test steps, then three transient answers, then healthy.
+    let sim = common::sim().await;
     let grag = client(&sim, "knoll");
     assert_eq!(get(&sim).await.status(), 200);
     // An open stream, cut by the deploy.
@@ -52,15 +50,15 @@ async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() 
     .unwrap();
     stream.chunk().await.unwrap().unwrap();
 
-    let started = Instant::now();
-    sim.faults().deploy_churn().await;
+    sim.faults().deploy_churn_stepped(Some(3)).await;
     assert!(sim.faults().churning());
+    assert_eq!(sim.faults().churn_phase(), Some(ChurnPhase::Refused));
     let refused = raw()
         .get(format!("{}/workspaces/health", sim.url()))
         .send()
         .await;
     assert!(refused.unwrap_err().is_connect(), "connection refused");
-    let cut = tokio::time::timeout(Duration::from_secs(1), async {
+    let cut = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match stream.chunk().await {
                 Ok(Some(_)) => continue,
@@ -74,15 +72,25 @@ async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() 
     // Through the client: retried (R1), then a connection error (T1).
     let e = grag.workspaces().list_kbs().await.unwrap_err();
     assert_eq!(e.class(), "connection", "{e}");
+    assert_eq!(
+        sim.faults().churn_phase(),
+        Some(ChurnPhase::Refused),
+        "refused until the step, however long the client took"
+    );
 
     // Containers come up: health is fine, authenticated routes are not yet.
-    tokio::time::sleep_until(started + Duration::from_millis(170)).await;
+    assert_eq!(sim.faults().churn_step().await, Some(ChurnPhase::Flaky));
     let health = raw()
         .get(format!("{}/workspaces/health", sim.url()))
         .send()
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+    assert_eq!(
+        sim.faults().churn_phase(),
+        Some(ChurnPhase::Flaky),
+        "health does not count against the flaky answers"
+    );
     let mut seen = Vec::new();
     for _ in 0..3 {
         seen.push(get(&sim).await.status().as_u16());
@@ -90,7 +98,7 @@ async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() 
     seen.sort();
     assert_eq!(seen, [401, 404, 422]);
 
-    tokio::time::sleep_until(started + Duration::from_millis(770)).await;
+    // The third transient answer was the last one.
     assert!(!sim.faults().churning());
     assert_eq!(get(&sim).await.status(), 200);
     grag.workspaces().list_kbs().await.unwrap();
@@ -106,6 +114,55 @@ async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() 
         .map(|e| e.faults[0].clone())
         .collect();
     assert_eq!(churned.len(), 3, "{churned:?}");
+}
+
+#[tokio::test]
+async fn a_stepped_churn_stays_flaky_until_the_next_step_and_a_timed_one_can_be_stepped() {
+    let sim = common::sim().await;
+    // Stepped, with no answer count: flaky until the second step.
+    sim.faults().deploy_churn_stepped(None).await;
+    assert_eq!(sim.faults().churn_step().await, Some(ChurnPhase::Flaky));
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        seen.push(get(&sim).await.status().as_u16());
+    }
+    assert_eq!(seen, [401, 404, 422, 401, 404, 422], "in turn");
+    assert_eq!(sim.faults().churn_phase(), Some(ChurnPhase::Flaky));
+    assert_eq!(sim.faults().churn_step().await, None);
+    assert_eq!(get(&sim).await.status(), 200);
+    assert_eq!(sim.faults().churn_step().await, None, "nothing to step");
+
+    // A timed churn far longer than any test: a step ends its refusal now,
+    // and its flaky phase (zero long here) with it.
+    sim.faults()
+        .deploy_churn_for(Duration::from_secs(3600), Duration::ZERO)
+        .await;
+    assert!(
+        raw()
+            .get(format!("{}/workspaces/health", sim.url()))
+            .send()
+            .await
+            .unwrap_err()
+            .is_connect()
+    );
+    assert_eq!(sim.faults().churn_step().await, None);
+    assert!(!sim.faults().churning());
+    assert_eq!(get(&sim).await.status(), 200);
+
+    // A clear ends a stepped refusal too.
+    sim.faults().deploy_churn_stepped(Some(1)).await;
+    sim.faults().clear();
+    assert!(!sim.faults().churning());
+    let back = common::wait_for(Duration::from_secs(10), || async {
+        raw()
+            .get(format!("{}/workspaces/health", sim.url()))
+            .send()
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(back, "the listener opens again after a clear");
+    assert_eq!(get(&sim).await.status(), 200);
 }
 
 #[tokio::test]
@@ -297,45 +354,65 @@ async fn wal_backpressure_is_503_with_retry_after() {
 
 #[tokio::test]
 async fn a_cold_start_slows_only_the_first_answer_of_each_model_route() {
-    let mut config = common::config();
-    config.cold_start = Duration::from_millis(150);
-    let sim = common::start(config).await;
-    let grag = client(&sim, "knoll");
-    let kb = KbId::parse("kb-1").unwrap();
-    grag.workspaces()
-        .create_kb(&grag_client::types::CreateKb {
-            kb_id: kb.clone(),
-            name: "kb".into(),
-            description: None,
-        })
-        .await
-        .unwrap();
-    sim.faults().cold_start();
     let query = SearchRequest {
         query_text: "x".into(),
         top_k: 1,
     };
-    let url = format!(
-        "{}/ai-gateway/api/v1/retrieval/collections/kb-1/search/rerank",
-        sim.url()
-    );
-    let http = raw();
+    let kb = KbId::parse("kb-1").unwrap();
+    let setup = |cold_start: Duration| {
+        let (kb, query) = (kb.clone(), query.clone());
+        async move {
+            let mut config = common::config();
+            config.cold_start = cold_start;
+            let sim = common::start(config).await;
+            let grag = client(&sim, "knoll");
+            grag.workspaces()
+                .create_kb(&grag_client::types::CreateKb {
+                    kb_id: kb,
+                    name: "kb".into(),
+                    description: None,
+                })
+                .await
+                .unwrap();
+            sim.faults().cold_start();
+            let url = format!(
+                "{}/ai-gateway/api/v1/retrieval/collections/kb-1/search/rerank",
+                sim.url()
+            );
+            let cold = scoped(&raw(), Method::POST, url).json(&query);
+            (sim, grag, cold)
+        }
+    };
+
+    // The first answer comes at least the cold start later.
+    let (sim, _, cold) = setup(Duration::from_millis(150)).await;
     let started = Instant::now();
-    let r = scoped(&http, Method::POST, url.clone())
-        .json(&query)
-        .send()
-        .await
-        .unwrap();
+    let r = cold.send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(started.elapsed() >= Duration::from_millis(150));
-    let started = Instant::now();
+
+    // The second is not held: with an hour-long cold start, it is answered
+    // while the first still waits.
+    let (sim_2, grag, cold) = setup(Duration::from_secs(3600)).await;
+    let first = tokio::spawn(cold.send());
+    let arrived = common::wait_for(Duration::from_secs(10), || async {
+        sim_2.log().count("search_rerank") == 1
+    })
+    .await;
+    assert!(arrived, "the cold call reached the simulator");
     grag.ai_gateway().search_rerank(&kb, &query).await.unwrap();
-    assert!(started.elapsed() < Duration::from_millis(100));
+    assert!(!first.is_finished(), "the first answer still waits");
+    first.abort();
     let log = sim.log().of("search_rerank");
     assert!(log[0].has_fault("cold_start"));
+    let log = sim_2.log().of("search_rerank");
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[0].status, None, "the cold one is still unanswered");
+    assert_eq!(log[1].status, Some(200));
     assert!(log[1].faults.is_empty());
     // The other model routes are still cold.
     assert_eq!(sim.faults().rules().len(), 3);
+    assert_eq!(sim_2.faults().rules().len(), 3);
 }
 
 #[tokio::test]
@@ -517,24 +594,26 @@ async fn admin_routes_script_the_same_faults_and_stay_out_of_the_log() {
     );
     assert_eq!(sim.faults().rules().len(), 4);
 
-    // A deploy through the admin route: refused shortly after the answer.
+    // A deploy through the admin route: refused shortly after the answer (an
+    // hour long: the test, not the clock, ends it with a step).
     let r = http
         .post(admin("churn"))
-        .json(&json!({ "refused_ms": 200, "flaky_ms": 0, "delay_ms": 10 }))
+        .json(&json!({ "refused_ms": 3_600_000, "flaky_ms": 0, "delay_ms": 10 }))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    assert!(
+    let refused = common::wait_for(Duration::from_secs(10), || async {
         raw()
             .get(admin("config"))
             .send()
             .await
-            .unwrap_err()
-            .is_connect()
-    );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+            .is_err_and(|e| e.is_connect())
+    })
+    .await;
+    assert!(refused, "the admin route's deploy closes the listener");
+    assert_eq!(sim.faults().churn_phase(), Some(ChurnPhase::Refused));
+    assert_eq!(sim.faults().churn_step().await, None, "no flaky phase");
     assert_eq!(
         http.post(admin("reset")).send().await.unwrap().status(),
         204

@@ -373,7 +373,8 @@ async fn recreating_a_kb_document_or_conversation_is_409_which_the_client_calls_
 #[tokio::test]
 async fn docfold_answers_409_while_converting() {
     let mut config = common::config();
-    config.conversion_time = std::time::Duration::from_millis(150);
+    // Converting until the test finishes it, however slow the machine.
+    config.conversion_time = std::time::Duration::from_secs(3600);
     let sim = common::start(config).await;
     let docfold = client(&sim, "knoll");
     let docfold = docfold.docfold();
@@ -393,7 +394,8 @@ async fn docfold_answers_409_while_converting() {
         Progress::Processing
     );
     assert_eq!(sim.log().of("result")[0].status, Some(409));
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(sim.finish_conversion("knoll", job.conversion_id.as_str()));
+    assert!(!sim.finish_conversion("other", job.conversion_id.as_str()));
     let Progress::Ready(result) = docfold.result(&job.conversion_id).await.unwrap() else {
         panic!("the conversion has finished");
     };
@@ -516,7 +518,8 @@ async fn settings_are_per_tenant() {
 
 #[tokio::test]
 async fn search_completion_and_groundedness() {
-    let sim = sim().await;
+    // The ingest job waits until the test starts it.
+    let sim = common::start(common::config().with_held_jobs()).await;
     let grag = client(&sim, "knoll");
     grag.workspaces().create_kb(&kb("kb-1")).await.unwrap();
     let kb_id = KbId::parse("kb-1").unwrap();
@@ -535,6 +538,8 @@ async fn search_completion_and_groundedness() {
         .await
         .unwrap();
     assert!(early.results.is_empty());
+    assert!(sim.start_job("knoll", "doc-1"));
+    assert!(!sim.start_job("knoll", "doc-1"), "started once");
     tokio::time::sleep(sim.config().job_duration() * 2).await;
     let hits = grag
         .ai_gateway()

@@ -25,15 +25,31 @@ pub(super) fn pipeline_status(p: &mut Platform, ctx: &Ctx) -> Answer {
 
 pub(super) fn orchestrator_events(shared: &Arc<Shared>, ctx: Ctx) -> Answer {
     let id = ctx.param("job_id").to_owned();
-    let job = with_platform(shared, |p| p.tenant(&ctx.tenant).jobs.get(&id).cloned())
-        .ok_or_else(|| detail(404, format!("job '{id}' not found")))?;
+    // A held job starts at its first subscription, which then sees every event.
+    let subscribed = Instant::now();
+    let (job, starts_here) = with_platform(shared, |p| {
+        let job = p.tenant(&ctx.tenant).jobs.get_mut(&id)?;
+        let starts_here = job.start.is_none();
+        if starts_here {
+            job.start = Some(subscribed);
+        }
+        Some((job.clone(), starts_here))
+    })
+    .ok_or_else(|| detail(404, format!("job '{id}' not found")))?;
     let (out, response) = sse_response(shared.shutdown.clone(), ctx.fault.clone());
     let keepalive = shared
         .config
         .keepalive
         .max(std::time::Duration::from_millis(1));
     let ceiling = shared.config.stream_ceiling;
-    tokio::spawn(orchestrator_stream(out, job, keepalive, ceiling));
+    tokio::spawn(orchestrator_stream(
+        out,
+        job,
+        subscribed,
+        starts_here,
+        keepalive,
+        ceiling,
+    ));
     Ok(response)
 }
 
@@ -48,17 +64,18 @@ fn with_platform<T>(shared: &Shared, f: impl FnOnce(&mut Platform) -> T) -> T {
 async fn orchestrator_stream(
     mut out: SseOut,
     job: Job,
+    subscribed: Instant,
+    starts_here: bool,
     keepalive: std::time::Duration,
     ceiling: std::time::Duration,
 ) {
-    let subscribed = Instant::now();
     if !out.event("subscribed", &json!({ "job_id": job.id })).await {
         return;
     }
     let mut events = job
         .timeline()
         .into_iter()
-        .filter(|e| e.at > subscribed)
+        .filter(|e| e.at > subscribed || starts_here)
         .peekable();
     let ceiling_at = subscribed + ceiling;
     let mut next_keepalive = subscribed + keepalive;
@@ -85,18 +102,21 @@ async fn orchestrator_stream(
             }
             continue;
         }
+        // A keepalive due before the ceiling goes out even when this task woke
+        // late: how many a stream carries follows its schedule, not the load.
+        if now >= next_keepalive && next_keepalive < ceiling_at {
+            if !out.comment("keepalive").await {
+                return;
+            }
+            next_keepalive += keepalive;
+            continue;
+        }
         if now >= ceiling_at {
             let data = json!({ "detail": "stream ceiling reached; the job may still be running" });
             if out.event("timeout", &data).await {
                 out.finish().await;
             }
             return;
-        }
-        if now >= next_keepalive {
-            if !out.comment("keepalive").await {
-                return;
-            }
-            next_keepalive += keepalive;
         }
     }
 }

@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{Answer, charge, kb_not_found};
-use crate::Shared;
 use crate::faults::Fault;
 use crate::platform::{Ctx, detail, json_status, unprocessable};
 use crate::state::{ConversationState, DocState, Job, KbState, Platform, chunks, now_rfc3339};
+use crate::{JobStart, Shared};
 
 pub(super) fn list_kbs(p: &mut Platform, ctx: &Ctx) -> Answer {
     let kbs: Vec<Kb> = p
@@ -122,7 +122,10 @@ pub(super) fn upload_document(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> A
             id: job_id.clone(),
             document_id: doc_id.clone(),
             kb_id: kb_id.clone(),
-            created: Instant::now(),
+            start: match config.job_start {
+                JobStart::AtUpload => Some(Instant::now()),
+                JobStart::Held => None,
+            },
             queue: config.job_queue,
             pace: config.job_node_pace,
             nodes: config.job_nodes.clone(),

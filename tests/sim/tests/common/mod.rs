@@ -1,21 +1,19 @@
 //! Helpers shared by the simulator's test binaries.
 #![allow(dead_code)]
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use base64::Engine;
-use grag_client::policy::POLICY;
-use grag_client::{Config, Grag, TenantId};
+use grag_client::Grag;
+use grag_sim::testkit;
 use grag_sim::{Sim, SimConfig};
 use sdk_runtime::Policy;
 
-/// The key the tests' clients present.
-pub const KEY: &str = "test-key";
+pub use grag_sim::testkit::KEY;
 
 /// The simulator's timings at 1/1000: 20 ms keepalive, 1.8 s ceiling, 3 ms per job node.
 pub fn config() -> SimConfig {
-    SimConfig::scaled(0.001)
+    testkit::sim_config(1000)
 }
 
 pub async fn sim() -> Sim {
@@ -23,20 +21,18 @@ pub async fn sim() -> Sim {
 }
 
 pub async fn start(config: SimConfig) -> Sim {
-    Sim::start(config).await.expect("the simulator starts")
+    testkit::start(config).await
 }
 
 /// The spec's policy at 1/100 (R1 backoff from 5 ms, 429 floor 20 ms, 450 ms
 /// orchestrator watchdog): the client's real rules, in test time.
 pub fn policy() -> &'static Policy {
-    static SCALED: OnceLock<&'static Policy> = OnceLock::new();
-    SCALED.get_or_init(|| POLICY.scaled(100))
+    testkit::policy(100)
 }
 
 /// A client of `tenant` on the simulator, with the scaled policy.
 pub fn client(sim: &Sim, tenant: &str) -> Grag {
-    let tenant = TenantId::parse(tenant).expect("a valid tenant");
-    Grag::with_policy(Config::new(sim.url(), KEY, tenant), policy()).expect("a client")
+    testkit::client(sim, tenant, policy())
 }
 
 /// A plain HTTP client, for what the typed client never sends.
@@ -89,4 +85,24 @@ pub fn event_names(text: &str) -> Vec<String> {
         .filter_map(|l| l.strip_prefix("event: "))
         .map(str::to_owned)
         .collect()
+}
+
+/// Polls `cond` every 2 ms until it holds (true) or `timeout` passes (false).
+/// For conditions that become true by themselves; the timeout only bounds a
+/// failing test, it is no assertion about speed.
+pub async fn wait_for<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }

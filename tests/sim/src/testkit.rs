@@ -1,0 +1,98 @@
+//! What every test against the simulator starts with: the spec's policy in
+//! compressed time, a simulator on 127.0.0.1 (port 0), and a client of tenant
+//! [`TENANT`] with the test key on it.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use grag_sim::testkit::{self, Kit};
+//!
+//! // The simulator at 1/1000, the client's policy at 1/100.
+//! let kit = Kit::start(testkit::sim_config(1000), testkit::policy(100)).await;
+//! kit.grag.workspaces().list_kbs().await.unwrap();
+//! assert_eq!(kit.sim.log().count("list_kbs"), 1);
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use grag_client::policy::POLICY;
+use grag_client::{Config, Grag, TenantId};
+use sdk_runtime::Policy;
+use sdk_runtime::alerts::CollectAlerts;
+
+use crate::{Sim, SimConfig};
+
+/// The key the tests' clients present (the simulator accepts any by default).
+pub const KEY: &str = "test-key";
+
+/// The tenant of [`Kit`]'s client and of [`client`] when a test has no
+/// reason to pick another.
+pub const TENANT: &str = "knoll";
+
+/// The spec's policy with every duration divided by `divisor` (100: the
+/// 30 s attempt timeout is 300 ms, the 5 min open alert 3 s). Made once per
+/// divisor and kept for the life of the process.
+pub fn policy(divisor: u32) -> &'static Policy {
+    static SCALED: Mutex<Option<HashMap<u32, &'static Policy>>> = Mutex::new(None);
+    let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
+    let scaled = scaled.get_or_insert_with(HashMap::new);
+    scaled
+        .entry(divisor)
+        .or_insert_with(|| POLICY.scaled(divisor))
+}
+
+/// The simulator's real timings divided by `divisor` (1000: the 20 s
+/// keepalive is 20 ms), see [`SimConfig::scaled`].
+pub fn sim_config(divisor: u32) -> SimConfig {
+    SimConfig::scaled(1.0 / f64::from(divisor))
+}
+
+/// Starts a simulator on `config`; panics if it cannot bind.
+pub async fn start(config: SimConfig) -> Sim {
+    Sim::start(config).await.expect("the simulator starts")
+}
+
+/// A client configuration of `tenant` on `sim` with [`KEY`].
+pub fn config(sim: &Sim, tenant: &str) -> Config {
+    let tenant = TenantId::parse(tenant).expect("a valid tenant");
+    Config::new(sim.url(), KEY, tenant)
+}
+
+/// A client on `config` with `policy`.
+pub fn client_with(config: Config, policy: &'static Policy) -> Grag {
+    Grag::with_policy(config, policy).expect("a client")
+}
+
+/// A client of `tenant` on `sim` with `policy`.
+pub fn client(sim: &Sim, tenant: &str, policy: &'static Policy) -> Grag {
+    client_with(config(sim, tenant), policy)
+}
+
+/// A simulator and one client of [`TENANT`] on it, whose alerts are collected.
+pub struct Kit {
+    pub sim: Sim,
+    pub grag: Grag,
+    pub alerts: Arc<CollectAlerts>,
+}
+
+impl Kit {
+    /// A simulator on `sim` and a client of [`TENANT`] with `policy`.
+    pub async fn start(sim: SimConfig, policy: &'static Policy) -> Kit {
+        Kit::start_with(sim, policy, |c| c).await
+    }
+
+    /// Like [`Kit::start`], with the client's configuration adjusted by
+    /// `adjust` (after the alert sink is set), e.g. `|c| c.warm_up(true)`.
+    pub async fn start_with(
+        sim: SimConfig,
+        policy: &'static Policy,
+        adjust: impl FnOnce(Config) -> Config,
+    ) -> Kit {
+        let sim = start(sim).await;
+        let alerts = Arc::new(CollectAlerts::default());
+        let config = adjust(config(&sim, TENANT).alerts(alerts.clone()));
+        let grag = client_with(config, policy);
+        Kit { sim, grag, alerts }
+    }
+}
