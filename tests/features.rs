@@ -353,3 +353,52 @@ async fn no_warm_up_pair_without_opting_in() {
     assert_eq!(warm_up_requests(&sim), (0, 0));
     sim.stop().await;
 }
+
+/// §7.3: the pair runs with `-m 150`, the rerank included: a rerank slower
+/// than search's deploy-suspected budget (60 s) but within the llm class
+/// (150 s) warms up instead of timing out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warm_up_rerank_runs_with_the_llm_budget() {
+    let search = &SCALED.timeouts[grag_client::policy::timeout::SEARCH];
+    let llm = &SCALED.timeouts[grag_client::policy::timeout::LLM];
+    let slow = (search.budget(true) + llm.per_attempt) / 2;
+    assert!(search.budget(true) < slow && slow < llm.per_attempt);
+    let sim = sim().await;
+    let grag = client(config(&sim).warm_up(true));
+    create_kb(&grag).await;
+    let delay = sim
+        .faults()
+        .push(Rule::new(Fault::delay(slow)).on("search_rerank"));
+    open_breaker(&sim, &grag).await;
+    // Heal everything but the slow rerank.
+    for active in sim.faults().rules() {
+        if active.id != delay {
+            sim.faults().remove(active.id);
+        }
+    }
+    let closed = eventually(Duration::from_secs(5), || {
+        grag.runtime().circuit_state() == CircuitState::Closed
+    })
+    .await;
+    assert!(closed, "the breaker did not close after the faults cleared");
+    let outcome = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with(r#"grag_client_requests_total{service="ai-gateway""#))
+            .map(str::to_owned)
+    };
+    // A hang guard only: the warm-up ends once, either way.
+    let mut line = None;
+    for _ in 0..200 {
+        line = outcome(&grag.runtime().metrics_text());
+        if line.is_some() {
+            break;
+        }
+        tokio::time::sleep(SCALED.breaker.probe_interval).await;
+    }
+    let line = line.expect("the warm-up rerank never ended");
+    assert!(
+        line.contains(r#"error_class="ok""#) && line.contains(r#"retried="false""#),
+        "{line}"
+    );
+    sim.stop().await;
+}

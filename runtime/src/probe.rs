@@ -77,7 +77,8 @@ impl Client {
                     call = call.raw_json(body);
                 }
                 let call = call.timeout_class(warm.timeout);
-                let outcome = client.send(call).await;
+                // Consumed, so the call is counted and its attempt line written.
+                let outcome = client.send(call).await.and_then(crate::Reply::empty);
                 tracing::info!(
                     target: "grag_client::breaker",
                     operation = warm.endpoint.operation,

@@ -16,7 +16,13 @@ fn root() -> PathBuf {
 /// Copies the tracked files of the workspace (no target/, no .git) to `to`.
 fn copy_tree(from: &Path, to: &Path) {
     let listed = Command::new("git")
-        .args(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
         .current_dir(from)
         .output()
         .expect("git ls-files");
@@ -47,7 +53,15 @@ fn codegen_regenerates_a_tree_whose_generated_crate_does_not_compile() {
     let target = root.join("target/xtask-broken-tree");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
-        .args(["run", "--quiet", "--offline", "--package", "xtask", "--", "codegen"])
+        .args([
+            "run",
+            "--quiet",
+            "--offline",
+            "--package",
+            "xtask",
+            "--",
+            "codegen",
+        ])
         .env("CARGO_TARGET_DIR", &target)
         .current_dir(&copy)
         .output()
