@@ -18,6 +18,10 @@
 //! u32::MAX` (the override named `unpaced` in the output), so the 50 req/s
 //! bucket does not turn the bench into a measurement of sleeping.
 //!
+//! - `fail_fast/open_breaker`: a call refused by the open breaker, with the
+//!   allocations per refusal counted by a counting global allocator and
+//!   printed (the goal: none beyond the error itself).
+//!
 //! Run with `cargo bench -p sdk-runtime --bench overhead`.
 
 use std::hint::black_box;
@@ -36,6 +40,26 @@ use grag_client::{Config, Grag, KbId, TenantId};
 use sdk_runtime::classify::{Outcome, classify};
 use sdk_runtime::policy::ThrottlePolicy;
 use sdk_runtime::throttle::Throttle;
+
+/// Counts allocations, so the fail-fast path can be held to "the error and nothing else".
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 /// The name the policy override goes by in the bench output.
 const OVERRIDE: &str = "unpaced(per_second=u32::MAX)";
@@ -371,5 +395,61 @@ fn classification(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, call, throughput, admission, classification);
+/// A client whose breaker is open: three endpoints refused (a port nobody
+/// listens on), with time compressed ×10 so opening it takes no seconds.
+fn open_breaker(rt: &tokio::runtime::Runtime) -> Grag {
+    rt.block_on(async {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let tenant = TenantId::parse("knoll").unwrap();
+        let grag =
+            Grag::with_policy(Config::new(url, "bench-key", tenant), POLICY.scaled(10)).unwrap();
+        let kb = KbId::parse("kb-1").unwrap();
+        let _ = grag.workspaces().list_kbs().await;
+        let _ = grag.workspaces().get_settings().await;
+        let _ = grag.workspaces().list_documents(&kb).await;
+        assert_eq!(
+            grag.runtime().circuit_state(),
+            sdk_runtime::breaker::CircuitState::Open
+        );
+        grag
+    })
+}
+
+fn fail_fast(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let grag = open_breaker(&rt);
+    let refusals = 10_000u64;
+    let before = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    rt.block_on(async {
+        for _ in 0..refusals {
+            let e = grag.workspaces().list_kbs().await.unwrap_err();
+            assert_eq!(e.row(), "T21");
+        }
+    });
+    let allocations = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - before;
+    eprintln!(
+        "fail_fast: {:.2} allocations per refused call (the error itself is 1)",
+        allocations as f64 / refusals as f64
+    );
+    let mut group = c.benchmark_group("fail_fast");
+    group.bench_function("open_breaker", |b| {
+        b.to_async(&rt)
+            .iter(|| async { black_box(grag.workspaces().list_kbs().await.unwrap_err()) })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    call,
+    throughput,
+    admission,
+    classification,
+    fail_fast
+);
 criterion_main!(benches);
