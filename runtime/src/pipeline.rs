@@ -492,11 +492,15 @@ impl Client {
         row: Option<&'static TaxonomyRow>,
         endpoint: &Endpoint,
     ) -> Error {
-        let (name, class) = row
-            .map(|r| (r.row, r.class))
-            .unwrap_or(("-", "unclassified"));
-        Error::new(kind, name, class, endpoint.operation)
-            .with_message(self.shared.policy.message(class))
+        let (name, class, message) = match row {
+            Some(r) => (r.row, r.class, r.message),
+            None => (
+                "-",
+                "unclassified",
+                self.shared.policy.message("unclassified"),
+            ),
+        };
+        Error::new(kind, name, class, endpoint.operation).with_message(message)
     }
 
     /// A call that ended before an answer could be used: classified, and

@@ -85,6 +85,10 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         });
         let alert = option(r.alert.as_ref(), |a| quote!(#a));
         let keyless = option(r.keyless, |b| quote!(#b));
+        let message = option(model.messages.iter().find(|m| m.class == r.class), |m| {
+            let copy = &m.copy;
+            quote!(#copy)
+        });
         quote! {
             TaxonomyRow {
                 row: #row,
@@ -105,6 +109,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 remember_for: #remember,
                 escalate_to: #escalate,
                 action: #action,
+                message: #message,
             }
         }
     });

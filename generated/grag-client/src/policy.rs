@@ -270,6 +270,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Invalid or reserved tenant, or an ID outside the charset; refused before a byte is sent.",
+            message: Some(
+                "Interner Fehler: ungültiger Mandant oder ungültige Kennung. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T21",
@@ -290,6 +293,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, so the caller can queue the write (the client has no replay queue yet).",
+            message: Some("Wird gerade aktualisiert"),
         },
         TaxonomyRow {
             row: "T31",
@@ -310,6 +314,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "A request the HTTP client could not even build (nothing was sent); a client bug, never an outage: it does not feed the breaker.",
+            message: Some(
+                "Interner Fehler bei der Anfrage an die KI-Dienste. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T20",
@@ -330,6 +337,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "The overall interactive deadline (180 s) ran out; fail with the mapped German message.",
+            message: Some("Die Anfrage hat zu lange gedauert. Bitte erneut versuchen."),
         },
         TaxonomyRow {
             row: "T1",
@@ -350,6 +358,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Connection refused/reset/TLS error or attempt timeout (the runtime maps attempt timeouts to this outcome). Retried only when idempotent; feeds the breaker; queued ops go to replay, interactive calls fail fast; after a send whose outcome is unknown, re-poll by ID before re-submitting.",
+            message: Some(
+                "Die KI-Dienste sind gerade nicht erreichbar. Bitte in Kürze erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T26",
@@ -370,6 +381,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "A redirect; never followed, so the scope headers and the body never leave the origin. The route moved or a proxy is misconfigured: page as contract drift.",
+            message: Some(
+                "Die KI-Dienste haben unerwartet geantwortet. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T2",
@@ -390,6 +404,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Client bug, unreachable while §3 holds; page as contract drift.",
+            message: Some(
+                "Interner Fehler bei der Anfrage an die KI-Dienste. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T27",
@@ -410,6 +427,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "A 400 without a scope detail; like a 422 a contract bug, never retried; page as contract drift.",
+            message: Some(
+                "Die Anfrage wurde von den KI-Diensten abgelehnt. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T5",
@@ -430,6 +450,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Budget exhausted; hard stop, show „KI pausiert“, page.",
+            message: Some("KI pausiert"),
         },
         TaxonomyRow {
             row: "T28",
@@ -450,6 +471,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "401/403 on a lane without a key of ours: the platform refused its own server-side key (or a deploy is under way); one extra attempt for a GET inside the deploy-suspected window (R2), no auth alert.",
+            message: Some(
+                "Die KI-Dienste sind gerade nicht bereit. Bitte in Kürze erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T4",
@@ -470,6 +494,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Admin-gated route; follow the operator runbook (04-provisioning-runbook.md).",
+            message: Some("Diese Aktion erfordert eine Freigabe durch den Betrieb."),
         },
         TaxonomyRow {
             row: "T3",
@@ -490,6 +515,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Auth refused; not retried, except one extra attempt for a GET inside the deploy-suspected window (R2); ops alert when it happens outside that window.",
+            message: Some(
+                "Die Anmeldung bei den KI-Diensten ist fehlgeschlagen. Bitte später erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T6",
@@ -510,6 +538,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Does not exist in our tenant (cross-tenant access is 404, never 403); reconcile grag_refs. One extra attempt for a GET inside the deploy-suspected window (R2).",
+            message: Some("Der angeforderte Eintrag wurde nicht gefunden."),
         },
         TaxonomyRow {
             row: "T7",
@@ -530,6 +559,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "409 on a create route means already provisioned (deterministic IDs); return as success.",
+            message: None,
         },
         TaxonomyRow {
             row: "T8",
@@ -550,6 +580,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "409 on the docfold result means still processing; poll again.",
+            message: None,
         },
         TaxonomyRow {
             row: "T9",
@@ -570,6 +601,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Payload too large; split the batch (at most 256 points per upsert) and send again.",
+            message: Some("Die Datenmenge ist zu groß für eine Anfrage."),
         },
         TaxonomyRow {
             row: "T10",
@@ -590,6 +622,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Contract bug, never retried, except one extra attempt for a GET inside the deploy-suspected window (R2); page as contract drift.",
+            message: Some(
+                "Die Anfrage wurde von den KI-Diensten abgelehnt. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T11",
@@ -610,6 +645,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Wait Retry-After plus jitter (2 s floor when absent); polling ×2 while hot.",
+            message: Some(
+                "Gerade sind zu viele Anfragen unterwegs. Bitte einen Moment warten und erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T12",
@@ -630,6 +668,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Retried when idempotent; otherwise surface the error and offer the re-upload path. Feeds the breaker.",
+            message: Some("Die KI-Dienste haben nicht geantwortet. Bitte erneut versuchen."),
         },
         TaxonomyRow {
             row: "T15",
@@ -650,6 +689,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "WAL backpressure; honor Retry-After; ingest (replay) jobs re-queue instead of waiting.",
+            message: Some(
+                "Die KI-Dienste sind ausgelastet; die Verarbeitung wird später fortgesetzt.",
+            ),
         },
         TaxonomyRow {
             row: "T13",
@@ -670,6 +712,7 @@ pub static POLICY: Policy = Policy {
             remember_for: Some(::std::time::Duration::from_secs(300)),
             escalate_to: None,
             action: "Stable dark-flag answer; cache the unavailability and hide the feature.",
+            message: Some("Diese Funktion ist derzeit nicht verfügbar."),
         },
         TaxonomyRow {
             row: "T14",
@@ -690,6 +733,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Transient fail-closed safety/admission answer; exactly one retry, then fail.",
+            message: Some(
+                "Die Anfrage wurde vorübergehend nicht angenommen. Bitte später erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T16",
@@ -710,6 +756,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: Some(20),
             action: "Unknown 503 detail; retry once. If the second answer carries the identical detail, treat the route as dark (T13) and cache it.",
+            message: Some(
+                "Die KI-Dienste sind vorübergehend nicht verfügbar. Bitte später erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T23",
@@ -730,6 +779,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Other server error (500, 504, ...); retried when idempotent.",
+            message: Some(
+                "Bei den KI-Diensten ist ein Fehler aufgetreten. Bitte erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T25",
@@ -750,6 +802,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "Other client error; not retried, surfaced with its status and detail.",
+            message: Some("Die Anfrage konnte nicht verarbeitet werden."),
         },
         TaxonomyRow {
             row: "T29",
@@ -770,6 +823,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "A status outside every contract (1xx as a final answer, 600–999); never retried; page as contract drift.",
+            message: Some(
+                "Die KI-Dienste haben unerwartet geantwortet. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T30",
@@ -790,6 +846,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "A 2xx body larger than the route's cap (policy.yaml `limits`); reading stopped at the cap, nothing larger is held in memory. The same answer would come again: never retried; page as contract drift.",
+            message: Some("Die Antwort der KI-Dienste war zu groß. Das Team wurde benachrichtigt."),
         },
         TaxonomyRow {
             row: "T24",
@@ -810,6 +867,9 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "A 2xx body that does not decode; contract drift, never retried.",
+            message: Some(
+                "Die Antwort der KI-Dienste war unverständlich. Das Team wurde benachrichtigt.",
+            ),
         },
         TaxonomyRow {
             row: "T17",
@@ -830,6 +890,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the stream ends with this error and the caller polls the status route (no automatic fallback yet).",
+            message: Some("Die Antwort konnte nicht erstellt werden. „Erneut senden“?"),
         },
         TaxonomyRow {
             row: "T18",
@@ -850,6 +911,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the caller switches to polling the status route (no automatic fallback yet).",
+            message: Some("Die Live-Anzeige ist beendet; der Fortschritt wird weiter abgefragt."),
         },
         TaxonomyRow {
             row: "T19",
@@ -870,6 +932,7 @@ pub static POLICY: Policy = Policy {
             remember_for: None,
             escalate_to: None,
             action: "No byte past the stream's watchdog. Jobs: the stream ends with this error and the caller polls. Chat: abort, show the error state, never resend automatically.",
+            message: Some("Die Antwort ist ausgeblieben. „Erneut senden“?"),
         },
     ],
     detail_sets: &[

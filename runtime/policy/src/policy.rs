@@ -323,6 +323,9 @@ pub struct TaxonomyRow {
     /// Index of the row that applies when the retry brings back the same detail.
     pub escalate_to: Option<usize>,
     pub action: &'static str,
+    /// The German message of `class`, resolved by the generator (the same as
+    /// [`Policy::message`], without a lookup on the error path).
+    pub message: Option<&'static str>,
 }
 
 impl TaxonomyRow {
