@@ -7,14 +7,17 @@
 mod common_resilience;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common_resilience::{Env, fast_policy, policy, ready_now, sim_config, wait_until};
 use grag_client::types::{CreateKb, SearchRequest, SpendGrouping};
 use grag_client::{Error, KbId, PipelineId};
+use grag_sim::testkit::{self, Kit};
 use grag_sim::{ChurnPhase, Fault, Rule};
-use sdk_runtime::ErrorKind;
+use sdk_runtime::alerts::{Alert, AlertSink, CollectAlerts};
 use sdk_runtime::breaker::CircuitState;
+use sdk_runtime::{ErrorKind, Policy};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -43,6 +46,17 @@ fn kb(id: &str) -> KbId {
     KbId::parse(id).expect("a valid KB id")
 }
 
+/// [`policy`] with a 10 s canary timeout, for the test that needs a long
+/// half-open period; every other duration is the scaled(100) one.
+fn slow_canary_policy() -> &'static Policy {
+    static SLOW: OnceLock<&'static Policy> = OnceLock::new();
+    SLOW.get_or_init(|| {
+        let mut p = policy().clone();
+        p.breaker.canary_timeout = Duration::from_secs(10);
+        Box::leak(Box::new(p))
+    })
+}
+
 /// Requests that reached any route but the public health probe.
 fn non_probe_requests(env: &Env) -> usize {
     env.sim
@@ -53,17 +67,52 @@ fn non_probe_requests(env: &Env) -> usize {
         .count()
 }
 
-/// When the last request but a probe arrived: after the breaker opened on
-/// it, nothing else was sent, so the open happened after this instant.
+/// An instant the open of [`Env::open_breaker`] came after: the breaker
+/// opens on the failure of the third distinct endpoint, so after each of
+/// the three first arrived. (Not the last arrival: a retry sent before the
+/// open can arrive just after it.)
 fn last_arrival(env: &Env) -> Instant {
-    env.sim
-        .log()
-        .entries()
-        .iter()
-        .filter(|e| e.operation != Some("health"))
-        .map(|e| e.arrived)
+    let log = env.sim.log();
+    ["get_settings", "totals", "spend"]
+        .into_iter()
+        .map(|op| {
+            log.of(op)
+                .first()
+                .map(|e| e.arrived)
+                .expect("the opening requests are logged")
+        })
         .max()
-        .expect("the opening requests are logged")
+        .expect("three endpoints")
+}
+
+/// Collects alerts like [`CollectAlerts`] and stamps when each was raised.
+#[derive(Default)]
+struct StampedAlerts {
+    collected: Arc<CollectAlerts>,
+    raised: Mutex<Vec<(&'static str, Instant)>>,
+}
+
+impl StampedAlerts {
+    /// When the first alert of this name was raised.
+    fn first(&self, name: &str) -> Instant {
+        self.raised
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, at)| *at)
+            .unwrap_or_else(|| panic!("no {name} alert"))
+    }
+}
+
+impl AlertSink for StampedAlerts {
+    fn alert(&self, alert: Alert) {
+        self.raised
+            .lock()
+            .unwrap()
+            .push((alert.name, Instant::now()));
+        self.collected.alert(alert);
+    }
 }
 
 /// `metric{labels} value` lines of the Prometheus text, by series.
@@ -243,14 +292,22 @@ async fn the_probe_loop_hits_health_every_probe_interval_while_open() {
     env.health_down();
     env.open_breaker().await;
     let opened_after = last_arrival(&env);
-    tokio::time::sleep(Duration::from_millis(420)).await;
+    // Counted, not timed: wait (hang guard only) until five probes arrived,
+    // then check their spacing against the interval.
+    assert!(
+        env.sim
+            .log()
+            .wait_for(Duration::from_secs(10), |entries| entries
+                .iter()
+                .filter(|e| e.operation == Some("health"))
+                .count()
+                >= 5)
+            .await,
+        "the probe loop keeps probing while open: {} probes",
+        env.count("health")
+    );
 
     let probes = env.sim.log().of("health");
-    assert!(
-        (4..=9).contains(&probes.len()),
-        "about one probe per 50 ms in 420 ms: {}",
-        probes.len()
-    );
     assert!(
         probes[0].arrived.duration_since(opened_after) >= PROBE_INTERVAL,
         "the first probe comes one interval after the open: {:?}",
@@ -263,10 +320,15 @@ async fn the_probe_loop_hits_health_every_probe_interval_while_open() {
             "never faster than 5 s (scaled): {gaps:?}"
         );
     }
+    // Not slower: the median gap stays under ten intervals. Deliberately
+    // generous (a loaded machine only stretches a few gaps); what breaks it
+    // is a real bug: the unscaled 5 s, an interval that grows per probe, a
+    // loop that waits for something else. The exact spacing rule is pinned
+    // under a driven clock in sdk-runtime's breaker unit tests.
     let mut sorted = gaps.clone();
     sorted.sort();
     assert!(
-        sorted[sorted.len() / 2] < Duration::from_millis(100),
+        sorted[sorted.len() / 2] < PROBE_INTERVAL * 10,
         "every 5 s (scaled), not slower: {gaps:?}"
     );
     for probe in &probes {
@@ -283,11 +345,13 @@ async fn the_probe_loop_hits_health_every_probe_interval_while_open() {
 
 #[tokio::test]
 async fn two_healthy_probes_then_exactly_one_canary_whose_200_closes() {
-    let env = Env::start().await;
-    // A slow canary (25 ms of its 50 ms timeout) keeps the half-open period
-    // long enough for concurrent callers to try.
+    // A slow canary keeps the half-open period open while concurrent callers
+    // try. The simulator holds it 1.5 s, far inside a 10 s canary timeout:
+    // the spec's 5 s (50 ms scaled) would leave a window a loaded machine
+    // can miss, and no other number of this test depends on it.
+    let env = Env::with(sim_config(), slow_canary_policy()).await;
     env.sim.faults().push(
-        Rule::new(Fault::delay(Duration::from_millis(25)))
+        Rule::new(Fault::delay(Duration::from_millis(1500)))
             .on("list_kbs")
             .once(),
     );
@@ -295,7 +359,7 @@ async fn two_healthy_probes_then_exactly_one_canary_whose_200_closes() {
     let opened_after = last_arrival(&env);
 
     assert!(
-        env.wait_for_state(CircuitState::HalfOpen, Duration::from_secs(1))
+        env.wait_for_state(CircuitState::HalfOpen, Duration::from_secs(10))
             .await,
         "half-open after healthy probes (state {:?})",
         env.state()
@@ -325,9 +389,14 @@ async fn two_healthy_probes_then_exactly_one_canary_whose_200_closes() {
         assert_circuit_open(&e);
     }
     assert_eq!(env.count("get_settings"), before, "only the canary flows");
+    assert_eq!(
+        env.sim.log().of("list_kbs")[0].status,
+        None,
+        "the callers were refused while the canary was still out"
+    );
 
     assert!(
-        env.wait_for_state(CircuitState::Closed, Duration::from_secs(1))
+        env.wait_for_state(CircuitState::Closed, Duration::from_secs(10))
             .await,
         "the canary's 200 closes (state {:?})",
         env.state()
@@ -368,18 +437,25 @@ async fn a_canary_401_reopens_and_the_next_canary_closes() {
         .on("list_kbs")
         .once(),
     );
+    // Health answers the first two probes (half-open, the 401 canary), then
+    // fails until this test lets it heal: the reopened state is held for as
+    // long as the test looks at it, not for one probe interval.
+    let health = env
+        .sim
+        .faults()
+        .push(Rule::new(Fault::BadGateway).on("health").skip(2));
     env.open_breaker().await;
 
     let log = env.sim.log();
     assert!(
-        log.wait_for(Duration::from_secs(1), |entries| entries
+        log.wait_for(Duration::from_secs(10), |entries| entries
             .iter()
             .any(|e| e.operation == Some("list_kbs") && e.status.is_some()))
             .await,
         "a canary was sent"
     );
     assert!(
-        env.wait_for_state(CircuitState::Open, Duration::from_millis(80))
+        env.wait_for_state(CircuitState::Open, Duration::from_secs(10))
             .await,
         "the 401 canary reopens (state {:?})",
         env.state()
@@ -389,30 +465,44 @@ async fn a_canary_401_reopens_and_the_next_canary_closes() {
     let e = env.grag.workspaces().get_settings().await.unwrap_err();
     assert_circuit_open(&e);
     assert_eq!(env.count("get_settings"), before, "rejected: nothing sent");
+    assert!(
+        log.wait_for(Duration::from_secs(10), |entries| entries
+            .iter()
+            .any(|e| e.operation == Some("health") && e.status == Some(502)))
+            .await,
+        "the reopened breaker probes again"
+    );
+    assert_eq!(env.count("list_kbs"), 1, "no canary while probes fail");
+    env.sim.faults().remove(health);
 
     assert!(
-        env.wait_for_state(CircuitState::Closed, Duration::from_secs(1))
+        env.wait_for_state(CircuitState::Closed, Duration::from_secs(10))
             .await,
         "the next canary closes (state {:?})",
         env.state()
     );
-    let sequence: Vec<(&str, Option<u16>)> = log
+    let mut sequence: Vec<(&str, Option<u16>)> = log
         .entries()
         .iter()
         .filter(|e| matches!(e.operation, Some("health" | "list_kbs")))
         .map(|e| (e.operation.unwrap_or_default(), e.status))
         .collect();
+    // However many probes failed while the test looked, they were one run.
+    sequence.dedup_by(|later, earlier| later == earlier && later.1 == Some(502));
     assert_eq!(
         sequence,
         [
             ("health", Some(200)),
             ("health", Some(200)),
             ("list_kbs", Some(401)),
+            ("health", Some(502)),
             ("health", Some(200)),
             ("health", Some(200)),
             ("list_kbs", Some(200)),
         ],
-        "two healthy probes before each canary; the reopen starts the count again"
+        "two healthy probes before each canary; after the reopen only probes, \
+         until two consecutive healthy ones (that the reopen restarts the count \
+         is pinned by the runtime's canary_failure_reopens_with_fresh_state)"
     );
     let canaries = log.of("list_kbs");
     let probes = log.of("health");
@@ -441,10 +531,18 @@ async fn deploy_suspected_for_the_scaled_120_s_after_a_close_then_not() {
     assert!(env.grag.runtime().deploy_suspected());
     assert_eq!(env.feature("chat"), ("warming_up", Some(WARMING_UP)));
 
+    // The window ends 1.2 s after the close, so no earlier than 1.2 s after
+    // the canary arrived. Looked at before that, it must still be open; a
+    // wake-up so late that the look falls after it proves nothing either way
+    // (the exact 120 s is pinned under a driven clock by the runtime's
+    // canary_success_closes_and_starts_deploy_suspected_for_120s).
     tokio::time::sleep_until(canary + DEPLOY_SUSPECTED - Duration::from_millis(200)).await;
+    let suspected = env.grag.runtime().deploy_suspected();
+    let looked = Instant::now();
     assert!(
-        env.grag.runtime().deploy_suspected(),
-        "still deploy-suspected 200 ms before the end of the 1.2 s window"
+        suspected || looked >= canary + DEPLOY_SUSPECTED,
+        "still deploy-suspected {:?} after the canary, inside the 1.2 s window",
+        looked.duration_since(canary)
     );
     tokio::time::sleep_until(observed + DEPLOY_SUSPECTED + Duration::from_millis(50)).await;
     assert!(
@@ -456,7 +554,10 @@ async fn deploy_suspected_for_the_scaled_120_s_after_a_close_then_not() {
 
 #[tokio::test]
 async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
-    let env = Env::start().await;
+    // 1/20 (30 s is 1.5 s, 60 s is 3 s, the window 6 s), not 1/100: the slow
+    // answer sits 600 ms past the first timeout and 900 ms inside the second,
+    // margins a loaded machine does not eat (at 1/100 they were 120/180 ms).
+    let env = Env::with(sim_config(), testkit::policy(20)).await;
     let kb = kb("kb-methodik");
     env.grag
         .workspaces()
@@ -471,9 +572,9 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
         query_text: "Standsicherheit".into(),
         top_k: 1,
     };
-    let slow = || Rule::new(Fault::delay(Duration::from_millis(420))).on("search_rerank");
+    let slow = || Rule::new(Fault::delay(Duration::from_millis(2100))).on("search_rerank");
 
-    // Outside the window: 30 s (300 ms scaled) ends the first attempt.
+    // Outside the window: 30 s (1.5 s scaled) ends the first attempt.
     env.sim.faults().push(slow().once());
     env.grag
         .ai_gateway()
@@ -482,7 +583,7 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
         .unwrap();
     assert_eq!(env.count("search_rerank"), 2, "the slow attempt timed out");
 
-    // Inside: 60 s (600 ms scaled) lets the same slow answer through.
+    // Inside: 60 s (3 s scaled) lets the same slow answer through.
     env.enter_deploy_window().await;
     env.sim.faults().push(slow().once());
     env.grag
@@ -578,37 +679,56 @@ async fn every_close_fires_the_warm_up_pair_once() {
 #[tokio::test]
 async fn the_open_alert_fires_after_the_scaled_5_min_and_not_before() {
     // 1/1000: alert after 300 ms open, probes every 5 ms.
-    let env = Env::with(sim_config(), fast_policy()).await;
+    let alerts = Arc::new(StampedAlerts::default());
+    let sink = alerts.clone();
+    let Kit { sim, grag, .. } =
+        Kit::start_with(sim_config(), fast_policy(), move |c| c.alerts(sink)).await;
+    let env = Env {
+        sim,
+        grag,
+        alerts: alerts.collected.clone(),
+    };
     env.health_down();
     env.open_breaker().await;
-    let observed = Instant::now();
     let opened_after = last_arrival(&env);
 
-    tokio::time::sleep_until(observed + Duration::from_millis(200)).await;
     assert!(
-        !env.alert_names().contains(&"breaker_open_long"),
-        "not before 5 min (scaled): {:?}",
-        env.alert_names()
-    );
-    assert!(
-        wait_until(Duration::from_secs(2), || env
+        wait_until(Duration::from_secs(10), || env
             .alert_names()
             .contains(&"breaker_open_long"))
         .await,
         "the alert fires once the breaker is open past 5 min (scaled)"
     );
-    let fired = Instant::now();
+    // When the sink was called, not when this test noticed: the open came
+    // after the last opening request arrived, so "not before 5 min" is a
+    // lower bound a slow machine can only make longer.
+    let fired = alerts.first("breaker_open_long");
     assert!(
-        fired.duration_since(opened_after) >= Duration::from_millis(300),
+        fired.duration_since(opened_after) >= fast_policy().breaker.alert_after,
+        "not before 5 min (scaled): {:?} after the open",
+        fired.duration_since(opened_after)
+    );
+    // Not much later either: the check runs before every probe (5 ms), so
+    // this bound is ten times the alert's own 300 ms on purpose. Only a real
+    // bug (the unscaled 5 min, no check in the probe loop) breaks it.
+    assert!(
+        fired.duration_since(opened_after) < fast_policy().breaker.alert_after * 10,
         "{:?} after the open",
         fired.duration_since(opened_after)
     );
+    // Once per open period: five more probes (each one checks) add none.
+    let probes = env.count("health");
     assert!(
-        fired.duration_since(opened_after) < Duration::from_millis(800),
-        "{:?} after the open",
-        fired.duration_since(opened_after)
+        env.sim
+            .log()
+            .wait_for(Duration::from_secs(10), |entries| entries
+                .iter()
+                .filter(|e| e.operation == Some("health"))
+                .count()
+                >= probes + 5)
+            .await,
+        "the probe loop goes on"
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let count = env
         .alert_names()
         .iter()

@@ -171,7 +171,7 @@ impl Env {
         assert!(!self.grag.runtime().deploy_suspected());
         self.open_breaker().await;
         assert!(
-            self.wait_for_state(CircuitState::Closed, Duration::from_secs(2))
+            self.wait_for_state(CircuitState::Closed, Duration::from_secs(10))
                 .await,
             "two healthy probes and a 200 canary close the breaker (state {:?})",
             self.state()
