@@ -196,3 +196,79 @@ async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
     assert_eq!(attempts[0]["status"], 200);
     server.stop().await;
 }
+
+/// Issue 12: pydantic's 422 quotes the rejected value (`input`, `ctx`), which
+/// for GRAG is Mandanten content. Of such a detail only `type`, `loc` and
+/// `msg` go anywhere: not the marker the request carried, in no Display,
+/// Debug, `detail()`, log line, alert or metric.
+#[tokio::test]
+async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
+    use grag_client::types::SearchRequest;
+    use grag_sim::testkit::{self, Kit};
+    use grag_sim::{Fault, Rule};
+
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    tracing::callsite::rebuild_interest_cache();
+    let kit = Kit::start(testkit::sim_config(1000), testkit::policy(100)).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::ValidationEcho { max_length: 200 })
+            .on("search_rerank")
+            .once(),
+    );
+    let query_text = format!("{SECRET} {}", "Prüfbericht der Brücke ".repeat(10));
+    let error = kit
+        .grag
+        .ai_gateway()
+        .search_rerank(
+            &KbId::parse("kb-1").unwrap(),
+            &SearchRequest {
+                query_text,
+                top_k: 3,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.row(), "T10", "{error}");
+    assert_eq!(error.status(), Some(422));
+    let log = kit.sim.log().of("search_rerank");
+    assert_eq!(log.len(), 1, "a 422 is never re-sent");
+    assert!(log[0].has_fault("validation_echo"));
+
+    // What an operator still sees.
+    let detail = error.detail().expect("the 422 has a detail");
+    let shown: Value = serde_json::from_str(detail).unwrap();
+    assert_eq!(
+        shown,
+        json!([{
+            "type": "string_too_long",
+            "loc": ["body", "query_text"],
+            "msg": "String should have at most 200 characters",
+        }]),
+        "{detail}"
+    );
+    // Everywhere the error and its detail go.
+    let alerts = kit.alerts.taken();
+    assert!(
+        alerts.iter().any(|a| a.name == "contract_drift"),
+        "{alerts:?}"
+    );
+    let places = [
+        ("Display", error.to_string()),
+        ("Debug", format!("{error:?}")),
+        ("detail()", detail.to_owned()),
+        ("alerts", format!("{alerts:?}")),
+        ("metrics", kit.grag.runtime().metrics_text()),
+        ("logs", captured.text()),
+    ];
+    for (place, text) in places {
+        assert!(!text.contains(SECRET), "the quoted input reached {place}:\n{text}");
+        assert!(!text.contains("max_length"), "ctx reached {place}:\n{text}");
+    }
+    assert!(
+        captured.lines().iter().any(|l| l["status"] == 422),
+        "the attempt was logged: {}",
+        captured.text()
+    );
+    kit.sim.stop().await;
+}

@@ -184,6 +184,7 @@ async fn config(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "agent_step_pace_ms": ms(c.agent_step_pace),
         "cold_start_ms": ms(c.cold_start),
         "max_points": c.max_points,
+        "keep_alive_timeout_ms": ms(c.keep_alive_timeout),
     }))
 }
 

@@ -68,6 +68,13 @@ pub struct SimConfig {
     pub agent_plane: bool,
     /// Most points a voyager upsert takes (413 above).
     pub max_points: usize,
+    /// How long a keep-alive connection may sit idle (waiting for its next
+    /// request) before the simulator closes it, as uvicorn's
+    /// `timeout_keep_alive` and Node's `keepAliveTimeout` do (both 5 s).
+    /// [`SimConfig::scaled`] keeps it: a client's `pool_idle` follows its own
+    /// policy's scale, so a test that wants idle connections closed under the
+    /// client sets it against that policy ([`SimConfig::with_keep_alive_timeout`]).
+    pub keep_alive_timeout: Duration,
     /// How long [`crate::Sim::stop`] waits for open connections before cutting them.
     pub shutdown_grace: Duration,
 }
@@ -97,6 +104,7 @@ impl Default for SimConfig {
             cold_start: Duration::from_secs(40),
             agent_plane: true,
             max_points: 256,
+            keep_alive_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(2),
         }
     }
@@ -105,7 +113,7 @@ impl Default for SimConfig {
 impl SimConfig {
     /// The real timings, every one multiplied by `factor` (0.001 turns the
     /// 20 s keepalive into 20 ms and the 30 min ceiling into 1.8 s).
-    /// `shutdown_grace` is not scaled.
+    /// `shutdown_grace` and `keep_alive_timeout` are not scaled.
     pub fn scaled(factor: f64) -> Self {
         assert!(
             factor.is_finite() && factor > 0.0,
@@ -146,6 +154,12 @@ impl SimConfig {
     /// ([`JobStart::Held`]).
     pub fn with_held_jobs(mut self) -> Self {
         self.job_start = JobStart::Held;
+        self
+    }
+
+    /// The same configuration closing idle keep-alive connections after `idle`.
+    pub fn with_keep_alive_timeout(mut self, idle: std::time::Duration) -> Self {
+        self.keep_alive_timeout = idle;
         self
     }
 

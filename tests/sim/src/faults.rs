@@ -81,6 +81,38 @@ pub enum Fault {
     StageFails { stage: String },
     /// The ingest job an upload starts fails in this pipeline node.
     JobFails { node: String },
+    /// A FastAPI/pydantic 422 that quotes the request, as pydantic does: one
+    /// `string_too_long` entry with `loc`, `msg`, `input` (the value of the
+    /// body's first string field, or the whole body when it has none) and
+    /// `ctx: {"max_length": ...}`.
+    ValidationEcho {
+        #[serde(default = "default_max_length")]
+        max_length: u32,
+    },
+    /// An unhandled exception behind uvicorn: a plain-text
+    /// `500 Internal Server Error`, then the connection is closed without a
+    /// `Connection: close` header (the client learns it only from the FIN).
+    Unhandled,
+    /// An SSE stream sends `after_events` events, then ends cleanly (the body
+    /// is complete, the connection stays usable) without its terminal event:
+    /// a relay that closed early, a chat that stopped mid-answer.
+    SseEndsEarly { after_events: u32 },
+    /// An SSE stream as sse-starlette writes it: every line ends in CRLF, and
+    /// a `: ping - <date>` comment goes out when the stream opens and every
+    /// `ping_ms` after (from a task of its own, between events).
+    SseStarlette {
+        #[serde(default = "default_ping_ms")]
+        ping_ms: u64,
+    },
+}
+
+fn default_max_length() -> u32 {
+    200
+}
+
+/// sse-starlette's default ping interval: 15 s.
+fn default_ping_ms() -> u64 {
+    15_000
 }
 
 impl Fault {
@@ -104,6 +136,10 @@ impl Fault {
             Fault::SseError { .. } => "sse_error",
             Fault::StageFails { .. } => "stage_fails",
             Fault::JobFails { .. } => "job_fails",
+            Fault::ValidationEcho { .. } => "validation_echo",
+            Fault::Unhandled => "unhandled",
+            Fault::SseEndsEarly { .. } => "sse_ends_early",
+            Fault::SseStarlette { .. } => "sse_starlette",
         }
     }
 

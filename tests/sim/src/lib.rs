@@ -60,6 +60,11 @@
 //! | SSE error | `sse_error` | after N events `event: error` |
 //! | chat stage | `stage_fails` | that stage `failed` on the trace; `generate` ends the turn with `event: error` |
 //! | ingest job | `job_fails` | the upload's job fails in that node (`node_fail`, `failed`) |
+//! | validation echo | `validation_echo` (`max_length`, default 200) | FastAPI/pydantic 422: `[{"type": "string_too_long", "loc": ["body", <field>], "msg", "input": <the body's first string field>, "ctx": {"max_length"}}]` |
+//! | unhandled error | `unhandled` | plain-text 500 `Internal Server Error`, then the connection is closed without `Connection: close` (uvicorn) |
+//! | SSE ends early | `sse_ends_early` | after N events the stream ends cleanly, without its terminal event |
+//! | sse-starlette | `sse_starlette` (`ping_ms`, default 15000) | the stream's lines end in CRLF; `: ping - <date>` at the start and every `ping_ms` |
+//! | keep-alive timeout | [`SimConfig::keep_alive_timeout`] (5 s as on uvicorn and Node; not scaled) | an idle connection is closed |
 //! | agent plane | `Faults::set_agent_plane(false)` / `POST /_sim/agent-plane` | 503 "not running" on the agent stream |
 
 pub mod admin;
@@ -103,6 +108,29 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// Which accepted TCP connection a request came on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnId(pub u64);
+
+/// Asks the connection a request came on to close once its answer is out
+/// (an unhandled error behind uvicorn): no `Connection: close` header, just
+/// the FIN after the last byte.
+#[derive(Clone)]
+pub(crate) struct CloseConn(Arc<tokio::sync::Notify>);
+
+impl CloseConn {
+    /// A guard that closes the connection when it is dropped: put it in the
+    /// answer's body, which hyper drops once the body is written, after the
+    /// headers went out without `Connection: close`.
+    pub(crate) fn after_answer(self) -> CloseAfter {
+        CloseAfter(self.0)
+    }
+}
+
+pub(crate) struct CloseAfter(Arc<tokio::sync::Notify>);
+
+impl Drop for CloseAfter {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
 
 /// State shared by the accept loop, the handlers and the handles.
 pub(crate) struct Shared {
@@ -344,7 +372,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, addr: SocketAdd
                     stream,
                     ConnId(next_conn),
                     router.clone(),
-                    shared.shutdown.clone(),
+                    shared.clone(),
                 ));
             }
             Turn::Churn => {
@@ -411,22 +439,46 @@ async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
     None
 }
 
-/// Serves one connection (HTTP/1.1, keep-alive) until it closes or the sim stops.
-async fn connection(
-    stream: TcpStream,
-    id: ConnId,
-    router: Router,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Serves one connection (HTTP/1.1, keep-alive) until it closes or the sim
+/// stops. An idle connection is closed after [`SimConfig::keep_alive_timeout`]
+/// (hyper's header-read timer runs from the moment the connection waits for
+/// its next request), and one whose request asked for it ([`CloseConn`]) once
+/// its answer is out.
+async fn connection(stream: TcpStream, id: ConnId, router: Router, shared: Arc<Shared>) {
+    let close = CloseConn(Arc::new(tokio::sync::Notify::new()));
+    let on_request = close.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(id);
+        req.extensions_mut().insert(on_request.clone());
         router.clone().oneshot(req.map(Body::new))
     });
-    let conn =
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new());
+    builder.header_read_timeout(shared.config.keep_alive_timeout);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
+    let mut shutdown = shared.shutdown.clone();
     tokio::select! {
-        _ = conn.as_mut() => {}
+        done = conn.as_mut() => {
+            if let Err(e) = done
+                && e.is_timeout()
+            {
+                shared.log.note(format!(
+                    "keep-alive timeout: connection {} closed idle",
+                    id.0
+                ));
+            }
+        }
+        _ = close.0.notified() => {
+            // The answer is written (its body is gone): no new request is
+            // read, and the connection closes without having said so.
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+            shared.log.note(format!(
+                "unhandled error: connection {} closed after its answer",
+                id.0
+            ));
+        }
         _ = crate::stopped(&mut shutdown) => {
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::faults::{ChurnAnswer, Fault};
 use crate::log::LoggedRequest;
 use crate::sse::channel_body;
-use crate::{ConnId, Shared};
+use crate::{CloseConn, ConnId, Shared};
 
 /// The tenant a request without `X-Tenant-ID` is served as
 /// (`allow_default_tenant=true`, the platform-wide default: policy §3).
@@ -138,6 +138,7 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let close = parts.extensions.get::<CloseConn>().cloned();
     let resolved = resolve(&parts.method, parts.uri.path());
     let seq = shared.log.push(LoggedRequest {
         seq: 0,
@@ -169,6 +170,10 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         response.headers_mut().insert("x-request-id", v);
     }
     let status = response.status().as_u16();
+    // An unhandled error: the connection closes once this answer is out.
+    let close = close
+        .filter(|_| meta.faults.iter().any(|f| f == "unhandled"))
+        .map(CloseConn::after_answer);
     shared.log.update(seq, |e| {
         e.status = Some(status);
         e.tenant = meta.tenant;
@@ -180,6 +185,7 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         body.into_data_stream(),
         move |chunk| {
             let _ = &guard;
+            let _ = &close;
             chunk
         },
     ));
@@ -239,6 +245,9 @@ async fn serve(
         Some(Fault::ColdStart) => {
             wait(shared, shared.config.cold_start).await;
             fault = None;
+        }
+        Some(Fault::ValidationEcho { max_length }) => {
+            return validation_echo(&body, max_length);
         }
         Some(f) => {
             if let Some(answer) = status_fault(endpoint, &f) {
@@ -327,6 +336,16 @@ fn status_fault(endpoint: &Endpoint, fault: &Fault) -> Option<Response> {
         ),
         Fault::AdminGate => detail(403, "admin role required for this operation"),
         Fault::BadGateway => plain(502, "Bad Gateway"),
+        // Starlette's ServerErrorMiddleware answers plain text with its
+        // length; the connection is closed after it (see `CloseConn`).
+        Fault::Unhandled => {
+            let text = "Internal Server Error";
+            let mut response = plain(500, text);
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+            response
+        }
         Fault::Dark => detail(
             503,
             format!(
@@ -353,6 +372,31 @@ fn status_fault(endpoint: &Endpoint, fault: &Fault) -> Option<Response> {
         ),
         _ => return None,
     })
+}
+
+/// The 422 pydantic gives a string over its `max_length`: it quotes the
+/// rejected value. Which value: the body's first top-level string field
+/// (`loc: ["body", <field>]`); without one, the whole body (`loc: ["body"]`).
+fn validation_echo(body: &[u8], max_length: u32) -> Response {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let field = parsed.as_object().and_then(|o| {
+        o.iter()
+            .find_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+    });
+    let (loc, input) = match field {
+        Some((name, value)) => (json!(["body", name]), Value::String(value)),
+        None => (json!(["body"]), parsed),
+    };
+    detail(
+        422,
+        json!([{
+            "type": "string_too_long",
+            "loc": loc,
+            "msg": format!("String should have at most {max_length} characters"),
+            "input": input,
+            "ctx": { "max_length": max_length },
+        }]),
+    )
 }
 
 /// Sends the status line and half the body, then cuts the connection.

@@ -1,5 +1,6 @@
 //! Writing `text/event-stream` bodies, with the SSE faults applied on the way
-//! out (stall, drop mid-event, `event: error`, proxy buffering).
+//! out (stall, drop mid-event, `event: error`, proxy buffering, a clean end
+//! before the terminal event, sse-starlette's CRLF lines and pings).
 
 use std::io;
 use std::time::Duration;
@@ -34,6 +35,19 @@ pub(crate) struct SseOut {
     buffer: Option<Vec<u8>>,
     shutdown: watch::Receiver<bool>,
     stopped: bool,
+    /// Lines end in CRLF (sse-starlette) instead of LF.
+    crlf: bool,
+    /// The ping task of an sse-starlette stream; it holds a sender, so it
+    /// must end with the producer for the body to end.
+    pinger: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for SseOut {
+    fn drop(&mut self) {
+        if let Some(pinger) = self.pinger.take() {
+            pinger.abort();
+        }
+    }
 }
 
 /// A 200 `text/event-stream` response and the writer feeding it.
@@ -50,6 +64,14 @@ pub(crate) fn sse_response(
         HeaderValue::from_static("text/event-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let pinger = match fault {
+        Some(Fault::SseStarlette { ping_ms }) => Some(tokio::spawn(ping(
+            tx.clone(),
+            Duration::from_millis(ping_ms.max(1)),
+        ))),
+        _ => None,
+    };
+    let crlf = pinger.is_some();
     let out = SseOut {
         tx,
         fault,
@@ -57,13 +79,36 @@ pub(crate) fn sse_response(
         buffer: buffered.then(Vec::new),
         shutdown,
         stopped: false,
+        crlf,
+        pinger,
     };
     (out, response)
+}
+
+/// sse-starlette's ping: `: ping - <date>`, CRLF-terminated, once at the
+/// start and then every `every`, each its own chunk (so never inside an event).
+async fn ping(tx: mpsc::Sender<Chunk>, every: Duration) {
+    loop {
+        let now = httpdate::fmt_http_date(std::time::SystemTime::now());
+        let line = format!(": ping - {now}\r\n\r\n");
+        if tx.send(Ok(Bytes::from(line))).await.is_err() {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = tx.closed() => return,
+        }
+    }
 }
 
 /// One event as it goes on the wire. Data is JSON, so it is one line.
 pub(crate) fn frame(name: &str, data: &Value) -> String {
     format!("event: {name}\ndata: {data}\n\n")
+}
+
+/// `text` with every LF turned into CRLF, as sse-starlette ends its lines.
+fn crlf(text: String) -> String {
+    text.replace('\n', "\r\n")
 }
 
 impl SseOut {
@@ -104,10 +149,20 @@ impl SseOut {
                 self.stopped = true;
                 return false;
             }
+            Some(Fault::SseEndsEarly { after_events }) if self.events >= after_events => {
+                // A clean end: what was sent is complete, the body ends here.
+                self.flush().await;
+                self.stopped = true;
+                return false;
+            }
             _ => {}
         }
         self.events += 1;
-        self.write(frame(name, data).into_bytes()).await
+        let mut text = frame(name, data);
+        if self.crlf {
+            text = crlf(text);
+        }
+        self.write(text.into_bytes()).await
     }
 
     /// Writes a comment line (`: keepalive`).
@@ -121,7 +176,11 @@ impl SseOut {
             self.stall().await;
             return false;
         }
-        self.write(format!(": {text}\n\n").into_bytes()).await
+        let mut line = format!(": {text}\n\n");
+        if self.crlf {
+            line = crlf(line);
+        }
+        self.write(line.into_bytes()).await
     }
 
     /// Sleeps until `at`; `false` when the client left or the sim stops first.
