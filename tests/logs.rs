@@ -262,7 +262,10 @@ async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
         ("logs", captured.text()),
     ];
     for (place, text) in places {
-        assert!(!text.contains(SECRET), "the quoted input reached {place}:\n{text}");
+        assert!(
+            !text.contains(SECRET),
+            "the quoted input reached {place}:\n{text}"
+        );
         assert!(!text.contains("max_length"), "ctx reached {place}:\n{text}");
     }
     assert!(
