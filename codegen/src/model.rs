@@ -26,6 +26,8 @@ pub struct Model {
     pub limits: Limits,
     /// How long an idle pooled connection is kept.
     pub pool_idle: Duration,
+    /// Statuses after which no pooled connection is reused.
+    pub fresh_after: Vec<u16>,
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,

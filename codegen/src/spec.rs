@@ -291,6 +291,10 @@ pub struct Polling {
 pub struct Connections {
     /// How long an idle pooled connection is kept: below the server's keep-alive.
     pub pool_idle: Duration,
+    /// Statuses after which, unless the answer said `Connection: close`, the
+    /// server closes the connection unannounced: no pooled one is reused.
+    #[serde(default)]
+    pub fresh_after: Vec<Spanned<u16>>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

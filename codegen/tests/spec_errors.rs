@@ -377,3 +377,16 @@ fn the_bff_lane_switch_decides_whether_the_lane_sends_the_key() {
     assert_eq!(lane(&files(false)), sdk_codegen::model::Lane::Bff);
     assert_eq!(lane(&files(true)), sdk_codegen::model::Lane::Key);
 }
+
+#[test]
+fn a_fresh_pool_is_asked_for_after_server_errors_only() {
+    let file = "policy.yaml";
+    let line = line_of(file, "fresh_after: [500]", 0);
+    let e = one(
+        broken(file, "fresh_after: [500]", "fresh_after: [404]", 0),
+        file,
+        line,
+        "connections.fresh_after",
+    );
+    assert!(e.message.contains("5xx"), "{e}");
+}

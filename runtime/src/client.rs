@@ -9,6 +9,7 @@ use crate::error::ConfigError;
 use crate::memory::Memory;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
+use crate::pool::Pool;
 use crate::throttle::Throttle;
 use crate::{Id, IdKind};
 
@@ -57,7 +58,7 @@ pub struct Client {
 
 pub(crate) struct Shared {
     pub(crate) policy: &'static Policy,
-    pub(crate) http: reqwest::Client,
+    pub(crate) pool: Pool,
     pub(crate) base_url: String,
     /// `Bearer <key>`, built once and marked sensitive (never in a debug print).
     pub(crate) authorization: reqwest::header::HeaderValue,
@@ -85,18 +86,12 @@ impl Client {
             .map_err(ConfigError::Tenant)?;
         let authorization = check_api_key(&config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
-        let http = reqwest::Client::builder()
-            // Never follow a redirect: the next hop would get the tenant,
-            // workspace and pipeline headers (and on 307/308 the body). A 3xx
-            // is an answer with a row of its own (contract drift).
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(policy.pool_idle)
-            .build()
+        let pool = Pool::new(policy.pool_idle, policy.fresh_after)
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {
             shared: Arc::new(Shared {
                 policy,
-                http,
+                pool,
                 base_url,
                 authorization,
                 tenant: config.tenant,

@@ -18,6 +18,7 @@ mod features;
 mod memory;
 mod metrics;
 mod pipeline;
+mod pool;
 mod probe;
 mod reply;
 pub mod sse;

@@ -18,6 +18,7 @@ use crate::clock;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
 use crate::error::{Error, ErrorKind, bounded, error_chain};
 use crate::policy::{OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRow};
+use crate::pool::Pool;
 use crate::reply::{Ledger, Reply};
 use crate::scope::IdKind;
 use crate::telemetry::{self, AttemptLog};
@@ -141,7 +142,7 @@ impl Client {
             let attempt_deadline = clock::after(attempt_started, budget).min(run.deadline);
             let request = self.request(call, path, &request_id);
             let limits = Limits::of(policy, endpoint);
-            let performed = perform(request, stream, limits);
+            let performed = perform(&self.shared.pool, request, stream, limits);
             let (result, response) =
                 match tokio::time::timeout_at(attempt_deadline, performed).await {
                     Ok(done) => done,
@@ -406,7 +407,8 @@ impl Client {
             crate::call::encode_segment(value, &mut url);
         }
         let mut request = shared
-            .http
+            .pool
+            .client()
             .request(method, url)
             .header(names.request_id, request_id);
         if endpoint.scope != ScopeNeed::Public {
@@ -642,8 +644,10 @@ const MAX_ECHOED_ID: usize = 128;
 /// Sends one request and reads the answer: a 2xx body incrementally up to
 /// the route's cap, an error body up to `error_body` bytes; a stream's body
 /// is left to the SSE parser. Redirects are never followed (the client is
-/// built without), so a 3xx arrives here as an answer.
+/// built without), so a 3xx arrives here as an answer. The pool hears of
+/// every answer before its body is read.
 pub(crate) async fn perform(
+    pool: &Pool,
     request: reqwest::RequestBuilder,
     stream: bool,
     limits: Limits,
@@ -666,6 +670,7 @@ pub(crate) async fn perform(
     };
     let status = response.status().as_u16();
     let headers = response.headers();
+    pool.answered(status, headers);
     let retry_after = headers
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())

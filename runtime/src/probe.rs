@@ -120,7 +120,8 @@ impl Client {
         let started = Instant::now();
         let request = self.request(&call, &path, &request_id);
         let limits = Limits::of(self.shared.policy, endpoint);
-        let result = tokio::time::timeout(timeout, perform(request, false, limits)).await;
+        let result =
+            tokio::time::timeout(timeout, perform(&self.shared.pool, request, false, limits)).await;
         let status = match result {
             Ok((Attempt::Answer { status, .. }, _)) => Some(status),
             _ => None,

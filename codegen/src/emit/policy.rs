@@ -20,6 +20,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let opaque = model.api.ids.iter().filter(|i| i.opaque).map(|i| &i.name);
     let opaque_max_len = int(model.api.opaque_max_len);
     let pool_idle = duration(model.pool_idle);
+    let fresh_after = &model.fresh_after;
     let l = &model.limits;
     let (error_body, detail, sse_line, sse_event) = (
         int(l.error_body),
@@ -293,6 +294,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             },
             routes: &ENDPOINTS,
             pool_idle: #pool_idle,
+            fresh_after: &[#(#fresh_after),*],
             timeouts: &TIMEOUTS,
             deadline: #deadline,
             retries: &RETRIES,

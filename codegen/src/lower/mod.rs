@@ -30,6 +30,16 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let limits = cx.limits(&raw.policy.limits);
     let connections = &raw.policy.connections;
     let pool_idle = cx.duration(&connections.pool_idle, "connections.pool_idle");
+    for status in &connections.fresh_after {
+        if !(500..=599).contains(&**status) {
+            cx.sources.at(
+                status.span(),
+                "connections.fresh_after",
+                "must list 5xx statuses (the errors after which a server closes the connection)",
+            );
+        }
+    }
+    let fresh_after = connections.fresh_after.iter().map(|s| **s).collect();
     cx.source(&connections.source, connections.inferred);
     let details = cx.details(&raw.taxonomy);
     let (states, alerts) = cx.degradation(&raw.degradation);
@@ -84,6 +94,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         throttle,
         limits: limits?,
         pool_idle: pool_idle?,
+        fresh_after,
         details,
         rows,
         streams,

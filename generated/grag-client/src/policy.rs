@@ -224,6 +224,7 @@ pub static POLICY: Policy = Policy {
     },
     routes: &ENDPOINTS,
     pool_idle: ::std::time::Duration::from_secs(4),
+    fresh_after: &[500u16],
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),
     retries: &RETRIES,

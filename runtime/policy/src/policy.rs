@@ -40,6 +40,10 @@ pub struct Policy {
     /// How long an idle pooled connection is kept: less than the server's
     /// keep-alive, so no request goes out on a connection it already closed.
     pub pool_idle: Duration,
+    /// Statuses after which the server closes the connection unannounced
+    /// (uvicorn after an unhandled error): unless the answer said
+    /// `Connection: close`, no pooled connection is used again.
+    pub fresh_after: &'static [u16],
 }
 
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per

@@ -185,6 +185,7 @@ async fn config(State(shared): State<Arc<Shared>>) -> Json<Value> {
         "cold_start_ms": ms(c.cold_start),
         "max_points": c.max_points,
         "keep_alive_timeout_ms": ms(c.keep_alive_timeout),
+        "unhandled_close_after_ms": ms(c.unhandled_close_after),
     }))
 }
 

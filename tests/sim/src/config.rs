@@ -75,6 +75,11 @@ pub struct SimConfig {
     /// policy's scale, so a test that wants idle connections closed under the
     /// client sets it against that policy ([`SimConfig::with_keep_alive_timeout`]).
     pub keep_alive_timeout: Duration,
+    /// How long after the answer of an unhandled error (`unhandled`) the
+    /// connection is closed. uvicorn logs the traceback first and reads
+    /// nothing meanwhile: a request sent in between is written, never seen,
+    /// and reset with the close. Not scaled.
+    pub unhandled_close_after: Duration,
     /// How long [`crate::Sim::stop`] waits for open connections before cutting them.
     pub shutdown_grace: Duration,
 }
@@ -105,6 +110,7 @@ impl Default for SimConfig {
             agent_plane: true,
             max_points: 256,
             keep_alive_timeout: Duration::from_secs(5),
+            unhandled_close_after: Duration::from_millis(50),
             shutdown_grace: Duration::from_secs(2),
         }
     }
@@ -113,7 +119,8 @@ impl Default for SimConfig {
 impl SimConfig {
     /// The real timings, every one multiplied by `factor` (0.001 turns the
     /// 20 s keepalive into 20 ms and the 30 min ceiling into 1.8 s).
-    /// `shutdown_grace` and `keep_alive_timeout` are not scaled.
+    /// `shutdown_grace`, `keep_alive_timeout` and `unhandled_close_after`
+    /// are not scaled.
     pub fn scaled(factor: f64) -> Self {
         assert!(
             factor.is_finite() && factor > 0.0,

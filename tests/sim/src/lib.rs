@@ -61,7 +61,7 @@
 //! | chat stage | `stage_fails` | that stage `failed` on the trace; `generate` ends the turn with `event: error` |
 //! | ingest job | `job_fails` | the upload's job fails in that node (`node_fail`, `failed`) |
 //! | validation echo | `validation_echo` (`max_length`, default 200) | FastAPI/pydantic 422: `[{"type": "string_too_long", "loc": ["body", <field>], "msg", "input": <the body's first string field>, "ctx": {"max_length"}}]` |
-//! | unhandled error | `unhandled` | plain-text 500 `Internal Server Error`, then the connection is closed without `Connection: close` (uvicorn) |
+//! | unhandled error | `unhandled` | plain-text 500 `Internal Server Error`, then, [`SimConfig::unhandled_close_after`] later (50 ms; uvicorn logs the traceback first), the connection is closed without `Connection: close`; a request sent in between is never read |
 //! | SSE ends early | `sse_ends_early` | after N events the stream ends cleanly, without its terminal event |
 //! | sse-starlette | `sse_starlette` (`ping_ms`, default 15000) | the stream's lines end in CRLF; `: ping - <date>` at the start and every `ping_ms` |
 //! | keep-alive timeout | [`SimConfig::keep_alive_timeout`] (5 s as on uvicorn and Node; not scaled) | an idle connection is closed |
@@ -470,10 +470,12 @@ async fn connection(stream: TcpStream, id: ConnId, router: Router, shared: Arc<S
             }
         }
         _ = close.0.notified() => {
-            // The answer is written (its body is gone): no new request is
-            // read, and the connection closes without having said so.
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
+            // The answer is written and flushed (hyper dropped its body in
+            // the poll that wrote its end). From here the connection is not
+            // polled: uvicorn logs the traceback, reads nothing, then closes
+            // without having said so. A request that came meanwhile was never
+            // seen; the close resets it.
+            tokio::time::sleep(shared.config.unhandled_close_after).await;
             shared.log.note(format!(
                 "unhandled error: connection {} closed after its answer",
                 id.0
