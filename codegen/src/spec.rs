@@ -189,6 +189,9 @@ pub struct RetryClass {
     /// Upper bound of the random extra wait added to a server-given delay.
     #[serde(default)]
     pub jitter: Option<Duration>,
+    /// The wait of a linear schedule grows by this much per retry.
+    #[serde(default)]
+    pub step: Option<Duration>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

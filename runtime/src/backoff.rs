@@ -33,6 +33,7 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 ///   so clients that failed together do not retry together.
 /// - `RetryAfter`: the server's `Retry-After` as given, or `floor` when it is
 ///   absent, plus uniform jitter in `[0, jitter]`.
+/// - `Linear`: `step * retry`, no jitter.
 /// - `Never`, `Once`, `DeployWindow`: no wait (the retry is immediate).
 pub fn retry_delay(
     schedule: &RetrySchedule,
@@ -47,6 +48,7 @@ pub fn retry_delay(
         RetrySchedule::RetryAfter { floor, jitter, .. } => retry_after
             .unwrap_or(floor)
             .saturating_add(uniform(rng, jitter)),
+        RetrySchedule::Linear { step, .. } => step.saturating_mul(retry),
         RetrySchedule::Never | RetrySchedule::Once { .. } | RetrySchedule::DeployWindow { .. } => {
             Duration::ZERO
         }
@@ -221,6 +223,34 @@ mod tests {
             assert!(retry_delay(&huge, retry, None, &mut rng) <= Duration::from_secs(8));
             assert!(retry_delay(&R1, retry, None, &mut rng) <= Duration::from_secs(8));
         }
+    }
+
+    #[test]
+    fn linear_waits_step_times_the_retry_number_without_jitter() {
+        let mut rng = rng();
+        let core = RetrySchedule::Linear {
+            attempts: 3,
+            step: Duration::from_millis(250),
+        };
+        let waits: Vec<Duration> = (1..=2)
+            .map(|retry| retry_delay(&core, retry, Some(Duration::from_secs(9)), &mut rng))
+            .collect();
+        assert_eq!(
+            waits,
+            [Duration::from_millis(250), Duration::from_millis(500)],
+            "0.25 s × attempt; a Retry-After does not change it"
+        );
+        assert!(may_retry(&core, 2) && !may_retry(&core, 3));
+        let zero = RetrySchedule::Linear {
+            attempts: 2,
+            step: Duration::ZERO,
+        };
+        assert_eq!(retry_delay(&zero, 1, None, &mut rng), Duration::ZERO);
+        let huge = RetrySchedule::Linear {
+            attempts: u32::MAX,
+            step: Duration::MAX,
+        };
+        assert_eq!(retry_delay(&huge, u32::MAX, None, &mut rng), Duration::MAX);
     }
 
     #[test]

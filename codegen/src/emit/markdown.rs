@@ -337,5 +337,9 @@ fn schedule_text(s: &RetrySchedule) -> String {
             duration_text(jitter)
         ),
         RetrySchedule::Once { attempts } => format!("{attempts} attempts, no wait"),
+        RetrySchedule::Linear { attempts, step } => format!(
+            "{attempts} attempts, waiting {} × the retry's number, no jitter",
+            duration_text(step)
+        ),
     }
 }

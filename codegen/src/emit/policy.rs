@@ -388,6 +388,10 @@ fn schedule(s: &RetrySchedule) -> TokenStream {
             let attempts = int(attempts);
             quote!(RetrySchedule::Once { attempts: #attempts })
         }
+        RetrySchedule::Linear { attempts, step } => {
+            let (attempts, step) = (int(attempts), duration(step));
+            quote!(RetrySchedule::Linear { attempts: #attempts, step: #step })
+        }
     }
 }
 

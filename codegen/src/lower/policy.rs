@@ -51,12 +51,13 @@ impl Cx<'_> {
             "exponential" => (&["attempts", "base", "factor", "cap"], ()),
             "deploy_window" | "once" => (&["attempts"], ()),
             "retry_after" => (&["attempts", "floor", "jitter"], ()),
+            "linear" => (&["attempts", "step"], ()),
             other => {
                 self.error(
                     &r.kind,
                     format!("{field}.kind"),
                     format!(
-                        "unknown retry kind `{other}`: expected `never`, `exponential`, `deploy_window`, `retry_after` or `once`"
+                        "unknown retry kind `{other}`: expected `never`, `exponential`, `deploy_window`, `retry_after`, `once` or `linear`"
                     ),
                 );
                 return None;
@@ -69,6 +70,7 @@ impl Cx<'_> {
             ("cap", r.cap.as_ref().map(|a| a.span())),
             ("floor", r.floor.as_ref().map(|a| a.span())),
             ("jitter", r.jitter.as_ref().map(|a| a.span())),
+            ("step", r.step.as_ref().map(|a| a.span())),
         ];
         let mut ok = true;
         for (key, span) in present {
@@ -116,6 +118,10 @@ impl Cx<'_> {
             },
             "once" => RetrySchedule::Once {
                 attempts: attempts?,
+            },
+            "linear" => RetrySchedule::Linear {
+                attempts: attempts?,
+                step: d(self, &r.step, "step")?,
             },
             _ => RetrySchedule::RetryAfter {
                 attempts: attempts?,

@@ -159,6 +159,9 @@ pub enum RetrySchedule {
     },
     /// Retried immediately, `attempts - 1` times.
     Once { attempts: u32 },
+    /// A wait growing linearly, without jitter: `step * n` before retry `n`
+    /// (the Core client's `retry_backoff_seconds * attempt`).
+    Linear { attempts: u32, step: Duration },
 }
 
 impl RetrySchedule {
@@ -169,7 +172,8 @@ impl RetrySchedule {
             RetrySchedule::Exponential { attempts, .. }
             | RetrySchedule::DeployWindow { attempts }
             | RetrySchedule::RetryAfter { attempts, .. }
-            | RetrySchedule::Once { attempts } => attempts,
+            | RetrySchedule::Once { attempts }
+            | RetrySchedule::Linear { attempts, .. } => attempts,
         }
     }
 }

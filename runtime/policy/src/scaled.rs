@@ -54,6 +54,10 @@ impl Policy {
                         floor: d(floor),
                         jitter: d(jitter),
                     },
+                    RetrySchedule::Linear { attempts, step } => RetrySchedule::Linear {
+                        attempts,
+                        step: d(step),
+                    },
                     other => other,
                 },
                 ..r.clone()
