@@ -52,7 +52,7 @@ fn slow_canary_policy() -> &'static Policy {
     static SLOW: OnceLock<&'static Policy> = OnceLock::new();
     SLOW.get_or_init(|| {
         let mut p = policy().clone();
-        p.breaker.canary_timeout = Duration::from_secs(10);
+        p.breaker.as_mut().unwrap().canary_timeout = Duration::from_secs(10);
         Box::leak(Box::new(p))
     })
 }
@@ -704,7 +704,7 @@ async fn the_open_alert_fires_after_the_scaled_5_min_and_not_before() {
     // lower bound a slow machine can only make longer.
     let fired = alerts.first("breaker_open_long");
     assert!(
-        fired.duration_since(opened_after) >= fast_policy().breaker.alert_after,
+        fired.duration_since(opened_after) >= fast_policy().breaker.as_ref().unwrap().alert_after,
         "not before 5 min (scaled): {:?} after the open",
         fired.duration_since(opened_after)
     );
@@ -712,7 +712,8 @@ async fn the_open_alert_fires_after_the_scaled_5_min_and_not_before() {
     // this bound is ten times the alert's own 300 ms on purpose. Only a real
     // bug (the unscaled 5 min, no check in the probe loop) breaks it.
     assert!(
-        fired.duration_since(opened_after) < fast_policy().breaker.alert_after * 10,
+        fired.duration_since(opened_after)
+            < fast_policy().breaker.as_ref().unwrap().alert_after * 10,
         "{:?} after the open",
         fired.duration_since(opened_after)
     );
@@ -996,12 +997,15 @@ async fn the_metrics_show_the_circuit_state_and_calls_by_error_class() {
 #[test]
 fn the_tests_run_the_spec_policy_compressed_a_hundredfold() {
     let p = policy();
-    assert_eq!(p.breaker.probe_interval, PROBE_INTERVAL);
-    assert_eq!(p.breaker.deploy_suspected, DEPLOY_SUSPECTED);
-    assert_eq!(p.breaker.threshold, 3);
-    assert!(p.breaker.distinct_endpoints);
+    assert_eq!(p.breaker.as_ref().unwrap().probe_interval, PROBE_INTERVAL);
     assert_eq!(
-        fast_policy().breaker.alert_after,
+        p.breaker.as_ref().unwrap().deploy_suspected,
+        DEPLOY_SUSPECTED
+    );
+    assert_eq!(p.breaker.as_ref().unwrap().threshold, 3);
+    assert!(p.breaker.as_ref().unwrap().distinct_endpoints);
+    assert_eq!(
+        fast_policy().breaker.as_ref().unwrap().alert_after,
         Duration::from_millis(300)
     );
 }

@@ -197,7 +197,7 @@ async fn updating_while_the_breaker_is_open_then_warming_up_after_the_close() {
     assert_all(&grag, &shown("warming_up", Some(WARMING_UP)));
 
     // The deploy-suspected window (120 s, here 2.4 s) ends: available again.
-    let window = SCALED.breaker.deploy_suspected;
+    let window = SCALED.breaker.as_ref().unwrap().deploy_suspected;
     let calm = eventually(window * 2, || !grag.runtime().deploy_suspected()).await;
     assert!(calm, "still deploy-suspected after {:?}", window * 2);
     assert_all(&grag, &available());
@@ -330,7 +330,7 @@ async fn warm_up_pair_fires_exactly_once_after_a_close() {
         .await;
     assert!(fired, "the warm-up pair did not fire after the close");
     // Give a duplicate every chance to show up.
-    tokio::time::sleep(SCALED.breaker.probe_interval * 3).await;
+    tokio::time::sleep(SCALED.breaker.as_ref().unwrap().probe_interval * 3).await;
     assert_eq!(warm_up_requests(&sim), (1, 1), "exactly one of each");
     let entries = sim.log().entries();
     for path in [SEARCH_PATH, SCORE_PATH] {
@@ -349,7 +349,7 @@ async fn no_warm_up_pair_without_opting_in() {
     open_breaker(&sim, &grag).await;
     heal(&sim, &grag).await;
     // As long as the opted-in test above gives the pair to show up, and more.
-    tokio::time::sleep(SCALED.breaker.probe_interval * 5).await;
+    tokio::time::sleep(SCALED.breaker.as_ref().unwrap().probe_interval * 5).await;
     assert_eq!(warm_up_requests(&sim), (0, 0));
     sim.stop().await;
 }
@@ -393,7 +393,7 @@ async fn the_warm_up_rerank_runs_with_the_llm_budget() {
         if line.is_some() {
             break;
         }
-        tokio::time::sleep(SCALED.breaker.probe_interval).await;
+        tokio::time::sleep(SCALED.breaker.as_ref().unwrap().probe_interval).await;
     }
     let line = line.expect("the warm-up rerank never ended");
     assert!(

@@ -715,9 +715,9 @@ async fn heals(policy: &'static Policy, health: Duration, canary: Duration, prob
     let _ = grag.bff().pipeline_status(&job).await;
     assert_eq!(grag.runtime().circuit_state(), CircuitState::Open);
     failing.store(false, Ordering::SeqCst);
-    let period = policy.breaker.probe_interval
-        + policy.breaker.probe_timeout
-        + policy.breaker.canary_timeout;
+    let period = policy.breaker.as_ref().unwrap().probe_interval
+        + policy.breaker.as_ref().unwrap().probe_timeout
+        + policy.breaker.as_ref().unwrap().canary_timeout;
     let mut closed = false;
     for _ in 0..probes {
         tokio::time::sleep(period).await;
@@ -734,17 +734,20 @@ async fn heals(policy: &'static Policy, health: Duration, canary: Duration, prob
 async fn a_probe_slower_than_the_probe_timeout_is_unhealthy_and_a_canary_slower_than_its_own_fails()
 {
     let policy = POLICY.scaled(20);
-    let b = &policy.breaker;
+    let b = policy.breaker.as_ref().expect("GRAG has a breaker");
     assert_eq!(
-        POLICY.breaker.probe_timeout,
+        POLICY.breaker.as_ref().unwrap().probe_timeout,
         POLICY.timeouts[timeout::PROBE].per_attempt
     );
     assert_eq!(
-        POLICY.breaker.probe_timeout,
+        POLICY.breaker.as_ref().unwrap().probe_timeout,
         Duration::from_secs(3),
         "§5.2: curl -m 3"
     );
-    assert_eq!(POLICY.breaker.canary_timeout, Duration::from_secs(5));
+    assert_eq!(
+        POLICY.breaker.as_ref().unwrap().canary_timeout,
+        Duration::from_secs(5)
+    );
     let quick = Duration::ZERO;
     // Control: prompt answers heal the breaker.
     assert!(

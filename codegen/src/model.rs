@@ -21,7 +21,7 @@ pub struct Model {
     pub deadline: Duration,
     pub deadline_source: Source,
     pub retries: Vec<Retry>,
-    pub breaker: Breaker,
+    pub breaker: Option<Breaker>,
     pub throttle: Throttle,
     pub limits: Limits,
     /// How long an idle pooled connection is kept.
@@ -34,7 +34,7 @@ pub struct Model {
     pub states: Vec<State>,
     pub messages: Vec<Message>,
     pub alerts: Vec<Alert>,
-    pub breaker_alert: String,
+    pub breaker_alert: Option<String>,
     pub retry_exhausted_alert: String,
     pub features: Vec<Feature>,
     pub types: Vec<TypeDef>,

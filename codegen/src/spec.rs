@@ -119,7 +119,9 @@ pub struct PolicyFile {
     pub timeouts: IndexMap<Text, TimeoutClass>,
     pub deadline: Deadline,
     pub retries: IndexMap<Text, RetryClass>,
-    pub breaker: Breaker,
+    /// Absent: the API has no circuit breaker (and no probe, canary or warm-up).
+    #[serde(default)]
+    pub breaker: Option<Breaker>,
     pub throttle: Throttle,
     pub connections: Connections,
     pub limits: Limits,
@@ -130,8 +132,10 @@ pub struct PolicyFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyAlerts {
-    /// Raised when the breaker stays open past `breaker.alert_after`.
-    pub breaker_open: Text,
+    /// Raised when the breaker stays open past `breaker.alert_after`
+    /// (required with a breaker, refused without one).
+    #[serde(default)]
+    pub breaker_open: Option<Text>,
     /// Raised when a call fails after its retry class was used up.
     pub retry_exhausted: Text,
     pub source: Text,

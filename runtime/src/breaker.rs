@@ -136,7 +136,8 @@ enum Phase {
 /// One origin's breaker. Not thread-safe by itself: wrap it in a mutex.
 #[derive(Debug)]
 pub struct Breaker {
-    policy: &'static BreakerPolicy,
+    /// `None`: the API has no breaker; nothing opens it, it stays closed.
+    policy: Option<&'static BreakerPolicy>,
     phase: Phase,
     generation: Generation,
     /// Start of the current open period (Closed -> Open); kept through
@@ -151,6 +152,12 @@ pub struct Breaker {
 impl Breaker {
     /// A closed breaker, not deploy-suspected, at generation 0.
     pub fn new(policy: &'static BreakerPolicy) -> Self {
+        Breaker::of(Some(policy))
+    }
+
+    /// The breaker of an API's policy: one that never opens when the API has
+    /// none (every other method then answers as a closed breaker does).
+    pub fn of(policy: Option<&'static BreakerPolicy>) -> Self {
         Breaker {
             policy,
             phase: Phase::Closed {
@@ -209,10 +216,12 @@ impl Breaker {
         endpoint: &'static str,
         now: Instant,
     ) -> Option<Transition> {
+        let Some(policy) = self.policy else {
+            return None;
+        };
         if generation != self.generation {
             return None;
         }
-        let policy = self.policy;
         match &mut self.phase {
             Phase::Closed { failures, .. } => {
                 failures.retain(|&(_, at)| now.saturating_duration_since(at) < policy.window);
@@ -297,7 +306,7 @@ impl Breaker {
     /// unhealthy probe resets the count. Either way the next probe is due
     /// `probe_interval` from `now`.
     pub fn record_probe(&mut self, healthy: bool, now: Instant) -> Option<Transition> {
-        let needed = self.policy.healthy_probes;
+        let needed = self.policy?.healthy_probes;
         let Phase::Open {
             probe_anchor,
             healthy: count,
@@ -326,7 +335,7 @@ impl Breaker {
         match self.phase {
             Phase::HalfOpen { since, canary_at } => canary_at
                 .unwrap_or(since)
-                .checked_add(self.policy.canary_timeout),
+                .checked_add(self.policy?.canary_timeout),
             _ => None,
         }
     }
@@ -350,7 +359,9 @@ impl Breaker {
             Phase::Closed {
                 closed_at: Some(at),
                 ..
-            } => now.saturating_duration_since(at) < self.policy.deploy_suspected,
+            } => self
+                .policy
+                .is_some_and(|p| now.saturating_duration_since(at) < p.deploy_suspected),
             _ => false,
         }
     }
@@ -365,7 +376,7 @@ impl Breaker {
     /// the breaker open longer than `alert_after`: the caller fires the alert.
     pub fn take_open_alert(&mut self, now: Instant) -> bool {
         match self.open_for(now) {
-            Some(open) if !self.alerted && open > self.policy.alert_after => {
+            Some(open) if !self.alerted && self.policy.is_some_and(|p| open > p.alert_after) => {
                 self.alerted = true;
                 true
             }
@@ -384,7 +395,7 @@ impl Breaker {
     pub fn next_probe_at(&self) -> Option<Instant> {
         match self.phase {
             Phase::Open { probe_anchor, .. } => {
-                probe_anchor.checked_add(self.policy.probe_interval)
+                probe_anchor.checked_add(self.policy?.probe_interval)
             }
             _ => None,
         }
@@ -423,10 +434,33 @@ impl Breaker {
 mod tests {
     use super::*;
 
+    /// The probe and canary routes are the client's business, not the
+    /// state machine's: one placeholder serves for both.
+    static ROUTE: crate::Endpoint = crate::Endpoint {
+        service: "svc",
+        operation: "health",
+        method: crate::Method::Get,
+        path: "/health",
+        scope: crate::ScopeNeed::Public,
+        lane: crate::Lane::Key,
+        timeout: 0,
+        retry: 0,
+        idempotent: true,
+        budget: 0,
+        replay: false,
+        conflict: crate::policy::Conflict::Error,
+        pipeline_id: false,
+        stream: None,
+        max_response: 1024,
+    };
+
     static POLICY: BreakerPolicy = BreakerPolicy {
         threshold: 3,
         window: Duration::from_secs(30),
         distinct_endpoints: true,
+        probe: &ROUTE,
+        canary: &ROUTE,
+        open_alert: "breaker_open_long",
         probe_interval: Duration::from_secs(5),
         probe_timeout: Duration::from_secs(3),
         healthy_probes: 2,

@@ -96,7 +96,7 @@ impl Client {
                 authorization,
                 tenant: config.tenant,
                 throttle: Throttle::new(&policy.throttle),
-                breaker: Mutex::new(Breaker::new(&policy.breaker)),
+                breaker: Mutex::new(Breaker::of(policy.breaker.as_ref())),
                 memory: Mutex::new(Memory::default()),
                 metrics: Metrics::new(),
                 alerts: config.alerts,

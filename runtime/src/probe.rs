@@ -91,19 +91,19 @@ impl Client {
 
     /// One probe of the public liveness route: healthy on a 2xx.
     async fn probe(&self) -> bool {
-        let policy = self.shared.policy;
-        let status = self
-            .bare_attempt(policy.probe, policy.breaker.probe_timeout)
-            .await;
+        let Some(b) = &self.shared.policy.breaker else {
+            return false;
+        };
+        let status = self.bare_attempt(b.probe, b.probe_timeout).await;
         status.is_some_and(|s| (200..300).contains(&s))
     }
 
     /// The authenticated canary read: only a 200 closes the breaker.
     async fn canary(&self) -> bool {
-        let policy = self.shared.policy;
-        let status = self
-            .bare_attempt(policy.canary, policy.breaker.canary_timeout)
-            .await;
+        let Some(b) = &self.shared.policy.breaker else {
+            return false;
+        };
+        let status = self.bare_attempt(b.canary, b.canary_timeout).await;
         status == Some(200)
     }
 
@@ -143,15 +143,16 @@ impl Client {
     }
 
     fn check_open_alert(&self, now: Instant) {
-        if self.breaker().take_open_alert(now) {
-            let policy = self.shared.policy;
+        if self.breaker().take_open_alert(now)
+            && let Some(b) = &self.shared.policy.breaker
+        {
             self.shared.alerts.alert(Alert {
-                name: policy.alerts.breaker_open,
+                name: b.open_alert,
                 endpoint: None,
                 row: None,
                 detail: Some(format!(
                     "the breaker has been open longer than {} s",
-                    policy.breaker.alert_after.as_secs()
+                    b.alert_after.as_secs()
                 )),
                 request_id: None,
             });

@@ -5,13 +5,36 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sdk_runtime::breaker::{Admission, Breaker, CircuitState};
-use sdk_runtime::policy::BreakerPolicy;
+use sdk_runtime::policy::{BreakerPolicy, Conflict};
+use sdk_runtime::{Endpoint, Lane, Method, ScopeNeed};
 use tokio::time::Instant;
+
+/// Probe and canary are the client's business, not the state machine's.
+static HEALTH: Endpoint = Endpoint {
+    service: "svc",
+    operation: "health",
+    method: Method::Get,
+    path: "/health",
+    scope: ScopeNeed::Public,
+    lane: Lane::Key,
+    timeout: 0,
+    retry: 0,
+    idempotent: true,
+    budget: 0,
+    replay: false,
+    conflict: Conflict::Error,
+    pipeline_id: false,
+    stream: None,
+    max_response: 1024,
+};
 
 static POLICY: BreakerPolicy = BreakerPolicy {
     threshold: 3,
     window: Duration::from_secs(30),
     distinct_endpoints: true,
+    probe: &HEALTH,
+    canary: &HEALTH,
+    open_alert: "breaker_open_long",
     probe_interval: Duration::from_secs(5),
     probe_timeout: Duration::from_secs(3),
     healthy_probes: 2,

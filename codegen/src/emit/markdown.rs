@@ -176,37 +176,15 @@ pub fn policy_md(model: &Model) -> String {
         );
     }
 
-    let b = &model.breaker;
-    let (ps, pr) = model.route(b.probe);
-    let (cs, cr) = model.route(b.canary);
-    let _ = writeln!(
-        md,
-        "\n## Circuit breaker ({})\n\nOpens on {} connection-level failures or 502/503 {}within {}. While open, the probe `{} {}` runs every {} ({} timeout); \
-         after {} consecutive healthy probes it half-opens and lets one canary `{} {}` through ({} timeout). A 200 closes it; the origin then stays \
-         deploy-suspected for {}. An alert fires when it stays open past {}. (`{}` and `{}` are services `{}` and `{}`.)",
-        source(&b.source),
-        b.threshold,
-        if b.distinct_endpoints {
-            "across distinct endpoints "
-        } else {
-            ""
-        },
-        duration_text(b.window),
-        pr.method.as_str(),
-        pr.path,
-        duration_text(b.probe_interval),
-        duration_text(model.timeouts[b.probe_timeout].per_attempt),
-        b.healthy_probes,
-        cr.method.as_str(),
-        cr.path,
-        duration_text(model.timeouts[b.canary_timeout].per_attempt),
-        duration_text(b.deploy_suspected),
-        duration_text(b.alert_after),
-        pr.name,
-        cr.name,
-        ps.name,
-        cs.name,
-    );
+    match &model.breaker {
+        Some(b) => breaker_section(&mut md, model, b),
+        None => {
+            let _ = writeln!(
+                md,
+                "\n## Circuit breaker\n\nNone: no failure opens anything, every call is sent."
+            );
+        }
+    }
 
     let t = &model.throttle;
     let _ = writeln!(
@@ -342,4 +320,37 @@ fn schedule_text(s: &RetrySchedule) -> String {
             duration_text(step)
         ),
     }
+}
+
+fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
+    let (ps, pr) = model.route(b.probe);
+    let (cs, cr) = model.route(b.canary);
+    let _ = writeln!(
+        md,
+        "\n## Circuit breaker ({})\n\nOpens on {} connection-level failures or 502/503 {}within {}. While open, the probe `{} {}` runs every {} ({} timeout); \
+         after {} consecutive healthy probes it half-opens and lets one canary `{} {}` through ({} timeout). A 200 closes it; the origin then stays \
+         deploy-suspected for {}. An alert fires when it stays open past {}. (`{}` and `{}` are services `{}` and `{}`.)",
+        source(&b.source),
+        b.threshold,
+        if b.distinct_endpoints {
+            "across distinct endpoints "
+        } else {
+            ""
+        },
+        duration_text(b.window),
+        pr.method.as_str(),
+        pr.path,
+        duration_text(b.probe_interval),
+        duration_text(model.timeouts[b.probe_timeout].per_attempt),
+        b.healthy_probes,
+        cr.method.as_str(),
+        cr.path,
+        duration_text(model.timeouts[b.canary_timeout].per_attempt),
+        duration_text(b.deploy_suspected),
+        duration_text(b.alert_after),
+        pr.name,
+        cr.name,
+        ps.name,
+        cs.name,
+    );
 }

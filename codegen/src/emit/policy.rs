@@ -148,18 +148,20 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let (class, copy) = (&m.class, &m.copy);
         quote!(ClassMessage { class: #class, copy: #copy })
     });
-    let b = &model.breaker;
-    let (threshold, distinct, healthy) = (
-        int(b.threshold),
-        b.distinct_endpoints,
-        int(b.healthy_probes),
-    );
-    let window = duration(b.window);
-    let probe_interval = duration(b.probe_interval);
-    let probe_timeout = duration(model.timeouts[b.probe_timeout].per_attempt);
-    let canary_timeout = duration(model.timeouts[b.canary_timeout].per_attempt);
-    let deploy = duration(b.deploy_suspected);
-    let alert_after = duration(b.alert_after);
+    let breaker = option(model.breaker.as_ref(), |b| breaker(model, b));
+    let breaker_statics = model.breaker.as_ref().map(|b| {
+        let (probe_s, probe_r) = model.route(b.probe);
+        let (canary_s, canary_r) = model.route(b.canary);
+        let probe = endpoint_path(probe_s, &probe_r.name);
+        let canary = endpoint_path(canary_s, &canary_r.name);
+        quote! {
+            /// The public liveness route the open breaker probes.
+            pub static PROBE: &Endpoint = #probe;
+
+            /// The authenticated read sent alone while the breaker is half-open.
+            pub static CANARY: &Endpoint = #canary;
+        }
+    });
     let t = &model.throttle;
     let (max_in_flight, per_second, hot) = (
         int(t.max_in_flight),
@@ -178,10 +180,6 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let name = ident(&screaming(&r.name));
         quote!(&crate::#module::#name)
     });
-    let (probe_s, probe_r) = model.route(b.probe);
-    let (canary_s, canary_r) = model.route(b.canary);
-    let probe = endpoint_path(probe_s, &probe_r.name);
-    let canary = endpoint_path(canary_s, &canary_r.name);
     let index_modules = [
         (
             "timeout",
@@ -213,7 +211,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             }
         }
     });
-    let warm_up = b.warm_up.iter().map(|w| {
+    let warm_ups = model.breaker.iter().flat_map(|b| &b.warm_up);
+    let warm_up = warm_ups.map(|w| {
         let (s, r) = model.route(w.route);
         let endpoint = endpoint_path(s, &r.name);
         let path = &w.path;
@@ -232,17 +231,23 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         });
         quote!(FeaturePolicy { name: #name, routes: &[#(#routes),*] })
     });
-    let (breaker_alert, retry_alert) = (&model.breaker_alert, &model.retry_exhausted_alert);
+    let retry_alert = &model.retry_exhausted_alert;
     let module_doc = inner_doc(&format!(
         "The {} policy as data, lowered from `spec/{api}/`. The runtime executes it; nothing here is code.",
         model.api.title
     ));
     let policy_doc = doc(&format!(
         "The whole policy, handed to the runtime by [`crate::{}`].\n\n\
-         Deadline: policy {}. Breaker: policy {}. Throttle: policy {}.",
+         Deadline: policy {}. Breaker: {}. Throttle: policy {}.",
         model.api.client,
         source(&model.deadline_source),
-        source(&b.source),
+        model
+            .breaker
+            .as_ref()
+            .map_or("none".to_string(), |b| format!(
+                "policy {}",
+                source(&b.source)
+            )),
         source(&t.source)
     ));
     quote! {
@@ -265,11 +270,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         /// Every route of the API, in spec order.
         pub static ENDPOINTS: [&Endpoint; #n_endpoints] = [#(#endpoints),*];
 
-        /// The public liveness route the open breaker probes.
-        pub static PROBE: &Endpoint = #probe;
-
-        /// The authenticated read sent alone while the breaker is half-open.
-        pub static CANARY: &Endpoint = #canary;
+        #breaker_statics
 
         #policy_doc
         pub static POLICY: Policy = Policy {
@@ -298,17 +299,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             timeouts: &TIMEOUTS,
             deadline: #deadline,
             retries: &RETRIES,
-            breaker: BreakerPolicy {
-                threshold: #threshold,
-                window: #window,
-                distinct_endpoints: #distinct,
-                probe_interval: #probe_interval,
-                probe_timeout: #probe_timeout,
-                healthy_probes: #healthy,
-                canary_timeout: #canary_timeout,
-                deploy_suspected: #deploy,
-                alert_after: #alert_after,
-            },
+            breaker: #breaker,
             throttle: ThrottlePolicy {
                 max_in_flight: #max_in_flight,
                 per_second: #per_second,
@@ -326,15 +317,44 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             streams: &[#(#streams),*],
             states: &[#(#states),*],
             messages: &[#(#messages),*],
-            probe: PROBE,
-            canary: CANARY,
             warm_up: &[#(#warm_up),*],
             features: &[#(#features),*],
             alerts: AlertNames {
-                breaker_open: #breaker_alert,
                 retry_exhausted: #retry_alert,
             },
         };
+    }
+}
+
+/// The breaker's policy; its probe and canary are the `PROBE` and `CANARY` statics.
+fn breaker(model: &Model, b: &crate::model::Breaker) -> TokenStream {
+    let (threshold, distinct, healthy) = (
+        int(b.threshold),
+        b.distinct_endpoints,
+        int(b.healthy_probes),
+    );
+    let window = duration(b.window);
+    let probe_interval = duration(b.probe_interval);
+    let probe_timeout = duration(model.timeouts[b.probe_timeout].per_attempt);
+    let canary_timeout = duration(model.timeouts[b.canary_timeout].per_attempt);
+    let deploy = duration(b.deploy_suspected);
+    let alert_after = duration(b.alert_after);
+    let open_alert = model.breaker_alert.as_deref().unwrap_or_default();
+    quote! {
+        BreakerPolicy {
+            threshold: #threshold,
+            window: #window,
+            distinct_endpoints: #distinct,
+            probe: PROBE,
+            canary: CANARY,
+            probe_interval: #probe_interval,
+            probe_timeout: #probe_timeout,
+            healthy_probes: #healthy,
+            canary_timeout: #canary_timeout,
+            deploy_suspected: #deploy,
+            alert_after: #alert_after,
+            open_alert: #open_alert,
+        }
     }
 }
 

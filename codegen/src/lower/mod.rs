@@ -59,19 +59,38 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let services = cx.services(&raw.services, &api, &names, limits.as_ref());
     cx.caller_budgets(&raw.policy.throttle, &services);
     let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
-    let rows = cx.rows(&raw.taxonomy, &names, &states_when);
+    let rows = cx.rows(
+        &raw.taxonomy,
+        &names,
+        &states_when,
+        raw.policy.breaker.is_some(),
+    );
     let messages = cx.messages(&raw.degradation, &rows);
     cx.streams_bounded(&services, &throttle, &raw.services);
-    let breaker = cx.breaker(&raw.policy.breaker, &services, &names);
+    let breaker = raw
+        .policy
+        .breaker
+        .as_ref()
+        .map(|b| cx.breaker(b, &services, &names));
     let streams = cx.streams(&raw.streams, &services);
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
     let policy_alerts = &raw.policy.alerts;
-    cx.reference(
-        &policy_alerts.breaker_open,
-        "alerts.breaker_open",
-        "alert",
-        &names.alerts,
-    );
+    match (&policy_alerts.breaker_open, &raw.policy.breaker) {
+        (Some(alert), Some(_)) => {
+            cx.reference(alert, "alerts.breaker_open", "alert", &names.alerts);
+        }
+        (Some(alert), None) => cx.error(
+            alert,
+            "alerts.breaker_open",
+            "there is no breaker to stay open: drop it, or add a `breaker` section",
+        ),
+        (None, Some(_)) => cx.error(
+            &policy_alerts.retry_exhausted,
+            "alerts.breaker_open",
+            "a breaker needs the alert it raises when it stays open: add `breaker_open`",
+        ),
+        (None, None) => {}
+    }
     cx.reference(
         &policy_alerts.retry_exhausted,
         "alerts.retry_exhausted",
@@ -90,7 +109,11 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         deadline: deadline?,
         deadline_source,
         retries,
-        breaker: breaker?,
+        // `Some(None)`: the section is there but did not lower (errors recorded).
+        breaker: match breaker {
+            Some(b) => Some(b?),
+            None => None,
+        },
         throttle,
         limits: limits?,
         pool_idle: pool_idle?,
@@ -101,7 +124,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         states,
         messages,
         alerts,
-        breaker_alert: policy_alerts.breaker_open.to_string(),
+        breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| a.to_string()),
         retry_exhausted_alert: policy_alerts.retry_exhausted.to_string(),
         features,
         types,

@@ -14,11 +14,13 @@ impl Cx<'_> {
     /// Every outcome must have a row: each client-side outcome kind, and every
     /// status 100–999 outside 2xx by a row that matches it whatever its detail,
     /// headers or route (narrowed rows may come first, but cannot be the last word).
-    fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Row]) {
+    /// Without a breaker, `circuit_open` cannot happen and needs no row.
+    fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Row], breaker: bool) {
         let at = taxonomy.rows.first().map(|r| &r.row);
         let mut missing = Vec::new();
         for kind in OutcomeKind::ALL {
-            if kind != OutcomeKind::Status && !rows.iter().any(|r| r.outcome == kind) {
+            let possible = breaker || kind != OutcomeKind::CircuitOpen;
+            if possible && kind != OutcomeKind::Status && !rows.iter().any(|r| r.outcome == kind) {
                 missing.push(format!("outcome `{}`", kind.as_str()));
             }
         }
@@ -82,6 +84,7 @@ impl Cx<'_> {
         taxonomy: &spec::TaxonomyFile,
         names: &Names,
         states_when: &[StateTrigger],
+        breaker: bool,
     ) -> Vec<Row> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
@@ -224,7 +227,7 @@ impl Cx<'_> {
                 );
             }
         }
-        self.total(taxonomy, &out);
+        self.total(taxonomy, &out, breaker);
         for r in &taxonomy.rows {
             if r.alert_outside_deploy && r.alert.is_none() {
                 self.error(

@@ -228,17 +228,20 @@ pub static POLICY: Policy = Policy {
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),
     retries: &RETRIES,
-    breaker: BreakerPolicy {
+    breaker: Some(BreakerPolicy {
         threshold: 3,
         window: ::std::time::Duration::from_secs(30),
         distinct_endpoints: true,
+        probe: PROBE,
+        canary: CANARY,
         probe_interval: ::std::time::Duration::from_secs(5),
         probe_timeout: ::std::time::Duration::from_secs(3),
         healthy_probes: 2,
         canary_timeout: ::std::time::Duration::from_secs(5),
         deploy_suspected: ::std::time::Duration::from_secs(120),
         alert_after: ::std::time::Duration::from_secs(300),
-    },
+        open_alert: "breaker_open_long",
+    }),
     throttle: ThrottlePolicy {
         max_in_flight: 8,
         per_second: 50,
@@ -1155,8 +1158,6 @@ pub static POLICY: Policy = Policy {
             copy: "Interner Fehler bei der Anfrage an die KI-Dienste. Das Team wurde benachrichtigt.",
         },
     ],
-    probe: PROBE,
-    canary: CANARY,
     warm_up: &[
         WarmUpCall {
             endpoint: &crate::ai_gateway::SEARCH_RERANK,
@@ -1218,7 +1219,6 @@ pub static POLICY: Policy = Policy {
         },
     ],
     alerts: AlertNames {
-        breaker_open: "breaker_open_long",
         retry_exhausted: "retry_exhausted",
     },
 };

@@ -18,7 +18,9 @@ pub struct Policy {
     /// Overall deadline of an interactive operation, retries included.
     pub deadline: Duration,
     pub retries: &'static [RetryClass],
-    pub breaker: BreakerPolicy,
+    /// The origin's circuit breaker; `None` for an API without one (no
+    /// failure ever opens anything, no probe runs).
+    pub breaker: Option<BreakerPolicy>,
     pub throttle: ThrottlePolicy,
     /// Rows in match order: the first row that matches decides.
     pub taxonomy: &'static [TaxonomyRow],
@@ -26,11 +28,7 @@ pub struct Policy {
     pub streams: &'static [StreamPolicy],
     pub states: &'static [FeatureStateCopy],
     pub messages: &'static [ClassMessage],
-    /// The public liveness route the open breaker probes.
-    pub probe: &'static Endpoint,
-    /// The authenticated read sent alone while the breaker is half-open.
-    pub canary: &'static Endpoint,
-    /// Calls fired once after a close to warm cold models, when enabled.
+    /// Calls fired once after a breaker close to warm cold models, when enabled.
     pub warm_up: &'static [WarmUpCall],
     pub features: &'static [FeaturePolicy],
     pub alerts: AlertNames,
@@ -63,8 +61,6 @@ pub struct Limits {
 /// Alerts the runtime raises on its own.
 #[derive(Debug, Clone)]
 pub struct AlertNames {
-    /// The breaker stayed open past `breaker.alert_after`.
-    pub breaker_open: &'static str,
     /// A call failed after its retry class was used up.
     pub retry_exhausted: &'static str,
 }
@@ -186,6 +182,10 @@ pub struct BreakerPolicy {
     pub window: Duration,
     /// Count failures of distinct endpoints only.
     pub distinct_endpoints: bool,
+    /// The public liveness route the open breaker probes.
+    pub probe: &'static Endpoint,
+    /// The authenticated read sent alone while the breaker is half-open.
+    pub canary: &'static Endpoint,
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
     pub healthy_probes: u32,
@@ -194,6 +194,8 @@ pub struct BreakerPolicy {
     pub deploy_suspected: Duration,
     /// Alert when open longer than this.
     pub alert_after: Duration,
+    /// The alert raised then.
+    pub open_alert: &'static str,
 }
 
 /// Client-side throttling.

@@ -81,14 +81,13 @@ impl Policy {
                 ..r.clone()
             })
             .collect();
-        let b = &self.breaker;
         let t = &self.throttle;
         Box::leak(Box::new(Policy {
             timeouts: Box::leak(timeouts.into_boxed_slice()),
             deadline: d(self.deadline),
             pool_idle: d(self.pool_idle),
             retries: Box::leak(retries.into_boxed_slice()),
-            breaker: BreakerPolicy {
+            breaker: self.breaker.as_ref().map(|b| BreakerPolicy {
                 window: d(b.window),
                 probe_interval: d(b.probe_interval),
                 probe_timeout: d(b.probe_timeout),
@@ -96,7 +95,7 @@ impl Policy {
                 deploy_suspected: d(b.deploy_suspected),
                 alert_after: d(b.alert_after),
                 ..b.clone()
-            },
+            }),
             throttle: ThrottlePolicy {
                 rate_period: d(t.rate_period),
                 budget_period: d(t.budget_period),

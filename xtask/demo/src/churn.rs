@@ -43,7 +43,7 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
         "origin breaker (policy §5.2), probe GET /workspaces/health, canary GET /workspaces/api/v1/kbs",
     );
     let policy = grag_client::policy::POLICY.scaled(CHURN_SPEED);
-    let breaker = &policy.breaker;
+    let breaker = policy.breaker.as_ref().expect("GRAG has a breaker");
     let grag = Grag::with_policy(
         Config::new(sim.url(), "demo-key", TenantId::parse("knoll")?),
         policy,
