@@ -20,9 +20,11 @@ const HANG_GUARD: Duration = Duration::from_secs(10);
 /// "Die Brücke wird alle sechs Jahre geprüft." in base64.
 const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0Lg==";
 
-/// A simulator whose jobs run quickly, and a client at 1/100.
+/// A simulator whose jobs run quickly, each held until its first progress
+/// subscriber (so what a stream sees does not depend on the machine's
+/// speed), and a client at 1/100.
 async fn kit() -> Kit {
-    let mut sim = testkit::sim_config(1000);
+    let mut sim = testkit::sim_config(1000).with_held_jobs();
     sim.job_queue = Duration::from_millis(20);
     sim.job_node_pace = Duration::from_millis(5);
     Kit::start(sim, testkit::policy(100)).await
@@ -117,7 +119,8 @@ async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the
     let status = kit.grag.bff().pipeline_status(&job).await.unwrap();
     assert_ne!(status.status, "failed", "{status:?}");
 
-    // The same stream without the fault ends with its terminal event.
+    // Another job's stream, without the fault, ends with its terminal event.
+    let job = upload(&kit.grag, "doc-2").await;
     let events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
     let (names, end) = drain(events).await;
     assert!(end.is_none(), "{end:?}");
