@@ -24,6 +24,9 @@ pub fn read_dir(dir: &Path) -> std::io::Result<Vec<(PathBuf, String)>> {
     let mut files = Vec::new();
     for name in ["api", "policy", "taxonomy", "streams", "degradation"] {
         let path = dir.join(format!("{name}.yaml"));
+        if name == "streams" && !path.exists() {
+            continue;
+        }
         files.push((path.clone(), std::fs::read_to_string(&path)?));
     }
     let mut services: Vec<PathBuf> = std::fs::read_dir(dir.join("services"))?
@@ -75,7 +78,6 @@ pub fn parse(files: &[(PathBuf, String)], sources: &mut Sources) -> Option<RawSp
         ("api.yaml", api.is_some()),
         ("policy.yaml", policy.is_some()),
         ("taxonomy.yaml", taxonomy.is_some()),
-        ("streams.yaml", streams.is_some()),
         ("degradation.yaml", degradation.is_some()),
     ] {
         if !present && !files.iter().any(|(p, _)| p.ends_with(name)) {
@@ -89,7 +91,12 @@ pub fn parse(files: &[(PathBuf, String)], sources: &mut Sources) -> Option<RawSp
         api: api?,
         policy: policy?,
         taxonomy: taxonomy?,
-        streams: streams?,
+        // An API without event streams has no streams.yaml.
+        streams: match streams {
+            Some(streams) => streams,
+            None if files.iter().any(|(p, _)| p.ends_with("streams.yaml")) => return None,
+            None => StreamsFile::default(),
+        },
         degradation: degradation?,
         services,
     })

@@ -60,6 +60,8 @@ pub struct Api {
     /// The BFF lane presents the API key (its auth has landed).
     pub bff_authenticated: bool,
     pub workspace_services: Vec<String>,
+    /// Where the policy asks for the workspace (`None` without workspace services).
+    pub workspace_source: Option<Source>,
     pub source: Source,
 }
 
@@ -67,9 +69,11 @@ pub struct Api {
 pub struct Headers {
     pub authorization: String,
     pub tenant: String,
-    pub workspace: String,
+    /// `None`: the API has no workspace scope.
+    pub workspace: Option<String>,
     pub request_id: String,
-    pub pipeline: String,
+    /// `None`: no route carries a pipeline id.
+    pub pipeline: Option<String>,
 }
 
 #[derive(Debug)]

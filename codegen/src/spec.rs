@@ -31,7 +31,8 @@ pub struct ApiFile {
     pub headers: Headers,
     pub ids: Ids,
     /// Services whose every route must carry the workspace header.
-    pub workspace_services: WorkspaceServices,
+    #[serde(default)]
+    pub workspace_services: Option<WorkspaceServices>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,9 +68,13 @@ pub struct Auth {
 pub struct Headers {
     pub authorization: Text,
     pub tenant: Text,
-    pub workspace: Text,
+    /// Absent: the API has no workspace scope.
+    #[serde(default)]
+    pub workspace: Option<Text>,
     pub request_id: Text,
-    pub pipeline: Text,
+    /// Absent: no route carries a pipeline id.
+    #[serde(default)]
+    pub pipeline: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -410,6 +415,7 @@ pub struct Match {
 /// `streams.yaml`: the SSE contracts.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(Default)]
 pub struct StreamsFile {
     pub streams: IndexMap<Text, Stream>,
 }
@@ -453,11 +459,13 @@ pub struct Stream {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DegradationFile {
+    #[serde(default)]
     pub states: IndexMap<Text, FeatureState>,
     /// German messages for final errors, keyed by error class.
     pub messages: IndexMap<Text, Message>,
     pub alerts: IndexMap<Text, Alert>,
     /// UI features and the routes each depends on.
+    #[serde(default)]
     pub features: IndexMap<Text, Feature>,
 }
 

@@ -417,13 +417,15 @@ impl Client {
             }
             request = request.header(names.tenant, shared.tenant.as_str());
         }
-        if let Some(workspace) = call.workspace {
-            request = request.header(names.workspace, workspace.as_str());
+        // The generator gives a workspace route and a pipeline route only to
+        // an API that names the header.
+        if let (Some(workspace), Some(name)) = (call.workspace, names.workspace) {
+            request = request.header(name, workspace.as_str());
         }
         if endpoint.pipeline_id
-            && let Some(pipeline) = &self.pipeline_id
+            && let (Some(pipeline), Some(name)) = (&self.pipeline_id, names.pipeline)
         {
-            request = request.header(names.pipeline, pipeline.as_ref());
+            request = request.header(name, pipeline.as_ref());
         }
         if let Some(body) = &call.body {
             request = request

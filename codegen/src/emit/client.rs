@@ -24,27 +24,20 @@ pub fn lib_rs(model: &Model) -> TokenStream {
          Generated from `spec/{}/` by `cargo xtask codegen`; `POLICY.md` beside this crate shows the whole policy as tables.\n\n\
          ```no_run\n\
          # async fn demo() -> Result<(), Box<dyn std::error::Error>> {{\n\
-         use {}::{{{client}, Config, TenantId, WorkspaceId}};\n\n\
-         let tenant = TenantId::parse(\"knoll\")?;\n\
-         let client = {client}::new(Config::new(\"http://127.0.0.1:8080\", \"secret\", tenant))?;\n\
-         let kbs = client.workspaces().list_kbs().await?;\n\
-         let workspace = WorkspaceId::parse(\"ws-7\")?;\n\
-         let links = client.{}(&workspace);\n\
-         # let _ = (kbs, links);\n\
+         {}\
          # Ok(())\n\
          # }}\n\
          ```",
         model.api.title,
         model.api.doc,
         model.api.name,
-        model.api.crate_name.replace('-', "_"),
-        model
-            .services
-            .iter()
-            .find(|s| s.scope == ScopeNeed::Workspace)
-            .map(|s| s.handle.as_str())
-            .unwrap_or("workspaces"),
+        example(model, &model.api.client),
     );
+    let scope_ids = if model.api.headers.workspace.is_some() {
+        quote!(AsWorkspace, TenantId, WorkspaceId)
+    } else {
+        quote!(TenantId)
+    };
     let module_doc = inner_doc(&text);
     quote! {
         #module_doc
@@ -56,10 +49,54 @@ pub fn lib_rs(model: &Model) -> TokenStream {
         #(#modules)*
 
         pub use client::{#client, Config};
-        pub use ids::{AsWorkspace, TenantId, WorkspaceId, #(#ids),*};
+        pub use ids::{#scope_ids, #(#ids),*};
         #(#handles)*
         pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
     }
+}
+
+/// The crate doc's example: building the client, a first read without
+/// parameters, and a workspace handle when the API has one.
+fn example(model: &Model, client: &str) -> String {
+    let krate = model.api.crate_name.replace('-', "_");
+    let workspace = model
+        .services
+        .iter()
+        .find(|s| s.scope == ScopeNeed::Workspace);
+    let read = model.services.iter().find_map(|s| {
+        let route = s.routes.iter().find(|r| {
+            s.scope == ScopeNeed::Tenant
+                && r.scope == ScopeNeed::Tenant
+                && r.method == crate::model::Method::Get
+                && r.path_params.is_empty()
+                && !matches!(r.returns, crate::model::Returns::Stream(_))
+        })?;
+        Some(format!(
+            "let first = client.{}().{}().await?;\n",
+            s.handle, route.name
+        ))
+    });
+    let mut text = format!(
+        "use {krate}::{{{client}, Config, TenantId{}}};\n\n\
+         let tenant = TenantId::parse(\"tenant-1\")?;\n\
+         let client = {client}::new(Config::new(\"http://127.0.0.1:8080\", \"secret\", tenant))?;\n",
+        if workspace.is_some() {
+            ", WorkspaceId"
+        } else {
+            ""
+        }
+    );
+    text.push_str(read.as_deref().unwrap_or("let first = ();\n"));
+    match workspace {
+        Some(s) => text.push_str(&format!(
+            "let workspace = WorkspaceId::parse(\"ws-7\")?;\n\
+             let scoped = client.{}(&workspace);\n\
+             # let _ = (first, scoped);\n",
+            s.handle
+        )),
+        None => text.push_str("# let _ = first;\n"),
+    }
+    text
 }
 
 pub fn client_rs(model: &Model) -> TokenStream {
@@ -91,8 +128,15 @@ pub fn client_rs(model: &Model) -> TokenStream {
         let method = ident(&s.handle);
         if s.scope == ScopeNeed::Workspace {
             let text = doc(&format!(
-                "Calls of `{}`. They exist only behind a workspace: each one carries `{}` (policy §3.2).",
-                s.name, model.api.headers.workspace
+                "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
+                s.name,
+                model.api.headers.workspace.as_deref().unwrap_or_default(),
+                model
+                    .api
+                    .workspace_source
+                    .as_ref()
+                    .map(|src| format!(" (policy {})", super::docs::source(src)))
+                    .unwrap_or_default()
             ));
             quote! {
                 #text
@@ -107,6 +151,30 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 pub fn #method(&self) -> crate::#module::#handle<'_> {
                     crate::#module::#handle::new(&self.client)
                 }
+            }
+        }
+    });
+    let workspace = model.api.headers.workspace.is_some();
+    let pipeline = model.api.headers.pipeline.is_some();
+    let scope_imports = match (workspace, pipeline) {
+        (true, true) => quote!(
+            use crate::ids::{AsWorkspace, PipelineId, TenantId};
+        ),
+        (true, false) => quote!(
+            use crate::ids::{AsWorkspace, TenantId};
+        ),
+        (false, true) => quote!(
+            use crate::ids::{PipelineId, TenantId};
+        ),
+        (false, false) => quote!(
+            use crate::ids::TenantId;
+        ),
+    };
+    let with_pipeline = pipeline.then(|| {
+        quote! {
+            /// The same client, stamping `pipeline_id` on the routes that carry one.
+            pub fn with_pipeline_id(&self, pipeline_id: &PipelineId) -> Self {
+                Self { client: self.client.with_pipeline_id(pipeline_id.id()) }
             }
         }
     });
@@ -135,7 +203,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         use sdk_runtime::alerts::AlertSink;
         use sdk_runtime::{Client, ClientConfig, ConfigError, Policy};
 
-        use crate::ids::{AsWorkspace, PipelineId, TenantId};
+        #scope_imports
         use crate::policy::POLICY;
 
         #config_doc
@@ -214,10 +282,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 Ok(Self { client })
             }
 
-            /// The same client, stamping `pipeline_id` on the routes that carry one.
-            pub fn with_pipeline_id(&self, pipeline_id: &PipelineId) -> Self {
-                Self { client: self.client.with_pipeline_id(pipeline_id.id()) }
-            }
+            #with_pipeline
 
             /// The runtime underneath: breaker state, throttle, telemetry.
             pub fn runtime(&self) -> &Client {

@@ -18,21 +18,13 @@ pub fn ids_rs(model: &Model) -> TokenStream {
             model.api.headers.tenant
         ),
     );
-    let workspace = id_type(
-        "WorkspaceId",
-        quote!(sdk_runtime::IdKind::Workspace),
-        &format!(
-            "A workspace (`{}`): the services {} exist only behind one (policy §3.2).",
-            model.api.headers.workspace,
-            model
-                .api
-                .workspace_services
-                .iter()
-                .map(|s| format!("`{s}`"))
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ),
-    );
+    let workspace = model
+        .api
+        .headers
+        .workspace
+        .as_deref()
+        .map(|header| workspace(model, header));
+    let (workspace, as_workspace) = workspace.unzip();
     let others = model.api.ids.iter().map(|id| {
         let name = &id.name;
         let rule = if id.opaque {
@@ -70,12 +62,43 @@ pub fn ids_rs(model: &Model) -> TokenStream {
         #tenant
         #workspace
         #(#others)*
+        #as_workspace
+    }
+}
 
+/// `WorkspaceId` and the sealed `AsWorkspace` that workspace handles take,
+/// for an API with a workspace scope. The compile error of a call without
+/// one names the services and the header.
+fn workspace(model: &Model, header: &str) -> (TokenStream, TokenStream) {
+    let services = model.api.workspace_services.join(" and ");
+    let quoted = model
+        .api
+        .workspace_services
+        .iter()
+        .map(|s| format!("`{s}`"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let section = model
+        .api
+        .workspace_source
+        .as_ref()
+        .map(|s| format!(" (policy {})", super::docs::source(s)))
+        .unwrap_or_default();
+    let id = id_type(
+        "WorkspaceId",
+        quote!(sdk_runtime::IdKind::Workspace),
+        &format!("A workspace (`{header}`): the services {quoted} exist only behind one{section}."),
+    );
+    let message = format!("`{{Self}}` is not a workspace: {services} calls need a `&WorkspaceId`");
+    let note = format!(
+        "parse one with `WorkspaceId::parse(\"ws-7\")?`: every call of these services carries {header}{section}"
+    );
+    let trait_ = quote! {
         /// Implemented by [`WorkspaceId`] alone: what a workspace-scoped handle needs.
         #[diagnostic::on_unimplemented(
-            message = "`{Self}` is not a workspace: kg-service and entity-linking calls need a `&WorkspaceId`",
+            message = #message,
             label = "expected `&WorkspaceId` here",
-            note = "parse one with `WorkspaceId::parse(\"ws-7\")?`: every call of these services carries X-Workspace-ID (policy §3.2)"
+            note = #note
         )]
         pub trait AsWorkspace: sealed::Sealed {
             /// The validated workspace.
@@ -92,7 +115,8 @@ pub fn ids_rs(model: &Model) -> TokenStream {
             pub trait Sealed {}
             impl Sealed for super::WorkspaceId {}
         }
-    }
+    };
+    (id, trait_)
 }
 
 fn id_type(name: &str, kind: TokenStream, text: &str) -> TokenStream {

@@ -18,12 +18,16 @@ pub fn policy_md(model: &Model) -> String {
     let _ = writeln!(
         md,
         "Every request carries a fresh UUIDv4 `{}`. Every route but the public ones carries `{}`; \
-         workspace-scoped routes add `{}`; routes on a keyed lane add `{}` ({}). \
+         {}routes on a keyed lane add `{}` ({}). \
          The IDs the client chooses match `{}`; those the platform mints are only checked to be path-safe; \
          reserved tenants: {}.\n",
         api.headers.request_id,
         api.headers.tenant,
-        api.headers.workspace,
+        api.headers
+            .workspace
+            .as_ref()
+            .map(|w| format!("workspace-scoped routes add `{w}`; "))
+            .unwrap_or_default(),
         api.headers.authorization,
         if api.bff_authenticated {
             "the BFF lane too"

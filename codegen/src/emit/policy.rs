@@ -9,13 +9,9 @@ use crate::model::{Conflict, Model, OutcomeKind, RetrySchedule};
 pub fn policy_rs(model: &Model) -> TokenStream {
     let api = &model.api.name;
     let h = &model.api.headers;
-    let (auth, tenant, workspace, request_id, pipeline) = (
-        &h.authorization,
-        &h.tenant,
-        &h.workspace,
-        &h.request_id,
-        &h.pipeline,
-    );
+    let (auth, tenant, request_id) = (&h.authorization, &h.tenant, &h.request_id);
+    let workspace = option(h.workspace.as_ref(), |w| quote!(#w));
+    let pipeline = option(h.pipeline.as_ref(), |p| quote!(#p));
     let reserved = &model.api.reserved_tenants;
     let opaque = model.api.ids.iter().filter(|i| i.opaque).map(|i| &i.name);
     let opaque_max_len = int(model.api.opaque_max_len);

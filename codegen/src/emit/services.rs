@@ -70,8 +70,15 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     ));
     let handle_doc = doc(&if scoped {
         format!(
-            "Calls of `{}`, bound to one workspace: every request carries `{}` (policy §3.2).",
-            service.name, model.api.headers.workspace
+            "Calls of `{}`, bound to one workspace: every request carries `{}`{}.",
+            service.name,
+            model.api.headers.workspace.as_deref().unwrap_or_default(),
+            model
+                .api
+                .workspace_source
+                .as_ref()
+                .map(|s| format!(" (policy {})", source(s)))
+                .unwrap_or_default()
         )
     } else {
         format!("Calls of `{}`.", service.name)
@@ -197,7 +204,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     if r.pipeline_id {
         lines.push(format!(
             "- Carries `{}` when the client has a pipeline id",
-            model.api.headers.pipeline
+            model.api.headers.pipeline.as_deref().unwrap_or_default()
         ));
     }
     lines.push(format!("- Policy: {}", source(&r.source)));

@@ -112,9 +112,9 @@ impl Cx<'_> {
             headers: Headers {
                 authorization: h.authorization.to_string(),
                 tenant: h.tenant.to_string(),
-                workspace: h.workspace.to_string(),
+                workspace: h.workspace.as_ref().map(|w| w.to_string()),
                 request_id: h.request_id.to_string(),
-                pipeline: h.pipeline.to_string(),
+                pipeline: h.pipeline.as_ref().map(|p| p.to_string()),
             },
             id_pattern: pattern.to_string(),
             reserved_tenants: api
@@ -126,10 +126,14 @@ impl Cx<'_> {
             ids,
             workspace_services: api
                 .workspace_services
-                .services
                 .iter()
+                .flat_map(|w| &w.services)
                 .map(|s| s.to_string())
                 .collect(),
+            workspace_source: api
+                .workspace_services
+                .as_ref()
+                .map(|w| self.source(&w.source, w.inferred)),
             source: self.source(&api.origin.source, api.origin.inferred),
         }
     }

@@ -55,6 +55,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         details: details.iter().map(|d| d.name.as_str()).collect(),
         alerts: alerts.iter().map(|a| a.name.as_str()).collect(),
         states: states.iter().map(|s| s.name.as_str()).collect(),
+        pipeline_header: api.headers.pipeline.is_some(),
     };
     let services = cx.services(&raw.services, &api, &names, limits.as_ref());
     cx.caller_budgets(&raw.policy.throttle, &services);
@@ -143,6 +144,8 @@ struct Names<'a> {
     details: Vec<&'a str>,
     alerts: Vec<&'a str>,
     states: Vec<&'a str>,
+    /// The API names a pipeline header.
+    pipeline_header: bool,
 }
 
 struct Cx<'s> {

@@ -73,6 +73,7 @@ impl Cx<'_> {
             details: vec![],
             alerts: vec![],
             states: vec![],
+            pipeline_header: api.headers.pipeline.is_some(),
         };
         let mut i = 0;
         for service in services {
@@ -151,6 +152,13 @@ impl Cx<'_> {
                 .workspace_services
                 .iter()
                 .any(|w| w == s.service.as_str());
+            if scope == Some(ScopeNeed::Workspace) && api.headers.workspace.is_none() {
+                self.error(
+                    &s.scope,
+                    "scope",
+                    "a workspace service needs `headers.workspace` in api.yaml (the header its calls carry)",
+                );
+            }
             let mut routes = Vec::new();
             for (name, r) in &s.routes {
                 let defaults = Defaults {
@@ -363,6 +371,13 @@ impl Cx<'_> {
                 name,
                 field("replay"),
                 "only idempotent routes may be replayed",
+            );
+        }
+        if r.pipeline_id && !names.pipeline_header {
+            self.error(
+                name,
+                field("pipeline_id"),
+                "routes that carry the pipeline header need `headers.pipeline` in api.yaml",
             );
         }
         if r.pipeline_id && !names.ids.contains(&"PipelineId") {

@@ -10,17 +10,17 @@
 //! use grag_client::{Grag, Config, TenantId, WorkspaceId};
 
 //!
-//! let tenant = TenantId::parse("knoll")?;
+//! let tenant = TenantId::parse("tenant-1")?;
 
 //! let client = Grag::new(Config::new("http://127.0.0.1:8080", "secret", tenant))?;
 
-//! let kbs = client.workspaces().list_kbs().await?;
+//! let first = client.ledger().totals().await?;
 
 //! let workspace = WorkspaceId::parse("ws-7")?;
 
-//! let links = client.entity_linking(&workspace);
+//! let scoped = client.entity_linking(&workspace);
 
-//! # let _ = (kbs, links);
+//! # let _ = (first, scoped);
 
 //! # Ok(())
 //! # }

@@ -207,9 +207,9 @@ pub static POLICY: Policy = Policy {
     headers: HeaderNames {
         authorization: "Authorization",
         tenant: "X-Tenant-ID",
-        workspace: "X-Workspace-ID",
+        workspace: Some("X-Workspace-ID"),
         request_id: "X-Request-ID",
-        pipeline: "X-Pipeline-Id",
+        pipeline: Some("X-Pipeline-Id"),
     },
     ids: IdRules {
         reserved_tenants: &["default", "system", "canary"],

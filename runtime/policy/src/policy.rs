@@ -88,9 +88,11 @@ pub struct FeaturePolicy {
 pub struct HeaderNames {
     pub authorization: &'static str,
     pub tenant: &'static str,
-    pub workspace: &'static str,
+    /// `None`: the API has no workspace scope.
+    pub workspace: Option<&'static str>,
     pub request_id: &'static str,
-    pub pipeline: &'static str,
+    /// `None`: no route carries a pipeline id.
+    pub pipeline: Option<&'static str>,
 }
 
 /// What an ID must look like.
