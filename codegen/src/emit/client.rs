@@ -69,6 +69,8 @@ fn example(model: &Model, client: &str) -> String {
                 && r.scope == ScopeNeed::Tenant
                 && r.method == crate::model::Method::Get
                 && r.path_params.is_empty()
+                && r.query.is_empty()
+                && r.body.is_none()
                 && !matches!(r.returns, crate::model::Returns::Stream(_))
         })?;
         Some(format!(

@@ -14,7 +14,7 @@
 
 //! let client = Grag::new(Config::new("http://127.0.0.1:8080", "secret", tenant))?;
 
-//! let first = client.ledger().totals().await?;
+//! let first = client.workspaces().list_kbs().await?;
 
 //! let workspace = WorkspaceId::parse("ws-7")?;
 
