@@ -329,6 +329,8 @@ pub struct Route {
     pub pipeline_id: bool,
     /// Largest 2xx body, in bytes.
     pub max_response: u64,
+    /// The read that settles an unknown outcome (a route of the same service).
+    pub reconcile: Option<String>,
     pub source: Source,
 }
 

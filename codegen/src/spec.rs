@@ -335,6 +335,7 @@ pub struct Limits {
 #[serde(deny_unknown_fields)]
 pub struct TaxonomyFile {
     /// Named lists of substrings of the `detail` text, matched case-insensitively.
+    #[serde(default)]
     pub details: IndexMap<Text, DetailSet>,
     pub rows: Vec<Row>,
 }
@@ -596,6 +597,10 @@ pub struct Route {
     /// Largest 2xx body of this route, instead of `limits.response`.
     #[serde(default)]
     pub max_response: Option<Text>,
+    /// The read (a GET route of the same service) that tells whether a call
+    /// of this non-idempotent route took effect when its outcome is unknown.
+    #[serde(default)]
+    pub reconcile: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

@@ -48,6 +48,7 @@ struct Inner {
     attempts: u32,
     message: Option<&'static str>,
     replayable: bool,
+    outcome_unknown: bool,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -71,6 +72,7 @@ impl Error {
                 attempts: 0,
                 message: None,
                 replayable: false,
+                outcome_unknown: false,
                 source: None,
             }),
         }
@@ -125,6 +127,19 @@ impl Error {
             Some(d) => Cow::Owned(format!("{prefix}: {d}")),
             None => Cow::Owned(prefix.to_owned()),
         });
+        self
+    }
+
+    /// A call that is not idempotent may have reached the server and got no
+    /// answer: whether it took effect is unknown. Read the state it changes
+    /// (the route's docs name the read) before sending it again; the client
+    /// never sends it twice on its own.
+    pub fn outcome_unknown(&self) -> bool {
+        self.inner.outcome_unknown
+    }
+
+    pub(crate) fn with_outcome_unknown(mut self, unknown: bool) -> Self {
+        self.inner.outcome_unknown = unknown;
         self
     }
 

@@ -273,8 +273,12 @@ impl Client {
                 Attempt::Failed { .. } | Attempt::Stale { .. } => ErrorKind::Connection,
                 Attempt::Unbuildable { .. } => ErrorKind::Request,
             };
+            // No answer to a write that may have arrived: the caller must look first.
+            let unknown =
+                !endpoint.idempotent && maybe_sent && matches!(result, Attempt::Failed { .. });
             let final_error = |detail: Option<String>| {
                 self.error(kind, row, call)
+                    .with_outcome_unknown(unknown)
                     .with_attempts(run.attempt)
                     .with_request_id(request_id.clone())
                     .with_status_opt(status, detail)

@@ -185,6 +185,12 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         ),
         format!("- Budget: `{}`", budget.name),
     ];
+    if let Some(read) = &r.reconcile {
+        lines.push(format!(
+            "- Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): \
+             read the state with [`Self::{read}`] before sending it again"
+        ));
+    }
     if r.replay {
         lines.push(
             "- Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue"

@@ -64,7 +64,10 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         &raw.taxonomy,
         &names,
         &states_when,
-        raw.policy.breaker.is_some(),
+        taxonomy::Sections {
+            breaker: raw.policy.breaker.is_some(),
+            streams: !raw.streams.streams.is_empty(),
+        },
     );
     let messages = cx.messages(&raw.degradation, &rows);
     cx.streams_bounded(&services, &throttle, &raw.services);

@@ -120,6 +120,40 @@ impl Cx<'_> {
             if !is_snake(&s.handle) {
                 self.error(&s.handle, "handle", "handles are snake_case method names");
             }
+            // The handle's struct and the service's module sit beside the
+            // client struct and Rust's own crates in the generated crate root.
+            let pascal: String = s
+                .handle
+                .split('_')
+                .map(|w| {
+                    let mut c = w.chars();
+                    c.next()
+                        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                        .unwrap_or_default()
+                })
+                .collect();
+            if pascal == api.client {
+                self.error(
+                    &s.handle,
+                    "handle",
+                    format!(
+                        "the handle's type `{pascal}` would clash with the client `{}`",
+                        api.client
+                    ),
+                );
+            }
+            if ["core", "std", "alloc", "client", "ids", "policy", "types"]
+                .contains(&s.service.replace('-', "_").as_str())
+            {
+                self.error(
+                    &s.service,
+                    "service",
+                    format!(
+                        "`{}` would name a module that shadows a crate or a module of the generated crate",
+                        &*s.service
+                    ),
+                );
+            }
             if let Some(other) = handles.insert(s.handle.to_string(), s.service.to_string()) {
                 self.error(
                     &s.handle,
@@ -392,9 +426,29 @@ impl Cx<'_> {
             .as_ref()
             .and_then(|m| self.size(m, &field("max_response")))
             .unwrap_or(defaults.max_response);
+        if let Some(read) = &r.reconcile {
+            let target = service.routes.get(read);
+            if r.idempotent {
+                self.error(
+                    read,
+                    field("reconcile"),
+                    "only a route that is not idempotent has an outcome to reconcile",
+                );
+            } else if target.is_none_or(|t| !t.method.eq_ignore_ascii_case("GET")) {
+                self.error(
+                    read,
+                    field("reconcile"),
+                    format!(
+                        "`{}` is not a GET route of service `{}`",
+                        &**read, &*service.service
+                    ),
+                );
+            }
+        }
         Route {
             name: name.to_string(),
             max_response,
+            reconcile: r.reconcile.as_ref().map(|t| t.to_string()),
             doc: r.doc.to_string(),
             method,
             path: format!("{}{}", &*service.prefix, &*r.path),

@@ -7,6 +7,13 @@ use crate::spec;
 
 use super::{Cx, Names, is_snake, one_of};
 
+/// The optional sections an API has, which decide what outcomes can happen.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sections {
+    pub breaker: bool,
+    pub streams: bool,
+}
+
 /// Statuses a 2xx route answers with: decoded by the route's shape, never classified.
 const SUCCESS: (u16, u16) = (200, 299);
 
@@ -14,12 +21,19 @@ impl Cx<'_> {
     /// Every outcome must have a row: each client-side outcome kind, and every
     /// status 100–999 outside 2xx by a row that matches it whatever its detail,
     /// headers or route (narrowed rows may come first, but cannot be the last word).
-    /// Without a breaker, `circuit_open` cannot happen and needs no row.
-    fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Row], breaker: bool) {
+    /// Without a breaker, `circuit_open` cannot happen and needs no row;
+    /// without streams, neither can the stream outcomes.
+    fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Row], has: Sections) {
         let at = taxonomy.rows.first().map(|r| &r.row);
         let mut missing = Vec::new();
         for kind in OutcomeKind::ALL {
-            let possible = breaker || kind != OutcomeKind::CircuitOpen;
+            let possible = match kind {
+                OutcomeKind::CircuitOpen => has.breaker,
+                OutcomeKind::StreamError
+                | OutcomeKind::StreamTimeout
+                | OutcomeKind::StreamStalled => has.streams,
+                _ => true,
+            };
             if possible && kind != OutcomeKind::Status && !rows.iter().any(|r| r.outcome == kind) {
                 missing.push(format!("outcome `{}`", kind.as_str()));
             }
@@ -84,7 +98,7 @@ impl Cx<'_> {
         taxonomy: &spec::TaxonomyFile,
         names: &Names,
         states_when: &[StateTrigger],
-        breaker: bool,
+        has: Sections,
     ) -> Vec<Row> {
         let mut seen = BTreeSet::new();
         let mut out = Vec::new();
@@ -227,7 +241,7 @@ impl Cx<'_> {
                 );
             }
         }
-        self.total(taxonomy, &out, breaker);
+        self.total(taxonomy, &out, has);
         for r in &taxonomy.rows {
             if r.alert_outside_deploy && r.alert.is_none() {
                 self.error(
