@@ -1,0 +1,285 @@
+//! The Core client against a scripted loopback Core: each rule of the Core
+//! reliability policy (Transport, Error Surface, Idempotency), with the
+//! linear backoff's exact delays under paused tokio time.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use core_client::types::{AnalyseRequest, Decision};
+use core_client::{Config, Core, DocumentId, FindingId, SessionId, TenantId};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+/// What the scripted Core does with the next request.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Answers this status with `{"detail": ...}`.
+    Status(u16, &'static str),
+    /// Answers 200 with this body, verbatim.
+    Raw(&'static str),
+    /// Takes the request (it counts as applied), then answers only after this long.
+    Hang(Duration),
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Path and arrival of every request.
+    seen: Mutex<Vec<(String, Instant)>>,
+    script: Mutex<VecDeque<Step>>,
+}
+
+struct CoreSim {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl CoreSim {
+    async fn start(script: impl IntoIterator<Item = Step>) -> CoreSim {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared::default());
+        shared.script.lock().unwrap().extend(script);
+        let app = Router::new().fallback(answer).with_state(shared.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        CoreSim { addr, shared }
+    }
+
+    fn client(&self) -> Core {
+        self.client_with(|c| c)
+    }
+
+    fn client_with(&self, adjust: impl FnOnce(Config) -> Config) -> Core {
+        let tenant = TenantId::parse("tenant-1").unwrap();
+        let config = Config::new(format!("http://{}", self.addr), "core-key", tenant);
+        Core::new(adjust(config)).expect("a Core client")
+    }
+
+    fn paths(&self) -> Vec<String> {
+        self.shared
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// Waits between consecutive requests.
+    fn gaps(&self) -> Vec<Duration> {
+        let seen = self.shared.seen.lock().unwrap();
+        seen.windows(2).map(|w| w[1].1 - w[0].1).collect()
+    }
+}
+
+async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    shared
+        .seen
+        .lock()
+        .unwrap()
+        .push((path.clone(), Instant::now()));
+    let step = shared.script.lock().unwrap().pop_front();
+    let json = |status: u16, body: String| {
+        Response::builder()
+            .status(StatusCode::from_u16(status).unwrap())
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    match step {
+        Some(Step::Status(status, detail)) => json(status, json!({ "detail": detail }).to_string()),
+        Some(Step::Raw(body)) => json(200, body.to_owned()),
+        Some(Step::Hang(after)) => {
+            tokio::time::sleep(after).await;
+            json(200, ok_body(&path))
+        }
+        None => json(200, ok_body(&path)),
+    }
+}
+
+/// A well-formed answer of the route at `path`.
+fn ok_body(path: &str) -> String {
+    if path.ends_with("/analyse") {
+        json!({ "document_id": "doc-1", "summary": "Tragwerk geprüft", "findings": [] })
+    } else {
+        json!({ "session_id": "s-1", "status": "open", "step": 2 })
+    }
+    .to_string()
+}
+
+fn analyse() -> AnalyseRequest {
+    AnalyseRequest {
+        document_id: DocumentId::parse("doc-1").unwrap(),
+        text: "Prüfbericht".into(),
+        checklist: None,
+    }
+}
+
+fn decision() -> Decision {
+    Decision {
+        finding_id: FindingId::parse("f-1").unwrap(),
+        comment: None,
+    }
+}
+
+fn session() -> SessionId {
+    SessionId::parse("s-1").unwrap()
+}
+
+const ANALYSE: &str = "/core/v1/analyse";
+const ACCEPT: &str = "/platform/v1/sessions/s-1/accept";
+
+#[tokio::test(start_paused = true)]
+async fn a_5xx_is_retried_after_0_25_s_and_the_spent_attempts_are_a_typed_error() {
+    let core = CoreSim::start([Step::Status(503, "busy"), Step::Status(500, "boom")]).await;
+    let error = core
+        .client()
+        .engine()
+        .analyse(&analyse())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.row(), error.class()),
+        ("C2", "server_error"),
+        "{error}"
+    );
+    assert_eq!(error.status(), Some(500), "the last cause");
+    assert_eq!(error.detail(), Some("boom"));
+    assert_eq!(error.attempts(), 2, "retry_attempts defaults to 2");
+    assert_eq!(core.paths(), [ANALYSE, ANALYSE]);
+    assert_eq!(core.gaps(), [Duration::from_millis(250)], "0.25 s × 1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transport_failure_is_retried_and_then_succeeds() {
+    // The first attempt gets no answer within its 30 s: a timeout, retried.
+    let core = CoreSim::start([Step::Hang(Duration::from_secs(60))]).await;
+    let analysis = core.client().engine().analyse(&analyse()).await.unwrap();
+    assert_eq!(analysis.summary, "Tragwerk geprüft");
+    assert_eq!(
+        core.gaps(),
+        [Duration::from_secs(30) + Duration::from_millis(250)],
+        "the attempt timeout, then 0.25 s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_4xx_is_surfaced_at_once_with_its_status_and_detail() {
+    let core = CoreSim::start([Step::Status(422, "text must not be empty")]).await;
+    let error = core
+        .client()
+        .engine()
+        .analyse(&analyse())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.row(), error.class()),
+        ("C3", "http_error"),
+        "{error}"
+    );
+    assert_eq!(error.status(), Some(422));
+    assert_eq!(error.detail(), Some("text must not be empty"));
+    assert_eq!(
+        (error.attempts(), core.paths().len()),
+        (1, 1),
+        "never retried"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_2xx_that_is_not_json_is_a_client_error_and_not_retried() {
+    let core = CoreSim::start([Step::Raw("<html>proxy error</html>")]).await;
+    let error = core
+        .client()
+        .engine()
+        .analyse(&analyse())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.row(), error.class()),
+        ("C5", "invalid_json"),
+        "{error}"
+    );
+    assert_eq!(error.status(), Some(200));
+    assert_eq!(core.paths().len(), 1, "never retried");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_workflow_action_without_an_answer_is_sent_once_and_says_read_the_session() {
+    // The Platform applied the accept, then the answer never came in time.
+    let core = CoreSim::start([Step::Hang(Duration::from_secs(60))]).await;
+    let client = core.client();
+    let error = client
+        .sessions()
+        .accept(&session(), &decision())
+        .await
+        .unwrap_err();
+    assert_eq!((error.row(), error.class()), ("C1", "transport"), "{error}");
+    assert!(error.outcome_unknown(), "{error}");
+    assert_eq!(error.attempts(), 1);
+    assert_eq!(core.paths(), [ACCEPT], "the server saw exactly one accept");
+
+    // What the docs of `accept` say to do: read the session first.
+    let state = client.sessions().get_session(&session()).await.unwrap();
+    assert_eq!(state.step, 2);
+    assert_eq!(
+        core.paths(),
+        [ACCEPT, "/platform/v1/sessions/s-1"],
+        "still one accept"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answered_workflow_action_is_never_re_sent_and_its_outcome_is_known() {
+    let core = CoreSim::start([Step::Status(503, "database is locked")]).await;
+    let error = core
+        .client()
+        .sessions()
+        .advance(&session())
+        .await
+        .unwrap_err();
+    assert_eq!((error.class(), error.status()), ("server_error", Some(503)));
+    assert!(!error.outcome_unknown(), "the server answered: {error}");
+    assert_eq!(core.paths().len(), 1, "not idempotent: never re-sent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_workflow_action_that_never_left_is_retried() {
+    // Nothing listens: the connection is refused, so the request was not sent.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let tenant = TenantId::parse("tenant-1").unwrap();
+    let client = Core::new(Config::new(
+        format!("http://127.0.0.1:{port}"),
+        "core-key",
+        tenant,
+    ))
+    .unwrap();
+    let error = client
+        .sessions()
+        .accept(&session(), &decision())
+        .await
+        .unwrap_err();
+    assert_eq!(error.class(), "transport", "{error}");
+    assert_eq!(error.attempts(), 2, "refused, so safe to send again");
+    assert!(!error.outcome_unknown(), "it never reached a server");
+}
+
+#[test]
+fn the_core_policy_has_no_breaker_no_streams_and_no_workspace() {
+    let policy = &core_client::policy::POLICY;
+    assert!(policy.breaker.is_none());
+    assert!(policy.streams.is_empty());
+    assert_eq!(policy.headers.workspace, None);
+    assert_eq!(policy.headers.pipeline, None);
+}
