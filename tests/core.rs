@@ -283,3 +283,40 @@ fn the_core_policy_has_no_breaker_no_streams_and_no_workspace() {
     assert_eq!(policy.headers.workspace, None);
     assert_eq!(policy.headers.pipeline, None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_three_attempts_the_waits_are_0_25_s_then_0_5_s() {
+    let core = CoreSim::start([
+        Step::Status(502, "bad gateway"),
+        Step::Status(503, "busy"),
+        Step::Status(500, "boom"),
+    ])
+    .await;
+    let client = core.client_with(|c| c.retry_attempts(3));
+    let error = client.engine().analyse(&analyse()).await.unwrap_err();
+    assert_eq!(error.attempts(), 3, "{error}");
+    assert_eq!(
+        core.gaps(),
+        [Duration::from_millis(250), Duration::from_millis(500)],
+        "retry_backoff_seconds × attempt"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_backoff_retries_at_once() {
+    let core = CoreSim::start([Step::Status(503, "busy")]).await;
+    let client = core.client_with(|c| c.retry_backoff(Duration::ZERO));
+    client.engine().analyse(&analyse()).await.unwrap();
+    assert_eq!(core.gaps(), [Duration::ZERO]);
+}
+
+#[test]
+fn a_retry_configuration_below_the_minimums_is_refused_when_the_client_is_built() {
+    let tenant = TenantId::parse("tenant-1").unwrap();
+    let config = Config::new("http://127.0.0.1:9", "core-key", tenant).retry_attempts(0);
+    let error = Core::new(config).err().expect("0 attempts is refused");
+    assert_eq!(
+        error.to_string(),
+        "invalid retry configuration: retry_attempts 0 is below the minimum of 1 (C1)"
+    );
+}

@@ -99,6 +99,8 @@ pub struct Retry {
     pub name: String,
     pub doc: String,
     pub schedule: RetrySchedule,
+    /// The configuration may set attempts and step, down to these.
+    pub configurable: Option<(u32, Duration)>,
     pub source: Source,
 }
 

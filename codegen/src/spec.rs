@@ -201,9 +201,20 @@ pub struct RetryClass {
     /// The wait of a linear schedule grows by this much per retry.
     #[serde(default)]
     pub step: Option<Duration>,
+    /// The client's configuration may set `attempts` and `step` of this
+    /// linear class, down to these minimums.
+    #[serde(default)]
+    pub configurable: Option<Configurable>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Configurable {
+    pub min_attempts: Spanned<u32>,
+    pub min_step: Duration,
 }
 
 #[derive(Debug, Deserialize)]

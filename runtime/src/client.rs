@@ -2,13 +2,14 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::alerts::{AlertSink, LogAlerts};
 use crate::breaker::Breaker;
 use crate::error::ConfigError;
 use crate::memory::Memory;
 use crate::metrics::Metrics;
-use crate::policy::Policy;
+use crate::policy::{Policy, RetryClass, RetrySchedule};
 use crate::pool::Pool;
 use crate::throttle::Throttle;
 use crate::{Id, IdKind};
@@ -21,6 +22,8 @@ pub struct ClientConfig {
     pub(crate) tenant: Id,
     pub(crate) alerts: Arc<dyn AlertSink>,
     pub(crate) warm_up: bool,
+    pub(crate) retry_attempts: Option<u32>,
+    pub(crate) retry_backoff: Option<Duration>,
 }
 
 impl ClientConfig {
@@ -31,7 +34,23 @@ impl ClientConfig {
             tenant,
             alerts: Arc::new(LogAlerts),
             warm_up: false,
+            retry_attempts: None,
+            retry_backoff: None,
         }
+    }
+
+    /// Attempts in all (the first included) of the policy's configurable
+    /// retry classes. Below the class's minimum the client is refused.
+    pub fn retry_attempts(mut self, attempts: u32) -> Self {
+        self.retry_attempts = Some(attempts);
+        self
+    }
+
+    /// The step of the configurable linear classes: the wait before retry `n`
+    /// is `backoff × n`. Below the class's minimum the client is refused.
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = Some(backoff);
+        self
     }
 
     /// Where alerts go (default: a `warn` log event).
@@ -58,6 +77,8 @@ pub struct Client {
 
 pub(crate) struct Shared {
     pub(crate) policy: &'static Policy,
+    /// The policy's retry classes, with the configured attempts and step.
+    pub(crate) retries: Box<[RetryClass]>,
     pub(crate) pool: Pool,
     pub(crate) base_url: String,
     /// `Bearer <key>`, built once and marked sensitive (never in a debug print).
@@ -86,11 +107,13 @@ impl Client {
             .map_err(ConfigError::Tenant)?;
         let authorization = check_api_key(&config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
+        let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let pool = Pool::new(policy.pool_idle, policy.fresh_after)
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {
             shared: Arc::new(Shared {
                 policy,
+                retries,
                 pool,
                 base_url,
                 authorization,
@@ -205,6 +228,55 @@ impl Client {
     pub(crate) fn memory(&self) -> MutexGuard<'_, Memory> {
         self.shared.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The policy's retry classes with the configuration's attempts and step
+/// applied to the configurable ones. A value below a class's minimum is
+/// refused, not clamped: a client that retries less than its operator asked
+/// for would fail in a way nobody chose. Setting a value when no class is
+/// configurable is refused too.
+fn configured_retries(
+    policy: &Policy,
+    attempts: Option<u32>,
+    backoff: Option<Duration>,
+) -> Result<Box<[RetryClass]>, ConfigError> {
+    if (attempts.is_some() || backoff.is_some())
+        && !policy.retries.iter().any(|r| r.configurable.is_some())
+    {
+        return Err(ConfigError::Retry(format!(
+            "the {} policy has no configurable retry class",
+            policy.api
+        )));
+    }
+    policy
+        .retries
+        .iter()
+        .map(|class| {
+            let (Some(bounds), RetrySchedule::Linear { attempts: a, step }) =
+                (class.configurable, class.schedule)
+            else {
+                return Ok(class.clone());
+            };
+            let attempts = attempts.unwrap_or(a);
+            let step = backoff.unwrap_or(step);
+            if attempts < bounds.min_attempts {
+                return Err(ConfigError::Retry(format!(
+                    "retry_attempts {attempts} is below the minimum of {} ({})",
+                    bounds.min_attempts, class.name
+                )));
+            }
+            if step < bounds.min_step {
+                return Err(ConfigError::Retry(format!(
+                    "retry_backoff {step:?} is below the minimum of {:?} ({})",
+                    bounds.min_step, class.name
+                )));
+            }
+            Ok(RetryClass {
+                schedule: RetrySchedule::Linear { attempts, step },
+                ..class.clone()
+            })
+        })
+        .collect()
 }
 
 /// The key goes into a header on every keyed request: it must be a valid

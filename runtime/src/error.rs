@@ -265,6 +265,8 @@ pub enum ConfigError {
     Override(&'static str),
     #[error("the HTTP client could not be built: {0}")]
     Http(String),
+    #[error("invalid retry configuration: {0}")]
+    Retry(String),
 }
 
 /// Reads a required environment variable.

@@ -106,7 +106,8 @@ impl Client {
             return Err(run.fail(error, false));
         }
         // The route's own class bounds every row's: an R0 route is never re-sent.
-        let route_schedule = policy.retries[endpoint.retry].schedule;
+        let retries = &self.shared.retries;
+        let route_schedule = retries[endpoint.retry].schedule;
         let mut rendered: Option<String> = None;
         loop {
             run.attempt += 1;
@@ -255,7 +256,7 @@ impl Client {
             );
             let schedule = row
                 .and_then(|r| r.retry)
-                .and_then(|i| policy.retries.get(i))
+                .and_then(|i| retries.get(i))
                 .map(|c| c.schedule)
                 .unwrap_or(RetrySchedule::Never);
             let attempts = schedule.attempts().min(route_schedule.attempts());

@@ -55,6 +55,69 @@ pub fn lib_rs(model: &Model) -> TokenStream {
     }
 }
 
+/// The configuration of a policy whose linear retry the caller may tune
+/// (the Core client's `retry_attempts` and `retry_backoff_seconds`); empty
+/// for a policy without one.
+#[derive(Default)]
+struct RetryConfig {
+    fields: TokenStream,
+    init: TokenStream,
+    methods: TokenStream,
+    apply: TokenStream,
+}
+
+impl RetryConfig {
+    fn of(model: &Model) -> RetryConfig {
+        let Some(class) = model.retries.iter().find(|r| r.configurable.is_some()) else {
+            return RetryConfig::default();
+        };
+        let (min_attempts, min_step) = class.configurable.unwrap_or_default();
+        let crate::model::RetrySchedule::Linear { attempts, step } = class.schedule else {
+            return RetryConfig::default();
+        };
+        let attempts_doc = doc(&format!(
+            "Attempts in all, the first included, of retry class `{}` (default {attempts}, at least {min_attempts}); \
+             fewer is refused when the client is built.",
+            class.name
+        ));
+        let backoff_doc = doc(&format!(
+            "The step of retry class `{}`: the wait before retry `n` is `backoff × n` (default {}, at least {}); \
+             less is refused when the client is built.",
+            class.name,
+            super::docs::duration_text(step),
+            super::docs::duration_text(min_step)
+        ));
+        RetryConfig {
+            fields: quote! {
+                retry_attempts: Option<u32>,
+                retry_backoff: Option<std::time::Duration>,
+            },
+            init: quote!(retry_attempts: None, retry_backoff: None),
+            methods: quote! {
+                #attempts_doc
+                pub fn retry_attempts(mut self, attempts: u32) -> Self {
+                    self.retry_attempts = Some(attempts);
+                    self
+                }
+
+                #backoff_doc
+                pub fn retry_backoff(mut self, backoff: std::time::Duration) -> Self {
+                    self.retry_backoff = Some(backoff);
+                    self
+                }
+            },
+            apply: quote! {
+                if let Some(attempts) = config.retry_attempts {
+                    runtime = runtime.retry_attempts(attempts);
+                }
+                if let Some(backoff) = config.retry_backoff {
+                    runtime = runtime.retry_backoff(backoff);
+                }
+            },
+        }
+    }
+}
+
 /// The crate doc's example: building the client, a first read without
 /// parameters, and a workspace handle when the API has one.
 fn example(model: &Model, client: &str) -> String {
@@ -180,6 +243,9 @@ pub fn client_rs(model: &Model) -> TokenStream {
             }
         }
     });
+    let retry = RetryConfig::of(model);
+    let (retry_fields, retry_init, retry_methods, retry_apply) =
+        (&retry.fields, &retry.init, &retry.methods, &retry.apply);
     let module_doc = inner_doc(&format!(
         "The {} client. It cannot be built without a [`TenantId`], and every call goes through \
          the runtime pipeline, the one place that assembles headers.",
@@ -216,12 +282,15 @@ pub fn client_rs(model: &Model) -> TokenStream {
             tenant: TenantId,
             alerts: Option<Arc<dyn AlertSink>>,
             warm_up: bool,
+            #retry_fields
         }
 
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false }
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false, #retry_init }
             }
+
+            #retry_methods
 
             /// Where alerts go (policy §10.4); by default a `warn` log event.
             pub fn alerts(mut self, sink: impl AlertSink) -> Self {
@@ -280,6 +349,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 if let Some(alerts) = config.alerts {
                     runtime = runtime.alerts(alerts);
                 }
+                #retry_apply
                 let client = Client::with_override(&POLICY, policy, runtime)?;
                 Ok(Self { client })
             }

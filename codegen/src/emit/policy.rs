@@ -33,7 +33,11 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let retries = model.retries.iter().map(|r| {
         let name = &r.name;
         let schedule = schedule(&r.schedule);
-        quote!(RetryClass { name: #name, schedule: #schedule })
+        let configurable = option(r.configurable, |(attempts, step)| {
+            let (attempts, step) = (int(attempts), duration(step));
+            quote!(RetryBounds { min_attempts: #attempts, min_step: #step })
+        });
+        quote!(RetryClass { name: #name, schedule: #schedule, configurable: #configurable })
     });
     let budgets = model.throttle.budgets.iter().map(|b| {
         let name = &b.name;

@@ -34,10 +34,33 @@ impl Cx<'_> {
         for (name, r) in &policy.retries {
             let field = format!("retries.{}", &**name);
             let schedule = self.schedule(r, &field);
+            let configurable = r.configurable.as_ref().and_then(|c| {
+                let at = format!("{field}.configurable");
+                let min_attempts = self.positive(&c.min_attempts, &format!("{at}.min_attempts"));
+                let min_step = self.duration(&c.min_step, &format!("{at}.min_step"))?;
+                match schedule {
+                    Some(RetrySchedule::Linear { attempts, step })
+                        if attempts < min_attempts || step < min_step =>
+                    {
+                        self.error(
+                            &r.kind,
+                            at,
+                            "the class's own attempts and step are below its minimums",
+                        );
+                        None
+                    }
+                    Some(RetrySchedule::Linear { .. }) => Some((min_attempts, min_step)),
+                    _ => {
+                        self.error(&r.kind, at, "only a `linear` class is configurable");
+                        None
+                    }
+                }
+            });
             out.push(Retry {
                 name: name.to_string(),
                 doc: r.doc.to_string(),
                 schedule: schedule.unwrap_or(RetrySchedule::Never),
+                configurable,
                 source: self.source(&r.source, r.inferred),
             });
         }

@@ -16,6 +16,8 @@ pub struct Config {
     tenant: TenantId,
     alerts: Option<Arc<dyn AlertSink>>,
     warm_up: bool,
+    retry_attempts: Option<u32>,
+    retry_backoff: Option<std::time::Duration>,
 }
 
 impl Config {
@@ -26,7 +28,21 @@ impl Config {
             tenant,
             alerts: None,
             warm_up: false,
+            retry_attempts: None,
+            retry_backoff: None,
         }
+    }
+
+    /// Attempts in all, the first included, of retry class `C1` (default 2, at least 1); fewer is refused when the client is built.
+    pub fn retry_attempts(mut self, attempts: u32) -> Self {
+        self.retry_attempts = Some(attempts);
+        self
+    }
+
+    /// The step of retry class `C1`: the wait before retry `n` is `backoff × n` (default 250 ms, at least 0 s); less is refused when the client is built.
+    pub fn retry_backoff(mut self, backoff: std::time::Duration) -> Self {
+        self.retry_backoff = Some(backoff);
+        self
     }
 
     /// Where alerts go (policy §10.4); by default a `warn` log event.
@@ -90,6 +106,14 @@ impl Core {
                 .warm_up(config.warm_up);
         if let Some(alerts) = config.alerts {
             runtime = runtime.alerts(alerts);
+        }
+
+        if let Some(attempts) = config.retry_attempts {
+            runtime = runtime.retry_attempts(attempts);
+        }
+
+        if let Some(backoff) = config.retry_backoff {
+            runtime = runtime.retry_backoff(backoff);
         }
 
         let client = Client::with_override(&POLICY, policy, runtime)?;

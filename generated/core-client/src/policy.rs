@@ -47,6 +47,7 @@ pub static RETRIES: [RetryClass; 2] = [
     RetryClass {
         name: "C0",
         schedule: RetrySchedule::Never,
+        configurable: None,
     },
     RetryClass {
         name: "C1",
@@ -54,6 +55,10 @@ pub static RETRIES: [RetryClass; 2] = [
             attempts: 2,
             step: ::std::time::Duration::from_millis(250),
         },
+        configurable: Some(RetryBounds {
+            min_attempts: 1,
+            min_step: ::std::time::Duration::from_secs(0),
+        }),
     },
 ];
 

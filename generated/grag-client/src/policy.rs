@@ -94,6 +94,7 @@ pub static RETRIES: [RetryClass; 6] = [
     RetryClass {
         name: "R0",
         schedule: RetrySchedule::Never,
+        configurable: None,
     },
     RetryClass {
         name: "R1",
@@ -103,10 +104,12 @@ pub static RETRIES: [RetryClass; 6] = [
             factor: 2,
             cap: ::std::time::Duration::from_secs(8),
         },
+        configurable: None,
     },
     RetryClass {
         name: "R2",
         schedule: RetrySchedule::DeployWindow { attempts: 2 },
+        configurable: None,
     },
     RetryClass {
         name: "R3",
@@ -115,6 +118,7 @@ pub static RETRIES: [RetryClass; 6] = [
             floor: ::std::time::Duration::from_secs(2),
             jitter: ::std::time::Duration::from_secs(1),
         },
+        configurable: None,
     },
     RetryClass {
         name: "R4",
@@ -123,10 +127,12 @@ pub static RETRIES: [RetryClass; 6] = [
             floor: ::std::time::Duration::from_secs(2),
             jitter: ::std::time::Duration::from_millis(500),
         },
+        configurable: None,
     },
     RetryClass {
         name: "R5",
         schedule: RetrySchedule::Once { attempts: 2 },
+        configurable: None,
     },
 ];
 

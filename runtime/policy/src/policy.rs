@@ -131,6 +131,16 @@ impl TimeoutClass {
 pub struct RetryClass {
     pub name: &'static str,
     pub schedule: RetrySchedule,
+    /// Set when the client's configuration may change the attempts and the
+    /// step of this (linear) class: the least it accepts.
+    pub configurable: Option<RetryBounds>,
+}
+
+/// The least a configured linear retry may ask for; less is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryBounds {
+    pub min_attempts: u32,
+    pub min_step: Duration,
 }
 
 /// How a retry class spaces its attempts. `attempts` counts the first one.
