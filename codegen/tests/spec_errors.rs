@@ -6,8 +6,12 @@ use std::path::{Path, PathBuf};
 use sdk_codegen::{SpecError, model};
 
 fn spec_files() -> Vec<(PathBuf, String)> {
+    spec_files_of("grag")
+}
+
+fn spec_files_of(api: &str) -> Vec<(PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    sdk_codegen::load::read_dir(&root.join("spec/grag"))
+    sdk_codegen::load::read_dir(&root.join("spec").join(api))
         .unwrap()
         .into_iter()
         .map(|(p, text)| (p.strip_prefix(root).unwrap().to_path_buf(), text))
@@ -16,7 +20,12 @@ fn spec_files() -> Vec<(PathBuf, String)> {
 
 /// Replaces the `nth` (0-based) occurrence of `from` in `file` and returns the errors.
 fn broken(file: &str, from: &str, to: &str, nth: usize) -> Vec<SpecError> {
-    let mut files = spec_files();
+    broken_in("grag", file, from, to, nth)
+}
+
+/// [`broken`] on the spec of `api`.
+fn broken_in(api: &str, file: &str, from: &str, to: &str, nth: usize) -> Vec<SpecError> {
+    let mut files = spec_files_of(api);
     let (_, text) = files
         .iter_mut()
         .find(|(p, _)| p.ends_with(file))
@@ -45,7 +54,11 @@ fn one(errors: Vec<SpecError>, file: &str, line: usize, field: &str) -> SpecErro
 }
 
 fn line_of(file: &str, needle: &str, nth: usize) -> usize {
-    let text = &spec_files()
+    line_of_in("grag", file, needle, nth)
+}
+
+fn line_of_in(api: &str, file: &str, needle: &str, nth: usize) -> usize {
+    let text = &spec_files_of(api)
         .into_iter()
         .find(|(p, _)| p.ends_with(file))
         .unwrap()
@@ -389,4 +402,104 @@ fn a_fresh_pool_is_asked_for_after_server_errors_only() {
         "connections.fresh_after",
     );
     assert!(e.message.contains("5xx"), "{e}");
+}
+
+#[test]
+fn the_core_spec_is_valid() {
+    if let Err(e) = model(&spec_files_of("core")) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn a_breaker_open_alert_without_a_breaker_is_refused() {
+    let file = "policy.yaml";
+    let line = line_of_in("core", file, "retry_exhausted: retry_exhausted", 0);
+    let e = one(
+        broken_in(
+            "core",
+            file,
+            "  retry_exhausted: retry_exhausted",
+            "  breaker_open: retry_exhausted\n  retry_exhausted: retry_exhausted",
+            0,
+        ),
+        file,
+        line,
+        "alerts.breaker_open",
+    );
+    assert!(e.message.contains("no breaker"), "{e}");
+}
+
+#[test]
+fn without_a_breaker_circuit_open_needs_no_row_but_with_one_it_does() {
+    // Core has neither a breaker nor a circuit_open row and is valid (above);
+    // GRAG has a breaker: dropping its circuit_open row breaks totality.
+    let errors = broken(
+        "taxonomy.yaml",
+        "match: { outcome: circuit_open }",
+        "match: { outcome: invalid_scope }",
+        0,
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.message.contains("outcome `circuit_open`")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn a_workspace_service_needs_the_workspace_header() {
+    let file = "api.yaml";
+    let errors = broken(file, "  workspace: X-Workspace-ID\n", "", 0);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.field == "scope" && e.message.contains("headers.workspace")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn a_reconcile_read_must_be_a_get_of_the_same_service() {
+    let file = "sessions.yaml";
+    let line = line_of_in("core", file, "reconcile: get_session", 0);
+    let e = one(
+        broken_in(
+            "core",
+            file,
+            "reconcile: get_session",
+            "reconcile: advance",
+            0,
+        ),
+        file,
+        line,
+        "routes.accept.reconcile",
+    );
+    assert!(e.message.contains("not a GET route"), "{e}");
+}
+
+#[test]
+fn only_a_linear_class_is_configurable_and_never_below_its_own_minimums() {
+    let file = "policy.yaml";
+    let errors = broken_in("core", file, "min_attempts: 1", "min_attempts: 3", 0);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.field == "retries.C1.configurable" && e.message.contains("below")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn a_handle_that_clashes_with_the_client_is_refused() {
+    let file = "engine.yaml";
+    let line = line_of_in("core", file, "handle: engine", 0);
+    let e = one(
+        broken_in("core", file, "handle: engine", "handle: core", 0),
+        file,
+        line,
+        "handle",
+    );
+    assert!(e.message.contains("clash"), "{e}");
 }
