@@ -320,3 +320,38 @@ fn a_retry_configuration_below_the_minimums_is_refused_when_the_client_is_built(
         "invalid retry configuration: retry_attempts 0 is below the minimum of 1 (C1)"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_exhaustion_alert_fires_on_an_elevated_rate_not_on_every_call() {
+    use sdk_runtime::alerts::CollectAlerts;
+    let rate = core_client::policy::POLICY
+        .alerts
+        .retry_exhausted_rate
+        .expect("the Core policy alerts on a rate");
+    assert_eq!((rate.at_least, rate.within), (5, Duration::from_secs(300)));
+    // Every call fails twice: ten 503s per five calls, and five more after.
+    let core = CoreSim::start((0..30).map(|_| Step::Status(503, "busy"))).await;
+    let alerts = Arc::new(CollectAlerts::default());
+    let sink = alerts.clone();
+    let client = core.client_with(move |c| c.alerts(sink));
+    for call in 1..=4 {
+        client.engine().analyse(&analyse()).await.unwrap_err();
+        assert!(alerts.taken().is_empty(), "call {call}: not elevated yet");
+    }
+    client.engine().analyse(&analyse()).await.unwrap_err();
+    let raised = alerts.taken();
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0].name, "retry_exhausted");
+    assert!(
+        raised[0]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("5 calls exhausted their retries within 300 s")),
+        "{raised:?}"
+    );
+    // Still elevated inside the same window: no second alert.
+    for _ in 0..5 {
+        client.engine().analyse(&analyse()).await.unwrap_err();
+    }
+    assert_eq!(alerts.taken().len(), 1, "one alert per window");
+}

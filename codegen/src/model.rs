@@ -35,6 +35,8 @@ pub struct Model {
     pub messages: Vec<Message>,
     pub alerts: Vec<Alert>,
     pub breaker_alert: Option<String>,
+    /// Raise the retry-exhaustion alert only at this rate (count, window).
+    pub retry_exhausted_rate: Option<(u32, Duration)>,
     pub retry_exhausted_alert: String,
     pub features: Vec<Feature>,
     pub types: Vec<TypeDef>,

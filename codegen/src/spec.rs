@@ -143,6 +143,9 @@ pub struct PolicyAlerts {
     pub breaker_open: Option<Text>,
     /// Raised when a call fails after its retry class was used up.
     pub retry_exhausted: Text,
+    /// Raise `retry_exhausted` only at this rate, not for every exhausted call.
+    #[serde(default)]
+    pub retry_exhausted_rate: Option<Rate>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -208,6 +211,13 @@ pub struct RetryClass {
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    pub at_least: Spanned<u32>,
+    pub within: Duration,
 }
 
 #[derive(Debug, Deserialize)]

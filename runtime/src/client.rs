@@ -11,6 +11,7 @@ use crate::memory::Memory;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, RetryClass, RetrySchedule};
 use crate::pool::Pool;
+use crate::rate::RateAlarm;
 use crate::throttle::Throttle;
 use crate::{Id, IdKind};
 
@@ -92,6 +93,8 @@ pub(crate) struct Shared {
     pub(crate) warm_up: bool,
     /// A probe loop is running for the open breaker.
     pub(crate) probing: AtomicBool,
+    /// Exhausted calls, when the policy alerts on their rate only.
+    pub(crate) exhaustion: Option<Mutex<RateAlarm>>,
 }
 
 impl Client {
@@ -125,6 +128,10 @@ impl Client {
                 alerts: config.alerts,
                 warm_up: config.warm_up,
                 probing: AtomicBool::new(false),
+                exhaustion: policy
+                    .alerts
+                    .retry_exhausted_rate
+                    .map(|rate| Mutex::new(RateAlarm::new(rate))),
             }),
             pipeline_id: None,
             extra_budget: None,

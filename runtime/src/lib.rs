@@ -20,6 +20,7 @@ mod metrics;
 mod pipeline;
 mod pool;
 mod probe;
+mod rate;
 mod reply;
 pub mod sse;
 mod telemetry;

@@ -485,6 +485,45 @@ impl Client {
         });
     }
 
+    /// A call whose retries were used up: logged with its context; alerted
+    /// every time, or when the rate the policy names is reached.
+    fn exhausted(&self, error: &Error) {
+        let policy = self.shared.policy;
+        tracing::warn!(
+            target: "sdk_runtime::retry",
+            api = policy.api,
+            operation = error.endpoint(),
+            row = error.row(),
+            status = error.status(),
+            attempts = error.attempts(),
+            request_id = error.request_id(),
+            tenant = self.tenant().as_str(),
+            "retry exhausted"
+        );
+        let name = policy.alerts.retry_exhausted;
+        let Some(alarm) = &self.shared.exhaustion else {
+            self.raise(name, error);
+            return;
+        };
+        let mut alarm = alarm.lock().unwrap_or_else(|e| e.into_inner());
+        if alarm.record(Instant::now()) {
+            let rate = alarm.rate();
+            drop(alarm);
+            self.shared.alerts.alert(Alert {
+                name,
+                endpoint: Some(error.endpoint()),
+                row: Some(error.row()),
+                detail: Some(format!(
+                    "{} calls exhausted their retries within {} s; the last: {}",
+                    rate.at_least,
+                    rate.within.as_secs(),
+                    error.detail().unwrap_or("no detail")
+                )),
+                request_id: error.request_id().map(str::to_owned),
+            });
+        }
+    }
+
     pub(crate) fn row(&self, kind: OutcomeKind) -> Option<&'static TaxonomyRow> {
         self.shared
             .policy
@@ -592,13 +631,14 @@ impl Run<'_, '_> {
         self.fail(error, false)
     }
 
-    /// Ends the call with `error`: metrics, and the retry-exhaustion alert
-    /// when the row's retries were used up (the row itself raised none).
+    /// Ends the call with `error`: metrics, and when the row's retries were
+    /// used up (the row itself raised no alert) a log line with the call's
+    /// context and the retry-exhaustion alert, for every such call or only
+    /// when their rate is elevated, as the policy says.
     fn fail(&mut self, error: Error, exhausted: bool) -> Error {
         let client = self.client;
-        let retry_exhausted = client.shared.policy.alerts.retry_exhausted;
         if exhausted && self.attempt > 1 {
-            client.raise(retry_exhausted, &error);
+            client.exhausted(&error);
         }
         client.count_call(
             self.call.endpoint,

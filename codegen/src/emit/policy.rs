@@ -232,6 +232,10 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         quote!(FeaturePolicy { name: #name, routes: &[#(#routes),*] })
     });
     let retry_alert = &model.retry_exhausted_alert;
+    let retry_rate = option(model.retry_exhausted_rate, |(at_least, within)| {
+        let (at_least, within) = (int(at_least), duration(within));
+        quote!(AlertRate { at_least: #at_least, within: #within })
+    });
     let module_doc = inner_doc(&format!(
         "The {} policy as data, lowered from `spec/{api}/`. The runtime executes it; nothing here is code.",
         model.api.title
@@ -321,6 +325,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             features: &[#(#features),*],
             alerts: AlertNames {
                 retry_exhausted: #retry_alert,
+                retry_exhausted_rate: #retry_rate,
             },
         };
     }

@@ -102,6 +102,11 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         &names.alerts,
     );
     cx.source(&policy_alerts.source, policy_alerts.inferred);
+    let retry_exhausted_rate = policy_alerts.retry_exhausted_rate.as_ref().and_then(|r| {
+        let at_least = cx.positive(&r.at_least, "alerts.retry_exhausted_rate.at_least");
+        let within = cx.duration(&r.within, "alerts.retry_exhausted_rate.within")?;
+        Some((at_least, within))
+    });
     let features = cx.features(&raw.degradation, &services);
     let deadline_source = cx.source(&raw.policy.deadline.source, raw.policy.deadline.inferred);
     if cx.sources.has_errors() {
@@ -129,6 +134,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         messages,
         alerts,
         breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| a.to_string()),
+        retry_exhausted_rate,
         retry_exhausted_alert: policy_alerts.retry_exhausted.to_string(),
         features,
         types,

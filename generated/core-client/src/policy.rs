@@ -366,5 +366,9 @@ pub static POLICY: Policy = Policy {
     features: &[],
     alerts: AlertNames {
         retry_exhausted: "retry_exhausted",
+        retry_exhausted_rate: Some(AlertRate {
+            at_least: 5,
+            within: ::std::time::Duration::from_secs(300),
+        }),
     },
 };

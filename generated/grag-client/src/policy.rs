@@ -1226,5 +1226,6 @@ pub static POLICY: Policy = Policy {
     ],
     alerts: AlertNames {
         retry_exhausted: "retry_exhausted",
+        retry_exhausted_rate: None,
     },
 };

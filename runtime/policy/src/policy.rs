@@ -63,6 +63,17 @@ pub struct Limits {
 pub struct AlertNames {
     /// A call failed after its retry class was used up.
     pub retry_exhausted: &'static str,
+    /// `None`: raised for every exhausted call. `Some`: only when exhaustion
+    /// is elevated, at least this many within this long (the Core policy:
+    /// "alert on elevated retry-exhaustion rates").
+    pub retry_exhausted_rate: Option<AlertRate>,
+}
+
+/// "Elevated": at least `at_least` events within a rolling `within`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlertRate {
+    pub at_least: u32,
+    pub within: Duration,
 }
 
 /// One warm-up call of §7.

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::policy::{
-    BreakerPolicy, Policy, PollingPolicy, RetryClass, RetrySchedule, StreamPolicy, TaxonomyRow,
-    ThrottlePolicy, TimeoutClass,
+    AlertNames, AlertRate, BreakerPolicy, Policy, PollingPolicy, RetryClass, RetrySchedule,
+    StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass,
 };
 
 impl Policy {
@@ -105,6 +105,13 @@ impl Policy {
                     ..t.polling.clone()
                 },
                 ..t.clone()
+            },
+            alerts: AlertNames {
+                retry_exhausted_rate: self.alerts.retry_exhausted_rate.map(|r| AlertRate {
+                    within: d(r.within),
+                    ..r
+                }),
+                ..self.alerts.clone()
             },
             streams: Box::leak(streams.into_boxed_slice()),
             taxonomy: Box::leak(taxonomy.into_boxed_slice()),
