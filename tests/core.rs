@@ -355,3 +355,22 @@ async fn the_exhaustion_alert_fires_on_an_elevated_rate_not_on_every_call() {
     }
     assert_eq!(alerts.taken().len(), 1, "one alert per window");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_core_metrics_carry_the_core_names_and_no_breaker_series() {
+    let core = CoreSim::start([]).await;
+    let client = core.client();
+    client.engine().analyse(&analyse()).await.unwrap();
+    let text = client.runtime().metrics_text();
+    assert!(
+        text.contains(
+            r#"core_client_requests_total{service="engine",error_class="ok",retried="false"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("grag_client"), "{text}");
+    assert!(
+        !text.contains("circuit"),
+        "no breaker, no breaker metric: {text}"
+    );
+}

@@ -28,6 +28,8 @@ pub struct Model {
     pub pool_idle: Duration,
     /// Statuses after which no pooled connection is reused.
     pub fresh_after: Vec<u16>,
+    /// requests, duration, circuit_state, circuit_open_seconds, sse_fallback.
+    pub metrics: MetricNames,
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
@@ -94,6 +96,16 @@ pub struct Timeout {
     pub per_attempt: Duration,
     pub deploy_suspected: Option<Duration>,
     pub source: Source,
+}
+
+/// Names of the exported metrics (counters without `_total`).
+#[derive(Debug)]
+pub struct MetricNames {
+    pub requests: String,
+    pub duration: String,
+    pub circuit_state: Option<String>,
+    pub circuit_open_seconds: Option<String>,
+    pub sse_fallback: Option<String>,
 }
 
 #[derive(Debug)]

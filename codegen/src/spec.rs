@@ -130,6 +130,7 @@ pub struct PolicyFile {
     pub throttle: Throttle,
     pub connections: Connections,
     pub limits: Limits,
+    pub metrics: Metrics,
     /// Alerts the runtime raises on its own (not tied to one taxonomy row).
     pub alerts: PolicyAlerts,
 }
@@ -208,6 +209,25 @@ pub struct RetryClass {
     /// linear class, down to these minimums.
     #[serde(default)]
     pub configurable: Option<Configurable>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// Names of the exported metrics; counters without their `_total`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    pub requests: Text,
+    pub duration: Text,
+    /// Only with a breaker.
+    #[serde(default)]
+    pub circuit_state: Option<Text>,
+    #[serde(default)]
+    pub circuit_open_seconds: Option<Text>,
+    /// Only with streams.
+    #[serde(default)]
+    pub sse_fallback: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

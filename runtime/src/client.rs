@@ -124,7 +124,7 @@ impl Client {
                 throttle: Throttle::new(&policy.throttle),
                 breaker: Mutex::new(Breaker::of(policy.breaker.as_ref())),
                 memory: Mutex::new(Memory::default()),
-                metrics: Metrics::new(),
+                metrics: Metrics::new(&policy.metrics),
                 alerts: config.alerts,
                 warm_up: config.warm_up,
                 probing: AtomicBool::new(false),

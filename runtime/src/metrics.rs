@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::policy::MetricNames;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     service: &'static str,
@@ -98,11 +100,11 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub fn new(names: &MetricNames) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<CallLabels, Counter>::default();
         registry.register(
-            "grag_client_requests",
+            names.requests,
             "Calls by service, final error class and whether they were retried",
             requests.clone(),
         );
@@ -110,28 +112,34 @@ impl Metrics {
             duration_histogram,
         );
         registry.register(
-            "grag_client_request_duration_seconds",
+            names.duration,
             "Call duration, retries included",
             duration.clone(),
         );
         let circuit_state = Gauge::default();
-        registry.register(
-            "grag_client_circuit_state",
-            "Origin breaker: 0 closed, 1 half-open, 2 open",
-            circuit_state.clone(),
-        );
+        if let Some(name) = names.circuit_state {
+            registry.register(
+                name,
+                "Origin breaker: 0 closed, 1 half-open, 2 open",
+                circuit_state.clone(),
+            );
+        }
         let circuit_open_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register(
-            "grag_client_circuit_open_seconds",
-            "Time the origin breaker spent open",
-            circuit_open_seconds.clone(),
-        );
+        if let Some(name) = names.circuit_open_seconds {
+            registry.register(
+                name,
+                "Time the origin breaker spent open",
+                circuit_open_seconds.clone(),
+            );
+        }
         let sse_fallbacks = Family::<StreamLabels, Counter>::default();
-        registry.register(
-            "knoll_sse_fallback",
-            "Streams that ended in a fallback (stall, error or timeout event)",
-            sse_fallbacks.clone(),
-        );
+        if let Some(name) = names.sse_fallback {
+            registry.register(
+                name,
+                "Streams that ended in a fallback (stall, error or timeout event)",
+                sse_fallbacks.clone(),
+            );
+        }
         Metrics {
             registry,
             requests,
@@ -230,13 +238,21 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    const NAMES: MetricNames = MetricNames {
+        requests: "grag_client_requests",
+        duration: "grag_client_request_duration_seconds",
+        circuit_state: Some("grag_client_circuit_state"),
+        circuit_open_seconds: Some("grag_client_circuit_open_seconds"),
+        sse_fallback: Some("knoll_sse_fallback"),
+    };
+
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
         text.lines().find(|l| l.starts_with(prefix))
     }
 
     #[test]
     fn calls_are_counted_per_label_set_whatever_the_string_addresses() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(&NAMES);
         let ms = Duration::from_millis(7);
         // The same labels, once from a leaked copy at another address.
         let copy: &'static str = String::from("workspaces").leak();
@@ -272,7 +288,7 @@ mod tests {
 
     #[test]
     fn combinations_beyond_the_cache_are_still_counted() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(&NAMES);
         let classes: Vec<&'static str> = (0..600)
             .map(|i| format!("class_{i}").leak() as &'static str)
             .collect();

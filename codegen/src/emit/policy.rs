@@ -17,6 +17,14 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let opaque_max_len = int(model.api.opaque_max_len);
     let pool_idle = duration(model.pool_idle);
     let fresh_after = &model.fresh_after;
+    let m = &model.metrics;
+    let (requests, duration_metric) = (&m.requests, &m.duration);
+    let text = |s: &Option<String>| option(s.as_ref(), |s| quote!(#s));
+    let (circuit_state, circuit_open, sse_fallback) = (
+        text(&m.circuit_state),
+        text(&m.circuit_open_seconds),
+        text(&m.sse_fallback),
+    );
     let l = &model.limits;
     let (error_body, detail, sse_line, sse_event) = (
         int(l.error_body),
@@ -300,6 +308,13 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             routes: &ENDPOINTS,
             pool_idle: #pool_idle,
             fresh_after: &[#(#fresh_after),*],
+            metrics: MetricNames {
+                requests: #requests,
+                duration: #duration_metric,
+                circuit_state: #circuit_state,
+                circuit_open_seconds: #circuit_open,
+                sse_fallback: #sse_fallback,
+            },
             timeouts: &TIMEOUTS,
             deadline: #deadline,
             retries: &RETRIES,

@@ -40,6 +40,11 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         }
     }
     let fresh_after = connections.fresh_after.iter().map(|s| **s).collect();
+    let metrics = cx.metrics(
+        &raw.policy.metrics,
+        raw.policy.breaker.is_some(),
+        !raw.streams.streams.is_empty(),
+    );
     cx.source(&connections.source, connections.inferred);
     let details = cx.details(&raw.taxonomy);
     let (states, alerts) = cx.degradation(&raw.degradation);
@@ -127,6 +132,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         limits: limits?,
         pool_idle: pool_idle?,
         fresh_after,
+        metrics,
         details,
         rows,
         streams,
@@ -214,6 +220,53 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 }
 
 impl Cx<'_> {
+    /// Metric names: Prometheus' charset, no `_total` (the exporter adds it
+    /// to counters), and a breaker or stream metric only where there is one.
+    fn metrics(&mut self, m: &crate::spec::Metrics, breaker: bool, streams: bool) -> MetricNames {
+        let name = |cx: &mut Self, text: &Text, key: &str| {
+            let ok = text.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            });
+            if text.is_empty() || !ok || text.ends_with("_total") {
+                cx.error(
+                    text,
+                    format!("metrics.{key}"),
+                    "a metric name matches [a-zA-Z_:][a-zA-Z0-9_:]* and has no `_total` (counters get it on export)",
+                );
+            }
+            text.to_string()
+        };
+        let optional =
+            |cx: &mut Self, text: &Option<Text>, key: &str, present: bool, section: &str| {
+                let t = text.as_ref()?;
+                if !present {
+                    cx.error(
+                        t,
+                        format!("metrics.{key}"),
+                        format!("the API has no {section} to measure"),
+                    );
+                }
+                Some(name(cx, t, key))
+            };
+        let circuit_state = optional(self, &m.circuit_state, "circuit_state", breaker, "breaker");
+        let circuit_open_seconds = optional(
+            self,
+            &m.circuit_open_seconds,
+            "circuit_open_seconds",
+            breaker,
+            "breaker",
+        );
+        let sse_fallback = optional(self, &m.sse_fallback, "sse_fallback", streams, "streams");
+        self.source(&m.source, m.inferred);
+        MetricNames {
+            requests: name(self, &m.requests, "requests"),
+            duration: name(self, &m.duration, "duration"),
+            circuit_state,
+            circuit_open_seconds,
+            sse_fallback,
+        }
+    }
+
     fn error(&mut self, at: &Text, field: impl Into<String>, message: impl Into<String>) {
         self.sources.at(at.span(), field, message);
     }

@@ -108,6 +108,13 @@ pub static POLICY: Policy = Policy {
     routes: &ENDPOINTS,
     pool_idle: ::std::time::Duration::from_secs(4),
     fresh_after: &[500u16],
+    metrics: MetricNames {
+        requests: "core_client_requests",
+        duration: "core_client_request_duration_seconds",
+        circuit_state: None,
+        circuit_open_seconds: None,
+        sse_fallback: None,
+    },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(65),
     retries: &RETRIES,

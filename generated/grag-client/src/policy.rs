@@ -231,6 +231,13 @@ pub static POLICY: Policy = Policy {
     routes: &ENDPOINTS,
     pool_idle: ::std::time::Duration::from_secs(4),
     fresh_after: &[500u16],
+    metrics: MetricNames {
+        requests: "grag_client_requests",
+        duration: "grag_client_request_duration_seconds",
+        circuit_state: Some("grag_client_circuit_state"),
+        circuit_open_seconds: Some("grag_client_circuit_open_seconds"),
+        sse_fallback: Some("knoll_sse_fallback"),
+    },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),
     retries: &RETRIES,

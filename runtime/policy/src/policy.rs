@@ -38,10 +38,26 @@ pub struct Policy {
     /// How long an idle pooled connection is kept: less than the server's
     /// keep-alive, so no request goes out on a connection it already closed.
     pub pool_idle: Duration,
+    /// What the exported metrics are called.
+    pub metrics: MetricNames,
     /// Statuses after which the server closes the connection unannounced
     /// (uvicorn after an unhandled error): unless the answer said
     /// `Connection: close`, no pooled connection is used again.
     pub fresh_after: &'static [u16],
+}
+
+/// Names of the Prometheus metrics (counters without their `_total`). A
+/// metric of a section the API does not have (no breaker, no streams) is
+/// `None` and not exported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricNames {
+    /// Calls by service, final error class and whether they were retried.
+    pub requests: &'static str,
+    /// Call duration, retries included.
+    pub duration: &'static str,
+    pub circuit_state: Option<&'static str>,
+    pub circuit_open_seconds: Option<&'static str>,
+    pub sse_fallback: Option<&'static str>,
 }
 
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per
