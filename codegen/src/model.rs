@@ -30,6 +30,7 @@ pub struct Model {
     pub fresh_after: Vec<u16>,
     /// requests, duration, circuit_state, circuit_open_seconds, sse_fallback.
     pub metrics: MetricNames,
+    pub log: LogNames,
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
@@ -96,6 +97,18 @@ pub struct Timeout {
     pub per_attempt: Duration,
     pub deploy_suspected: Option<Duration>,
     pub source: Source,
+}
+
+/// The log lines' target and field names.
+#[derive(Debug)]
+pub struct LogNames {
+    pub target: String,
+    /// The field naming the service (`grag_service`).
+    pub service_field: String,
+    /// The field of the workspace (`workspace_id`).
+    pub workspace_field: String,
+    /// Fields taken from path placeholders: `(field, placeholders)`.
+    pub path_fields: Vec<(String, Vec<String>)>,
 }
 
 /// Names of the exported metrics (counters without `_total`).

@@ -30,9 +30,26 @@ pub struct ApiFile {
     pub auth: Auth,
     pub headers: Headers,
     pub ids: Ids,
+    /// What the log lines are called.
+    pub log: Log,
     /// Services whose every route must carry the workspace header.
     #[serde(default)]
     pub workspace_services: Option<WorkspaceServices>,
+}
+
+/// The log lines' `tracing` target and the API's own field names.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Log {
+    pub target: Text,
+    pub service_field: Text,
+    pub workspace_field: Text,
+    /// Fields whose value is a path placeholder: field -> placeholder names.
+    #[serde(default)]
+    pub path_fields: IndexMap<Text, Vec<Text>>,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
 }
 
 #[derive(Debug, Deserialize)]

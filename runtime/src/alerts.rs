@@ -2,6 +2,8 @@
 
 use std::sync::Mutex;
 
+use crate::log::{AlertLine, LogLines};
+
 /// One alert, named as in the spec's `alerts` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Alert {
@@ -20,25 +22,32 @@ pub trait AlertSink: Send + Sync + 'static {
     fn alert(&self, alert: Alert);
 }
 
-/// The default sink: a `warn` event on target `grag_client::alert`. The
-/// platform's `detail` is part of a response body and may quote the request
-/// (FastAPI validation errors do), so only its length and sha256 are logged.
-#[derive(Debug, Default)]
-pub struct LogAlerts;
+/// The default sink: a log line written by the API's [`LogLines`] (a `warn`
+/// event on its alert target). The platform's `detail` is part of a response
+/// body and may quote the request (FastAPI validation errors do), so only its
+/// length and sha256 are logged.
+#[derive(Debug)]
+pub struct LogAlerts {
+    lines: &'static dyn LogLines,
+}
+
+impl LogAlerts {
+    pub fn new(lines: &'static dyn LogLines) -> Self {
+        LogAlerts { lines }
+    }
+}
 
 impl AlertSink for LogAlerts {
     fn alert(&self, alert: Alert) {
         let detail = alert.detail.as_deref().unwrap_or("");
-        tracing::warn!(
-            target: "grag_client::alert",
-            alert = alert.name,
-            endpoint = alert.endpoint,
-            row = alert.row,
-            detail_len = detail.len(),
-            detail_sha256 = crate::telemetry::sha256_hex(detail.as_bytes()).as_str(),
-            request_id = alert.request_id.as_deref(),
-            "alert"
-        );
+        self.lines.alert(&AlertLine {
+            alert: alert.name,
+            endpoint: alert.endpoint,
+            row: alert.row,
+            detail_len: detail.len(),
+            detail_sha256: &crate::telemetry::sha256_hex(detail.as_bytes()),
+            request_id: alert.request_id.as_deref(),
+        });
     }
 }
 

@@ -216,9 +216,7 @@ impl Breaker {
         endpoint: &'static str,
         now: Instant,
     ) -> Option<Transition> {
-        let Some(policy) = self.policy else {
-            return None;
-        };
+        let policy = self.policy?;
         if generation != self.generation {
             return None;
         }

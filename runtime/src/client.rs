@@ -21,7 +21,8 @@ pub struct ClientConfig {
     pub(crate) base_url: String,
     pub(crate) api_key: String,
     pub(crate) tenant: Id,
-    pub(crate) alerts: Arc<dyn AlertSink>,
+    /// `None`: the policy's own log lines ([`LogAlerts`]).
+    pub(crate) alerts: Option<Arc<dyn AlertSink>>,
     pub(crate) warm_up: bool,
     pub(crate) retry_attempts: Option<u32>,
     pub(crate) retry_backoff: Option<Duration>,
@@ -33,7 +34,7 @@ impl ClientConfig {
             base_url: base_url.into(),
             api_key: api_key.into(),
             tenant,
-            alerts: Arc::new(LogAlerts),
+            alerts: None,
             warm_up: false,
             retry_attempts: None,
             retry_backoff: None,
@@ -56,7 +57,7 @@ impl ClientConfig {
 
     /// Where alerts go (default: a `warn` log event).
     pub fn alerts(mut self, sink: impl AlertSink) -> Self {
-        self.alerts = Arc::new(sink);
+        self.alerts = Some(Arc::new(sink));
         self
     }
 
@@ -125,7 +126,9 @@ impl Client {
                 breaker: Mutex::new(Breaker::of(policy.breaker.as_ref())),
                 memory: Mutex::new(Memory::default()),
                 metrics: Metrics::new(&policy.metrics),
-                alerts: config.alerts,
+                alerts: config
+                    .alerts
+                    .unwrap_or_else(|| Arc::new(LogAlerts::new(policy.log_lines))),
                 warm_up: config.warm_up,
                 probing: AtomicBool::new(false),
                 exhaustion: policy
@@ -320,7 +323,7 @@ fn check_base_url(raw: &str) -> Result<String, ConfigError> {
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(refuse(
-            "carries credentials (userinfo): the key goes in GRAG_API_KEY",
+            "carries credentials (userinfo): the key goes in the API key, never in the URL",
         ));
     }
     if url.query().is_some() || raw.contains('?') {

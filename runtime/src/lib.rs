@@ -35,4 +35,4 @@ pub use reply::{Created, Progress, Reply};
 pub use sdk_policy::Policy;
 pub use sdk_policy::{Endpoint, Lane, Method, ScopeNeed};
 pub use sdk_policy::{Id, IdKind, InvalidId};
-pub use sdk_policy::{endpoint, policy, scope};
+pub use sdk_policy::{endpoint, log, policy, scope};

@@ -239,11 +239,11 @@ mod tests {
     use super::*;
 
     const NAMES: MetricNames = MetricNames {
-        requests: "grag_client_requests",
-        duration: "grag_client_request_duration_seconds",
-        circuit_state: Some("grag_client_circuit_state"),
-        circuit_open_seconds: Some("grag_client_circuit_open_seconds"),
-        sse_fallback: Some("knoll_sse_fallback"),
+        requests: "api_requests",
+        duration: "api_request_duration_seconds",
+        circuit_state: Some("api_circuit_state"),
+        circuit_open_seconds: Some("api_circuit_open_seconds"),
+        sse_fallback: Some("api_sse_fallback"),
     };
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
@@ -261,13 +261,10 @@ mod tests {
         metrics.call("workspaces", "ok", true, ms);
         metrics.call("ai-gateway", "feature_dark", false, ms);
         let text = metrics.encode();
-        let requests =
-            |labels: &str| line(&text, &format!("grag_client_requests_total{{{labels}}}"));
+        let requests = |labels: &str| line(&text, &format!("api_requests_total{{{labels}}}"));
         assert_eq!(
             requests(r#"service="workspaces",error_class="ok",retried="false""#),
-            Some(
-                r#"grag_client_requests_total{service="workspaces",error_class="ok",retried="false"} 2"#
-            )
+            Some(r#"api_requests_total{service="workspaces",error_class="ok",retried="false"} 2"#)
         );
         assert!(
             requests(r#"service="workspaces",error_class="ok",retried="true""#)
@@ -280,9 +277,9 @@ mod tests {
         assert_eq!(
             line(
                 &text,
-                r#"grag_client_request_duration_seconds_count{service="workspaces"}"#
+                r#"api_request_duration_seconds_count{service="workspaces"}"#
             ),
-            Some(r#"grag_client_request_duration_seconds_count{service="workspaces"} 3"#)
+            Some(r#"api_request_duration_seconds_count{service="workspaces"} 3"#)
         );
     }
 
@@ -300,7 +297,7 @@ mod tests {
         let text = metrics.encode();
         for class in &classes {
             let prefix = format!(
-                r#"grag_client_requests_total{{service="ledger",error_class="{class}",retried="false"}}"#
+                r#"api_requests_total{{service="ledger",error_class="{class}",retried="false"}}"#
             );
             assert_eq!(
                 line(&text, &prefix).and_then(|l| l.rsplit(' ').next()),
@@ -311,7 +308,7 @@ mod tests {
         assert!(
             line(
                 &text,
-                r#"grag_client_request_duration_seconds_count{service="ledger"} 1200"#
+                r#"api_request_duration_seconds_count{service="ledger"} 1200"#
             )
             .is_some()
         );

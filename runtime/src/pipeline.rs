@@ -489,17 +489,16 @@ impl Client {
     /// every time, or when the rate the policy names is reached.
     fn exhausted(&self, error: &Error) {
         let policy = self.shared.policy;
-        tracing::warn!(
-            target: "sdk_runtime::retry",
-            api = policy.api,
-            operation = error.endpoint(),
-            row = error.row(),
-            status = error.status(),
-            attempts = error.attempts(),
-            request_id = error.request_id(),
-            tenant = self.tenant().as_str(),
-            "retry exhausted"
-        );
+        policy
+            .log_lines
+            .retry_exhausted(&crate::log::ExhaustedLine {
+                operation: error.endpoint(),
+                row: error.row(),
+                status: error.status(),
+                attempts: error.attempts(),
+                request_id: error.request_id(),
+                tenant: self.tenant().as_str(),
+            });
         let name = policy.alerts.retry_exhausted;
         let Some(alarm) = &self.shared.exhaustion else {
             self.raise(name, error);
@@ -605,7 +604,7 @@ impl Run<'_, '_> {
     /// The request body's sha256, computed at most once per call, and only
     /// when attempt lines are logged at all.
     fn digest(&mut self) -> Option<&str> {
-        if self.body_digest.is_none() && telemetry::enabled() {
+        if self.body_digest.is_none() && telemetry::enabled(self.client) {
             self.body_digest = self.call.body.as_deref().and_then(telemetry::body_digest);
         }
         self.body_digest.as_deref()

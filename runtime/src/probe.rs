@@ -20,12 +20,11 @@ impl Client {
         let Some(transition) = transition else { return };
         let state = transition.to();
         self.shared.metrics.circuit_state(state.metric());
-        tracing::info!(
-            target: "grag_client::breaker",
-            transition = ?transition,
-            circuit_state = state.as_str(),
-            "breaker"
-        );
+        let transition_name = format!("{transition:?}");
+        self.shared
+            .policy
+            .log_lines
+            .breaker(&transition_name, state.as_str());
         match transition {
             Transition::Opened | Transition::Reopened => self.spawn_probe_loop(),
             Transition::Closed => {
@@ -79,12 +78,11 @@ impl Client {
                 let call = call.timeout_class(warm.timeout);
                 // Consumed, so the call is counted and its attempt line written.
                 let outcome = client.send(call).await.and_then(crate::Reply::empty);
-                tracing::info!(
-                    target: "grag_client::breaker",
-                    operation = warm.endpoint.operation,
-                    ok = outcome.is_ok(),
-                    "warm-up"
-                );
+                client
+                    .shared
+                    .policy
+                    .log_lines
+                    .warm_up(warm.endpoint.operation, outcome.is_ok());
             });
         }
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
+use crate::log::{AttemptLine, MAX_PATH_FIELDS};
 use crate::policy::TaxonomyRow;
 use crate::scope::Id;
 
@@ -25,8 +26,8 @@ pub(crate) struct AttemptLog<'a> {
 }
 
 /// Whether attempt lines are logged at all: nothing is computed for them otherwise.
-pub(crate) fn enabled() -> bool {
-    tracing::enabled!(target: "grag_client", tracing::Level::INFO)
+pub(crate) fn enabled(client: &Client) -> bool {
+    client.shared.policy.log_lines.enabled()
 }
 
 /// The sha256 of a request body, if it is small enough to be worth hashing.
@@ -34,18 +35,28 @@ pub(crate) fn body_digest(body: &[u8]) -> Option<String> {
     (body.len() <= MAX_HASHED_BODY).then(|| sha256_hex(body))
 }
 
-/// Emits the attempt's line as a `tracing` event (target `grag_client`).
+/// The values of the policy's path fields for one call, in their order.
+fn path_values<'a>(client: &Client, call: &'a Call<'a>) -> [Option<&'a str>; MAX_PATH_FIELDS] {
+    let mut out = [None; MAX_PATH_FIELDS];
+    let fields = client.shared.policy.log.path_fields;
+    for (slot, (_, names)) in out.iter_mut().zip(fields) {
+        *slot = path_value(call.endpoint.path, &call.path, names);
+    }
+    out
+}
+
+/// Writes the attempt's line through the policy's [`LogLines`](crate::log::LogLines).
 /// Only the body's length and sha256 are logged, never its content.
 pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
-    if !enabled() {
+    if !enabled(log.client) {
         return;
     }
-    let endpoint = log.call.endpoint;
+    let values = path_values(log.client, log.call);
     Line {
-        endpoint,
+        endpoint: log.call.endpoint,
         request_id: log.request_id,
         workspace: log.call.workspace.map(Id::as_str),
-        kb_id: path_value(endpoint.path, &log.call.path, &["kb", "kb_id"]),
+        path_values: &values,
         status: log.status,
         row: log.row,
         attempt: log.attempt,
@@ -62,7 +73,7 @@ pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
 pub(crate) struct PendingLine {
     request_id: String,
     workspace: Option<Id>,
-    kb_id: Option<String>,
+    path_values: [Option<String>; MAX_PATH_FIELDS],
     status: Option<u16>,
     row: Option<&'static TaxonomyRow>,
     attempt: u32,
@@ -73,14 +84,13 @@ pub(crate) struct PendingLine {
 
 /// Captures a successful attempt's line, when lines are logged at all.
 pub(crate) fn pending(log: &AttemptLog<'_>, digest: Option<&str>) -> Option<PendingLine> {
-    if !enabled() {
+    if !enabled(log.client) {
         return None;
     }
-    let endpoint = log.call.endpoint;
     Some(PendingLine {
         request_id: log.request_id.to_owned(),
         workspace: log.call.workspace.cloned(),
-        kb_id: path_value(endpoint.path, &log.call.path, &["kb", "kb_id"]).map(str::to_owned),
+        path_values: path_values(log.client, log.call).map(|v| v.map(str::to_owned)),
         status: log.status,
         row: log.row,
         attempt: log.attempt,
@@ -98,11 +108,12 @@ impl PendingLine {
         endpoint: &Endpoint,
         row: Option<&'static TaxonomyRow>,
     ) {
+        let values = self.path_values.each_ref().map(Option::as_deref);
         Line {
             endpoint,
             request_id: &self.request_id,
             workspace: self.workspace.as_ref().map(Id::as_str),
-            kb_id: self.kb_id.as_deref(),
+            path_values: &values,
             status: self.status,
             row: row.or(self.row),
             attempt: self.attempt,
@@ -120,7 +131,7 @@ struct Line<'a> {
     endpoint: &'a Endpoint,
     request_id: &'a str,
     workspace: Option<&'a str>,
-    kb_id: Option<&'a str>,
+    path_values: &'a [Option<&'a str>; MAX_PATH_FIELDS],
     status: Option<u16>,
     row: Option<&'static TaxonomyRow>,
     attempt: u32,
@@ -133,31 +144,31 @@ struct Line<'a> {
 impl Line<'_> {
     fn emit(&self, client: &Client) {
         let endpoint = self.endpoint;
-        let error_class = self.row.map(|r| r.class).unwrap_or("ok");
-        let row = self.row.map(|r| r.row).unwrap_or("-");
-        let circuit_state = client.breaker().state().as_str();
-        tracing::info!(
-            target: "grag_client",
-            request_id = self.request_id,
-            tenant = client.tenant().as_str(),
-            workspace_id = self.workspace,
-            kb_id = self.kb_id,
-            pipeline_id = client.pipeline_id.as_deref().filter(|_| endpoint.pipeline_id),
-            grag_service = endpoint.service,
-            operation = endpoint.operation,
-            method = endpoint.method.as_str(),
-            path = endpoint.path,
-            status = self.status,
-            error_class,
-            row,
-            attempt = self.attempt,
-            retry_after_s = self.retry_after.map(|d| d.as_secs()),
-            latency_ms = self.latency.as_millis() as u64,
-            circuit_state,
-            body_len = self.body_len,
-            body_sha256 = self.body_sha256.unwrap_or(""),
-            "attempt"
-        );
+        let policy = client.shared.policy;
+        let fields = policy.log.path_fields.len().min(MAX_PATH_FIELDS);
+        policy.log_lines.attempt(&AttemptLine {
+            request_id: self.request_id,
+            tenant: client.tenant().as_str(),
+            workspace: self.workspace,
+            path_values: &self.path_values[..fields],
+            pipeline_id: client
+                .pipeline_id
+                .as_deref()
+                .filter(|_| endpoint.pipeline_id),
+            service: endpoint.service,
+            operation: endpoint.operation,
+            method: endpoint.method.as_str(),
+            path: endpoint.path,
+            status: self.status,
+            error_class: self.row.map(|r| r.class).unwrap_or("ok"),
+            row: self.row.map(|r| r.row).unwrap_or("-"),
+            attempt: self.attempt,
+            retry_after_s: self.retry_after.map(|d| d.as_secs()),
+            latency_ms: self.latency.as_millis() as u64,
+            circuit_state: client.breaker().state().as_str(),
+            body_len: self.body_len,
+            body_sha256: self.body_sha256.unwrap_or(""),
+        });
     }
 }
 
@@ -195,14 +206,14 @@ mod tests {
 
     #[test]
     fn path_value_finds_the_named_placeholder() {
-        let template = "/ai-gateway/api/v1/retrieval/collections/{kb}/search/rerank";
+        let template = "/search/v1/collections/{coll}/rerank";
         assert_eq!(
-            path_value(template, &["kb-1"], &["kb", "kb_id"]),
-            Some("kb-1")
+            path_value(template, &["c-1"], &["coll", "coll_id"]),
+            Some("c-1")
         );
-        let template = "/x/{job_id}/y/{kb_id}";
+        let template = "/x/{job_id}/y/{coll_id}";
         assert_eq!(
-            path_value(template, &["j", "k"], &["kb", "kb_id"]),
+            path_value(template, &["j", "k"], &["coll", "coll_id"]),
             Some("k")
         );
         assert_eq!(path_value("/x/{job_id}", &["j"], &["kb"]), None);

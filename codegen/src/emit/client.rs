@@ -44,6 +44,7 @@ pub fn lib_rs(model: &Model) -> TokenStream {
 
         pub mod client;
         pub mod ids;
+        pub mod log;
         pub mod policy;
         pub mod types;
         #(#modules)*

@@ -4,6 +4,7 @@
 mod client;
 mod docs;
 mod ids;
+mod log;
 mod markdown;
 mod policy;
 mod services;
@@ -31,6 +32,10 @@ pub fn files(model: &Model) -> Vec<File> {
         rust("src/lib.rs", client::lib_rs(model)),
         rust("src/client.rs", client::client_rs(model)),
         rust("src/ids.rs", ids::ids_rs(model)),
+        File {
+            path: "src/log.rs".into(),
+            contents: rustfmt(&format!("{HEADER}{}", log::log_rs(model)), "src/log.rs"),
+        },
         rust("src/policy.rs", policy::policy_rs(model)),
         rust("src/types.rs", types::types_rs(model)),
     ];
@@ -64,7 +69,8 @@ fn cargo_toml(model: &Model) -> String {
          [dependencies]\n\
          sdk-runtime.workspace = true\n\
          serde.workspace = true\n\
-         serde_json.workspace = true\n",
+         serde_json.workspace = true\n\
+         tracing.workspace = true\n",
         api = model.api.name,
         name = model.api.crate_name,
         title = model.api.title,

@@ -17,6 +17,12 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let opaque_max_len = int(model.api.opaque_max_len);
     let pool_idle = duration(model.pool_idle);
     let fresh_after = &model.fresh_after;
+    let log_target = &model.log.target;
+    let log_path_fields = model
+        .log
+        .path_fields
+        .iter()
+        .map(|(field, names)| quote!((#field, &[#(#names),*])));
     let m = &model.metrics;
     let (requests, duration_metric) = (&m.requests, &m.duration);
     let text = |s: &Option<String>| option(s.as_ref(), |s| quote!(#s));
@@ -266,6 +272,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         #module_doc
 
         use sdk_runtime::Endpoint;
+        use sdk_runtime::log::LogNames;
         use sdk_runtime::policy::*;
 
         #(#index_modules)*
@@ -308,6 +315,11 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             routes: &ENDPOINTS,
             pool_idle: #pool_idle,
             fresh_after: &[#(#fresh_after),*],
+            log: LogNames {
+                target: #log_target,
+                path_fields: &[#(#log_path_fields),*],
+            },
+            log_lines: &crate::log::LINES,
             metrics: MetricNames {
                 requests: #requests,
                 duration: #duration_metric,

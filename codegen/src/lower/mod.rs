@@ -40,6 +40,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         }
     }
     let fresh_after = connections.fresh_after.iter().map(|s| **s).collect();
+    let log = cx.log(&raw.api.log);
     let metrics = cx.metrics(
         &raw.policy.metrics,
         raw.policy.breaker.is_some(),
@@ -133,6 +134,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         pool_idle: pool_idle?,
         fresh_after,
         metrics,
+        log,
         details,
         rows,
         streams,
@@ -220,6 +222,79 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 }
 
 impl Cx<'_> {
+    /// Log names: a target of `[a-z_][a-z0-9_:]*`, fields that are snake_case
+    /// and not one of the line's own, at most `MAX_PATH_FIELDS` path fields.
+    fn log(&mut self, l: &crate::spec::Log) -> LogNames {
+        const OWN: &[&str] = &[
+            "request_id",
+            "tenant",
+            "pipeline_id",
+            "operation",
+            "method",
+            "path",
+            "status",
+            "error_class",
+            "row",
+            "attempt",
+            "retry_after_s",
+            "latency_ms",
+            "circuit_state",
+            "body_len",
+            "body_sha256",
+            "message",
+        ];
+        let target_ok = l
+            .target
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && l.target
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == ':');
+        if !target_ok {
+            self.error(
+                &l.target,
+                "log.target",
+                "a target matches [a-z_][a-z0-9_:]*",
+            );
+        }
+        let field = |cx: &mut Self, text: &Text, key: &str| {
+            if !is_snake(text) || OWN.contains(&text.as_str()) {
+                cx.error(
+                    text,
+                    format!("log.{key}"),
+                    format!(
+                        "`{}` must be a snake_case name the line does not already use",
+                        &**text
+                    ),
+                );
+            }
+            text.to_string()
+        };
+        let service_field = field(self, &l.service_field, "service_field");
+        let workspace_field = field(self, &l.workspace_field, "workspace_field");
+        let mut path_fields = Vec::new();
+        for (name, placeholders) in &l.path_fields {
+            let key = format!("path_fields.{}", &**name);
+            let name = field(self, name, &key);
+            path_fields.push((name, placeholders.iter().map(|p| p.to_string()).collect()));
+        }
+        if path_fields.len() > sdk_policy::log::MAX_PATH_FIELDS {
+            self.error(
+                &l.target,
+                "log.path_fields",
+                format!("at most {} path fields", sdk_policy::log::MAX_PATH_FIELDS),
+            );
+        }
+        self.source(&l.source, l.inferred);
+        LogNames {
+            target: l.target.to_string(),
+            service_field,
+            workspace_field,
+            path_fields,
+        }
+    }
+
     /// Metric names: Prometheus' charset, no `_total` (the exporter adds it
     /// to counters), and a breaker or stream metric only where there is one.
     fn metrics(&mut self, m: &crate::spec::Metrics, breaker: bool, streams: bool) -> MetricNames {

@@ -142,8 +142,10 @@ impl Cx<'_> {
                     ),
                 );
             }
-            if ["core", "std", "alloc", "client", "ids", "policy", "types"]
-                .contains(&s.service.replace('-', "_").as_str())
+            if [
+                "core", "std", "alloc", "client", "ids", "log", "policy", "types",
+            ]
+            .contains(&s.service.replace('-', "_").as_str())
             {
                 self.error(
                     &s.service,

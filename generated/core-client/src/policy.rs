@@ -2,6 +2,7 @@
 //! The Core API policy as data, lowered from `spec/core/`. The runtime executes it; nothing here is code.
 
 use sdk_runtime::Endpoint;
+use sdk_runtime::log::LogNames;
 use sdk_runtime::policy::*;
 
 ///Timeout classes, by name.
@@ -108,6 +109,11 @@ pub static POLICY: Policy = Policy {
     routes: &ENDPOINTS,
     pool_idle: ::std::time::Duration::from_secs(4),
     fresh_after: &[500u16],
+    log: LogNames {
+        target: "core_client",
+        path_fields: &[("session_id", &["session_id"])],
+    },
+    log_lines: &crate::log::LINES,
     metrics: MetricNames {
         requests: "core_client_requests",
         duration: "core_client_request_duration_seconds",

@@ -30,6 +30,8 @@ pub mod client;
 
 pub mod ids;
 
+pub mod log;
+
 pub mod policy;
 
 pub mod types;

@@ -2,6 +2,7 @@
 //! The GRAG AI platform policy as data, lowered from `spec/grag/`. The runtime executes it; nothing here is code.
 
 use sdk_runtime::Endpoint;
+use sdk_runtime::log::LogNames;
 use sdk_runtime::policy::*;
 
 ///Timeout classes, by name.
@@ -231,6 +232,11 @@ pub static POLICY: Policy = Policy {
     routes: &ENDPOINTS,
     pool_idle: ::std::time::Duration::from_secs(4),
     fresh_after: &[500u16],
+    log: LogNames {
+        target: "grag_client",
+        path_fields: &[("kb_id", &["kb", "kb_id"])],
+    },
+    log_lines: &crate::log::LINES,
     metrics: MetricNames {
         requests: "grag_client_requests",
         duration: "grag_client_request_duration_seconds",

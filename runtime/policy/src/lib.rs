@@ -4,6 +4,7 @@
 //! the generated crates.
 
 pub mod endpoint;
+pub mod log;
 pub mod policy;
 mod scaled;
 pub mod scope;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::Endpoint;
+use crate::log::{LogLines, LogNames};
 
 /// The whole policy of one API.
 #[derive(Debug, Clone)]
@@ -40,6 +41,9 @@ pub struct Policy {
     pub pool_idle: Duration,
     /// What the exported metrics are called.
     pub metrics: MetricNames,
+    /// What the log lines are called, and who writes them.
+    pub log: LogNames,
+    pub log_lines: &'static dyn LogLines,
     /// Statuses after which the server closes the connection unannounced
     /// (uvicorn after an unhandled error): unless the answer said
     /// `Connection: close`, no pooled connection is used again.

@@ -1,0 +1,112 @@
+//! `src/log.rs`: the API's log lines. `tracing` takes an event's target and
+//! field names at compile time, so they are written here, from the spec, and
+//! the runtime calls them through `LogLines`. Written as text: a `tracing`
+//! macro's arguments are no expression, so neither prettyplease nor rustfmt
+//! would lay them out one per line as a person does.
+
+use std::fmt::Write;
+
+use crate::model::Model;
+
+pub fn log_rs(model: &Model) -> String {
+    let log = &model.log;
+    let target = &log.target;
+    let (alert, breaker, retry) = (
+        format!("{target}::alert"),
+        format!("{target}::breaker"),
+        format!("{target}::retry"),
+    );
+    let mut path_fields = String::new();
+    for (i, (field, _)) in log.path_fields.iter().enumerate() {
+        let at = if i == 0 {
+            "first()".to_string()
+        } else {
+            format!("get({i})")
+        };
+        let _ = writeln!(
+            path_fields,
+            "            {field} = line.path_values.{at}.copied().flatten(),"
+        );
+    }
+    let (service, workspace) = (&log.service_field, &log.workspace_field);
+    format!(
+        r#"//! The {title} client's log lines: attempts on target `{target}`, alerts on `{alert}`,
+//! breaker transitions and warm-ups on `{breaker}`, spent retries on `{retry}`.
+//! Never a body: only its length and sha256.
+
+use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines}};
+
+/// The lines, as the policy's `log_lines`.
+pub static LINES: Lines = Lines;
+
+/// Writes the lines as `tracing` events.
+#[derive(Debug)]
+pub struct Lines;
+
+impl LogLines for Lines {{
+    fn enabled(&self) -> bool {{
+        tracing::enabled!(target: "{target}", tracing::Level::INFO)
+    }}
+
+    fn attempt(&self, line: &AttemptLine<'_>) {{
+        tracing::info!(
+            target: "{target}",
+            request_id = line.request_id,
+            tenant = line.tenant,
+            {workspace} = line.workspace,
+{path_fields}            pipeline_id = line.pipeline_id,
+            {service} = line.service,
+            operation = line.operation,
+            method = line.method,
+            path = line.path,
+            status = line.status,
+            error_class = line.error_class,
+            row = line.row,
+            attempt = line.attempt,
+            retry_after_s = line.retry_after_s,
+            latency_ms = line.latency_ms,
+            circuit_state = line.circuit_state,
+            body_len = line.body_len,
+            body_sha256 = line.body_sha256,
+            "attempt"
+        );
+    }}
+
+    fn alert(&self, line: &AlertLine<'_>) {{
+        tracing::warn!(
+            target: "{alert}",
+            alert = line.alert,
+            endpoint = line.endpoint,
+            row = line.row,
+            detail_len = line.detail_len,
+            detail_sha256 = line.detail_sha256,
+            request_id = line.request_id,
+            "alert"
+        );
+    }}
+
+    fn retry_exhausted(&self, line: &ExhaustedLine<'_>) {{
+        tracing::warn!(
+            target: "{retry}",
+            operation = line.operation,
+            row = line.row,
+            status = line.status,
+            attempts = line.attempts,
+            request_id = line.request_id,
+            tenant = line.tenant,
+            "retry exhausted"
+        );
+    }}
+
+    fn breaker(&self, transition: &str, state: &str) {{
+        tracing::info!(target: "{breaker}", transition, circuit_state = state, "breaker");
+    }}
+
+    fn warm_up(&self, operation: &str, ok: bool) {{
+        tracing::info!(target: "{breaker}", operation, ok, "warm-up");
+    }}
+}}
+"#,
+        title = model.api.title,
+    )
+}

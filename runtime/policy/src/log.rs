@@ -1,0 +1,81 @@
+//! The log lines of an API. `tracing` fixes an event's target and field names
+//! at compile time, so the generated crate writes the lines (with the spec's
+//! names) and the runtime hands it the values through [`LogLines`].
+
+use std::fmt;
+
+/// The most path fields a policy may log (the generator refuses more).
+pub const MAX_PATH_FIELDS: usize = 4;
+
+/// The values of one attempt's line (policy: never a body, only its length
+/// and sha256).
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptLine<'a> {
+    pub request_id: &'a str,
+    pub tenant: &'a str,
+    pub workspace: Option<&'a str>,
+    /// The values of the spec's path fields (`kb_id` from `{kb}`), in
+    /// [`LogNames::path_fields`] order; `None` where the route has none.
+    pub path_values: &'a [Option<&'a str>],
+    pub pipeline_id: Option<&'a str>,
+    pub service: &'a str,
+    pub operation: &'a str,
+    pub method: &'a str,
+    /// The templated path.
+    pub path: &'a str,
+    pub status: Option<u16>,
+    pub error_class: &'a str,
+    pub row: &'a str,
+    pub attempt: u32,
+    pub retry_after_s: Option<u64>,
+    pub latency_ms: u64,
+    pub circuit_state: &'a str,
+    pub body_len: usize,
+    pub body_sha256: &'a str,
+}
+
+/// The values of an alert's line; the detail only as length and sha256,
+/// since it is part of a response body and may quote the request.
+#[derive(Debug, Clone, Copy)]
+pub struct AlertLine<'a> {
+    pub alert: &'a str,
+    pub endpoint: Option<&'a str>,
+    pub row: Option<&'a str>,
+    pub detail_len: usize,
+    pub detail_sha256: &'a str,
+    pub request_id: Option<&'a str>,
+}
+
+/// A call that used up its retries, with its request context.
+#[derive(Debug, Clone, Copy)]
+pub struct ExhaustedLine<'a> {
+    pub operation: &'a str,
+    pub row: &'a str,
+    pub status: Option<u16>,
+    pub attempts: u32,
+    pub request_id: Option<&'a str>,
+    pub tenant: &'a str,
+}
+
+/// Writes an API's log lines; implemented by its generated crate.
+pub trait LogLines: Send + Sync + fmt::Debug {
+    /// Whether attempt lines are written at all (nothing is computed for them otherwise).
+    fn enabled(&self) -> bool;
+    fn attempt(&self, line: &AttemptLine<'_>);
+    fn alert(&self, line: &AlertLine<'_>);
+    fn retry_exhausted(&self, line: &ExhaustedLine<'_>);
+    /// A breaker transition (`Opened`) and the state it leads to.
+    fn breaker(&self, transition: &str, state: &str);
+    /// A warm-up call after a close, and whether it succeeded.
+    fn warm_up(&self, operation: &str, ok: bool);
+}
+
+/// What the lines are called, for the runtime's side of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogNames {
+    /// The `tracing` target of attempt lines (`grag_client`).
+    pub target: &'static str,
+    /// Fields taken from the path: `(field, placeholders)`, e.g.
+    /// `("kb_id", &["kb", "kb_id"])`.
+    pub path_fields: &'static [(&'static str, &'static [&'static str])],
+}
