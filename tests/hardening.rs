@@ -531,6 +531,57 @@ async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
     server.stop().await;
 }
 
+/// `Events` is a `futures` stream with `next()`'s rules: it ends at the terminal
+/// event though the body goes on, and the slot comes back then, not at drop.
+#[tokio::test]
+async fn a_progress_stream_read_as_a_futures_stream_ends_at_its_terminal_event() {
+    let server = Recorder::start(|_| {
+        let events = futures_util::stream::once(async {
+            Ok::<_, std::io::Error>(Bytes::from_static(
+                b"event: subscribed\ndata: {}\n\n: keepalive\n\n\
+                  id: 1\nevent: node_start\ndata: {}\n\nevent: completed\ndata: {}\n\n",
+            ))
+        });
+        let more = futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Some((
+                Ok::<_, std::io::Error>(Bytes::from_static(b"data: after the end\n\n")),
+                (),
+            ))
+        });
+        use futures_util::StreamExt;
+        answer(
+            200,
+            &[("content-type", "text/event-stream")],
+            Body::from_stream(events.chain(more)),
+        )
+    })
+    .await;
+    let grag = client(&server.url());
+    let job = JobId::parse("job-1").unwrap();
+    let mut events = grag.bff().orchestrator_events(&job).await.unwrap();
+    assert_eq!(grag.runtime().throttle().in_flight(), 1);
+    use futures_util::stream::{FusedStream, StreamExt};
+    let names: Vec<String> = (&mut events)
+        .map(|item| item.expect("an event").event)
+        // Bounded: a stream that went on past `completed` fails, not hangs.
+        .take(4)
+        .collect()
+        .await;
+    assert_eq!(names, ["subscribed", "node_start", "completed"]);
+    assert!(events.is_terminated());
+    assert_eq!(events.last_event_id(), Some("1"));
+    assert_eq!(events.keepalives(), 1);
+    assert_eq!(
+        grag.runtime().throttle().in_flight(),
+        0,
+        "the slot is back once the stream ended"
+    );
+    assert!(StreamExt::next(&mut events).await.is_none());
+    drop(events);
+    server.stop().await;
+}
+
 // ---- BFF lane (§2) ----------------------------------------------------------------------------
 
 #[tokio::test]

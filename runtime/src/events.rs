@@ -1,5 +1,11 @@
 //! An opened SSE route: events, with the stream's watchdog from the spec.
 
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use futures_util::stream::{FusedStream, Stream};
+
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
@@ -11,6 +17,10 @@ use crate::throttle::HeldSlots;
 
 /// The events of one stream. `error` and `timeout` events end it as typed
 /// errors (T17, T18); silence past the watchdog is T19.
+///
+/// Read with [`Events::next`] or as a [`Stream`]; either way the throttle
+/// slots are given back when it ends (a terminal event, an error, a clean end)
+/// or is dropped.
 pub struct Events {
     client: Client,
     endpoint: &'static Endpoint,
@@ -83,12 +93,27 @@ impl Events {
         self.stream.keepalives()
     }
 
+    /// The last event ID string of the stream, `None` when empty (see
+    /// [`EventStream::last_event_id`]).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.stream.last_event_id()
+    }
+
+    /// The reconnection time the server asked for with `retry:`.
+    pub fn retry(&self) -> Option<Duration> {
+        self.stream.retry()
+    }
+
     /// The next event; `None` once the stream ended cleanly.
     pub async fn next(&mut self) -> Option<Result<SseEvent, Error>> {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<SseEvent, Error>>> {
         if self.done {
-            return None;
+            return Poll::Ready(None);
         }
-        let item = self.stream.next().await;
+        let item = ready!(self.stream.poll_event(cx));
         let result = match item {
             // A clean end before the contract's terminal event is a drop: the
             // job is still running (poll it), the chat answer likely was not
@@ -98,7 +123,7 @@ impl Events {
                 .with_detail("the stream ended before its terminal event")),
             None => {
                 self.end();
-                return None;
+                return Poll::Ready(None);
             }
             Some(Ok(event)) => match event.event.as_str() {
                 "error" => Err(self
@@ -133,7 +158,7 @@ impl Events {
                 }
             }
         }
-        Some(result)
+        Poll::Ready(Some(result))
     }
 
     /// The stream is over: its throttle slots are free for the next request.
@@ -165,5 +190,19 @@ impl Events {
     fn error(&self, outcome: OutcomeKind, kind: ErrorKind) -> Error {
         self.client
             .classified(kind, self.client.row(outcome), self.endpoint)
+    }
+}
+
+impl Stream for Events {
+    type Item = Result<SseEvent, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_event(cx)
+    }
+}
+
+impl FusedStream for Events {
+    fn is_terminated(&self) -> bool {
+        self.done
     }
 }

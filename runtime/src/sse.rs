@@ -1,12 +1,19 @@
 //! Server-sent events (GRAG §6): an incremental `text/event-stream` parser and
 //! a stream wrapper with a no-byte watchdog.
 //!
-//! The parser follows the WHATWG "event stream interpretation" rules but is
-//! strict where the spec is lenient: invalid UTF-8 and oversized lines are
-//! typed errors instead of replacement characters or unbounded buffering, and
-//! an event cut off by the end of the body is reported instead of silently
-//! discarded — a chat answer that stops mid-event was likely never persisted
-//! (GRAG §6.2), so the caller must know.
+//! The parser follows the WHATWG "event stream interpretation" rules: invalid
+//! UTF-8 becomes U+FFFD (a stray byte in a keepalive must not end a job's
+//! progress), a leading BOM is skipped once, CR, LF and CRLF all end a line,
+//! and the last-event-ID and reconnection time are stream state. It departs
+//! from the spec in two places, both typed errors: a line or an event's data
+//! past its cap (a peer must not grow our memory without bound), and an event
+//! cut off by the end of the body — a chat answer that stops mid-event was
+//! likely never persisted (GRAG §6.2), so the caller must know.
+//!
+//! It is written for speed as well: lines are found with `memchr`, a line the
+//! chunk holds whole is parsed in place, only a line split across chunks is
+//! copied (a `data:` line straight into the event's data), and the buffers are
+//! reused, so the cost is linear in the input however it is chunked.
 //!
 //! [`EventStream`] adds the watchdog the policy asks for (45 s on ingest
 //! progress, 150 s on chat): any byte, keepalive comments included, proves the
@@ -15,11 +22,14 @@
 
 use std::collections::VecDeque;
 use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::stream::{BoxStream, Stream, StreamExt};
-use tokio::time::Instant;
+use futures_util::stream::{BoxStream, FusedStream, Stream, StreamExt};
+use tokio::time::{Instant, Sleep};
 
 use crate::error::error_chain;
 
@@ -34,6 +44,8 @@ pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// Event type used when a block carries no (or an empty) `event:` field.
 pub const DEFAULT_EVENT: &str = "message";
 
+const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
+
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
@@ -41,11 +53,15 @@ pub struct SseEvent {
     pub event: String,
     /// All `data:` lines of the block, joined by `\n`.
     pub data: String,
-    /// The last event ID in force at dispatch. As in the spec it persists
-    /// across events until an `id:` line changes it; `id:` with an empty value
-    /// clears it. This is what a resumed request would send as `Last-Event-ID`.
+    /// The last event ID in force at dispatch, `None` when it is the empty
+    /// string (never set, or reset by an `id:` with an empty value). As in the
+    /// spec it persists across events, also past blocks without data, until
+    /// an `id:` line changes it. Nothing in the SDK resumes a stream today; a
+    /// resumed request would send this as `Last-Event-ID`, and never an empty
+    /// one.
     pub id: Option<String>,
-    /// A valid `retry:` (reconnection time, ms) given in this event's block.
+    /// A valid `retry:` (reconnection time, ms) given in this event's block;
+    /// the stream's current value is [`SseParser::retry`].
     pub retry: Option<u64>,
 }
 
@@ -61,9 +77,6 @@ pub enum Frame {
 /// Why the byte stream is not a valid event stream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
-    /// Line `line` (1-based) is not UTF-8, which the format mandates.
-    #[error("event stream line {line} is not valid UTF-8")]
-    InvalidUtf8 { line: u64 },
     /// A line exceeded its cap before its terminator arrived.
     #[error("event stream line longer than {limit} bytes")]
     LineTooLong { limit: usize },
@@ -75,27 +88,92 @@ pub enum SseError {
     Truncated,
 }
 
+/// Where frames go. `Vec<Frame>` keeps comments' text; the event path of
+/// [`EventStream`] only counts them, so a keepalive costs no allocation.
+trait Sink {
+    fn event(&mut self, event: SseEvent);
+    fn comment(&mut self, text: &[u8]);
+}
+
+impl Sink for Vec<Frame> {
+    fn event(&mut self, event: SseEvent) {
+        self.push(Frame::Event(event));
+    }
+    fn comment(&mut self, text: &[u8]) {
+        let mut comment = String::new();
+        push_lossy(&mut comment, text);
+        self.push(Frame::Comment(comment));
+    }
+}
+
+struct EventsOnly<'a, E>(&'a mut E);
+
+impl<E: Extend<SseEvent>> Sink for EventsOnly<'_, E> {
+    fn event(&mut self, event: SseEvent) {
+        self.0.extend(Some(event));
+    }
+    fn comment(&mut self, _: &[u8]) {}
+}
+
+/// Appends `bytes` with U+FFFD for invalid UTF-8; valid text (nearly all of
+/// it) skips the slower replacing decoder.
+fn push_lossy(to: &mut String, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => to.push_str(text),
+        Err(_) => to.push_str(&String::from_utf8_lossy(bytes)),
+    }
+}
+
+/// The line not yet terminated at the end of the last chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// None: the next byte starts a line.
+    None,
+    /// Its bytes are in `SseParser::line`.
+    Line,
+    /// A `data:` line whose value goes straight into `SseParser::data`, so a
+    /// long line is copied once. `len` counts the whole line so far, `prefix`
+    /// the bytes before its value (`data:` and one space), `before` the data
+    /// the event had when the line began.
+    Data {
+        len: usize,
+        prefix: usize,
+        before: usize,
+    },
+}
+
 /// Incremental `text/event-stream` parser; chunks may be split anywhere, also
-/// inside a UTF-8 character or between `\r` and `\n`.
+/// inside a UTF-8 character, a BOM or between `\r` and `\n`, and yield the
+/// same frames and errors as the whole input in one chunk.
 ///
 /// Errors are sticky: after one, every further call returns it again, since
 /// the position in the stream is no longer trustworthy.
 #[derive(Debug)]
 pub struct SseParser {
-    /// Bytes of the current, not yet terminated line.
+    /// Bytes of the open line when it is [`Open::Line`]; kept for reuse.
     line: Vec<u8>,
+    open: Open,
     /// The previous chunk ended in `\r`; a leading `\n` belongs to it.
     after_cr: bool,
-    /// No line completed yet (a leading BOM is stripped from the first line).
-    first_line: bool,
-    lines_seen: u64,
+    /// Bytes of a leading BOM matched so far; `None` once the stream's first
+    /// three bytes are decided.
+    bom: Option<usize>,
     /// A field line arrived since the last blank line.
     in_block: bool,
     event: String,
-    /// Data buffer with a `\n` after every line, as in the spec.
-    data: String,
+    /// Data buffer with a `\n` after every line, as in the spec. Raw bytes:
+    /// decoded once per event (line breaks are ASCII, so this equals decoding
+    /// the stream as a whole).
+    data: Vec<u8>,
+    /// `retry:` of the current block, for [`SseEvent::retry`].
+    block_retry: Option<u64>,
+    /// The stream's reconnection time.
     retry: Option<u64>,
-    last_id: Option<String>,
+    /// The spec's last-event-ID buffer, set by `id:` lines.
+    id_buffer: String,
+    /// The last event ID string, set from the buffer at every blank line.
+    last_id: String,
+    comments: u64,
     failed: Option<SseError>,
     max_line: usize,
     max_event: usize,
@@ -113,20 +191,24 @@ impl SseParser {
     }
 
     /// A parser that refuses lines over `max_line` bytes and events whose
-    /// data passes `max_event` bytes (the policy's `limits`).
+    /// data (with a `\n` per line) passes `max_event` bytes (the policy's
+    /// `limits`). Neither buffer ever holds more than its cap.
     pub fn with_limits(max_line: usize, max_event: usize) -> Self {
         Self {
             max_line,
             max_event,
             line: Vec::new(),
+            open: Open::None,
             after_cr: false,
-            first_line: true,
-            lines_seen: 0,
+            bom: Some(0),
             in_block: false,
             event: String::new(),
-            data: String::new(),
+            data: Vec::new(),
+            block_retry: None,
             retry: None,
-            last_id: None,
+            id_buffer: String::new(),
+            last_id: String::new(),
+            comments: 0,
             failed: None,
         }
     }
@@ -144,14 +226,17 @@ impl SseParser {
     /// Like [`SseParser::push`], but appends to `out`, which keeps the frames
     /// completed before an error (they are valid and were sent first).
     pub fn push_into(&mut self, chunk: &[u8], out: &mut Vec<Frame>) -> Result<(), SseError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
-        let result = self.feed(chunk, out);
-        if let Err(e) = &result {
-            self.failed = Some(e.clone());
-        }
-        result
+        self.guarded(chunk, out)
+    }
+
+    /// Like [`SseParser::push_into`] for events only: comments are counted
+    /// ([`SseParser::comments`]) but their text is not kept.
+    pub fn push_events<E: Extend<SseEvent>>(
+        &mut self,
+        chunk: &[u8],
+        out: &mut E,
+    ) -> Result<(), SseError> {
+        self.guarded(chunk, &mut EventsOnly(out))
     }
 
     /// Declares the end of input. Bytes after the last blank line that are
@@ -162,14 +247,63 @@ impl SseParser {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        if self.in_block || !self.line.is_empty() {
+        if self.in_block || self.open != Open::None || self.bom.is_some_and(|n| n > 0) {
             self.failed = Some(SseError::Truncated);
             return Err(SseError::Truncated);
         }
         Ok(())
     }
 
-    fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<Frame>) -> Result<(), SseError> {
+    /// Comment lines seen so far (keepalives).
+    pub fn comments(&self) -> u64 {
+        self.comments
+    }
+
+    /// The stream's last event ID string as of the last blank line, `None`
+    /// when empty. An `id:`-only block changes it without an event.
+    pub fn last_event_id(&self) -> Option<&str> {
+        (!self.last_id.is_empty()).then_some(self.last_id.as_str())
+    }
+
+    /// The stream's reconnection time: the last valid `retry:` seen, also in
+    /// a block that carried no data.
+    pub fn retry(&self) -> Option<Duration> {
+        self.retry.map(Duration::from_millis)
+    }
+
+    fn guarded(&mut self, chunk: &[u8], sink: &mut impl Sink) -> Result<(), SseError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.feed(chunk, sink);
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    fn feed(&mut self, mut chunk: &[u8], sink: &mut impl Sink) -> Result<(), SseError> {
+        if let Some(matched) = self.bom {
+            let n = BOM[matched..]
+                .iter()
+                .zip(chunk)
+                .take_while(|(a, b)| a == b)
+                .count();
+            if matched + n == BOM.len() {
+                self.bom = None;
+                chunk = &chunk[n..];
+            } else if n == chunk.len() {
+                // All of it may still be a BOM; wait for more.
+                self.bom = Some(matched + n);
+                return Ok(());
+            } else {
+                // Not a BOM: the bytes held back from earlier chunks are text.
+                self.bom = None;
+                if matched > 0 {
+                    self.extend_open(&BOM[..matched])?;
+                }
+            }
+        }
         // An empty chunk must not forget a pending `\r`.
         if self.after_cr && !chunk.is_empty() {
             self.after_cr = false;
@@ -177,84 +311,171 @@ impl SseParser {
                 chunk = rest;
             }
         }
-        while !chunk.is_empty() {
-            match chunk.iter().position(|&b| b == b'\n' || b == b'\r') {
-                None => {
-                    self.append(chunk)?;
-                    break;
-                }
-                Some(end) => {
-                    self.append(&chunk[..end])?;
-                    let rest = &chunk[end + 1..];
-                    chunk = if chunk[end] == b'\r' {
-                        match rest.first() {
-                            Some(b'\n') => &rest[1..],
-                            Some(_) => rest,
-                            None => {
-                                self.after_cr = true;
-                                rest
-                            }
-                        }
-                    } else {
+        while let Some(end) = memchr::memchr2(b'\n', b'\r', chunk) {
+            let (segment, rest) = (&chunk[..end], &chunk[end + 1..]);
+            chunk = if chunk[end] == b'\r' {
+                match rest.first() {
+                    Some(b'\n') => &rest[1..],
+                    Some(_) => rest,
+                    None => {
+                        self.after_cr = true;
                         rest
-                    };
-                    self.end_line(out)?;
+                    }
                 }
+            } else {
+                rest
+            };
+            if self.open == Open::None {
+                self.line_in_place(segment, sink)?;
+            } else {
+                self.extend_open(segment)?;
+                self.end_open(sink)?;
             }
         }
+        if !chunk.is_empty() {
+            self.extend_open(chunk)?;
+        }
         Ok(())
     }
 
-    fn append(&mut self, bytes: &[u8]) -> Result<(), SseError> {
-        if self.line.len() + bytes.len() > self.max_line {
-            return Err(SseError::LineTooLong {
+    /// Appends bytes of a line whose terminator has not arrived yet.
+    fn extend_open(&mut self, mut bytes: &[u8]) -> Result<(), SseError> {
+        if self.open == Open::None {
+            self.open = Open::Line;
+            self.line.clear();
+        }
+        if self.open == Open::Line {
+            // Take the few bytes that decide whether this is a `data:` line
+            // and where its value starts (bounded: at most `data: `).
+            if self.line.len() < 6 && b"data:".starts_with(&self.line[..self.line.len().min(5)]) {
+                let n = bytes.len().min(6 - self.line.len());
+                self.line.extend_from_slice(&bytes[..n]);
+                bytes = &bytes[n..];
+            }
+            if self.line.len() >= 6 && self.line.starts_with(b"data:") {
+                let prefix = if self.line[5] == b' ' { 6 } else { 5 };
+                let (len, before) = (self.line.len(), self.data.len());
+                self.check_caps(len, Some((prefix, before)))?;
+                self.in_block = true;
+                self.data.extend_from_slice(&self.line[prefix..]);
+                self.open = Open::Data {
+                    len,
+                    prefix,
+                    before,
+                };
+            } else {
+                self.check_caps(self.line.len() + bytes.len(), None)?;
+                self.line.extend_from_slice(bytes);
+                return Ok(());
+            }
+        }
+        if let Open::Data {
+            len,
+            prefix,
+            before,
+        } = self.open
+        {
+            let len = len + bytes.len();
+            self.check_caps(len, Some((prefix, before)))?;
+            let need = self.data.len() + bytes.len();
+            if need > self.data.capacity() {
+                // A line split across chunks may be long: growing 4× instead
+                // of 2× moves its bytes 1.33 times instead of twice, and the
+                // cap bounds the spare room (`check_caps` left room for `\n`).
+                let room = self
+                    .data
+                    .capacity()
+                    .saturating_mul(4)
+                    .clamp(need + 1, self.max_event.max(need + 1));
+                self.data.reserve_exact(room - self.data.len());
+            }
+            self.data.extend_from_slice(bytes);
+            self.open = Open::Data {
+                len,
+                prefix,
+                before,
+            };
+        }
+        Ok(())
+    }
+
+    /// The open line got its terminator.
+    fn end_open(&mut self, sink: &mut impl Sink) -> Result<(), SseError> {
+        match std::mem::replace(&mut self.open, Open::None) {
+            Open::None => Ok(()),
+            Open::Data { .. } => {
+                self.data.push(b'\n');
+                Ok(())
+            }
+            Open::Line => {
+                let line = std::mem::take(&mut self.line);
+                let result = self.line_in_place(&line, sink);
+                self.line = line;
+                result
+            }
+        }
+    }
+
+    /// The cap a line passes once `len` of its bytes are known; for a `data:`
+    /// line, `(prefix, before)` as in [`Open::Data`]. Of two caps passed at
+    /// once, the one passed at the earlier byte wins, so every chunking of
+    /// the input gives the same error.
+    fn check_caps(&self, len: usize, data: Option<(usize, usize)>) -> Result<(), SseError> {
+        let line_at = self.max_line.saturating_add(1);
+        // The value may add `max_event - before - 1` bytes, plus its `\n`.
+        let event_at = data
+            .map(|(prefix, before)| prefix.saturating_add(self.max_event.saturating_sub(before)));
+        match event_at {
+            Some(at) if len >= at && at < line_at => Err(SseError::EventTooLarge {
+                limit: self.max_event,
+            }),
+            _ if len >= line_at => Err(SseError::LineTooLong {
                 limit: self.max_line,
-            });
+            }),
+            _ => Ok(()),
         }
-        self.line.extend_from_slice(bytes);
-        Ok(())
     }
 
-    fn end_line(&mut self, out: &mut Vec<Frame>) -> Result<(), SseError> {
-        self.lines_seen += 1;
-        let mut bytes = std::mem::take(&mut self.line);
-        if std::mem::replace(&mut self.first_line, false) && bytes.starts_with(b"\xEF\xBB\xBF") {
-            bytes.drain(..3);
-        }
-        let line = String::from_utf8(bytes).map_err(|_| SseError::InvalidUtf8 {
-            line: self.lines_seen,
-        })?;
+    /// One whole line, terminator excluded.
+    fn line_in_place(&mut self, line: &[u8], sink: &mut impl Sink) -> Result<(), SseError> {
         if line.is_empty() {
-            self.dispatch(out);
+            self.dispatch(sink);
             return Ok(());
         }
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (line.as_str(), ""),
+        let (field, value, prefix) = match memchr::memchr(b':', line) {
+            Some(colon) => match line.get(colon + 1) {
+                Some(b' ') => (&line[..colon], &line[colon + 2..], colon + 2),
+                _ => (&line[..colon], &line[colon + 1..], colon + 1),
+            },
+            None => (line, &[][..], line.len()),
         };
+        let is_data = field == b"data";
+        self.check_caps(line.len(), is_data.then_some((prefix, self.data.len())))?;
         if field.is_empty() {
-            out.push(Frame::Comment(value.to_owned()));
+            self.comments += 1;
+            sink.comment(value);
             return Ok(());
         }
         self.in_block = true;
         match field {
-            "event" => value.clone_into(&mut self.event),
-            "data" => {
-                if self.data.len() + value.len() + 1 > self.max_event {
-                    return Err(SseError::EventTooLarge {
-                        limit: self.max_event,
-                    });
-                }
-                self.data.push_str(value);
-                self.data.push('\n');
+            b"data" => {
+                self.data.reserve(value.len() + 1);
+                self.data.extend_from_slice(value);
+                self.data.push(b'\n');
             }
-            "id" if !value.contains('\0') => {
-                self.last_id = (!value.is_empty()).then(|| value.to_owned());
+            b"event" => {
+                self.event.clear();
+                push_lossy(&mut self.event, value);
             }
-            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+            b"id" if memchr::memchr(0, value).is_none() => {
+                self.id_buffer.clear();
+                push_lossy(&mut self.id_buffer, value);
+            }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
                 // Digits only but overflowing u64: ignored like any invalid value.
-                if let Ok(ms) = value.parse() {
+                if let Some(ms) = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()) {
                     self.retry = Some(ms);
+                    self.block_retry = Some(ms);
                 }
             }
             _ => {}
@@ -262,26 +483,39 @@ impl SseParser {
         Ok(())
     }
 
-    fn dispatch(&mut self, out: &mut Vec<Frame>) {
+    fn dispatch(&mut self, sink: &mut impl Sink) {
         self.in_block = false;
-        let event = std::mem::take(&mut self.event);
-        let mut data = std::mem::take(&mut self.data);
-        let retry = self.retry.take();
+        if self.last_id != self.id_buffer {
+            self.last_id.clone_from(&self.id_buffer);
+        }
+        let retry = self.block_retry.take();
         // Spec: a block without data lines is not dispatched.
-        if data.is_empty() {
+        if self.data.is_empty() {
+            self.event.clear();
             return;
         }
-        data.pop();
-        out.push(Frame::Event(SseEvent {
-            event: if event.is_empty() {
-                DEFAULT_EVENT.to_owned()
-            } else {
-                event
-            },
+        self.data.pop();
+        let data = std::mem::take(&mut self.data);
+        // Validation is the largest cost of a long event after the copy;
+        // simdutf8 does it several times faster than `String::from_utf8`,
+        // which would then repeat it.
+        let data = if simdutf8::basic::from_utf8(&data).is_ok() {
+            // SAFETY: the line above validated exactly these bytes as UTF-8.
+            unsafe { String::from_utf8_unchecked(data) }
+        } else {
+            String::from_utf8_lossy(&data).into_owned()
+        };
+        let event = if self.event.is_empty() {
+            DEFAULT_EVENT.to_owned()
+        } else {
+            std::mem::take(&mut self.event)
+        };
+        sink.event(SseEvent {
+            event,
             data,
-            id: self.last_id.clone(),
+            id: self.last_event_id().map(str::to_owned),
             retry,
-        }));
+        });
     }
 }
 
@@ -308,15 +542,20 @@ type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 ///
 /// Events that arrived before a failure are delivered first, then the failure
 /// once, then `None`; the body is dropped as soon as the failure is known so
-/// the connection is released.
+/// the connection is released. Read it with [`EventStream::next`] or as a
+/// [`Stream`].
 pub struct EventStream {
     body: Option<BoxStream<'static, Result<Bytes, BoxError>>>,
     parser: SseParser,
     watchdog: Duration,
     last_byte: Instant,
+    /// When the caller started waiting for the next item; the watchdog never
+    /// counts time the caller spent elsewhere.
+    waiting_since: Option<Instant>,
+    /// Made on the first wait (a timer needs the runtime), then reset.
+    timer: Option<Pin<Box<Sleep>>>,
     ready: VecDeque<SseEvent>,
     failure: Option<StreamFailure>,
-    keepalives: u64,
     last_event_id: Option<String>,
 }
 
@@ -326,7 +565,7 @@ impl std::fmt::Debug for EventStream {
             .field("open", &self.body.is_some())
             .field("watchdog", &self.watchdog)
             .field("ready", &self.ready.len())
-            .field("keepalives", &self.keepalives)
+            .field("keepalives", &self.keepalives())
             .field("last_event_id", &self.last_event_id)
             .finish_non_exhaustive()
     }
@@ -354,9 +593,10 @@ impl EventStream {
             parser,
             watchdog,
             last_byte: Instant::now(),
+            waiting_since: None,
+            timer: None,
             ready: VecDeque::new(),
             failure: None,
-            keepalives: 0,
             last_event_id: None,
         }
     }
@@ -367,66 +607,120 @@ impl EventStream {
     /// The watchdog counts only time spent waiting here: a caller busy between
     /// calls cannot observe bytes, so its delay is not blamed on the server.
     pub async fn next(&mut self) -> Option<Result<SseEvent, StreamFailure>> {
-        let waiting_since = Instant::now();
-        loop {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+
+    /// Comments seen so far (keepalives, for logs and metrics).
+    pub fn keepalives(&self) -> u64 {
+        self.parser.comments()
+    }
+
+    /// The last event ID string as of the items returned so far: that of the
+    /// last event, or of an `id:`-only block read after it. `None` when empty;
+    /// a resumed request must then send no `Last-Event-ID` (nothing resumes
+    /// streams today: job progress resyncs by polling, chat is never re-sent).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_event_id.as_deref()
+    }
+
+    /// The reconnection time the server asked for (`retry:`), as of the bytes
+    /// read so far.
+    pub fn retry(&self) -> Option<Duration> {
+        self.parser.retry()
+    }
+
+    pub(crate) fn poll_event(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<SseEvent, StreamFailure>>> {
+        let waiting_since = *self.waiting_since.get_or_insert_with(Instant::now);
+        let item = loop {
             if let Some(event) = self.ready.pop_front() {
-                self.last_event_id.clone_from(&event.id);
-                return Some(Ok(event));
+                if self.ready.is_empty() {
+                    self.sync_last_event_id();
+                } else {
+                    self.last_event_id.clone_from(&event.id);
+                }
+                break Some(Ok(event));
             }
             if let Some(failure) = self.failure.take() {
-                return Some(Err(failure));
+                break Some(Err(failure));
             }
-            let body = self.body.as_mut()?;
-            let deadline = self.last_byte.max(waiting_since) + self.watchdog;
-            match tokio::time::timeout_at(deadline, body.next()).await {
-                Err(_) => self.fail(StreamFailure::Stalled {
-                    silent_for: self.last_byte.elapsed(),
-                }),
-                Ok(None) => match self.parser.finish() {
+            let Some(body) = self.body.as_mut() else {
+                break None;
+            };
+            match body.poll_next_unpin(cx) {
+                Poll::Pending => {
+                    let deadline = self.last_byte.max(waiting_since) + self.watchdog;
+                    let timer = self
+                        .timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                    if timer.deadline() != deadline {
+                        timer.as_mut().reset(deadline);
+                    }
+                    if timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    self.fail(StreamFailure::Stalled {
+                        silent_for: self.last_byte.elapsed(),
+                    });
+                }
+                Poll::Ready(None) => match self.parser.finish() {
                     Ok(()) => self.body = None,
                     Err(SseError::Truncated) => self.fail(StreamFailure::Dropped {
                         detail: "body ended mid-event".to_owned(),
                     }),
                     Err(e) => self.fail(StreamFailure::Malformed(e)),
                 },
-                Ok(Some(Err(e))) => self.fail(StreamFailure::Dropped {
+                Poll::Ready(Some(Err(e))) => self.fail(StreamFailure::Dropped {
                     detail: error_chain(&*e),
                 }),
-                Ok(Some(Ok(chunk))) => {
+                Poll::Ready(Some(Ok(chunk))) => {
                     // An empty chunk carries no byte and proves nothing.
                     if chunk.is_empty() {
                         continue;
                     }
                     self.last_byte = Instant::now();
-                    let mut frames = Vec::new();
-                    let parsed = self.parser.push_into(&chunk, &mut frames);
-                    for frame in frames {
-                        match frame {
-                            Frame::Event(event) => self.ready.push_back(event),
-                            Frame::Comment(_) => self.keepalives += 1,
-                        }
+                    let parsed = self.parser.push_events(&chunk, &mut self.ready);
+                    if self.ready.is_empty() {
+                        self.sync_last_event_id();
                     }
                     if let Err(e) = parsed {
                         self.fail(StreamFailure::Malformed(e));
                     }
                 }
             }
+        };
+        self.waiting_since = None;
+        Poll::Ready(item)
+    }
+
+    /// Every event parsed was returned: the parser's ID is the caller's.
+    fn sync_last_event_id(&mut self) {
+        let id = self.parser.last_event_id();
+        if self.last_event_id.as_deref() != id {
+            self.last_event_id = id.map(str::to_owned);
         }
-    }
-
-    /// Comments seen so far (keepalives, for logs and metrics).
-    pub fn keepalives(&self) -> u64 {
-        self.keepalives
-    }
-
-    /// ID of the last event returned by [`EventStream::next`].
-    pub fn last_event_id(&self) -> Option<&str> {
-        self.last_event_id.as_deref()
     }
 
     fn fail(&mut self, failure: StreamFailure) {
         self.body = None;
+        self.timer = None;
         self.failure = Some(failure);
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<SseEvent, StreamFailure>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_event(cx)
+    }
+}
+
+impl FusedStream for EventStream {
+    fn is_terminated(&self) -> bool {
+        self.body.is_none() && self.ready.is_empty() && self.failure.is_none()
     }
 }
 
@@ -599,32 +893,150 @@ mod tests {
         assert_eq!(frames, vec![ev("ping", "", None)]);
     }
 
-    #[test]
-    fn sse_leading_bom_is_stripped() {
-        let frames = parse_all(&[b"\xEF\xBB", b"\xBFdata: x\n\n"]).unwrap();
-        assert_eq!(frames, vec![ev("message", "x", None)]);
+    /// Every way to cut `input` into two or three chunks, and 1-byte chunks,
+    /// gives what the whole input gives (frames and outcome).
+    fn parse_every_split(input: &[u8]) -> Result<Vec<Frame>, SseError> {
+        let whole = parse_all(&[input]);
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                let split = parse_all(&[&input[..i], &input[i..j], &input[j..]]);
+                assert_eq!(split, whole, "{input:?} split at {i}, {j}");
+            }
+        }
+        let single: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(parse_all(&single), whole, "{input:?} in 1-byte chunks");
+        whole
     }
 
     #[test]
-    fn sse_invalid_utf8_is_a_typed_error() {
-        assert_eq!(
-            parse_all(&[b"data: ok\n\ndata: \xFF\n\n"]),
-            Err(SseError::InvalidUtf8 { line: 3 })
-        );
-        // A multi-byte character cut short by a line break.
-        assert_eq!(
-            parse_all(&[b"data: \xC3", b"\n\n"]),
-            Err(SseError::InvalidUtf8 { line: 1 })
-        );
-        // push_into keeps the frames before the bad line; the error is sticky.
+    fn sse_invalid_utf8_is_replaced_never_an_error() {
+        let r = "\u{FFFD}";
+        let table: &[(&[u8], Vec<Frame>)] = &[
+            (b"data: \xFF\n\n", vec![ev("message", r, None)]),
+            (b"data: \xE2\x82\xAC\n\n", vec![ev("message", "€", None)]),
+            // A character cut short by a line break is one U+FFFD, in data
+            // lines of one event as anywhere else: the break is not glue.
+            (b"data: \xC3\n\n", vec![ev("message", r, None)]),
+            (
+                b"data: \xE2\x82\ndata: \xAC\n\n",
+                vec![ev("message", &format!("{r}\n{r}"), None)],
+            ),
+            (
+                b"data: a\xF0\x9F\xA6b\n\n",
+                vec![ev("message", &format!("a{r}b"), None)],
+            ),
+            (
+                b": keep\xFEalive\ndata: ok\n\n",
+                vec![comment(&format!("keep{r}alive")), ev("message", "ok", None)],
+            ),
+            (
+                b"f\xFFeld: x\ndata: ok\n\n",
+                vec![ev("message", "ok", None)],
+            ),
+            (
+                b"event: n\xE2\x82\ndata: x\n\n",
+                vec![ev(&format!("n{r}"), "x", None)],
+            ),
+            (b"id: \xFF\ndata: x\n\n", vec![ev("message", "x", Some(r))]),
+        ];
+        for (input, want) in table {
+            assert_eq!(parse_every_split(input).as_ref(), Ok(want), "{input:?}");
+        }
+    }
+
+    #[test]
+    fn sse_leading_bom_is_skipped_once() {
+        type Want = Result<Vec<Frame>, SseError>;
+        let table: &[(&[u8], Want)] = &[
+            (
+                b"\xEF\xBB\xBFdata: x\n\n",
+                Ok(vec![ev("message", "x", None)]),
+            ),
+            (b"\xEF\xBB\xBF: c\n", Ok(vec![comment("c")])),
+            (b"\xEF\xBB\xBF", Ok(vec![])),
+            // A second BOM is text: the first line's field is `\u{FEFF}data`.
+            (b"\xEF\xBB\xBF\xEF\xBB\xBFdata: x\n\n", Ok(vec![])),
+            // Two bytes of a BOM are not one; they begin the first field name.
+            (b"\xEF\xBBdata: x\n\n", Ok(vec![])),
+            (b"\xEF\xBB: x\n\n", Ok(vec![])),
+            // Only at the very start of the stream.
+            (
+                b"data: a\n\n\xEF\xBB\xBFdata: b\n\n",
+                Ok(vec![ev("message", "a", None)]),
+            ),
+            (b"\xEF\xBB", Err(SseError::Truncated)),
+        ];
+        for (input, want) in table {
+            assert_eq!(&parse_every_split(input), want, "{input:?}");
+        }
+    }
+
+    /// The stream's state after some input: frames, last event ID, retry.
+    fn state_after(input: &[u8]) -> (Vec<Frame>, Option<String>, Option<Duration>) {
         let mut parser = SseParser::new();
-        let mut out = Vec::new();
-        let err = parser
-            .push_into(b"data: ok\n\n\xFE\n", &mut out)
-            .unwrap_err();
-        assert_eq!(out, vec![ev("message", "ok", None)]);
-        assert_eq!(parser.push(b"data: later\n\n"), Err(err.clone()));
-        assert_eq!(parser.finish(), Err(err));
+        let frames = parser.push(input).unwrap();
+        let id = parser.last_event_id().map(str::to_owned);
+        (frames, id, parser.retry())
+    }
+
+    #[test]
+    fn sse_last_event_id_and_retry_are_stream_state() {
+        let a1 = ev("message", "a", Some("1"));
+        let ms = |n| Some(Duration::from_millis(n));
+        type Row = (
+            &'static [u8],
+            Vec<Frame>,
+            Option<&'static str>,
+            Option<Duration>,
+        );
+        let table: &[Row] = &[
+            (b"id: 1\ndata: a\n\n", vec![a1.clone()], Some("1"), None),
+            // An id-only block dispatches nothing but sets the ID.
+            (b"id: 1\n\n", vec![], Some("1"), None),
+            (
+                b"data: a\n\nid: 1\n\n",
+                vec![ev("message", "a", None)],
+                Some("1"),
+                None,
+            ),
+            // It takes effect at the blank line, as in the spec.
+            (b"id: 1\n", vec![], None, None),
+            // `id:` with an empty value empties it (`None`: never sent).
+            (b"id: 1\ndata: a\n\nid\n\n", vec![a1.clone()], None, None),
+            (
+                b"id: 1\n\nid:\ndata: b\n\n",
+                vec![ev("message", "b", None)],
+                None,
+                None,
+            ),
+            // An ID containing NUL is ignored.
+            (b"id: 1\n\nid: a\0b\n\n", vec![], Some("1"), None),
+            (
+                b"id: 1\n\ndata: b\n\n",
+                vec![ev("message", "b", Some("1"))],
+                Some("1"),
+                None,
+            ),
+            (b"retry: 1500\n\n", vec![], None, ms(1500)),
+            (b"retry: 1500\n", vec![], None, ms(1500)),
+            (
+                b"retry: 10\n\nretry: x\n\nretry:\n\nretry: -1\n\n",
+                vec![],
+                None,
+                ms(10),
+            ),
+            (b"retry: 15x\n\nretry: 1 5\n\n", vec![], None, None),
+            (b"retry: 99999999999999999999999\n\n", vec![], None, None),
+        ];
+        for (input, frames, id, retry) in table {
+            let want = (frames.clone(), id.map(str::to_owned), *retry);
+            assert_eq!(
+                state_after(input),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
     }
 
     #[test]
@@ -666,6 +1078,243 @@ mod tests {
         }
     }
 
+    #[test]
+    fn sse_endless_data_lines_stop_at_the_event_cap() {
+        // 493 MB once: `data:` lines without the blank line that ends the
+        // event. Both in whole lines and in pieces of a line, the buffer
+        // stays within its cap and the error is typed.
+        const CAP: usize = 64 * 1024;
+        for (line, chunk) in [
+            (&b"data: 0123456789abcdef\n"[..], 4096),
+            (b"data:x\n", 7),
+            (b"data: ", 1000),
+        ] {
+            let mut parser = SseParser::with_limits(usize::MAX, CAP);
+            let mut input = line.repeat(4 * CAP / line.len());
+            if line == b"data: " {
+                // One endless `data:` line: its bytes go straight to the event.
+                input = [line, &vec![b'x'; 4 * CAP][..]].concat();
+            }
+            let err = input
+                .chunks(chunk)
+                .find_map(|c| parser.push(c).err())
+                .expect("the cap is hit");
+            assert_eq!(err, SseError::EventTooLarge { limit: CAP }, "{line:?}");
+            assert!(parser.data.len() <= CAP, "{}", parser.data.len());
+            assert!(
+                parser.data.capacity() <= 2 * CAP,
+                "{}",
+                parser.data.capacity()
+            );
+        }
+    }
+
+    #[test]
+    fn sse_endless_line_stops_at_the_line_cap() {
+        const CAP: usize = 16 * 1024;
+        for start in [&b""[..], b":", b"event: ", b"data: "] {
+            let mut parser = SseParser::with_limits(CAP, usize::MAX);
+            let err = std::iter::once(start)
+                .chain(std::iter::repeat_n(&[b'y'; 1000][..], 4 * CAP / 1000))
+                .find_map(|c| parser.push(c).err())
+                .expect("the cap is hit");
+            assert_eq!(err, SseError::LineTooLong { limit: CAP }, "{start:?}");
+            assert!(parser.line.capacity() <= 2 * CAP && parser.data.capacity() <= 2 * CAP);
+        }
+    }
+
+    #[test]
+    fn sse_caps_are_exact_and_the_same_for_any_chunking() {
+        // `data: ` + 4 bytes of value + `\n` is 5 bytes of data.
+        type Row = (&'static [u8], usize, usize, Result<usize, SseError>);
+        let table: &[Row] = &[
+            (b"data: abcd\n\n", 10, 5, Ok(1)),
+            (
+                b"data: abcde\n\n",
+                10,
+                5,
+                Err(SseError::LineTooLong { limit: 10 }),
+            ),
+            (
+                b"data: abcd\n\n",
+                9,
+                5,
+                Err(SseError::LineTooLong { limit: 9 }),
+            ),
+            (
+                b"data: abcd\n\n",
+                10,
+                4,
+                Err(SseError::EventTooLarge { limit: 4 }),
+            ),
+            (b"data: ab\ndata: c\n\n", 100, 5, Ok(1)),
+            (b"data: ab\ndata:\ndata\n\n", 100, 5, Ok(1)),
+            (
+                b"data: ab\ndata: c\ndata\n\n",
+                100,
+                5,
+                Err(SseError::EventTooLarge { limit: 5 }),
+            ),
+            // Past both caps: the one passed at the earlier byte is named,
+            // the line's on a tie (`data: ` + 3 value bytes is the 9th byte
+            // and 3 + 1 bytes of data).
+            (
+                b"data: abcdefgh\n\n",
+                8,
+                2,
+                Err(SseError::EventTooLarge { limit: 2 }),
+            ),
+            (
+                b"data: abcdefgh\n\n",
+                8,
+                3,
+                Err(SseError::LineTooLong { limit: 8 }),
+            ),
+            (
+                b"data: abcdefgh\n\n",
+                7,
+                30,
+                Err(SseError::LineTooLong { limit: 7 }),
+            ),
+            (
+                b"data:abcdefgh\n\n",
+                7,
+                3,
+                Err(SseError::LineTooLong { limit: 7 }),
+            ),
+            (
+                b"data:abcdefgh\n\n",
+                7,
+                2,
+                Err(SseError::EventTooLarge { limit: 2 }),
+            ),
+            // Caps apply to comments and other fields too.
+            (
+                b": abcdefghij\n",
+                10,
+                5,
+                Err(SseError::LineTooLong { limit: 10 }),
+            ),
+            (
+                b"event: abcdefghij\n",
+                10,
+                5,
+                Err(SseError::LineTooLong { limit: 10 }),
+            ),
+        ];
+        for (input, max_line, max_event, want) in table {
+            let run = |chunks: &[&[u8]]| {
+                let mut parser = SseParser::with_limits(*max_line, *max_event);
+                let mut frames = Vec::new();
+                for chunk in chunks {
+                    parser.push_into(chunk, &mut frames)?;
+                }
+                parser.finish().map(|()| frames.len())
+            };
+            assert_eq!(&run(&[input]), want, "{:?}", String::from_utf8_lossy(input));
+            for i in 0..=input.len() {
+                for j in i..=input.len() {
+                    let chunks = [&input[..i], &input[i..j], &input[j..]];
+                    assert_eq!(&run(&chunks), want, "{input:?} split at {i}, {j}");
+                }
+            }
+        }
+    }
+
+    mod chunking {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Pieces an input is made of: every kind of line, every line
+        /// ending, non-ASCII and invalid bytes, a BOM, NUL in an ID.
+        const PIECES: &[&[u8]] = &[
+            b"data: x",
+            b"data:",
+            b"data",
+            b"data: Gr\xC3\xB6\xC3\x9Fe \xF0\x9F\xA6\x80",
+            b"data: \xE2\x82",
+            b"\xFF",
+            b"event: node_start",
+            b"event:",
+            b"id: 7",
+            b"id:",
+            b"id: a\0b",
+            b"retry: 300",
+            b"retry: x",
+            b": keepalive",
+            b":",
+            b"unknown: y",
+            b"\xEF\xBB\xBF",
+            b"\n",
+            b"\r",
+            b"\r\n",
+            b"\n\n",
+            b"\r\r",
+        ];
+
+        #[derive(Debug, PartialEq)]
+        struct Outcome {
+            frames: Vec<Frame>,
+            end: Result<(), SseError>,
+            last_event_id: Option<String>,
+            retry: Option<Duration>,
+        }
+
+        fn run(chunks: &[&[u8]], caps: (usize, usize)) -> Outcome {
+            let mut parser = SseParser::with_limits(caps.0, caps.1);
+            let mut frames = Vec::new();
+            let end = chunks
+                .iter()
+                .try_for_each(|c| parser.push_into(c, &mut frames))
+                .and_then(|()| parser.finish());
+            Outcome {
+                frames,
+                end,
+                last_event_id: parser.last_event_id().map(str::to_owned),
+                retry: parser.retry(),
+            }
+        }
+
+        fn input() -> impl Strategy<Value = Vec<u8>> {
+            prop::collection::vec(prop::sample::select(PIECES), 0..40).prop_map(|p| p.concat())
+        }
+
+        fn caps() -> impl Strategy<Value = (usize, usize)> {
+            prop_oneof![
+                Just((MAX_LINE_BYTES, MAX_EVENT_BYTES)),
+                (1usize..40, 1usize..60)
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2000))]
+
+            #[test]
+            fn sse_every_chunking_yields_what_one_chunk_does(
+                input in input(),
+                caps in caps(),
+                mut cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+            ) {
+                let whole = run(&[&input], caps);
+                let single: Vec<&[u8]> = input.chunks(1).collect();
+                prop_assert_eq!(&run(&single, caps), &whole, "1-byte chunks");
+                // Random cuts.
+                let mut at: Vec<usize> = cuts.drain(..).map(|i| i.index(input.len() + 1)).collect();
+                at.sort_unstable();
+                let mut chunks = Vec::new();
+                let mut from = 0;
+                for to in at.into_iter().chain([input.len()]) {
+                    chunks.push(&input[from..to]);
+                    from = to;
+                }
+                prop_assert_eq!(&run(&chunks, caps), &whole, "cut into {:?}", chunks);
+                // A cut after every `\r`, so a `\r\n` always straddles two chunks.
+                let cr: Vec<&[u8]> = input.split_inclusive(|&b| b == b'\r').collect();
+                prop_assert_eq!(&run(&cr, caps), &whole, "CR at chunk ends");
+            }
+        }
+    }
+
     // ---- EventStream ----
 
     use std::io;
@@ -676,9 +1325,13 @@ mod tests {
     const WATCHDOG: Duration = Duration::from_secs(45);
 
     fn channel_stream(watchdog: Duration) -> (Tx, EventStream) {
+        channel_stream_with(watchdog, SseParser::new())
+    }
+
+    fn channel_stream_with(watchdog: Duration, parser: SseParser) -> (Tx, EventStream) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-        (tx, EventStream::new(body, watchdog))
+        (tx, EventStream::with_parser(body, watchdog, parser))
     }
 
     fn send(tx: &Tx, text: &str) {
@@ -813,16 +1466,82 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn sse_stream_malformed_after_valid_events() {
-        let (tx, mut stream) = channel_stream(WATCHDOG);
-        send(&tx, "data: ok\n\ndata: \u{0}");
-        tx.send(Ok(Bytes::from_static(b"\xFF\n\n"))).unwrap();
+        let (tx, mut stream) = channel_stream_with(WATCHDOG, SseParser::with_limits(64, 64));
+        // Invalid UTF-8 is no failure…
+        send(&tx, "data: ok\n\n: \u{0}");
+        tx.send(Ok(Bytes::from_static(b"\xFF\n\ndata: "))).unwrap();
+        // …a line past its cap is.
+        send(&tx, &"x".repeat(100));
         assert_eq!(data(stream.next().await), "ok");
         assert_eq!(
             stream.next().await,
-            Some(Err(StreamFailure::Malformed(SseError::InvalidUtf8 {
-                line: 3
+            Some(Err(StreamFailure::Malformed(SseError::LineTooLong {
+                limit: 64
             })))
         );
         assert_eq!(stream.next().await, None);
+        assert_eq!(stream.keepalives(), 1);
+        assert!(tx.is_closed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sse_stream_last_event_id_and_retry_follow_id_only_blocks() {
+        let (tx, mut stream) = channel_stream(WATCHDOG);
+        send(
+            &tx,
+            "id: 1\ndata: a\n\nid: 2\ndata: b\n\nid: 3\nretry: 2500\n\n",
+        );
+        assert_eq!(data(stream.next().await), "a");
+        // Event b is still queued: the ID is a's, not the parser's 3.
+        assert_eq!(stream.last_event_id(), Some("1"));
+        assert_eq!(data(stream.next().await), "b");
+        // Nothing queued: the id-only block after b counts.
+        assert_eq!(stream.last_event_id(), Some("3"));
+        assert_eq!(stream.retry(), Some(Duration::from_millis(2500)));
+        // A block that carries only an empty `id:` empties it.
+        send(&tx, "id\n\n");
+        send(&tx, "data: c\n\n");
+        assert_eq!(
+            stream.next().await.unwrap().unwrap(),
+            SseEvent {
+                event: DEFAULT_EVENT.to_owned(),
+                data: "c".to_owned(),
+                id: None,
+                retry: None,
+            }
+        );
+        assert_eq!(stream.last_event_id(), None);
+        assert_eq!(stream.retry(), Some(Duration::from_millis(2500)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sse_stream_is_a_futures_stream_ending_after_its_failure() {
+        let (tx, stream) = channel_stream(WATCHDOG);
+        send(&tx, "data: 1\n\ndata: 2\n\ndata: 3");
+        drop(tx);
+        let mut stream = stream;
+        assert!(!stream.is_terminated());
+        let items: Vec<_> = (&mut stream).collect().await;
+        assert_eq!(
+            items,
+            vec![
+                Ok(SseEvent {
+                    event: DEFAULT_EVENT.to_owned(),
+                    data: "1".to_owned(),
+                    id: None,
+                    retry: None,
+                }),
+                Ok(SseEvent {
+                    event: DEFAULT_EVENT.to_owned(),
+                    data: "2".to_owned(),
+                    id: None,
+                    retry: None,
+                }),
+                Err(StreamFailure::Dropped {
+                    detail: "body ended mid-event".to_owned()
+                }),
+            ]
+        );
+        assert!(stream.is_terminated());
     }
 }
