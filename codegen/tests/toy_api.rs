@@ -1,0 +1,115 @@
+//! A third API, a toy, from a fixture spec (`tests/fixtures/toy/`): other
+//! service names, another tenant and workspace header, no breaker, no
+//! streams, an exponential retry. It is generated and type-checked as a
+//! crate of its own, so no path of the generator or the runtime can depend
+//! on which API it serves.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("codegen sits in the workspace")
+        .to_path_buf()
+}
+
+fn toy_files() -> Vec<(PathBuf, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/toy");
+    sdk_codegen::load::read_dir(&dir).expect("the toy spec reads")
+}
+
+fn generated() -> Vec<sdk_codegen::emit::File> {
+    sdk_codegen::generate(&toy_files()).unwrap_or_else(|e| panic!("the toy spec generates:\n{e}"))
+}
+
+fn file<'a>(files: &'a [sdk_codegen::emit::File], path: &str) -> &'a str {
+    &files
+        .iter()
+        .find(|f| f.path == Path::new(path))
+        .unwrap_or_else(|| panic!("no {path}"))
+        .contents
+}
+
+#[test]
+fn the_toy_speaks_its_own_names_and_nobody_else_s() {
+    let files = generated();
+    let policy = file(&files, "src/policy.rs");
+    for own in [
+        "X-Org-ID",
+        "X-Project-ID",
+        "X-Trace-ID",
+        "toy_requests",
+        "breaker: None",
+    ] {
+        assert!(policy.contains(own), "policy.rs lacks {own}");
+    }
+    assert!(file(&files, "src/log.rs").contains("project_id = line.workspace"));
+    assert!(file(&files, "src/ids.rs").contains("boards calls need a `&WorkspaceId`"));
+    for f in &files {
+        for other in [
+            "grag",
+            "knoll",
+            "kg-service",
+            "kb_id",
+            "Workspace-ID",
+            "Tenant-ID",
+        ] {
+            assert!(
+                !f.contents.to_lowercase().contains(&other.to_lowercase()),
+                "{} names `{other}`",
+                f.path.display()
+            );
+        }
+    }
+}
+
+/// Writes the toy crate into its own workspace under `target/` and runs
+/// `cargo check` on it, offline, with the main workspace's lock file.
+#[test]
+fn the_toy_crate_compiles() {
+    let root = root();
+    let out = root.join("target/toy-api");
+    let krate = out.join("toy-client");
+    let _ = std::fs::remove_dir_all(krate.join("src"));
+    for f in generated() {
+        let path = krate.join(&f.path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, f.contents).unwrap();
+    }
+    std::fs::write(out.join("Cargo.toml"), workspace_manifest(&root)).unwrap();
+    std::fs::copy(root.join("Cargo.lock"), out.join("Cargo.lock")).unwrap();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .current_dir(&out)
+        .args(["check", "--offline", "--quiet", "--package", "toy-client"])
+        .env("CARGO_TARGET_DIR", out.join("target"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "the generated toy crate does not compile:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The main workspace's package settings and dependency table, its path
+/// dependencies made absolute, for a workspace holding only the toy crate.
+fn workspace_manifest(root: &Path) -> String {
+    let main = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let section = |name: &str| -> String {
+        let start = main
+            .find(&format!("[{name}]"))
+            .unwrap_or_else(|| panic!("no [{name}]"));
+        let rest = &main[start..];
+        let end = rest[1..].find("\n[").map_or(rest.len(), |i| i + 1);
+        rest[..end].to_string()
+    };
+    let deps = section("workspace.dependencies")
+        .replace("path = \"", &format!("path = \"{}/", root.display()));
+    format!(
+        "[workspace]\nmembers = [\"toy-client\"]\nresolver = \"3\"\n\n{}\n{deps}",
+        section("workspace.package")
+    )
+}
