@@ -132,11 +132,22 @@ fn space_items(code: &str) -> String {
         let indent = |s: &str| s.len() - s.trim_start().len();
         let here = line.trim();
         let there = next.trim();
-        let ends_item = here == "}" || here == "};" || (here.ends_with(';') && indent(line) == 0);
+        // A doc or comment line never ends an item, whatever it ends with
+        // (a `;` in a doc example).
+        let comment = here.starts_with("//");
+        let ends_item =
+            !comment && (here == "}" || here == "};" || (here.ends_with(';') && indent(line) == 0));
         let closes = there.starts_with('}') || there.starts_with(')') || there.starts_with(']');
         let use_block_ends = here.starts_with("use ") && !there.starts_with("use ");
         let docs_end = here.starts_with("//!") && !there.starts_with("//!");
-        let both_use = here.starts_with("use ") && there.starts_with("use ");
+        // `use` and `mod` lines stay together as a person groups them.
+        let group = |s: &str| {
+            ["use ", "pub use ", "mod ", "pub mod "]
+                .iter()
+                .find(|p| s.starts_with(*p))
+                .map(|p| p.trim_start_matches("pub "))
+        };
+        let both_use = group(here).is_some() && group(here) == group(there);
         if (ends_item || use_block_ends || docs_end)
             && !closes
             && !both_use

@@ -8,40 +8,25 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use core_client::{Core, Config, TenantId};
-
 //!
 //! let tenant = TenantId::parse("tenant-1")?;
-
 //! let client = Core::new(Config::new("http://127.0.0.1:8080", "secret", tenant))?;
-
 //! let first = ();
-
 //! # let _ = first;
-
 //! # Ok(())
 //! # }
 //! ```
 
 pub mod client;
-
+pub mod engine;
 pub mod ids;
-
 pub mod log;
-
 pub mod policy;
-
+pub mod sessions;
 pub mod types;
 
-pub mod engine;
-
-pub mod sessions;
-
 pub use client::{Config, Core};
-
-pub use ids::{DocumentId, FindingId, SessionId, TenantId};
-
 pub use engine::Engine;
-
-pub use sessions::Sessions;
-
+pub use ids::{DocumentId, FindingId, SessionId, TenantId};
 pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+pub use sessions::Sessions;

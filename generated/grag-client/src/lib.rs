@@ -8,75 +8,45 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use grag_client::{Grag, Config, TenantId, WorkspaceId};
-
 //!
 //! let tenant = TenantId::parse("tenant-1")?;
-
 //! let client = Grag::new(Config::new("http://127.0.0.1:8080", "secret", tenant))?;
-
 //! let first = client.workspaces().list_kbs().await?;
-
 //! let workspace = WorkspaceId::parse("ws-7")?;
-
 //! let scoped = client.entity_linking(&workspace);
-
 //! # let _ = (first, scoped);
-
 //! # Ok(())
 //! # }
 //! ```
 
-pub mod client;
-
-pub mod ids;
-
-pub mod log;
-
-pub mod policy;
-
-pub mod types;
-
 pub mod ai_gateway;
-
 pub mod bff;
-
+pub mod client;
 pub mod docfold;
-
 pub mod entity_linking;
-
 pub mod groundedness;
-
+pub mod ids;
 pub mod kg_service;
-
 pub mod ledger;
-
+pub mod log;
+pub mod policy;
+pub mod types;
 pub mod voyager;
-
 pub mod workspaces;
 
 pub use client::{Config, Grag};
-
 pub use ids::{
     AsWorkspace, ConversationId, ConversionId, DocumentId, EdgeId, EntityId, JobId, KbId,
     PipelineId, SessionId, TenantId, WorkspaceId,
 };
 
 pub use ai_gateway::AiGateway;
-
 pub use bff::Bff;
-
 pub use docfold::Docfold;
-
 pub use entity_linking::EntityLinking;
-
 pub use groundedness::Groundedness;
-
 pub use kg_service::Kg;
-
 pub use ledger::Ledger;
-
-pub use voyager::Voyager;
-
-pub use workspaces::Workspaces;
-
 pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+pub use voyager::Voyager;
+pub use workspaces::Workspaces;
