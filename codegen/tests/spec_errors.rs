@@ -266,7 +266,7 @@ fn a_yaml_change_changes_the_generated_code() {
     assert!(old.contains(&llm(150)) && !old.contains(&llm(170)), "{old}");
     assert!(new.contains(&llm(170)) && !new.contains(&llm(150)), "{new}");
     // The rustdoc of every llm route follows too.
-    assert!(file(&after, "src/groundedness.rs").contains("`llm`, 170 s per attempt"));
+    assert!(file(&after, "src/groundedness.rs").contains("timeout::LLM), 170 s per attempt"));
     assert!(file(&after, "POLICY.md").contains("| llm | 170 s |"));
 }
 

@@ -293,7 +293,8 @@ fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-fn schedule_text(s: &RetrySchedule) -> String {
+/// A retry schedule in a few words (`3 attempts, exponential from 500 ms ...`).
+pub(super) fn schedule_text(s: &RetrySchedule) -> String {
     match *s {
         RetrySchedule::Never => "never".into(),
         RetrySchedule::Exponential {

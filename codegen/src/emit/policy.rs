@@ -218,6 +218,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     ]
     .map(|(module, text, consts)| {
         let module = ident(module);
+        let text = format!(" {text}");
         quote! {
             #[doc = #text]
             pub mod #module {

@@ -158,9 +158,11 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     let timeout = &model.timeouts[r.timeout];
     let retry = &model.retries[r.retry];
     let budget = &model.throttle.budgets[r.budget];
+    // The class's own doc is on its index constant: link it, do not repeat it.
     let mut timeout_text = format!(
-        "`{}`, {} per attempt",
+        "[`{}`](crate::policy::timeout::{}), {} per attempt",
         timeout.name,
+        super::docs::screaming(&timeout.name),
         duration_text(timeout.per_attempt)
     );
     if let Some(longer) = timeout.deploy_suspected {
@@ -174,7 +176,12 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         String::new(),
         format!("- Route: `{} {}`", r.method.as_str(), r.path),
         format!("- Timeout class: {timeout_text}"),
-        format!("- Retry class: `{}`: {}", retry.name, retry.doc.trim()),
+        format!(
+            "- Retry class: [`{}`](crate::policy::retry::{}), {}",
+            retry.name,
+            super::docs::screaming(&retry.name),
+            super::markdown::schedule_text(&retry.schedule)
+        ),
         format!(
             "- Idempotent: {}",
             if r.idempotent {

@@ -78,8 +78,8 @@ impl<'c> Engine<'c> {
     /// Public liveness route of Core.
     ///
     /// - Route: `GET /core/health`
-    /// - Timeout class: `health`, 3 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`health`](crate::policy::timeout::HEALTH), 3 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: Transport (inferred)
@@ -91,8 +91,8 @@ impl<'c> Engine<'c> {
     /// Analyse one document. Stateless, so a replay after a lost answer is safe (at-least-once).
     ///
     /// - Route: `POST /core/v1/analyse`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: Idempotency (inferred)
@@ -107,8 +107,8 @@ impl<'c> Engine<'c> {
     /// Extract the findings of one text. Stateless, so a replay after a lost answer is safe (at-least-once).
     ///
     /// - Route: `POST /core/v1/findings/extract`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: Idempotency (inferred)

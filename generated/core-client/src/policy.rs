@@ -5,7 +5,7 @@ use sdk_runtime::Endpoint;
 use sdk_runtime::log::LogNames;
 use sdk_runtime::policy::*;
 
-///Timeout classes, by name.
+/// Timeout classes, by name.
 pub mod timeout {
     /// Per-attempt budget of every Core and Platform route.
     pub const DEFAULT: usize = 0;
@@ -13,7 +13,7 @@ pub mod timeout {
     pub const HEALTH: usize = 1;
 }
 
-///Retry classes, by name.
+/// Retry classes, by name.
 pub mod retry {
     /// Never retried by the client (4xx, invalid JSON, and workflow actions once sent).
     pub const C0: usize = 0;
@@ -21,13 +21,13 @@ pub mod retry {
     pub const C1: usize = 1;
 }
 
-///Throttle budgets, by name.
+/// Throttle budgets, by name.
 pub mod budget {
     /// The global limits only.
     pub const GLOBAL: usize = 0;
 }
 
-///Stream contracts, by name.
+/// Stream contracts, by name.
 pub mod stream {}
 /// Every timeout class, indexed by [`timeout`].
 pub static TIMEOUTS: [TimeoutClass; 2] = [

@@ -135,8 +135,8 @@ impl<'c> Sessions<'c> {
     /// The session as it stands; read it before replaying an action whose outcome is unknown.
     ///
     /// - Route: `GET /platform/v1/sessions/{session_id}`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: Idempotency
@@ -151,8 +151,8 @@ impl<'c> Sessions<'c> {
     /// The findings of a session with their decisions.
     ///
     /// - Route: `GET /platform/v1/sessions/{session_id}/findings`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: Idempotency
@@ -167,8 +167,8 @@ impl<'c> Sessions<'c> {
     /// Accept a finding of the session.
     ///
     /// - Route: `POST /platform/v1/sessions/{session_id}/accept`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again
@@ -185,8 +185,8 @@ impl<'c> Sessions<'c> {
     /// Reject a finding of the session.
     ///
     /// - Route: `POST /platform/v1/sessions/{session_id}/reject`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again
@@ -203,8 +203,8 @@ impl<'c> Sessions<'c> {
     /// Move the session to its next workflow step.
     ///
     /// - Route: `POST /platform/v1/sessions/{session_id}/advance`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again
@@ -220,8 +220,8 @@ impl<'c> Sessions<'c> {
     /// Post a reviewer's message on the session.
     ///
     /// - Route: `POST /platform/v1/sessions/{session_id}/discuss`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `C1`: CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again

@@ -59,8 +59,8 @@ impl<'c> AiGateway<'c> {
     /// Search a collection and rerank the hits (compound route). The first call after a deploy may load the rerank model: 60 s while deploy-suspected.
     ///
     /// - Route: `POST /ai-gateway/api/v1/retrieval/collections/{kb}/search/rerank`
-    /// - Timeout class: `search`, 30 s per attempt (1 min while deploy-suspected)
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`search`](crate::policy::timeout::SEARCH), 30 s per attempt (1 min while deploy-suspected)
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `retrieval`
     /// - Carries `X-Pipeline-Id` when the client has a pipeline id
@@ -77,8 +77,8 @@ impl<'c> AiGateway<'c> {
     /// An LLM completion; not idempotent (it spends budget), never retried once sent.
     ///
     /// - Route: `POST /ai-gateway/api/v1/llm/completions`
-    /// - Timeout class: `llm`, 150 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`llm`](crate::policy::timeout::LLM), 150 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Carries `X-Pipeline-Id` when the client has a pipeline id

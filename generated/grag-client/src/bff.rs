@@ -97,8 +97,8 @@ impl<'c> Bff<'c> {
     /// Ingest progress of a job as SSE. On a stall, `event: error` or the 30 min ceiling the stream ends with a typed error (T19, T17, T18) and the caller polls pipeline_status, and polls once after every reconnect (no automatic fallback yet). Jobs expected to run longer than 30 min are better monitored by polling alone.
     ///
     /// - Route: `GET /next/api/orchestrator/events/{job_id}`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `streams`
     /// - Policy: §6.1, §6.3
@@ -113,8 +113,8 @@ impl<'c> Bff<'c> {
     /// Status of an orchestrator job; the polling fallback of the progress stream and the re-poll after an ambiguous send. A terminal `failed` drives the re-upload path.
     ///
     /// - Route: `GET /next/api/pipeline/status/{job_id}`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §6.1, §5.3
@@ -129,8 +129,8 @@ impl<'c> Bff<'c> {
     /// One chat turn as POST-body SSE. Never resent automatically: the user turn is already persisted; a dropped stream offers „Erneut senden“ instead.
     ///
     /// - Route: `POST /next/api/chat/stream`
-    /// - Timeout class: `llm`, 150 s per attempt
-    /// - Retry class: `R0`: Never retried: 400, 402, 403 admin gate, 409 docfold, 413, 422, chat SSE turns, and non-idempotent calls once the request was sent.
+    /// - Timeout class: [`llm`](crate::policy::timeout::LLM), 150 s per attempt
+    /// - Retry class: [`R0`](crate::policy::retry::R0), never
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `streams`
     /// - Policy: §6.2, §4.2
@@ -145,8 +145,8 @@ impl<'c> Bff<'c> {
     /// Event relay of an agent session (only if the plan 5.6 spike happens); `event: error` frames are surfaced, a 503 means the agent plane is dark.
     ///
     /// - Route: `GET /next/api/agents/sessions/{session_id}/stream`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `streams`
     /// - Policy: §6.3 (inferred)

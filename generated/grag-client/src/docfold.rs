@@ -59,8 +59,8 @@ impl<'c> Docfold<'c> {
     /// Start converting a document; safe to send again (re-convert is safe).
     ///
     /// - Route: `POST /docfold/api/v1/convert`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
     /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
@@ -76,8 +76,8 @@ impl<'c> Docfold<'c> {
     /// The result of a conversion; a 409 means still processing (T8): poll again at the polling interval (5 s, ×2 while a 429 is hot).
     ///
     /// - Route: `GET /docfold/api/v1/convert/{conversion_id}/result`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - 409: still processing, returned as [`Progress::Processing`](sdk_runtime::Progress)

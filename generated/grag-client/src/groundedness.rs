@@ -40,8 +40,8 @@ impl<'c> Groundedness<'c> {
     /// Score a response against its chunks. Model-serving: the first call may load weights, hence the LLM timeout class.
     ///
     /// - Route: `POST /groundedness/api/v1/score`
-    /// - Timeout class: `llm`, 150 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`llm`](crate::policy::timeout::LLM), 150 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §4.1, §7

@@ -99,8 +99,8 @@ impl<'c> Kg<'c> {
     /// Create or merge an entity (MERGE semantics, safe to replay).
     ///
     /// - Route: `PUT /kg-service/api/v1/entities/{entity_id}`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
     /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
@@ -120,8 +120,8 @@ impl<'c> Kg<'c> {
     /// One entity by id.
     ///
     /// - Route: `GET /kg-service/api/v1/entities/{entity_id}`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §3.2 (inferred)
@@ -138,8 +138,8 @@ impl<'c> Kg<'c> {
     /// Create or merge an edge (MERGE semantics, safe to replay).
     ///
     /// - Route: `PUT /kg-service/api/v1/edges/{edge_id}`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
     /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
@@ -159,8 +159,8 @@ impl<'c> Kg<'c> {
     /// Edges touching one entity.
     ///
     /// - Route: `GET /kg-service/api/v1/entities/{entity_id}/edges`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §3.2 (inferred)

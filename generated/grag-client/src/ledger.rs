@@ -59,8 +59,8 @@ impl<'c> Ledger<'c> {
     /// Cost totals of one pipeline, joined on the X-Pipeline-Id stamped on its ai-gateway calls.
     ///
     /// - Route: `GET /ledger/api/v1/ledger/totals`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §10.1
@@ -75,8 +75,8 @@ impl<'c> Ledger<'c> {
     /// Tenant-level spend for the budget display, grouped by service or provider.
     ///
     /// - Route: `GET /ledger/api/v1/ledger/spend`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §10.1

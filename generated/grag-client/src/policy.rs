@@ -5,7 +5,7 @@ use sdk_runtime::Endpoint;
 use sdk_runtime::log::LogNames;
 use sdk_runtime::policy::*;
 
-///Timeout classes, by name.
+/// Timeout classes, by name.
 pub mod timeout {
     /// Per-attempt budget of every route without a more specific class.
     pub const DEFAULT: usize = 0;
@@ -19,7 +19,7 @@ pub mod timeout {
     pub const CANARY: usize = 4;
 }
 
-///Retry classes, by name.
+/// Retry classes, by name.
 pub mod retry {
     /// Never retried: 400, 402, 403 admin gate, 409 docfold, 413, 422, chat SSE turns, and non-idempotent calls once the request was sent.
     pub const R0: usize = 0;
@@ -35,7 +35,7 @@ pub mod retry {
     pub const R5: usize = 5;
 }
 
-///Throttle budgets, by name.
+/// Throttle budgets, by name.
 pub mod budget {
     /// Only the global limits above (8 in flight, 50 req/s); no extra budget.
     pub const GLOBAL: usize = 0;
@@ -51,7 +51,7 @@ pub mod budget {
     pub const STREAMS: usize = 5;
 }
 
-///Stream contracts, by name.
+/// Stream contracts, by name.
 pub mod stream {
     /// Ingest progress of one orchestrator job: `subscribed` first, then the orchestrator's events verbatim (node_start, node_complete, node_fail, completed, failed, cancelled, ...). Redis pub/sub behind it: missed events are never replayed, so every reconnect is followed by one status poll.
     pub const ORCHESTRATOR: usize = 0;

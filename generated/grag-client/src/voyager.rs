@@ -40,8 +40,8 @@ impl<'c> Voyager<'c> {
     /// Upsert a batch of points into a collection. At most 256 points per call: a 413 (T9) means the batch must be split. Point ids are chunk-derived, so safe to replay.
     ///
     /// - Route: `PUT /voyager/api/v1/collections/{kb}/points`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
     /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue

@@ -173,8 +173,8 @@ impl<'c> Workspaces<'c> {
     /// Public, unauthenticated liveness probe (no headers needed); polled by the open breaker.
     ///
     /// - Route: `GET /workspaces/health`
-    /// - Timeout class: `probe`, 3 s per attempt
-    /// - Retry class: `R0`: Never retried: 400, 402, 403 admin gate, 409 docfold, 413, 422, chat SSE turns, and non-idempotent calls once the request was sent.
+    /// - Timeout class: [`probe`](crate::policy::timeout::PROBE), 3 s per attempt
+    /// - Retry class: [`R0`](crate::policy::retry::R0), never
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §5.2
@@ -186,8 +186,8 @@ impl<'c> Workspaces<'c> {
     /// Knowledge bases of the tenant. Also the breaker's half-open canary read: it catches the deploy 401-window that /health cannot see.
     ///
     /// - Route: `GET /workspaces/api/v1/kbs`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §1, §5.2
@@ -199,8 +199,8 @@ impl<'c> Workspaces<'c> {
     /// Create a knowledge base under a deterministic id. A 409 means it already exists and counts as success (T7): the call then returns `Created::Existing`.
     ///
     /// - Route: `POST /workspaces/api/v1/kbs`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
@@ -217,8 +217,8 @@ impl<'c> Workspaces<'c> {
     /// Documents of a knowledge base. Used to re-poll after a send whose outcome is unknown, before re-submitting an upload.
     ///
     /// - Route: `GET /workspaces/api/v1/kbs/{kb}/documents`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §5.3
@@ -233,8 +233,8 @@ impl<'c> Workspaces<'c> {
     /// Upload a document under a deterministic id. A 409 means it is already there and counts as success (T7): the call then returns `Created::Existing`.
     ///
     /// - Route: `POST /workspaces/api/v1/kbs/{kb}/documents`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
     /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
@@ -252,8 +252,8 @@ impl<'c> Workspaces<'c> {
     /// Create a conversation; required before the first chat stream call, since the BFF does not create conversations. A 409 means it already exists (returns `Created::Existing`).
     ///
     /// - Route: `POST /workspaces/api/v1/conversations`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - 409: already there, returned as [`Created::Existing`](sdk_runtime::Created)
@@ -269,8 +269,8 @@ impl<'c> Workspaces<'c> {
     /// Tenant settings (shape not documented in the policy).
     ///
     /// - Route: `GET /workspaces/api/v1/settings`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §3 (inferred)
@@ -282,8 +282,8 @@ impl<'c> Workspaces<'c> {
     /// Replace the tenant settings; a write without the tenant header would land in tenant default.
     ///
     /// - Route: `PUT /workspaces/api/v1/settings`
-    /// - Timeout class: `default`, 30 s per attempt
-    /// - Retry class: `R1`: Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
     /// - Policy: §3 (inferred)
