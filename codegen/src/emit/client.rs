@@ -127,25 +127,58 @@ fn example(model: &Model, client: &str) -> String {
         .services
         .iter()
         .find(|s| s.scope == ScopeNeed::Workspace);
-    let read = model.services.iter().find_map(|s| {
-        let route = s.routes.iter().find(|r| {
-            s.scope == ScopeNeed::Tenant
-                && r.scope == ScopeNeed::Tenant
+    // A first read: a tenant GET without query or body whose path takes IDs
+    // only, the fewest parameters first.
+    let mut reads: Vec<(&crate::model::Service, &crate::model::Route, Vec<&str>)> = model
+        .services
+        .iter()
+        .filter(|s| s.scope == ScopeNeed::Tenant)
+        .flat_map(|s| s.routes.iter().map(move |r| (s, r)))
+        .filter(|(_, r)| {
+            r.scope == ScopeNeed::Tenant
                 && r.method == crate::model::Method::Get
-                && r.path_params.is_empty()
                 && r.query.is_empty()
                 && r.body.is_none()
                 && !matches!(r.returns, crate::model::Returns::Stream(_))
-        })?;
-        Some(format!(
-            "let first = client.{}().{}().await?;\n",
-            s.handle, route.name
-        ))
+        })
+        .filter_map(|(s, r)| {
+            let ids = r
+                .path_params
+                .iter()
+                .map(|(_, t)| match t {
+                    crate::model::TypeExpr::Id(name) => Some(name.as_str()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((s, r, ids))
+        })
+        .collect();
+    reads.sort_by_key(|(_, _, ids)| ids.len());
+    let ids_used: Vec<&str> = reads
+        .first()
+        .map(|(_, _, ids)| ids.clone())
+        .unwrap_or_default();
+    let read = reads.first().map(|(s, r, ids)| {
+        let args: Vec<String> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| format!("&{id}::parse(\"id-{}\")?", i + 1))
+            .collect();
+        format!(
+            "let first = client.{}().{}({}).await?;\n",
+            s.handle,
+            r.name,
+            args.join(", ")
+        )
     });
     let mut text = format!(
-        "use {krate}::{{{client}, Config, TenantId{}}};\n\n\
+        "use {krate}::{{{client}, Config, TenantId{}{}}};\n\n\
          let tenant = TenantId::parse(\"tenant-1\")?;\n\
          let client = {client}::new(Config::new(\"http://127.0.0.1:8080\", \"secret\", tenant))?;\n",
+        ids_used
+            .iter()
+            .map(|id| format!(", {id}"))
+            .collect::<String>(),
         if workspace.is_some() {
             ", WorkspaceId"
         } else {

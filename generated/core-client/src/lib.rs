@@ -7,11 +7,11 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use core_client::{Core, Config, TenantId};
+//! use core_client::{Core, Config, TenantId, SessionId};
 //!
 //! let tenant = TenantId::parse("tenant-1")?;
 //! let client = Core::new(Config::new("http://127.0.0.1:8080", "secret", tenant))?;
-//! let first = ();
+//! let first = client.sessions().get_session(&SessionId::parse("id-1")?).await?;
 //! # let _ = first;
 //! # Ok(())
 //! # }
