@@ -476,11 +476,16 @@ impl Client {
     }
 
     pub(crate) fn raise(&self, name: &'static str, error: &Error) {
+        self.raise_with(name, error, error.detail().map(str::to_owned));
+    }
+
+    /// [`Client::raise`] with a detail of the alert's own.
+    fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
         self.shared.alerts.alert(Alert {
             name,
             endpoint: Some(error.endpoint()),
             row: Some(error.row()),
-            detail: error.detail().map(str::to_owned),
+            detail,
             request_id: error.request_id().map(str::to_owned),
         });
     }
@@ -508,18 +513,13 @@ impl Client {
         if alarm.record(Instant::now()) {
             let rate = alarm.rate();
             drop(alarm);
-            self.shared.alerts.alert(Alert {
-                name,
-                endpoint: Some(error.endpoint()),
-                row: Some(error.row()),
-                detail: Some(format!(
-                    "{} calls exhausted their retries within {} s; the last: {}",
-                    rate.at_least,
-                    rate.within.as_secs(),
-                    error.detail().unwrap_or("no detail")
-                )),
-                request_id: error.request_id().map(str::to_owned),
-            });
+            let detail = format!(
+                "{} calls exhausted their retries within {} s; the last: {}",
+                rate.at_least,
+                rate.within.as_secs(),
+                error.detail().unwrap_or("no detail")
+            );
+            self.raise_with(name, error, Some(detail));
         }
     }
 

@@ -49,11 +49,8 @@ impl Client {
             self.shared.probing.store(false, Ordering::Release);
             return;
         };
-        let flag = ProbingFlag {
-            shared: shared.clone(),
-            held: true,
-        };
-        runtime.spawn(probe_loop(flag, shared));
+        let flag = ProbingFlag { shared, held: true };
+        runtime.spawn(probe_loop(flag));
     }
 
     /// The breaker is open and a call was refused: make sure a probe loop is
@@ -179,9 +176,10 @@ impl Drop for ProbingFlag {
 
 /// Probes while the breaker is open, sends the canary when it half-opens,
 /// and ends when it closes or every client is gone.
-async fn probe_loop(mut flag: ProbingFlag, shared: Weak<Shared>) {
+/// The loop reaches its clients through the flag's weak handle.
+async fn probe_loop(mut flag: ProbingFlag) {
     loop {
-        let Some(client) = upgrade(&shared) else {
+        let Some(client) = upgrade(&flag.shared) else {
             return;
         };
         let (state, next_probe, canary_deadline) = {
@@ -207,7 +205,7 @@ async fn probe_loop(mut flag: ProbingFlag, shared: Weak<Shared>) {
             CircuitState::Open => {
                 drop(client);
                 tokio::time::sleep_until(next_probe.unwrap_or_else(Instant::now)).await;
-                let Some(client) = upgrade(&shared) else {
+                let Some(client) = upgrade(&flag.shared) else {
                     return;
                 };
                 client.check_open_alert(Instant::now());
@@ -227,7 +225,7 @@ async fn probe_loop(mut flag: ProbingFlag, shared: Weak<Shared>) {
                     // The canary slot is taken and never reported: let it expire.
                     drop(client);
                     tokio::time::sleep_until(canary_deadline.unwrap_or_else(Instant::now)).await;
-                    let Some(client) = upgrade(&shared) else {
+                    let Some(client) = upgrade(&flag.shared) else {
                         return;
                     };
                     let transition = client.breaker().expire_canary(Instant::now());

@@ -230,12 +230,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
                 s.name,
                 model.api.headers.workspace.as_deref().unwrap_or_default(),
-                model
-                    .api
-                    .workspace_source
-                    .as_ref()
-                    .map(|src| format!(" (policy {})", super::docs::source(src)))
-                    .unwrap_or_default()
+                super::docs::workspace_section(model)
             ));
             quote! {
                 #text

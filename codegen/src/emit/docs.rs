@@ -93,6 +93,17 @@ pub fn ident(name: &str) -> Ident {
     }
 }
 
+/// ` (policy §3.2)` after a sentence about the workspace scope, or nothing
+/// when the spec names no section for it.
+pub fn workspace_section(model: &crate::model::Model) -> String {
+    model
+        .api
+        .workspace_source
+        .as_ref()
+        .map(|s| format!(" (policy {})", source(s)))
+        .unwrap_or_default()
+}
+
 /// `snake_case` -> `CamelCase`.
 pub fn camel(name: &str) -> String {
     name.split(['_', '-', ' '])

@@ -78,12 +78,7 @@ fn workspace(model: &Model, header: &str) -> (TokenStream, TokenStream) {
         .map(|s| format!("`{s}`"))
         .collect::<Vec<_>>()
         .join(" and ");
-    let section = model
-        .api
-        .workspace_source
-        .as_ref()
-        .map(|s| format!(" (policy {})", super::docs::source(s)))
-        .unwrap_or_default();
+    let section = super::docs::workspace_section(model);
     let id = id_type(
         "WorkspaceId",
         quote!(sdk_runtime::IdKind::Workspace),

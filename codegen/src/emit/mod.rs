@@ -2,7 +2,7 @@
 //! and a readable `POLICY.md`. Output is a pure function of the model.
 
 mod client;
-mod docs;
+pub(crate) mod docs;
 mod ids;
 mod log;
 mod markdown;

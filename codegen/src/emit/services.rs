@@ -73,12 +73,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
             "Calls of `{}`, bound to one workspace: every request carries `{}`{}.",
             service.name,
             model.api.headers.workspace.as_deref().unwrap_or_default(),
-            model
-                .api
-                .workspace_source
-                .as_ref()
-                .map(|s| format!(" (policy {})", source(s)))
-                .unwrap_or_default()
+            super::docs::workspace_section(model)
         )
     } else {
         format!("Calls of `{}`.", service.name)

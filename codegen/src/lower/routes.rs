@@ -122,16 +122,8 @@ impl Cx<'_> {
             }
             // The handle's struct and the service's module sit beside the
             // client struct and Rust's own crates in the generated crate root.
-            let pascal: String = s
-                .handle
-                .split('_')
-                .map(|w| {
-                    let mut c = w.chars();
-                    c.next()
-                        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                        .unwrap_or_default()
-                })
-                .collect();
+            // The name the emitter gives the handle's struct.
+            let pascal = crate::emit::docs::camel(&s.handle);
             if pascal == api.client {
                 self.error(
                     &s.handle,
