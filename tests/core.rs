@@ -57,9 +57,7 @@ impl CoreSim {
     }
 
     fn client_with(&self, adjust: impl FnOnce(Config) -> Config) -> Core {
-        let tenant = TenantId::parse("tenant-1").unwrap();
-        let config = Config::new(format!("http://{}", self.addr), "core-key", tenant);
-        Core::new(adjust(config)).expect("a Core client")
+        Core::new(adjust(config(&format!("http://{}", self.addr)))).expect("a Core client")
     }
 
     fn paths(&self) -> Vec<String> {
@@ -77,6 +75,11 @@ impl CoreSim {
         let seen = self.shared.seen.lock().unwrap();
         seen.windows(2).map(|w| w[1].1 - w[0].1).collect()
     }
+}
+
+/// The client configuration the tests use, against `url`.
+fn config(url: &str) -> Config {
+    Config::new(url, "core-key", TenantId::parse("tenant-1").unwrap())
 }
 
 async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response {
@@ -258,13 +261,7 @@ async fn a_workflow_action_that_never_left_is_retried() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let tenant = TenantId::parse("tenant-1").unwrap();
-    let client = Core::new(Config::new(
-        format!("http://127.0.0.1:{port}"),
-        "core-key",
-        tenant,
-    ))
-    .unwrap();
+    let client = Core::new(config(&format!("http://127.0.0.1:{port}"))).unwrap();
     let error = client
         .sessions()
         .accept(&session(), &decision())
@@ -312,8 +309,7 @@ async fn a_zero_backoff_retries_at_once() {
 
 #[test]
 fn a_retry_configuration_below_the_minimums_is_refused_when_the_client_is_built() {
-    let tenant = TenantId::parse("tenant-1").unwrap();
-    let config = Config::new("http://127.0.0.1:9", "core-key", tenant).retry_attempts(0);
+    let config = config("http://127.0.0.1:9").retry_attempts(0);
     let error = Core::new(config).err().expect("0 attempts is refused");
     assert_eq!(
         error.to_string(),

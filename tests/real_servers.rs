@@ -62,8 +62,8 @@ async fn upload(grag: &Grag, document: &str) -> JobId {
 }
 
 /// Reads a stream to its end: its events, and how it ended (`None`: cleanly).
-async fn drain(mut events: Events) -> (Vec<String>, Option<Error>) {
-    tokio::time::timeout(HANG_GUARD, async move {
+async fn drain(events: &mut Events) -> (Vec<String>, Option<Error>) {
+    tokio::time::timeout(HANG_GUARD, async {
         let mut names = Vec::new();
         while let Some(next) = events.next().await {
             match next {
@@ -107,8 +107,8 @@ async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the
             .on("orchestrator_events")
             .once(),
     );
-    let events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(events).await;
+    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
+    let (names, end) = drain(&mut events).await;
     assert_eq!(names, ["subscribed", "node_start"]);
     let error = end.expect("not a normal end: the job is still running");
     assert_drop(&error, "orchestrator_events");
@@ -121,8 +121,8 @@ async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the
 
     // Another job's stream, without the fault, ends with its terminal event.
     let job = upload(&kit.grag, "doc-2").await;
-    let events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(events).await;
+    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
+    let (names, end) = drain(&mut events).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(
         names.last().map(String::as_str),
@@ -139,12 +139,12 @@ async fn a_chat_stream_that_stops_mid_answer_is_a_drop_offering_a_resend() {
             .on("chat_stream")
             .once(),
     );
-    let events = kit.grag.bff().chat_stream(&chat()).await.unwrap();
+    let mut events = kit.grag.bff().chat_stream(&chat()).await.unwrap();
     assert!(
         !events.policy().resend,
         "never re-sent by the client: the caller offers „Erneut senden“"
     );
-    let (names, end) = drain(events).await;
+    let (names, end) = drain(&mut events).await;
     assert_eq!(
         names,
         ["trace", "trace", "trace", "trace", "delta", "delta"],
@@ -168,8 +168,8 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
             .once(),
     );
     let session = SessionId::parse("session-1").unwrap();
-    let events = kit.grag.bff().agent_session_stream(&session).await.unwrap();
-    let (names, end) = drain(events).await;
+    let mut events = kit.grag.bff().agent_session_stream(&session).await.unwrap();
+    let (names, end) = drain(&mut events).await;
     assert_eq!(names.len(), 1, "{names:?}");
     assert!(end.is_none(), "the relay has no terminal event: {end:?}");
 }
@@ -178,7 +178,7 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
 async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
     let kit = kit().await;
     let job = upload(&kit.grag, "doc-1").await;
-    let plain = drain(kit.grag.bff().orchestrator_events(&job).await.unwrap()).await;
+    let plain = drain(&mut kit.grag.bff().orchestrator_events(&job).await.unwrap()).await;
     assert!(plain.1.is_none(), "{:?}", plain.1);
 
     // A second job of the same shape, streamed as sse-starlette writes it.
@@ -188,25 +188,9 @@ async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
             .on("orchestrator_events")
             .once(),
     );
-    let events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = tokio::time::timeout(HANG_GUARD, async move {
-        let mut events = events;
-        let mut names = Vec::new();
-        let mut end = None;
-        while let Some(next) = events.next().await {
-            match next {
-                Ok(event) => names.push(event.event),
-                Err(e) => {
-                    end = Some(e);
-                    break;
-                }
-            }
-        }
-        assert!(events.keepalives() >= 1, "the pings are keepalives");
-        (names, end)
-    })
-    .await
-    .expect("the stream ends");
+    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
+    let (names, end) = drain(&mut events).await;
+    assert!(events.keepalives() >= 1, "the pings are keepalives");
     assert!(end.is_none(), "{end:?}");
     assert_eq!(names, plain.0, "CRLF and pings change no event");
     assert!(kit.sim.log().of("orchestrator_events")[1].has_fault("sse_starlette"));
