@@ -28,6 +28,8 @@ pub struct Model {
     pub pool_idle: Duration,
     /// Statuses after which no pooled connection is reused.
     pub fresh_after: Vec<u16>,
+    /// `None`: the API's writes are not queued for replay.
+    pub replay: Option<Replay>,
     /// requests, duration, circuit_state, circuit_open_seconds, sse_fallback.
     pub metrics: MetricNames,
     pub log: LogNames,
@@ -119,6 +121,22 @@ pub struct MetricNames {
     pub circuit_state: Option<String>,
     pub circuit_open_seconds: Option<String>,
     pub sse_fallback: Option<String>,
+}
+
+/// The durable replay queue (`policy.yaml replay`).
+#[derive(Debug)]
+pub struct Replay {
+    /// Index of the throttle budget replays run in.
+    pub budget: usize,
+    pub lease: Duration,
+    pub split: u32,
+    pub kinds: Vec<String>,
+    pub lock_attempts: u32,
+    pub lock_step: Duration,
+    pub depth_metric: String,
+    pub failures_metric: String,
+    pub failure_alert: String,
+    pub source: Source,
 }
 
 #[derive(Debug)]

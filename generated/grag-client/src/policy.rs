@@ -172,7 +172,7 @@ pub static BUDGETS: [BudgetPolicy; 6] = [
 ];
 
 /// Every route of the API, in spec order.
-pub static ENDPOINTS: [&Endpoint; 25] = [
+pub static ENDPOINTS: [&Endpoint; 26] = [
     &crate::ai_gateway::SEARCH_RERANK,
     &crate::ai_gateway::COMPLETE,
     &crate::bff::ORCHESTRATOR_EVENTS,
@@ -180,6 +180,7 @@ pub static ENDPOINTS: [&Endpoint; 25] = [
     &crate::bff::CHAT_STREAM,
     &crate::bff::AGENT_SESSION_STREAM,
     &crate::docfold::CONVERT,
+    &crate::docfold::CONVERSION_OF,
     &crate::docfold::RESULT,
     &crate::entity_linking::LINK,
     &crate::groundedness::SCORE,
@@ -1241,4 +1242,15 @@ pub static POLICY: Policy = Policy {
         retry_exhausted: "retry_exhausted",
         retry_exhausted_rate: None,
     },
+    replay: Some(ReplayPolicy {
+        budget: budget::INGEST,
+        lease: ::std::time::Duration::from_secs(120),
+        split: 256,
+        kinds: &["ingest", "kg"],
+        lock_attempts: 3,
+        lock_step: ::std::time::Duration::from_millis(20),
+        depth_metric: "knoll_replay_queue_depth",
+        failures_metric: "knoll_replay_failures",
+        failure_alert: "replay_failures",
+    }),
 };

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::policy::{
-    AlertNames, AlertRate, BreakerPolicy, Policy, PollingPolicy, RetryClass, RetrySchedule,
-    StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass,
+    AlertNames, AlertRate, BreakerPolicy, Policy, PollingPolicy, ReplayPolicy, RetryClass,
+    RetrySchedule, StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass,
 };
 
 impl Policy {
@@ -115,6 +115,11 @@ impl Policy {
             },
             streams: Box::leak(streams.into_boxed_slice()),
             taxonomy: Box::leak(taxonomy.into_boxed_slice()),
+            replay: self.replay.as_ref().map(|r| ReplayPolicy {
+                lease: d(r.lease),
+                lock_step: d(r.lock_step),
+                ..r.clone()
+            }),
             ..self.clone()
         }))
     }
