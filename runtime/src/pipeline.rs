@@ -289,6 +289,14 @@ impl Client {
                 self.finish_row(row, &error, endpoint, status, detail, deploy);
                 return Err(run.fail(error, eligible));
             }
+            if self.defer_server_waits
+                && let Some(wait) = retry_after
+            {
+                // The caller (a job queue) waits instead, holding nothing.
+                let error = final_error(detail.clone()).with_retry_after(wait);
+                self.finish_row(row, &error, endpoint, status, detail, deploy);
+                return Err(run.fail(error, false));
+            }
             let delay = retry_delay(&schedule, run.attempt, retry_after, &mut rand::rng());
             let resume = Instant::now()
                 .checked_add(delay)
