@@ -1,0 +1,7 @@
+//! The store suite against each store: the same cases, written once in `support::cases`.
+
+mod support;
+
+mod sqlite {
+    crate::suite!(crate::support::Sqlite::new());
+}
