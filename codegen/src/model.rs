@@ -129,6 +129,7 @@ pub struct Replay {
     /// Index of the throttle budget replays run in.
     pub budget: usize,
     pub lease: Duration,
+    pub pause: Duration,
     pub split: u32,
     pub kinds: Vec<String>,
     pub lock_attempts: u32,

@@ -164,6 +164,9 @@ pub struct Replay {
     /// How long a claimed job is its worker's without a checkpoint; after it,
     /// another worker (a replica) takes the job over.
     pub lease: Duration,
+    /// How long a job interrupted by an outage waits before its replay
+    /// (unless the platform named a wait): no hammering when the breaker stays closed.
+    pub pause: Duration,
     /// Most items of one batch after a 413 split it.
     pub split: Spanned<u32>,
     /// The job kinds, the `kind` label of the depth metric.

@@ -364,7 +364,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
 /// The replay queue's numbers; its budget by its named index.
 fn replay(model: &Model, r: &crate::model::Replay) -> TokenStream {
     let budget = ident(&screaming(&model.throttle.budgets[r.budget].name));
-    let (lease, lock_step) = (duration(r.lease), duration(r.lock_step));
+    let (lease, pause, lock_step) = (duration(r.lease), duration(r.pause), duration(r.lock_step));
     let split = int(u64::from(r.split));
     let lock_attempts = int(r.lock_attempts);
     let kinds = &r.kinds;
@@ -373,6 +373,7 @@ fn replay(model: &Model, r: &crate::model::Replay) -> TokenStream {
         ReplayPolicy {
             budget: budget::#budget,
             lease: #lease,
+            pause: #pause,
             split: #split,
             kinds: &[#(#kinds),*],
             lock_attempts: #lock_attempts,

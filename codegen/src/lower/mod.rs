@@ -118,7 +118,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .policy
         .replay
         .as_ref()
-        .map(|r| cx.replay(r, &throttle, &names));
+        .map(|r| cx.replay(r, &throttle, &names, deadline));
     let deadline_source = cx.source(&raw.policy.deadline.source, raw.policy.deadline.inferred);
     if cx.sources.has_errors() {
         return None;

@@ -399,6 +399,7 @@ impl Cx<'_> {
         r: &spec::Replay,
         throttle: &Throttle,
         names: &Names,
+        deadline: Option<std::time::Duration>,
     ) -> Option<Replay> {
         let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
         if let Some(b) = budget
@@ -411,9 +412,16 @@ impl Cx<'_> {
             );
         }
         let lease = self.duration(&r.lease, "replay.lease");
-        if lease.is_some_and(|l| l.is_zero()) {
-            self.error(&r.lease, "replay.lease", "a lease of zero expires at once");
+        if let (Some(lease), Some(deadline)) = (lease, deadline)
+            && lease <= deadline
+        {
+            self.error(
+                &r.lease,
+                "replay.lease",
+                "must outlast `deadline.interactive`: a lease that runs out mid-call hands a live job to a second worker",
+            );
         }
+        let pause = self.duration(&r.pause, "replay.pause");
         let split = self.positive(&r.split, "replay.split");
         if r.kinds.is_empty() {
             self.sources.at(
@@ -441,6 +449,7 @@ impl Cx<'_> {
         Some(Replay {
             budget: budget?,
             lease: lease?,
+            pause: pause?,
             split,
             kinds: r.kinds.iter().map(|k| k.to_string()).collect(),
             lock_attempts,

@@ -1244,7 +1244,8 @@ pub static POLICY: Policy = Policy {
     },
     replay: Some(ReplayPolicy {
         budget: budget::INGEST,
-        lease: ::std::time::Duration::from_secs(120),
+        lease: ::std::time::Duration::from_secs(300),
+        pause: ::std::time::Duration::from_secs(5),
         split: 256,
         kinds: &["ingest", "kg"],
         lock_attempts: 3,

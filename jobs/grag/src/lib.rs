@@ -32,5 +32,5 @@ mod worker;
 
 pub use job::{JobsError, KgBatch, Upload, kg_key, upload_key};
 pub use run::{Jobs, lock_retry};
-pub use settle::{Settle, settle};
 pub use sdk_queue::{Job, JobState, JobStore};
+pub use settle::{Settle, settle};

@@ -53,7 +53,9 @@ impl Metrics {
         for kind in self.kinds {
             let n: u64 = counts
                 .iter()
-                .filter(|(k, state, _)| k == kind && !matches!(state, JobState::Done | JobState::Failed))
+                .filter(|(k, state, _)| {
+                    k == kind && !matches!(state, JobState::Done | JobState::Failed)
+                })
                 .map(|(_, _, n)| n)
                 .sum();
             self.depth

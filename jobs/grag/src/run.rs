@@ -1,6 +1,6 @@
 //! Submitting a job and running one claimed job to its end.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use grag_client::Grag;
@@ -13,9 +13,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use crate::job::{JobsError, KgBatch, Upload, kg_key, upload_key};
-use crate::kg::{self, KgProgress};
+use crate::kg;
 use crate::metrics::Metrics;
-use crate::settle::{Settle, settle};
+use crate::settle::{Settle, is_outage, settle};
 use crate::upload::{self, UploadProgress};
 
 /// The job kind of an upload, and of a KG batch (`policy.yaml replay.kinds`).
@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     pub metrics: Metrics,
     /// A job became eligible (submitted for replay, finished): look again.
     pub wake: Notify,
+    /// When a job last met an outage (see [`Jobs::in_outage`]).
+    pub last_outage: Mutex<Option<SystemTime>>,
 }
 
 impl Jobs {
@@ -75,6 +77,7 @@ impl Jobs {
                 clock: Arc::new(SystemTime::now),
                 metrics: Metrics::new(policy),
                 wake: Notify::new(),
+                last_outage: Mutex::new(None),
             }),
         })
     }
@@ -92,6 +95,7 @@ impl Jobs {
                 clock: Arc::new(clock),
                 metrics: Metrics::new(inner.policy),
                 wake: Notify::new(),
+                last_outage: Mutex::new(None),
             }),
         }
     }
@@ -111,7 +115,12 @@ impl Jobs {
         self.submit(key, KG, &batch).await
     }
 
-    async fn submit(&self, key: String, kind: &str, payload: &impl Serialize) -> Result<Job, JobsError> {
+    async fn submit(
+        &self,
+        key: String,
+        kind: &str,
+        payload: &impl Serialize,
+    ) -> Result<Job, JobsError> {
         let payload = serde_json::to_value(payload).map_err(|e| JobsError::Corrupt {
             key: key.clone(),
             what: "payload",
@@ -135,7 +144,10 @@ impl Jobs {
             self.run_claimed(job).await?;
         }
         self.inner.wake.notify_one();
-        store.get(&key).await?.ok_or(JobsError::Store(StoreError::LeaseLost { key }))
+        store
+            .get(&key)
+            .await?
+            .ok_or(JobsError::Store(StoreError::LeaseLost { key }))
     }
 
     /// One job by key: its state, attempts and last error.
@@ -203,12 +215,19 @@ impl Jobs {
                 (Finish::Failed(error), JobState::Failed)
             }
             Err(StepError::Platform(e)) => {
-                let deploy = self.inner.grag.runtime().deploy_suspected();
+                let deploy = self.inner.grag.runtime().deploy_suspected() || self.in_outage();
                 let error = job_error(&e);
                 match settle(&e, deploy) {
                     Settle::Replay { after } => {
-                        let not_before = after.map(|d| self.now() + d);
-                        (Finish::Replay { error, not_before }, JobState::PendingReplay)
+                        if is_outage(&e) {
+                            self.saw_outage();
+                        }
+                        let wait = after.unwrap_or(self.inner.policy.pause);
+                        let not_before = Some(self.now() + wait);
+                        (
+                            Finish::Replay { error, not_before },
+                            JobState::PendingReplay,
+                        )
                     }
                     Settle::Fail => {
                         self.failed_alert(&job, Some(&e), e.class());
@@ -227,6 +246,32 @@ impl Jobs {
         }
         self.refresh_depth().await;
         Ok(state)
+    }
+
+    /// Whether a job met an outage within the breaker's deploy-suspected
+    /// window: the platform may be deploying although the breaker never
+    /// opened (fewer endpoints failed than it counts), so its transient
+    /// 404/422 are the deploy's, not the job's.
+    fn in_outage(&self) -> bool {
+        let policy = self.inner.grag.runtime().policy();
+        let window = policy.breaker.as_ref().map(|b| b.deploy_suspected);
+        let last = *self
+            .inner
+            .last_outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match (last, window) {
+            (Some(at), Some(window)) => self.now() < at + window,
+            _ => false,
+        }
+    }
+
+    fn saw_outage(&self) {
+        *self
+            .inner
+            .last_outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(self.now());
     }
 
     fn failed_alert(&self, job: &Job, e: Option<&grag_client::Error>, why: &str) {
@@ -278,7 +323,13 @@ impl Step<'_> {
         })?;
         inner
             .store
-            .checkpoint(self.key, &inner.owner, &value, inner.policy.lease, self.jobs.now())
+            .checkpoint(
+                self.key,
+                &inner.owner,
+                &value,
+                inner.policy.lease,
+                self.jobs.now(),
+            )
             .await
             .map_err(StepError::Store)
     }

@@ -18,27 +18,35 @@ pub enum Settle {
 
 /// Decides from the error alone. An open breaker, a connection that failed
 /// for good, the deadline, a 5xx, a 429 and any answer that carried
-/// `Retry-After` (WAL backpressure) are outages: the job is replayed. A
-/// 401/404/422 while a deploy is suspected is the deploy's, not the job's.
-/// Every other answer (400, 402, 403, 404 of a missing knowledge base, 413
-/// a split could not cure, 422, a body that does not decode) fails the job.
+/// `Retry-After` (WAL backpressure) are outages: the job is replayed. So is
+/// a 401: the write waits for the key to work again (T3 raises its alert),
+/// it is not dropped. A 404 or 422 while a deploy is suspected is the
+/// deploy's, not the job's. Every other answer (400, 402, 403, a 404 of a
+/// missing knowledge base, a 413 a split could not cure, a 422, a body that
+/// does not decode) fails the job.
 pub fn settle(error: &Error, deploy_suspected: bool) -> Settle {
     let after = error.retry_after();
     if after.is_some() {
         return Settle::Replay { after };
     }
-    let outage = match error.kind() {
-        ErrorKind::CircuitOpen | ErrorKind::Connection | ErrorKind::Deadline => true,
-        ErrorKind::Status => match error.status() {
-            Some(429) | Some(500..=599) => true,
-            Some(401 | 404 | 422) => deploy_suspected,
+    let replay = is_outage(error)
+        || match error.status() {
+            Some(401) => true,
+            Some(404 | 422) => deploy_suspected,
             _ => false,
-        },
-        _ => false,
-    };
-    if outage {
+        };
+    if replay {
         Settle::Replay { after: None }
     } else {
         Settle::Fail
+    }
+}
+
+/// The platform (or the way to it) is down, not the request wrong.
+pub fn is_outage(error: &Error) -> bool {
+    match error.kind() {
+        ErrorKind::CircuitOpen | ErrorKind::Connection | ErrorKind::Deadline => true,
+        ErrorKind::Status => matches!(error.status(), Some(429 | 500..=599)),
+        _ => false,
     }
 }

@@ -62,6 +62,9 @@ pub struct ReplayPolicy {
     /// How long a claimed job stays its worker's without a checkpoint;
     /// after it, another worker (a replica) takes the job over.
     pub lease: Duration,
+    /// How long a job interrupted by an outage waits before its replay,
+    /// unless the platform named a wait (`Retry-After`).
+    pub pause: Duration,
     /// Most items of one batch after a 413 split it.
     pub split: usize,
     /// The job kinds: the `kind` label of the depth gauge.

@@ -117,6 +117,7 @@ impl Policy {
             taxonomy: Box::leak(taxonomy.into_boxed_slice()),
             replay: self.replay.as_ref().map(|r| ReplayPolicy {
                 lease: d(r.lease),
+                pause: d(r.pause),
                 lock_step: d(r.lock_step),
                 ..r.clone()
             }),
