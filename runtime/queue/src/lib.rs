@@ -9,6 +9,7 @@
 mod error;
 mod job;
 mod lock_retry;
+mod postgres;
 mod row;
 mod sqlite;
 mod store;
@@ -16,5 +17,6 @@ mod store;
 pub use error::StoreError;
 pub use job::{Claim, Finish, Job, JobError, JobState, Lease, NewJob};
 pub use lock_retry::{LockRetry, lock_retry_delay};
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use store::JobStore;

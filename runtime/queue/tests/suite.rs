@@ -5,3 +5,7 @@ mod support;
 mod sqlite {
     crate::suite!(crate::support::Sqlite::new());
 }
+
+mod postgres {
+    crate::suite!(crate::support::Pg::new());
+}
