@@ -456,3 +456,66 @@ async fn a_deploy_churn_loses_and_doubles_nothing() {
     assert_eq!(sim.edges("knoll", WS).len(), 200);
     assert!(q.jobs.failed(1).await.unwrap().is_empty());
 }
+
+/// While ingest work holds both ingest slots (two slow upserts in flight),
+/// interactive calls are answered at once: the queue never takes their
+/// slots, and the third upsert waits for one of the two.
+#[tokio::test]
+async fn interactive_calls_never_wait_on_the_queue() {
+    // 1/10: an attempt may take 3 s, so the 2 s upserts stay in flight.
+    let env = Env::with(
+        common_resilience::sim_config(),
+        grag_sim::testkit::policy(10),
+    )
+    .await;
+    env.grag
+        .workspaces()
+        .create_kb(&CreateKb {
+            kb_id: kb(),
+            name: "Jobs".into(),
+            description: None,
+        })
+        .await
+        .unwrap();
+    let db = TempDb::new();
+    let jobs = Jobs::new(env.grag.clone(), db.store(), "worker-1").unwrap();
+    env.sim
+        .faults()
+        .push(Rule::new(Fault::delay(Duration::from_secs(2))).on("upsert_points"));
+    let submits: Vec<_> = (0..4)
+        .map(|n| {
+            tokio::spawn({
+                let jobs = jobs.clone();
+                async move { jobs.submit_upload(upload(n, 1)).await }
+            })
+        })
+        .collect();
+    let log = env.sim.log();
+    let unanswered = |log: &grag_sim::RequestLog| {
+        log.of("upsert_points")
+            .iter()
+            .filter(|e| e.status.is_none())
+            .count()
+    };
+    assert!(
+        log.wait_for(Duration::from_secs(30), |entries| entries
+            .iter()
+            .filter(|e| e.operation == Some("upsert_points"))
+            .count()
+            >= 2)
+            .await
+    );
+    for _ in 0..3 {
+        env.grag.workspaces().list_kbs().await.unwrap();
+        env.grag.workspaces().get_settings().await.unwrap();
+        assert_eq!(
+            unanswered(&log),
+            2,
+            "answered while both ingest slots are held"
+        );
+    }
+    assert_eq!(log.of("upsert_points").len(), 2, "the ingest limit is 2");
+    for submit in submits {
+        assert_eq!(submit.await.unwrap().unwrap().state, JobState::Done);
+    }
+}
