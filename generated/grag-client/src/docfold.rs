@@ -83,7 +83,7 @@ impl<'c> Docfold<'c> {
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `ingest`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::conversion_of`] before sending it again
-    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`; a replay queue keeps the write and sends it again after the close
     /// - Policy: §5.3 (inferred)
     pub async fn convert(
         &self,

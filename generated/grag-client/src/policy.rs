@@ -316,7 +316,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, so the caller can queue the write (the client has no replay queue yet).",
+            action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, and a job of the replay queue waits for the close (`policy.yaml replay`).",
             message: Some("Wird gerade aktualisiert"),
         },
         TaxonomyRow {
