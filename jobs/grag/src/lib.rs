@@ -8,10 +8,10 @@
 //! # async fn demo(grag: grag_client::Grag, upload: grag_jobs::Upload) -> Result<(), grag_jobs::JobsError> {
 //! use std::sync::Arc;
 //! use grag_jobs::Jobs;
-//! use sdk_queue::{LockRetry, SqliteStore};
+//! use sdk_queue::SqliteStore;
 //!
 //! let store = SqliteStore::open("knoll-jobs.sqlite", grag_jobs::lock_retry())?;
-//! let jobs = Jobs::new(grag, Arc::new(store), "replica-1");
+//! let jobs = Jobs::new(grag, Arc::new(store), "replica-1")?;
 //! let job = jobs.submit_upload(upload).await?; // done, or pending_replay: never lost
 //! tokio::spawn(jobs.clone().work()); // replays pending jobs once the breaker closes
 //! # let _ = job; Ok(()) }
