@@ -232,10 +232,8 @@ impl Client {
     /// the policy's interval, times its hot factor while a 429 is recent,
     /// never below its floor.
     pub fn polling_interval(&self) -> std::time::Duration {
-        let polling = &self.shared.policy.throttle.polling;
         let hot = self.memory().hot_429(tokio::time::Instant::now());
-        let factor = if hot { polling.hot_factor } else { 1 };
-        polling.interval.saturating_mul(factor).max(polling.floor)
+        crate::backoff::PollCadence::new(&self.shared.policy.throttle.polling).interval(hot)
     }
 
     /// Sends `alert` to this client's sink: a layer on top (the replay queue)
