@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::StoreError;
 
-/// Where a job is in its life (policy §5.3.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Where a job is in its life (policy §5.3.1). Serialized as its stored name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Persisted, never claimed yet.
     Pending,
@@ -52,6 +53,15 @@ impl JobState {
                 field: "state",
                 reason: format!("unknown state {:?}", crate::row::clip(stored, 64)),
             })
+    }
+}
+
+/// A stored name without a job to blame: unknown names are `Corrupt` with an empty key.
+impl std::str::FromStr for JobState {
+    type Err = StoreError;
+
+    fn from_str(stored: &str) -> Result<Self, StoreError> {
+        JobState::parse("", stored)
     }
 }
 
@@ -191,6 +201,18 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn serde_and_from_str_use_the_stored_names() {
+        for s in JobState::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+            assert_eq!(s.as_str().parse::<JobState>().unwrap(), s);
+        }
+        assert!(matches!(
+            "done ".parse::<JobState>(),
+            Err(StoreError::Corrupt { field: "state", .. })
+        ));
     }
 
     #[test]

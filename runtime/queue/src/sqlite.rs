@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use rusqlite::limits::Limit;
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
@@ -74,6 +75,11 @@ impl SqliteStore {
     /// attempts means a writer held the lock for seconds, which is worth a log line.
     pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+    /// The largest value (a payload, a checkpoint) the store writes or reads: 64 MiB. The file
+    /// is input others can write; past this SQLite refuses the value (`string or blob too big`)
+    /// instead of handing it over, so one row never costs more memory than that.
+    pub const VALUE_MAX: usize = 64 << 20;
+
     /// Opens (creating if absent) the store at `path`, with the policy's lock `retry` rule.
     pub fn open(path: impl AsRef<Path>, retry: LockRetry) -> Result<Self, StoreError> {
         Self::open_with(path, retry, Self::DEFAULT_BUSY_TIMEOUT)
@@ -93,6 +99,8 @@ impl SqliteStore {
         };
         let conn = Connection::open(&path).map_err(refused)?;
         conn.busy_timeout(busy_timeout).map_err(refused)?;
+        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, Self::VALUE_MAX as i32)
+            .map_err(refused)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(refused)?;

@@ -8,6 +8,11 @@ use crate::{Claim, Finish, Job, JobState, NewJob, StoreError};
 /// `not_before` unset or `<= now`, or `in_flight` with a lease that expired (`until < now`: a
 /// crashed worker's job). No job is ever held by two owners at once. Every time decision uses
 /// the `now` passed in, never the store's own clock.
+///
+/// A worker renews its lease by checkpointing well within it: past its expiry another worker
+/// may take the job over, and the first learns so by `LeaseLost` at its next checkpoint or
+/// finish. A row that does not decode fails the operation that met it with `Corrupt` (a claim
+/// that meets one takes nothing), so it stays in place for an operator to see.
 #[async_trait::async_trait]
 pub trait JobStore: Send + Sync + 'static {
     /// Persist a new job as `pending`; if the key exists, return the stored job unchanged.

@@ -1,5 +1,6 @@
-//! The Core policy's lock rule on a real SQLite file: another connection holds the write lock,
-//! and paused tokio time shows each delay exactly (3 attempts, 20 ms then 40 ms).
+//! What only the SQLite store has. The Core policy's lock rule on a real file: another
+//! connection holds the write lock, and paused tokio time shows each delay exactly (3 attempts,
+//! 20 ms then 40 ms); other errors at once; files it refuses at open; the cap on a value.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -290,4 +291,50 @@ fn a_file_that_is_not_a_database_is_refused_at_open() {
         SqliteStore::open(dir_as_file, LockRetry::CORE_POLICY),
         Err(StoreError::Open { .. })
     ));
+}
+
+#[tokio::test]
+async fn an_oversize_value_in_the_file_is_refused_not_read() {
+    let (_dir, path) = temp();
+    let store = SqliteStore::open(&path, LockRetry::CORE_POLICY).unwrap();
+    store.submit(job("big"), now()).await.unwrap();
+    // Behind the store's back, a payload one byte over the cap (SQLite's own limit is 1 GB).
+    let other = rusqlite::Connection::open(&path).unwrap();
+    let fill = |len: usize| {
+        let sql = "UPDATE jobs SET payload = '\"' || zeroblob(?1) || '\"' WHERE key = 'big'";
+        other.execute(sql, [len as i64 - 2]).unwrap();
+    };
+    fill(SqliteStore::VALUE_MAX); // at the cap: read, then refused as JSON (raw NULs in a string)
+    let read = store.get("big").await;
+    assert!(
+        matches!(
+            &read,
+            Err(StoreError::Corrupt {
+                field: "payload",
+                ..
+            })
+        ),
+        "{read:?}"
+    );
+    fill(SqliteStore::VALUE_MAX + 1);
+    let read = store.get("big").await;
+    assert!(
+        matches!(&read, Err(StoreError::Database { op: "get", source }) if source.to_string().contains("too big")),
+        "{read:?}"
+    );
+
+    let payload = serde_json::Value::String("x".repeat(SqliteStore::VALUE_MAX));
+    let refused = store
+        .submit(
+            NewJob {
+                payload,
+                ..job("huge")
+            },
+            now(),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(StoreError::Database { op: "submit", .. })),
+        "{refused:?}"
+    );
 }
