@@ -32,6 +32,8 @@ struct Sql {
     select: String,
     claim: String,
     claim_key: String,
+    /// Fails a claimed row that does not decode.
+    quarantine: String,
     checkpoint: String,
     finish: String,
     list: String,
@@ -54,6 +56,10 @@ impl Sql {
             ),
             claim_key: format!(
                 "UPDATE {t} SET {claimed} WHERE key = $4 AND {ELIGIBLE} RETURNING {COLUMNS}"
+            ),
+            quarantine: format!(
+                "UPDATE {t} SET state = 'failed', last_error = $1, lease_owner = NULL, lease_until = NULL, \
+                 updated_at = $2 WHERE seq = $3"
             ),
             checkpoint: format!(
                 "UPDATE {t} SET progress = $1, lease_until = $2, updated_at = $3 \
@@ -191,16 +197,29 @@ impl PgStore {
         op: &'static str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
+        now: i64,
     ) -> Result<Vec<Job>, StoreError> {
         let db = |e| StoreError::database(op, e);
         let mut client = self.client(op).await?;
         let tx = client.transaction().await.map_err(db)?;
         let stmt = tx.prepare_cached(sql).await.map_err(db)?;
         let rows = tx.query(&stmt, params).await.map_err(db)?;
-        let mut jobs = rows
-            .iter()
-            .map(|r| read_row(r)?.decode())
-            .collect::<Result<Vec<_>, _>>()?;
+        // A row that does not decode is failed in this transaction
+        // (`corrupt_row`) and left out: one damaged row cannot stop the queue.
+        let mut jobs = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let seq: i64 = r.try_get(1).map_err(db)?;
+            match read_row(r).and_then(RawRow::decode) {
+                Ok(job) => jobs.push(job),
+                Err(e) => {
+                    tracing::warn!(target: "sdk_queue", seq, error = %e, "a claimed job row does not decode: failed as corrupt_row");
+                    let quarantine = tx.prepare_cached(&self.sql.quarantine).await.map_err(db)?;
+                    tx.execute(&quarantine, &[&crate::row::corrupt_error(&e), &now, &seq])
+                        .await
+                        .map_err(db)?;
+                }
+            }
+        }
         tx.commit().await.map_err(db)?;
         jobs.sort_by_key(|j| j.seq);
         Ok(jobs)
@@ -309,6 +328,7 @@ impl JobStore for PgStore {
             "claim",
             &self.sql.claim,
             &[&claim.owner, &until, &now, &claim.kinds, &limit],
+            now,
         )
         .await
     }
@@ -326,6 +346,7 @@ impl JobStore for PgStore {
                 "claim_key",
                 &self.sql.claim_key,
                 &[&owner, &until, &now, &key],
+                now,
             )
             .await?;
         Ok(claimed.into_iter().next())

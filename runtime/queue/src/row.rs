@@ -111,6 +111,18 @@ pub(crate) fn from_ms(ms: i64) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
+/// The error a claimed row that does not decode is failed with: it can never
+/// run, and left eligible it would stop every claim of its kind.
+pub(crate) fn corrupt_error(e: &StoreError) -> String {
+    encode_error(&JobError {
+        class: "corrupt_row".into(),
+        row: None,
+        status: None,
+        request_id: None,
+        detail: e.to_string(),
+    })
+}
+
 /// The stored form of an error: bounded, as JSON text.
 pub(crate) fn encode_error(e: &JobError) -> String {
     serde_json::to_string(&e.bounded()).expect("a JobError always serializes")

@@ -205,6 +205,41 @@ fn read_row(r: &rusqlite::Row<'_>) -> Result<RawRow, Fail> {
     })
 }
 
+/// Runs a claim's `UPDATE … RETURNING` and decodes the rows it claimed. A
+/// row that does not decode is failed in the same transaction (`corrupt_row`)
+/// and left out, so one damaged row cannot stop the queue.
+fn claimed(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+    now: i64,
+) -> Result<Vec<Job>, Fail> {
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    {
+        let mut stmt = tx.prepare_cached(sql)?;
+        let mut rows = stmt.query(params)?;
+        while let Some(r) = rows.next()? {
+            let seq: i64 = r.get(1)?;
+            match read_row(r).and_then(|raw| raw.decode().map_err(Fail::Store)) {
+                Ok(job) => good.push(job),
+                Err(Fail::Store(e)) => bad.push((seq, e)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    for (seq, e) in bad {
+        tracing::warn!(target: "sdk_queue", seq, error = %e, "a claimed job row does not decode: failed as corrupt_row");
+        tx.execute(
+            "UPDATE jobs SET state = 'failed', last_error = ?1, lease_owner = NULL, lease_until = NULL, \
+             updated_at = ?2 WHERE seq = ?3",
+            params![crate::row::corrupt_error(&e), now, seq],
+        )?;
+    }
+    good.sort_by_key(|j| j.seq);
+    Ok(good)
+}
+
 /// Runs a query and decodes every row it returns.
 fn jobs(
     stmt: &mut rusqlite::Statement<'_>,
@@ -260,18 +295,15 @@ impl JobStore for SqliteStore {
         );
         self.run("claim", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let mut claimed = {
-                let mut stmt = tx.prepare_cached(&format!(
-                    "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
-                     attempts = attempts + 1, updated_at = ?3 \
-                     WHERE seq IN (SELECT seq FROM jobs WHERE kind IN (SELECT value FROM json_each(?4)) \
-                     AND {ELIGIBLE} ORDER BY seq LIMIT ?5) RETURNING {COLUMNS}"
-                ))?;
-                jobs(&mut stmt, params![owner, until, now, kinds, limit])?
-            };
+            let sql = format!(
+                "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
+                 attempts = attempts + 1, updated_at = ?3 \
+                 WHERE seq IN (SELECT seq FROM jobs WHERE kind IN (SELECT value FROM json_each(?4)) \
+                 AND {ELIGIBLE} ORDER BY seq LIMIT ?5) RETURNING {COLUMNS}"
+            );
+            let jobs = claimed(&tx, &sql, params![owner, until, now, kinds, limit], now)?;
             tx.commit()?;
-            claimed.sort_by_key(|j| j.seq);
-            Ok(claimed)
+            Ok(jobs)
         })
         .await
     }
@@ -291,15 +323,13 @@ impl JobStore for SqliteStore {
         );
         self.run("claim_key", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let claimed = {
-                let mut stmt = tx.prepare_cached(&format!(
-                    "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
-                     attempts = attempts + 1, updated_at = ?3 WHERE key = ?4 AND {ELIGIBLE} RETURNING {COLUMNS}"
-                ))?;
-                jobs(&mut stmt, params![owner, until, now, key])?.pop()
-            };
+            let sql = format!(
+                "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
+                 attempts = attempts + 1, updated_at = ?3 WHERE key = ?4 AND {ELIGIBLE} RETURNING {COLUMNS}"
+            );
+            let job = claimed(&tx, &sql, params![owner, until, now, key], now)?.pop();
             tx.commit()?;
-            Ok(claimed)
+            Ok(job)
         })
         .await
     }
