@@ -388,6 +388,35 @@ async fn a_write_the_platform_refuses_fails_and_keeps_its_error_for_the_ui() {
         0,
         "a failed job is not replayed"
     );
+
+    // The re-upload path: the cause fixed, a person runs it again.
+    q.env
+        .grag
+        .workspaces()
+        .create_kb(&CreateKb {
+            kb_id: KbId::parse("kb-missing").unwrap(),
+            name: "Now there".into(),
+            description: None,
+        })
+        .await
+        .unwrap();
+    let again = q
+        .jobs
+        .retry(&job.key)
+        .await
+        .unwrap()
+        .expect("the job exists");
+    assert_eq!(again.state, JobState::Done, "{again:?}");
+    assert_eq!(again.attempts, 2);
+    assert_eq!(q.env.sim.documents("knoll", "kb-missing").len(), 1);
+    assert!(q.jobs.failed(10).await.unwrap().is_empty());
+    assert!(
+        q.jobs
+            .retry("ingest:kb-missing:nothing")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[tokio::test]

@@ -115,6 +115,34 @@ impl Jobs {
         self.submit(key, KG, &batch).await
     }
 
+    /// Runs a failed job again: the UI's re-upload path, a person's decision
+    /// once the cause is fixed (a knowledge base created, a file replaced by
+    /// the same document id). The job goes on from its checkpoint. `None` if
+    /// there is no such job; a job that is not failed is returned as it is.
+    pub async fn retry(&self, key: &str) -> Result<Option<Job>, JobsError> {
+        let store = &self.inner.store;
+        if store.requeue(key, self.now()).await? {
+            self.refresh_depth().await;
+            self.run_key(key).await?;
+        }
+        Ok(store.get(key).await?)
+    }
+
+    /// Claims the job by key and runs it, if no other worker holds it.
+    async fn run_key(&self, key: &str) -> Result<(), JobsError> {
+        let lease = self.inner.policy.lease;
+        let claimed = self
+            .inner
+            .store
+            .claim_key(key, &self.inner.owner, lease, self.now())
+            .await?;
+        if let Some(job) = claimed {
+            self.run_claimed(job).await?;
+        }
+        self.inner.wake.notify_one();
+        Ok(())
+    }
+
     async fn submit(
         &self,
         key: String,
@@ -139,11 +167,7 @@ impl Jobs {
             )
             .await?;
         self.refresh_depth().await;
-        let lease = self.inner.policy.lease;
-        if let Some(job) = store.claim_key(&key, &self.inner.owner, lease, now).await? {
-            self.run_claimed(job).await?;
-        }
-        self.inner.wake.notify_one();
+        self.run_key(&key).await?;
         store
             .get(&key)
             .await?

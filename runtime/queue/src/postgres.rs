@@ -38,6 +38,7 @@ struct Sql {
     finish: String,
     list: String,
     depth: String,
+    requeue: String,
 }
 
 impl Sql {
@@ -71,6 +72,10 @@ impl Sql {
                  WHERE key = $5 AND state = 'in_flight' AND lease_owner = $6"
             ),
             list: format!("SELECT {COLUMNS} FROM {t} WHERE state = $1 ORDER BY seq LIMIT $2"),
+            requeue: format!(
+                "UPDATE {t} SET state = 'pending', not_before = NULL, updated_at = $1 \
+                 WHERE key = $2 AND state = 'failed'"
+            ),
             depth: format!(
                 "SELECT kind, state, COUNT(*) FROM {t} WHERE state <> 'done' GROUP BY kind, state ORDER BY kind, state"
             ),
@@ -426,6 +431,17 @@ impl JobStore for PgStore {
             out.push((kind, state, u64::try_from(count).unwrap_or(0)));
         }
         Ok(out)
+    }
+
+    async fn requeue(&self, key: &str, now: SystemTime) -> Result<bool, StoreError> {
+        let db = |e| StoreError::database("requeue", e);
+        let client = self.client("requeue").await?;
+        let stmt = client.prepare_cached(&self.sql.requeue).await.map_err(db)?;
+        let changed = client
+            .execute(&stmt, &[&to_ms(now), &key])
+            .await
+            .map_err(db)?;
+        Ok(changed == 1)
     }
 }
 

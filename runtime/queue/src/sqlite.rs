@@ -424,6 +424,21 @@ impl JobStore for SqliteStore {
         })
         .await
     }
+
+    async fn requeue(&self, key: &str, now: SystemTime) -> Result<bool, StoreError> {
+        let (key, now) = (key.to_owned(), to_ms(now));
+        self.run("requeue", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE jobs SET state = 'pending', not_before = NULL, updated_at = ?1 \
+                 WHERE key = ?2 AND state = 'failed'",
+                params![now, key],
+            )?;
+            tx.commit()?;
+            Ok(changed == 1)
+        })
+        .await
+    }
 }
 
 fn depth_col<T: FromSql>(

@@ -53,4 +53,7 @@ pub trait JobStore: Send + Sync + 'static {
     async fn list(&self, state: JobState, limit: usize) -> Result<Vec<Job>, StoreError>;
     /// Count per (kind, state) of every job not done: the queue depth metric.
     async fn depth(&self) -> Result<Vec<(String, JobState, u64)>, StoreError>;
+    /// Make a `failed` job `pending` again, a person's decision (the UI's re-upload): its
+    /// attempts, checkpoint and last error stay. `false` if the job is not failed.
+    async fn requeue(&self, key: &str, now: SystemTime) -> Result<bool, StoreError>;
 }

@@ -642,3 +642,48 @@ pub async fn concurrent_claimers_never_share_a_job(h: &impl Harness) {
     }
     assert!(s.depth().await.unwrap().is_empty());
 }
+
+pub async fn requeue_revives_only_a_failed_job(h: &impl Harness) {
+    let s = h.store();
+    submit_all(
+        &*s,
+        &[
+            ("failed", "ingest"),
+            ("done", "ingest"),
+            ("pending", "ingest"),
+        ],
+    )
+    .await;
+    let claimed = claim(&*s, "w", &["ingest"], 2, 0).await;
+    assert_eq!(claimed, ["failed", "done"]);
+    s.finish("failed", "w", Finish::Failed(error("not_found")), at(1))
+        .await
+        .unwrap();
+    s.finish("done", "w", Finish::Done, at(1)).await.unwrap();
+
+    assert!(s.requeue("failed", at(2)).await.unwrap());
+    let revived = get(&*s, "failed").await;
+    assert_eq!(
+        (revived.state, revived.attempts, revived.updated_at),
+        (JobState::Pending, 1, at(2))
+    );
+    assert_eq!(
+        revived.last_error,
+        Some(error("not_found")),
+        "the error stays until the next run"
+    );
+    assert!(
+        !s.requeue("done", at(2)).await.unwrap(),
+        "a done job stays done"
+    );
+    assert!(
+        !s.requeue("pending", at(2)).await.unwrap(),
+        "only a failed job"
+    );
+    assert!(!s.requeue("missing", at(2)).await.unwrap());
+    assert_eq!(get(&*s, "done").await.state, JobState::Done);
+    assert_eq!(
+        claim(&*s, "w", &["ingest"], 5, 3).await,
+        ["failed", "pending"]
+    );
+}

@@ -183,6 +183,7 @@ macro_rules! suite {
             list_gives_the_oldest_first,
             corrupt_rows_are_typed_errors,
             concurrent_claimers_never_share_a_job,
+            requeue_revives_only_a_failed_job,
         );
     };
 }
