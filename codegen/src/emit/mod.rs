@@ -10,7 +10,7 @@ mod policy;
 mod services;
 mod types;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use proc_macro2::TokenStream;
 
@@ -100,10 +100,17 @@ fn rustfmt(files: &mut [File]) {
     for file in files.iter() {
         scratch.write(&file.path, &file.contents);
     }
+    // rustfmt formats a file's out-of-line modules with it: given them
+    // again, it would format them twice. Only the roots are named.
+    let lib = files.iter().find(|f| f.path.as_path() == Path::new("src/lib.rs"));
+    let roots = files.iter().filter(|f| match lib {
+        Some(lib) if f.path != lib.path => !declares(&lib.contents, &f.path),
+        _ => true,
+    });
     let rustfmt = std::env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".into());
     let output = Command::new(&rustfmt)
         .args(["--edition", "2024", "--quiet"])
-        .args(files.iter().map(|f| scratch.0.join(&f.path)))
+        .args(roots.map(|f| scratch.0.join(&f.path)))
         .output()
         .unwrap_or_else(|e| panic!("`{rustfmt}` is needed to format generated code: {e}"));
     if !output.status.success() {
@@ -115,6 +122,21 @@ fn rustfmt(files: &mut [File]) {
     for file in files.iter_mut() {
         file.contents = scratch.read(&file.path);
     }
+}
+
+/// Whether `lib` declares the file at `path` (`src/<name>.rs`) as a
+/// top-level out-of-line module, so that formatting `lib` formats it.
+fn declares(lib: &str, path: &Path) -> bool {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_stem()) else {
+        return false;
+    };
+    let declaration = format!("mod {};", name.to_string_lossy());
+    parent == Path::new("src")
+        && lib.lines().any(|line| {
+            ["", "pub ", "pub(crate) "]
+                .iter()
+                .any(|vis| line.strip_prefix(vis) == Some(declaration.as_str()))
+        })
 }
 
 /// A directory of its own under the system's temporary directory, removed
@@ -135,7 +157,7 @@ impl Scratch {
         Self(dir)
     }
 
-    fn write(&self, path: &std::path::Path, contents: &str) {
+    fn write(&self, path: &Path, contents: &str) {
         let path = self.0.join(path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
@@ -145,7 +167,7 @@ impl Scratch {
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     }
 
-    fn read(&self, path: &std::path::Path) -> String {
+    fn read(&self, path: &Path) -> String {
         let path = self.0.join(path);
         std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
