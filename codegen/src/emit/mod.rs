@@ -102,7 +102,9 @@ fn rustfmt(files: &mut [File]) {
     }
     // rustfmt formats a file's out-of-line modules with it: given them
     // again, it would format them twice. Only the roots are named.
-    let lib = files.iter().find(|f| f.path.as_path() == Path::new("src/lib.rs"));
+    let lib = files
+        .iter()
+        .find(|f| f.path.as_path() == Path::new("src/lib.rs"));
     let roots = files.iter().filter(|f| match lib {
         Some(lib) if f.path != lib.path => !declares(&lib.contents, &f.path),
         _ => true,
