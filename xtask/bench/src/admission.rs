@@ -163,7 +163,7 @@ where
 }
 
 pub fn run(opts: &Opts) {
-    let n = if opts.quick { 50_000 } else { 200_000 };
+    let n = if opts.quick { 50_000 } else { 100_000 };
     let rt = current_thread();
     let note = format!(
         "ours: breaker check + throttle (retrieval budget) [{OVERRIDE}]; peer: governor check + tokio semaphore"
@@ -238,7 +238,7 @@ pub async fn refuse_peer(bucket: &governor::DefaultDirectRateLimiter) {
 fn fail_fast(opts: &Opts, rt: &tokio::runtime::Runtime) {
     let grag = open_breaker(rt);
     let bucket = exhausted();
-    let n: u32 = if opts.quick { 50_000 } else { 200_000 };
+    let n: u32 = if opts.quick { 50_000 } else { 100_000 };
     let each = |f: &dyn Fn() -> u64| {
         let (started, before) = (Instant::now(), alloc::count());
         let done = f();

@@ -240,7 +240,7 @@ pub fn run(opts: &Opts) {
     .print();
 
     let samples = pair(
-        opts.rounds,
+        opts.rounds.min(7),
         || rt.block_on(list_kbs_latency(true)),
         || rt.block_on(list_kbs_latency(false)),
     );

@@ -149,7 +149,7 @@ pub fn run(opts: &Opts) {
         format!("{base}{DOCUMENTS}"),
         format!("{base}{SETTINGS}"),
     );
-    let scale = |n: usize| if opts.quick { n / 4 } else { n };
+    let scale = |n: usize| if opts.quick { n / 4 } else { n / 2 };
     let rounds = opts.rounds;
 
     let results = rotate(

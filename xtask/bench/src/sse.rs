@@ -148,7 +148,7 @@ fn throughput(chunks: &[Bytes], rounds: usize, target_ms: f64) -> Vec<Vec<f64>> 
 }
 
 pub fn run(opts: &Opts) {
-    let target_ms = if opts.quick { 30.0 } else { 120.0 };
+    let target_ms = if opts.quick { 30.0 } else { 70.0 };
     let mib = 1 << 20;
     let cap = MAX_LINE_BYTES;
     let mut inputs = vec![
