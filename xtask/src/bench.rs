@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-use crate::summary::{self, Measurement, Row};
+use crate::summary::{self, Goal, Measurement, On, Op, Row};
 
 /// Rows whose part has not landed: the name prefix a measurement of it will
 /// carry, its unit and why it is missing. When a group prints a measurement
@@ -24,7 +24,7 @@ const PLANNED: [(&str, &str, &str); 1] = [(
 
 /// The callgrind rows: ours and the peer as `sdk-bench micro` names them,
 /// what the peer is, and operations per run (the second run does twice as many).
-const CALLGRIND: [(&str, &str, &str, &str, u64); 4] = [
+const CALLGRIND: [(&str, &str, &str, &str, u64); 5] = [
     (
         "admission, uncontended",
         "admission-ours",
@@ -52,6 +52,13 @@ const CALLGRIND: [(&str, &str, &str, &str, u64); 4] = [
         "sse-job-sseer",
         "sseer",
         4,
+    ),
+    (
+        "sse line growth: ours at the 1 MiB cap vs at 128 KiB",
+        "sse-line-1m-ours",
+        "sse-line-128k-ours",
+        "ours on a 128 KiB line (linear: ratio 1, quadratic: 8)",
+        2,
     ),
 ];
 
@@ -162,9 +169,10 @@ fn callgrind(exe: &Path, quick: bool) -> Vec<Row> {
     for (name, ours, peer, peer_is, n) in CALLGRIND {
         let n = if quick { (n / 4).max(2) } else { n };
         let name = format!("{name} (callgrind)");
-        let (unit, per) = if ours.starts_with("sse-") {
-            let bytes = Command::new(exe)
-                .args(["micro", "--bytes-per-op", "sse-job"])
+        // Per byte for the parsers: each target's own input size.
+        let bytes = |target: &str| {
+            Command::new(exe)
+                .args(["micro", "--bytes-per-op", target])
                 .output()
                 .ok()
                 .and_then(|o| {
@@ -172,12 +180,14 @@ fn callgrind(exe: &Path, quick: bool) -> Vec<Row> {
                         .trim()
                         .parse::<f64>()
                         .ok()
-                });
-            ("instr/byte", bytes)
-        } else {
-            ("instr/op", Some(1.0))
+                })
         };
-        let Some(per) = per else {
+        let sse = ours.starts_with("sse-");
+        let unit = if sse { "instr/byte" } else { "instr/op" };
+        let (Some(per_ours), Some(per_peer)) = (
+            if sse { bytes(ours) } else { Some(1.0) },
+            if sse { bytes(peer) } else { Some(1.0) },
+        ) else {
             rows.push(Row::failed(
                 &name,
                 "could not learn the bytes per operation",
@@ -195,14 +205,20 @@ fn callgrind(exe: &Path, quick: bool) -> Vec<Row> {
                 rows.push(Row::of(&Measurement {
                     name,
                     unit: unit.into(),
-                    ours: vec![o / per],
-                    peer: vec![p / per],
+                    ours: vec![o / per_ours],
+                    peer: vec![p / per_peer],
                     note: format!(
                         "instructions (valgrind --tool=callgrind) of {}x minus {n}x, per {}; peer: {peer_is}",
                         2 * n,
                         if unit == "instr/byte" { "byte" } else { "operation" }
                     ),
-                    goal: None,
+                    // Only the growth row has a goal in instructions: there
+                    // the wall time also measures caches and the machine's load.
+                    goal: (ours == "sse-line-1m-ours").then_some(Goal {
+                        on: On::Ratio,
+                        op: Op::AtMost,
+                        value: 2.0,
+                    }),
                     added: false,
                 }));
             }

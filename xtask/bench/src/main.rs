@@ -51,7 +51,7 @@ fn main() -> ExitCode {
             Ok(total) => sse_memory::child(case, total),
             Err(_) => return usage(),
         },
-        ["micro", "--bytes-per-op", "sse-job"] => println!("{}", micro::job_bytes()),
+        ["micro", "--bytes-per-op", target] => println!("{}", micro::bytes_per_op(target)),
         ["micro", target, n] => match n.parse() {
             Ok(n) => micro::run(target, n),
             Err(_) => return usage(),

@@ -5,11 +5,12 @@
 //! the loop cancels out and what remains is instructions per operation.
 
 use bytes::Bytes;
+use sdk_runtime::sse::MAX_LINE_BYTES;
 
 use crate::admission;
 
 /// The targets, as `sdk-bench micro <target> <n>` takes them.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 9] = [
     "admission-ours",
     "admission-peer",
     "fail-fast-ours",
@@ -17,6 +18,8 @@ pub const TARGETS: [&str; 7] = [
     "sse-job-ours",
     "sse-job-eventsource-stream",
     "sse-job-sseer",
+    "sse-line-128k-ours",
+    "sse-line-1m-ours",
 ];
 
 /// The function callgrind counts: runs `operations` once.
@@ -71,11 +74,11 @@ pub fn run(target: &str, n: u64) {
                 })
             });
         }
-        sse if sse.starts_with("sse-job-") => {
-            let chunks = job_chunks();
+        sse if sse.starts_with("sse-") => {
+            let (chunks, parser) = sse_input(sse);
             let (_, parse) = crate::sse::CONTENDERS
                 .iter()
-                .find(|(name, _)| Some(*name) == sse.strip_prefix("sse-job-"))
+                .find(|(name, _)| *name == parser)
                 .expect("a known parser");
             measured(&|| {
                 for _ in 0..n {
@@ -87,13 +90,26 @@ pub fn run(target: &str, n: u64) {
     }
 }
 
-/// 64 KiB of job progress in 16 KiB chunks: one operation parses them all.
-pub fn job_chunks() -> Vec<Bytes> {
-    let bytes = crate::sse::job_progress(64 << 10);
-    bytes.chunks(16 << 10).map(Bytes::copy_from_slice).collect()
+/// The chunks one operation of an `sse-*` target parses, and the parser:
+/// 64 KiB of job progress in 16 KiB chunks, or one line in 1 KiB chunks.
+fn sse_input(target: &str) -> (Vec<Bytes>, &'static str) {
+    use crate::sse::{job_progress, one_line};
+    let job = || (job_progress(64 << 10), 16 << 10);
+    let ((bytes, chunk), parser) = match target {
+        "sse-job-ours" => (job(), "ours"),
+        "sse-job-eventsource-stream" => (job(), "eventsource-stream"),
+        "sse-job-sseer" => (job(), "sseer"),
+        "sse-line-128k-ours" => ((one_line(128 << 10), 1 << 10), "ours"),
+        "sse-line-1m-ours" => ((one_line(MAX_LINE_BYTES), 1 << 10), "ours"),
+        other => panic!("unknown micro target {other}; one of {TARGETS:?}"),
+    };
+    (
+        bytes.chunks(chunk).map(Bytes::copy_from_slice).collect(),
+        parser,
+    )
 }
 
-/// Bytes one `sse-job-*` operation parses.
-pub fn job_bytes() -> usize {
-    job_chunks().iter().map(Bytes::len).sum()
+/// Bytes one operation of the `sse-*` target parses.
+pub fn bytes_per_op(target: &str) -> usize {
+    sse_input(target).0.iter().map(Bytes::len).sum()
 }
