@@ -199,7 +199,7 @@ fn cell(v: Option<f64>) -> String {
 }
 
 /// The table, as Markdown (it reads in a terminal and pastes into the
-/// README), and the rows' notes under it.
+/// README), and the rows' notes under it, each once for its run of rows.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
         "| # | row | ours | peer | unit | ratio (min–max) | ours − peer | goal | met |\n\
@@ -235,14 +235,26 @@ pub fn table(rows: &[Row]) -> String {
         ));
     }
     out.push('\n');
-    for (i, r) in rows.iter().enumerate() {
-        let text = match &r.missing {
-            Some(why) => why.as_str(),
-            None => r.note.as_str(),
-        };
-        if !text.is_empty() {
-            out.push_str(&format!("{}. {}\n", i + 1, text));
+    // Each note once, for the run of consecutive rows it belongs to.
+    let texts: Vec<&str> = rows
+        .iter()
+        .map(|r| r.missing.as_deref().unwrap_or(&r.note))
+        .collect();
+    let mut first = 0;
+    while first < texts.len() {
+        let last = (first..texts.len())
+            .take_while(|&i| texts[i] == texts[first])
+            .last()
+            .unwrap_or(first);
+        if !texts[first].is_empty() {
+            let rows = if last > first {
+                format!("{}–{}", first + 1, last + 1)
+            } else {
+                format!("{}", first + 1)
+            };
+            out.push_str(&format!("- {rows}: {}\n", texts[first]));
         }
+        first = last + 1;
     }
     out
 }
@@ -376,6 +388,8 @@ mod tests {
             )),
             Row::missing("job store", "jobs/s", None, "not built yet: sdk-queue"),
             Row::failed("sse", "exit status 101"),
+            Row::of(&measurement(&[1.0], &[1.0], None)),
+            Row::of(&measurement(&[1.0], &[1.0], None)),
         ];
         let table = table(&rows);
         let lines: Vec<&str> = table.lines().collect();
@@ -385,7 +399,12 @@ mod tests {
         );
         assert!(lines[3].ends_with("| missing |"), "{}", lines[3]);
         assert!(lines[4].ends_with("| failed |"), "{}", lines[4]);
-        assert!(table.contains("2. not built yet: sdk-queue"));
+        assert!(
+            table.contains(
+                "\n- 1: n\n- 2: not built yet: sdk-queue\n- 3: exit status 101\n- 4–5: n\n"
+            ),
+            "{table}"
+        );
     }
 
     #[test]
