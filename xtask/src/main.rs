@@ -1,4 +1,8 @@
-//! `cargo xtask codegen [--check]` and `cargo xtask demo`.
+//! `cargo xtask codegen [--check]`, `cargo xtask demo` and `cargo xtask bench [--quick]`.
+
+mod bench;
+mod codegen_bench;
+mod summary;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -10,8 +14,19 @@ fn main() -> ExitCode {
         ["codegen"] => codegen(false),
         ["codegen", "--check"] => codegen(true),
         ["demo"] => demo(),
+        ["bench"] => bench::run(&root(), false),
+        ["bench", "--quick"] => bench::run(&root(), true),
+        // Run by `bench` in release: the generator's own row.
+        ["bench-codegen", rest @ ..] => {
+            for m in codegen_bench::measure(&root(), rest == ["--quick"]) {
+                println!("{}", serde_json::to_string(&m).expect("JSON"));
+            }
+            ExitCode::SUCCESS
+        }
         _ => {
-            eprintln!("usage: cargo xtask codegen [--check] | cargo xtask demo");
+            eprintln!(
+                "usage: cargo xtask codegen [--check] | cargo xtask demo | cargo xtask bench [--quick]"
+            );
             ExitCode::from(2)
         }
     }

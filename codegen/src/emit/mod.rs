@@ -10,7 +10,7 @@ mod policy;
 mod services;
 mod types;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use proc_macro2::TokenStream;
 
@@ -34,7 +34,7 @@ pub fn files(model: &Model) -> Vec<File> {
         rust("src/ids.rs", ids::ids_rs(model)),
         File {
             path: "src/log.rs".into(),
-            contents: rustfmt(&format!("{HEADER}{}", log::log_rs(model)), "src/log.rs"),
+            contents: format!("{HEADER}{}", log::log_rs(model)),
         },
         rust("src/policy.rs", policy::policy_rs(model)),
         rust("src/types.rs", types::types_rs(model)),
@@ -43,6 +43,7 @@ pub fn files(model: &Model) -> Vec<File> {
         let path = format!("src/{}.rs", services::module_name(service));
         out.push(rust(&path, services::service_rs(model, index)));
     }
+    rustfmt(&mut out);
     out.push(File {
         path: "Cargo.toml".into(),
         contents: cargo_toml(model),
@@ -77,46 +78,108 @@ fn cargo_toml(model: &Model) -> String {
     )
 }
 
+/// Parses and pretty-prints `tokens`; [`rustfmt`] formats the result.
 fn rust(path: &str, tokens: TokenStream) -> File {
     let file: syn::File = syn::parse2(tokens).unwrap_or_else(|e| {
         panic!("the emitter produced invalid Rust for {path}: {e}");
     });
     File {
         path: path.into(),
-        contents: rustfmt(
-            &format!("{HEADER}{}", space_items(&prettyplease::unparse(&file))),
-            path,
-        ),
+        contents: format!("{HEADER}{}", space_items(&prettyplease::unparse(&file))),
     }
 }
 
-/// Runs the code through `rustfmt`, so `cargo fmt` leaves generated files
-/// as they are. prettyplease alone differs from rustfmt in small ways.
-fn rustfmt(code: &str, path: &str) -> String {
-    use std::io::Write;
-    use std::process::{Command, Stdio};
+/// Runs the crate's Rust files through `rustfmt`, so `cargo fmt` leaves
+/// generated files as they are (prettyplease alone differs from rustfmt in
+/// small ways). One `rustfmt` process formats them all in a scratch copy of
+/// the crate: a process per file spent most of the generator's time starting
+/// rustfmt.
+fn rustfmt(files: &mut [File]) {
+    use std::process::Command;
+    let scratch = Scratch::new();
+    for file in files.iter() {
+        scratch.write(&file.path, &file.contents);
+    }
+    // rustfmt formats a file's out-of-line modules with it: given them
+    // again, it would format them twice. Only the roots are named.
+    let lib = files
+        .iter()
+        .find(|f| f.path.as_path() == Path::new("src/lib.rs"));
+    let roots = files.iter().filter(|f| match lib {
+        Some(lib) if f.path != lib.path => !declares(&lib.contents, &f.path),
+        _ => true,
+    });
     let rustfmt = std::env::var("RUSTFMT").unwrap_or_else(|_| "rustfmt".into());
-    let mut child = Command::new(&rustfmt)
-        .args(["--edition", "2024", "--emit", "stdout", "--quiet"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let output = Command::new(&rustfmt)
+        .args(["--edition", "2024", "--quiet"])
+        .args(roots.map(|f| scratch.0.join(&f.path)))
+        .output()
         .unwrap_or_else(|e| panic!("`{rustfmt}` is needed to format generated code: {e}"));
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(code.as_bytes())
-        .expect("rustfmt reads its input");
-    let output = child.wait_with_output().expect("rustfmt runs");
     if !output.status.success() {
         panic!(
-            "rustfmt refused the generated {path}: {}",
+            "rustfmt refused the generated code: {}",
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    String::from_utf8(output.stdout).expect("rustfmt writes UTF-8")
+    for file in files.iter_mut() {
+        file.contents = scratch.read(&file.path);
+    }
+}
+
+/// Whether `lib` declares the file at `path` (`src/<name>.rs`) as a
+/// top-level out-of-line module, so that formatting `lib` formats it.
+fn declares(lib: &str, path: &Path) -> bool {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_stem()) else {
+        return false;
+    };
+    let declaration = format!("mod {};", name.to_string_lossy());
+    parent == Path::new("src")
+        && lib.lines().any(|line| {
+            ["", "pub ", "pub(crate) "]
+                .iter()
+                .any(|vis| line.strip_prefix(vis) == Some(declaration.as_str()))
+        })
+}
+
+/// A directory of its own under the system's temporary directory, removed
+/// when dropped (also when a panic unwinds through the formatting).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // Unique per process and call: tests generate in parallel threads.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sdk-codegen-{}-{n}", std::process::id()));
+        // A leftover of an earlier process with the same id goes first.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        Self(dir)
+    }
+
+    fn write(&self, path: &Path, contents: &str) {
+        let path = self.0.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+        }
+        std::fs::write(&path, contents)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+
+    fn read(&self, path: &Path) -> String {
+        let path = self.0.join(path);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Puts a blank line between items, as a person would: after a closing
