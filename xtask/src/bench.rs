@@ -17,15 +17,21 @@ use crate::summary::{self, Goal, Measurement, On, Op, Row};
 /// with the prefix, the row is measured instead: for the job store, a
 /// `job-store` group in `sdk-bench`, named in [`GROUPS`].
 const PLANNED: [(&str, &str, &str); 1] = [(
-    "job store",
+    "job store postgres",
     "jobs/s",
-    "not built yet: sdk-bench has no job-store group (jobs per second submitted and \
-     completed through each `sdk-queue` store, against a bare insert-and-update loop on the \
-     same database)",
+    "SDK_QUEUE_PG_URL is not set: the PostgreSQL store needs a server \
+     (SDK_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test)",
 )];
 
 /// The groups of `sdk-bench`, in the order they run and print.
-const GROUPS: [&str; 5] = ["pipeline", "admission", "fairness", "sse", "sse-memory"];
+const GROUPS: [&str; 6] = [
+    "pipeline",
+    "admission",
+    "fairness",
+    "sse",
+    "sse-memory",
+    "job-store",
+];
 
 /// The callgrind rows: ours and the peer as `sdk-bench micro` names them,
 /// what the peer is, and operations per run (the second run does twice as many).

@@ -3,13 +3,14 @@
 //! samples of every round); xtask makes the table and the summary.
 //!
 //! ```text
-//! sdk-bench <group> [--quick]     groups: pipeline admission fairness sse sse-memory
+//! sdk-bench <group> [--quick]     groups: pipeline admission fairness sse sse-memory job-store
 //! sdk-bench micro <target> <n>    one micro-path n times, for callgrind
 //! ```
 
 mod admission;
 mod alloc;
 mod fairness;
+mod job_store;
 mod micro;
 mod pipeline;
 mod report;
@@ -29,7 +30,14 @@ pub struct Opts {
     pub rounds: usize,
 }
 
-pub const GROUPS: [&str; 5] = ["pipeline", "admission", "fairness", "sse", "sse-memory"];
+pub const GROUPS: [&str; 6] = [
+    "pipeline",
+    "admission",
+    "fairness",
+    "sse",
+    "sse-memory",
+    "job-store",
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -47,6 +55,7 @@ fn main() -> ExitCode {
         ["fairness", ..] => fairness::run(&opts),
         ["sse", ..] => sse::run(&opts),
         ["sse-memory", ..] => sse_memory::run(&opts),
+        ["job-store", ..] => job_store::run(&opts),
         ["sse-memory-child", case, total] => match total.parse() {
             Ok(total) => sse_memory::child(case, total),
             Err(_) => return usage(),
