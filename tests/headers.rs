@@ -29,7 +29,7 @@ use grag_client::{
     JobId, KbId, Progress, SessionId, TenantId, WorkspaceId,
 };
 use recorder::{Recorded, Recorder, routes_matching};
-use sdk_runtime::{Endpoint, Lane, ScopeNeed};
+use sdk_runtime::{Endpoint, JobDone, JobProgress, JobUpdate, Lane, ScopeNeed};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -218,9 +218,9 @@ mod sample {
         json!({"language": "de"})
     }
 
-    pub const ORCHESTRATOR_SSE: &str = "event: subscribed\ndata: {}\n\n: keepalive\n\n\
-        event: node_complete\ndata: {\"node\":\"convert\"}\n\n\
-        event: completed\ndata: {\"status\":\"completed\"}\n\n";
+    pub const ORCHESTRATOR_SSE: &str = "event: subscribed\ndata: {\"job_id\":\"job-1\"}\n\n: keepalive\n\n\
+        event: node_complete\ndata: {\"job_id\":\"job-1\",\"node\":\"convert\"}\n\n\
+        event: completed\ndata: {\"job_id\":\"job-1\",\"results\":{}}\n\n";
     pub const CHAT_SSE: &str = "event: retrieve\ndata: {}\n\nevent: done\ndata: {}\n\n";
     pub const AGENT_SSE: &str = "event: message\ndata: hello\n\n";
 }
@@ -300,6 +300,32 @@ async fn drain(operation: &str, mut events: Events) -> Vec<String> {
         .await
         .unwrap_or_else(|_| panic!("{operation}: the stream did not end within 10 s"));
     names
+}
+
+/// Follows a job to its end: the event names of its live stream.
+async fn follow(
+    mut progress: JobProgress<grag_client::types::OrchestratorEvent, grag_client::types::JobStatus>,
+) -> Vec<String> {
+    use grag_client::types::OrchestratorEvent as E;
+    let mut names = Vec::new();
+    let read = async {
+        while let Some(update) = progress.next().await {
+            let event = match update.unwrap_or_else(|e| panic!("orchestrator_events: {e}")) {
+                JobUpdate::Event(e) | JobUpdate::Completed(JobDone::Event(e)) => e,
+                other => panic!("orchestrator_events: not a live event: {other:?}"),
+            };
+            names.push(match event {
+                E::Subscribed(_) => "subscribed",
+                E::NodeComplete(_) => "node_complete",
+                E::Completed(_) => "completed",
+                other => panic!("orchestrator_events: unexpected {other:?}"),
+            });
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("orchestrator_events: the job did not end within 10 s");
+    names.into_iter().map(str::to_owned).collect()
 }
 
 /// `unwrap_or_else` argument naming the call that failed.
@@ -513,13 +539,9 @@ async fn walk(grag: &Grag) {
             .unwrap_or_else(expect("pipeline_status")),
         sample::job_status()
     );
-    let progress = grag
-        .bff()
-        .orchestrator_events(&job)
-        .await
-        .unwrap_or_else(expect("orchestrator_events"));
+    let progress = grag.bff().orchestrator_events(&job);
     assert_eq!(
-        drain("orchestrator_events", progress).await,
+        follow(progress).await,
         ["subscribed", "node_complete", "completed"]
     );
     let chat = ChatRequest {

@@ -7,12 +7,15 @@
 
 use std::time::Duration;
 
-use grag_client::types::{ChatMessage, ChatRequest, CompletionRequest, CreateKb, UploadDocument};
+use grag_client::types::{
+    ChatMessage, ChatRequest, CompletionRequest, CreateKb, JobStatus, OrchestratorEvent,
+    UploadDocument,
+};
 use grag_client::{ConversationId, DocumentId, Grag, JobId, KbId, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
 use sdk_runtime::sse::SseEvent;
-use sdk_runtime::{Created, Error, Events};
+use sdk_runtime::{Created, Error, Events, JobProgress, JobUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(10);
@@ -85,6 +88,29 @@ fn chat() -> ChatRequest {
     }
 }
 
+type Progress = JobProgress<OrchestratorEvent, JobStatus>;
+
+/// Follows a job to its end: what it yielded, in words (`subscribed`,
+/// `status running`, `fell back: connection`, `completed`), and the error it
+/// ended with, if any.
+async fn follow(progress: &mut Progress) -> (Vec<String>, Option<Error>) {
+    tokio::time::timeout(HANG_GUARD, async {
+        let mut seen = Vec::new();
+        while let Some(next) = progress.next().await {
+            seen.push(match next {
+                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
+                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
+                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
+                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the job is followed to its end")
+}
+
 /// A drop: the connection row, with what happened in the detail.
 fn assert_drop(error: &Error, endpoint: &str) {
     assert_eq!(
@@ -107,28 +133,36 @@ async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the
             .on("orchestrator_events")
             .once(),
     );
-    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(&mut events).await;
-    assert_eq!(names, ["subscribed", "node_start"]);
-    let error = end.expect("not a normal end: the job is still running");
-    assert_drop(&error, "orchestrator_events");
+    let mut progress = kit.grag.bff().orchestrator_events(&job);
+    let (seen, end) = follow(&mut progress).await;
+    assert!(end.is_none(), "the job completed: {end:?}");
+    assert_eq!(
+        seen[..3],
+        ["subscribed", "node_start", "fell back: connection"]
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
     assert!(kit.sim.log().of("orchestrator_events")[0].has_fault("sse_ends_early"));
-
-    // What the caller does with it (§6.1): the job is polled, and it is
-    // still running or already done, never lost.
-    let status = kit.grag.bff().pipeline_status(&job).await.unwrap();
-    assert_ne!(status.status, "failed", "{status:?}");
+    assert!(
+        kit.sim.log().count("pipeline_status") >= 1,
+        "the job was polled"
+    );
 
     // Another job's stream, without the fault, ends with its terminal event.
     let job = upload(&kit.grag, "doc-2").await;
-    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(&mut events).await;
+    let polls = kit.sim.log().count("pipeline_status");
+    let (seen, end) = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(
-        names.last().map(String::as_str),
+        seen.last().map(String::as_str),
         Some("completed"),
-        "{names:?}"
+        "{seen:?}"
     );
+    assert!(!seen.iter().any(|s| s.starts_with("fell back")), "{seen:?}");
+    assert_eq!(kit.sim.log().count("pipeline_status"), polls, "no poll");
 }
 
 #[tokio::test]
@@ -178,7 +212,7 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
 async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
     let kit = kit().await;
     let job = upload(&kit.grag, "doc-1").await;
-    let plain = drain(&mut kit.grag.bff().orchestrator_events(&job).await.unwrap()).await;
+    let plain = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(plain.1.is_none(), "{:?}", plain.1);
 
     // A second job of the same shape, streamed as sse-starlette writes it.
@@ -188,9 +222,9 @@ async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
             .on("orchestrator_events")
             .once(),
     );
-    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(&mut events).await;
-    assert!(events.keepalives() >= 1, "the pings are keepalives");
+    let mut progress = kit.grag.bff().orchestrator_events(&job);
+    let (names, end) = follow(&mut progress).await;
+    assert!(progress.keepalives() >= 1, "the pings are keepalives");
     assert!(end.is_none(), "{end:?}");
     assert_eq!(names, plain.0, "CRLF and pings change no event");
     assert!(kit.sim.log().of("orchestrator_events")[1].has_fault("sse_starlette"));

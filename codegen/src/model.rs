@@ -241,7 +241,20 @@ pub struct Stream {
     pub first_event: Option<String>,
     pub terminal_events: Vec<String>,
     pub ends_with_terminal: bool,
+    /// Set exactly when `fallback` is.
+    pub status: Option<StatusRead>,
+    /// Event name and index into [`Model::types`].
+    pub events: Vec<(String, usize)>,
     pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct StatusRead {
+    pub field: String,
+    pub completed: Vec<String>,
+    pub failed: Vec<String>,
+    pub error_field: Option<String>,
+    pub reopen_after: u32,
 }
 
 #[derive(Debug)]

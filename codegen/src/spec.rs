@@ -509,9 +509,30 @@ pub struct Stream {
     /// before one is a drop (the job still runs; the chat answer was lost).
     #[serde(default)]
     pub ends_with_terminal: bool,
+    /// How the `fallback` route's answer reads; required with `fallback`.
+    #[serde(default)]
+    pub status: Option<StatusRead>,
+    /// The typed events: event name → type (of any service file). Other
+    /// names pass as untyped events.
+    #[serde(default)]
+    pub events: IndexMap<Text, Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
+}
+
+/// How a stream's status route reads: which field holds the job's state, and
+/// which states are terminal. The same names end the stream as events.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRead {
+    pub field: Text,
+    pub completed: Vec<Text>,
+    pub failed: Vec<Text>,
+    #[serde(default)]
+    pub error_field: Option<Text>,
+    /// Polls of a running job before the stream is opened again (0: never).
+    pub reopen_after: Spanned<u32>,
 }
 
 /// `degradation.yaml`: feature states with their German copy, and alerts.

@@ -96,6 +96,9 @@ pub(crate) struct Shared {
     pub(crate) probing: AtomicBool,
     /// Exhausted calls, when the policy alerts on their rate only.
     pub(crate) exhaustion: Option<Mutex<RateAlarm>>,
+    /// A proxy was seen buffering event streams: jobs are followed by
+    /// polling alone for the rest of the client's life (§6.4).
+    pub(crate) proxy_buffering: AtomicBool,
 }
 
 impl Client {
@@ -135,6 +138,7 @@ impl Client {
                     .alerts
                     .retry_exhausted_rate
                     .map(|rate| Mutex::new(RateAlarm::new(rate))),
+                proxy_buffering: AtomicBool::new(false),
             }),
             pipeline_id: None,
             extra_budget: None,
@@ -217,6 +221,14 @@ impl Client {
     }
 
     /// Every metric of §10.3 in the Prometheus text format.
+    /// Whether jobs are followed by polling alone: a proxy between client
+    /// and platform was confirmed buffering event streams.
+    pub fn polling_only(&self) -> bool {
+        self.shared
+            .proxy_buffering
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn metrics_text(&self) -> String {
         let now = tokio::time::Instant::now();
         let (state, open_total) = {

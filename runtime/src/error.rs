@@ -27,6 +27,8 @@ pub enum ErrorKind {
     TooLarge,
     /// An SSE stream failed.
     Stream,
+    /// A followed job ended failed or cancelled.
+    Job,
 }
 
 /// A failed call, with the taxonomy row that classified it.

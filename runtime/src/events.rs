@@ -16,7 +16,8 @@ use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::HeldSlots;
 
 /// The events of one stream. `error` and `timeout` events end it as typed
-/// errors (T17, T18); silence past the watchdog is T19.
+/// errors (T17, T18); silence past the watchdog is T19. It does not recover
+/// on its own: a job stream's fallback to polling is [`crate::JobProgress`].
 ///
 /// Read with [`Events::next`] or as a [`Stream`]; either way the throttle
 /// slots are given back when it ends (a terminal event, an error, a clean end)
@@ -64,18 +65,14 @@ impl Client {
                     Some("the answer has no event stream".into()),
                 ));
         };
-        let limits = &self.shared.policy.limits;
-        let parser = SseParser::with_limits(limits.sse_line, limits.sse_event);
-        let body = Box::pin(response.bytes_stream());
         // Built first: from here on, dropping it gives the slots back.
-        let events = Events {
-            client: self.clone(),
+        let events = Events::over(
+            self.clone(),
             endpoint,
             policy,
-            stream: EventStream::with_parser(body, policy.watchdog, parser),
-            done: false,
-            slots: Some(slots),
-        };
+            Box::pin(response.bytes_stream()),
+            Some(slots),
+        );
         // The opening counts as the call; the stream's own failures count as fallbacks.
         reply.empty()?;
         Ok(events)
@@ -83,6 +80,31 @@ impl Client {
 }
 
 impl Events {
+    /// The events of `body`, an opened response of `endpoint`, with the
+    /// policy's caps and watchdog.
+    pub(crate) fn over<B, E>(
+        client: Client,
+        endpoint: &'static Endpoint,
+        policy: &'static StreamPolicy,
+        body: B,
+        slots: Option<HeldSlots>,
+    ) -> Events
+    where
+        B: Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let limits = &client.shared.policy.limits;
+        let parser = SseParser::with_limits(limits.sse_line, limits.sse_event);
+        Events {
+            stream: EventStream::with_parser(body, policy.watchdog, parser),
+            client,
+            endpoint,
+            policy,
+            done: false,
+            slots,
+        }
+    }
+
     /// The stream's contract (watchdog, ceiling, fallback, resend rule).
     pub fn policy(&self) -> &'static StreamPolicy {
         self.policy
@@ -136,7 +158,7 @@ impl Events {
             },
             Some(Err(StreamFailure::Stalled { silent_for })) => Err(self
                 .error(OutcomeKind::StreamStalled, ErrorKind::Stream)
-                .with_detail(format!("no byte for {} s", silent_for.as_secs()))),
+                .with_detail(format!("no byte for {:.1} s", silent_for.as_secs_f64()))),
             Some(Err(StreamFailure::Dropped { detail })) => Err(self
                 .error(OutcomeKind::Connection, ErrorKind::Connection)
                 .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))),
@@ -150,13 +172,7 @@ impl Events {
                     self.end();
                 }
             }
-            Err(error) => {
-                self.end();
-                // Each of these sends the caller to its fallback (polling, error state).
-                if matches!(error.kind(), ErrorKind::Stream | ErrorKind::Connection) {
-                    self.client.shared.metrics.sse_fallback(self.policy.name);
-                }
-            }
+            Err(_) => self.end(),
         }
         Poll::Ready(Some(result))
     }

@@ -52,7 +52,7 @@ pub fn lib_rs(model: &Model) -> TokenStream {
         pub use client::{#client, Config};
         pub use ids::{#scope_ids, #(#ids),*};
         #(#handles)*
-        pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+        pub use sdk_runtime::{Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress};
     }
 }
 

@@ -138,6 +138,26 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let ends = s.ends_with_terminal;
         let first = option(s.first_event.as_ref(), |e| quote!(#e));
         let terminal = &s.terminal_events;
+        let fallback = match (s.fallback, &s.status) {
+            (Some(f), Some(read)) => {
+                let (service, route) = model.route(f);
+                let route = endpoint_path(service, &route.name);
+                let field = &read.field;
+                let completed = &read.completed;
+                let failed = &read.failed;
+                let error_field = option(read.error_field.as_ref(), |e| quote!(#e));
+                let reopen = read.reopen_after;
+                quote!(Some(StreamFallback {
+                    route: #route,
+                    status_field: #field,
+                    completed: &[#(#completed),*],
+                    failed: &[#(#failed),*],
+                    error_field: #error_field,
+                    reopen_after: #reopen,
+                }))
+            }
+            _ => quote!(None),
+        };
         quote! {
             StreamPolicy {
                 name: #name,
@@ -149,6 +169,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 ends_with_terminal: #ends,
                 first_event: #first,
                 terminal_events: &[#(#terminal),*],
+                fallback: #fallback,
             }
         }
     });

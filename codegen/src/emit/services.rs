@@ -257,10 +257,32 @@ fn method(model: &Model, r: &Route) -> TokenStream {
     let build = quote!(let call = Call::new(&#endpoint) #(#steps)* #body;);
     let (ret, finish) = match &r.returns {
         Returns::Nothing => (quote!(()), quote!(self.client.send(call).await?.empty())),
-        Returns::Stream(_) => (
-            quote!(sdk_runtime::Events),
-            quote!(self.client.open_stream(call).await),
-        ),
+        Returns::Stream(i) => {
+            let stream = &model.streams[*i];
+            let event = if stream.events.is_empty() {
+                quote!(sdk_runtime::sse::SseEvent)
+            } else {
+                let e = ident(&super::types::event_enum_name(stream));
+                quote!(crate::types::#e)
+            };
+            match stream.fallback.map(|f| &model.route(f).1.returns) {
+                Some(Returns::Body(status)) => {
+                    let status = rust_type(status);
+                    // Lazy: nothing is sent until the stream is first polled.
+                    return quote! {
+                        #docs
+                        pub fn #name(&self, #(#args),*) -> sdk_runtime::JobProgress<#event, #status> {
+                            #build
+                            self.client.follow_job(call)
+                        }
+                    };
+                }
+                _ => (
+                    quote!(sdk_runtime::Events),
+                    quote!(self.client.open_stream(call).await),
+                ),
+            }
+        }
         Returns::Body(t) => {
             let ty = rust_type(t);
             match r.conflict {

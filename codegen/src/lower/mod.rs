@@ -73,6 +73,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         taxonomy::Sections {
             breaker: raw.policy.breaker.is_some(),
             streams: !raw.streams.streams.is_empty(),
+            jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
         },
     );
     let messages = cx.messages(&raw.degradation, &rows);
@@ -82,7 +83,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .breaker
         .as_ref()
         .map(|b| cx.breaker(b, &services, &names));
-    let streams = cx.streams(&raw.streams, &services);
+    let streams = cx.streams(&raw.streams, &services, &types);
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
     let policy_alerts = &raw.policy.alerts;
     match (&policy_alerts.breaker_open, &raw.policy.breaker) {

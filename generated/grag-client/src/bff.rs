@@ -94,7 +94,7 @@ impl<'c> Bff<'c> {
         Self { client }
     }
 
-    /// Ingest progress of a job as SSE. On a stall, `event: error` or the 30 min ceiling the stream ends with a typed error (T19, T17, T18) and the caller polls pipeline_status, and polls once after every reconnect (no automatic fallback yet). Jobs expected to run longer than 30 min are better monitored by polling alone.
+    /// Follows an ingest job to its end: typed events from its SSE stream while the stream works; on a stall, `event: error`, the 30 min ceiling (`timeout`, the job is not failed) or a drop, pipeline_status is polled instead at the polling cadence (each switch counted in knoll_sse_fallback_total), the stream reopened after a few polls and resynced by one poll. It ends with the completed job, or a `job_failed` error (T32) for a failed or cancelled one. `.expecting(d)` past the ceiling follows the job by polling alone. Nothing is sent until it is polled.
     ///
     /// - Route: `GET /next/api/orchestrator/events/{job_id}`
     /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
@@ -102,12 +102,12 @@ impl<'c> Bff<'c> {
     /// - Idempotent: yes
     /// - Budget: `streams`
     /// - Policy: §6.1, §6.3
-    pub async fn orchestrator_events(
+    pub fn orchestrator_events(
         &self,
         job_id: &crate::ids::JobId,
-    ) -> Result<sdk_runtime::Events, Error> {
+    ) -> sdk_runtime::JobProgress<crate::types::OrchestratorEvent, crate::types::JobStatus> {
         let call = Call::new(&ORCHESTRATOR_EVENTS).path(job_id.as_str());
-        self.client.open_stream(call).await
+        self.client.follow_job(call)
     }
 
     /// Status of an orchestrator job; the polling fallback of the progress stream and the re-poll after an ambiguous send. A terminal `failed` drives the re-upload path.

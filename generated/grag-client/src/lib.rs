@@ -47,6 +47,8 @@ pub use entity_linking::EntityLinking;
 pub use groundedness::Groundedness;
 pub use kg_service::Kg;
 pub use ledger::Ledger;
-pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+pub use sdk_runtime::{
+    Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress,
+};
 pub use voyager::Voyager;
 pub use workspaces::Workspaces;

@@ -912,7 +912,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the stream ends with this error and the caller polls the status route (no automatic fallback yet).",
+            action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the client falls back to polling the status route (counted in knoll_sse_fallback_total).",
             message: Some("Die Antwort konnte nicht erstellt werden. „Erneut senden“?"),
         },
         TaxonomyRow {
@@ -933,7 +933,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the caller switches to polling the status route (no automatic fallback yet).",
+            action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the client switches to polling the status route.",
             message: Some("Die Live-Anzeige ist beendet; der Fortschritt wird weiter abgefragt."),
         },
         TaxonomyRow {
@@ -954,8 +954,31 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "No byte past the stream's watchdog. Jobs: the stream ends with this error and the caller polls. Chat: abort, show the error state, never resend automatically.",
+            action: "No byte past the stream's watchdog. Jobs: the client falls back to polling. Chat: abort, show the error state, never resend automatically.",
             message: Some("Die Antwort ist ausgeblieben. „Erneut senden“?"),
+        },
+        TaxonomyRow {
+            row: "T32",
+            matches: RowMatch {
+                outcome: OutcomeKind::JobFailed,
+                status: None,
+                detail: None,
+                retry_after: None,
+                conflict: None,
+                keyless: None,
+            },
+            class: "job_failed",
+            retry: Some(retry::R0),
+            feeds_breaker: false,
+            alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
+            action: "A followed job ended failed or cancelled (its terminal event or status). The UI keeps the checklist item at „Angefordert“ with the error visible and offers the re-upload path (§6.1); nothing is retried.",
+            message: Some(
+                "Die Verarbeitung ist fehlgeschlagen. Das Dokument bleibt „Angefordert“; bitte erneut hochladen.",
+            ),
         },
     ],
     detail_sets: &[
@@ -999,6 +1022,14 @@ pub static POLICY: Policy = Policy {
             ends_with_terminal: true,
             first_event: Some("subscribed"),
             terminal_events: &["completed", "failed", "cancelled", "timeout"],
+            fallback: Some(StreamFallback {
+                route: &crate::bff::PIPELINE_STATUS,
+                status_field: "status",
+                completed: &["completed"],
+                failed: &["failed", "cancelled"],
+                error_field: Some("error"),
+                reopen_after: 6u32,
+            }),
         },
         StreamPolicy {
             name: "chat",
@@ -1010,6 +1041,7 @@ pub static POLICY: Policy = Policy {
             ends_with_terminal: true,
             first_event: None,
             terminal_events: &["done", "error"],
+            fallback: None,
         },
         StreamPolicy {
             name: "agent",
@@ -1021,6 +1053,7 @@ pub static POLICY: Policy = Policy {
             ends_with_terminal: false,
             first_event: None,
             terminal_events: &["error", "timeout"],
+            fallback: None,
         },
     ],
     states: &[
@@ -1127,6 +1160,10 @@ pub static POLICY: Policy = Policy {
         ClassMessage {
             class: "stream_stalled",
             copy: "Die Antwort ist ausgeblieben. „Erneut senden“?",
+        },
+        ClassMessage {
+            class: "job_failed",
+            copy: "Die Verarbeitung ist fehlgeschlagen. Das Dokument bleibt „Angefordert“; bitte erneut hochladen.",
         },
         ClassMessage {
             class: "deadline",

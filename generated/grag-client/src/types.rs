@@ -82,6 +82,57 @@ pub struct JobStatus {
     pub results: Option<serde_json::Value>,
 }
 
+/// The relay's first event on a job stream; no event before it was seen.
+///
+/// Service `bff`, policy §6.1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSubscribed {
+    pub job_id: String,
+}
+
+/// A pipeline node of the job started, completed or failed.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeEvent {
+    pub job_id: String,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The job completed; its results.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobCompleted {
+    pub job_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<serde_json::Value>,
+}
+
+/// The job failed; its error.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobFailedEvent {
+    pub job_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The job was cancelled.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobCancelled {
+    pub job_id: String,
+}
+
 /// One user turn; the conversation must already exist (workspaces.create_conversation).
 ///
 /// Service `bff`, policy §6.2 (inferred).
@@ -386,4 +437,62 @@ pub struct Conversation {
     pub kb_ids: Option<Vec<crate::ids::KbId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+}
+
+/// An event of the `orchestrator` stream, typed by its name (streams.yaml `events`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrchestratorEvent {
+    /// `event: subscribed`
+    Subscribed(JobSubscribed),
+    /// `event: node_start`
+    NodeStart(NodeEvent),
+    /// `event: node_complete`
+    NodeComplete(NodeEvent),
+    /// `event: node_fail`
+    NodeFail(NodeEvent),
+    /// `event: completed`
+    Completed(JobCompleted),
+    /// `event: failed`
+    Failed(JobFailedEvent),
+    /// `event: cancelled`
+    Cancelled(JobCancelled),
+    /// An event the spec does not type, as it was sent.
+    Other(sdk_runtime::sse::SseEvent),
+}
+
+impl OrchestratorEvent {
+    /// The event's name on the wire (`event:`).
+    pub fn name(&self) -> &str {
+        match self {
+            OrchestratorEvent::Subscribed(_) => "subscribed",
+            OrchestratorEvent::NodeStart(_) => "node_start",
+            OrchestratorEvent::NodeComplete(_) => "node_complete",
+            OrchestratorEvent::NodeFail(_) => "node_fail",
+            OrchestratorEvent::Completed(_) => "completed",
+            OrchestratorEvent::Failed(_) => "failed",
+            OrchestratorEvent::Cancelled(_) => "cancelled",
+            OrchestratorEvent::Other(e) => &e.event,
+        }
+    }
+}
+
+impl sdk_runtime::StreamEvent for OrchestratorEvent {
+    fn decode(event: sdk_runtime::sse::SseEvent) -> Result<Self, serde_json::Error> {
+        Ok(match event.event.as_str() {
+            "subscribed" => OrchestratorEvent::Subscribed(serde_json::from_str(&event.data)?),
+
+            "node_start" => OrchestratorEvent::NodeStart(serde_json::from_str(&event.data)?),
+
+            "node_complete" => OrchestratorEvent::NodeComplete(serde_json::from_str(&event.data)?),
+
+            "node_fail" => OrchestratorEvent::NodeFail(serde_json::from_str(&event.data)?),
+
+            "completed" => OrchestratorEvent::Completed(serde_json::from_str(&event.data)?),
+
+            "failed" => OrchestratorEvent::Failed(serde_json::from_str(&event.data)?),
+            "cancelled" => OrchestratorEvent::Cancelled(serde_json::from_str(&event.data)?),
+
+            _ => OrchestratorEvent::Other(event),
+        })
+    }
 }

@@ -295,11 +295,14 @@ pub enum OutcomeKind {
     StreamError,
     StreamTimeout,
     StreamStalled,
+    /// A job followed on a stream (or its status route) ended failed or
+    /// cancelled.
+    JobFailed,
 }
 
 impl OutcomeKind {
     /// Every kind, in the order the spec documents them.
-    pub const ALL: [OutcomeKind; 11] = [
+    pub const ALL: [OutcomeKind; 12] = [
         OutcomeKind::Connection,
         OutcomeKind::Status,
         OutcomeKind::Decode,
@@ -311,6 +314,7 @@ impl OutcomeKind {
         OutcomeKind::StreamError,
         OutcomeKind::StreamTimeout,
         OutcomeKind::StreamStalled,
+        OutcomeKind::JobFailed,
     ];
 
     /// The spec's spelling (`circuit_open`).
@@ -327,6 +331,7 @@ impl OutcomeKind {
             OutcomeKind::StreamError => "stream_error",
             OutcomeKind::StreamTimeout => "stream_timeout",
             OutcomeKind::StreamStalled => "stream_stalled",
+            OutcomeKind::JobFailed => "job_failed",
         }
     }
 }
@@ -424,6 +429,29 @@ pub struct StreamPolicy {
     pub terminal_events: &'static [&'static str],
     /// A clean close before a terminal event is a drop, not an end.
     pub ends_with_terminal: bool,
+    /// The status route that stands in for the stream when it fails (a job's
+    /// progress); `None`: a failed stream is the caller's error.
+    pub fallback: Option<StreamFallback>,
+}
+
+/// How a stream falls back to polling its status route, and how that route's
+/// answer reads.
+#[derive(Debug, Clone)]
+pub struct StreamFallback {
+    /// The status route; its path parameters are the stream route's.
+    pub route: &'static Endpoint,
+    /// The answer's field holding the job's state.
+    pub status_field: &'static str,
+    /// States (and terminal event names) that end the job with its result.
+    pub completed: &'static [&'static str],
+    /// States (and terminal event names) that end the job with its error.
+    pub failed: &'static [&'static str],
+    /// The field (of the answer, or of a terminal event's data) with the
+    /// job's error text.
+    pub error_field: Option<&'static str>,
+    /// Polls of a running job after a fallback before the stream is opened
+    /// again (0: never again).
+    pub reopen_after: u32,
 }
 
 /// A feature state with its German UI copy and what triggers it.

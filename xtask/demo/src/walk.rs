@@ -2,11 +2,17 @@
 
 use anyhow::{Context, Result};
 use base64::Engine;
+use grag_client::policy::POLICY;
 use grag_client::types::{
-    ChatRequest, CreateConversation, CreateKb, SearchRequest, SpendGrouping, UploadDocument,
+    ChatRequest, CreateConversation, CreateKb, OrchestratorEvent, SearchRequest, SpendGrouping,
+    UploadDocument,
 };
-use grag_client::{Config, ConversationId, Created, DocumentId, Grag, KbId, PipelineId, TenantId};
-use grag_sim::{Sim, SimConfig};
+use grag_client::{
+    Config, ConversationId, Created, DocumentId, Grag, JobDone, JobUpdate, KbId, PipelineId,
+    TenantId,
+};
+use grag_sim::{Fault, Rule, Sim, SimConfig};
+
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -100,42 +106,72 @@ pub(super) async fn simulated() -> Result<()> {
         }
         Created::Existing => anyhow::bail!("{doc} was already there: no new ingest job to follow"),
     };
-    println!("   GET /next/api/orchestrator/events/{job}  (SSE)");
+    println!(
+        "   GET /next/api/orchestrator/events/{job}  (SSE, the relay told to go silent after 3 events)"
+    );
+    // The stall is the simulator's; the watchdog, polling cadence and resync
+    // are the client's, from the spec, at the demo's speed.
+    sim.faults().push(
+        Rule::new(Fault::SseStall { after_events: 3 })
+            .on("orchestrator_events")
+            .once(),
+    );
+    let live = Grag::with_policy(
+        Config::new(sim.url(), "demo-key", TenantId::parse("knoll")?),
+        POLICY.scaled(SPEED as u32),
+    )?;
     let ingest = Instant::now();
-    let mut events = grag.bff().orchestrator_events(&job).await?;
-    let mut resynced = false;
-    while let Some(event) = events.next().await {
-        let event = event?;
-        let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-        match event.event.as_str() {
-            "node_start" | "node_complete" | "node_fail" => println!(
-                "   {} {:<14} {}",
+    let mut progress = live.bff().orchestrator_events(&job);
+    while let Some(update) = progress.next().await {
+        match update? {
+            JobUpdate::Event(e) => match &e {
+                OrchestratorEvent::NodeStart(n)
+                | OrchestratorEvent::NodeComplete(n)
+                | OrchestratorEvent::NodeFail(n) => {
+                    println!("   {} {:<14} {}", stamp(ingest), e.name(), n.node)
+                }
+                _ => println!("   {} {}", stamp(ingest), e.name()),
+            },
+            JobUpdate::FellBack(e) => println!(
+                "   {} stream given up ({}: {}): following the job by polling GET /next/api/pipeline/status/{job}",
                 stamp(ingest),
-                event.event,
-                data["node"].as_str().unwrap_or("?")
+                e.class(),
+                e.detail().unwrap_or("")
             ),
-            "completed" => println!(
-                "   {} completed: {} chunks indexed",
+            JobUpdate::Status(s) => println!(
+                "   {} status poll: {}, {:.0} %",
                 stamp(ingest),
-                data["results"]["chunks"]
+                s.status,
+                s.progress * 100.0
             ),
-            other => println!("   {} {other}", stamp(ingest)),
-        }
-        if event.event == "subscribed" && !resynced {
-            // Pub/sub does not replay: poll once after subscribing.
-            let status = grag.bff().pipeline_status(&job).await?;
-            println!(
-                "   {} status poll to resync (GET /next/api/pipeline/status/{job}): {}, {:.0} %",
-                stamp(ingest),
-                status.status,
-                status.progress * 100.0
-            );
-            resynced = true;
+            JobUpdate::Completed(done) => {
+                let results = match done {
+                    JobDone::Event(OrchestratorEvent::Completed(c)) => c.results,
+                    JobDone::Status(s) => s.results,
+                    JobDone::Event(_) => None,
+                };
+                let chunks = results
+                    .as_ref()
+                    .map(|r| r["chunks"].clone())
+                    .unwrap_or_default();
+                println!("   {} completed: {chunks} chunks indexed", stamp(ingest));
+            }
         }
     }
-    if events.keepalives() > 0 {
-        println!("   ({} keepalive comments on the way)", events.keepalives());
+    if progress.keepalives() > 0 {
+        println!(
+            "   ({} keepalive comments on the way)",
+            progress.keepalives()
+        );
     }
+    println!(
+        "   knoll_sse_fallback_total: {}",
+        live.runtime()
+            .metrics_text()
+            .lines()
+            .find(|l| l.starts_with("knoll_sse_fallback_total{"))
+            .unwrap_or("none")
+    );
 
     step(
         4,
