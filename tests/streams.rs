@@ -1,0 +1,247 @@
+//! Streams against the simulator (real loopback HTTP, compressed time): job
+//! progress through a stall, the ceiling's `timeout`, an `error` event and a
+//! reconnect; chat turns through stage failures, a stall and a drop. Faults
+//! are driven by event and request counts; what is asserted never depends
+//! on how fast the machine runs (the exact delays are the paused-time tests
+//! of `sdk-runtime`'s `follow` and `turn` modules).
+
+use std::time::Duration;
+
+use grag_client::types::{CreateKb, JobStatus, OrchestratorEvent, UploadDocument};
+use grag_client::{DocumentId, Grag, JobId, KbId};
+use grag_sim::testkit::{self, Kit};
+use grag_sim::{Fault, Rule, SimConfig};
+use sdk_runtime::{Error, JobProgress, JobUpdate};
+
+/// Only bounds a test that would otherwise hang; never an assertion about speed.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// "Die Brücke wird alle sechs Jahre geprüft." in base64.
+const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0Lg==";
+
+/// The simulator at 1/1000 (keepalive 20 ms, ceiling 1.8 s) with jobs held
+/// until their first subscriber, the client at 1/100 (watchdog 450 ms,
+/// polling every 50 ms).
+async fn kit_with(adjust: impl FnOnce(&mut SimConfig)) -> Kit {
+    let mut sim = testkit::sim_config(1000).with_held_jobs();
+    sim.job_queue = Duration::from_millis(20);
+    sim.job_node_pace = Duration::from_millis(5);
+    adjust(&mut sim);
+    Kit::start(sim, testkit::policy(100)).await
+}
+
+async fn upload(grag: &Grag, document: &str) -> JobId {
+    let kb = KbId::parse("kb-1").unwrap();
+    grag.workspaces()
+        .create_kb(&CreateKb {
+            kb_id: kb.clone(),
+            name: "Brückenprüfung".into(),
+            description: None,
+        })
+        .await
+        .unwrap();
+    let document = grag
+        .workspaces()
+        .upload_document(
+            &kb,
+            &UploadDocument {
+                document_id: DocumentId::parse(document).unwrap(),
+                filename: format!("{document}.txt"),
+                content_type: "text/plain".into(),
+                content_base64: TEXT_B64.into(),
+                metadata: None,
+            },
+        )
+        .await
+        .unwrap();
+    match document {
+        sdk_runtime::Created::New(d) => d.job_id.expect("an upload starts a job"),
+        sdk_runtime::Created::Existing => panic!("a fresh simulator has no documents"),
+    }
+}
+
+/// What following a job yielded, in words, and how it ended.
+async fn follow(
+    mut progress: JobProgress<OrchestratorEvent, JobStatus>,
+) -> (Vec<String>, Option<Error>) {
+    tokio::time::timeout(HANG_GUARD, async {
+        let mut seen = Vec::new();
+        while let Some(next) = progress.next().await {
+            seen.push(match next {
+                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
+                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
+                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
+                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the job is followed to its end")
+}
+
+fn fallbacks(grag: &Grag) -> usize {
+    grag.runtime()
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("knoll_sse_fallback_total{stream=\"orchestrator\"} "))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+fn fell_back(seen: &[String]) -> Vec<&str> {
+    seen.iter()
+        .filter_map(|s| s.strip_prefix("fell back: "))
+        .collect()
+}
+
+#[tokio::test]
+async fn keepalives_longer_than_the_watchdog_are_no_stall() {
+    // The job waits 1.5 s in the queue: three watchdogs (450 ms) of nothing
+    // but keepalives (every 20 ms).
+    let kit = kit_with(|s| s.job_queue = Duration::from_millis(1500)).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert!(fell_back(&seen).is_empty(), "{seen:?}");
+    assert_eq!(seen.first().map(String::as_str), Some("subscribed"));
+    assert_eq!(seen.last().map(String::as_str), Some("completed"));
+    assert_eq!(kit.sim.log().count("pipeline_status"), 0);
+    assert_eq!(fallbacks(&kit.grag), 0);
+}
+
+#[tokio::test]
+async fn a_stall_falls_back_to_polling_and_the_result_still_arrives() {
+    let kit = kit_with(|_| {}).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseStall { after_events: 2 })
+            .on("orchestrator_events")
+            .once(),
+    );
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen[..3],
+        ["subscribed", "node_start", "fell back: stream_stalled"]
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert!(kit.sim.log().count("pipeline_status") >= 1);
+    assert_eq!(fallbacks(&kit.grag), 1);
+}
+
+#[tokio::test]
+async fn the_ceiling_s_timeout_event_is_polled_through_not_a_failed_job() {
+    // The job outlasts the stream's ceiling (1.8 s at this scale).
+    let kit = kit_with(|s| s.job_queue = Duration::from_millis(2500)).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "not failed: {end:?}");
+    assert_eq!(
+        fell_back(&seen).first(),
+        Some(&"stream_timeout"),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&"status queued".to_owned()) || seen.contains(&"status running".to_owned()),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_event_falls_back_to_polling() {
+    let kit = kit_with(|_| {}).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseError {
+            after_events: 1,
+            detail: "relay lost its redis subscription".into(),
+        })
+        .on("orchestrator_events")
+        .once(),
+    );
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(seen[..2], ["subscribed", "fell back: stream_error"]);
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert_eq!(fallbacks(&kit.grag), 1);
+}
+
+#[tokio::test]
+async fn a_reconnect_is_resynced_by_exactly_one_poll() {
+    // Long enough to be running through the six fallback polls (300 ms).
+    let kit = kit_with(|s| s.job_queue = Duration::from_millis(3000)).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseDrop { after_events: 1 })
+            .on("orchestrator_events")
+            .once(),
+    );
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    let log = kit.sim.log().entries();
+    let ops: Vec<&str> = log.iter().filter_map(|r| r.operation).collect();
+    let opens: Vec<usize> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| **op == "orchestrator_events")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(opens.len(), 2, "dropped once, reopened once: {ops:?}");
+    let polls = |range: std::ops::Range<usize>| {
+        ops[range]
+            .iter()
+            .filter(|op| **op == "pipeline_status")
+            .count()
+    };
+    let reopen = opens[1];
+    assert_eq!(polls(opens[0]..reopen), 6, "status.reopen_after: {ops:?}");
+    assert_eq!(polls(reopen..ops.len()), 1, "one resync poll: {ops:?}");
+    assert_eq!(
+        seen.iter().filter(|s| *s == "subscribed").count(),
+        2,
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert_eq!(fell_back(&seen), ["connection"]);
+}
+
+#[tokio::test]
+async fn a_failed_job_ends_in_job_failed_with_the_re_upload_copy() {
+    let kit = kit_with(|_| {}).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::JobFails {
+            node: "embed".into(),
+        })
+        .on("upload_document")
+        .once(),
+    );
+    let job = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    let error = end.expect("a failed job is an error");
+    assert_eq!(
+        (error.row(), error.class()),
+        ("T32", "job_failed"),
+        "{error}"
+    );
+    assert!(error.detail().unwrap().contains("embed"), "{error}");
+    assert!(error.message().unwrap().contains("Angefordert"), "{error}");
+    assert_eq!(seen.last().map(String::as_str), Some("failed"), "{seen:?}");
+}
