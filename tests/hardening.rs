@@ -14,7 +14,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use grag_client::policy::{ENDPOINTS, POLICY, budget, timeout};
-use grag_client::types::{ChatRequest, CreateKb};
+use grag_client::types::{ChatRequest, CreateConversation, CreateKb};
 use grag_client::{Config, ConversationId, Grag, JobId, KbId, SessionId, TenantId};
 use recorder::Recorder;
 use sdk_runtime::alerts::CollectAlerts;
@@ -443,13 +443,37 @@ async fn an_r0_route_is_never_re_sent_whatever_the_row_says() {
     // A client per route: three refused endpoints would open the breaker.
     let fresh = || client_with(&url, fast(), Arc::new(CollectAlerts::default()));
     let grag = fresh();
-    // chat_stream: R0 (§4.2, a chat turn is never re-sent).
+    // chat_stream: R0 (§4.2, a chat turn is never re-sent). Its conversation
+    // is proven on a platform that is up.
+    let up = Recorder::start(|_| {
+        answer(
+            201,
+            &[("content-type", "application/json")],
+            r#"{"conversation_id":"c-1"}"#,
+        )
+    })
+    .await;
+    let conversation = client(&up.url())
+        .workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("c-1").unwrap(),
+            title: None,
+            kb_ids: None,
+        })
+        .await
+        .unwrap();
+    up.stop().await;
     let chat = ChatRequest {
         conversation_id: ConversationId::parse("c-1").unwrap(),
         message: "hallo".into(),
         kb_ids: None,
     };
-    let e = grag.bff().chat_stream(&chat).await.err().expect("refused");
+    let e = grag
+        .bff()
+        .chat_stream(&conversation, &chat)
+        .await
+        .err()
+        .expect("refused");
     assert_eq!((e.row(), e.attempts()), ("T1", 1), "{e}");
     // health: R0, the probe route.
     let e = fresh().workspaces().health().await.unwrap_err();

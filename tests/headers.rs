@@ -25,11 +25,11 @@ use grag_client::types::{
     SearchResults, Spend, SpendGrouping, SpendLine, UploadDocument, UpsertPoints, UpsertResult,
 };
 use grag_client::{
-    Config, ConversationId, ConversionId, Created, DocumentId, EdgeId, EntityId, Events, Grag,
-    JobId, KbId, Progress, SessionId, TenantId, WorkspaceId,
+    Config, ConversationId, ConversionId, Created, DocumentId, EdgeId, EntityId, Grag, JobId, KbId,
+    Progress, SessionId, TenantId, WorkspaceId,
 };
 use recorder::{Recorded, Recorder, routes_matching};
-use sdk_runtime::{Endpoint, JobDone, JobProgress, JobUpdate, Lane, ScopeNeed};
+use sdk_runtime::{Endpoint, JobDone, JobProgress, JobUpdate, Lane, ScopeNeed, Turn, TurnUpdate};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -288,12 +288,18 @@ fn respond(request: &Recorded) -> Response {
 }
 
 /// Reads a stream to its end and returns its event names.
-async fn drain(operation: &str, mut events: Events) -> Vec<String> {
+async fn drain_turn<E: sdk_runtime::StreamEvent>(
+    operation: &str,
+    mut turn: Turn<E>,
+    name: impl Fn(&E) -> String,
+) -> Vec<String> {
     let mut names = Vec::new();
     let read = async {
-        while let Some(event) = events.next().await {
-            let event = event.unwrap_or_else(|e| panic!("{operation}: stream event: {e}"));
-            names.push(event.event);
+        while let Some(update) = turn.next().await {
+            match update.unwrap_or_else(|e| panic!("{operation}: stream event: {e}")) {
+                TurnUpdate::Event(e) => names.push(name(&e)),
+                TurnUpdate::Degraded(s) => panic!("{operation}: degraded {s:?}"),
+            }
         }
     };
     tokio::time::timeout(Duration::from_secs(10), read)
@@ -384,12 +390,13 @@ async fn walk(grag: &Grag) {
         title: Some("Gutachten".into()),
         kb_ids: Some(vec![kb.clone()]),
     };
-    assert_eq!(
-        w.create_conversation(&conversation)
-            .await
-            .unwrap_or_else(expect("create_conversation")),
-        Created::New(sample::conversation())
-    );
+    // create_conversation, and the proof a chat turn needs (its answer
+    // decodes as a `Conversation` or the call fails).
+    let existing = w
+        .ensure_conversation(&conversation)
+        .await
+        .unwrap_or_else(expect("ensure_conversation"));
+    assert_eq!(existing.id(), &sample::conversation_id());
     assert_eq!(
         w.get_settings()
             .await
@@ -551,17 +558,23 @@ async fn walk(grag: &Grag) {
     };
     let turn = grag
         .bff()
-        .chat_stream(&chat)
+        .chat_stream(&existing, &chat)
         .await
         .unwrap_or_else(expect("chat_stream"));
-    assert_eq!(drain("chat_stream", turn).await, ["retrieve", "done"]);
+    assert_eq!(
+        drain_turn("chat_stream", turn, |e| e.name().to_owned()).await,
+        ["retrieve", "done"]
+    );
     let session = SessionId::parse(placeholder("session_id")).unwrap();
     let relay = grag
         .bff()
         .agent_session_stream(&session)
         .await
         .unwrap_or_else(expect("agent_session_stream"));
-    assert_eq!(drain("agent_session_stream", relay).await, ["message"]);
+    assert_eq!(
+        drain_turn("agent_session_stream", relay, |e| e.name().to_owned()).await,
+        ["message"]
+    );
 }
 
 /// `METHOD /templated/path`, the key a route is known by.

@@ -8,14 +8,13 @@
 use std::time::Duration;
 
 use grag_client::types::{
-    ChatMessage, ChatRequest, CompletionRequest, CreateKb, JobStatus, OrchestratorEvent,
-    UploadDocument,
+    ChatMessage, ChatRequest, CompletionRequest, CreateConversation, CreateKb, JobStatus,
+    OrchestratorEvent, UploadDocument,
 };
-use grag_client::{ConversationId, DocumentId, Grag, JobId, KbId, SessionId};
+use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
-use sdk_runtime::sse::SseEvent;
-use sdk_runtime::{Created, Error, Events, JobProgress, JobUpdate};
+use sdk_runtime::{Created, Error, JobProgress, JobUpdate, StreamEvent, Turn, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(10);
@@ -64,13 +63,17 @@ async fn upload(grag: &Grag, document: &str) -> JobId {
     }
 }
 
-/// Reads a stream to its end: its events, and how it ended (`None`: cleanly).
-async fn drain(events: &mut Events) -> (Vec<String>, Option<Error>) {
+/// Reads a turn to its end: its event names, and how it ended (`None`: cleanly).
+async fn drain<E: StreamEvent>(
+    turn: &mut Turn<E>,
+    name: impl Fn(&E) -> &str,
+) -> (Vec<String>, Option<Error>) {
     tokio::time::timeout(HANG_GUARD, async {
         let mut names = Vec::new();
-        while let Some(next) = events.next().await {
+        while let Some(next) = turn.next().await {
             match next {
-                Ok(SseEvent { event, .. }) => names.push(event),
+                Ok(TurnUpdate::Event(e)) => names.push(name(&e).to_owned()),
+                Ok(TurnUpdate::Degraded(s)) => names.push(format!("degraded {}", s.stage)),
                 Err(e) => return (names, Some(e)),
             }
         }
@@ -78,6 +81,18 @@ async fn drain(events: &mut Events) -> (Vec<String>, Option<Error>) {
     })
     .await
     .expect("the stream ends")
+}
+
+/// A conversation that exists, proven by creating it.
+async fn conversation(grag: &Grag) -> Existing<ConversationId> {
+    grag.workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("conv-1").unwrap(),
+            title: None,
+            kb_ids: None,
+        })
+        .await
+        .unwrap()
 }
 
 fn chat() -> ChatRequest {
@@ -173,12 +188,14 @@ async fn a_chat_stream_that_stops_mid_answer_is_a_drop_offering_a_resend() {
             .on("chat_stream")
             .once(),
     );
-    let mut events = kit.grag.bff().chat_stream(&chat()).await.unwrap();
-    assert!(
-        !events.policy().resend,
-        "never re-sent by the client: the caller offers „Erneut senden“"
-    );
-    let (names, end) = drain(&mut events).await;
+    let existing = conversation(&kit.grag).await;
+    let mut turn = kit
+        .grag
+        .bff()
+        .chat_stream(&existing, &chat())
+        .await
+        .unwrap();
+    let (names, end) = drain(&mut turn, |e| e.name()).await;
     assert_eq!(
         names,
         ["trace", "trace", "trace", "trace", "delta", "delta"],
@@ -186,6 +203,7 @@ async fn a_chat_stream_that_stops_mid_answer_is_a_drop_offering_a_resend() {
     );
     let error = end.expect("not a normal end: the answer was cut");
     assert_drop(&error, "chat_stream");
+    assert!(error.answer_lost(), "the caller offers „Erneut senden“");
     assert_eq!(
         kit.sim.log().count("chat_stream"),
         1,
@@ -202,8 +220,8 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
             .once(),
     );
     let session = SessionId::parse("session-1").unwrap();
-    let mut events = kit.grag.bff().agent_session_stream(&session).await.unwrap();
-    let (names, end) = drain(&mut events).await;
+    let mut relay = kit.grag.bff().agent_session_stream(&session).await.unwrap();
+    let (names, end) = drain(&mut relay, |e| e.name()).await;
     assert_eq!(names.len(), 1, "{names:?}");
     assert!(end.is_none(), "the relay has no terminal event: {end:?}");
 }

@@ -7,11 +7,14 @@
 
 use std::time::Duration;
 
-use grag_client::types::{CreateKb, JobStatus, OrchestratorEvent, UploadDocument};
-use grag_client::{DocumentId, Grag, JobId, KbId};
+use grag_client::types::{
+    ChatEvent, ChatRequest, CreateConversation, CreateKb, JobStatus, OrchestratorEvent,
+    UploadDocument,
+};
+use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
-use sdk_runtime::{Error, JobProgress, JobUpdate};
+use sdk_runtime::{Error, JobProgress, JobUpdate, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -244,4 +247,153 @@ async fn a_failed_job_ends_in_job_failed_with_the_re_upload_copy() {
     assert!(error.detail().unwrap().contains("embed"), "{error}");
     assert!(error.message().unwrap().contains("Angefordert"), "{error}");
     assert_eq!(seen.last().map(String::as_str), Some("failed"), "{seen:?}");
+}
+
+// ---- chat ----------------------------------------------------------------------------------
+
+async fn conversation(grag: &Grag) -> Existing<ConversationId> {
+    grag.workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("conv-1").unwrap(),
+            title: None,
+            kb_ids: None,
+        })
+        .await
+        .unwrap()
+}
+
+fn question(conversation: &Existing<ConversationId>) -> ChatRequest {
+    ChatRequest {
+        conversation_id: conversation.id().clone(),
+        message: "Wie oft werden Brücken geprüft?".into(),
+        kb_ids: None,
+    }
+}
+
+/// A turn in words (`trace rerank failed`, `delta`, `degraded rerank`,
+/// `done`) and how it ended.
+async fn ask(grag: &Grag, conversation: &Existing<ConversationId>) -> (Vec<String>, Option<Error>) {
+    let mut turn = grag
+        .bff()
+        .chat_stream(conversation, &question(conversation))
+        .await
+        .expect("the turn opens");
+    tokio::time::timeout(HANG_GUARD, async {
+        let mut seen = Vec::new();
+        while let Some(update) = turn.next().await {
+            seen.push(match update {
+                Ok(TurnUpdate::Event(ChatEvent::Trace(t))) => {
+                    format!("trace {} {}", t.stage, t.status)
+                }
+                Ok(TurnUpdate::Event(e)) => e.name().to_owned(),
+                Ok(TurnUpdate::Degraded(s)) => format!("degraded {}", s.stage),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the turn ends")
+}
+
+/// The turn failed with its answer lost, and the simulator saw one POST.
+fn assert_lost_once(kit: &Kit, end: Option<Error>, class: &str) {
+    let error = end.expect("the turn failed");
+    assert_eq!(error.class(), class, "{error}");
+    assert!(error.answer_lost(), "{error}");
+    assert!(
+        error.message().unwrap().contains("Erneut senden"),
+        "{error:?}"
+    );
+    assert_eq!(kit.sim.log().count("chat_stream"), 1, "never sent twice");
+}
+
+#[tokio::test]
+async fn a_failed_stage_degrades_the_turn_and_the_answer_still_arrives() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::StageFails {
+            stage: "rerank".into(),
+        })
+        .on("chat_stream")
+        .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert!(end.is_none(), "{end:?}");
+    let at = seen
+        .iter()
+        .position(|s| s == "trace rerank failed")
+        .expect("{seen:?}");
+    assert_eq!(seen[at + 1], "degraded rerank");
+    assert!(seen.contains(&"delta".to_owned()), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("done"));
+    let state = kit.grag.runtime().feature_state("chat").unwrap();
+    assert_eq!(
+        (state.state, state.stage.as_deref()),
+        ("degraded", Some("rerank"))
+    );
+    assert_eq!(kit.sim.log().count("chat_stream"), 1);
+}
+
+#[tokio::test]
+async fn a_failed_generate_ends_the_turn_sent_once() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::StageFails {
+            stage: "generate".into(),
+        })
+        .on("chat_stream")
+        .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert!(!seen.contains(&"delta".to_owned()), "{seen:?}");
+    assert_lost_once(&kit, end, "stream_error");
+}
+
+#[tokio::test]
+async fn a_chat_stall_aborts_the_turn_sent_once() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseStall { after_events: 2 })
+            .on("chat_stream")
+            .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_lost_once(&kit, end, "stream_stalled");
+}
+
+#[tokio::test]
+async fn a_drop_mid_answer_ends_the_turn_sent_once() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    // Retrieval, rerank, generate, groundedness, one piece of the answer.
+    kit.sim.faults().push(
+        Rule::new(Fault::SseDrop { after_events: 5 })
+            .on("chat_stream")
+            .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert_eq!(seen.last().map(String::as_str), Some("delta"), "{seen:?}");
+    assert_lost_once(&kit, end, "connection");
+}
+
+#[tokio::test]
+async fn a_turn_for_another_conversation_than_the_proven_one_is_refused_unsent() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    let mut body = question(&conversation);
+    body.conversation_id = ConversationId::parse("conv-unknown").unwrap();
+    let error = kit
+        .grag
+        .bff()
+        .chat_stream(&conversation, &body)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(error.class(), "invalid_scope", "{error}");
+    assert_eq!(kit.sim.log().count("chat_stream"), 0, "nothing sent");
 }

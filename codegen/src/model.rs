@@ -245,7 +245,20 @@ pub struct Stream {
     pub status: Option<StatusRead>,
     /// Event name and index into [`Model::types`].
     pub events: Vec<(String, usize)>,
+    pub stages: Option<Stages>,
+    pub lost_copy: Option<String>,
     pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Stages {
+    pub event: String,
+    pub stage_field: String,
+    pub status_field: String,
+    pub failed: Vec<String>,
+    pub fail_closed: Vec<String>,
+    pub detail_field: Option<String>,
+    pub feature: String,
 }
 
 #[derive(Debug)]
@@ -373,7 +386,20 @@ pub struct Route {
     pub max_response: u64,
     /// The read that settles an unknown outcome (a route of the same service).
     pub reconcile: Option<String>,
+    /// The body ID that must name something existing, and its proof.
+    pub exists: Option<Existence>,
     pub source: Source,
+}
+
+/// A route that only takes an ID proven to exist.
+#[derive(Debug, Clone)]
+pub struct Existence {
+    /// The body's field holding the ID.
+    pub field: String,
+    /// The ID type.
+    pub id: String,
+    /// The create route whose answer proves it.
+    pub proven_by: RouteRef,
 }
 
 impl Model {

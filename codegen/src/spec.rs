@@ -516,9 +516,33 @@ pub struct Stream {
     /// names pass as untyped events.
     #[serde(default)]
     pub events: IndexMap<Text, Text>,
+    /// The stage trace the runtime reads itself (a chat turn's).
+    #[serde(default)]
+    pub stages: Option<Stages>,
+    /// German copy when the stream ends without its answer (a resend is
+    /// offered, never made).
+    #[serde(default)]
+    pub lost_copy: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
+}
+
+/// A stream's stage trace: which event reports a stage, where its name and
+/// status are, which stages fail closed (all others fail open).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stages {
+    pub event: Text,
+    pub stage_field: Text,
+    pub status_field: Text,
+    pub failed: Vec<Text>,
+    #[serde(default)]
+    pub fail_closed: Vec<Text>,
+    #[serde(default)]
+    pub detail_field: Option<Text>,
+    /// The feature (degradation.yaml `features`) shown degraded.
+    pub feature: Text,
 }
 
 /// How a stream's status route reads: which field holds the job's state, and
@@ -680,7 +704,21 @@ pub struct Route {
     /// of this non-idempotent route took effect when its outcome is unknown.
     #[serde(default)]
     pub reconcile: Option<Text>,
+    /// An ID of the body that must name something that exists: the method
+    /// takes the proof the `proven_by` create route hands out.
+    #[serde(default)]
+    pub exists: Option<Exists>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
+}
+
+/// `exists:` of a route: the body's `field` (an ID) must name something that
+/// exists; `proven_by` is the create route (`handle.route`, 409 = already
+/// there) whose body carries the same ID.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Exists {
+    pub field: Text,
+    pub proven_by: Text,
 }

@@ -23,8 +23,8 @@ use crate::throttle::HeldSlots;
 /// slots are given back when it ends (a terminal event, an error, a clean end)
 /// or is dropped.
 pub struct Events {
-    client: Client,
-    endpoint: &'static Endpoint,
+    pub(crate) client: Client,
+    pub(crate) endpoint: &'static Endpoint,
     policy: &'static StreamPolicy,
     stream: EventStream,
     done: bool,
@@ -131,7 +131,10 @@ impl Events {
         std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<SseEvent, Error>>> {
+    pub(crate) fn poll_event(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<SseEvent, Error>>> {
         if self.done {
             return Poll::Ready(None);
         }
@@ -175,6 +178,11 @@ impl Events {
             Err(_) => self.end(),
         }
         Poll::Ready(Some(result))
+    }
+
+    /// Closes the stream before its end (the body is dropped with it later).
+    pub(crate) fn close(&mut self) {
+        self.end();
     }
 
     /// The stream is over: its throttle slots are free for the next request.

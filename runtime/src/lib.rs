@@ -26,6 +26,7 @@ mod reply;
 pub mod sse;
 mod telemetry;
 pub mod throttle;
+mod turn;
 
 pub use call::Call;
 pub use client::{Client, ClientConfig};
@@ -38,3 +39,4 @@ pub use sdk_policy::Policy;
 pub use sdk_policy::{Endpoint, Lane, Method, ScopeNeed};
 pub use sdk_policy::{Id, IdKind, InvalidId};
 pub use sdk_policy::{endpoint, log, policy, scope};
+pub use turn::{FailedStage, Turn, TurnUpdate};

@@ -550,6 +550,17 @@ impl Client {
         Error::new(kind, name, class, endpoint.operation).with_message(message)
     }
 
+    /// A call the generated method refuses before anything is sent (an
+    /// argument that contradicts its proof): the invalid-scope row.
+    pub fn refused(&self, endpoint: &'static Endpoint, detail: &'static str) -> Error {
+        self.classified(
+            crate::ErrorKind::InvalidScope,
+            self.row(OutcomeKind::InvalidScope),
+            endpoint,
+        )
+        .with_detail(detail)
+    }
+
     /// A call that ended before an answer could be used: classified, and
     /// marked replayable where the route may be queued.
     pub(crate) fn error(

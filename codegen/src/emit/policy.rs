@@ -158,6 +158,22 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             }
             _ => quote!(None),
         };
+        let stages = option(s.stages.as_ref(), |g| {
+            let (event, stage, status) = (&g.event, &g.stage_field, &g.status_field);
+            let (failed, closed) = (&g.failed, &g.fail_closed);
+            let detail = option(g.detail_field.as_ref(), |d| quote!(#d));
+            let feature = &g.feature;
+            quote!(StagePolicy {
+                event: #event,
+                stage_field: #stage,
+                status_field: #status,
+                failed: &[#(#failed),*],
+                fail_closed: &[#(#closed),*],
+                detail_field: #detail,
+                feature: #feature,
+            })
+        });
+        let lost = option(s.lost_copy.as_ref(), |c| quote!(#c));
         quote! {
             StreamPolicy {
                 name: #name,
@@ -170,6 +186,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 first_event: #first,
                 terminal_events: &[#(#terminal),*],
                 fallback: #fallback,
+                stages: #stages,
+                lost_copy: #lost,
             }
         }
     });

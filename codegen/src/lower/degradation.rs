@@ -120,6 +120,7 @@ impl Cx<'_> {
         s: &spec::StreamsFile,
         services: &[Service],
         types: &[TypeDef],
+        features: &[&str],
     ) -> Vec<Stream> {
         let mut out = Vec::new();
         for (index, (name, st)) in s.streams.iter().enumerate() {
@@ -192,6 +193,11 @@ impl Cx<'_> {
                 ends_with_terminal: st.ends_with_terminal,
                 status,
                 events,
+                stages: st
+                    .stages
+                    .as_ref()
+                    .map(|g| self.stages(g, features, &field("stages"))),
+                lost_copy: st.lost_copy.as_ref().map(|c| c.to_string()),
                 source: self.source(&st.source, st.inferred),
             });
         }
@@ -232,6 +238,33 @@ impl Cx<'_> {
                     opened.name
                 ),
             );
+        }
+    }
+
+    fn stages(&mut self, g: &spec::Stages, features: &[&str], field: &str) -> Stages {
+        if !features.contains(&g.feature.as_str()) {
+            self.error(
+                &g.feature,
+                &format!("{field}.feature"),
+                format!("`{}` is no feature of degradation.yaml", &*g.feature),
+            );
+        }
+        if g.failed.is_empty() {
+            self.error(
+                &g.event,
+                field,
+                "name the status values of a failed stage (`failed`)",
+            );
+        }
+        let text = |v: &[spec::Text]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        Stages {
+            event: g.event.to_string(),
+            stage_field: g.stage_field.to_string(),
+            status_field: g.status_field.to_string(),
+            failed: text(&g.failed),
+            fail_closed: text(&g.fail_closed),
+            detail_field: g.detail_field.as_ref().map(|t| t.to_string()),
+            feature: g.feature.to_string(),
         }
     }
 

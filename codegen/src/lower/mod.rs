@@ -63,7 +63,8 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         states: states.iter().map(|s| s.name.as_str()).collect(),
         pipeline_header: api.headers.pipeline.is_some(),
     };
-    let services = cx.services(&raw.services, &api, &names, limits.as_ref());
+    let mut services = cx.services(&raw.services, &api, &names, limits.as_ref());
+    cx.existence(&raw.services, &mut services, &types);
     cx.caller_budgets(&raw.policy.throttle, &services);
     let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
     let rows = cx.rows(
@@ -83,7 +84,13 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .breaker
         .as_ref()
         .map(|b| cx.breaker(b, &services, &names));
-    let streams = cx.streams(&raw.streams, &services, &types);
+    let feature_names: Vec<&str> = raw
+        .degradation
+        .features
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    let streams = cx.streams(&raw.streams, &services, &types, &feature_names);
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
     let policy_alerts = &raw.policy.alerts;
     match (&policy_alerts.breaker_open, &raw.policy.breaker) {

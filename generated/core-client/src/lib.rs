@@ -29,6 +29,6 @@ pub use client::{Config, Core};
 pub use engine::Engine;
 pub use ids::{DocumentId, FindingId, SessionId, TenantId};
 pub use sdk_runtime::{
-    Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress,
+    Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress, Turn, TurnUpdate,
 };
 pub use sessions::Sessions;

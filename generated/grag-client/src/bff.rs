@@ -126,20 +126,29 @@ impl<'c> Bff<'c> {
         self.client.send(call).await?.json()
     }
 
-    /// One chat turn as POST-body SSE. Never resent automatically: the user turn is already persisted; a dropped stream offers „Erneut senden“ instead.
+    /// One chat turn as POST-body SSE, typed. Stage traces are read by the client: a failed stage other than `generate` marks the turn and the chat feature degraded and the answer goes on; a failed `generate`, the 150 s watchdog, `event: error` or a drop end the turn with an error whose `answer_lost()` is set (the user message is saved, the answer likely not; the UI offers „Erneut senden“). Never resent automatically.
     ///
     /// - Route: `POST /next/api/chat/stream`
     /// - Timeout class: [`llm`](crate::policy::timeout::LLM), 150 s per attempt
     /// - Retry class: [`R0`](crate::policy::retry::R0), never
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `streams`
+    /// - Takes only an existing `conversation_id`: the [`Existing`](crate::Existing) that `workspaces().ensure_conversation` hands out (the platform silently drops calls for an unknown one)
     /// - Policy: §6.2, §4.2
     pub async fn chat_stream(
         &self,
+        conversation: &crate::ids::Existing<crate::ids::ConversationId>,
         body: &crate::types::ChatRequest,
-    ) -> Result<sdk_runtime::Events, Error> {
+    ) -> Result<sdk_runtime::Turn<crate::types::ChatEvent>, Error> {
+        if body.conversation_id != *conversation.id() {
+            return Err(self.client.refused(
+                &CHAT_STREAM,
+                "the body's `conversation_id` is not the one proven to exist",
+            ));
+        }
+
         let call = Call::new(&CHAT_STREAM).json(body)?;
-        self.client.open_stream(call).await
+        Ok(self.client.turn(self.client.open_stream(call).await?))
     }
 
     /// Event relay of an agent session (only if the plan 5.6 spike happens); `event: error` frames are surfaced, a 503 means the agent plane is dark.
@@ -153,8 +162,8 @@ impl<'c> Bff<'c> {
     pub async fn agent_session_stream(
         &self,
         session_id: &crate::ids::SessionId,
-    ) -> Result<sdk_runtime::Events, Error> {
+    ) -> Result<sdk_runtime::Turn<crate::types::AgentEvent>, Error> {
         let call = Call::new(&AGENT_SESSION_STREAM).path(session_id.as_str());
-        self.client.open_stream(call).await
+        Ok(self.client.turn(self.client.open_stream(call).await?))
     }
 }

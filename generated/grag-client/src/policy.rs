@@ -1030,6 +1030,8 @@ pub static POLICY: Policy = Policy {
                 error_field: Some("error"),
                 reopen_after: 6u32,
             }),
+            stages: None,
+            lost_copy: None,
         },
         StreamPolicy {
             name: "chat",
@@ -1042,6 +1044,18 @@ pub static POLICY: Policy = Policy {
             first_event: None,
             terminal_events: &["done", "error"],
             fallback: None,
+            stages: Some(StagePolicy {
+                event: "trace",
+                stage_field: "stage",
+                status_field: "status",
+                failed: &["failed"],
+                fail_closed: &["generate"],
+                detail_field: Some("detail"),
+                feature: "chat",
+            }),
+            lost_copy: Some(
+                "Ihre Nachricht ist gespeichert, die Antwort wahrscheinlich nicht. „Erneut senden“?",
+            ),
         },
         StreamPolicy {
             name: "agent",
@@ -1054,6 +1068,8 @@ pub static POLICY: Policy = Policy {
             first_event: None,
             terminal_events: &["error", "timeout"],
             fallback: None,
+            stages: None,
+            lost_copy: None,
         },
     ],
     states: &[

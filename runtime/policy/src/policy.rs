@@ -432,6 +432,31 @@ pub struct StreamPolicy {
     /// The status route that stands in for the stream when it fails (a job's
     /// progress); `None`: a failed stream is the caller's error.
     pub fallback: Option<StreamFallback>,
+    /// How the stream reports its stages (a chat turn's trace), `None` when
+    /// it does not.
+    pub stages: Option<StagePolicy>,
+    /// What the UI shows when the stream ends without its answer (a chat
+    /// turn): the user's message is kept, a resend is offered.
+    pub lost_copy: Option<&'static str>,
+}
+
+/// A stream's stage trace: which events report stages, and which stages fail
+/// closed. Every other failed stage fails open: the stream goes on, the
+/// result is marked degraded and so is the feature.
+#[derive(Debug, Clone)]
+pub struct StagePolicy {
+    /// The event that reports a stage (`trace`).
+    pub event: &'static str,
+    pub stage_field: &'static str,
+    pub status_field: &'static str,
+    /// Status values that mean the stage failed.
+    pub failed: &'static [&'static str],
+    /// Stages whose failure ends the stream.
+    pub fail_closed: &'static [&'static str],
+    /// The field with the stage's error text, if any.
+    pub detail_field: Option<&'static str>,
+    /// The feature shown degraded while a stage fails open.
+    pub feature: &'static str,
 }
 
 /// How a stream falls back to polling its status route, and how that route's

@@ -4,16 +4,15 @@ use anyhow::{Context, Result};
 use base64::Engine;
 use grag_client::policy::POLICY;
 use grag_client::types::{
-    ChatRequest, CreateConversation, CreateKb, OrchestratorEvent, SearchRequest, SpendGrouping,
-    UploadDocument,
+    ChatEvent, ChatRequest, CreateConversation, CreateKb, OrchestratorEvent, SearchRequest,
+    SpendGrouping, UploadDocument,
 };
 use grag_client::{
     Config, ConversationId, Created, DocumentId, Grag, JobDone, JobUpdate, KbId, PipelineId,
-    TenantId,
+    TenantId, TurnUpdate,
 };
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::churn::deploy_churn;
@@ -213,53 +212,71 @@ pub(super) async fn simulated() -> Result<()> {
         "Ask a chat question",
         "POST /workspaces/api/v1/conversations, then POST /next/api/chat/stream (SSE)",
     );
-    let conversation = ConversationId::parse("conv-demo")?;
-    grag.workspaces()
-        .create_conversation(&CreateConversation {
-            conversation_id: conversation.clone(),
+    let conversation = grag
+        .workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("conv-demo")?,
             title: Some("Prüffristen".into()),
             kb_ids: Some(vec![kb.clone()]),
         })
         .await?;
-    println!("   conversation {conversation} created (the chat stream does not create it)");
+    println!(
+        "   conversation {} created (the chat stream does not create it; chat_stream takes only this proof)",
+        conversation.id()
+    );
     let chat = Instant::now();
     let mut turn = grag
         .bff()
-        .chat_stream(&ChatRequest {
-            conversation_id: conversation.clone(),
-            message: QUESTION.into(),
-            kb_ids: None,
-        })
+        .chat_stream(
+            &conversation,
+            &ChatRequest {
+                conversation_id: conversation.id().clone(),
+                message: QUESTION.into(),
+                kb_ids: None,
+            },
+        )
         .await?;
     let mut answer = String::new();
     let mut pieces = 0;
     let mut first_piece = None;
-    while let Some(event) = turn.next().await {
-        let event = event?;
-        let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-        match event.event.as_str() {
-            "trace" => {
-                let extra: Vec<String> = data
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(k, _)| !matches!(k.as_str(), "stage" | "status"))
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect();
+    while let Some(update) = turn.next().await {
+        let event = match update? {
+            TurnUpdate::Event(event) => event,
+            TurnUpdate::Degraded(stage) => {
+                println!(
+                    "   {} degraded: stage {} failed open",
+                    stamp(chat),
+                    stage.stage
+                );
+                continue;
+            }
+        };
+        match event {
+            ChatEvent::Trace(t) => {
+                let extra: Vec<String> = [
+                    t.hits.map(|n| format!("hits {n}")),
+                    t.kept.map(|n| format!("kept {n}")),
+                    t.model.map(|m| format!("model {m}")),
+                    t.score.map(|s| format!("score {s}")),
+                    t.detail,
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
                 println!(
                     "   {} stage {:<13} {:<6} {}",
                     stamp(chat),
-                    data["stage"].as_str().unwrap_or("?"),
-                    data["status"].as_str().unwrap_or("?"),
+                    t.stage,
+                    t.status,
                     extra.join(", ")
                 );
             }
-            "delta" => {
+            ChatEvent::Delta(d) => {
                 first_piece.get_or_insert_with(|| chat.elapsed().as_secs_f64());
                 pieces += 1;
-                answer.push_str(data["text"].as_str().unwrap_or(""));
+                answer.push_str(&d.text);
             }
-            "done" => {
+            ChatEvent::Done(done) => {
                 println!(
                     "   {} answer, streamed in {pieces} pieces from {:.2} s on:",
                     stamp(chat),
@@ -269,10 +286,10 @@ pub(super) async fn simulated() -> Result<()> {
                 println!(
                     "   {} done; saved in the conversation: {}",
                     stamp(chat),
-                    data["persisted"]
+                    done.persisted.unwrap_or(false)
                 );
             }
-            other => println!("   {} {other}", stamp(chat)),
+            other => println!("   {} {}", stamp(chat), other.name()),
         }
     }
     println!("   (the long pause before `generate` is normal: the completion is not streamed)");
