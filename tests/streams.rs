@@ -1,6 +1,7 @@
 //! Streams against the simulator (real loopback HTTP, compressed time): job
 //! progress through a stall, the ceiling's `timeout`, an `error` event and a
-//! reconnect; chat turns through stage failures, a stall and a drop. Faults
+//! reconnect; chat turns through stage failures, a stall and a drop; agent
+//! sessions' error frames and a dark agent plane. Faults
 //! are driven by event and request counts; what is asserted never depends
 //! on how fast the machine runs (the exact delays are the paused-time tests
 //! of `sdk-runtime`'s `follow` and `turn` modules).
@@ -8,10 +9,10 @@
 use std::time::Duration;
 
 use grag_client::types::{
-    ChatEvent, ChatRequest, CreateConversation, CreateKb, JobStatus, OrchestratorEvent,
+    AgentEvent, ChatEvent, ChatRequest, CreateConversation, CreateKb, JobStatus, OrchestratorEvent,
     UploadDocument,
 };
-use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId};
+use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
 use sdk_runtime::{Error, JobProgress, JobUpdate, TurnUpdate};
@@ -396,4 +397,69 @@ async fn a_turn_for_another_conversation_than_the_proven_one_is_refused_unsent()
         .expect("refused");
     assert_eq!(error.class(), "invalid_scope", "{error}");
     assert_eq!(kit.sim.log().count("chat_stream"), 0, "nothing sent");
+}
+
+// ---- agent sessions ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_agent_error_frame_is_a_typed_error() {
+    let kit = kit_with(|_| {}).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseError {
+            after_events: 2,
+            detail: "tool call failed".into(),
+        })
+        .on("agent_session_stream")
+        .once(),
+    );
+    let session = SessionId::parse("session-1").unwrap();
+    let mut relay = kit.grag.bff().agent_session_stream(&session).await.unwrap();
+    let mut seen = Vec::new();
+    let error = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            match relay.next().await.expect("an error before the end") {
+                Ok(TurnUpdate::Event(AgentEvent::Session(s))) => {
+                    seen.push(format!("session {}", s.session_id))
+                }
+                Ok(TurnUpdate::Event(AgentEvent::Step(s))) => {
+                    seen.push(format!("step {}", s.action.unwrap_or_default()))
+                }
+                Ok(other) => panic!("unexpected {other:?}"),
+                Err(e) => break e,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, ["session session-1", "step plan"]);
+    assert_eq!(
+        (error.row(), error.class()),
+        ("T17", "stream_error"),
+        "{error}"
+    );
+    assert_eq!(error.detail(), Some("tool call failed"));
+    assert!(!error.answer_lost(), "a session carries no answer to lose");
+    assert!(relay.next().await.is_none(), "the relay is over");
+}
+
+#[tokio::test]
+async fn a_503_on_opening_an_agent_session_means_the_agent_plane_is_dark() {
+    let kit = kit_with(|s| s.agent_plane = false).await;
+    let session = SessionId::parse("session-1").unwrap();
+    let error = kit
+        .grag
+        .bff()
+        .agent_session_stream(&session)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(
+        (error.row(), error.class(), error.status()),
+        ("T13", "feature_dark", Some(503)),
+        "{error}"
+    );
+    assert_eq!(
+        kit.grag.runtime().feature_state("agents").unwrap().state,
+        "dark"
+    );
 }

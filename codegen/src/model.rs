@@ -34,6 +34,7 @@ pub struct Model {
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
+    pub buffering: Option<Buffering>,
     pub states: Vec<State>,
     pub messages: Vec<Message>,
     pub alerts: Vec<Alert>,
@@ -119,6 +120,16 @@ pub struct MetricNames {
     pub circuit_state: Option<String>,
     pub circuit_open_seconds: Option<String>,
     pub sse_fallback: Option<String>,
+    pub sse_buffered: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Buffering {
+    pub min_events: u32,
+    pub burst: Duration,
+    pub silent_for: Duration,
+    pub confirm_after: u32,
+    pub alert: String,
 }
 
 #[derive(Debug)]

@@ -245,6 +245,8 @@ pub struct Metrics {
     /// Only with streams.
     #[serde(default)]
     pub sse_fallback: Option<Text>,
+    #[serde(default)]
+    pub sse_buffered: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -477,6 +479,24 @@ pub struct Match {
 #[derive(Default)]
 pub struct StreamsFile {
     pub streams: IndexMap<Text, Stream>,
+    /// How a buffering proxy is recognised (§6.4).
+    #[serde(default)]
+    pub buffering: Option<Buffering>,
+}
+
+/// `buffering:` of streams.yaml: see `sdk_policy::policy::BufferingRule`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Buffering {
+    pub min_events: Spanned<u32>,
+    pub burst: Duration,
+    pub silent_for: Duration,
+    pub confirm_after: Spanned<u32>,
+    /// The alert (degradation.yaml `alerts`) raised once it is confirmed.
+    pub alert: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
 }
 
 #[derive(Debug, Deserialize)]

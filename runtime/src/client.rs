@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     /// A proxy was seen buffering event streams: jobs are followed by
     /// polling alone for the rest of the client's life (§6.4).
     pub(crate) proxy_buffering: AtomicBool,
+    /// Streams seen buffered so far.
+    pub(crate) buffered_streams: std::sync::atomic::AtomicU32,
 }
 
 impl Client {
@@ -139,6 +141,7 @@ impl Client {
                     .retry_exhausted_rate
                     .map(|rate| Mutex::new(RateAlarm::new(rate))),
                 proxy_buffering: AtomicBool::new(false),
+                buffered_streams: std::sync::atomic::AtomicU32::new(0),
             }),
             pipeline_id: None,
             extra_budget: None,
@@ -227,6 +230,32 @@ impl Client {
         self.shared
             .proxy_buffering
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A stream arrived in one burst at its end: counted; once the policy's
+    /// `confirm_after` streams did, buffering is confirmed (alert, and jobs
+    /// are polled from then on).
+    pub(crate) fn stream_buffered(
+        &self,
+        stream: &'static str,
+        endpoint: &'static crate::Endpoint,
+        rule: &crate::policy::BufferingRule,
+    ) {
+        use std::sync::atomic::Ordering;
+        self.shared.metrics.sse_buffered(stream);
+        let seen = self.shared.buffered_streams.fetch_add(1, Ordering::Relaxed) + 1;
+        if seen >= rule.confirm_after && !self.shared.proxy_buffering.swap(true, Ordering::Relaxed)
+        {
+            self.shared.alerts.alert(crate::alerts::Alert {
+                name: rule.alert,
+                endpoint: Some(endpoint.operation),
+                row: None,
+                detail: Some(format!(
+                    "a proxy buffers event streams: {seen} arrived in one burst at their end; jobs are followed by polling from now on"
+                )),
+                request_id: None,
+            });
+        }
     }
 
     pub fn metrics_text(&self) -> String {

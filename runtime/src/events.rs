@@ -5,13 +5,14 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures_util::stream::{FusedStream, Stream};
+use tokio::time::Instant;
 
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
 use crate::error::bounded;
 use crate::error::{Error, ErrorKind};
-use crate::policy::{OutcomeKind, StreamPolicy};
+use crate::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::HeldSlots;
 
@@ -30,6 +31,48 @@ pub struct Events {
     done: bool,
     /// A stream is a request (§8): it holds its throttle slots until it ends.
     slots: Option<HeldSlots>,
+    /// When the stream opened and when its events arrived, to tell a
+    /// buffering proxy (§6.4).
+    arrivals: Arrivals,
+    buffered: bool,
+}
+
+/// When a stream opened, and when its first and last events arrived.
+#[derive(Debug, Clone, Copy)]
+struct Arrivals {
+    opened: Instant,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    events: u32,
+}
+
+impl Arrivals {
+    fn new() -> Self {
+        Arrivals {
+            opened: Instant::now(),
+            first: None,
+            last: None,
+            events: 0,
+        }
+    }
+
+    fn event(&mut self, at: Instant) {
+        self.first.get_or_insert(at);
+        self.last = Some(at);
+        self.events = self.events.saturating_add(1);
+    }
+
+    /// Every event came in one burst after a silence: a proxy held the stream.
+    fn buffered(&self, rule: &BufferingRule) -> bool {
+        match (self.first, self.last) {
+            (Some(first), Some(last)) => {
+                self.events >= rule.min_events
+                    && last.duration_since(first) <= rule.burst
+                    && first.duration_since(self.opened) >= rule.silent_for
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Drop for Events {
@@ -102,6 +145,8 @@ impl Events {
             policy,
             done: false,
             slots,
+            arrivals: Arrivals::new(),
+            buffered: false,
         }
     }
 
@@ -147,6 +192,7 @@ impl Events {
                 .error(OutcomeKind::Connection, ErrorKind::Connection)
                 .with_detail("the stream ended before its terminal event")),
             None => {
+                self.judge_arrivals();
                 self.end();
                 return Poll::Ready(None);
             }
@@ -171,13 +217,32 @@ impl Events {
         };
         match &result {
             Ok(event) => {
+                self.arrivals.event(Instant::now());
                 if self.policy.terminal_events.contains(&event.event.as_str()) {
+                    self.judge_arrivals();
                     self.end();
                 }
             }
             Err(_) => self.end(),
         }
         Poll::Ready(Some(result))
+    }
+
+    /// Whether the stream arrived in one burst at its end: a proxy buffered
+    /// it (spec `buffering`). Known once it ended.
+    pub fn was_buffered(&self) -> bool {
+        self.buffered
+    }
+
+    /// The stream ended as it should: did it come in one burst?
+    fn judge_arrivals(&mut self) {
+        if let Some(rule) = &self.client.shared.policy.buffering
+            && self.arrivals.buffered(rule)
+        {
+            self.buffered = true;
+            self.client
+                .stream_buffered(self.policy.name, self.endpoint, rule);
+        }
     }
 
     /// Closes the stream before its end (the body is dropped with it later).

@@ -468,12 +468,13 @@ where
         if self.poll_status().await == Some(JobState::Running) {
             let polls = polls.saturating_add(1);
             let reopen = self.fallback.reopen_after;
-            self.phase =
-                if !self.polling_only && self.policy.resend && reopen > 0 && polls >= reopen {
-                    Phase::Open { reopened: true }
-                } else {
-                    Phase::Polling { polls, due: false }
-                };
+            // A buffering proxy confirmed meanwhile keeps the stream shut.
+            let stream_usable = !self.polling_only && !self.client.polling_only();
+            self.phase = if stream_usable && self.policy.resend && reopen > 0 && polls >= reopen {
+                Phase::Open { reopened: true }
+            } else {
+                Phase::Polling { polls, due: false }
+            };
         }
     }
 

@@ -105,6 +105,12 @@ impl<E: StreamEvent> Turn<E> {
         std::future::poll_fn(|cx| self.poll_update(cx)).await
     }
 
+    /// Whether the turn arrived in one burst at its end (a buffering proxy,
+    /// §6.4): the answer is whole, it just did not stream. Known once ended.
+    pub fn was_buffered(&self) -> bool {
+        self.events.was_buffered()
+    }
+
     /// The stages that failed open so far: the answer may be incomplete.
     pub fn degraded(&self) -> &[FailedStage] {
         &self.degraded
@@ -388,6 +394,61 @@ mod tests {
             "150 s after the last event"
         );
         assert!(e.answer_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_that_arrives_in_one_burst_after_a_silence_was_buffered() {
+        let alerts = std::sync::Arc::new(crate::alerts::CollectAlerts::default());
+        let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, "knoll").unwrap();
+        let client = Client::new(
+            &POLICY,
+            ClientConfig::new("http://127.0.0.1:9", "key", tenant).alerts(alerts.clone()),
+        )
+        .unwrap();
+        // Streamed as it happens: not buffered, however slow.
+        let mut live = turn(
+            &client,
+            vec![(0, RETRIEVAL), (100, GENERATE), (0, DELTA), (0, DONE)],
+            false,
+        );
+        while live.next().await.is_some() {}
+        assert!(!live.was_buffered());
+        // Everything at once after 30 s: buffered, the answer whole.
+        const WHOLE: &str = "event: trace\ndata: {\"stage\":\"retrieval\",\"status\":\"ok\"}\n\n\
+            event: trace\ndata: {\"stage\":\"generate\",\"status\":\"ok\"}\n\n\
+            event: delta\ndata: {\"text\":\"Alle sechs Jahre.\"}\n\n\
+            event: done\ndata: {}\n\n";
+        for n in 1..=2 {
+            let mut t = turn(&client, vec![(30, WHOLE)], false);
+            let (seen, end) = {
+                let mut seen = Vec::new();
+                let mut end = None;
+                while let Some(u) = t.next().await {
+                    match u {
+                        Ok(TurnUpdate::Event(e)) => seen.push(e.event),
+                        Ok(other) => panic!("{other:?}"),
+                        Err(e) => end = Some(e),
+                    }
+                }
+                (seen, end)
+            };
+            assert!(end.is_none(), "{end:?}");
+            assert_eq!(
+                seen,
+                ["trace", "trace", "delta", "done"],
+                "the answer arrives whole"
+            );
+            assert!(t.was_buffered());
+            // Confirmed by the second: one alert, jobs polled from now on.
+            assert_eq!(client.polling_only(), n == 2);
+            assert_eq!(alerts.names().len(), usize::from(n == 2));
+        }
+        assert_eq!(alerts.names(), ["sse_fallbacks_sustained"]);
+        assert!(
+            client
+                .metrics_text()
+                .contains("knoll_sse_buffered_total{stream=\"chat\"} 2")
+        );
     }
 
     #[tokio::test(start_paused = true)]

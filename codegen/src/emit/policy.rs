@@ -26,11 +26,23 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let m = &model.metrics;
     let (requests, duration_metric) = (&m.requests, &m.duration);
     let text = |s: &Option<String>| option(s.as_ref(), |s| quote!(#s));
-    let (circuit_state, circuit_open, sse_fallback) = (
+    let (circuit_state, circuit_open, sse_fallback, sse_buffered) = (
         text(&m.circuit_state),
         text(&m.circuit_open_seconds),
         text(&m.sse_fallback),
+        text(&m.sse_buffered),
     );
+    let buffering = option(model.buffering.as_ref(), |b| {
+        let (min, confirm, alert) = (b.min_events, b.confirm_after, &b.alert);
+        let (burst, silent) = (duration(b.burst), duration(b.silent_for));
+        quote!(BufferingRule {
+            min_events: #min,
+            burst: #burst,
+            silent_for: #silent,
+            confirm_after: #confirm,
+            alert: #alert,
+        })
+    });
     let l = &model.limits;
     let (error_body, detail, sse_line, sse_event) = (
         int(l.error_body),
@@ -366,6 +378,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 circuit_state: #circuit_state,
                 circuit_open_seconds: #circuit_open,
                 sse_fallback: #sse_fallback,
+                sse_buffered: #sse_buffered,
             },
             timeouts: &TIMEOUTS,
             deadline: #deadline,
@@ -386,6 +399,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             taxonomy: &[#(#rows),*],
             detail_sets: &[#(#details),*],
             streams: &[#(#streams),*],
+            buffering: #buffering,
             states: &[#(#states),*],
             messages: &[#(#messages),*],
             warm_up: &[#(#warm_up),*],

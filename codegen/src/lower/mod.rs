@@ -91,6 +91,17 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .map(|k| k.as_str())
         .collect();
     let streams = cx.streams(&raw.streams, &services, &types, &feature_names);
+    let buffering = raw.streams.buffering.as_ref().and_then(|b| {
+        cx.reference(&b.alert, "buffering.alert", "alert", &names.alerts);
+        cx.source(&b.source, b.inferred);
+        Some(Buffering {
+            min_events: cx.positive(&b.min_events, "buffering.min_events"),
+            burst: cx.duration(&b.burst, "buffering.burst")?,
+            silent_for: cx.duration(&b.silent_for, "buffering.silent_for")?,
+            confirm_after: cx.positive(&b.confirm_after, "buffering.confirm_after"),
+            alert: b.alert.to_string(),
+        })
+    });
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
     let policy_alerts = &raw.policy.alerts;
     match (&policy_alerts.breaker_open, &raw.policy.breaker) {
@@ -146,6 +157,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         details,
         rows,
         streams,
+        buffering,
         states,
         messages,
         alerts,
@@ -340,6 +352,7 @@ impl Cx<'_> {
             "breaker",
         );
         let sse_fallback = optional(self, &m.sse_fallback, "sse_fallback", streams, "streams");
+        let sse_buffered = optional(self, &m.sse_buffered, "sse_buffered", streams, "streams");
         self.source(&m.source, m.inferred);
         MetricNames {
             requests: name(self, &m.requests, "requests"),
@@ -347,6 +360,7 @@ impl Cx<'_> {
             circuit_state,
             circuit_open_seconds,
             sse_fallback,
+            sse_buffered,
         }
     }
 

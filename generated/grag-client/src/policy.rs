@@ -243,6 +243,7 @@ pub static POLICY: Policy = Policy {
         circuit_state: Some("grag_client_circuit_state"),
         circuit_open_seconds: Some("grag_client_circuit_open_seconds"),
         sse_fallback: Some("knoll_sse_fallback"),
+        sse_buffered: Some("knoll_sse_buffered"),
     },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),
@@ -1072,6 +1073,13 @@ pub static POLICY: Policy = Policy {
             lost_copy: None,
         },
     ],
+    buffering: Some(BufferingRule {
+        min_events: 3u32,
+        burst: ::std::time::Duration::from_millis(250),
+        silent_for: ::std::time::Duration::from_secs(5),
+        confirm_after: 2u32,
+        alert: "sse_fallbacks_sustained",
+    }),
     states: &[
         FeatureStateCopy {
             state: "available",

@@ -27,6 +27,8 @@ pub struct Policy {
     pub taxonomy: &'static [TaxonomyRow],
     pub detail_sets: &'static [DetailSet],
     pub streams: &'static [StreamPolicy],
+    /// How a buffering proxy is recognised; `None` for an API without streams.
+    pub buffering: Option<BufferingRule>,
     pub states: &'static [FeatureStateCopy],
     pub messages: &'static [ClassMessage],
     /// Calls fired once after a breaker close to warm cold models, when enabled.
@@ -62,6 +64,8 @@ pub struct MetricNames {
     pub circuit_state: Option<&'static str>,
     pub circuit_open_seconds: Option<&'static str>,
     pub sse_fallback: Option<&'static str>,
+    /// Streams a proxy held back and delivered in one burst (§6.4).
+    pub sse_buffered: Option<&'static str>,
 }
 
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per
@@ -438,6 +442,21 @@ pub struct StreamPolicy {
     /// What the UI shows when the stream ends without its answer (a chat
     /// turn): the user's message is kept, a resend is offered.
     pub lost_copy: Option<&'static str>,
+}
+
+/// A proxy that buffers event streams (§6.4) holds every byte back and
+/// delivers the stream in one burst when it ends. A stream whose events
+/// (at least `min_events`) all arrived within `burst` of each other, after
+/// `silent_for` or more of nothing since it opened, was buffered; after
+/// `confirm_after` such streams buffering is confirmed: the alert is raised
+/// and jobs are followed by polling alone from then on.
+#[derive(Debug, Clone)]
+pub struct BufferingRule {
+    pub min_events: u32,
+    pub burst: Duration,
+    pub silent_for: Duration,
+    pub confirm_after: u32,
+    pub alert: &'static str,
 }
 
 /// A stream's stage trace: which events report stages, and which stages fail
