@@ -463,3 +463,97 @@ async fn a_503_on_opening_an_agent_session_means_the_agent_plane_is_dark() {
         "dark"
     );
 }
+
+// ---- proxy buffering (§6.4) ----------------------------------------------------------------
+
+#[tokio::test]
+async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_arrive_whole() {
+    // Each job runs 200 ms: longer than the rule's silence (5 s / 100), shorter
+    // than the watchdog (450 ms), so a buffered stream arrives whole at its end.
+    let kit = kit_with(|s| s.job_queue = Duration::from_millis(200)).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseBuffered)
+            .on("orchestrator_events")
+            .times(2),
+    );
+    let first = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&first)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "the result arrives"
+    );
+    assert!(
+        kit.alerts.names().is_empty(),
+        "one buffered stream is no proof"
+    );
+    assert!(!kit.grag.runtime().polling_only());
+
+    let second = upload(&kit.grag, "doc-2").await;
+    let (_, end) = follow(kit.grag.bff().orchestrator_events(&second)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(kit.alerts.names(), ["sse_fallbacks_sustained"], "confirmed");
+    assert!(kit.grag.runtime().polling_only());
+    assert!(
+        kit.grag
+            .runtime()
+            .metrics_text()
+            .contains("knoll_sse_buffered_total{stream=\"orchestrator\"} 2")
+    );
+
+    // From now on jobs are followed by polling alone.
+    let streams = kit.sim.log().count("orchestrator_events");
+    let third = upload(&kit.grag, "doc-3").await;
+    kit.sim.start_job(testkit::TENANT, third.as_str());
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&third)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert!(
+        seen[..seen.len() - 1]
+            .iter()
+            .all(|s| s.starts_with("status")),
+        "{seen:?}"
+    );
+    assert_eq!(
+        kit.sim.log().count("orchestrator_events"),
+        streams,
+        "no stream opened"
+    );
+}
+
+#[tokio::test]
+async fn a_buffered_chat_turn_still_delivers_its_whole_answer() {
+    let kit = kit_with(|s| s.chat_silence = Duration::from_millis(100)).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim
+        .faults()
+        .push(Rule::new(Fault::SseBuffered).on("chat_stream").once());
+    let mut turn = kit
+        .grag
+        .bff()
+        .chat_stream(&conversation, &question(&conversation))
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    let mut done = false;
+    tokio::time::timeout(HANG_GUARD, async {
+        while let Some(update) = turn.next().await {
+            match update.expect("no error") {
+                TurnUpdate::Event(ChatEvent::Delta(d)) => answer.push_str(&d.text),
+                TurnUpdate::Event(ChatEvent::Done(_)) => done = true,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(done, "the turn ended with `done`");
+    assert!(!answer.is_empty(), "the answer arrived whole");
+    assert!(turn.was_buffered(), "the whole turn came in one burst");
+    assert_eq!(kit.sim.log().count("chat_stream"), 1);
+}
