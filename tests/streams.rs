@@ -27,11 +27,19 @@ const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0
 /// until their first subscriber, the client at 1/100 (watchdog 450 ms,
 /// polling every 50 ms).
 async fn kit_with(adjust: impl FnOnce(&mut SimConfig)) -> Kit {
+    kit_at(100, adjust).await
+}
+
+/// Like [`kit_with`], the client at 1/`divisor`. Tests that assert a stream
+/// did *not* stall take 10 (watchdog 4.5 s, polling every 500 ms): a
+/// keepalive every 20 ms is then 225 times faster than the watchdog, however
+/// busy the machine.
+async fn kit_at(divisor: u32, adjust: impl FnOnce(&mut SimConfig)) -> Kit {
     let mut sim = testkit::sim_config(1000).with_held_jobs();
     sim.job_queue = Duration::from_millis(20);
     sim.job_node_pace = Duration::from_millis(5);
     adjust(&mut sim);
-    Kit::start(sim, testkit::policy(100)).await
+    Kit::start(sim, testkit::policy(divisor)).await
 }
 
 async fn upload(grag: &Grag, document: &str) -> JobId {
@@ -101,9 +109,14 @@ fn fell_back(seen: &[String]) -> Vec<&str> {
 
 #[tokio::test]
 async fn keepalives_longer_than_the_watchdog_are_no_stall() {
-    // The job waits 1.5 s in the queue: three watchdogs (450 ms) of nothing
-    // but keepalives (every 20 ms).
-    let kit = kit_with(|s| s.job_queue = Duration::from_millis(1500)).await;
+    // The job waits 6 s in the queue: longer than the watchdog (4.5 s), with
+    // nothing but keepalives (every 20 ms). The sim's ceiling (1.8 s) is
+    // raised past it.
+    let kit = kit_at(10, |s| {
+        s.job_queue = Duration::from_secs(6);
+        s.stream_ceiling = Duration::from_secs(60);
+    })
+    .await;
     let job = upload(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "{end:?}");
@@ -141,7 +154,7 @@ async fn a_stall_falls_back_to_polling_and_the_result_still_arrives() {
 #[tokio::test]
 async fn the_ceiling_s_timeout_event_is_polled_through_not_a_failed_job() {
     // The job outlasts the stream's ceiling (1.8 s at this scale).
-    let kit = kit_with(|s| s.job_queue = Duration::from_millis(2500)).await;
+    let kit = kit_at(10, |s| s.job_queue = Duration::from_millis(2500)).await;
     let job = upload(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "not failed: {end:?}");
@@ -186,8 +199,14 @@ async fn an_error_event_falls_back_to_polling() {
 
 #[tokio::test]
 async fn a_reconnect_is_resynced_by_exactly_one_poll() {
-    // Long enough to be running through the six fallback polls (300 ms).
-    let kit = kit_with(|s| s.job_queue = Duration::from_millis(3000)).await;
+    // The drop comes with the first node (after 20 ms); the job then runs
+    // 8 s, through the six fallback polls (3 s). The sim's ceiling (1.8 s)
+    // is raised past it.
+    let kit = kit_at(10, |s| {
+        s.job_node_pace = Duration::from_secs(2);
+        s.stream_ceiling = Duration::from_secs(60);
+    })
+    .await;
     let job = upload(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseDrop { after_events: 1 })
@@ -204,7 +223,11 @@ async fn a_reconnect_is_resynced_by_exactly_one_poll() {
         .filter(|(_, op)| **op == "orchestrator_events")
         .map(|(i, _)| i)
         .collect();
-    assert_eq!(opens.len(), 2, "dropped once, reopened once: {ops:?}");
+    assert_eq!(
+        opens.len(),
+        2,
+        "dropped once, reopened once: {ops:?} {seen:?}"
+    );
     let polls = |range: std::ops::Range<usize>| {
         ops[range]
             .iter()
@@ -468,9 +491,9 @@ async fn a_503_on_opening_an_agent_session_means_the_agent_plane_is_dark() {
 
 #[tokio::test]
 async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_arrive_whole() {
-    // Each job runs 200 ms: longer than the rule's silence (5 s / 100), shorter
-    // than the watchdog (450 ms), so a buffered stream arrives whole at its end.
-    let kit = kit_with(|s| s.job_queue = Duration::from_millis(200)).await;
+    // Each job runs 1 s: longer than the rule's silence (5 s / 10), shorter
+    // than the watchdog (4.5 s), so a buffered stream arrives whole at its end.
+    let kit = kit_at(10, |s| s.job_queue = Duration::from_secs(1)).await;
     kit.sim.faults().push(
         Rule::new(Fault::SseBuffered)
             .on("orchestrator_events")
@@ -528,7 +551,8 @@ async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_ar
 
 #[tokio::test]
 async fn a_buffered_chat_turn_still_delivers_its_whole_answer() {
-    let kit = kit_with(|s| s.chat_silence = Duration::from_millis(100)).await;
+    // The completion takes 1 s: past the rule's silence (5 s / 10).
+    let kit = kit_at(10, |s| s.chat_silence = Duration::from_secs(1)).await;
     let conversation = conversation(&kit.grag).await;
     kit.sim
         .faults()

@@ -217,7 +217,9 @@ impl Events {
         };
         match &result {
             Ok(event) => {
-                self.arrivals.event(Instant::now());
+                if let Some(at) = self.stream.last_arrival() {
+                    self.arrivals.event(at);
+                }
                 if self.policy.terminal_events.contains(&event.event.as_str()) {
                     self.judge_arrivals();
                     self.end();
