@@ -390,17 +390,14 @@ where
             && let Some(first) = self.policy.first_event
             && event.event != first
         {
-            let error = self
-                .client
-                .classified(
-                    ErrorKind::Decode,
-                    self.client.row(OutcomeKind::Decode),
-                    self.endpoint,
-                )
-                .with_detail(bounded(
+            let error = self.contract_error(
+                self.endpoint,
+                bounded(
                     &format!("the stream opened with `{}`, not `{first}`", event.event),
                     self.client.shared.policy.limits.detail,
-                ));
+                ),
+                None,
+            );
             self.finish(Err(error));
             return;
         }
@@ -420,15 +417,14 @@ where
             Ok(typed) => typed,
             // The job goes on though its stream cannot be read: poll it.
             Err(e) => {
-                let error = self
-                    .client
-                    .classified(
-                        ErrorKind::Decode,
-                        self.client.row(OutcomeKind::Decode),
-                        self.endpoint,
-                    )
-                    .with_detail(format!("event `{name}` does not decode"))
-                    .with_source(e);
+                let error = self.contract_error(
+                    self.endpoint,
+                    bounded(
+                        &format!("event `{name}` does not decode"),
+                        self.client.shared.policy.limits.detail,
+                    ),
+                    Some(e),
+                );
                 self.fall_back(error);
                 return;
             }
@@ -496,20 +492,11 @@ where
         let status = match (state.is_some(), serde_json::from_value::<S>(value)) {
             (true, Ok(status)) => status,
             (_, result) => {
-                let mut error = self
-                    .client
-                    .classified(
-                        ErrorKind::Decode,
-                        self.client.row(OutcomeKind::Decode),
-                        fallback.route,
-                    )
-                    .with_detail(format!(
-                        "the status answer has no string `{}` or does not decode",
-                        fallback.status_field
-                    ));
-                if let Err(e) = result {
-                    error = error.with_source(e);
-                }
+                let detail = format!(
+                    "the status answer has no string `{}` or does not decode",
+                    fallback.status_field
+                );
+                let error = self.contract_error(fallback.route, detail, result.err());
                 self.finish(Err(error));
                 return None;
             }
@@ -537,6 +524,28 @@ where
         if let Some(events) = self.live.take() {
             self.closed_keepalives += events.keepalives();
         }
+    }
+
+    /// The platform broke the stream's or the status route's contract: the
+    /// decode row, with its alert (contract drift).
+    fn contract_error(
+        &self,
+        endpoint: &'static Endpoint,
+        detail: String,
+        source: Option<serde_json::Error>,
+    ) -> Error {
+        let row = self.client.row(OutcomeKind::Decode);
+        let mut error = self
+            .client
+            .classified(ErrorKind::Decode, row, endpoint)
+            .with_detail(detail);
+        if let Some(e) = source {
+            error = error.with_source(e);
+        }
+        if let Some(alert) = row.and_then(|r| r.alert) {
+            self.client.raise(alert, &error);
+        }
+        error
     }
 
     /// T32: the job ended failed or cancelled.

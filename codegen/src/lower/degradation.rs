@@ -137,7 +137,7 @@ impl Cx<'_> {
                 (Some(f), None) => {
                     self.error(
                         f,
-                        &field("status"),
+                        field("status"),
                         "a fallback route needs `status`: its state field and terminal states",
                     );
                     None
@@ -145,7 +145,7 @@ impl Cx<'_> {
                 (None, Some(read)) => {
                     self.error(
                         &read.field,
-                        &field("status"),
+                        field("status"),
                         "`status` reads the `fallback` route: add one",
                     );
                     None
@@ -245,7 +245,7 @@ impl Cx<'_> {
         if !features.contains(&g.feature.as_str()) {
             self.error(
                 &g.feature,
-                &format!("{field}.feature"),
+                format!("{field}.feature"),
                 format!("`{}` is no feature of degradation.yaml", &*g.feature),
             );
         }
