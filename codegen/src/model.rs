@@ -35,6 +35,8 @@ pub struct Model {
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
     pub buffering: Option<Buffering>,
+    /// At least this many fallbacks within this long raise the alert.
+    pub fallbacks_sustained: Option<(u32, Duration, String)>,
     pub states: Vec<State>,
     pub messages: Vec<Message>,
     pub alerts: Vec<Alert>,

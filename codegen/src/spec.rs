@@ -482,6 +482,22 @@ pub struct StreamsFile {
     /// How a buffering proxy is recognised (§6.4).
     #[serde(default)]
     pub buffering: Option<Buffering>,
+    /// Fallbacks to polling this often are no longer incidents.
+    #[serde(default)]
+    pub fallbacks_sustained: Option<FallbacksSustained>,
+}
+
+/// `fallbacks_sustained:` of streams.yaml: at least `at_least` fallbacks
+/// within a rolling `within` raise `alert`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbacksSustained {
+    pub at_least: Spanned<u32>,
+    pub within: Duration,
+    pub alert: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
 }
 
 /// `buffering:` of streams.yaml: see `sdk_policy::policy::BufferingRule`.

@@ -101,6 +101,8 @@ pub(crate) struct Shared {
     pub(crate) proxy_buffering: AtomicBool,
     /// Streams seen buffered so far.
     pub(crate) buffered_streams: std::sync::atomic::AtomicU32,
+    /// Fallbacks to polling, when the policy alerts on their rate.
+    pub(crate) fallbacks: Option<Mutex<RateAlarm>>,
 }
 
 impl Client {
@@ -142,6 +144,9 @@ impl Client {
                     .map(|rate| Mutex::new(RateAlarm::new(rate))),
                 proxy_buffering: AtomicBool::new(false),
                 buffered_streams: std::sync::atomic::AtomicU32::new(0),
+                fallbacks: policy
+                    .fallbacks_sustained
+                    .map(|(rate, _)| Mutex::new(RateAlarm::new(rate))),
             }),
             pipeline_id: None,
             extra_budget: None,
@@ -255,6 +260,31 @@ impl Client {
                 )),
                 request_id: None,
             });
+        }
+    }
+
+    /// A stream was given up for polling: counted, and alerted once the
+    /// policy's rate of fallbacks is reached (once per window while it lasts).
+    pub(crate) fn stream_fell_back(&self, stream: &'static str, error: &crate::Error) {
+        self.shared.metrics.sse_fallback(stream);
+        let (Some(alarm), Some((rate, alert))) = (
+            &self.shared.fallbacks,
+            self.shared.policy.fallbacks_sustained,
+        ) else {
+            return;
+        };
+        let raise = alarm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(tokio::time::Instant::now());
+        if raise {
+            let detail = format!(
+                "{} stream fallbacks to polling within {} s; the last: {}",
+                rate.at_least,
+                rate.within.as_secs(),
+                error.detail().unwrap_or(error.class())
+            );
+            self.raise_with(alert, error, Some(detail));
         }
     }
 

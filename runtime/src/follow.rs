@@ -451,7 +451,7 @@ where
     /// The stream failed: count it, say so, poll now and then at the cadence.
     fn fall_back(&mut self, error: Error) {
         self.close();
-        self.client.shared.metrics.sse_fallback(self.policy.name);
+        self.client.stream_fell_back(self.policy.name, &error);
         self.queue.push_back(Ok(JobUpdate::FellBack(error)));
         self.phase = Phase::Polling {
             polls: 0,
@@ -574,7 +574,7 @@ mod tests {
     //! ceiling): every delay below is exact.
 
     use std::io;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     use bytes::Bytes;
     use grag_client::policy::POLICY;
@@ -582,6 +582,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::alerts::CollectAlerts;
     use crate::{ClientConfig, IdKind};
 
     /// How a scripted body ends after its frames.
@@ -659,13 +660,10 @@ mod tests {
         }
     }
 
-    fn client() -> Client {
+    fn client(alerts: Arc<CollectAlerts>) -> Client {
         let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, "knoll").unwrap();
-        Client::new(
-            &POLICY,
-            ClientConfig::new("http://127.0.0.1:9", "key", tenant),
-        )
-        .unwrap()
+        let config = ClientConfig::new("http://127.0.0.1:9", "key", tenant).alerts(alerts);
+        Client::new(&POLICY, config).unwrap()
     }
 
     fn running() -> Value {
@@ -696,6 +694,7 @@ mod tests {
         keepalives: u64,
         log: Vec<(&'static str, Duration)>,
         client: Client,
+        alerts: Arc<CollectAlerts>,
     }
 
     async fn run(
@@ -704,7 +703,8 @@ mod tests {
         expected: Option<Duration>,
         prepare: impl FnOnce(&Client),
     ) -> Run {
-        let client = client();
+        let alerts = Arc::new(CollectAlerts::default());
+        let client = client(alerts.clone());
         prepare(&client);
         let log = Log::default();
         let t0 = Instant::now();
@@ -741,6 +741,7 @@ mod tests {
             keepalives: progress.keepalives(),
             log,
             client,
+            alerts,
         }
     }
 
@@ -1023,6 +1024,48 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn five_fallbacks_within_10_min_raise_the_sustained_alert_once() {
+        // Every stream stalls; after each fallback six polls, then a reopen
+        // (and its resync poll). The fifth fallback's first poll completes.
+        let opens = (0..5)
+            .map(|_| Some(Body(vec![(0, SUBSCRIBED)], End::Stall)))
+            .collect();
+        let mut statuses = vec![running(); 4 * 6 + 4];
+        statuses.push(completed());
+        let r = run(opens, statuses, None, |_| {}).await;
+        let fell_back: Vec<Duration> = r
+            .seen
+            .iter()
+            .filter(|(s, _)| *s == Seen::FellBack("stream_stalled"))
+            .map(|(_, at)| *at)
+            .collect();
+        // 45 s of silence, then 25 s of polls before the next open.
+        assert_eq!(fell_back, [45, 115, 185, 255, 325].map(secs));
+        assert_eq!(r.seen.last(), Some(&(Seen::Completed("status"), secs(325))));
+        assert_eq!(
+            r.alerts.names(),
+            ["sse_fallbacks_sustained"],
+            "once, at the fifth"
+        );
+        assert_eq!(
+            fallbacks(&r.client).as_deref(),
+            Some("knoll_sse_fallback_total{stream=\"orchestrator\"} 5")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_missing_subscribed_raises_contract_drift() {
+        let r = run(
+            vec![Some(Body(vec![(0, NODE)], End::Stall))],
+            vec![],
+            None,
+            |_| {},
+        )
+        .await;
+        assert_eq!(r.alerts.names(), ["contract_drift"]);
     }
 
     #[test]

@@ -480,7 +480,7 @@ impl Client {
     }
 
     /// [`Client::raise`] with a detail of the alert's own.
-    fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
+    pub(crate) fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
         self.shared.alerts.alert(Alert {
             name,
             endpoint: Some(error.endpoint()),

@@ -32,6 +32,13 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         text(&m.sse_fallback),
         text(&m.sse_buffered),
     );
+    let fallbacks_sustained = option(
+        model.fallbacks_sustained.as_ref(),
+        |(at_least, within, alert)| {
+            let (at_least, within) = (int(u64::from(*at_least)), duration(*within));
+            quote!((AlertRate { at_least: #at_least, within: #within }, #alert))
+        },
+    );
     let buffering = option(model.buffering.as_ref(), |b| {
         let (min, confirm, alert) = (b.min_events, b.confirm_after, &b.alert);
         let (burst, silent) = (duration(b.burst), duration(b.silent_for));
@@ -400,6 +407,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             detail_sets: &[#(#details),*],
             streams: &[#(#streams),*],
             buffering: #buffering,
+            fallbacks_sustained: #fallbacks_sustained,
             states: &[#(#states),*],
             messages: &[#(#messages),*],
             warm_up: &[#(#warm_up),*],

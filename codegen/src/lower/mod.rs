@@ -91,6 +91,18 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .map(|k| k.as_str())
         .collect();
     let streams = cx.streams(&raw.streams, &services, &types, &feature_names);
+    let fallbacks_sustained = raw.streams.fallbacks_sustained.as_ref().and_then(|f| {
+        cx.reference(
+            &f.alert,
+            "fallbacks_sustained.alert",
+            "alert",
+            &names.alerts,
+        );
+        cx.source(&f.source, f.inferred);
+        let at_least = cx.positive(&f.at_least, "fallbacks_sustained.at_least");
+        let within = cx.duration(&f.within, "fallbacks_sustained.within")?;
+        Some((at_least, within, f.alert.to_string()))
+    });
     let buffering = raw.streams.buffering.as_ref().and_then(|b| {
         cx.reference(&b.alert, "buffering.alert", "alert", &names.alerts);
         cx.source(&b.source, b.inferred);
@@ -158,6 +170,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         rows,
         streams,
         buffering,
+        fallbacks_sustained,
         states,
         messages,
         alerts,

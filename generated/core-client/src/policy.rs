@@ -338,6 +338,7 @@ pub static POLICY: Policy = Policy {
     detail_sets: &[],
     streams: &[],
     buffering: None,
+    fallbacks_sustained: None,
     states: &[],
     messages: &[
         ClassMessage {

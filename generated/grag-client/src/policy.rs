@@ -1080,6 +1080,13 @@ pub static POLICY: Policy = Policy {
         confirm_after: 2u32,
         alert: "sse_fallbacks_sustained",
     }),
+    fallbacks_sustained: Some((
+        AlertRate {
+            at_least: 5,
+            within: ::std::time::Duration::from_secs(600),
+        },
+        "sse_fallbacks_sustained",
+    )),
     states: &[
         FeatureStateCopy {
             state: "available",

@@ -29,6 +29,8 @@ pub struct Policy {
     pub streams: &'static [StreamPolicy],
     /// How a buffering proxy is recognised; `None` for an API without streams.
     pub buffering: Option<BufferingRule>,
+    /// Streams falling back to polling this often raise this alert.
+    pub fallbacks_sustained: Option<(AlertRate, &'static str)>,
     pub states: &'static [FeatureStateCopy],
     pub messages: &'static [ClassMessage],
     /// Calls fired once after a breaker close to warm cold models, when enabled.

@@ -87,6 +87,15 @@ impl Policy {
             deadline: d(self.deadline),
             pool_idle: d(self.pool_idle),
             retries: Box::leak(retries.into_boxed_slice()),
+            fallbacks_sustained: self.fallbacks_sustained.map(|(r, alert)| {
+                (
+                    AlertRate {
+                        within: d(r.within),
+                        ..r
+                    },
+                    alert,
+                )
+            }),
             buffering: self.buffering.as_ref().map(|b| BufferingRule {
                 burst: d(b.burst),
                 silent_for: d(b.silent_for),
