@@ -46,13 +46,17 @@ fn kb(id: &str) -> KbId {
     KbId::parse(id).expect("a valid KB id")
 }
 
-/// [`policy`] with a 10 s canary timeout, for the test that needs a long
-/// half-open period; every other duration is the scaled(100) one.
+/// [`policy`] with 10 s canary and probe timeouts, for the test that needs a
+/// long half-open period and counts its probes (a 30 ms probe timeout is
+/// missed on a loaded machine, and the missed probe counts as unhealthy);
+/// every other duration is the scaled(100) one.
 fn slow_canary_policy() -> &'static Policy {
     static SLOW: OnceLock<&'static Policy> = OnceLock::new();
     SLOW.get_or_init(|| {
         let mut p = policy().clone();
-        p.breaker.as_mut().unwrap().canary_timeout = Duration::from_secs(10);
+        let breaker = p.breaker.as_mut().unwrap();
+        breaker.canary_timeout = Duration::from_secs(10);
+        breaker.probe_timeout = Duration::from_secs(10);
         Box::leak(Box::new(p))
     })
 }

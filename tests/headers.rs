@@ -50,6 +50,7 @@ const PLACEHOLDERS: &[(&str, &str)] = &[
     ("job_id", "job-1"),
     ("session_id", "s-1"),
     ("conversion_id", "conv-1"),
+    ("document_id", "doc-1"),
 ];
 
 fn placeholder(name: &str) -> &'static str {
@@ -69,7 +70,7 @@ mod sample {
         KbId::parse(placeholder("kb")).unwrap()
     }
     pub fn document_id() -> DocumentId {
-        DocumentId::parse("doc-1").unwrap()
+        DocumentId::parse(placeholder("document_id")).unwrap()
     }
     pub fn entity_id() -> EntityId {
         EntityId::parse(placeholder("entity_id")).unwrap()
@@ -242,6 +243,7 @@ fn answer(endpoint: &Endpoint) -> Response {
         ("bff", "chat_stream") => sse(sample::CHAT_SSE),
         ("bff", "agent_session_stream") => sse(sample::AGENT_SSE),
         ("docfold", "convert") => json(sample::conversion_job()),
+        ("docfold", "conversion_of") => json(sample::conversion_job()),
         ("docfold", "result") => json(sample::conversion_result()),
         ("entity-linking", "link") => json(sample::links()),
         ("groundedness", "score") => json(sample::score()),
@@ -478,6 +480,13 @@ async fn walk(grag: &Grag) {
             .convert(&convert)
             .await
             .unwrap_or_else(expect("convert")),
+        sample::conversion_job()
+    );
+    assert_eq!(
+        grag.docfold()
+            .conversion_of(&sample::document_id())
+            .await
+            .unwrap_or_else(expect("conversion_of")),
         sample::conversion_job()
     );
     assert_eq!(

@@ -28,6 +28,8 @@ pub struct Model {
     pub pool_idle: Duration,
     /// Statuses after which no pooled connection is reused.
     pub fresh_after: Vec<u16>,
+    /// `None`: the API's writes are not queued for replay.
+    pub replay: Option<Replay>,
     /// requests, duration, circuit_state, circuit_open_seconds, sse_fallback.
     pub metrics: MetricNames,
     pub log: LogNames,
@@ -132,6 +134,23 @@ pub struct Buffering {
     pub silent_for: Duration,
     pub confirm_after: u32,
     pub alert: String,
+}
+
+/// The durable replay queue (`policy.yaml replay`).
+#[derive(Debug)]
+pub struct Replay {
+    /// Index of the throttle budget replays run in.
+    pub budget: usize,
+    pub lease: Duration,
+    pub pause: Duration,
+    pub split: u32,
+    pub kinds: Vec<String>,
+    pub lock_attempts: u32,
+    pub lock_step: Duration,
+    pub depth_metric: String,
+    pub failures_metric: String,
+    pub failure_alert: String,
+    pub source: Source,
 }
 
 #[derive(Debug)]

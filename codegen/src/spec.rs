@@ -150,6 +150,46 @@ pub struct PolicyFile {
     pub metrics: Metrics,
     /// Alerts the runtime raises on its own (not tied to one taxonomy row).
     pub alerts: PolicyAlerts,
+    /// Absent: the API's writes are not queued for replay.
+    #[serde(default)]
+    pub replay: Option<Replay>,
+}
+
+/// The durable replay queue of the writes marked `replay:`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Replay {
+    /// The throttle budget replays run in (its `max_in_flight` bounds them).
+    pub budget: Text,
+    /// How long a claimed job is its worker's without a checkpoint; after it,
+    /// another worker (a replica) takes the job over.
+    pub lease: Duration,
+    /// How long a job interrupted by an outage waits before its replay
+    /// (unless the platform named a wait): no hammering when the breaker stays closed.
+    pub pause: Duration,
+    /// Most items of one batch after a 413 split it.
+    pub split: Spanned<u32>,
+    /// The job kinds, the `kind` label of the depth metric.
+    pub kinds: Vec<Text>,
+    /// Retries of a store that answers "database is locked".
+    pub lock_retry: LockRetry,
+    /// Gauge of jobs not done, by kind.
+    pub depth_metric: Text,
+    /// Counter of jobs that ended failed (without `_total`).
+    pub failures_metric: Text,
+    /// Raised when a job ends failed.
+    pub failure_alert: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// `attempts` tries in all; the delay before try n+1 is `step` × n.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockRetry {
+    pub attempts: Spanned<u32>,
+    pub step: Duration,
 }
 
 #[derive(Debug, Deserialize)]

@@ -561,3 +561,64 @@ fn an_existence_proof_is_a_create_route_whose_409_means_already_there() {
     );
     assert!(e.message.contains("conflict: success"), "{e}");
 }
+
+#[test]
+fn a_replay_lease_must_outlast_the_deadline() {
+    let file = "policy.yaml";
+    let line = line_of(file, "lease: 5m", 0);
+    let e = one(
+        broken(file, "lease: 5m", "lease: 2m", 0),
+        file,
+        line,
+        "replay.lease",
+    );
+    assert!(e.message.contains("outlast `deadline.interactive`"), "{e}");
+}
+
+#[test]
+fn replays_run_in_a_budget_that_bounds_them() {
+    let file = "policy.yaml";
+    let line = line_of(file, "budget: ingest\n  # A worker", 0);
+    let e = one(
+        broken(
+            file,
+            "budget: ingest\n  # A worker",
+            "budget: global\n  # A worker",
+            0,
+        ),
+        file,
+        line,
+        "replay.budget",
+    );
+    assert!(e.message.contains("max_in_flight"), "{e}");
+}
+
+#[test]
+fn a_replay_alert_must_be_one_of_the_alerts() {
+    let file = "policy.yaml";
+    let line = line_of(file, "failure_alert: replay_failures", 0);
+    one(
+        broken(
+            file,
+            "failure_alert: replay_failures",
+            "failure_alert: replay_fails",
+            0,
+        ),
+        file,
+        line,
+        "replay.failure_alert",
+    );
+}
+
+#[test]
+fn a_route_that_is_not_idempotent_is_replayed_only_with_its_read() {
+    let file = "services/docfold.yaml";
+    let line = line_of(file, "  convert:\n", 0);
+    let e = one(
+        broken(file, "    reconcile: conversion_of\n", "", 0),
+        file,
+        line,
+        "routes.convert.replay",
+    );
+    assert!(e.message.contains("reconcile"), "{e}");
+}

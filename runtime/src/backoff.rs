@@ -104,6 +104,56 @@ pub fn may_resend(case: &RetryCase) -> bool {
     row_allows && case.route != RetrySchedule::Never && (case.idempotent || !case.maybe_sent)
 }
 
+/// What follows a failed attempt: everything [`next`] decides from.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempted {
+    pub case: RetryCase,
+    /// Attempts made so far, this one included.
+    pub attempt: u32,
+    /// The wait the server asked for (`Retry-After`).
+    pub retry_after: Option<Duration>,
+    /// The caller (a job queue) waits out a server's wait itself.
+    pub defer_server_waits: bool,
+    pub now: tokio::time::Instant,
+    /// The overall deadline of the call.
+    pub deadline: tokio::time::Instant,
+}
+
+/// The decision after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Send again at this instant.
+    RetryAt(tokio::time::Instant),
+    /// Stop with the attempt's error; `exhausted` when the class would have
+    /// retried but its attempts are used up.
+    Fail { exhausted: bool },
+    /// Stop, and tell the caller how long the server asked to wait: the wait
+    /// outlasts the deadline, or the caller defers server waits.
+    Wait(Duration),
+    /// Stop: the backoff reaches past the deadline.
+    Deadline,
+}
+
+/// Decides what follows a failed attempt. Pure: the clock reading and the
+/// jitter's randomness come in, so every branch is tested without a network.
+pub fn next(a: &Attempted, rng: &mut impl Rng) -> Next {
+    let eligible = may_resend(&a.case);
+    let attempts = a.case.row.attempts().min(a.case.route.attempts());
+    if !eligible || a.attempt >= attempts {
+        return Next::Fail {
+            exhausted: eligible,
+        };
+    }
+    if let (true, Some(wait)) = (a.defer_server_waits, a.retry_after) {
+        return Next::Wait(wait);
+    }
+    let delay = retry_delay(&a.case.row, a.attempt, a.retry_after, rng);
+    match a.now.checked_add(delay).filter(|at| *at < a.deadline) {
+        Some(at) => Next::RetryAt(at),
+        None => a.retry_after.map_or(Next::Deadline, Next::Wait),
+    }
+}
+
 /// Polling cadence of status routes: the policy interval, slowed while a 429
 /// is hot, never below the floor.
 #[derive(Debug, Clone, Copy)]
@@ -393,6 +443,98 @@ mod tests {
                 ..r2
             }),
             "R2 is GET only"
+        );
+    }
+
+    fn attempted(row: RetrySchedule, attempt: u32) -> Attempted {
+        let now = tokio::time::Instant::now();
+        Attempted {
+            case: RetryCase {
+                row,
+                route: R1,
+                get: true,
+                deploy_suspected: false,
+                idempotent: true,
+                maybe_sent: true,
+            },
+            attempt,
+            retry_after: None,
+            defer_server_waits: false,
+            now,
+            deadline: now + Duration::from_secs(180),
+        }
+    }
+
+    #[test]
+    fn next_retries_inside_the_deadline_and_stops_at_the_attempts() {
+        let a = attempted(R1, 1);
+        match next(&a, &mut rng()) {
+            Next::RetryAt(at) => assert!(at >= a.now && at <= a.now + Duration::from_millis(500)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            next(&attempted(R1, 3), &mut rng()),
+            Next::Fail { exhausted: true },
+            "R1 has 3 attempts"
+        );
+        assert_eq!(
+            next(&attempted(RetrySchedule::Never, 1), &mut rng()),
+            Next::Fail { exhausted: false },
+            "R0 never retries: not an exhaustion"
+        );
+        let sent_post = Attempted {
+            case: RetryCase {
+                idempotent: false,
+                get: false,
+                ..attempted(R1, 1).case
+            },
+            ..attempted(R1, 1)
+        };
+        assert_eq!(
+            next(&sent_post, &mut rng()),
+            Next::Fail { exhausted: false }
+        );
+    }
+
+    #[test]
+    fn next_hands_a_wait_past_the_deadline_or_a_deferred_one_to_the_caller() {
+        let wait = Duration::from_secs(30);
+        let near = Attempted {
+            retry_after: Some(wait),
+            deadline: attempted(R3, 1).now + Duration::from_secs(10),
+            ..attempted(R3, 1)
+        };
+        assert_eq!(
+            next(&near, &mut rng()),
+            Next::Wait(wait),
+            "past the deadline"
+        );
+        let far = Attempted {
+            deadline: near.now + Duration::from_secs(600),
+            ..near
+        };
+        assert!(
+            matches!(next(&far, &mut rng()), Next::RetryAt(_)),
+            "inside it"
+        );
+        let deferred = Attempted {
+            defer_server_waits: true,
+            ..far
+        };
+        assert_eq!(
+            next(&deferred, &mut rng()),
+            Next::Wait(wait),
+            "a job queue waits itself"
+        );
+        let no_header = Attempted {
+            retry_after: None,
+            deadline: near.now + Duration::from_secs(1),
+            ..near
+        };
+        assert_eq!(
+            next(&no_header, &mut rng()),
+            Next::Deadline,
+            "the 2 s floor passes the deadline"
         );
     }
 

@@ -75,6 +75,8 @@ pub struct Client {
     pub(crate) pipeline_id: Option<Arc<str>>,
     /// A caller's mode (a bulk backfill): every call also draws from this budget.
     pub(crate) extra_budget: Option<usize>,
+    /// A job queue's client: a wait the server asks for ends the call.
+    pub(crate) defer_server_waits: bool,
 }
 
 pub(crate) struct Shared {
@@ -150,6 +152,7 @@ impl Client {
             }),
             pipeline_id: None,
             extra_budget: None,
+            defer_server_waits: false,
         })
     }
 
@@ -185,9 +188,8 @@ impl Client {
     /// The same client, stamping the pipeline header on routes that carry it.
     pub fn with_pipeline_id(&self, pipeline_id: &Id) -> Client {
         Client {
-            shared: self.shared.clone(),
             pipeline_id: Some(pipeline_id.as_str().into()),
-            extra_budget: self.extra_budget,
+            ..self.clone()
         }
     }
 
@@ -196,9 +198,19 @@ impl Client {
     /// on top of each route's own budget.
     pub fn within_budget(&self, budget: usize) -> Client {
         Client {
-            shared: self.shared.clone(),
-            pipeline_id: self.pipeline_id.clone(),
             extra_budget: Some(budget),
+            ..self.clone()
+        }
+    }
+
+    /// The same client, for a job queue: a wait the server asks for
+    /// (`Retry-After`, e.g. a 503 under WAL backpressure) ends the call with
+    /// [`crate::Error::retry_after`] instead of being slept out inside it, so
+    /// the queue re-schedules the job and holds no slot meanwhile.
+    pub fn deferring_server_waits(&self) -> Client {
+        Client {
+            defer_server_waits: true,
+            ..self.clone()
         }
     }
 
@@ -226,6 +238,20 @@ impl Client {
     /// Whether the origin is deploy-suspected (a close happened recently).
     pub fn deploy_suspected(&self) -> bool {
         self.breaker().deploy_suspected(tokio::time::Instant::now())
+    }
+
+    /// How long to wait before the next poll of a job or conversion status:
+    /// the policy's interval, times its hot factor while a 429 is recent,
+    /// never below its floor.
+    pub fn polling_interval(&self) -> std::time::Duration {
+        let hot = self.memory().hot_429(tokio::time::Instant::now());
+        crate::backoff::PollCadence::new(&self.shared.policy.throttle.polling).interval(hot)
+    }
+
+    /// Sends `alert` to this client's sink: a layer on top (the replay queue)
+    /// raises its alerts where the client's go.
+    pub fn alert(&self, alert: crate::alerts::Alert) {
+        self.shared.alerts.alert(alert);
     }
 
     /// Every metric of §10.3 in the Prometheus text format.

@@ -166,7 +166,7 @@ impl Error {
     }
 
     /// The call is a write of a replay route: the caller may queue it and send it
-    /// again once the breaker closes (the client itself keeps no queue yet).
+    /// again once the breaker closes (the replay queue does).
     pub fn replayable(&self) -> bool {
         self.inner.replayable
     }
@@ -200,7 +200,8 @@ impl Error {
     }
 
     /// How long the server asked the client to wait (`Retry-After`), when
-    /// that wait reached past the call's deadline and so ended the call.
+    /// that wait ended the call: it reached past the call's deadline, or the
+    /// client defers server waits to its caller (a job queue).
     pub fn retry_after(&self) -> Option<Duration> {
         self.inner.retry_after
     }

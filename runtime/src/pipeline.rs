@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
 use crate::alerts::Alert;
-use crate::backoff::{RetryCase, may_resend, parse_retry_after, retry_delay};
+use crate::backoff::{Attempted, Next, RetryCase, next, parse_retry_after};
 use crate::breaker::{Admission, Generation};
 use crate::call::Call;
 use crate::classify::{Outcome, classify};
@@ -259,15 +259,14 @@ impl Client {
                 .and_then(|i| retries.get(i))
                 .map(|c| c.schedule)
                 .unwrap_or(RetrySchedule::Never);
-            let attempts = schedule.attempts().min(route_schedule.attempts());
-            let eligible = may_resend(&RetryCase {
+            let case = RetryCase {
                 row: schedule,
                 route: route_schedule,
                 get: endpoint.method == Method::Get,
                 deploy_suspected: deploy,
                 idempotent: endpoint.idempotent,
                 maybe_sent,
-            });
+            };
             let kind = match &result {
                 Attempt::Answer { .. } => ErrorKind::Status,
                 Attempt::TooLarge { .. } => ErrorKind::TooLarge,
@@ -284,23 +283,29 @@ impl Client {
                     .with_request_id(request_id.clone())
                     .with_status_opt(status, detail)
             };
-            if !eligible || run.attempt >= attempts {
-                let error = final_error(detail.clone());
-                self.finish_row(row, &error, endpoint, status, detail, deploy);
-                return Err(run.fail(error, eligible));
-            }
-            let delay = retry_delay(&schedule, run.attempt, retry_after, &mut rand::rng());
-            let resume = Instant::now()
-                .checked_add(delay)
-                .filter(|at| *at < run.deadline);
-            let Some(resume) = resume else {
-                // The server asked for a wait past the deadline: say so, with its row.
-                if let Some(wait) = retry_after {
+            let attempted = Attempted {
+                case,
+                attempt: run.attempt,
+                retry_after,
+                defer_server_waits: self.defer_server_waits,
+                now: Instant::now(),
+                deadline: run.deadline,
+            };
+            let resume = match next(&attempted, &mut rand::rng()) {
+                Next::RetryAt(at) => at,
+                Next::Fail { exhausted } => {
+                    let error = final_error(detail.clone());
+                    self.finish_row(row, &error, endpoint, status, detail, deploy);
+                    return Err(run.fail(error, exhausted));
+                }
+                // The server's wait outlasts the deadline, or the caller (a
+                // job queue) waits it out itself, holding nothing: say so.
+                Next::Wait(wait) => {
                     let error = final_error(detail.clone()).with_retry_after(wait);
                     self.finish_row(row, &error, endpoint, status, detail, deploy);
                     return Err(run.fail(error, false));
                 }
-                return Err(run.deadline_error(Some(request_id)));
+                Next::Deadline => return Err(run.deadline_error(Some(request_id))),
             };
             run.previous = row.map(|r| (r, detail));
             // The request ended: its throttle slots are free while we back off.

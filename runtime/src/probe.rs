@@ -241,5 +241,6 @@ fn upgrade(shared: &Weak<Shared>) -> Option<Client> {
         shared,
         pipeline_id: None,
         extra_budget: None,
+        defer_server_waits: false,
     })
 }

@@ -278,6 +278,16 @@ pub fn client_rs(model: &Model) -> TokenStream {
             }
         }
     });
+    let for_queue = model.replay.is_some().then(|| {
+        quote! {
+            /// The same client, for the replay queue: a wait the platform asks for
+            /// (`Retry-After`) ends the call with `Error::retry_after()` instead of
+            /// being slept out inside it; the queue re-schedules the job.
+            pub fn deferring_server_waits(&self) -> Self {
+                Self { client: self.client.deferring_server_waits() }
+            }
+        }
+    });
     let retry = RetryConfig::of(model);
     let (retry_fields, retry_init, retry_methods, retry_apply) =
         (&retry.fields, &retry.init, &retry.methods, &retry.apply);
@@ -390,6 +400,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
             }
 
             #with_pipeline
+
+                #for_queue
 
             /// The runtime underneath: breaker state, throttle, telemetry.
             pub fn runtime(&self) -> &Client {

@@ -330,7 +330,41 @@ pub fn policy_md(model: &Model) -> String {
             source(&a.source)
         );
     }
+    replay_section(&mut md, model);
     md
+}
+
+fn replay_section(md: &mut String, model: &Model) {
+    let Some(r) = &model.replay else {
+        let _ = writeln!(
+            md,
+            "\n## Replay queue\n\nNone: no write is queued for replay."
+        );
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "\n## Replay queue ({})\n\nJobs of kinds {} run in the `{}` budget; a claimed job is its worker's for {} \
+         without a checkpoint (then another worker takes it over). A job interrupted by an outage waits {} \
+         before its replay unless the platform named a wait. A batch answered 413 is split into batches of at \
+         most {}. A store answering \"database is locked\" is tried {} times in all, {} × attempt apart. \
+         Metrics `{}{{kind}}` and `{}_total`; a failed job raises `{}`.",
+        source(&r.source),
+        r.kinds
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        model.throttle.budgets[r.budget].name,
+        duration_text(r.lease),
+        duration_text(r.pause),
+        r.split,
+        r.lock_attempts,
+        duration_text(r.lock_step),
+        r.depth_metric,
+        r.failures_metric,
+        r.failure_alert,
+    );
 }
 
 fn yes(b: bool) -> &'static str {

@@ -221,6 +221,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         quote!(ClassMessage { class: #class, copy: #copy })
     });
     let breaker = option(model.breaker.as_ref(), |b| breaker(model, b));
+    let replay = option(model.replay.as_ref(), |r| replay(model, r));
     let breaker_statics = model.breaker.as_ref().map(|b| {
         let (probe_s, probe_r) = model.route(b.probe);
         let (canary_s, canary_r) = model.route(b.canary);
@@ -416,7 +417,32 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 retry_exhausted: #retry_alert,
                 retry_exhausted_rate: #retry_rate,
             },
+            replay: #replay,
         };
+    }
+}
+
+/// The replay queue's numbers; its budget by its named index.
+fn replay(model: &Model, r: &crate::model::Replay) -> TokenStream {
+    let budget = ident(&screaming(&model.throttle.budgets[r.budget].name));
+    let (lease, pause, lock_step) = (duration(r.lease), duration(r.pause), duration(r.lock_step));
+    let split = int(u64::from(r.split));
+    let lock_attempts = int(r.lock_attempts);
+    let kinds = &r.kinds;
+    let (depth, failures, alert) = (&r.depth_metric, &r.failures_metric, &r.failure_alert);
+    quote! {
+        ReplayPolicy {
+            budget: budget::#budget,
+            lease: #lease,
+            pause: #pause,
+            split: #split,
+            kinds: &[#(#kinds),*],
+            lock_attempts: #lock_attempts,
+            lock_step: #lock_step,
+            depth_metric: #depth,
+            failures_metric: #failures,
+            failure_alert: #alert,
+        }
     }
 }
 

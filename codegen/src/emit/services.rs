@@ -205,7 +205,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     }
     if r.replay {
         lines.push(
-            "- Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue"
+            "- Replayable: refused while the breaker is open with `Error::replayable()`; a replay queue keeps the write and sends it again after the close"
                 .into(),
         );
     }

@@ -145,6 +145,11 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         Some((at_least, within))
     });
     let features = cx.features(&raw.degradation, &services);
+    let replay = raw
+        .policy
+        .replay
+        .as_ref()
+        .map(|r| cx.replay(r, &throttle, &names, deadline));
     let deadline_source = cx.source(&raw.policy.deadline.source, raw.policy.deadline.inferred);
     if cx.sources.has_errors() {
         return None;
@@ -164,6 +169,10 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         limits: limits?,
         pool_idle: pool_idle?,
         fresh_after,
+        replay: match replay {
+            Some(r) => Some(r?),
+            None => None,
+        },
         metrics,
         log,
         details,
@@ -330,20 +339,24 @@ impl Cx<'_> {
 
     /// Metric names: Prometheus' charset, no `_total` (the exporter adds it
     /// to counters), and a breaker or stream metric only where there is one.
+    /// A Prometheus metric name, without the `_total` counters get on export.
+    fn metric_name(&mut self, text: &Text, field: &str) -> String {
+        let ok = text.chars().enumerate().all(|(i, c)| {
+            c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+        });
+        if text.is_empty() || !ok || text.ends_with("_total") {
+            self.error(
+                text,
+                field,
+                "a metric name matches [a-zA-Z_:][a-zA-Z0-9_:]* and has no `_total` (counters get it on export)",
+            );
+        }
+        text.to_string()
+    }
+
     fn metrics(&mut self, m: &crate::spec::Metrics, breaker: bool, streams: bool) -> MetricNames {
-        let name = |cx: &mut Self, text: &Text, key: &str| {
-            let ok = text.chars().enumerate().all(|(i, c)| {
-                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
-            });
-            if text.is_empty() || !ok || text.ends_with("_total") {
-                cx.error(
-                    text,
-                    format!("metrics.{key}"),
-                    "a metric name matches [a-zA-Z_:][a-zA-Z0-9_:]* and has no `_total` (counters get it on export)",
-                );
-            }
-            text.to_string()
-        };
+        let name =
+            |cx: &mut Self, text: &Text, key: &str| cx.metric_name(text, &format!("metrics.{key}"));
         let optional =
             |cx: &mut Self, text: &Option<Text>, key: &str, present: bool, section: &str| {
                 let t = text.as_ref()?;

@@ -390,3 +390,74 @@ impl Cx<'_> {
         }
     }
 }
+
+impl Cx<'_> {
+    /// The replay queue: its budget must bound how many jobs run at once, its
+    /// timings and sizes must be usable.
+    pub(super) fn replay(
+        &mut self,
+        r: &spec::Replay,
+        throttle: &Throttle,
+        names: &Names,
+        deadline: Option<std::time::Duration>,
+    ) -> Option<Replay> {
+        let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
+        if let Some(b) = budget
+            && throttle.budgets[b].max_in_flight.is_none()
+        {
+            self.error(
+                &r.budget,
+                "replay.budget",
+                "replays need a budget with `max_in_flight`: it bounds the jobs a worker runs at once",
+            );
+        }
+        let lease = self.duration(&r.lease, "replay.lease");
+        if let (Some(lease), Some(deadline)) = (lease, deadline)
+            && lease <= deadline
+        {
+            self.error(
+                &r.lease,
+                "replay.lease",
+                "must outlast `deadline.interactive`: a lease that runs out mid-call hands a live job to a second worker",
+            );
+        }
+        let pause = self.duration(&r.pause, "replay.pause");
+        let split = self.positive(&r.split, "replay.split");
+        if r.kinds.is_empty() {
+            self.sources.at(
+                r.source.span(),
+                "replay.kinds",
+                "name at least one job kind",
+            );
+        }
+        for kind in &r.kinds {
+            if !is_snake(kind) {
+                self.error(kind, "replay.kinds", "a job kind is snake_case");
+            }
+        }
+        let lock_attempts = self.positive(&r.lock_retry.attempts, "replay.lock_retry.attempts");
+        let lock_step = self.duration(&r.lock_retry.step, "replay.lock_retry.step");
+        let depth_metric = self.metric_name(&r.depth_metric, "replay.depth_metric");
+        let failures_metric = self.metric_name(&r.failures_metric, "replay.failures_metric");
+        self.reference(
+            &r.failure_alert,
+            "replay.failure_alert",
+            "alert",
+            &names.alerts,
+        );
+        let source = self.source(&r.source, r.inferred);
+        Some(Replay {
+            budget: budget?,
+            lease: lease?,
+            pause: pause?,
+            split,
+            kinds: r.kinds.iter().map(|k| k.to_string()).collect(),
+            lock_attempts,
+            lock_step: lock_step?,
+            depth_metric,
+            failures_metric,
+            failure_alert: r.failure_alert.to_string(),
+            source,
+        })
+    }
+}

@@ -394,11 +394,11 @@ impl Cx<'_> {
                 "`conflict: success` is for create routes, not GET",
             );
         }
-        if r.replay && !r.idempotent {
+        if r.replay && !r.idempotent && r.reconcile.is_none() {
             self.error(
                 name,
                 field("replay"),
-                "only idempotent routes may be replayed",
+                "a route that is not idempotent is replayed only after reading what it changed: name that read in `reconcile`",
             );
         }
         if r.pipeline_id && !names.pipeline_header {

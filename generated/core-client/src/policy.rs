@@ -387,4 +387,5 @@ pub static POLICY: Policy = Policy {
             within: ::std::time::Duration::from_secs(300),
         }),
     },
+    replay: None,
 };

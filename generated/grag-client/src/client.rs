@@ -103,6 +103,15 @@ impl Grag {
         }
     }
 
+    /// The same client, for the replay queue: a wait the platform asks for
+    /// (`Retry-After`) ends the call with `Error::retry_after()` instead of
+    /// being slept out inside it; the queue re-schedules the job.
+    pub fn deferring_server_waits(&self) -> Self {
+        Self {
+            client: self.client.deferring_server_waits(),
+        }
+    }
+
     /// The runtime underneath: breaker state, throttle, telemetry.
     pub fn runtime(&self) -> &Client {
         &self.client

@@ -17,9 +17,28 @@ pub static CONVERT: Endpoint = Endpoint {
     lane: Lane::Key,
     timeout: timeout::DEFAULT,
     retry: retry::R1,
-    idempotent: true,
+    idempotent: false,
     budget: budget::INGEST,
     replay: true,
+    conflict: Conflict::Error,
+    pipeline_id: false,
+    stream: None,
+    max_response: 16777216,
+};
+
+/// `GET /docfold/api/v1/documents/{document_id}/conversion`
+pub static CONVERSION_OF: Endpoint = Endpoint {
+    service: "docfold",
+    operation: "conversion_of",
+    method: Method::Get,
+    path: "/docfold/api/v1/documents/{document_id}/conversion",
+    scope: ScopeNeed::Tenant,
+    lane: Lane::Key,
+    timeout: timeout::DEFAULT,
+    retry: retry::R1,
+    idempotent: true,
+    budget: budget::GLOBAL,
+    replay: false,
     conflict: Conflict::Error,
     pipeline_id: false,
     stream: None,
@@ -56,20 +75,37 @@ impl<'c> Docfold<'c> {
         Self { client }
     }
 
-    /// Start converting a document; safe to send again (re-convert is safe).
+    /// Start converting a document. Re-convert is safe but starts and bills a second conversion: after a send whose outcome is unknown, read `conversion_of` before sending again.
     ///
     /// - Route: `POST /docfold/api/v1/convert`
     /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
     /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
-    /// - Idempotent: yes
+    /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `ingest`
-    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
+    /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::conversion_of`] before sending it again
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`; a replay queue keeps the write and sends it again after the close
     /// - Policy: §5.3 (inferred)
     pub async fn convert(
         &self,
         body: &crate::types::ConvertRequest,
     ) -> Result<crate::types::ConversionJob, Error> {
         let call = Call::new(&CONVERT).json(body)?;
+        self.client.send(call).await?.json()
+    }
+
+    /// The latest conversion started for a document; a 404 means none. The read that settles a convert whose outcome is unknown.
+    ///
+    /// - Route: `GET /docfold/api/v1/documents/{document_id}/conversion`
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
+    /// - Idempotent: yes
+    /// - Budget: `global`
+    /// - Policy: §5.3.3 (inferred)
+    pub async fn conversion_of(
+        &self,
+        document_id: &crate::ids::DocumentId,
+    ) -> Result<crate::types::ConversionJob, Error> {
+        let call = Call::new(&CONVERSION_OF).path(document_id.as_str());
         self.client.send(call).await?.json()
     }
 

@@ -103,7 +103,7 @@ impl<'c> Kg<'c> {
     /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
-    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`; a replay queue keeps the write and sends it again after the close
     /// - Policy: §5.3 (inferred)
     pub async fn upsert_entity(
         &self,
@@ -142,7 +142,7 @@ impl<'c> Kg<'c> {
     /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
-    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`; a replay queue keeps the write and sends it again after the close
     /// - Policy: §5.3 (inferred)
     pub async fn upsert_edge(
         &self,

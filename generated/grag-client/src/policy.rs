@@ -172,7 +172,7 @@ pub static BUDGETS: [BudgetPolicy; 6] = [
 ];
 
 /// Every route of the API, in spec order.
-pub static ENDPOINTS: [&Endpoint; 25] = [
+pub static ENDPOINTS: [&Endpoint; 26] = [
     &crate::ai_gateway::SEARCH_RERANK,
     &crate::ai_gateway::COMPLETE,
     &crate::bff::ORCHESTRATOR_EVENTS,
@@ -180,6 +180,7 @@ pub static ENDPOINTS: [&Endpoint; 25] = [
     &crate::bff::CHAT_STREAM,
     &crate::bff::AGENT_SESSION_STREAM,
     &crate::docfold::CONVERT,
+    &crate::docfold::CONVERSION_OF,
     &crate::docfold::RESULT,
     &crate::entity_linking::LINK,
     &crate::groundedness::SCORE,
@@ -316,7 +317,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, so the caller can queue the write (the client has no replay queue yet).",
+            action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, and a job of the replay queue waits for the close (`policy.yaml replay`).",
             message: Some("Wird gerade aktualisiert"),
         },
         TaxonomyRow {
@@ -1309,4 +1310,16 @@ pub static POLICY: Policy = Policy {
         retry_exhausted: "retry_exhausted",
         retry_exhausted_rate: None,
     },
+    replay: Some(ReplayPolicy {
+        budget: budget::INGEST,
+        lease: ::std::time::Duration::from_secs(300),
+        pause: ::std::time::Duration::from_secs(5),
+        split: 256,
+        kinds: &["ingest", "kg"],
+        lock_attempts: 3,
+        lock_step: ::std::time::Duration::from_millis(20),
+        depth_metric: "knoll_replay_queue_depth",
+        failures_metric: "knoll_replay_failures",
+        failure_alert: "replay_failures",
+    }),
 };

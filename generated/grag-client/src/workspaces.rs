@@ -203,7 +203,7 @@ impl<'c> Workspaces<'c> {
     /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `global`
-    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`; a replay queue keeps the write and sends it again after the close
     /// - 409: already there, returned as [`Created::Existing`](sdk_runtime::Created)
     /// - Policy: §5.3, App. A (inferred)
     pub async fn create_kb(
@@ -237,7 +237,7 @@ impl<'c> Workspaces<'c> {
     /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `ingest`
-    /// - Replayable: refused while the breaker is open with `Error::replayable()`, for the caller to queue
+    /// - Replayable: refused while the breaker is open with `Error::replayable()`; a replay queue keeps the write and sends it again after the close
     /// - 409: already there, returned as [`Created::Existing`](sdk_runtime::Created)
     /// - Policy: §5.3, App. A (inferred)
     pub async fn upload_document(

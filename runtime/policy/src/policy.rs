@@ -52,6 +52,37 @@ pub struct Policy {
     /// (uvicorn after an unhandled error): unless the answer said
     /// `Connection: close`, no pooled connection is used again.
     pub fresh_after: &'static [u16],
+    /// The durable replay queue of the `replay` routes; `None` for an API
+    /// whose writes are never queued.
+    pub replay: Option<ReplayPolicy>,
+}
+
+/// How queued writes are replayed (GRAG §5.3): the numbers a job queue reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayPolicy {
+    /// Index of the throttle budget replays run in; its `max_in_flight` is
+    /// how many jobs a worker runs at once.
+    pub budget: usize,
+    /// How long a claimed job stays its worker's without a checkpoint;
+    /// after it, another worker (a replica) takes the job over.
+    pub lease: Duration,
+    /// How long a job interrupted by an outage waits before its replay,
+    /// unless the platform named a wait (`Retry-After`).
+    pub pause: Duration,
+    /// Most items of one batch after a 413 split it.
+    pub split: usize,
+    /// The job kinds: the `kind` label of the depth gauge.
+    pub kinds: &'static [&'static str],
+    /// Tries of a store write that meets "database is locked", in all.
+    pub lock_attempts: u32,
+    /// The delay before try n+1 is `lock_step` × n.
+    pub lock_step: Duration,
+    /// Gauge of jobs not done, by kind.
+    pub depth_metric: &'static str,
+    /// Counter of jobs that ended failed (without `_total`).
+    pub failures_metric: &'static str,
+    /// Raised when a job ends failed.
+    pub failure_alert: &'static str,
 }
 
 /// Names of the Prometheus metrics (counters without their `_total`). A

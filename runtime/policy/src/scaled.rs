@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::policy::{
-    AlertNames, AlertRate, BreakerPolicy, BufferingRule, Policy, PollingPolicy, RetryClass,
-    RetrySchedule, StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass,
+    AlertNames, AlertRate, BreakerPolicy, BufferingRule, Policy, PollingPolicy, ReplayPolicy,
+    RetryClass, RetrySchedule, StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass,
 };
 
 impl Policy {
@@ -129,6 +129,12 @@ impl Policy {
             },
             streams: Box::leak(streams.into_boxed_slice()),
             taxonomy: Box::leak(taxonomy.into_boxed_slice()),
+            replay: self.replay.as_ref().map(|r| ReplayPolicy {
+                lease: d(r.lease),
+                pause: d(r.pause),
+                lock_step: d(r.lock_step),
+                ..r.clone()
+            }),
             ..self.clone()
         }))
     }

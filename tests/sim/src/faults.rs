@@ -93,6 +93,10 @@ pub enum Fault {
     /// `500 Internal Server Error`, then the connection is closed without a
     /// `Connection: close` header (the client learns it only from the FIN).
     Unhandled,
+    /// The route's handler runs, so its write takes effect, then the
+    /// connection is dropped before a byte of the answer: the client cannot
+    /// tell whether the write happened (a container killed mid-request).
+    AppliedThenLost,
     /// An SSE stream sends `after_events` events, then ends cleanly (the body
     /// is complete, the connection stays usable) without its terminal event:
     /// a relay that closed early, a chat that stopped mid-answer.
@@ -138,6 +142,7 @@ impl Fault {
             Fault::JobFails { .. } => "job_fails",
             Fault::ValidationEcho { .. } => "validation_echo",
             Fault::Unhandled => "unhandled",
+            Fault::AppliedThenLost => "applied_then_lost",
             Fault::SseEndsEarly { .. } => "sse_ends_early",
             Fault::SseStarlette { .. } => "sse_starlette",
         }

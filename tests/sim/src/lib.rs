@@ -62,6 +62,7 @@
 //! | ingest job | `job_fails` | the upload's job fails in that node (`node_fail`, `failed`) |
 //! | validation echo | `validation_echo` (`max_length`, default 200) | FastAPI/pydantic 422: `[{"type": "string_too_long", "loc": ["body", <field>], "msg", "input": <the body's first string field>, "ctx": {"max_length"}}]` |
 //! | unhandled error | `unhandled` | plain-text 500 `Internal Server Error`, then, [`SimConfig::unhandled_close_after`] later (50 ms; uvicorn logs the traceback first), the connection is closed without `Connection: close`; a request sent in between is never read |
+//! | applied, then lost | `applied_then_lost` | the handler runs (the write takes effect), then the connection is dropped before a byte of the answer |
 //! | SSE ends early | `sse_ends_early` | after N events the stream ends cleanly, without its terminal event |
 //! | sse-starlette | `sse_starlette` (`ping_ms`, default 15000) | the stream's lines end in CRLF; `: ping - <date>` at the start and every `ping_ms` |
 //! | keep-alive timeout | [`SimConfig::keep_alive_timeout`] (5 s as on uvicorn and Node; not scaled) | an idle connection is closed |
@@ -85,7 +86,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use grag_client::types::{Document, Entity, Kb};
+use grag_client::types::{Document, Edge, Entity, Kb};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
@@ -109,18 +110,34 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnId(pub u64);
 
-/// Asks the connection a request came on to close once its answer is out
-/// (an unhandled error behind uvicorn): no `Connection: close` header, just
-/// the FIN after the last byte.
+/// Asks the connection a request came on to close: once its answer is out
+/// (an unhandled error behind uvicorn: no `Connection: close` header, just
+/// the FIN after the last byte), or at once, before a byte of the answer
+/// (a process that died after the write took effect).
 #[derive(Clone)]
-pub(crate) struct CloseConn(Arc<tokio::sync::Notify>);
+pub(crate) struct CloseConn {
+    after_answer: Arc<tokio::sync::Notify>,
+    now: Arc<tokio::sync::Notify>,
+}
 
 impl CloseConn {
+    fn new() -> Self {
+        CloseConn {
+            after_answer: Arc::new(tokio::sync::Notify::new()),
+            now: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
     /// A guard that closes the connection when it is dropped: put it in the
     /// answer's body, which hyper drops once the body is written, after the
     /// headers went out without `Connection: close`.
     pub(crate) fn after_answer(self) -> CloseAfter {
-        CloseAfter(self.0)
+        CloseAfter(self.after_answer)
+    }
+
+    /// Drops the connection now, unanswered.
+    pub(crate) fn now(&self) {
+        self.now.notify_one();
     }
 }
 
@@ -251,6 +268,45 @@ impl Sim {
                 .get(tenant)
                 .and_then(|t| t.kbs.get(kb))
                 .map(|k| k.documents.values().map(|d| d.document.clone()).collect())
+                .unwrap_or_default()
+        })
+    }
+
+    /// Conversion ids started for a document, oldest first: more than one
+    /// means a convert was sent twice.
+    pub fn conversions_of(&self, tenant: &str, document: &str) -> Vec<String> {
+        self.platform(|p| {
+            p.tenants
+                .get(tenant)
+                .and_then(|t| t.conversions_by_document.get(document))
+                .cloned()
+                .unwrap_or_default()
+        })
+    }
+
+    /// Point ids stored in a tenant's knowledge base.
+    pub fn points(&self, tenant: &str, kb: &str) -> Vec<String> {
+        self.platform(|p| {
+            p.tenants
+                .get(tenant)
+                .and_then(|t| t.kbs.get(kb))
+                .map(|k| k.points.keys().cloned().collect())
+                .unwrap_or_default()
+        })
+    }
+
+    /// KG edges of a tenant's workspace.
+    pub fn edges(&self, tenant: &str, workspace: &str) -> Vec<Edge> {
+        self.platform(|p| {
+            p.tenants
+                .get(tenant)
+                .map(|t| {
+                    t.edges
+                        .iter()
+                        .filter(|((ws, _), _)| ws == workspace)
+                        .map(|(_, e)| e.clone())
+                        .collect()
+                })
                 .unwrap_or_default()
         })
     }
@@ -445,7 +501,7 @@ async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
 /// its next request), and one whose request asked for it ([`CloseConn`]) once
 /// its answer is out.
 async fn connection(stream: TcpStream, id: ConnId, router: Router, shared: Arc<Shared>) {
-    let close = CloseConn(Arc::new(tokio::sync::Notify::new()));
+    let close = CloseConn::new();
     let on_request = close.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(id);
@@ -469,7 +525,13 @@ async fn connection(stream: TcpStream, id: ConnId, router: Router, shared: Arc<S
                 ));
             }
         }
-        _ = close.0.notified() => {
+        _ = close.now.notified() => {
+            shared.log.note(format!(
+                "connection {} dropped before the answer",
+                id.0
+            ));
+        }
+        _ = close.after_answer.notified() => {
             // The answer is written and flushed (hyper dropped its body in
             // the poll that wrote its end). From here the connection is not
             // polled: uvicorn logs the traceback, reads nothing, then closes

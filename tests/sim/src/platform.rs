@@ -166,6 +166,17 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
     });
     let mut meta = Meta::default();
     let mut response = serve(&shared, parts.headers, parts.uri, body, resolved, &mut meta).await;
+    if meta.faults.iter().any(|f| f == "applied_then_lost") {
+        shared.log.update(seq, |e| {
+            e.tenant = meta.tenant.take();
+            e.faults = std::mem::take(&mut meta.faults);
+        });
+        if let Some(close) = &close {
+            close.now();
+        }
+        // The connection task drops this future with the connection.
+        return std::future::pending().await;
+    }
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert("x-request-id", v);
     }

@@ -36,6 +36,9 @@ pub(crate) struct Tenant {
     pub settings: Option<Value>,
     pub jobs: HashMap<String, Job>,
     pub conversions: HashMap<String, Conversion>,
+    /// Conversion ids started per document id, in order: a second one is a
+    /// convert sent twice (billed twice).
+    pub conversions_by_document: BTreeMap<String, Vec<String>>,
     pub ledger: Vec<Charge>,
 }
 

@@ -9,6 +9,7 @@
 
 mod churn;
 mod live;
+mod replay;
 mod walk;
 
 use std::process::ExitCode;

@@ -51,6 +51,11 @@ pub(super) fn convert(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
     let n = p.next_id();
     let id = format!("conv-{n}");
     let tenant = p.tenant(&ctx.tenant);
+    tenant
+        .conversions_by_document
+        .entry(body.document_id.as_str().to_owned())
+        .or_default()
+        .push(id.clone());
     tenant.conversions.insert(
         id.clone(),
         Conversion {
@@ -66,6 +71,36 @@ pub(super) fn convert(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
         &ConversionJob {
             conversion_id,
             status: "processing".into(),
+        },
+    ))
+}
+
+/// The latest conversion of a document: `processing` until it is ready.
+pub(super) fn conversion_of(p: &mut Platform, ctx: &Ctx) -> Answer {
+    let document = ctx.param("document_id");
+    let tenant = p.tenant(&ctx.tenant);
+    let latest = tenant
+        .conversions_by_document
+        .get(document)
+        .and_then(|ids| ids.last())
+        .and_then(|id| tenant.conversions.get(id));
+    let Some(c) = latest else {
+        return Err(detail(
+            404,
+            format!("no conversion of document '{document}'"),
+        ));
+    };
+    let status = if Instant::now() < c.ready_at {
+        "processing"
+    } else {
+        "completed"
+    };
+    let conversion_id = ConversionId::parse(&c.id).map_err(|e| detail(500, e.to_string()))?;
+    Ok(json_status(
+        200,
+        &ConversionJob {
+            conversion_id,
+            status: status.into(),
         },
     ))
 }

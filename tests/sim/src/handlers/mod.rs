@@ -23,7 +23,7 @@ use crate::state::{Charge, Platform, Tenant};
 use ai::{complete, score, search_rerank};
 use bff::{agent_session_stream, chat_stream, orchestrator_events, pipeline_status};
 use graph::{get_entity, link, list_edges, upsert_edge, upsert_entity};
-use ingest::{conversion_result, convert, upsert_points};
+use ingest::{conversion_of, conversion_result, convert, upsert_points};
 use ledger::{spend, totals};
 use workspaces::{
     create_conversation, create_kb, get_settings, list_documents, list_kbs, put_settings,
@@ -60,6 +60,7 @@ pub(crate) async fn dispatch(shared: &Arc<Shared>, ctx: Ctx) -> Response {
         "spend" => with(shared, |p| spend(p, &ctx)),
         "upsert_points" => with(shared, |p| upsert_points(shared, p, &ctx)),
         "convert" => with(shared, |p| convert(shared, p, &ctx)),
+        "conversion_of" => with(shared, |p| conversion_of(p, &ctx)),
         "result" => with(shared, |p| conversion_result(p, &ctx)),
         "pipeline_status" => with(shared, |p| pipeline_status(p, &ctx)),
         "orchestrator_events" => orchestrator_events(shared, ctx),

@@ -1,0 +1,390 @@
+//! Submitting a job and running one claimed job to its end.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use grag_client::Grag;
+use grag_client::policy::POLICY;
+use sdk_queue::{Finish, Job, JobError, JobState, JobStore, LockRetry, NewJob, StoreError};
+use sdk_runtime::alerts::Alert;
+use sdk_runtime::policy::ReplayPolicy;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Notify;
+
+use crate::job::{JobsError, KgBatch, Upload, kg_key, upload_key};
+use crate::kg;
+use crate::metrics::Metrics;
+use crate::settle::{Settle, is_outage, settle};
+use crate::upload::{self, UploadProgress};
+
+/// The job kind of an upload, and of a KG batch (`policy.yaml replay.kinds`).
+pub(crate) const INGEST: &str = "ingest";
+pub(crate) const KG: &str = "kg";
+
+/// The store's lock retry rule, as the spec gives it.
+pub fn lock_retry() -> LockRetry {
+    let replay = POLICY.replay.as_ref();
+    LockRetry {
+        attempts: replay.map_or(1, |r| r.lock_attempts),
+        step: replay.map_or(Duration::ZERO, |r| r.lock_step),
+    }
+}
+
+/// The wall clock the store's leases and `not_before` are read against.
+pub(crate) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// The durable job queue of one backend process. Cheap to clone.
+#[derive(Clone)]
+pub struct Jobs {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    /// Defers server waits: a `Retry-After` re-queues the job.
+    pub grag: Grag,
+    pub store: Arc<dyn JobStore>,
+    /// This worker's name on its leases; unique per live process.
+    pub owner: String,
+    pub policy: &'static ReplayPolicy,
+    pub clock: Clock,
+    pub metrics: Metrics,
+    /// A job became eligible (submitted for replay, finished): look again.
+    pub wake: Notify,
+    /// When a job last met an outage (see [`Jobs::in_outage`]).
+    pub last_outage: Mutex<Option<SystemTime>>,
+}
+
+impl Jobs {
+    /// A queue on `store` whose jobs run through `grag`, leased as `owner`.
+    pub fn new(
+        grag: Grag,
+        store: Arc<dyn JobStore>,
+        owner: impl Into<String>,
+    ) -> Result<Self, JobsError> {
+        let policy = grag
+            .runtime()
+            .policy()
+            .replay
+            .as_ref()
+            .ok_or(JobsError::NoReplayPolicy)?;
+        Ok(Jobs {
+            inner: Arc::new(Inner {
+                grag: grag.deferring_server_waits(),
+                store,
+                owner: owner.into(),
+                policy,
+                clock: Arc::new(SystemTime::now),
+                metrics: Metrics::new(policy),
+                wake: Notify::new(),
+                last_outage: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// The same queue reading time from `clock` (tests: a lease that has
+    /// run out, without waiting for it).
+    pub fn with_clock(self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        let inner = &self.inner;
+        Jobs {
+            inner: Arc::new(Inner {
+                grag: inner.grag.clone(),
+                store: inner.store.clone(),
+                owner: inner.owner.clone(),
+                policy: inner.policy,
+                clock: Arc::new(clock),
+                metrics: Metrics::new(inner.policy),
+                wake: Notify::new(),
+                last_outage: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Persists the upload, then runs it. The job that comes back is
+    /// `done`, `pending_replay` (an outage: the worker replays it),
+    /// `failed` (with its error) or, when it was submitted before and
+    /// another worker holds it, as that worker left it.
+    pub async fn submit_upload(&self, upload: Upload) -> Result<Job, JobsError> {
+        let key = upload_key(&upload);
+        self.submit(key, INGEST, &upload).await
+    }
+
+    /// Persists the KG batch, then runs it (see [`Jobs::submit_upload`]).
+    pub async fn submit_kg(&self, batch: KgBatch) -> Result<Job, JobsError> {
+        let key = kg_key(&batch);
+        self.submit(key, KG, &batch).await
+    }
+
+    async fn submit(
+        &self,
+        key: String,
+        kind: &str,
+        payload: &impl Serialize,
+    ) -> Result<Job, JobsError> {
+        let payload = serde_json::to_value(payload).map_err(|e| JobsError::Corrupt {
+            key: key.clone(),
+            what: "payload",
+            reason: e.to_string(),
+        })?;
+        let store = &self.inner.store;
+        let now = self.now();
+        store
+            .submit(
+                NewJob {
+                    key: key.clone(),
+                    kind: kind.to_owned(),
+                    payload,
+                },
+                now,
+            )
+            .await?;
+        self.refresh_depth().await;
+        let lease = self.inner.policy.lease;
+        if let Some(job) = store.claim_key(&key, &self.inner.owner, lease, now).await? {
+            self.run_claimed(job).await?;
+        }
+        self.inner.wake.notify_one();
+        store
+            .get(&key)
+            .await?
+            .ok_or(JobsError::Store(StoreError::LeaseLost { key }))
+    }
+
+    /// One job by key: its state, attempts and last error.
+    pub async fn job(&self, key: &str) -> Result<Option<Job>, JobsError> {
+        Ok(self.inner.store.get(key).await?)
+    }
+
+    /// Failed jobs, oldest first, with their errors: the UI's re-upload list.
+    pub async fn failed(&self, limit: usize) -> Result<Vec<Job>, JobsError> {
+        Ok(self.inner.store.list(JobState::Failed, limit).await?)
+    }
+
+    /// The queue's metrics (§10.3) in the Prometheus text format, the
+    /// depth read from the store now.
+    pub async fn metrics_text(&self) -> String {
+        self.refresh_depth().await;
+        self.inner.metrics.encode()
+    }
+
+    pub(crate) fn now(&self) -> SystemTime {
+        (self.inner.clock)()
+    }
+
+    pub(crate) async fn refresh_depth(&self) {
+        if let Ok(depth) = self.inner.store.depth().await {
+            self.inner.metrics.set_depth(&depth);
+        }
+    }
+
+    /// Runs a job this worker holds to its end or to its next replay, and
+    /// records the outcome. A store error leaves the job as it is: its lease
+    /// runs out and a worker takes it over.
+    pub(crate) async fn run_claimed(&self, job: Job) -> Result<JobState, JobsError> {
+        let step = Step {
+            jobs: self,
+            key: &job.key,
+        };
+        let result = match job.kind.as_str() {
+            INGEST => match (decode("payload", &job.payload), progress(&job)) {
+                (Ok(upload), Ok(mut progress)) => upload::run(&step, &upload, &mut progress).await,
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            },
+            KG => match (decode("payload", &job.payload), progress(&job)) {
+                (Ok(batch), Ok(mut progress)) => kg::run(&step, &batch, &mut progress).await,
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            },
+            other => Err(StepError::Corrupt {
+                what: "kind",
+                reason: format!("`{other}` is no job kind of this queue"),
+            }),
+        };
+        let (finish, state) = match result {
+            Ok(()) => (Finish::Done, JobState::Done),
+            Err(StepError::Store(e)) => return Err(e.into()),
+            // It can never run: keep it, failed, with the reason.
+            Err(StepError::Corrupt { what, reason }) => {
+                let error = JobError {
+                    class: "corrupt_job".into(),
+                    row: None,
+                    status: None,
+                    request_id: None,
+                    detail: format!("its {what} does not decode: {reason}"),
+                };
+                self.failed_alert(&job, None, &error.detail);
+                (Finish::Failed(error), JobState::Failed)
+            }
+            Err(StepError::Platform(e)) => {
+                let deploy = self.inner.grag.runtime().deploy_suspected() || self.in_outage();
+                let error = job_error(&e);
+                match settle(&e, deploy) {
+                    Settle::Replay { after } => {
+                        if is_outage(&e) {
+                            self.saw_outage();
+                        }
+                        let wait = after.unwrap_or(self.inner.policy.pause);
+                        let not_before = Some(self.now() + wait);
+                        (
+                            Finish::Replay { error, not_before },
+                            JobState::PendingReplay,
+                        )
+                    }
+                    Settle::Fail => {
+                        self.failed_alert(&job, Some(&e), e.class());
+                        (Finish::Failed(error), JobState::Failed)
+                    }
+                }
+            }
+        };
+        let now = self.now();
+        self.inner
+            .store
+            .finish(&job.key, &self.inner.owner, finish, now)
+            .await?;
+        if state == JobState::Failed {
+            self.inner.metrics.failed();
+        }
+        self.refresh_depth().await;
+        Ok(state)
+    }
+
+    /// Whether a job met an outage within the breaker's deploy-suspected
+    /// window: the platform may be deploying although the breaker never
+    /// opened (fewer endpoints failed than it counts), so its transient
+    /// 404/422 are the deploy's, not the job's.
+    fn in_outage(&self) -> bool {
+        let policy = self.inner.grag.runtime().policy();
+        let window = policy.breaker.as_ref().map(|b| b.deploy_suspected);
+        let last = *self
+            .inner
+            .last_outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match (last, window) {
+            (Some(at), Some(window)) => self.now() < at + window,
+            _ => false,
+        }
+    }
+
+    fn saw_outage(&self) {
+        *self
+            .inner
+            .last_outage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(self.now());
+    }
+
+    fn failed_alert(&self, job: &Job, e: Option<&grag_client::Error>, why: &str) {
+        self.inner.grag.runtime().alert(Alert {
+            name: self.inner.policy.failure_alert,
+            endpoint: e.map(|e| e.endpoint()),
+            row: e.map(|e| e.row()),
+            detail: Some(format!("job {} failed: {why}", job.key)),
+            request_id: e.and_then(|e| e.request_id()).map(str::to_owned),
+        });
+    }
+}
+
+/// What ended a step early.
+pub(crate) enum StepError {
+    /// The platform call failed: [`settle`] decides what follows.
+    Platform(grag_client::Error),
+    /// The checkpoint could not be written (or the lease was lost).
+    Store(StoreError),
+    /// The stored payload or checkpoint does not decode.
+    Corrupt { what: &'static str, reason: String },
+}
+
+/// The running job, as its steps see it.
+pub(crate) struct Step<'a> {
+    jobs: &'a Jobs,
+    key: &'a str,
+}
+
+impl Step<'_> {
+    pub fn grag(&self) -> &Grag {
+        &self.jobs.inner.grag
+    }
+
+    /// Most items of a batch after a 413.
+    pub fn split(&self) -> usize {
+        self.jobs.inner.policy.split
+    }
+
+    /// Saves the checkpoint and renews the lease.
+    pub async fn save(&self, progress: &impl Serialize) -> Result<(), StepError> {
+        let inner = &self.jobs.inner;
+        let value = serde_json::to_value(progress).map_err(|e| {
+            StepError::Store(StoreError::Corrupt {
+                key: self.key.to_owned(),
+                field: "progress",
+                reason: e.to_string(),
+            })
+        })?;
+        inner
+            .store
+            .checkpoint(
+                self.key,
+                &inner.owner,
+                &value,
+                inner.policy.lease,
+                self.jobs.now(),
+            )
+            .await
+            .map_err(StepError::Store)
+    }
+
+    /// The step's request is about to go out: from here its outcome is
+    /// unknown until its answer is read, even across a crash.
+    pub async fn sending(&self, progress: &mut UploadProgress) -> Result<(), StepError> {
+        progress.sent = true;
+        self.save(progress).await
+    }
+
+    /// The step is done: the next one starts unsent.
+    pub async fn advance(
+        &self,
+        progress: &mut UploadProgress,
+        next: upload::UploadStep,
+    ) -> Result<(), StepError> {
+        progress.step = next;
+        progress.sent = false;
+        self.save(progress).await
+    }
+
+    /// Waits the polling interval (×2 while a 429 is hot), keeping the lease.
+    pub async fn poll_later(&self, progress: &UploadProgress) -> Result<(), StepError> {
+        tokio::time::sleep(self.grag().runtime().polling_interval()).await;
+        self.save(progress).await
+    }
+}
+
+fn decode<T: DeserializeOwned>(
+    what: &'static str,
+    value: &serde_json::Value,
+) -> Result<T, StepError> {
+    T::deserialize(value).map_err(|e| StepError::Corrupt {
+        what,
+        reason: e.to_string(),
+    })
+}
+
+/// The job's checkpoint; none yet (`null`) is the start.
+fn progress<T: DeserializeOwned + Default>(job: &Job) -> Result<T, StepError> {
+    if job.progress.is_null() {
+        return Ok(T::default());
+    }
+    decode("progress", &job.progress)
+}
+
+/// The error a job keeps (§10.1 `grag_refs.last_error`): class, row, status,
+/// request id and the bounded detail.
+fn job_error(e: &grag_client::Error) -> JobError {
+    JobError {
+        class: e.class().to_owned(),
+        row: Some(e.row().to_owned()),
+        status: e.status(),
+        request_id: e.request_id().map(str::to_owned),
+        detail: e.to_string(),
+    }
+}

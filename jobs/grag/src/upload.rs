@@ -1,0 +1,169 @@
+//! The steps of an upload job: upload, convert, wait for the conversion,
+//! upsert the points. Each step is checkpointed; a write whose answer was
+//! never read (a dropped connection, a crash) is marked `sent`, and before
+//! it is sent again the platform is asked whether it took effect (§5.3.3).
+
+use grag_client::types::{ConvertRequest, UpsertPoints};
+use grag_client::{ConversionId, Error, Progress};
+use serde::{Deserialize, Serialize};
+
+use crate::job::Upload;
+use crate::run::{Step, StepError};
+
+/// Where an upload job stands.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct UploadProgress {
+    pub step: UploadStep,
+    /// The step's request may have reached the platform unanswered.
+    #[serde(default)]
+    pub sent: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "at", rename_all = "snake_case")]
+pub(crate) enum UploadStep {
+    #[default]
+    Upload,
+    Convert,
+    Converting {
+        conversion_id: ConversionId,
+    },
+    /// Points from `next` on are not upserted yet; `batch`: the size a 413
+    /// split them into (`None`: one upsert for all).
+    Ingest {
+        next: usize,
+        batch: Option<usize>,
+    },
+    Done,
+}
+
+pub(crate) async fn run(
+    step: &Step<'_>,
+    upload: &Upload,
+    progress: &mut UploadProgress,
+) -> Result<(), StepError> {
+    let grag = step.grag();
+    let doc = &upload.document;
+    loop {
+        match progress.step.clone() {
+            UploadStep::Upload => {
+                // 409 is success too (deterministic id), but a read first
+                // keeps the retry from looking like a second upload.
+                if progress.sent && document_exists(step, upload).await? {
+                    step.advance(progress, UploadStep::Convert).await?;
+                    continue;
+                }
+                step.sending(progress).await?;
+                grag.workspaces()
+                    .upload_document(&upload.kb, doc)
+                    .await
+                    .map_err(StepError::Platform)?;
+                step.advance(progress, UploadStep::Convert).await?;
+            }
+            UploadStep::Convert => {
+                // No 409 guarantee: a second convert is a second, billed conversion.
+                if progress.sent
+                    && let Some(conversion_id) = conversion_of(step, upload).await?
+                {
+                    step.advance(progress, UploadStep::Converting { conversion_id })
+                        .await?;
+                    continue;
+                }
+                step.sending(progress).await?;
+                let job = grag
+                    .docfold()
+                    .convert(&ConvertRequest {
+                        document_id: doc.document_id.clone(),
+                        filename: doc.filename.clone(),
+                        content_type: doc.content_type.clone(),
+                        content_base64: doc.content_base64.clone(),
+                        kb_id: Some(upload.kb.clone()),
+                    })
+                    .await
+                    .map_err(StepError::Platform)?;
+                let conversion_id = job.conversion_id;
+                step.advance(progress, UploadStep::Converting { conversion_id })
+                    .await?;
+            }
+            UploadStep::Converting { conversion_id } => {
+                match grag
+                    .docfold()
+                    .result(&conversion_id)
+                    .await
+                    .map_err(StepError::Platform)?
+                {
+                    Progress::Ready(_) => {
+                        let next = UploadStep::Ingest {
+                            next: 0,
+                            batch: None,
+                        };
+                        step.advance(progress, next).await?;
+                    }
+                    Progress::Processing => step.poll_later(progress).await?,
+                }
+            }
+            UploadStep::Ingest { next, batch } => {
+                let points = &upload.points;
+                if next >= points.len() {
+                    step.advance(progress, UploadStep::Done).await?;
+                    continue;
+                }
+                let size = batch.unwrap_or(points.len()).max(1);
+                let end = next.saturating_add(size).min(points.len());
+                let body = UpsertPoints {
+                    points: points[next..end].to_vec(),
+                };
+                // Point ids are chunk-derived: a repeated upsert changes nothing.
+                match grag.voyager().upsert_points(&upload.kb, &body).await {
+                    Ok(_) => {
+                        let next = UploadStep::Ingest { next: end, batch };
+                        step.advance(progress, next).await?;
+                    }
+                    Err(e) if must_split(&e, end - next, step.split()) => {
+                        let next = UploadStep::Ingest {
+                            next,
+                            batch: Some(step.split()),
+                        };
+                        step.advance(progress, next).await?;
+                    }
+                    Err(e) => return Err(StepError::Platform(e)),
+                }
+            }
+            UploadStep::Done => return Ok(()),
+        }
+    }
+}
+
+/// A 413 (T9) for a batch larger than the split size: send it in pieces.
+fn must_split(error: &Error, sent: usize, split: usize) -> bool {
+    error.status() == Some(413) && sent > split
+}
+
+async fn document_exists(step: &Step<'_>, upload: &Upload) -> Result<bool, StepError> {
+    let documents = step
+        .grag()
+        .workspaces()
+        .list_documents(&upload.kb)
+        .await
+        .map_err(StepError::Platform)?;
+    Ok(documents
+        .iter()
+        .any(|d| d.document_id == upload.document.document_id))
+}
+
+/// The conversion already started for the document, if any (404: none).
+async fn conversion_of(
+    step: &Step<'_>,
+    upload: &Upload,
+) -> Result<Option<ConversionId>, StepError> {
+    match step
+        .grag()
+        .docfold()
+        .conversion_of(&upload.document.document_id)
+        .await
+    {
+        Ok(job) => Ok(Some(job.conversion_id)),
+        Err(e) if e.status() == Some(404) => Ok(None),
+        Err(e) => Err(StepError::Platform(e)),
+    }
+}

@@ -1,0 +1,107 @@
+//! The replay worker: while the breaker is closed it claims eligible jobs,
+//! oldest first, and runs at most the replay budget's `max_in_flight` of
+//! them at once (the ingest limit of 2), so interactive calls keep their
+//! slots. Several workers (replicas) may share one store: a claim is a lease.
+
+use std::time::Duration;
+
+use sdk_queue::Claim;
+use sdk_runtime::breaker::CircuitState;
+use tokio::task::JoinSet;
+
+use crate::JobsError;
+use crate::run::{INGEST, Jobs, KG};
+
+impl Jobs {
+    /// Replays pending jobs for the life of the process. Store errors are
+    /// waited out (the jobs stay in the store); nothing here ends it.
+    pub async fn work(self) {
+        loop {
+            if self.work_once(true).await.is_err() {
+                tokio::time::sleep(self.idle()).await;
+            }
+        }
+    }
+
+    /// Runs eligible jobs until none is left, then returns how many ran. A
+    /// job that is not eligible yet (a `Retry-After`, another worker's
+    /// lease) or an open breaker ends the drain early.
+    pub async fn drain(&self) -> Result<usize, JobsError> {
+        self.work_once(false).await
+    }
+
+    /// Claims and runs jobs; `forever`: waits for more instead of returning.
+    async fn work_once(&self, forever: bool) -> Result<usize, JobsError> {
+        let inner = &self.inner;
+        let limit = self.limit();
+        let mut running = JoinSet::new();
+        let mut ran = 0;
+        loop {
+            let free = limit - running.len().min(limit);
+            let open = inner.grag.runtime().circuit_state() != CircuitState::Closed;
+            let mut claimed = 0;
+            if free > 0 && !open {
+                let jobs = inner
+                    .store
+                    .claim(Claim {
+                        owner: &inner.owner,
+                        kinds: &[INGEST, KG],
+                        limit: free,
+                        lease: inner.policy.lease,
+                        now: self.now(),
+                    })
+                    .await?;
+                claimed = jobs.len();
+                for job in jobs {
+                    let jobs = self.clone();
+                    running.spawn(async move { jobs.run_claimed(job).await });
+                }
+            }
+            if claimed > 0 && running.len() < limit {
+                continue;
+            }
+            if running.is_empty() {
+                if !forever {
+                    return Ok(ran);
+                }
+                // Nothing to do: a submit, a finish or the clock brings more.
+                let wait = if open { self.gate() } else { self.idle() };
+                tokio::select! {
+                    _ = inner.wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
+            if let Some(done) = running.join_next().await {
+                ran += 1;
+                // A store error leaves its job leased; the lease brings it back.
+                if let Ok(Err(e)) = done
+                    && !forever
+                {
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Jobs run at once: the replay budget's `max_in_flight`.
+    fn limit(&self) -> usize {
+        let policy = self.inner.grag.runtime().policy();
+        let budget = &policy.throttle.budgets[self.inner.policy.budget];
+        budget.max_in_flight.map_or(1, |n| n.max(1) as usize)
+    }
+
+    /// How often an idle worker looks for jobs whose wait ran out.
+    fn idle(&self) -> Duration {
+        self.inner.grag.runtime().policy().throttle.polling.interval
+    }
+
+    /// How often a worker checks whether the breaker closed.
+    fn gate(&self) -> Duration {
+        let policy = self.inner.grag.runtime().policy();
+        policy
+            .breaker
+            .as_ref()
+            .map_or_else(|| self.idle(), |b| b.probe_interval)
+    }
+}

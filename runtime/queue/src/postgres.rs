@@ -1,0 +1,453 @@
+//! The shared store: one PostgreSQL table that several backend replicas claim from.
+//!
+//! Claims take rows with `FOR UPDATE SKIP LOCKED` inside one `UPDATE`, so concurrent claimers
+//! never wait on each other and never take the same row; a lease that expired makes a crashed
+//! replica's job eligible again, and the row lock plus the re-checked condition let exactly one
+//! claimer take it over.
+
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+use tokio_postgres::types::ToSql;
+
+use crate::row::{COLUMNS, RawRow, encode_error, expiry_ms, to_ms};
+use crate::{Claim, Finish, Job, JobState, JobStore, NewJob, StoreError};
+
+/// Eligible to claim at `$3` (now, ms): see [`JobStore`].
+const ELIGIBLE: &str = "((state IN ('pending', 'pending_replay') AND (not_before IS NULL OR not_before <= $3)) \
+     OR (state = 'in_flight' AND lease_until < $3))";
+
+/// A job store in the table `jobs` of one PostgreSQL schema.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    sql: Sql,
+}
+
+/// Every statement, with the schema filled in once.
+#[derive(Clone)]
+struct Sql {
+    insert: String,
+    select: String,
+    claim: String,
+    claim_key: String,
+    /// Fails a claimed row that does not decode.
+    quarantine: String,
+    checkpoint: String,
+    finish: String,
+    list: String,
+    depth: String,
+}
+
+impl Sql {
+    fn new(schema: &str) -> Sql {
+        let t = format!("\"{schema}\".jobs");
+        let claimed = "state = 'in_flight', lease_owner = $1, lease_until = $2, attempts = attempts + 1, updated_at = $3";
+        Sql {
+            insert: format!(
+                "INSERT INTO {t} (key, kind, payload, state, attempts, progress, created_at, updated_at) \
+                 VALUES ($1, $2, $3, 'pending', 0, 'null', $4, $4) ON CONFLICT (key) DO NOTHING RETURNING {COLUMNS}"
+            ),
+            select: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
+            claim: format!(
+                "UPDATE {t} SET {claimed} WHERE seq IN (SELECT seq FROM {t} WHERE kind = ANY($4) AND {ELIGIBLE} \
+                 ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}"
+            ),
+            claim_key: format!(
+                "UPDATE {t} SET {claimed} WHERE key = $4 AND {ELIGIBLE} RETURNING {COLUMNS}"
+            ),
+            quarantine: format!(
+                "UPDATE {t} SET state = 'failed', last_error = $1, lease_owner = NULL, lease_until = NULL, \
+                 updated_at = $2 WHERE seq = $3"
+            ),
+            checkpoint: format!(
+                "UPDATE {t} SET progress = $1, lease_until = $2, updated_at = $3 \
+                 WHERE key = $4 AND state = 'in_flight' AND lease_owner = $5"
+            ),
+            finish: format!(
+                "UPDATE {t} SET state = $1, last_error = COALESCE($2, last_error), not_before = $3, \
+                 lease_owner = NULL, lease_until = NULL, updated_at = $4 \
+                 WHERE key = $5 AND state = 'in_flight' AND lease_owner = $6"
+            ),
+            list: format!("SELECT {COLUMNS} FROM {t} WHERE state = $1 ORDER BY seq LIMIT $2"),
+            depth: format!(
+                "SELECT kind, state, COUNT(*) FROM {t} WHERE state <> 'done' GROUP BY kind, state ORDER BY kind, state"
+            ),
+        }
+    }
+}
+
+fn schema_ddl(schema: &str) -> String {
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
+         CREATE TABLE IF NOT EXISTS \"{schema}\".jobs (
+             seq         BIGSERIAL PRIMARY KEY,
+             key         TEXT NOT NULL UNIQUE,
+             kind        TEXT NOT NULL,
+             payload     TEXT NOT NULL,
+             state       TEXT NOT NULL,
+             attempts    BIGINT NOT NULL,
+             progress    TEXT NOT NULL,
+             last_error  TEXT,
+             not_before  BIGINT,
+             lease_owner TEXT,
+             lease_until BIGINT,
+             created_at  BIGINT NOT NULL,
+             updated_at  BIGINT NOT NULL
+         );
+         CREATE INDEX IF NOT EXISTS jobs_state_seq ON \"{schema}\".jobs (state, seq);"
+    )
+}
+
+/// A plain identifier, so it can be spliced into SQL: lower-case letters, digits, `_`, at most 63 bytes.
+fn valid_schema(schema: &str) -> bool {
+    let mut chars = schema.chars();
+    matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+        && schema.len() <= 63
+}
+
+impl PgStore {
+    /// Connections per store: a replica's workers (the ingest limit is 2) and its reads, with room.
+    pub const POOL_SIZE: usize = 8;
+    /// How long a new connection may take when the URL does not say (`connect_timeout`).
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// Connects to `url` and creates `schema` and its `jobs` table if absent (several replicas
+    /// may do so at once: an advisory lock orders them).
+    pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+        let what = format!("PostgreSQL schema {schema:?}");
+        let refused = |reason: String| StoreError::Open {
+            what: what.clone(),
+            reason,
+        };
+        if !valid_schema(schema) {
+            return Err(refused(
+                "a schema name is lower-case letters, digits and `_`, at most 63 bytes".into(),
+            ));
+        }
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| refused(e.to_string()))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Self::CONNECT_TIMEOUT);
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(Self::POOL_SIZE)
+            .build()
+            .map_err(|e| refused(e.to_string()))?;
+
+        let mut client = pool.get().await.map_err(|e| refused(e.to_string()))?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| refused(e.to_string()))?;
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&schema])
+            .await
+            .map_err(|e| refused(e.to_string()))?;
+        tx.batch_execute(&schema_ddl(schema))
+            .await
+            .map_err(|e| refused(e.to_string()))?;
+        tx.commit().await.map_err(|e| refused(e.to_string()))?;
+        drop(client);
+        Ok(PgStore {
+            pool,
+            sql: Sql::new(schema),
+        })
+    }
+
+    async fn client(&self, op: &'static str) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| StoreError::database(op, e))
+    }
+
+    /// Runs one statement and decodes the rows it returns.
+    async fn query(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Job>, StoreError> {
+        let client = self.client(op).await?;
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| StoreError::database(op, e))?;
+        let rows = client
+            .query(&stmt, params)
+            .await
+            .map_err(|e| StoreError::database(op, e))?;
+        rows.iter().map(|r| read_row(r)?.decode()).collect()
+    }
+
+    /// Runs a claiming `UPDATE ... RETURNING` in a transaction that commits only if every row
+    /// decodes: a corrupt row fails the claim and takes nothing.
+    async fn claiming(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        now: i64,
+    ) -> Result<Vec<Job>, StoreError> {
+        let db = |e| StoreError::database(op, e);
+        let mut client = self.client(op).await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let stmt = tx.prepare_cached(sql).await.map_err(db)?;
+        let rows = tx.query(&stmt, params).await.map_err(db)?;
+        // A row that does not decode is failed in this transaction
+        // (`corrupt_row`) and left out: one damaged row cannot stop the queue.
+        let mut jobs = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let seq: i64 = r.try_get(1).map_err(db)?;
+            match read_row(r).and_then(RawRow::decode) {
+                Ok(job) => jobs.push(job),
+                Err(e) => {
+                    tracing::warn!(target: "sdk_queue", seq, error = %e, "a claimed job row does not decode: failed as corrupt_row");
+                    let quarantine = tx.prepare_cached(&self.sql.quarantine).await.map_err(db)?;
+                    tx.execute(&quarantine, &[&crate::row::corrupt_error(&e), &now, &seq])
+                        .await
+                        .map_err(db)?;
+                }
+            }
+        }
+        tx.commit().await.map_err(db)?;
+        jobs.sort_by_key(|j| j.seq);
+        Ok(jobs)
+    }
+
+    /// Runs an owner-guarded `UPDATE`: one row changed means the owner held the lease.
+    async fn guarded(
+        &self,
+        op: &'static str,
+        key: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(), StoreError> {
+        let client = self.client(op).await?;
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| StoreError::database(op, e))?;
+        match client
+            .execute(&stmt, params)
+            .await
+            .map_err(|e| StoreError::database(op, e))?
+        {
+            1 => Ok(()),
+            _ => Err(StoreError::LeaseLost {
+                key: key.to_owned(),
+            }),
+        }
+    }
+}
+
+fn read_row(r: &tokio_postgres::Row) -> Result<RawRow, StoreError> {
+    let key: String = r.try_get(0).map_err(|e| StoreError::Corrupt {
+        key: String::new(),
+        field: "key",
+        reason: e.to_string(),
+    })?;
+    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
+        r: &'a tokio_postgres::Row,
+        key: &str,
+        i: usize,
+        field: &'static str,
+    ) -> Result<T, StoreError> {
+        r.try_get(i).map_err(|e| StoreError::Corrupt {
+            key: crate::row::clip(key, 128).to_owned(),
+            field,
+            reason: e.to_string(),
+        })
+    }
+    Ok(RawRow {
+        seq: col(r, &key, 1, "seq")?,
+        kind: col(r, &key, 2, "kind")?,
+        payload: col(r, &key, 3, "payload")?,
+        state: col(r, &key, 4, "state")?,
+        attempts: col(r, &key, 5, "attempts")?,
+        progress: col(r, &key, 6, "progress")?,
+        last_error: col(r, &key, 7, "last_error")?,
+        not_before: col(r, &key, 8, "not_before")?,
+        lease_owner: col(r, &key, 9, "lease_owner")?,
+        lease_until: col(r, &key, 10, "lease_until")?,
+        created_at: col(r, &key, 11, "created_at")?,
+        updated_at: col(r, &key, 12, "updated_at")?,
+        key,
+    })
+}
+
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[async_trait::async_trait]
+impl JobStore for PgStore {
+    async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError> {
+        let (payload, now) = (job.payload.to_string(), to_ms(now));
+        let inserted = self
+            .query(
+                "submit",
+                &self.sql.insert,
+                &[&job.key, &job.kind, &payload, &now],
+            )
+            .await?;
+        // An existing key inserts nothing: the stored job is the answer.
+        match inserted.into_iter().next() {
+            Some(job) => Ok(job),
+            None => self
+                .get(&job.key)
+                .await?
+                .ok_or_else(|| StoreError::Corrupt {
+                    key: job.key.clone(),
+                    field: "key",
+                    reason: "refused as a duplicate, yet absent".into(),
+                }),
+        }
+    }
+
+    async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Job>, StoreError> {
+        if claim.limit == 0 || claim.kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (until, now, limit) = (
+            expiry_ms(claim.now, claim.lease),
+            to_ms(claim.now),
+            to_i64(claim.limit),
+        );
+        self.claiming(
+            "claim",
+            &self.sql.claim,
+            &[&claim.owner, &until, &now, &claim.kinds, &limit],
+            now,
+        )
+        .await
+    }
+
+    async fn claim_key(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Option<Job>, StoreError> {
+        let (until, now) = (expiry_ms(now, lease), to_ms(now));
+        let claimed = self
+            .claiming(
+                "claim_key",
+                &self.sql.claim_key,
+                &[&owner, &until, &now, &key],
+                now,
+            )
+            .await?;
+        Ok(claimed.into_iter().next())
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &str,
+        owner: &str,
+        progress: &serde_json::Value,
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        let (progress, until, now) = (progress.to_string(), expiry_ms(now, lease), to_ms(now));
+        self.guarded(
+            "checkpoint",
+            key,
+            &self.sql.checkpoint,
+            &[&progress, &until, &now, &key, &owner],
+        )
+        .await
+    }
+
+    async fn finish(
+        &self,
+        key: &str,
+        owner: &str,
+        finish: Finish,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        let state = finish.state().as_str();
+        let (error, not_before) = match &finish {
+            Finish::Done => (None, None),
+            Finish::Failed(e) => (Some(encode_error(e)), None),
+            Finish::Replay { error, not_before } => {
+                (Some(encode_error(error)), not_before.map(to_ms))
+            }
+        };
+        let now = to_ms(now);
+        self.guarded(
+            "finish",
+            key,
+            &self.sql.finish,
+            &[&state, &error, &not_before, &now, &key, &owner],
+        )
+        .await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Job>, StoreError> {
+        Ok(self
+            .query("get", &self.sql.select, &[&key])
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn list(&self, state: JobState, limit: usize) -> Result<Vec<Job>, StoreError> {
+        self.query("list", &self.sql.list, &[&state.as_str(), &to_i64(limit)])
+            .await
+    }
+
+    async fn depth(&self) -> Result<Vec<(String, JobState, u64)>, StoreError> {
+        let db = |e| StoreError::database("depth", e);
+        let client = self.client("depth").await?;
+        let stmt = client.prepare_cached(&self.sql.depth).await.map_err(db)?;
+        let mut out = Vec::new();
+        for r in client.query(&stmt, &[]).await.map_err(db)? {
+            let (kind, state, count): (String, String, i64) = (
+                r.try_get(0).map_err(db)?,
+                r.try_get(1).map_err(db)?,
+                r.try_get(2).map_err(db)?,
+            );
+            let state = JobState::parse(
+                &format!("(a job of kind {})", crate::row::clip(&kind, 64)),
+                &state,
+            )?;
+            out.push((kind, state, u64::try_from(count).unwrap_or(0)));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_schema;
+
+    #[test]
+    fn only_plain_identifiers_are_spliced_into_sql() {
+        for ok in ["jobs", "_q", "sdk_queue_test_12_3", &"a".repeat(63)] {
+            assert!(valid_schema(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "1jobs",
+            "Jobs",
+            "a-b",
+            "a\"; DROP TABLE x; --",
+            "ä",
+            &"a".repeat(64),
+        ] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+    }
+}

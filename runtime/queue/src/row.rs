@@ -1,0 +1,278 @@
+//! One job row as both databases store it (text and integer milliseconds), and its decoding.
+//! A row comes from a file or a server others can write: every field is checked, none panics.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::{Job, JobError, JobState, Lease, StoreError};
+
+/// The columns every `SELECT` and `RETURNING` lists, in [`RawRow`] order.
+pub(crate) const COLUMNS: &str = "key, seq, kind, payload, state, attempts, progress, last_error, \
+     not_before, lease_owner, lease_until, created_at, updated_at";
+
+/// A row as read, before decoding.
+#[derive(Debug)]
+pub(crate) struct RawRow {
+    pub key: String,
+    pub seq: i64,
+    pub kind: String,
+    pub payload: String,
+    pub state: String,
+    pub attempts: i64,
+    pub progress: String,
+    pub last_error: Option<String>,
+    pub not_before: Option<i64>,
+    pub lease_owner: Option<String>,
+    pub lease_until: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl RawRow {
+    pub fn decode(self) -> Result<Job, StoreError> {
+        let key = self.key;
+        let corrupt = |field: &'static str, reason: String| StoreError::Corrupt {
+            key: clip(&key, 128).to_owned(),
+            field,
+            reason,
+        };
+        let json = |field: &'static str, text: &str| {
+            serde_json::from_str::<serde_json::Value>(text)
+                .map_err(|e| corrupt(field, e.to_string()))
+        };
+        let time = |field: &'static str, ms: i64| {
+            from_ms(ms).ok_or_else(|| corrupt(field, format!("{ms} ms is out of range")))
+        };
+
+        let state = JobState::parse(&key, &self.state)?;
+        let attempts = u32::try_from(self.attempts)
+            .map_err(|_| corrupt("attempts", format!("{} is out of range", self.attempts)))?;
+        let payload = json("payload", &self.payload)?;
+        let progress = json("progress", &self.progress)?;
+        let last_error = match self.last_error.as_deref() {
+            None => None,
+            Some(text) => Some(
+                serde_json::from_str::<JobError>(text)
+                    .map_err(|e| corrupt("last_error", e.to_string()))?,
+            ),
+        };
+        let not_before = self
+            .not_before
+            .map(|ms| time("not_before", ms))
+            .transpose()?;
+        let lease = match (self.lease_owner, self.lease_until) {
+            (Some(owner), Some(until)) => Some(Lease {
+                owner,
+                until: time("lease_until", until)?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(corrupt(
+                    "lease",
+                    "owner and expiry must be set together".into(),
+                ));
+            }
+        };
+        if lease.is_some() != (state == JobState::InFlight) {
+            return Err(corrupt(
+                "lease",
+                format!("a lease must be held exactly while in flight, state is {state}"),
+            ));
+        }
+        Ok(Job {
+            seq: self.seq,
+            kind: self.kind,
+            payload,
+            state,
+            attempts,
+            progress,
+            last_error,
+            not_before,
+            lease,
+            created_at: time("created_at", self.created_at)?,
+            updated_at: time("updated_at", self.updated_at)?,
+            key,
+        })
+    }
+}
+
+/// Milliseconds since the epoch, saturating (times before 1970 are 0).
+pub(crate) fn to_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `now + lease` in milliseconds, saturating.
+pub(crate) fn expiry_ms(now: SystemTime, lease: Duration) -> i64 {
+    to_ms(now).saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+}
+
+pub(crate) fn from_ms(ms: i64) -> Option<SystemTime> {
+    let ms = u64::try_from(ms).ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
+}
+
+/// The error a claimed row that does not decode is failed with: it can never
+/// run, and left eligible it would stop every claim of its kind.
+pub(crate) fn corrupt_error(e: &StoreError) -> String {
+    encode_error(&JobError {
+        class: "corrupt_row".into(),
+        row: None,
+        status: None,
+        request_id: None,
+        detail: e.to_string(),
+    })
+}
+
+/// The stored form of an error: bounded, as JSON text.
+pub(crate) fn encode_error(e: &JobError) -> String {
+    serde_json::to_string(&e.bounded()).expect("a JobError always serializes")
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+pub(crate) fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawRow {
+        RawRow {
+            key: "k".into(),
+            seq: 1,
+            kind: "upload".into(),
+            payload: r#"{"doc":"d-1"}"#.into(),
+            state: "pending".into(),
+            attempts: 0,
+            progress: "null".into(),
+            last_error: None,
+            not_before: None,
+            lease_owner: None,
+            lease_until: None,
+            created_at: 1_000,
+            updated_at: 2_000,
+        }
+    }
+
+    fn field_of(r: RawRow) -> &'static str {
+        match r.decode() {
+            Err(StoreError::Corrupt { field, .. }) => field,
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_row_decodes() {
+        let job = raw().decode().unwrap();
+        assert_eq!(job.payload["doc"], "d-1");
+        assert_eq!(job.created_at, UNIX_EPOCH + Duration::from_secs(1));
+        assert_eq!(job.progress, serde_json::Value::Null);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        assert_eq!(
+            field_of(RawRow {
+                state: "x".into(),
+                ..raw()
+            }),
+            "state"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                attempts: -1,
+                ..raw()
+            }),
+            "attempts"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                attempts: i64::MAX,
+                ..raw()
+            }),
+            "attempts"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                payload: "{".into(),
+                ..raw()
+            }),
+            "payload"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                progress: "".into(),
+                ..raw()
+            }),
+            "progress"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                last_error: Some("[]".into()),
+                ..raw()
+            }),
+            "last_error"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                not_before: Some(-5),
+                ..raw()
+            }),
+            "not_before"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                created_at: -1,
+                ..raw()
+            }),
+            "created_at"
+        );
+        assert_eq!(
+            field_of(RawRow {
+                lease_owner: Some("w".into()),
+                ..raw()
+            }),
+            "lease"
+        );
+        let leased = RawRow {
+            lease_owner: Some("w".into()),
+            lease_until: Some(5),
+            ..raw()
+        };
+        assert_eq!(field_of(leased), "lease");
+        assert_eq!(
+            field_of(RawRow {
+                state: "in_flight".into(),
+                ..raw()
+            }),
+            "lease"
+        );
+    }
+
+    #[test]
+    fn a_deeply_nested_payload_is_refused_not_a_stack_overflow() {
+        let deep = "[".repeat(100_000);
+        assert_eq!(
+            field_of(RawRow {
+                payload: deep,
+                ..raw()
+            }),
+            "payload"
+        );
+    }
+
+    #[test]
+    fn times_saturate() {
+        assert_eq!(to_ms(UNIX_EPOCH - Duration::from_secs(1)), 0);
+        assert_eq!(expiry_ms(UNIX_EPOCH, Duration::MAX), i64::MAX);
+        assert_eq!(from_ms(i64::MAX).map(to_ms), Some(i64::MAX));
+    }
+}

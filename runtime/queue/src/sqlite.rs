@@ -1,0 +1,451 @@
+//! The embedded store: one SQLite file in WAL mode, the default (nothing to install).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use rusqlite::limits::Limit;
+use rusqlite::types::FromSql;
+use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+
+use crate::row::{COLUMNS, RawRow, encode_error, expiry_ms, to_ms};
+use crate::{
+    Claim, Finish, Job, JobState, JobStore, LockRetry, NewJob, StoreError, lock_retry_delay,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    key         TEXT NOT NULL UNIQUE,
+    kind        TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    progress    TEXT NOT NULL,
+    last_error  TEXT,
+    not_before  INTEGER,
+    lease_owner TEXT,
+    lease_until INTEGER,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_state_seq ON jobs (state, seq);
+";
+
+/// Eligible to claim at `?3` (now, ms): see [`JobStore`].
+const ELIGIBLE: &str = "((state IN ('pending', 'pending_replay') AND (not_before IS NULL OR not_before <= ?3)) \
+     OR (state = 'in_flight' AND lease_until < ?3))";
+
+/// A job store in one SQLite file. Every operation runs on a blocking thread, one at a time on
+/// the store's connection; several stores (or processes) may share the file.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+    retry: LockRetry,
+}
+
+/// An operation's failure before the retry rule looks at it.
+enum Fail {
+    Sql(rusqlite::Error),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for Fail {
+    fn from(e: rusqlite::Error) -> Self {
+        Fail::Sql(e)
+    }
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Self {
+        Fail::Store(e)
+    }
+}
+
+impl SqliteStore {
+    /// How long SQLite itself waits for another connection's lock before it reports "database
+    /// is locked": 5 s, the default of Python's `sqlite3` under which the Core policy's rule was
+    /// written. Our write transactions last milliseconds, so this absorbs any ordinary overlap
+    /// of workers sharing the file without an error; a lock error that reaches the policy's 3
+    /// attempts means a writer held the lock for seconds, which is worth a log line.
+    pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// The largest value (a payload, a checkpoint) the store writes or reads: 64 MiB. The file
+    /// is input others can write; past this SQLite refuses the value (`string or blob too big`)
+    /// instead of handing it over, so one row never costs more memory than that.
+    pub const VALUE_MAX: usize = 64 << 20;
+
+    /// Opens (creating if absent) the store at `path`, with the policy's lock `retry` rule.
+    pub fn open(path: impl AsRef<Path>, retry: LockRetry) -> Result<Self, StoreError> {
+        Self::open_with(path, retry, Self::DEFAULT_BUSY_TIMEOUT)
+    }
+
+    /// [`SqliteStore::open`] with SQLite's own busy wait set to `busy_timeout` (zero: every
+    /// lock error goes straight to the retry rule, as the contention tests need).
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        retry: LockRetry,
+        busy_timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let refused = |e: rusqlite::Error| StoreError::Open {
+            what: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        let conn = Connection::open(&path).map_err(refused)?;
+        conn.busy_timeout(busy_timeout).map_err(refused)?;
+        conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, Self::VALUE_MAX as i32)
+            .map_err(refused)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .map_err(refused)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Open {
+                what: path.display().to_string(),
+                reason: format!("WAL mode refused, journal mode is {mode}"),
+            });
+        }
+        conn.execute_batch(SCHEMA).map_err(refused)?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                path,
+                retry,
+            }),
+        })
+    }
+
+    /// Runs `work` on a blocking thread, again after the rule's delay while the database is locked.
+    async fn run<T, F>(&self, op: &'static str, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> Result<T, Fail> + Send + Sync + 'static,
+    {
+        let work = Arc::new(work);
+        let mut attempt = 1;
+        loop {
+            let (inner, work) = (self.inner.clone(), work.clone());
+            let outcome = tokio::task::spawn_blocking(move || {
+                let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+                work(&mut conn)
+            })
+            .await
+            .map_err(|e| StoreError::database(op, e))?;
+            let error = match outcome {
+                Ok(value) => return Ok(value),
+                Err(Fail::Store(e)) => return Err(e),
+                Err(Fail::Sql(e)) => e,
+            };
+            let locked = is_locked(&error);
+            let path = self.inner.path.display();
+            match lock_retry_delay(&self.inner.retry, attempt, locked) {
+                Some(delay) => {
+                    tracing::warn!(target: "sdk_queue", op, attempt, delay_ms = delay.as_millis() as u64, path = %path, error = %error, "database is locked, retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                None if locked => {
+                    tracing::error!(target: "sdk_queue", op, attempts = attempt, path = %path, error = %error, "database is locked, retries exhausted");
+                    return Err(StoreError::Locked {
+                        op,
+                        attempts: attempt,
+                    });
+                }
+                None => return Err(StoreError::database(op, error)),
+            }
+        }
+    }
+}
+
+fn is_locked(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Reads one row; a column of the wrong type is a corrupt field, not an error of the database.
+fn read_row(r: &rusqlite::Row<'_>) -> Result<RawRow, Fail> {
+    let key: String = r.get(0).map_err(|e| StoreError::Corrupt {
+        key: String::new(),
+        field: "key",
+        reason: e.to_string(),
+    })?;
+    fn col<T: FromSql>(
+        r: &rusqlite::Row<'_>,
+        key: &str,
+        i: usize,
+        field: &'static str,
+    ) -> Result<T, StoreError> {
+        r.get(i).map_err(|e| StoreError::Corrupt {
+            key: crate::row::clip(key, 128).to_owned(),
+            field,
+            reason: e.to_string(),
+        })
+    }
+    Ok(RawRow {
+        seq: col(r, &key, 1, "seq")?,
+        kind: col(r, &key, 2, "kind")?,
+        payload: col(r, &key, 3, "payload")?,
+        state: col(r, &key, 4, "state")?,
+        attempts: col(r, &key, 5, "attempts")?,
+        progress: col(r, &key, 6, "progress")?,
+        last_error: col(r, &key, 7, "last_error")?,
+        not_before: col(r, &key, 8, "not_before")?,
+        lease_owner: col(r, &key, 9, "lease_owner")?,
+        lease_until: col(r, &key, 10, "lease_until")?,
+        created_at: col(r, &key, 11, "created_at")?,
+        updated_at: col(r, &key, 12, "updated_at")?,
+        key,
+    })
+}
+
+/// Runs a claim's `UPDATE … RETURNING` and decodes the rows it claimed. A
+/// row that does not decode is failed in the same transaction (`corrupt_row`)
+/// and left out, so one damaged row cannot stop the queue.
+fn claimed(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+    now: i64,
+) -> Result<Vec<Job>, Fail> {
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    {
+        let mut stmt = tx.prepare_cached(sql)?;
+        let mut rows = stmt.query(params)?;
+        while let Some(r) = rows.next()? {
+            let seq: i64 = r.get(1)?;
+            match read_row(r).and_then(|raw| raw.decode().map_err(Fail::Store)) {
+                Ok(job) => good.push(job),
+                Err(Fail::Store(e)) => bad.push((seq, e)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    for (seq, e) in bad {
+        tracing::warn!(target: "sdk_queue", seq, error = %e, "a claimed job row does not decode: failed as corrupt_row");
+        tx.execute(
+            "UPDATE jobs SET state = 'failed', last_error = ?1, lease_owner = NULL, lease_until = NULL, \
+             updated_at = ?2 WHERE seq = ?3",
+            params![crate::row::corrupt_error(&e), now, seq],
+        )?;
+    }
+    good.sort_by_key(|j| j.seq);
+    Ok(good)
+}
+
+/// Runs a query and decodes every row it returns.
+fn jobs(
+    stmt: &mut rusqlite::Statement<'_>,
+    params: impl rusqlite::Params,
+) -> Result<Vec<Job>, Fail> {
+    let mut rows = stmt.query(params)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        out.push(read_row(r)?.decode()?);
+    }
+    Ok(out)
+}
+
+fn to_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn payload_text(v: &serde_json::Value) -> String {
+    v.to_string()
+}
+
+#[async_trait::async_trait]
+impl JobStore for SqliteStore {
+    async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError> {
+        let payload = payload_text(&job.payload);
+        self.run("submit", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute(
+                "INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, 'pending', 0, 'null', ?4, ?4) ON CONFLICT (key) DO NOTHING",
+                params![job.key, job.kind, payload, to_ms(now)],
+            )?;
+            let stored = {
+                let mut stmt = tx.prepare(&format!("SELECT {COLUMNS} FROM jobs WHERE key = ?1"))?;
+                jobs(&mut stmt, [&job.key])?.pop()
+            };
+            tx.commit()?;
+            stored.ok_or_else(|| StoreError::database("submit", rusqlite::Error::QueryReturnedNoRows).into())
+        })
+        .await
+    }
+
+    async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Job>, StoreError> {
+        if claim.limit == 0 || claim.kinds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let kinds = serde_json::to_string(claim.kinds).expect("strings serialize");
+        let (owner, until, now, limit) = (
+            claim.owner.to_owned(),
+            expiry_ms(claim.now, claim.lease),
+            to_ms(claim.now),
+            to_i64(claim.limit),
+        );
+        self.run("claim", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let sql = format!(
+                "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
+                 attempts = attempts + 1, updated_at = ?3 \
+                 WHERE seq IN (SELECT seq FROM jobs WHERE kind IN (SELECT value FROM json_each(?4)) \
+                 AND {ELIGIBLE} ORDER BY seq LIMIT ?5) RETURNING {COLUMNS}"
+            );
+            let jobs = claimed(&tx, &sql, params![owner, until, now, kinds, limit], now)?;
+            tx.commit()?;
+            Ok(jobs)
+        })
+        .await
+    }
+
+    async fn claim_key(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Option<Job>, StoreError> {
+        let (key, owner, until, now) = (
+            key.to_owned(),
+            owner.to_owned(),
+            expiry_ms(now, lease),
+            to_ms(now),
+        );
+        self.run("claim_key", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let sql = format!(
+                "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
+                 attempts = attempts + 1, updated_at = ?3 WHERE key = ?4 AND {ELIGIBLE} RETURNING {COLUMNS}"
+            );
+            let job = claimed(&tx, &sql, params![owner, until, now, key], now)?.pop();
+            tx.commit()?;
+            Ok(job)
+        })
+        .await
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &str,
+        owner: &str,
+        progress: &serde_json::Value,
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        let (key, owner, progress) = (key.to_owned(), owner.to_owned(), payload_text(progress));
+        let (until, now) = (expiry_ms(now, lease), to_ms(now));
+        self.run("checkpoint", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE jobs SET progress = ?1, lease_until = ?2, updated_at = ?3 \
+                 WHERE key = ?4 AND state = 'in_flight' AND lease_owner = ?5",
+                params![progress, until, now, key, owner],
+            )?;
+            tx.commit()?;
+            held(changed, &key)
+        })
+        .await
+    }
+
+    async fn finish(
+        &self,
+        key: &str,
+        owner: &str,
+        finish: Finish,
+        now: SystemTime,
+    ) -> Result<(), StoreError> {
+        let (key, owner, state) = (key.to_owned(), owner.to_owned(), finish.state().as_str());
+        let (error, not_before) = match &finish {
+            Finish::Done => (None, None),
+            Finish::Failed(e) => (Some(encode_error(e)), None),
+            Finish::Replay { error, not_before } => {
+                (Some(encode_error(error)), not_before.map(to_ms))
+            }
+        };
+        let now = to_ms(now);
+        self.run("finish", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE jobs SET state = ?1, last_error = COALESCE(?2, last_error), not_before = ?3, \
+                 lease_owner = NULL, lease_until = NULL, updated_at = ?4 \
+                 WHERE key = ?5 AND state = 'in_flight' AND lease_owner = ?6",
+                params![state, error, not_before, now, key, owner],
+            )?;
+            tx.commit()?;
+            held(changed, &key)
+        })
+        .await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Job>, StoreError> {
+        let key = key.to_owned();
+        self.run("get", move |conn| {
+            let mut stmt =
+                conn.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs WHERE key = ?1"))?;
+            Ok(jobs(&mut stmt, [&key])?.pop())
+        })
+        .await
+    }
+
+    async fn list(&self, state: JobState, limit: usize) -> Result<Vec<Job>, StoreError> {
+        let limit = to_i64(limit);
+        self.run("list", move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2"
+            ))?;
+            jobs(&mut stmt, params![state.as_str(), limit])
+        })
+        .await
+    }
+
+    async fn depth(&self) -> Result<Vec<(String, JobState, u64)>, StoreError> {
+        self.run("depth", |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT kind, state, COUNT(*) FROM jobs WHERE state <> 'done' GROUP BY kind, state ORDER BY kind, state",
+            )?;
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let (kind, state, count) = (depth_col::<String>(r, 0, "kind")?, depth_col::<String>(r, 1, "state")?, r.get::<_, i64>(2)?);
+                let state = JobState::parse(&format!("(a job of kind {})", crate::row::clip(&kind, 64)), &state)?;
+                out.push((kind, state, u64::try_from(count).unwrap_or(0)));
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn depth_col<T: FromSql>(
+    r: &rusqlite::Row<'_>,
+    i: usize,
+    field: &'static str,
+) -> Result<T, StoreError> {
+    r.get(i).map_err(|e| StoreError::Corrupt {
+        key: "(depth)".into(),
+        field,
+        reason: e.to_string(),
+    })
+}
+
+/// One row changed: the owner held the lease.
+fn held(changed: usize, key: &str) -> Result<(), Fail> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost {
+            key: key.to_owned(),
+        }
+        .into())
+    }
+}

@@ -1,0 +1,56 @@
+//! The storage contract a worker relies on, the same for every database.
+
+use std::time::{Duration, SystemTime};
+
+use crate::{Claim, Finish, Job, JobState, NewJob, StoreError};
+
+/// A durable job store. Eligibility to claim: state `pending` or `pending_replay` with
+/// `not_before` unset or `<= now`, or `in_flight` with a lease that expired (`until < now`: a
+/// crashed worker's job). No job is ever held by two owners at once. Every time decision uses
+/// the `now` passed in, never the store's own clock.
+///
+/// A worker renews its lease by checkpointing well within it: past its expiry another worker
+/// may take the job over, and the first learns so by `LeaseLost` at its next checkpoint or
+/// finish. A row that does not decode fails a read that meets it (`get`, `list`, `depth`) with
+/// `Corrupt`; a claim that meets one fails that job (`corrupt_row`, the reason kept) and takes
+/// the others, so one damaged row never stops the queue and stays in place for an operator.
+#[async_trait::async_trait]
+pub trait JobStore: Send + Sync + 'static {
+    /// Persist a new job as `pending`; if the key exists, return the stored job unchanged.
+    async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError>;
+    /// Claim up to `limit` eligible jobs of `kinds`, oldest `seq` first. Claimed jobs become
+    /// `in_flight` with lease `{owner, now + lease}` and `attempts += 1`.
+    async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Job>, StoreError>;
+    /// Claim one job by key if it is eligible (same rule); `None` otherwise.
+    async fn claim_key(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<Option<Job>, StoreError>;
+    /// Save the flow's checkpoint and renew the lease to `now + lease`; `LeaseLost` if `owner`
+    /// no longer holds the job.
+    async fn checkpoint(
+        &self,
+        key: &str,
+        owner: &str,
+        progress: &serde_json::Value,
+        lease: Duration,
+        now: SystemTime,
+    ) -> Result<(), StoreError>;
+    /// End the claim: `done`, `failed` (keeps the error) or `pending_replay` (keeps the error,
+    /// sets `not_before`); the lease is cleared. `LeaseLost` if `owner` does not hold the job.
+    async fn finish(
+        &self,
+        key: &str,
+        owner: &str,
+        finish: Finish,
+        now: SystemTime,
+    ) -> Result<(), StoreError>;
+    async fn get(&self, key: &str) -> Result<Option<Job>, StoreError>;
+    /// Jobs in `state`, oldest first, at most `limit` (the UI lists failed ones for re-upload).
+    async fn list(&self, state: JobState, limit: usize) -> Result<Vec<Job>, StoreError>;
+    /// Count per (kind, state) of every job not done: the queue depth metric.
+    async fn depth(&self) -> Result<Vec<(String, JobState, u64)>, StoreError>;
+}

@@ -1,0 +1,644 @@
+//! The store suite, written once: every case runs against each store (see `suite!`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sdk_queue::{Claim, Finish, Job, JobError, JobState, JobStore, NewJob, StoreError};
+use serde_json::json;
+
+use super::{Harness, at};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn new_job(key: &str, kind: &str) -> NewJob {
+    NewJob {
+        key: key.into(),
+        kind: kind.into(),
+        payload: json!({ "key": key, "ids": ["p-1", "p-2"] }),
+    }
+}
+
+fn error(class: &str) -> JobError {
+    JobError {
+        class: class.into(),
+        row: Some("T12".into()),
+        status: Some(503),
+        request_id: Some("req-1".into()),
+        detail: "upstream unavailable".into(),
+    }
+}
+
+async fn submit_all(s: &dyn JobStore, jobs: &[(&str, &str)]) {
+    for (i, (key, kind)) in jobs.iter().enumerate() {
+        s.submit(new_job(key, kind), at(i as u64)).await.unwrap();
+    }
+}
+
+async fn claim(
+    s: &dyn JobStore,
+    owner: &str,
+    kinds: &[&str],
+    limit: usize,
+    now_ms: u64,
+) -> Vec<String> {
+    let claim = Claim {
+        owner,
+        kinds,
+        limit,
+        lease: LEASE,
+        now: at(now_ms),
+    };
+    s.claim(claim)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.key)
+        .collect()
+}
+
+async fn get(s: &dyn JobStore, key: &str) -> Job {
+    s.get(key).await.unwrap().expect("job exists")
+}
+
+pub async fn submit_is_idempotent(h: &impl Harness) {
+    let s = h.store();
+    let first = s
+        .submit(new_job("upload:kb-1:doc-7", "ingest"), at(5))
+        .await
+        .unwrap();
+    assert_eq!(first.state, JobState::Pending);
+    assert_eq!(
+        (first.attempts, first.created_at, first.updated_at),
+        (0, at(5), at(5))
+    );
+    assert_eq!(first.progress, serde_json::Value::Null);
+    assert_eq!(
+        (
+            first.last_error.as_ref(),
+            first.lease.as_ref(),
+            first.not_before
+        ),
+        (None, None, None)
+    );
+    assert_eq!(
+        first.payload,
+        new_job("upload:kb-1:doc-7", "ingest").payload
+    );
+
+    let again = NewJob {
+        payload: json!("something else"),
+        ..new_job("upload:kb-1:doc-7", "kg")
+    };
+    assert_eq!(
+        s.submit(again, at(9)).await.unwrap(),
+        first,
+        "a second submit returns the stored job unchanged"
+    );
+    assert_eq!(get(&*s, "upload:kb-1:doc-7").await, first);
+
+    let second = s
+        .submit(new_job("upload:kb-1:doc-8", "ingest"), at(6))
+        .await
+        .unwrap();
+    assert!(second.seq > first.seq, "seq follows submission order");
+    assert_eq!(s.get("absent").await.unwrap(), None);
+}
+
+pub async fn claim_takes_the_oldest_of_the_kinds_asked(h: &impl Harness) {
+    let s = h.store();
+    submit_all(
+        &*s,
+        &[
+            ("a1", "ingest"),
+            ("b1", "kg"),
+            ("a2", "ingest"),
+            ("a3", "ingest"),
+        ],
+    )
+    .await;
+
+    let claimed = s
+        .claim(Claim {
+            owner: "w1",
+            kinds: &["ingest"],
+            limit: 2,
+            lease: LEASE,
+            now: at(100),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
+        ["a1", "a2"]
+    );
+    for j in &claimed {
+        assert_eq!(
+            (j.state, j.attempts, j.updated_at),
+            (JobState::InFlight, 1, at(100))
+        );
+        let lease = j.lease.as_ref().unwrap();
+        assert_eq!((lease.owner.as_str(), lease.until), ("w1", at(100) + LEASE));
+        assert_eq!(
+            &get(&*s, &j.key).await,
+            j,
+            "the claim returns the stored row"
+        );
+    }
+    assert_eq!(claim(&*s, "w1", &["ingest"], 5, 100).await, ["a3"]);
+    assert!(
+        claim(&*s, "w1", &["ingest"], 5, 100).await.is_empty(),
+        "in-flight jobs with a live lease stay put"
+    );
+    assert!(
+        claim(&*s, "w1", &[], 5, 100).await.is_empty(),
+        "no kinds, no jobs"
+    );
+    assert!(
+        claim(&*s, "w1", &["kg"], 0, 100).await.is_empty(),
+        "limit 0, no jobs"
+    );
+    assert_eq!(claim(&*s, "w2", &["kg", "other"], 5, 100).await, ["b1"]);
+}
+
+pub async fn not_before_holds_a_replay_back(h: &impl Harness) {
+    let s = h.store();
+    submit_all(&*s, &[("later", "ingest"), ("now", "ingest")]).await;
+    assert_eq!(claim(&*s, "w1", &["ingest"], 5, 10).await, ["later", "now"]);
+
+    let replay = Finish::Replay {
+        error: error("wal_backpressure"),
+        not_before: Some(at(10_000)),
+    };
+    s.finish("later", "w1", replay, at(20)).await.unwrap();
+    s.finish(
+        "now",
+        "w1",
+        Finish::Replay {
+            error: error("circuit_open"),
+            not_before: None,
+        },
+        at(20),
+    )
+    .await
+    .unwrap();
+
+    let later = get(&*s, "later").await;
+    assert_eq!(
+        (later.state, later.not_before, later.lease),
+        (JobState::PendingReplay, Some(at(10_000)), None)
+    );
+    assert_eq!(later.last_error, Some(error("wal_backpressure")));
+
+    assert_eq!(
+        claim(&*s, "w2", &["ingest"], 5, 9_999).await,
+        ["now"],
+        "not_before unset: at once"
+    );
+    assert!(
+        claim(&*s, "w2", &["ingest"], 5, 9_999).await.is_empty(),
+        "1 ms early"
+    );
+    assert_eq!(
+        claim(&*s, "w2", &["ingest"], 5, 10_000).await,
+        ["later"],
+        "eligible at not_before"
+    );
+    assert_eq!(get(&*s, "later").await.attempts, 2);
+}
+
+pub async fn an_expired_lease_is_taken_over(h: &impl Harness) {
+    let s = h.store();
+    submit_all(&*s, &[("j", "ingest")]).await;
+    assert_eq!(claim(&*s, "w1", &["ingest"], 1, 0).await, ["j"]);
+    s.checkpoint(
+        "j",
+        "w1",
+        &json!({ "step": "converted" }),
+        LEASE,
+        at(10_000),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        get(&*s, "j").await.lease.unwrap().until,
+        at(10_000) + LEASE,
+        "a checkpoint renews the lease"
+    );
+
+    let expiry = 10_000 + LEASE.as_millis() as u64;
+    assert!(
+        claim(&*s, "w2", &["ingest"], 1, expiry).await.is_empty(),
+        "a lease holds up to its expiry"
+    );
+    assert_eq!(
+        s.claim_key("j", "w2", LEASE, at(expiry)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        claim(&*s, "w2", &["ingest"], 1, expiry + 1).await,
+        ["j"],
+        "taken over once expired"
+    );
+
+    let j = get(&*s, "j").await;
+    assert_eq!(
+        (
+            j.state,
+            j.attempts,
+            j.lease.as_ref().unwrap().owner.as_str()
+        ),
+        (JobState::InFlight, 2, "w2")
+    );
+    assert_eq!(
+        j.progress,
+        json!({ "step": "converted" }),
+        "the checkpoint survives a takeover"
+    );
+    assert_eq!(
+        s.claim_key("j", "w3", LEASE, at(expiry + 2)).await.unwrap(),
+        None,
+        "held by w2 now"
+    );
+}
+
+pub async fn the_old_owner_loses_the_lease(h: &impl Harness) {
+    let s = h.store();
+    submit_all(&*s, &[("j", "ingest")]).await;
+    assert_eq!(claim(&*s, "w1", &["ingest"], 1, 0).await, ["j"]);
+    let taken = s
+        .claim_key("j", "w2", LEASE, at(LEASE.as_millis() as u64 + 1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.lease.unwrap().owner, "w2");
+
+    let lost =
+        |r: Result<(), StoreError>| matches!(r, Err(StoreError::LeaseLost { key }) if key == "j");
+    assert!(lost(
+        s.checkpoint("j", "w1", &json!(1), LEASE, at(40_000)).await
+    ));
+    assert!(lost(s.finish("j", "w1", Finish::Done, at(40_000)).await));
+    assert_eq!(
+        get(&*s, "j").await.progress,
+        serde_json::Value::Null,
+        "the old owner wrote nothing"
+    );
+
+    s.checkpoint("j", "w2", &json!(2), LEASE, at(40_000))
+        .await
+        .unwrap();
+    s.finish("j", "w2", Finish::Done, at(41_000)).await.unwrap();
+    assert!(
+        lost(s.finish("j", "w2", Finish::Done, at(42_000)).await),
+        "a finished claim is over"
+    );
+    assert!(lost(
+        s.checkpoint("j", "w2", &json!(3), LEASE, at(42_000)).await
+    ));
+    let absent = s
+        .checkpoint("absent", "w2", &json!(3), LEASE, at(42_000))
+        .await;
+    assert!(matches!(absent, Err(StoreError::LeaseLost { key }) if key == "absent"));
+}
+
+pub async fn finish_sets_each_end_state(h: &impl Harness) {
+    let s = h.store();
+    submit_all(
+        &*s,
+        &[
+            ("done", "ingest"),
+            ("failed", "ingest"),
+            ("replay", "ingest"),
+        ],
+    )
+    .await;
+    assert_eq!(claim(&*s, "w", &["ingest"], 3, 0).await.len(), 3);
+
+    s.finish(
+        "replay",
+        "w",
+        Finish::Replay {
+            error: error("circuit_open"),
+            not_before: Some(at(5)),
+        },
+        at(1),
+    )
+    .await
+    .unwrap();
+    let huge = JobError {
+        detail: "x".repeat(100_000),
+        ..error("payload_too_large")
+    };
+    s.finish("failed", "w", Finish::Failed(huge), at(1))
+        .await
+        .unwrap();
+    s.finish("done", "w", Finish::Done, at(2)).await.unwrap();
+
+    let done = get(&*s, "done").await;
+    assert_eq!(
+        (done.state, done.lease, done.not_before, done.updated_at),
+        (JobState::Done, None, None, at(2))
+    );
+    let failed = get(&*s, "failed").await;
+    assert_eq!((failed.state, failed.lease), (JobState::Failed, None));
+    let kept = failed.last_error.unwrap();
+    assert_eq!(
+        (kept.class.as_str(), kept.request_id.as_deref(), kept.status),
+        ("payload_too_large", Some("req-1"), Some(503))
+    );
+    assert_eq!(
+        kept.detail,
+        "x".repeat(JobError::DETAIL_MAX),
+        "detail is cut to 1 KiB"
+    );
+    assert_eq!(get(&*s, "replay").await.state, JobState::PendingReplay);
+
+    // A replayed job that then succeeds keeps the error it met on the way, for the record.
+    assert_eq!(claim(&*s, "w", &["ingest"], 3, 5).await, ["replay"]);
+    s.finish("replay", "w", Finish::Done, at(6)).await.unwrap();
+    let replayed = get(&*s, "replay").await;
+    assert_eq!(
+        (replayed.state, replayed.not_before, replayed.attempts),
+        (JobState::Done, None, 2)
+    );
+    assert_eq!(replayed.last_error, Some(error("circuit_open")));
+}
+
+pub async fn claim_key_takes_only_an_eligible_job(h: &impl Harness) {
+    let s = h.store();
+    submit_all(&*s, &[("a", "ingest"), ("b", "ingest"), ("c", "ingest")]).await;
+    let a = s.claim_key("a", "w", LEASE, at(10)).await.unwrap().unwrap();
+    assert_eq!(
+        (a.key.as_str(), a.state, a.attempts),
+        ("a", JobState::InFlight, 1)
+    );
+    assert_eq!(a.lease.unwrap().until, at(10) + LEASE);
+    assert_eq!(
+        s.claim_key("a", "v", LEASE, at(11)).await.unwrap(),
+        None,
+        "held"
+    );
+    assert_eq!(
+        s.claim_key("absent", "w", LEASE, at(11)).await.unwrap(),
+        None
+    );
+
+    s.claim_key("b", "w", LEASE, at(10)).await.unwrap().unwrap();
+    s.finish("b", "w", Finish::Failed(error("invalid")), at(11))
+        .await
+        .unwrap();
+    s.finish("a", "w", Finish::Done, at(11)).await.unwrap();
+    assert_eq!(
+        s.claim_key("a", "w", LEASE, at(12)).await.unwrap(),
+        None,
+        "done stays done"
+    );
+    assert_eq!(
+        s.claim_key("b", "w", LEASE, at(12)).await.unwrap(),
+        None,
+        "failed waits for a re-upload"
+    );
+    assert_eq!(
+        claim(&*s, "w", &["ingest"], 5, 12).await,
+        ["c"],
+        "claim_key took nothing else"
+    );
+}
+
+pub async fn depth_counts_every_job_not_done(h: &impl Harness) {
+    let s = h.store();
+    assert!(s.depth().await.unwrap().is_empty());
+    let keys: Vec<String> = (0..9).map(|i| format!("j{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        s.submit(
+            new_job(key, if i < 6 { "ingest" } else { "kg" }),
+            at(i as u64),
+        )
+        .await
+        .unwrap();
+    }
+    // ingest: j0 done, j1 failed, j2 pending_replay, j3 in flight, j4 j5 pending; kg: j6 in flight, j7 j8 pending.
+    for key in ["j0", "j1", "j2", "j3", "j6"] {
+        s.claim_key(key, "w", LEASE, at(10)).await.unwrap().unwrap();
+    }
+    s.finish("j0", "w", Finish::Done, at(11)).await.unwrap();
+    s.finish("j1", "w", Finish::Failed(error("invalid")), at(11))
+        .await
+        .unwrap();
+    s.finish(
+        "j2",
+        "w",
+        Finish::Replay {
+            error: error("circuit_open"),
+            not_before: None,
+        },
+        at(11),
+    )
+    .await
+    .unwrap();
+
+    let mut depth = s.depth().await.unwrap();
+    depth.sort_by(|a, b| (&a.0, a.1.as_str()).cmp(&(&b.0, b.1.as_str())));
+    let expected = [
+        ("ingest", JobState::Failed, 1),
+        ("ingest", JobState::InFlight, 1),
+        ("ingest", JobState::Pending, 2),
+        ("ingest", JobState::PendingReplay, 1),
+        ("kg", JobState::InFlight, 1),
+        ("kg", JobState::Pending, 2),
+    ];
+    assert_eq!(depth, expected.map(|(k, s, n)| (k.to_owned(), s, n)));
+}
+
+pub async fn list_gives_the_oldest_first(h: &impl Harness) {
+    let s = h.store();
+    let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        s.submit(new_job(key, "ingest"), at(i as u64))
+            .await
+            .unwrap();
+    }
+    for key in ["k1", "k4"] {
+        s.claim_key(key, "w", LEASE, at(10)).await.unwrap().unwrap();
+        s.finish(key, "w", Finish::Failed(error("invalid")), at(11))
+            .await
+            .unwrap();
+    }
+    let names = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.key).collect::<Vec<_>>();
+    assert_eq!(
+        names(s.list(JobState::Pending, 3).await.unwrap()),
+        ["k0", "k2", "k3"]
+    );
+    assert_eq!(
+        names(s.list(JobState::Pending, 100).await.unwrap()),
+        ["k0", "k2", "k3", "k5"]
+    );
+    let failed = s.list(JobState::Failed, 10).await.unwrap();
+    assert_eq!(
+        failed.iter().map(|j| j.key.as_str()).collect::<Vec<_>>(),
+        ["k1", "k4"]
+    );
+    assert!(
+        failed
+            .iter()
+            .all(|j| j.last_error == Some(error("invalid")))
+    );
+    assert!(s.list(JobState::Done, 10).await.unwrap().is_empty());
+    assert!(s.list(JobState::Pending, 0).await.unwrap().is_empty());
+}
+
+pub async fn corrupt_rows_are_typed_errors(h: &impl Harness) {
+    let s = h.store();
+    submit_all(&*s, &[("good", "ingest"), ("bad", "ingest")]).await;
+
+    let corrupt = |r: Result<Option<Job>, StoreError>| match r {
+        Err(StoreError::Corrupt { key, field, .. }) => (key, field),
+        other => panic!("expected Corrupt, got {other:?}"),
+    };
+    for (sql, field) in [
+        (
+            "UPDATE jobs SET state = 'running' WHERE key = 'bad'",
+            "state",
+        ),
+        (
+            "UPDATE jobs SET payload = '{\"unterminated' WHERE key = 'bad'",
+            "payload",
+        ),
+        (
+            "UPDATE jobs SET last_error = '{\"class\": 7}' WHERE key = 'bad'",
+            "last_error",
+        ),
+        (
+            "UPDATE jobs SET attempts = -3 WHERE key = 'bad'",
+            "attempts",
+        ),
+        (
+            "UPDATE jobs SET not_before = -1 WHERE key = 'bad'",
+            "not_before",
+        ),
+        (
+            "UPDATE jobs SET state = 'in_flight' WHERE key = 'bad'",
+            "lease",
+        ),
+    ] {
+        h.exec(&format!("UPDATE jobs SET state = 'pending', payload = '{{}}', last_error = NULL, attempts = 0, not_before = NULL WHERE key = 'bad'; {sql}")).await;
+        assert_eq!(
+            corrupt(s.get("bad").await),
+            ("bad".to_owned(), field),
+            "{sql}"
+        );
+        assert_eq!(get(&*s, "good").await.key, "good", "other rows still read");
+    }
+
+    h.exec("UPDATE jobs SET state = 'pending', payload = '[[[', attempts = 0 WHERE key = 'bad'")
+        .await;
+    let listed = s.list(JobState::Pending, 10).await;
+    assert!(
+        matches!(
+            listed,
+            Err(StoreError::Corrupt {
+                field: "payload",
+                ..
+            })
+        ),
+        "{listed:?}"
+    );
+    // A claim fails the corrupt row (it can never run) and goes on: one
+    // damaged row does not stop the queue.
+    let claimed = s
+        .claim(Claim {
+            owner: "w",
+            kinds: &["ingest"],
+            limit: 10,
+            lease: LEASE,
+            now: at(10),
+        })
+        .await
+        .expect("the claim goes past the corrupt row");
+    let keys: Vec<&str> = claimed.iter().map(|j| j.key.as_str()).collect();
+    assert_eq!(keys, ["good"]);
+    h.exec("UPDATE jobs SET payload = '{}' WHERE key = 'bad'")
+        .await;
+    let bad = get(&*s, "bad").await;
+    assert_eq!(bad.state, JobState::Failed, "{bad:?}");
+    assert_eq!(bad.lease, None);
+    let why = bad.last_error.expect("the reason is kept");
+    assert_eq!(why.class, "corrupt_row");
+    assert!(why.detail.contains("payload"), "{why:?}");
+
+    h.exec("UPDATE jobs SET state = 'pending', lease_owner = NULL, lease_until = NULL WHERE key = 'good'")
+        .await;
+    h.exec("UPDATE jobs SET state = 'running', payload = '{}' WHERE key = 'bad'")
+        .await;
+    assert!(matches!(
+        s.depth().await,
+        Err(StoreError::Corrupt { field: "state", .. })
+    ));
+    assert_eq!(
+        claim(&*s, "w", &["ingest"], 10, 10).await,
+        ["good"],
+        "a row in no known state is never claimed"
+    );
+}
+
+pub async fn concurrent_claimers_never_share_a_job(h: &impl Harness) {
+    const JOBS: usize = 60;
+    const WORKERS: usize = 4;
+    let s = h.store();
+    let keys: Vec<String> = (0..JOBS).map(|i| format!("job-{i:03}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        s.submit(new_job(key, "ingest"), at(i as u64))
+            .await
+            .unwrap();
+    }
+
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let store: Arc<dyn JobStore> = h.another().await;
+        workers.push(tokio::spawn(async move {
+            let owner = format!("w{w}");
+            let mut mine = Vec::new();
+            loop {
+                let claim = Claim {
+                    owner: &owner,
+                    kinds: &["ingest"],
+                    limit: 3,
+                    lease: LEASE,
+                    now: at(1_000),
+                };
+                let jobs = store.claim(claim).await.unwrap();
+                if jobs.is_empty() {
+                    return mine;
+                }
+                for job in jobs {
+                    store
+                        .checkpoint(&job.key, &owner, &json!({ "by": owner }), LEASE, at(1_000))
+                        .await
+                        .unwrap();
+                    store
+                        .finish(&job.key, &owner, Finish::Done, at(1_000))
+                        .await
+                        .unwrap();
+                    mine.push(job.key);
+                }
+            }
+        }));
+    }
+    let mut times_claimed: BTreeMap<String, usize> = BTreeMap::new();
+    for w in workers {
+        for key in w.await.unwrap() {
+            *times_claimed.entry(key).or_default() += 1;
+        }
+    }
+    assert_eq!(times_claimed.len(), JOBS, "every job was claimed");
+    assert!(
+        times_claimed.values().all(|&n| n == 1),
+        "no job was claimed twice: {times_claimed:?}"
+    );
+    for key in &keys {
+        let job = get(&*s, key).await;
+        assert_eq!((job.state, job.attempts), (JobState::Done, 1), "{key}");
+    }
+    assert!(s.depth().await.unwrap().is_empty());
+}

@@ -1,0 +1,521 @@
+//! The durable job queue end to end over the simulator (policy §5.3): jobs
+//! persisted before they run, replayed after an open breaker, a dropped
+//! connection or WAL backpressure, re-read before an ambiguous send goes out
+//! again, 413 splits, failures kept for the UI, and a deploy churn survived
+//! with every document and edge on the platform exactly once.
+
+mod common_resilience;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common_resilience::{Env, wait_until};
+use grag_client::types::{CreateKb, Edge, Entity, Point, UploadDocument};
+use grag_client::{DocumentId, EdgeId, EntityId, KbId, WorkspaceId};
+use grag_jobs::{JobState, Jobs, KgBatch, Upload, upload_key};
+use grag_sim::{ChurnPhase, Fault, RetryAfter, Rule};
+use sdk_queue::SqliteStore;
+use sdk_runtime::breaker::CircuitState;
+
+const KB: &str = "kb-jobs";
+const WS: &str = "ws-jobs";
+
+/// A store in a fresh SQLite file, removed when the test ends.
+struct TempDb(std::path::PathBuf);
+
+impl TempDb {
+    fn new() -> TempDb {
+        let name = format!("grag-jobs-{}.sqlite", uuid::Uuid::new_v4());
+        TempDb(std::env::temp_dir().join(name))
+    }
+
+    fn store(&self) -> Arc<SqliteStore> {
+        Arc::new(SqliteStore::open(&self.0, grag_jobs::lock_retry()).expect("the store opens"))
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+struct Queue {
+    env: Env,
+    jobs: Jobs,
+    _db: TempDb,
+}
+
+impl Queue {
+    async fn start() -> Queue {
+        let env = Env::start().await;
+        env.grag
+            .workspaces()
+            .create_kb(&CreateKb {
+                kb_id: kb(),
+                name: "Jobs".into(),
+                description: None,
+            })
+            .await
+            .expect("the KB is created");
+        let db = TempDb::new();
+        let jobs = Jobs::new(env.grag.clone(), db.store(), "worker-1").expect("a replay policy");
+        Queue { env, jobs, _db: db }
+    }
+
+    /// Waits (up to `secs`) until no job is left to run; whether it came.
+    async fn settled(&self, secs: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        while tokio::time::Instant::now() < deadline {
+            if self
+                .jobs
+                .metrics_text()
+                .await
+                .lines()
+                .filter(|l| l.starts_with("knoll_replay_queue_depth{"))
+                .all(|l| l.ends_with(" 0"))
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        false
+    }
+
+    /// Runs every job that is waiting, as if its pause were over.
+    async fn replay(&self) -> usize {
+        let later = self
+            .jobs
+            .clone()
+            .with_clock(|| SystemTime::now() + Duration::from_secs(3600));
+        later.drain().await.expect("the store answers")
+    }
+
+    async fn state(&self, key: &str) -> JobState {
+        self.jobs
+            .job(key)
+            .await
+            .unwrap()
+            .expect("the job exists")
+            .state
+    }
+}
+
+fn kb() -> KbId {
+    KbId::parse(KB).unwrap()
+}
+
+fn upload(n: usize, points: usize) -> Upload {
+    let doc = format!("doc-{n}");
+    Upload {
+        kb: kb(),
+        document: UploadDocument {
+            document_id: DocumentId::parse(&doc).unwrap(),
+            filename: format!("{doc}.txt"),
+            content_type: "text/plain".into(),
+            content_base64: "SGFsbG8gS25vbGw=".into(),
+            metadata: None,
+        },
+        points: (0..points)
+            .map(|i| Point {
+                id: format!("{doc}-chunk-{i}"),
+                vector: vec![0.1, 0.2, 0.3],
+                payload: None,
+            })
+            .collect(),
+    }
+}
+
+fn batch(n: usize) -> KgBatch {
+    let entity = |id: String| Entity {
+        entity_id: EntityId::parse(&id).unwrap(),
+        entity_type: "concept".into(),
+        name: id.clone(),
+        kb_id: None,
+        properties: None,
+    };
+    let (a, b) = (format!("e-{n}-a"), format!("e-{n}-b"));
+    KgBatch {
+        workspace: WorkspaceId::parse(WS).unwrap(),
+        entities: vec![entity(a.clone()), entity(b.clone())],
+        edges: vec![Edge {
+            edge_id: EdgeId::parse(&format!("edge-{n}")).unwrap(),
+            source_entity_id: EntityId::parse(&a).unwrap(),
+            target_entity_id: EntityId::parse(&b).unwrap(),
+            relation_type: "relates_to".into(),
+            properties: None,
+        }],
+    }
+}
+
+#[tokio::test]
+async fn an_upload_runs_every_step_once() {
+    let q = Queue::start().await;
+    let job = q.jobs.submit_upload(upload(1, 10)).await.unwrap();
+    assert_eq!(job.state, JobState::Done, "{job:?}");
+    let sim = &q.env.sim;
+    assert_eq!(sim.documents("knoll", KB).len(), 1);
+    assert_eq!(sim.conversions_of("knoll", "doc-1").len(), 1);
+    assert_eq!(sim.points("knoll", KB).len(), 10);
+    assert_eq!(q.env.count("upload_document"), 1);
+    assert_eq!(q.env.count("convert"), 1);
+    assert_eq!(q.env.count("upsert_points"), 1);
+    assert_eq!(q.env.count("list_documents"), 0, "nothing was ambiguous");
+}
+
+#[tokio::test]
+async fn an_open_breaker_queues_the_write_and_the_worker_replays_it_after_the_close() {
+    let q = Queue::start().await;
+    q.env.open_breaker().await;
+    let job = q.jobs.submit_upload(upload(1, 3)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(job.last_error.as_ref().unwrap().class, "circuit_open");
+    assert_eq!(
+        q.env.count("upload_document"),
+        0,
+        "failed fast, nothing sent"
+    );
+    let batch_job = q.jobs.submit_kg(batch(1)).await.unwrap();
+    assert_eq!(batch_job.state, JobState::PendingReplay);
+    assert!(
+        q.jobs
+            .metrics_text()
+            .await
+            .contains("knoll_replay_queue_depth{kind=\"ingest\"} 1"),
+        "{}",
+        q.jobs.metrics_text().await
+    );
+
+    let worker = tokio::spawn(q.jobs.clone().work());
+    assert!(
+        q.env
+            .wait_for_state(CircuitState::Closed, Duration::from_secs(10))
+            .await
+    );
+    let sim = &q.env.sim;
+    assert!(
+        wait_until(Duration::from_secs(10), || sim.points("knoll", KB).len()
+            == 3
+            && sim.edges("knoll", WS).len() == 1)
+        .await,
+        "the worker replays both jobs once the breaker closed"
+    );
+    assert!(q.settled(10).await, "every job ends done");
+    worker.abort();
+    assert_eq!(q.state(&batch_job.key).await, JobState::Done);
+    assert_eq!(q.env.count("upload_document"), 1);
+    assert_eq!(sim.conversions_of("knoll", "doc-1").len(), 1);
+    assert!(
+        q.jobs
+            .metrics_text()
+            .await
+            .contains("knoll_replay_queue_depth{kind=\"ingest\"} 0")
+    );
+}
+
+#[tokio::test]
+async fn an_upload_applied_whose_answer_was_lost_is_read_back_not_sent_again() {
+    let q = Queue::start().await;
+    // Every attempt of the call is applied (the first) or refused 409 (the
+    // retries), and none is answered: the call fails on the connection.
+    q.env.sim.faults().push(
+        Rule::new(Fault::AppliedThenLost)
+            .on("upload_document")
+            .times(3),
+    );
+    let job = q.jobs.submit_upload(upload(1, 2)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(
+        q.env.sim.documents("knoll", KB).len(),
+        1,
+        "the upload took effect"
+    );
+    let sent = q.env.count("upload_document");
+
+    assert_eq!(q.jobs.drain().await.unwrap(), 0, "it waits its pause");
+    assert_eq!(q.replay().await, 1);
+    assert_eq!(q.state(&job.key).await, JobState::Done);
+    assert_eq!(
+        q.env.count("list_documents"),
+        1,
+        "the replay read the state first"
+    );
+    assert_eq!(
+        q.env.count("upload_document"),
+        sent,
+        "and did not upload again"
+    );
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 1);
+    assert_eq!(q.env.sim.points("knoll", KB).len(), 2);
+}
+
+#[tokio::test]
+async fn a_convert_applied_whose_answer_was_lost_is_read_back_not_sent_again() {
+    let q = Queue::start().await;
+    q.env
+        .sim
+        .faults()
+        .push(Rule::new(Fault::AppliedThenLost).on("convert").once());
+    let job = q.jobs.submit_upload(upload(1, 2)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(
+        q.env.count("convert"),
+        1,
+        "not idempotent: the client did not re-send"
+    );
+    assert_eq!(q.env.sim.conversions_of("knoll", "doc-1").len(), 1);
+
+    assert_eq!(q.replay().await, 1);
+    assert_eq!(q.state(&job.key).await, JobState::Done);
+    assert_eq!(
+        q.env.count("conversion_of"),
+        1,
+        "the replay read the state first"
+    );
+    assert_eq!(
+        q.env.count("convert"),
+        1,
+        "and did not convert (and bill) again"
+    );
+    assert_eq!(q.env.sim.conversions_of("knoll", "doc-1").len(), 1);
+    assert_eq!(q.env.sim.points("knoll", KB).len(), 2);
+}
+
+#[tokio::test]
+async fn a_convert_lost_before_it_arrived_is_sent_on_replay() {
+    let q = Queue::start().await;
+    q.env
+        .sim
+        .faults()
+        .push(Rule::new(Fault::BadGateway).on("convert").once());
+    let job = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(
+        q.env.count("convert"),
+        1,
+        "a 502 may have reached docfold: not re-sent"
+    );
+    assert!(q.env.sim.conversions_of("knoll", "doc-1").is_empty());
+    assert_eq!(q.replay().await, 1);
+    assert_eq!(q.state(&job.key).await, JobState::Done);
+    assert_eq!(q.env.count("conversion_of"), 1, "read: none started");
+    assert_eq!(
+        q.env.sim.conversions_of("knoll", "doc-1").len(),
+        1,
+        "then sent"
+    );
+}
+
+#[tokio::test]
+async fn a_600_point_upsert_answered_413_lands_as_3_batches_of_at_most_256() {
+    let q = Queue::start().await;
+    let job = q.jobs.submit_upload(upload(1, 600)).await.unwrap();
+    assert_eq!(job.state, JobState::Done, "{job:?}");
+    assert_eq!(
+        q.env.statuses("upsert_points"),
+        vec![Some(413), Some(200), Some(200), Some(200)],
+        "the simulator takes at most 256 points per upsert"
+    );
+    assert_eq!(q.env.sim.points("knoll", KB).len(), 600);
+}
+
+#[tokio::test]
+async fn a_503_with_retry_after_requeues_the_job_for_after_the_wait() {
+    let q = Queue::start().await;
+    q.env.sim.faults().push(
+        Rule::new(Fault::Backpressure {
+            retry_after: RetryAfter::Seconds(30),
+        })
+        .on("upsert_points")
+        .once(),
+    );
+    let before = SystemTime::now();
+    let job = q.jobs.submit_upload(upload(1, 2)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(q.env.count("upsert_points"), 1, "no wait inside the call");
+    let not_before = job.not_before.expect("re-queued for after the wait");
+    assert!(
+        not_before >= before + Duration::from_secs(30),
+        "{not_before:?}"
+    );
+    assert_eq!(q.jobs.drain().await.unwrap(), 0, "not before the wait");
+
+    let later = q
+        .jobs
+        .clone()
+        .with_clock(|| SystemTime::now() + Duration::from_secs(31));
+    assert_eq!(later.drain().await.unwrap(), 1);
+    assert_eq!(q.state(&job.key).await, JobState::Done);
+    assert_eq!(q.env.count("upsert_points"), 2);
+    assert_eq!(
+        q.env.count("upload_document"),
+        1,
+        "the replay went on from its step"
+    );
+}
+
+#[tokio::test]
+async fn a_write_the_platform_refuses_fails_and_keeps_its_error_for_the_ui() {
+    let q = Queue::start().await;
+    let mut orphan = upload(1, 1);
+    orphan.kb = KbId::parse("kb-missing").unwrap();
+    let job = q.jobs.submit_upload(orphan).await.unwrap();
+    assert_eq!(job.state, JobState::Failed, "{job:?}");
+    let error = job.last_error.as_ref().expect("the error is kept");
+    assert_eq!(error.status, Some(404));
+    assert_eq!(error.class, "not_found");
+    assert!(
+        error.request_id.is_some(),
+        "the join key with platform logs"
+    );
+    let failed = q.jobs.failed(10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        failed[0].key,
+        upload_key(&upload(1, 1)).replace(KB, "kb-missing")
+    );
+    assert!(q.env.alert_names().contains(&"replay_failures"));
+    assert!(
+        q.jobs
+            .metrics_text()
+            .await
+            .contains("knoll_replay_failures_total 1")
+    );
+    assert_eq!(
+        q.jobs.drain().await.unwrap(),
+        0,
+        "a failed job is not replayed"
+    );
+}
+
+#[tokio::test]
+async fn submitting_the_same_job_twice_runs_it_once() {
+    let q = Queue::start().await;
+    let first = q.jobs.submit_kg(batch(1)).await.unwrap();
+    let again = q.jobs.submit_kg(batch(1)).await.unwrap();
+    assert_eq!(first.key, again.key);
+    assert_eq!(again.state, JobState::Done);
+    assert_eq!(q.env.count("upsert_edge"), 1);
+    assert_eq!(q.env.count("upsert_entity"), 2);
+}
+
+/// 200 uploads and 200 KG batches before, during and after a deploy churn
+/// (its phases are steps of the test): afterwards every job is done and the
+/// platform holds each document, conversion and edge exactly once.
+#[tokio::test]
+async fn a_deploy_churn_loses_and_doubles_nothing() {
+    let q = Queue::start().await;
+    let worker = tokio::spawn(q.jobs.clone().work());
+    let submit = |range: std::ops::Range<usize>| {
+        let jobs = q.jobs.clone();
+        async move {
+            for n in range {
+                let (a, b) =
+                    tokio::join!(jobs.submit_upload(upload(n, 2)), jobs.submit_kg(batch(n)));
+                a.unwrap();
+                b.unwrap();
+            }
+        }
+    };
+    submit(0..70).await;
+    q.env.sim.faults().deploy_churn_stepped(Some(30)).await;
+    submit(70..140).await;
+    // Flaky for 30 transient answers (401, 404, 422 in turn), then healthy.
+    assert_eq!(
+        q.env.sim.faults().churn_step().await,
+        Some(ChurnPhase::Flaky)
+    );
+    submit(140..160).await;
+    submit(160..200).await;
+    assert!(q.settled(60).await, "the queue drains after the churn");
+    worker.abort();
+
+    let sim = &q.env.sim;
+    let failed = q.jobs.failed(1000).await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} failed, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    let documents = sim.documents("knoll", KB);
+    assert_eq!(documents.len(), 200);
+    for n in 0..200 {
+        let doc = format!("doc-{n}");
+        assert_eq!(
+            sim.conversions_of("knoll", &doc).len(),
+            1,
+            "{doc}: converted once"
+        );
+        let key = upload_key(&upload(n, 2));
+        assert_eq!(q.state(&key).await, JobState::Done, "{key}");
+    }
+    assert_eq!(sim.points("knoll", KB).len(), 400);
+    assert_eq!(sim.edges("knoll", WS).len(), 200);
+    assert!(q.jobs.failed(1).await.unwrap().is_empty());
+}
+
+/// While ingest work holds both ingest slots (two slow upserts in flight),
+/// interactive calls are answered at once: the queue never takes their
+/// slots, and the third upsert waits for one of the two.
+#[tokio::test]
+async fn interactive_calls_never_wait_on_the_queue() {
+    // 1/10: an attempt may take 3 s, so the 2 s upserts stay in flight.
+    let env = Env::with(
+        common_resilience::sim_config(),
+        grag_sim::testkit::policy(10),
+    )
+    .await;
+    env.grag
+        .workspaces()
+        .create_kb(&CreateKb {
+            kb_id: kb(),
+            name: "Jobs".into(),
+            description: None,
+        })
+        .await
+        .unwrap();
+    let db = TempDb::new();
+    let jobs = Jobs::new(env.grag.clone(), db.store(), "worker-1").unwrap();
+    env.sim
+        .faults()
+        .push(Rule::new(Fault::delay(Duration::from_secs(2))).on("upsert_points"));
+    let submits: Vec<_> = (0..4)
+        .map(|n| {
+            tokio::spawn({
+                let jobs = jobs.clone();
+                async move { jobs.submit_upload(upload(n, 1)).await }
+            })
+        })
+        .collect();
+    let log = env.sim.log();
+    let unanswered = |log: &grag_sim::RequestLog| {
+        log.of("upsert_points")
+            .iter()
+            .filter(|e| e.status.is_none())
+            .count()
+    };
+    assert!(
+        log.wait_for(Duration::from_secs(30), |entries| entries
+            .iter()
+            .filter(|e| e.operation == Some("upsert_points"))
+            .count()
+            >= 2)
+            .await
+    );
+    for _ in 0..3 {
+        env.grag.workspaces().list_kbs().await.unwrap();
+        env.grag.workspaces().get_settings().await.unwrap();
+        assert_eq!(
+            unanswered(&log),
+            2,
+            "answered while both ingest slots are held"
+        );
+    }
+    assert_eq!(log.of("upsert_points").len(), 2, "the ingest limit is 2");
+    for submit in submits {
+        assert_eq!(submit.await.unwrap().unwrap().state, JobState::Done);
+    }
+}

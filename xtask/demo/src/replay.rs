@@ -1,0 +1,204 @@
+//! Step 9: uploads and KG writes accepted during a deploy are queued durably
+//! and replayed after it, each exactly once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use base64::Engine;
+use grag_client::types::{Edge, Entity, Point, UploadDocument};
+use grag_client::{Config, DocumentId, EdgeId, EntityId, Grag, KbId, TenantId, WorkspaceId};
+use grag_jobs::{JobState, Jobs, KgBatch, Upload};
+use grag_sim::Sim;
+use sdk_queue::SqliteStore;
+use tokio::time::Instant;
+
+use super::{SPEED, stamp, step};
+
+/// The replay runs at 1/50 of the platform's time, like the churn before it.
+const REPLAY_SPEED: u32 = 50;
+const UPLOADS: usize = 4;
+
+/// The SQLite file of the demo's queue, removed when the step ends.
+struct DemoDb(std::path::PathBuf);
+
+impl Drop for DemoDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
+        }
+    }
+}
+
+fn upload(kb: &KbId, n: usize) -> Result<Upload> {
+    let text = format!("Prüfbericht {n}: Lager und Fahrbahn ohne Befund.");
+    Ok(Upload {
+        kb: kb.clone(),
+        document: UploadDocument {
+            document_id: DocumentId::parse(&format!("bericht-{n}"))?,
+            filename: format!("bericht-{n}.txt"),
+            content_type: "text/plain".into(),
+            content_base64: base64::engine::general_purpose::STANDARD.encode(text),
+            metadata: None,
+        },
+        points: (0..3)
+            .map(|i| Point {
+                id: format!("bericht-{n}-chunk-{i}"),
+                vector: vec![0.1 * i as f64, 0.5, 0.2],
+                payload: None,
+            })
+            .collect(),
+    })
+}
+
+fn edge(n: usize) -> Result<KgBatch> {
+    let entity = |id: &str, name: &str| -> Result<Entity> {
+        Ok(Entity {
+            entity_id: EntityId::parse(id)?,
+            entity_type: "bauwerk".into(),
+            name: name.into(),
+            kb_id: None,
+            properties: None,
+        })
+    };
+    let (a, b) = (format!("bruecke-{n}"), format!("lager-{n}"));
+    Ok(KgBatch {
+        workspace: WorkspaceId::parse("ws-demo")?,
+        entities: vec![entity(&a, "Brücke")?, entity(&b, "Lager")?],
+        edges: vec![Edge {
+            edge_id: EdgeId::parse(&format!("hat-lager-{n}"))?,
+            source_entity_id: EntityId::parse(&a)?,
+            target_entity_id: EntityId::parse(&b)?,
+            relation_type: "hat_lager".into(),
+            properties: None,
+        }],
+    })
+}
+
+pub(super) async fn queued_through_a_deploy(sim: &Sim, kb: &KbId) -> Result<()> {
+    step(
+        9,
+        "Writes during a deploy: queued durably, replayed after it, each exactly once",
+        "grag-jobs on SQLite (policy §5.3): upload → convert → upsert points, KG upserts",
+    );
+    let policy = grag_client::policy::POLICY.scaled(REPLAY_SPEED);
+    let grag = Grag::with_policy(
+        Config::new(sim.url(), "demo-key", TenantId::parse("knoll")?),
+        policy,
+    )?;
+    let db =
+        DemoDb(std::env::temp_dir().join(format!("grag-demo-jobs-{}.sqlite", std::process::id())));
+    let store = SqliteStore::open(&db.0, grag_jobs::lock_retry()).context("the job store")?;
+    let jobs = Jobs::new(grag.clone(), Arc::new(store), "demo-worker")?;
+    println!(
+        "   queue: {} (WAL), worker `demo-worker`, at most 2 jobs at once",
+        db.0.display()
+    );
+
+    let shrink = SPEED / f64::from(REPLAY_SPEED);
+    let refused = sim.config().churn_refused.mul_f64(shrink);
+    let flaky = sim.config().churn_flaky.mul_f64(shrink);
+    let churn = Instant::now();
+    sim.faults().deploy_churn_for(refused, flaky).await;
+    println!(
+        "   {} a deploy starts: connections refused for {:.2} s",
+        stamp(churn),
+        refused.as_secs_f64()
+    );
+
+    let mut keys = Vec::new();
+    for n in 0..UPLOADS {
+        let job = jobs.submit_upload(upload(kb, n)?).await?;
+        let why = job.last_error.as_ref().map_or("-".to_owned(), |e| {
+            format!("{} ({})", e.class, e.row.as_deref().unwrap_or("-"))
+        });
+        println!(
+            "   {} upload bericht-{n}: {} — {why}",
+            stamp(churn),
+            job.state.as_str()
+        );
+        keys.push(job.key);
+    }
+    let batch = jobs.submit_kg(edge(1)?).await?;
+    println!(
+        "   {} KG batch (2 entities, 1 edge): {}",
+        stamp(churn),
+        batch.state.as_str()
+    );
+    keys.push(batch.key);
+    for line in jobs
+        .metrics_text()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("knoll_replay_queue_depth{"))
+    {
+        println!("   {} {line}", stamp(churn));
+    }
+
+    let pause = policy.replay.as_ref().map_or(Duration::ZERO, |r| r.pause);
+    println!(
+        "   {} breaker {}. The worker replays oldest first, never while the breaker is open,",
+        stamp(churn),
+        grag.runtime().circuit_state().as_str()
+    );
+    println!(
+        "   each job after its pause ({} ms here, 5 s at platform speed); a replayed send is read back first",
+        pause.as_millis()
+    );
+    let worker = tokio::spawn(jobs.clone().work());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut done = 0;
+        for key in &keys {
+            if jobs
+                .job(key)
+                .await?
+                .is_some_and(|j| j.state == JobState::Done)
+            {
+                done += 1;
+            }
+        }
+        if done == keys.len() {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the queue did not drain within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.abort();
+    for key in &keys {
+        if let Some(job) = jobs.job(key).await? {
+            println!(
+                "   {} {key}: {} after {} attempt(s)",
+                stamp(churn),
+                job.state.as_str(),
+                job.attempts
+            );
+        }
+    }
+    for line in jobs
+        .metrics_text()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("knoll_replay"))
+    {
+        println!("   {line}");
+    }
+    let mut once = true;
+    for n in 0..UPLOADS {
+        let doc = format!("bericht-{n}");
+        let conversions = sim.conversions_of("knoll", &doc).len();
+        once &= conversions == 1;
+        println!("   platform: {doc} stored, converted {conversions}×");
+    }
+    println!(
+        "   platform: {} document(s) in {}, {} KG edge(s) in ws-demo",
+        sim.documents("knoll", kb.as_str()).len(),
+        kb.as_str(),
+        sim.edges("knoll", "ws-demo").len()
+    );
+    anyhow::ensure!(once, "a document was converted more than once");
+    Ok(())
+}
