@@ -14,8 +14,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use grag_client::policy::{ENDPOINTS, POLICY, budget, timeout};
-use grag_client::types::{ChatRequest, CreateKb};
-use grag_client::{Config, ConversationId, Grag, JobId, KbId, TenantId};
+use grag_client::types::{ChatRequest, CreateConversation, CreateKb};
+use grag_client::{Config, ConversationId, Grag, JobId, KbId, SessionId, TenantId};
 use recorder::Recorder;
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::breaker::CircuitState;
@@ -280,8 +280,8 @@ async fn an_sse_event_that_never_ends_is_a_typed_error_at_the_event_cap() {
     })
     .await;
     let grag = client(&server.url());
-    let job = JobId::parse("job-1").unwrap();
-    let mut events = grag.bff().orchestrator_events(&job).await.unwrap();
+    let session = SessionId::parse("session-1").unwrap();
+    let mut events = grag.bff().agent_session_stream(&session).await.unwrap();
     let e = events.next().await.expect("an item").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Decode, "{e}");
     let cause = std::error::Error::source(&e)
@@ -443,13 +443,37 @@ async fn an_r0_route_is_never_re_sent_whatever_the_row_says() {
     // A client per route: three refused endpoints would open the breaker.
     let fresh = || client_with(&url, fast(), Arc::new(CollectAlerts::default()));
     let grag = fresh();
-    // chat_stream: R0 (§4.2, a chat turn is never re-sent).
+    // chat_stream: R0 (§4.2, a chat turn is never re-sent). Its conversation
+    // is proven on a platform that is up.
+    let up = Recorder::start(|_| {
+        answer(
+            201,
+            &[("content-type", "application/json")],
+            r#"{"conversation_id":"c-1"}"#,
+        )
+    })
+    .await;
+    let conversation = client(&up.url())
+        .workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("c-1").unwrap(),
+            title: None,
+            kb_ids: None,
+        })
+        .await
+        .unwrap();
+    up.stop().await;
     let chat = ChatRequest {
         conversation_id: ConversationId::parse("c-1").unwrap(),
         message: "hallo".into(),
         kb_ids: None,
     };
-    let e = grag.bff().chat_stream(&chat).await.err().expect("refused");
+    let e = grag
+        .bff()
+        .chat_stream(&conversation, &chat)
+        .await
+        .err()
+        .expect("refused");
     assert_eq!((e.row(), e.attempts()), ("T1", 1), "{e}");
     // health: R0, the probe route.
     let e = fresh().workspaces().health().await.unwrap_err();
@@ -480,7 +504,9 @@ async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
             ))
         });
         let head = futures_util::stream::once(async {
-            Ok::<_, std::io::Error>(Bytes::from_static(b"event: subscribed\ndata: {}\n\n"))
+            Ok::<_, std::io::Error>(Bytes::from_static(
+                b"event: subscribed\ndata: {\"job_id\":\"job-1\"}\n\n",
+            ))
         });
         use futures_util::StreamExt;
         answer(
@@ -498,7 +524,10 @@ async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
     let job = JobId::parse("job-1").unwrap();
     let mut streams = Vec::new();
     for _ in 0..limit {
-        streams.push(grag.bff().orchestrator_events(&job).await.unwrap());
+        // Open once its first event is in.
+        let mut progress = grag.bff().orchestrator_events(&job);
+        progress.next().await.unwrap().unwrap();
+        streams.push(progress);
     }
     let throttle = grag.runtime().throttle();
     assert_eq!(
@@ -510,7 +539,10 @@ async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
     let waiting = {
         let grag = grag.clone();
         let job = job.clone();
-        tokio::spawn(async move { grag.bff().orchestrator_events(&job).await.map(|_| ()) })
+        tokio::spawn(async move {
+            let mut progress = grag.bff().orchestrator_events(&job);
+            progress.next().await.unwrap().map(|_| ())
+        })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
@@ -531,15 +563,16 @@ async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
     server.stop().await;
 }
 
-/// `Events` is a `futures` stream with `next()`'s rules: it ends at the terminal
-/// event though the body goes on, and the slot comes back then, not at drop.
+/// Job progress is a `futures` stream: it ends at the terminal event though
+/// the body goes on, and the slot comes back then, not at drop.
 #[tokio::test]
-async fn a_progress_stream_read_as_a_futures_stream_ends_at_its_terminal_event() {
+async fn job_progress_read_as_a_futures_stream_ends_at_its_terminal_event() {
     let server = Recorder::start(|_| {
         let events = futures_util::stream::once(async {
             Ok::<_, std::io::Error>(Bytes::from_static(
-                b"event: subscribed\ndata: {}\n\n: keepalive\n\n\
-                  id: 1\nevent: node_start\ndata: {}\n\nevent: completed\ndata: {}\n\n",
+                b"event: subscribed\ndata: {\"job_id\":\"job-1\"}\n\n: keepalive\n\n\
+                  id: 1\nevent: node_start\ndata: {\"job_id\":\"job-1\",\"node\":\"chunk\"}\n\n\
+                  event: completed\ndata: {\"job_id\":\"job-1\"}\n\n",
             ))
         });
         let more = futures_util::stream::unfold((), |()| async {
@@ -559,27 +592,48 @@ async fn a_progress_stream_read_as_a_futures_stream_ends_at_its_terminal_event()
     .await;
     let grag = client(&server.url());
     let job = JobId::parse("job-1").unwrap();
-    let mut events = grag.bff().orchestrator_events(&job).await.unwrap();
-    assert_eq!(grag.runtime().throttle().in_flight(), 1);
-    use futures_util::stream::{FusedStream, StreamExt};
-    let names: Vec<String> = (&mut events)
-        .map(|item| item.expect("an event").event)
+    let mut progress = grag.bff().orchestrator_events(&job);
+    use futures_util::stream::StreamExt;
+    use grag_client::types::OrchestratorEvent as E;
+    use sdk_runtime::{JobDone, JobUpdate};
+    let first = progress.next().await.unwrap().unwrap();
+    assert!(
+        matches!(first, JobUpdate::Event(E::Subscribed(_))),
+        "{first:?}"
+    );
+    assert_eq!(
+        grag.runtime().throttle().in_flight(),
+        1,
+        "the open stream holds its slot"
+    );
+    let rest: Vec<_> = (&mut progress)
+        .map(|item| item.expect("an update"))
         // Bounded: a stream that went on past `completed` fails, not hangs.
-        .take(4)
+        .take(3)
         .collect()
         .await;
-    assert_eq!(names, ["subscribed", "node_start", "completed"]);
-    assert!(events.is_terminated());
-    assert_eq!(events.last_event_id(), Some("1"));
-    assert_eq!(events.keepalives(), 1);
+    assert!(
+        matches!(
+            rest.as_slice(),
+            [
+                JobUpdate::Event(E::NodeStart(n)),
+                JobUpdate::Completed(JobDone::Event(E::Completed(_))),
+            ] if n.node == "chunk"
+        ),
+        "{rest:?}"
+    );
     assert_eq!(
         grag.runtime().throttle().in_flight(),
         0,
-        "the slot is back once the stream ended"
+        "the slot is back once the job ended"
     );
-    assert!(StreamExt::next(&mut events).await.is_none());
-    drop(events);
-    server.stop().await;
+    assert!(progress.next().await.is_none());
+    drop(progress);
+    assert_eq!(
+        server.stop().await.len(),
+        1,
+        "no poll: the stream said it all"
+    );
 }
 
 // ---- BFF lane (§2) ----------------------------------------------------------------------------

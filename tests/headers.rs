@@ -25,11 +25,11 @@ use grag_client::types::{
     SearchResults, Spend, SpendGrouping, SpendLine, UploadDocument, UpsertPoints, UpsertResult,
 };
 use grag_client::{
-    Config, ConversationId, ConversionId, Created, DocumentId, EdgeId, EntityId, Events, Grag,
-    JobId, KbId, Progress, SessionId, TenantId, WorkspaceId,
+    Config, ConversationId, ConversionId, Created, DocumentId, EdgeId, EntityId, Grag, JobId, KbId,
+    Progress, SessionId, TenantId, WorkspaceId,
 };
 use recorder::{Recorded, Recorder, routes_matching};
-use sdk_runtime::{Endpoint, Lane, ScopeNeed};
+use sdk_runtime::{Endpoint, JobDone, JobProgress, JobUpdate, Lane, ScopeNeed, Turn, TurnUpdate};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -219,9 +219,9 @@ mod sample {
         json!({"language": "de"})
     }
 
-    pub const ORCHESTRATOR_SSE: &str = "event: subscribed\ndata: {}\n\n: keepalive\n\n\
-        event: node_complete\ndata: {\"node\":\"convert\"}\n\n\
-        event: completed\ndata: {\"status\":\"completed\"}\n\n";
+    pub const ORCHESTRATOR_SSE: &str = "event: subscribed\ndata: {\"job_id\":\"job-1\"}\n\n: keepalive\n\n\
+        event: node_complete\ndata: {\"job_id\":\"job-1\",\"node\":\"convert\"}\n\n\
+        event: completed\ndata: {\"job_id\":\"job-1\",\"results\":{}}\n\n";
     pub const CHAT_SSE: &str = "event: retrieve\ndata: {}\n\nevent: done\ndata: {}\n\n";
     pub const AGENT_SSE: &str = "event: message\ndata: hello\n\n";
 }
@@ -290,18 +290,50 @@ fn respond(request: &Recorded) -> Response {
 }
 
 /// Reads a stream to its end and returns its event names.
-async fn drain(operation: &str, mut events: Events) -> Vec<String> {
+async fn drain_turn<E: sdk_runtime::StreamEvent>(
+    operation: &str,
+    mut turn: Turn<E>,
+    name: impl Fn(&E) -> String,
+) -> Vec<String> {
     let mut names = Vec::new();
     let read = async {
-        while let Some(event) = events.next().await {
-            let event = event.unwrap_or_else(|e| panic!("{operation}: stream event: {e}"));
-            names.push(event.event);
+        while let Some(update) = turn.next().await {
+            match update.unwrap_or_else(|e| panic!("{operation}: stream event: {e}")) {
+                TurnUpdate::Event(e) => names.push(name(&e)),
+                TurnUpdate::Degraded(s) => panic!("{operation}: degraded {s:?}"),
+            }
         }
     };
     tokio::time::timeout(Duration::from_secs(10), read)
         .await
         .unwrap_or_else(|_| panic!("{operation}: the stream did not end within 10 s"));
     names
+}
+
+/// Follows a job to its end: the event names of its live stream.
+async fn follow(
+    mut progress: JobProgress<grag_client::types::OrchestratorEvent, grag_client::types::JobStatus>,
+) -> Vec<String> {
+    use grag_client::types::OrchestratorEvent as E;
+    let mut names = Vec::new();
+    let read = async {
+        while let Some(update) = progress.next().await {
+            let event = match update.unwrap_or_else(|e| panic!("orchestrator_events: {e}")) {
+                JobUpdate::Event(e) | JobUpdate::Completed(JobDone::Event(e)) => e,
+                other => panic!("orchestrator_events: not a live event: {other:?}"),
+            };
+            names.push(match event {
+                E::Subscribed(_) => "subscribed",
+                E::NodeComplete(_) => "node_complete",
+                E::Completed(_) => "completed",
+                other => panic!("orchestrator_events: unexpected {other:?}"),
+            });
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("orchestrator_events: the job did not end within 10 s");
+    names.into_iter().map(str::to_owned).collect()
 }
 
 /// `unwrap_or_else` argument naming the call that failed.
@@ -360,12 +392,13 @@ async fn walk(grag: &Grag) {
         title: Some("Gutachten".into()),
         kb_ids: Some(vec![kb.clone()]),
     };
-    assert_eq!(
-        w.create_conversation(&conversation)
-            .await
-            .unwrap_or_else(expect("create_conversation")),
-        Created::New(sample::conversation())
-    );
+    // create_conversation, and the proof a chat turn needs (its answer
+    // decodes as a `Conversation` or the call fails).
+    let existing = w
+        .ensure_conversation(&conversation)
+        .await
+        .unwrap_or_else(expect("ensure_conversation"));
+    assert_eq!(existing.id(), &sample::conversation_id());
     assert_eq!(
         w.get_settings()
             .await
@@ -522,13 +555,9 @@ async fn walk(grag: &Grag) {
             .unwrap_or_else(expect("pipeline_status")),
         sample::job_status()
     );
-    let progress = grag
-        .bff()
-        .orchestrator_events(&job)
-        .await
-        .unwrap_or_else(expect("orchestrator_events"));
+    let progress = grag.bff().orchestrator_events(&job);
     assert_eq!(
-        drain("orchestrator_events", progress).await,
+        follow(progress).await,
         ["subscribed", "node_complete", "completed"]
     );
     let chat = ChatRequest {
@@ -538,17 +567,23 @@ async fn walk(grag: &Grag) {
     };
     let turn = grag
         .bff()
-        .chat_stream(&chat)
+        .chat_stream(&existing, &chat)
         .await
         .unwrap_or_else(expect("chat_stream"));
-    assert_eq!(drain("chat_stream", turn).await, ["retrieve", "done"]);
+    assert_eq!(
+        drain_turn("chat_stream", turn, |e| e.name().to_owned()).await,
+        ["retrieve", "done"]
+    );
     let session = SessionId::parse(placeholder("session_id")).unwrap();
     let relay = grag
         .bff()
         .agent_session_stream(&session)
         .await
         .unwrap_or_else(expect("agent_session_stream"));
-    assert_eq!(drain("agent_session_stream", relay).await, ["message"]);
+    assert_eq!(
+        drain_turn("agent_session_stream", relay, |e| e.name().to_owned()).await,
+        ["message"]
+    );
 }
 
 /// `METHOD /templated/path`, the key a route is known by.

@@ -7,12 +7,14 @@
 
 use std::time::Duration;
 
-use grag_client::types::{ChatMessage, ChatRequest, CompletionRequest, CreateKb, UploadDocument};
-use grag_client::{ConversationId, DocumentId, Grag, JobId, KbId, SessionId};
+use grag_client::types::{
+    ChatMessage, ChatRequest, CompletionRequest, CreateConversation, CreateKb, JobStatus,
+    OrchestratorEvent, UploadDocument,
+};
+use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
-use sdk_runtime::sse::SseEvent;
-use sdk_runtime::{Created, Error, Events};
+use sdk_runtime::{Created, Error, JobProgress, JobUpdate, StreamEvent, Turn, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(10);
@@ -61,13 +63,17 @@ async fn upload(grag: &Grag, document: &str) -> JobId {
     }
 }
 
-/// Reads a stream to its end: its events, and how it ended (`None`: cleanly).
-async fn drain(events: &mut Events) -> (Vec<String>, Option<Error>) {
+/// Reads a turn to its end: its event names, and how it ended (`None`: cleanly).
+async fn drain<E: StreamEvent>(
+    turn: &mut Turn<E>,
+    name: impl Fn(&E) -> &str,
+) -> (Vec<String>, Option<Error>) {
     tokio::time::timeout(HANG_GUARD, async {
         let mut names = Vec::new();
-        while let Some(next) = events.next().await {
+        while let Some(next) = turn.next().await {
             match next {
-                Ok(SseEvent { event, .. }) => names.push(event),
+                Ok(TurnUpdate::Event(e)) => names.push(name(&e).to_owned()),
+                Ok(TurnUpdate::Degraded(s)) => names.push(format!("degraded {}", s.stage)),
                 Err(e) => return (names, Some(e)),
             }
         }
@@ -77,12 +83,47 @@ async fn drain(events: &mut Events) -> (Vec<String>, Option<Error>) {
     .expect("the stream ends")
 }
 
+/// A conversation that exists, proven by creating it.
+async fn conversation(grag: &Grag) -> Existing<ConversationId> {
+    grag.workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("conv-1").unwrap(),
+            title: None,
+            kb_ids: None,
+        })
+        .await
+        .unwrap()
+}
+
 fn chat() -> ChatRequest {
     ChatRequest {
         conversation_id: ConversationId::parse("conv-1").unwrap(),
         message: "Wie oft werden Tragwerke geprüft?".into(),
         kb_ids: None,
     }
+}
+
+type Progress = JobProgress<OrchestratorEvent, JobStatus>;
+
+/// Follows a job to its end: what it yielded, in words (`subscribed`,
+/// `status running`, `fell back: connection`, `completed`), and the error it
+/// ended with, if any.
+async fn follow(progress: &mut Progress) -> (Vec<String>, Option<Error>) {
+    tokio::time::timeout(HANG_GUARD, async {
+        let mut seen = Vec::new();
+        while let Some(next) = progress.next().await {
+            seen.push(match next {
+                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
+                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
+                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
+                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the job is followed to its end")
 }
 
 /// A drop: the connection row, with what happened in the detail.
@@ -107,28 +148,36 @@ async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the
             .on("orchestrator_events")
             .once(),
     );
-    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(&mut events).await;
-    assert_eq!(names, ["subscribed", "node_start"]);
-    let error = end.expect("not a normal end: the job is still running");
-    assert_drop(&error, "orchestrator_events");
+    let mut progress = kit.grag.bff().orchestrator_events(&job);
+    let (seen, end) = follow(&mut progress).await;
+    assert!(end.is_none(), "the job completed: {end:?}");
+    assert_eq!(
+        seen[..3],
+        ["subscribed", "node_start", "fell back: connection"]
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
     assert!(kit.sim.log().of("orchestrator_events")[0].has_fault("sse_ends_early"));
-
-    // What the caller does with it (§6.1): the job is polled, and it is
-    // still running or already done, never lost.
-    let status = kit.grag.bff().pipeline_status(&job).await.unwrap();
-    assert_ne!(status.status, "failed", "{status:?}");
+    assert!(
+        kit.sim.log().count("pipeline_status") >= 1,
+        "the job was polled"
+    );
 
     // Another job's stream, without the fault, ends with its terminal event.
     let job = upload(&kit.grag, "doc-2").await;
-    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(&mut events).await;
+    let polls = kit.sim.log().count("pipeline_status");
+    let (seen, end) = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(
-        names.last().map(String::as_str),
+        seen.last().map(String::as_str),
         Some("completed"),
-        "{names:?}"
+        "{seen:?}"
     );
+    assert!(!seen.iter().any(|s| s.starts_with("fell back")), "{seen:?}");
+    assert_eq!(kit.sim.log().count("pipeline_status"), polls, "no poll");
 }
 
 #[tokio::test]
@@ -139,12 +188,14 @@ async fn a_chat_stream_that_stops_mid_answer_is_a_drop_offering_a_resend() {
             .on("chat_stream")
             .once(),
     );
-    let mut events = kit.grag.bff().chat_stream(&chat()).await.unwrap();
-    assert!(
-        !events.policy().resend,
-        "never re-sent by the client: the caller offers „Erneut senden“"
-    );
-    let (names, end) = drain(&mut events).await;
+    let existing = conversation(&kit.grag).await;
+    let mut turn = kit
+        .grag
+        .bff()
+        .chat_stream(&existing, &chat())
+        .await
+        .unwrap();
+    let (names, end) = drain(&mut turn, |e| e.name()).await;
     assert_eq!(
         names,
         ["trace", "trace", "trace", "trace", "delta", "delta"],
@@ -152,6 +203,7 @@ async fn a_chat_stream_that_stops_mid_answer_is_a_drop_offering_a_resend() {
     );
     let error = end.expect("not a normal end: the answer was cut");
     assert_drop(&error, "chat_stream");
+    assert!(error.answer_lost(), "the caller offers „Erneut senden“");
     assert_eq!(
         kit.sim.log().count("chat_stream"),
         1,
@@ -168,8 +220,8 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
             .once(),
     );
     let session = SessionId::parse("session-1").unwrap();
-    let mut events = kit.grag.bff().agent_session_stream(&session).await.unwrap();
-    let (names, end) = drain(&mut events).await;
+    let mut relay = kit.grag.bff().agent_session_stream(&session).await.unwrap();
+    let (names, end) = drain(&mut relay, |e| e.name()).await;
     assert_eq!(names.len(), 1, "{names:?}");
     assert!(end.is_none(), "the relay has no terminal event: {end:?}");
 }
@@ -178,7 +230,7 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
 async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
     let kit = kit().await;
     let job = upload(&kit.grag, "doc-1").await;
-    let plain = drain(&mut kit.grag.bff().orchestrator_events(&job).await.unwrap()).await;
+    let plain = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(plain.1.is_none(), "{:?}", plain.1);
 
     // A second job of the same shape, streamed as sse-starlette writes it.
@@ -188,9 +240,9 @@ async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
             .on("orchestrator_events")
             .once(),
     );
-    let mut events = kit.grag.bff().orchestrator_events(&job).await.unwrap();
-    let (names, end) = drain(&mut events).await;
-    assert!(events.keepalives() >= 1, "the pings are keepalives");
+    let mut progress = kit.grag.bff().orchestrator_events(&job);
+    let (names, end) = follow(&mut progress).await;
+    assert!(progress.keepalives() >= 1, "the pings are keepalives");
     assert!(end.is_none(), "{end:?}");
     assert_eq!(names, plain.0, "CRLF and pings change no event");
     assert!(kit.sim.log().of("orchestrator_events")[1].has_fault("sse_starlette"));

@@ -36,6 +36,9 @@ pub struct Model {
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
+    pub buffering: Option<Buffering>,
+    /// At least this many fallbacks within this long raise the alert.
+    pub fallbacks_sustained: Option<(u32, Duration, String)>,
     pub states: Vec<State>,
     pub messages: Vec<Message>,
     pub alerts: Vec<Alert>,
@@ -121,6 +124,16 @@ pub struct MetricNames {
     pub circuit_state: Option<String>,
     pub circuit_open_seconds: Option<String>,
     pub sse_fallback: Option<String>,
+    pub sse_buffered: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Buffering {
+    pub min_events: u32,
+    pub burst: Duration,
+    pub silent_for: Duration,
+    pub confirm_after: u32,
+    pub alert: String,
 }
 
 /// The durable replay queue (`policy.yaml replay`).
@@ -260,7 +273,33 @@ pub struct Stream {
     pub first_event: Option<String>,
     pub terminal_events: Vec<String>,
     pub ends_with_terminal: bool,
+    /// Set exactly when `fallback` is.
+    pub status: Option<StatusRead>,
+    /// Event name and index into [`Model::types`].
+    pub events: Vec<(String, usize)>,
+    pub stages: Option<Stages>,
+    pub lost_copy: Option<String>,
     pub source: Source,
+}
+
+#[derive(Debug)]
+pub struct Stages {
+    pub event: String,
+    pub stage_field: String,
+    pub status_field: String,
+    pub failed: Vec<String>,
+    pub fail_closed: Vec<String>,
+    pub detail_field: Option<String>,
+    pub feature: String,
+}
+
+#[derive(Debug)]
+pub struct StatusRead {
+    pub field: String,
+    pub completed: Vec<String>,
+    pub failed: Vec<String>,
+    pub error_field: Option<String>,
+    pub reopen_after: u32,
 }
 
 #[derive(Debug)]
@@ -379,7 +418,20 @@ pub struct Route {
     pub max_response: u64,
     /// The read that settles an unknown outcome (a route of the same service).
     pub reconcile: Option<String>,
+    /// The body ID that must name something existing, and its proof.
+    pub exists: Option<Existence>,
     pub source: Source,
+}
+
+/// A route that only takes an ID proven to exist.
+#[derive(Debug, Clone)]
+pub struct Existence {
+    /// The body's field holding the ID.
+    pub field: String,
+    /// The ID type.
+    pub id: String,
+    /// The create route whose answer proves it.
+    pub proven_by: RouteRef,
 }
 
 impl Model {

@@ -285,6 +285,8 @@ pub struct Metrics {
     /// Only with streams.
     #[serde(default)]
     pub sse_fallback: Option<Text>,
+    #[serde(default)]
+    pub sse_buffered: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -517,6 +519,40 @@ pub struct Match {
 #[derive(Default)]
 pub struct StreamsFile {
     pub streams: IndexMap<Text, Stream>,
+    /// How a buffering proxy is recognised (§6.4).
+    #[serde(default)]
+    pub buffering: Option<Buffering>,
+    /// Fallbacks to polling this often are no longer incidents.
+    #[serde(default)]
+    pub fallbacks_sustained: Option<FallbacksSustained>,
+}
+
+/// `fallbacks_sustained:` of streams.yaml: at least `at_least` fallbacks
+/// within a rolling `within` raise `alert`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbacksSustained {
+    pub at_least: Spanned<u32>,
+    pub within: Duration,
+    pub alert: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// `buffering:` of streams.yaml: see `sdk_policy::policy::BufferingRule`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Buffering {
+    pub min_events: Spanned<u32>,
+    pub burst: Duration,
+    pub silent_for: Duration,
+    pub confirm_after: Spanned<u32>,
+    /// The alert (degradation.yaml `alerts`) raised once it is confirmed.
+    pub alert: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -549,9 +585,54 @@ pub struct Stream {
     /// before one is a drop (the job still runs; the chat answer was lost).
     #[serde(default)]
     pub ends_with_terminal: bool,
+    /// How the `fallback` route's answer reads; required with `fallback`.
+    #[serde(default)]
+    pub status: Option<StatusRead>,
+    /// The typed events: event name → type (of any service file). Other
+    /// names pass as untyped events.
+    #[serde(default)]
+    pub events: IndexMap<Text, Text>,
+    /// The stage trace the runtime reads itself (a chat turn's).
+    #[serde(default)]
+    pub stages: Option<Stages>,
+    /// German copy when the stream ends without its answer (a resend is
+    /// offered, never made).
+    #[serde(default)]
+    pub lost_copy: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
+}
+
+/// A stream's stage trace: which event reports a stage, where its name and
+/// status are, which stages fail closed (all others fail open).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stages {
+    pub event: Text,
+    pub stage_field: Text,
+    pub status_field: Text,
+    pub failed: Vec<Text>,
+    #[serde(default)]
+    pub fail_closed: Vec<Text>,
+    #[serde(default)]
+    pub detail_field: Option<Text>,
+    /// The feature (degradation.yaml `features`) shown degraded.
+    pub feature: Text,
+}
+
+/// How a stream's status route reads: which field holds the job's state, and
+/// which states are terminal. The same names end the stream as events.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRead {
+    pub field: Text,
+    pub completed: Vec<Text>,
+    pub failed: Vec<Text>,
+    #[serde(default)]
+    pub error_field: Option<Text>,
+    /// Polls of a running job before the stream is opened again (0: never).
+    pub reopen_after: Spanned<u32>,
 }
 
 /// `degradation.yaml`: feature states with their German copy, and alerts.
@@ -699,7 +780,21 @@ pub struct Route {
     /// of this non-idempotent route took effect when its outcome is unknown.
     #[serde(default)]
     pub reconcile: Option<Text>,
+    /// An ID of the body that must name something that exists: the method
+    /// takes the proof the `proven_by` create route hands out.
+    #[serde(default)]
+    pub exists: Option<Exists>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
+}
+
+/// `exists:` of a route: the body's `field` (an ID) must name something that
+/// exists; `proven_by` is the create route (`handle.route`, 409 = already
+/// there) whose body carries the same ID.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Exists {
+    pub field: Text,
+    pub proven_by: Text,
 }

@@ -505,6 +505,64 @@ fn a_handle_that_clashes_with_the_client_is_refused() {
 }
 
 #[test]
+fn a_stream_fallback_needs_the_status_it_reads() {
+    let file = "streams.yaml";
+    let status = "    status:\n      field: status\n      completed: [completed]\n      failed: [failed, cancelled]\n      error_field: error\n      # After a fallback, 6 polls (30 s at 5 s) of a running job, then the stream\n      # is tried again; a reopened stream is trusted only after one resync poll.\n      reopen_after: 6\n";
+    let line = line_of(file, "fallback: bff.pipeline_status", 0);
+    let e = one(
+        broken(file, status, "", 0),
+        file,
+        line,
+        "streams.orchestrator.status",
+    );
+    assert!(e.message.contains("needs `status`"), "{e}");
+}
+
+#[test]
+fn a_typed_event_names_a_type_with_fields() {
+    let file = "streams.yaml";
+    let line = line_of(file, "node_start: NodeEvent", 0);
+    let e = one(
+        broken(file, "node_start: NodeEvent", "node_start: NoSuchEvent", 0),
+        file,
+        line,
+        "streams.orchestrator.events.node_start",
+    );
+    assert!(e.message.contains("names no type"), "{e}");
+}
+
+#[test]
+fn a_stage_trace_names_a_feature_of_degradation_yaml() {
+    let file = "streams.yaml";
+    let line = line_of(file, "feature: chat", 0);
+    let e = one(
+        broken(file, "feature: chat", "feature: chatbot", 0),
+        file,
+        line,
+        "streams.chat.stages.feature",
+    );
+    assert!(e.message.contains("no feature"), "{e}");
+}
+
+#[test]
+fn an_existence_proof_is_a_create_route_whose_409_means_already_there() {
+    let file = "services/bff.yaml";
+    let line = line_of(file, "proven_by: workspaces.create_conversation", 0);
+    let e = one(
+        broken(
+            file,
+            "proven_by: workspaces.create_conversation",
+            "proven_by: workspaces.create_kb",
+            0,
+        ),
+        file,
+        line,
+        "routes.chat_stream.exists.proven_by",
+    );
+    assert!(e.message.contains("conflict: success"), "{e}");
+}
+
+#[test]
 fn a_replay_lease_must_outlast_the_deadline() {
     let file = "policy.yaml";
     let line = line_of(file, "lease: 5m", 0);

@@ -98,6 +98,13 @@ pub(crate) struct Shared {
     pub(crate) probing: AtomicBool,
     /// Exhausted calls, when the policy alerts on their rate only.
     pub(crate) exhaustion: Option<Mutex<RateAlarm>>,
+    /// A proxy was seen buffering event streams: jobs are followed by
+    /// polling alone for the rest of the client's life (§6.4).
+    pub(crate) proxy_buffering: AtomicBool,
+    /// Streams seen buffered so far.
+    pub(crate) buffered_streams: std::sync::atomic::AtomicU32,
+    /// Fallbacks to polling, when the policy alerts on their rate.
+    pub(crate) fallbacks: Option<Mutex<RateAlarm>>,
 }
 
 impl Client {
@@ -137,6 +144,11 @@ impl Client {
                     .alerts
                     .retry_exhausted_rate
                     .map(|rate| Mutex::new(RateAlarm::new(rate))),
+                proxy_buffering: AtomicBool::new(false),
+                buffered_streams: std::sync::atomic::AtomicU32::new(0),
+                fallbacks: policy
+                    .fallbacks_sustained
+                    .map(|(rate, _)| Mutex::new(RateAlarm::new(rate))),
             }),
             pipeline_id: None,
             extra_budget: None,
@@ -243,6 +255,65 @@ impl Client {
     }
 
     /// Every metric of §10.3 in the Prometheus text format.
+    /// Whether jobs are followed by polling alone: a proxy between client
+    /// and platform was confirmed buffering event streams.
+    pub fn polling_only(&self) -> bool {
+        self.shared
+            .proxy_buffering
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A stream arrived in one burst at its end: counted; once the policy's
+    /// `confirm_after` streams did, buffering is confirmed (alert, and jobs
+    /// are polled from then on).
+    pub(crate) fn stream_buffered(
+        &self,
+        stream: &'static str,
+        endpoint: &'static crate::Endpoint,
+        rule: &crate::policy::BufferingRule,
+    ) {
+        use std::sync::atomic::Ordering;
+        self.shared.metrics.sse_buffered(stream);
+        let seen = self.shared.buffered_streams.fetch_add(1, Ordering::Relaxed) + 1;
+        if seen >= rule.confirm_after && !self.shared.proxy_buffering.swap(true, Ordering::Relaxed)
+        {
+            self.shared.alerts.alert(crate::alerts::Alert {
+                name: rule.alert,
+                endpoint: Some(endpoint.operation),
+                row: None,
+                detail: Some(format!(
+                    "a proxy buffers event streams: {seen} arrived in one burst at their end; jobs are followed by polling from now on"
+                )),
+                request_id: None,
+            });
+        }
+    }
+
+    /// A stream was given up for polling: counted, and alerted once the
+    /// policy's rate of fallbacks is reached (once per window while it lasts).
+    pub(crate) fn stream_fell_back(&self, stream: &'static str, error: &crate::Error) {
+        self.shared.metrics.sse_fallback(stream);
+        let (Some(alarm), Some((rate, alert))) = (
+            &self.shared.fallbacks,
+            self.shared.policy.fallbacks_sustained,
+        ) else {
+            return;
+        };
+        let raise = alarm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(tokio::time::Instant::now());
+        if raise {
+            let detail = format!(
+                "{} stream fallbacks to polling within {} s; the last: {}",
+                rate.at_least,
+                rate.within.as_secs(),
+                error.detail().unwrap_or(error.class())
+            );
+            self.raise_with(alert, error, Some(detail));
+        }
+    }
+
     pub fn metrics_text(&self) -> String {
         let now = tokio::time::Instant::now();
         let (state, open_total) = {

@@ -27,6 +27,8 @@ pub enum ErrorKind {
     TooLarge,
     /// An SSE stream failed.
     Stream,
+    /// A followed job ended failed or cancelled.
+    Job,
 }
 
 /// A failed call, with the taxonomy row that classified it.
@@ -49,6 +51,7 @@ struct Inner {
     message: Option<&'static str>,
     replayable: bool,
     outcome_unknown: bool,
+    answer_lost: bool,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -73,6 +76,7 @@ impl Error {
                 message: None,
                 replayable: false,
                 outcome_unknown: false,
+                answer_lost: false,
                 source: None,
             }),
         }
@@ -140,6 +144,24 @@ impl Error {
 
     pub(crate) fn with_outcome_unknown(mut self, unknown: bool) -> Self {
         self.inner.outcome_unknown = unknown;
+        self
+    }
+
+    /// A chat turn ended without its answer (a failed `generate`, the
+    /// watchdog, `event: error`, a drop mid-answer): the user's message was
+    /// saved (the platform persists it first), the answer was likely not.
+    /// The UI offers a conscious resend („Erneut senden“, [`Error::message`]
+    /// says so); the client never sends the turn again on its own.
+    pub fn answer_lost(&self) -> bool {
+        self.inner.answer_lost
+    }
+
+    /// Marks a lost chat answer, with the stream's copy for it.
+    pub(crate) fn with_answer_lost(mut self, copy: Option<&'static str>) -> Self {
+        self.inner.answer_lost = true;
+        if copy.is_some() {
+            self.inner.message = copy;
+        }
         self
     }
 

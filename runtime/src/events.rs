@@ -5,30 +5,74 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures_util::stream::{FusedStream, Stream};
+use tokio::time::Instant;
 
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
 use crate::error::bounded;
 use crate::error::{Error, ErrorKind};
-use crate::policy::{OutcomeKind, StreamPolicy};
+use crate::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::HeldSlots;
 
 /// The events of one stream. `error` and `timeout` events end it as typed
-/// errors (T17, T18); silence past the watchdog is T19.
+/// errors (T17, T18); silence past the watchdog is T19. It does not recover
+/// on its own: a job stream's fallback to polling is [`crate::JobProgress`].
 ///
 /// Read with [`Events::next`] or as a [`Stream`]; either way the throttle
 /// slots are given back when it ends (a terminal event, an error, a clean end)
 /// or is dropped.
 pub struct Events {
-    client: Client,
-    endpoint: &'static Endpoint,
+    pub(crate) client: Client,
+    pub(crate) endpoint: &'static Endpoint,
     policy: &'static StreamPolicy,
     stream: EventStream,
     done: bool,
     /// A stream is a request (§8): it holds its throttle slots until it ends.
     slots: Option<HeldSlots>,
+    /// When the stream opened and when its events arrived, to tell a
+    /// buffering proxy (§6.4).
+    arrivals: Arrivals,
+    buffered: bool,
+}
+
+/// When a stream opened, and when its first and last events arrived.
+#[derive(Debug, Clone, Copy)]
+struct Arrivals {
+    opened: Instant,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    events: u32,
+}
+
+impl Arrivals {
+    fn new() -> Self {
+        Arrivals {
+            opened: Instant::now(),
+            first: None,
+            last: None,
+            events: 0,
+        }
+    }
+
+    fn event(&mut self, at: Instant) {
+        self.first.get_or_insert(at);
+        self.last = Some(at);
+        self.events = self.events.saturating_add(1);
+    }
+
+    /// Every event came in one burst after a silence: a proxy held the stream.
+    fn buffered(&self, rule: &BufferingRule) -> bool {
+        match (self.first, self.last) {
+            (Some(first), Some(last)) => {
+                self.events >= rule.min_events
+                    && last.duration_since(first) <= rule.burst
+                    && first.duration_since(self.opened) >= rule.silent_for
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Drop for Events {
@@ -64,18 +108,14 @@ impl Client {
                     Some("the answer has no event stream".into()),
                 ));
         };
-        let limits = &self.shared.policy.limits;
-        let parser = SseParser::with_limits(limits.sse_line, limits.sse_event);
-        let body = Box::pin(response.bytes_stream());
         // Built first: from here on, dropping it gives the slots back.
-        let events = Events {
-            client: self.clone(),
+        let events = Events::over(
+            self.clone(),
             endpoint,
             policy,
-            stream: EventStream::with_parser(body, policy.watchdog, parser),
-            done: false,
-            slots: Some(slots),
-        };
+            Box::pin(response.bytes_stream()),
+            Some(slots),
+        );
         // The opening counts as the call; the stream's own failures count as fallbacks.
         reply.empty()?;
         Ok(events)
@@ -83,6 +123,33 @@ impl Client {
 }
 
 impl Events {
+    /// The events of `body`, an opened response of `endpoint`, with the
+    /// policy's caps and watchdog.
+    pub(crate) fn over<B, E>(
+        client: Client,
+        endpoint: &'static Endpoint,
+        policy: &'static StreamPolicy,
+        body: B,
+        slots: Option<HeldSlots>,
+    ) -> Events
+    where
+        B: Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let limits = &client.shared.policy.limits;
+        let parser = SseParser::with_limits(limits.sse_line, limits.sse_event);
+        Events {
+            stream: EventStream::with_parser(body, policy.watchdog, parser),
+            client,
+            endpoint,
+            policy,
+            done: false,
+            slots,
+            arrivals: Arrivals::new(),
+            buffered: false,
+        }
+    }
+
     /// The stream's contract (watchdog, ceiling, fallback, resend rule).
     pub fn policy(&self) -> &'static StreamPolicy {
         self.policy
@@ -109,7 +176,10 @@ impl Events {
         std::future::poll_fn(|cx| self.poll_event(cx)).await
     }
 
-    fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<SseEvent, Error>>> {
+    pub(crate) fn poll_event(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<SseEvent, Error>>> {
         if self.done {
             return Poll::Ready(None);
         }
@@ -122,6 +192,7 @@ impl Events {
                 .error(OutcomeKind::Connection, ErrorKind::Connection)
                 .with_detail("the stream ended before its terminal event")),
             None => {
+                self.judge_arrivals();
                 self.end();
                 return Poll::Ready(None);
             }
@@ -136,7 +207,7 @@ impl Events {
             },
             Some(Err(StreamFailure::Stalled { silent_for })) => Err(self
                 .error(OutcomeKind::StreamStalled, ErrorKind::Stream)
-                .with_detail(format!("no byte for {} s", silent_for.as_secs()))),
+                .with_detail(format!("no byte for {:.1} s", silent_for.as_secs_f64()))),
             Some(Err(StreamFailure::Dropped { detail })) => Err(self
                 .error(OutcomeKind::Connection, ErrorKind::Connection)
                 .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))),
@@ -146,19 +217,39 @@ impl Events {
         };
         match &result {
             Ok(event) => {
+                if let Some(at) = self.stream.last_arrival() {
+                    self.arrivals.event(at);
+                }
                 if self.policy.terminal_events.contains(&event.event.as_str()) {
+                    self.judge_arrivals();
                     self.end();
                 }
             }
-            Err(error) => {
-                self.end();
-                // Each of these sends the caller to its fallback (polling, error state).
-                if matches!(error.kind(), ErrorKind::Stream | ErrorKind::Connection) {
-                    self.client.shared.metrics.sse_fallback(self.policy.name);
-                }
-            }
+            Err(_) => self.end(),
         }
         Poll::Ready(Some(result))
+    }
+
+    /// Whether the stream arrived in one burst at its end: a proxy buffered
+    /// it (spec `buffering`). Known once it ended.
+    pub fn was_buffered(&self) -> bool {
+        self.buffered
+    }
+
+    /// The stream ended as it should: did it come in one burst?
+    fn judge_arrivals(&mut self) {
+        if let Some(rule) = &self.client.shared.policy.buffering
+            && self.arrivals.buffered(rule)
+        {
+            self.buffered = true;
+            self.client
+                .stream_buffered(self.policy.name, self.endpoint, rule);
+        }
+    }
+
+    /// Closes the stream before its end (the body is dropped with it later).
+    pub(crate) fn close(&mut self) {
+        self.end();
     }
 
     /// The stream is over: its throttle slots are free for the next request.

@@ -94,6 +94,7 @@ pub(crate) struct Metrics {
     circuit_open_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     open_seconds_counted: Mutex<Duration>,
     sse_fallbacks: Family<StreamLabels, Counter>,
+    sse_buffered: Family<StreamLabels, Counter>,
     /// Open addressing over write-once slots: a hit is a few atomic loads,
     /// no lock and no string hashing.
     calls: Box<[OnceLock<CallSeries>]>,
@@ -136,8 +137,16 @@ impl Metrics {
         if let Some(name) = names.sse_fallback {
             registry.register(
                 name,
-                "Streams that ended in a fallback (stall, error or timeout event)",
+                "Streams given up for polling (a stall, an `error` or `timeout` event, a drop)",
                 sse_fallbacks.clone(),
+            );
+        }
+        let sse_buffered = Family::<StreamLabels, Counter>::default();
+        if let Some(name) = names.sse_buffered {
+            registry.register(
+                name,
+                "Streams a proxy held back and delivered in one burst",
+                sse_buffered.clone(),
             );
         }
         Metrics {
@@ -148,6 +157,7 @@ impl Metrics {
             circuit_open_seconds,
             open_seconds_counted: Mutex::new(Duration::ZERO),
             sse_fallbacks,
+            sse_buffered,
             calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
         }
     }
@@ -225,6 +235,12 @@ impl Metrics {
             .inc();
     }
 
+    pub fn sse_buffered(&self, stream: &'static str) {
+        self.sse_buffered
+            .get_or_create(&StreamLabels { stream })
+            .inc();
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -244,6 +260,7 @@ mod tests {
         circuit_state: Some("api_circuit_state"),
         circuit_open_seconds: Some("api_circuit_open_seconds"),
         sse_fallback: Some("api_sse_fallback"),
+        sse_buffered: Some("api_sse_buffered"),
     };
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {

@@ -485,7 +485,7 @@ impl Client {
     }
 
     /// [`Client::raise`] with a detail of the alert's own.
-    fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
+    pub(crate) fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
         self.shared.alerts.alert(Alert {
             name,
             endpoint: Some(error.endpoint()),
@@ -553,6 +553,17 @@ impl Client {
             ),
         };
         Error::new(kind, name, class, endpoint.operation).with_message(message)
+    }
+
+    /// A call the generated method refuses before anything is sent (an
+    /// argument that contradicts its proof): the invalid-scope row.
+    pub fn refused(&self, endpoint: &'static Endpoint, detail: &'static str) -> Error {
+        self.classified(
+            crate::ErrorKind::InvalidScope,
+            self.row(OutcomeKind::InvalidScope),
+            endpoint,
+        )
+        .with_detail(detail)
     }
 
     /// A call that ended before an answer could be used: classified, and

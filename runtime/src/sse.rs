@@ -555,6 +555,10 @@ pub struct EventStream {
     /// Made on the first wait (a timer needs the runtime), then reset.
     timer: Option<Pin<Box<Sleep>>>,
     ready: VecDeque<SseEvent>,
+    /// When the chunk that completed each of `ready` arrived.
+    arrived: VecDeque<Instant>,
+    /// When the last event returned arrived.
+    last_arrival: Option<Instant>,
     failure: Option<StreamFailure>,
     last_event_id: Option<String>,
 }
@@ -596,6 +600,8 @@ impl EventStream {
             waiting_since: None,
             timer: None,
             ready: VecDeque::new(),
+            arrived: VecDeque::new(),
+            last_arrival: None,
             failure: None,
             last_event_id: None,
         }
@@ -623,6 +629,12 @@ impl EventStream {
         self.last_event_id.as_deref()
     }
 
+    /// When the last event returned arrived: the chunk that completed it,
+    /// however late the caller read it.
+    pub fn last_arrival(&self) -> Option<Instant> {
+        self.last_arrival
+    }
+
     /// The reconnection time the server asked for (`retry:`), as of the bytes
     /// read so far.
     pub fn retry(&self) -> Option<Duration> {
@@ -636,6 +648,7 @@ impl EventStream {
         let waiting_since = *self.waiting_since.get_or_insert_with(Instant::now);
         let item = loop {
             if let Some(event) = self.ready.pop_front() {
+                self.last_arrival = self.arrived.pop_front();
                 if self.ready.is_empty() {
                     self.sync_last_event_id();
                 } else {
@@ -682,6 +695,9 @@ impl EventStream {
                     }
                     self.last_byte = Instant::now();
                     let parsed = self.parser.push_events(&chunk, &mut self.ready);
+                    let stamped = self.ready.len() - self.arrived.len();
+                    self.arrived
+                        .extend(std::iter::repeat_n(self.last_byte, stamped));
                     if self.ready.is_empty() {
                         self.sync_last_event_id();
                     }

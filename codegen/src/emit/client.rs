@@ -19,6 +19,11 @@ pub fn lib_rs(model: &Model) -> TokenStream {
         quote!(pub use #m::#h;)
     });
     let ids = model.api.ids.iter().map(|i| ident(&i.name));
+    let existing = model.routes().any(|(_, r)| r.exists.is_some()).then(|| {
+        quote!(
+            pub use ids::Existing;
+        )
+    });
     let text = format!(
         "{}\n\n{}\n\n\
          Generated from `spec/{}/` by `cargo xtask codegen`; `POLICY.md` beside this crate shows the whole policy as tables.\n\n\
@@ -51,8 +56,9 @@ pub fn lib_rs(model: &Model) -> TokenStream {
 
         pub use client::{#client, Config};
         pub use ids::{#scope_ids, #(#ids),*};
+        #existing
         #(#handles)*
-        pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+        pub use sdk_runtime::{Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress, Turn, TurnUpdate};
     }
 }
 

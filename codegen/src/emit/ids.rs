@@ -50,6 +50,10 @@ pub fn ids_rs(model: &Model) -> TokenStream {
         "Validated identifiers. The IDs the client chooses match `{pattern}` (policy §3.3); \
          those the platform mints are only checked to be path-safe. The only way to get one is `parse`."
     ));
+    let existing = model
+        .routes()
+        .any(|(_, r)| r.exists.is_some())
+        .then(existing);
     quote! {
         #module_doc
 
@@ -63,6 +67,30 @@ pub fn ids_rs(model: &Model) -> TokenStream {
         #workspace
         #(#others)*
         #as_workspace
+        #existing
+    }
+}
+
+/// `Existing<I>`: an ID proven to name something the platform holds, for
+/// routes that silently drop calls for unknown IDs (spec `exists:`).
+fn existing() -> TokenStream {
+    let docs = doc(
+        "An ID the platform is known to hold. Only the create route that made it          (or found it there: a 409) hands one out (its `ensure_…` method); the routes          that need it take nothing else, because the platform silently drops their          calls for an unknown ID.",
+    );
+    quote! {
+        #docs
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct Existing<I>(I);
+
+        impl<I> Existing<I> {
+            pub fn id(&self) -> &I {
+                &self.0
+            }
+
+            pub(crate) fn vouched(id: I) -> Self {
+                Existing(id)
+            }
+        }
     }
 }
 

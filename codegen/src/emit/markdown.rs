@@ -250,6 +250,50 @@ pub fn policy_md(model: &Model) -> String {
             source(&s.source)
         );
     }
+    for s in &model.streams {
+        if let Some(read) = &s.status {
+            let _ = writeln!(
+                md,
+                "\n`{}` falls back to its status route and reads `{}`: {} complete the job, {} fail it (T32); after {} polls of a running job the stream is reopened, then resynced by one poll.",
+                s.name,
+                read.field,
+                read.completed.join(", "),
+                read.failed.join(", "),
+                read.reopen_after
+            );
+        }
+        if let Some(g) = &s.stages {
+            let _ = writeln!(
+                md,
+                "\n`{}` reports stages in `{}` events (`{}`, `{}`); a failed stage fails open (the turn and `{}` are degraded) except {}, which ends the turn{}.",
+                s.name,
+                g.event,
+                g.stage_field,
+                g.status_field,
+                g.feature,
+                if g.fail_closed.is_empty() {
+                    "none".to_owned()
+                } else {
+                    g.fail_closed.join(", ")
+                },
+                s.lost_copy
+                    .as_deref()
+                    .map(|c| format!(" with „{c}“"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    if let Some(b) = &model.buffering {
+        let _ = writeln!(
+            md,
+            "\nProxy buffering: a stream whose events ({} or more) all arrived within {} after {} of silence was buffered; {} such streams raise `{}` and jobs are polled from then on.",
+            b.min_events,
+            duration_text(b.burst),
+            duration_text(b.silent_for),
+            b.confirm_after,
+            b.alert
+        );
+    }
 
     let _ = writeln!(
         md,

@@ -26,11 +26,30 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let m = &model.metrics;
     let (requests, duration_metric) = (&m.requests, &m.duration);
     let text = |s: &Option<String>| option(s.as_ref(), |s| quote!(#s));
-    let (circuit_state, circuit_open, sse_fallback) = (
+    let (circuit_state, circuit_open, sse_fallback, sse_buffered) = (
         text(&m.circuit_state),
         text(&m.circuit_open_seconds),
         text(&m.sse_fallback),
+        text(&m.sse_buffered),
     );
+    let fallbacks_sustained = option(
+        model.fallbacks_sustained.as_ref(),
+        |(at_least, within, alert)| {
+            let (at_least, within) = (int(u64::from(*at_least)), duration(*within));
+            quote!((AlertRate { at_least: #at_least, within: #within }, #alert))
+        },
+    );
+    let buffering = option(model.buffering.as_ref(), |b| {
+        let (min, confirm, alert) = (b.min_events, b.confirm_after, &b.alert);
+        let (burst, silent) = (duration(b.burst), duration(b.silent_for));
+        quote!(BufferingRule {
+            min_events: #min,
+            burst: #burst,
+            silent_for: #silent,
+            confirm_after: #confirm,
+            alert: #alert,
+        })
+    });
     let l = &model.limits;
     let (error_body, detail, sse_line, sse_event) = (
         int(l.error_body),
@@ -138,6 +157,42 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let ends = s.ends_with_terminal;
         let first = option(s.first_event.as_ref(), |e| quote!(#e));
         let terminal = &s.terminal_events;
+        let fallback = match (s.fallback, &s.status) {
+            (Some(f), Some(read)) => {
+                let (service, route) = model.route(f);
+                let route = endpoint_path(service, &route.name);
+                let field = &read.field;
+                let completed = &read.completed;
+                let failed = &read.failed;
+                let error_field = option(read.error_field.as_ref(), |e| quote!(#e));
+                let reopen = read.reopen_after;
+                quote!(Some(StreamFallback {
+                    route: #route,
+                    status_field: #field,
+                    completed: &[#(#completed),*],
+                    failed: &[#(#failed),*],
+                    error_field: #error_field,
+                    reopen_after: #reopen,
+                }))
+            }
+            _ => quote!(None),
+        };
+        let stages = option(s.stages.as_ref(), |g| {
+            let (event, stage, status) = (&g.event, &g.stage_field, &g.status_field);
+            let (failed, closed) = (&g.failed, &g.fail_closed);
+            let detail = option(g.detail_field.as_ref(), |d| quote!(#d));
+            let feature = &g.feature;
+            quote!(StagePolicy {
+                event: #event,
+                stage_field: #stage,
+                status_field: #status,
+                failed: &[#(#failed),*],
+                fail_closed: &[#(#closed),*],
+                detail_field: #detail,
+                feature: #feature,
+            })
+        });
+        let lost = option(s.lost_copy.as_ref(), |c| quote!(#c));
         quote! {
             StreamPolicy {
                 name: #name,
@@ -149,6 +204,9 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 ends_with_terminal: #ends,
                 first_event: #first,
                 terminal_events: &[#(#terminal),*],
+                fallback: #fallback,
+                stages: #stages,
+                lost_copy: #lost,
             }
         }
     });
@@ -328,6 +386,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 circuit_state: #circuit_state,
                 circuit_open_seconds: #circuit_open,
                 sse_fallback: #sse_fallback,
+                sse_buffered: #sse_buffered,
             },
             timeouts: &TIMEOUTS,
             deadline: #deadline,
@@ -348,6 +407,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             taxonomy: &[#(#rows),*],
             detail_sets: &[#(#details),*],
             streams: &[#(#streams),*],
+            buffering: #buffering,
+            fallbacks_sustained: #fallbacks_sustained,
             states: &[#(#states),*],
             messages: &[#(#messages),*],
             warm_up: &[#(#warm_up),*],

@@ -6,7 +6,9 @@ use quote::quote;
 use super::docs::{
     camel, doc, duration_text, ident, inner_doc, rust_type, screaming, source, type_text,
 };
-use crate::model::{Conflict, Lane, Model, Returns, Route, ScopeNeed, Service, TypeExpr};
+use crate::model::{
+    Conflict, Existence, Lane, Model, Returns, Route, ScopeNeed, Service, TypeExpr,
+};
 
 /// Rust module of a service (`kg-service` -> `kg_service`).
 pub fn module_name(service: &Service) -> String {
@@ -22,6 +24,13 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
     let endpoints = service.routes.iter().map(|r| endpoint(model, service, r));
     let methods = service.routes.iter().map(|r| method(model, r));
+    let mut proofs: Vec<&Existence> = model
+        .routes()
+        .filter_map(|(_, r)| r.exists.as_ref())
+        .filter(|e| model.services[e.proven_by.service].name == service.name)
+        .collect();
+    proofs.dedup_by_key(|e| (e.proven_by.service, e.proven_by.route));
+    let ensures = proofs.into_iter().map(|e| ensure(model, e));
     let handle = ident(&handle_type(service));
     let scoped = service.scope == ScopeNeed::Workspace;
     let (fields, ctor) = if scoped {
@@ -99,6 +108,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
             #ctor
 
             #(#methods)*
+            #(#ensures)*
         }
     }
 }
@@ -209,6 +219,16 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         ),
         Conflict::Error => {}
     }
+    if let Some(e) = &r.exists {
+        let (service, prover) = model.route(e.proven_by);
+        lines.push(format!(
+            "- Takes only an existing `{}`: the [`Existing`](crate::Existing) that \
+             `{}().{}` hands out (the platform silently drops calls for an unknown one)",
+            e.field,
+            service.handle,
+            prover.name.replacen("create_", "ensure_", 1)
+        ));
+    }
     if r.pipeline_id {
         lines.push(format!(
             "- Carries `{}` when the client has a pipeline id",
@@ -249,18 +269,56 @@ fn method(model: &Model, r: &Route) -> TokenStream {
             }
         }
     }
+    let proof = r.exists.as_ref().map(|e| {
+        let arg = ident(e.field.strip_suffix("_id").unwrap_or(&e.field));
+        let id = ident(&e.id);
+        let field = ident(&e.field);
+        let detail = format!("the body's `{}` is not the one proven to exist", e.field);
+        args.push(quote!(#arg: &crate::ids::Existing<crate::ids::#id>));
+        quote! {
+            if body.#field != *#arg.id() {
+                return Err(self.client.refused(&#endpoint, #detail));
+            }
+        }
+    });
     let body = r.body.as_ref().map(|b| {
         let ty = rust_type(b);
         args.push(quote!(body: &#ty));
         quote!(.json(body)?)
     });
-    let build = quote!(let call = Call::new(&#endpoint) #(#steps)* #body;);
+    let build = quote!(#proof let call = Call::new(&#endpoint) #(#steps)* #body;);
     let (ret, finish) = match &r.returns {
         Returns::Nothing => (quote!(()), quote!(self.client.send(call).await?.empty())),
-        Returns::Stream(_) => (
-            quote!(sdk_runtime::Events),
-            quote!(self.client.open_stream(call).await),
-        ),
+        Returns::Stream(i) => {
+            let stream = &model.streams[*i];
+            let event = if stream.events.is_empty() {
+                quote!(sdk_runtime::sse::SseEvent)
+            } else {
+                let e = ident(&super::types::event_enum_name(stream));
+                quote!(crate::types::#e)
+            };
+            match stream.fallback.map(|f| &model.route(f).1.returns) {
+                Some(Returns::Body(status)) => {
+                    let status = rust_type(status);
+                    // Lazy: nothing is sent until the stream is first polled.
+                    return quote! {
+                        #docs
+                        pub fn #name(&self, #(#args),*) -> sdk_runtime::JobProgress<#event, #status> {
+                            #build
+                            self.client.follow_job(call)
+                        }
+                    };
+                }
+                _ if !stream.events.is_empty() || stream.stages.is_some() => (
+                    quote!(sdk_runtime::Turn<#event>),
+                    quote!(Ok(self.client.turn(self.client.open_stream(call).await?))),
+                ),
+                _ => (
+                    quote!(sdk_runtime::Events),
+                    quote!(self.client.open_stream(call).await),
+                ),
+            }
+        }
         Returns::Body(t) => {
             let ty = rust_type(t);
             match r.conflict {
@@ -281,6 +339,28 @@ fn method(model: &Model, r: &Route) -> TokenStream {
         pub async fn #name(&self, #(#args),*) -> Result<#ret, Error> {
             #build
             #finish
+        }
+    }
+}
+
+/// `ensure_…` of a create route that proves an ID exists: a create whose
+/// 409 means already there, so either answer proves it.
+fn ensure(model: &Model, e: &Existence) -> TokenStream {
+    let (_, prover) = model.route(e.proven_by);
+    let create = ident(&prover.name);
+    let name = ident(&prover.name.replacen("create_", "ensure_", 1));
+    let body = rust_type(prover.body.as_ref().expect("checked in lowering"));
+    let field = ident(&e.field);
+    let id = ident(&e.id);
+    let docs = doc(&format!(
+        "[`Self::{}`], and the proof that the `{}` exists (created now, or already there: a 409), which the routes that need an existing one take.",
+        prover.name, e.field
+    ));
+    quote! {
+        #docs
+        pub async fn #name(&self, body: &#body) -> Result<crate::ids::Existing<crate::ids::#id>, Error> {
+            self.#create(body).await?;
+            Ok(crate::ids::Existing::vouched(body.#field.clone()))
         }
     }
 }

@@ -115,14 +115,62 @@ impl Cx<'_> {
         out
     }
 
-    pub(super) fn streams(&mut self, s: &spec::StreamsFile, services: &[Service]) -> Vec<Stream> {
+    pub(super) fn streams(
+        &mut self,
+        s: &spec::StreamsFile,
+        services: &[Service],
+        types: &[TypeDef],
+        features: &[&str],
+    ) -> Vec<Stream> {
         let mut out = Vec::new();
-        for (name, st) in &s.streams {
+        for (index, (name, st)) in s.streams.iter().enumerate() {
             let field = |key: &str| format!("streams.{}.{key}", &**name);
             let fallback = st
                 .fallback
                 .as_ref()
                 .and_then(|f| self.route_ref(f, &field("fallback"), services));
+            if let (Some(f), Some(text)) = (fallback, &st.fallback) {
+                self.fallback_fits(index, f, text, services, &field("fallback"));
+            }
+            let status = match (&st.fallback, &st.status) {
+                (Some(_), Some(read)) => Some(self.status_read(read, &field("status"))),
+                (Some(f), None) => {
+                    self.error(
+                        f,
+                        field("status"),
+                        "a fallback route needs `status`: its state field and terminal states",
+                    );
+                    None
+                }
+                (None, Some(read)) => {
+                    self.error(
+                        &read.field,
+                        field("status"),
+                        "`status` reads the `fallback` route: add one",
+                    );
+                    None
+                }
+                (None, None) => None,
+            };
+            let mut events = Vec::new();
+            for (event, ty) in &st.events {
+                let at = field(&format!("events.{}", &**event));
+                match types.iter().position(|t| t.name == ty.as_str()) {
+                    Some(i) if matches!(types[i].shape, Shape::Struct(_)) => {
+                        events.push((event.to_string(), i))
+                    }
+                    Some(_) => self.error(
+                        ty,
+                        &at,
+                        "an event's data is an object: name a type with `fields`",
+                    ),
+                    None => self.error(
+                        ty,
+                        &at,
+                        format!("`{}` names no type of the service files", &**ty),
+                    ),
+                }
+            }
             out.push(Stream {
                 name: name.to_string(),
                 doc: st.doc.to_string(),
@@ -143,9 +191,98 @@ impl Cx<'_> {
                 first_event: st.first_event.as_ref().map(|e| e.to_string()),
                 terminal_events: st.terminal_events.iter().map(|e| e.to_string()).collect(),
                 ends_with_terminal: st.ends_with_terminal,
+                status,
+                events,
+                stages: st
+                    .stages
+                    .as_ref()
+                    .map(|g| self.stages(g, features, &field("stages"))),
+                lost_copy: st.lost_copy.as_ref().map(|c| c.to_string()),
                 source: self.source(&st.source, st.inferred),
             });
         }
         out
+    }
+
+    /// The fallback is polled with the stream's own arguments: same scope,
+    /// same path parameters, a body to read.
+    fn fallback_fits(
+        &mut self,
+        stream: usize,
+        fallback: RouteRef,
+        text: &spec::Text,
+        services: &[Service],
+        field: &str,
+    ) {
+        let route = &services[fallback.service].routes[fallback.route];
+        let Some(opened) = services
+            .iter()
+            .flat_map(|s| &s.routes)
+            .find(|r| r.returns == Returns::Stream(stream))
+        else {
+            return;
+        };
+        if !matches!(route.returns, Returns::Body(_)) {
+            self.error(
+                text,
+                field,
+                "the fallback route must answer with a body (the job's status)",
+            );
+        }
+        if route.scope != opened.scope || route.path_params != opened.path_params {
+            self.error(
+                text,
+                field,
+                format!(
+                    "the fallback is polled with the arguments of `{}`: it needs the same scope and path parameters",
+                    opened.name
+                ),
+            );
+        }
+    }
+
+    fn stages(&mut self, g: &spec::Stages, features: &[&str], field: &str) -> Stages {
+        if !features.contains(&g.feature.as_str()) {
+            self.error(
+                &g.feature,
+                format!("{field}.feature"),
+                format!("`{}` is no feature of degradation.yaml", &*g.feature),
+            );
+        }
+        if g.failed.is_empty() {
+            self.error(
+                &g.event,
+                field,
+                "name the status values of a failed stage (`failed`)",
+            );
+        }
+        let text = |v: &[spec::Text]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        Stages {
+            event: g.event.to_string(),
+            stage_field: g.stage_field.to_string(),
+            status_field: g.status_field.to_string(),
+            failed: text(&g.failed),
+            fail_closed: text(&g.fail_closed),
+            detail_field: g.detail_field.as_ref().map(|t| t.to_string()),
+            feature: g.feature.to_string(),
+        }
+    }
+
+    fn status_read(&mut self, read: &spec::StatusRead, field: &str) -> StatusRead {
+        if read.completed.is_empty() || read.failed.is_empty() {
+            self.error(
+                &read.field,
+                field,
+                "name at least one `completed` and one `failed` state",
+            );
+        }
+        let text = |v: &[spec::Text]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        StatusRead {
+            field: read.field.to_string(),
+            completed: text(&read.completed),
+            failed: text(&read.failed),
+            error_field: read.error_field.as_ref().map(|t| t.to_string()),
+            reopen_after: *read.reopen_after,
+        }
     }
 }

@@ -63,7 +63,8 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         states: states.iter().map(|s| s.name.as_str()).collect(),
         pipeline_header: api.headers.pipeline.is_some(),
     };
-    let services = cx.services(&raw.services, &api, &names, limits.as_ref());
+    let mut services = cx.services(&raw.services, &api, &names, limits.as_ref());
+    cx.existence(&raw.services, &mut services, &types);
     cx.caller_budgets(&raw.policy.throttle, &services);
     let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
     let rows = cx.rows(
@@ -73,6 +74,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         taxonomy::Sections {
             breaker: raw.policy.breaker.is_some(),
             streams: !raw.streams.streams.is_empty(),
+            jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
         },
     );
     let messages = cx.messages(&raw.degradation, &rows);
@@ -82,7 +84,36 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .breaker
         .as_ref()
         .map(|b| cx.breaker(b, &services, &names));
-    let streams = cx.streams(&raw.streams, &services);
+    let feature_names: Vec<&str> = raw
+        .degradation
+        .features
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    let streams = cx.streams(&raw.streams, &services, &types, &feature_names);
+    let fallbacks_sustained = raw.streams.fallbacks_sustained.as_ref().and_then(|f| {
+        cx.reference(
+            &f.alert,
+            "fallbacks_sustained.alert",
+            "alert",
+            &names.alerts,
+        );
+        cx.source(&f.source, f.inferred);
+        let at_least = cx.positive(&f.at_least, "fallbacks_sustained.at_least");
+        let within = cx.duration(&f.within, "fallbacks_sustained.within")?;
+        Some((at_least, within, f.alert.to_string()))
+    });
+    let buffering = raw.streams.buffering.as_ref().and_then(|b| {
+        cx.reference(&b.alert, "buffering.alert", "alert", &names.alerts);
+        cx.source(&b.source, b.inferred);
+        Some(Buffering {
+            min_events: cx.positive(&b.min_events, "buffering.min_events"),
+            burst: cx.duration(&b.burst, "buffering.burst")?,
+            silent_for: cx.duration(&b.silent_for, "buffering.silent_for")?,
+            confirm_after: cx.positive(&b.confirm_after, "buffering.confirm_after"),
+            alert: b.alert.to_string(),
+        })
+    });
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
     let policy_alerts = &raw.policy.alerts;
     match (&policy_alerts.breaker_open, &raw.policy.breaker) {
@@ -147,6 +178,8 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         details,
         rows,
         streams,
+        buffering,
+        fallbacks_sustained,
         states,
         messages,
         alerts,
@@ -345,6 +378,7 @@ impl Cx<'_> {
             "breaker",
         );
         let sse_fallback = optional(self, &m.sse_fallback, "sse_fallback", streams, "streams");
+        let sse_buffered = optional(self, &m.sse_buffered, "sse_buffered", streams, "streams");
         self.source(&m.source, m.inferred);
         MetricNames {
             requests: name(self, &m.requests, "requests"),
@@ -352,6 +386,7 @@ impl Cx<'_> {
             circuit_state,
             circuit_open_seconds,
             sse_fallback,
+            sse_buffered,
         }
     }
 

@@ -443,6 +443,7 @@ impl Cx<'_> {
             name: name.to_string(),
             max_response,
             reconcile: r.reconcile.as_ref().map(|t| t.to_string()),
+            exists: None, // resolved by `existence`, once every route is known
             doc: r.doc.to_string(),
             method,
             path: format!("{}{}", &*service.prefix, &*r.path),
@@ -518,4 +519,70 @@ fn parse_type(text: &str, names: &Names) -> Result<TypeExpr, String> {
             ));
         }
     })
+}
+
+impl Cx<'_> {
+    /// Resolves every route's `exists`: the field is an ID of the body, the
+    /// proving route is a create (409 = already there) whose body carries
+    /// the same ID in a field of the same name.
+    pub(super) fn existence(
+        &mut self,
+        raw: &[spec::ServiceFile],
+        services: &mut [Service],
+        types: &[TypeDef],
+    ) {
+        let id_field = |body: &Option<TypeExpr>, field: &str| -> Option<String> {
+            let TypeExpr::Named(name) = body.as_ref()? else {
+                return None;
+            };
+            let Shape::Struct(fields) = &types.iter().find(|t| &t.name == name)?.shape else {
+                return None;
+            };
+            match &fields.iter().find(|f| f.name == field)?.ty {
+                TypeExpr::Id(id) => Some(id.clone()),
+                _ => None,
+            }
+        };
+        for (si, s) in raw.iter().enumerate() {
+            for (ri, (name, r)) in s.routes.iter().enumerate() {
+                let Some(exists) = &r.exists else { continue };
+                let at = format!("routes.{}.exists", &**name);
+                let Some(proof) =
+                    self.route_ref(&exists.proven_by, &format!("{at}.proven_by"), services)
+                else {
+                    continue;
+                };
+                let Some(id) = id_field(&services[si].routes[ri].body, &exists.field) else {
+                    self.error(
+                        &exists.field,
+                        format!("{at}.field"),
+                        "not an ID field of the route's body",
+                    );
+                    continue;
+                };
+                let prover = &services[proof.service].routes[proof.route];
+                let proves = prover.conflict == Conflict::Success
+                    && prover.name.starts_with("create_")
+                    && prover.path_params.is_empty()
+                    && prover.query.is_empty()
+                    && id_field(&prover.body, &exists.field).as_deref() == Some(id.as_str());
+                if !proves {
+                    self.error(
+                        &exists.proven_by,
+                        format!("{at}.proven_by"),
+                        format!(
+                            "a proof is a `create_…` route with a body only, whose 409 means already there (`conflict: success`) and whose body has `{}: {id}`",
+                            &*exists.field
+                        ),
+                    );
+                    continue;
+                }
+                services[si].routes[ri].exists = Some(Existence {
+                    field: exists.field.to_string(),
+                    id,
+                    proven_by: proof,
+                });
+            }
+        }
+    }
 }

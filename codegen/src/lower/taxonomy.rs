@@ -12,6 +12,8 @@ use super::{Cx, Names, is_snake, one_of};
 pub(super) struct Sections {
     pub breaker: bool,
     pub streams: bool,
+    /// A stream follows a job (it has a `fallback`): a job can end failed.
+    pub jobs: bool,
 }
 
 /// Statuses a 2xx route answers with: decoded by the route's shape, never classified.
@@ -22,7 +24,8 @@ impl Cx<'_> {
     /// status 100–999 outside 2xx by a row that matches it whatever its detail,
     /// headers or route (narrowed rows may come first, but cannot be the last word).
     /// Without a breaker, `circuit_open` cannot happen and needs no row;
-    /// without streams, neither can the stream outcomes.
+    /// without streams, neither can the stream outcomes; without a job stream,
+    /// no job can fail.
     fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Row], has: Sections) {
         let at = taxonomy.rows.first().map(|r| &r.row);
         let mut missing = Vec::new();
@@ -32,6 +35,7 @@ impl Cx<'_> {
                 OutcomeKind::StreamError
                 | OutcomeKind::StreamTimeout
                 | OutcomeKind::StreamStalled => has.streams,
+                OutcomeKind::JobFailed => has.jobs,
                 _ => true,
             };
             if possible && kind != OutcomeKind::Status && !rows.iter().any(|r| r.outcome == kind) {

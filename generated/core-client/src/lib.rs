@@ -28,5 +28,7 @@ pub mod types;
 pub use client::{Config, Core};
 pub use engine::Engine;
 pub use ids::{DocumentId, FindingId, SessionId, TenantId};
-pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+pub use sdk_runtime::{
+    Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress, Turn, TurnUpdate,
+};
 pub use sessions::Sessions;

@@ -120,6 +120,7 @@ pub static POLICY: Policy = Policy {
         circuit_state: None,
         circuit_open_seconds: None,
         sse_fallback: None,
+        sse_buffered: None,
     },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(65),
@@ -336,6 +337,8 @@ pub static POLICY: Policy = Policy {
     ],
     detail_sets: &[],
     streams: &[],
+    buffering: None,
+    fallbacks_sustained: None,
     states: &[],
     messages: &[
         ClassMessage {

@@ -94,7 +94,7 @@ impl<'c> Bff<'c> {
         Self { client }
     }
 
-    /// Ingest progress of a job as SSE. On a stall, `event: error` or the 30 min ceiling the stream ends with a typed error (T19, T17, T18) and the caller polls pipeline_status, and polls once after every reconnect (no automatic fallback yet). Jobs expected to run longer than 30 min are better monitored by polling alone.
+    /// Follows an ingest job to its end: typed events from its SSE stream while the stream works; on a stall, `event: error`, the 30 min ceiling (`timeout`, the job is not failed) or a drop, pipeline_status is polled instead at the polling cadence (each switch counted in knoll_sse_fallback_total), the stream reopened after a few polls and resynced by one poll. It ends with the completed job, or a `job_failed` error (T32) for a failed or cancelled one. `.expecting(d)` past the ceiling follows the job by polling alone. Nothing is sent until it is polled.
     ///
     /// - Route: `GET /next/api/orchestrator/events/{job_id}`
     /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
@@ -102,12 +102,12 @@ impl<'c> Bff<'c> {
     /// - Idempotent: yes
     /// - Budget: `streams`
     /// - Policy: §6.1, §6.3
-    pub async fn orchestrator_events(
+    pub fn orchestrator_events(
         &self,
         job_id: &crate::ids::JobId,
-    ) -> Result<sdk_runtime::Events, Error> {
+    ) -> sdk_runtime::JobProgress<crate::types::OrchestratorEvent, crate::types::JobStatus> {
         let call = Call::new(&ORCHESTRATOR_EVENTS).path(job_id.as_str());
-        self.client.open_stream(call).await
+        self.client.follow_job(call)
     }
 
     /// Status of an orchestrator job; the polling fallback of the progress stream and the re-poll after an ambiguous send. A terminal `failed` drives the re-upload path.
@@ -126,20 +126,29 @@ impl<'c> Bff<'c> {
         self.client.send(call).await?.json()
     }
 
-    /// One chat turn as POST-body SSE. Never resent automatically: the user turn is already persisted; a dropped stream offers „Erneut senden“ instead.
+    /// One chat turn as POST-body SSE, typed. Stage traces are read by the client: a failed stage other than `generate` marks the turn and the chat feature degraded and the answer goes on; a failed `generate`, the 150 s watchdog, `event: error` or a drop end the turn with an error whose `answer_lost()` is set (the user message is saved, the answer likely not; the UI offers „Erneut senden“). Never resent automatically.
     ///
     /// - Route: `POST /next/api/chat/stream`
     /// - Timeout class: [`llm`](crate::policy::timeout::LLM), 150 s per attempt
     /// - Retry class: [`R0`](crate::policy::retry::R0), never
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `streams`
+    /// - Takes only an existing `conversation_id`: the [`Existing`](crate::Existing) that `workspaces().ensure_conversation` hands out (the platform silently drops calls for an unknown one)
     /// - Policy: §6.2, §4.2
     pub async fn chat_stream(
         &self,
+        conversation: &crate::ids::Existing<crate::ids::ConversationId>,
         body: &crate::types::ChatRequest,
-    ) -> Result<sdk_runtime::Events, Error> {
+    ) -> Result<sdk_runtime::Turn<crate::types::ChatEvent>, Error> {
+        if body.conversation_id != *conversation.id() {
+            return Err(self.client.refused(
+                &CHAT_STREAM,
+                "the body's `conversation_id` is not the one proven to exist",
+            ));
+        }
+
         let call = Call::new(&CHAT_STREAM).json(body)?;
-        self.client.open_stream(call).await
+        Ok(self.client.turn(self.client.open_stream(call).await?))
     }
 
     /// Event relay of an agent session (only if the plan 5.6 spike happens); `event: error` frames are surfaced, a 503 means the agent plane is dark.
@@ -153,8 +162,8 @@ impl<'c> Bff<'c> {
     pub async fn agent_session_stream(
         &self,
         session_id: &crate::ids::SessionId,
-    ) -> Result<sdk_runtime::Events, Error> {
+    ) -> Result<sdk_runtime::Turn<crate::types::AgentEvent>, Error> {
         let call = Call::new(&AGENT_SESSION_STREAM).path(session_id.as_str());
-        self.client.open_stream(call).await
+        Ok(self.client.turn(self.client.open_stream(call).await?))
     }
 }

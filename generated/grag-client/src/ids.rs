@@ -639,3 +639,17 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for super::WorkspaceId {}
 }
+
+/// An ID the platform is known to hold. Only the create route that made it          (or found it there: a 409) hands one out (its `ensure_…` method); the routes          that need it take nothing else, because the platform silently drops their          calls for an unknown ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Existing<I>(I);
+
+impl<I> Existing<I> {
+    pub fn id(&self) -> &I {
+        &self.0
+    }
+
+    pub(crate) fn vouched(id: I) -> Self {
+        Existing(id)
+    }
+}

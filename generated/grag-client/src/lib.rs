@@ -45,8 +45,11 @@ pub use bff::Bff;
 pub use docfold::Docfold;
 pub use entity_linking::EntityLinking;
 pub use groundedness::Groundedness;
+pub use ids::Existing;
 pub use kg_service::Kg;
 pub use ledger::Ledger;
-pub use sdk_runtime::{Created, Error, Events, InvalidId, Progress};
+pub use sdk_runtime::{
+    Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress, Turn, TurnUpdate,
+};
 pub use voyager::Voyager;
 pub use workspaces::Workspaces;

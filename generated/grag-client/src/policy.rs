@@ -244,6 +244,7 @@ pub static POLICY: Policy = Policy {
         circuit_state: Some("grag_client_circuit_state"),
         circuit_open_seconds: Some("grag_client_circuit_open_seconds"),
         sse_fallback: Some("knoll_sse_fallback"),
+        sse_buffered: Some("knoll_sse_buffered"),
     },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),
@@ -913,7 +914,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the stream ends with this error and the caller polls the status route (no automatic fallback yet).",
+            action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the client falls back to polling the status route (counted in knoll_sse_fallback_total).",
             message: Some("Die Antwort konnte nicht erstellt werden. „Erneut senden“?"),
         },
         TaxonomyRow {
@@ -934,7 +935,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the caller switches to polling the status route (no automatic fallback yet).",
+            action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the client switches to polling the status route.",
             message: Some("Die Live-Anzeige ist beendet; der Fortschritt wird weiter abgefragt."),
         },
         TaxonomyRow {
@@ -955,8 +956,31 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "No byte past the stream's watchdog. Jobs: the stream ends with this error and the caller polls. Chat: abort, show the error state, never resend automatically.",
+            action: "No byte past the stream's watchdog. Jobs: the client falls back to polling. Chat: abort, show the error state, never resend automatically.",
             message: Some("Die Antwort ist ausgeblieben. „Erneut senden“?"),
+        },
+        TaxonomyRow {
+            row: "T32",
+            matches: RowMatch {
+                outcome: OutcomeKind::JobFailed,
+                status: None,
+                detail: None,
+                retry_after: None,
+                conflict: None,
+                keyless: None,
+            },
+            class: "job_failed",
+            retry: Some(retry::R0),
+            feeds_breaker: false,
+            alert: None,
+            alert_outside_deploy: false,
+            feature_state: None,
+            remember_for: None,
+            escalate_to: None,
+            action: "A followed job ended failed or cancelled (its terminal event or status). The UI keeps the checklist item at „Angefordert“ with the error visible and offers the re-upload path (§6.1); nothing is retried.",
+            message: Some(
+                "Die Verarbeitung ist fehlgeschlagen. Das Dokument bleibt „Angefordert“; bitte erneut hochladen.",
+            ),
         },
     ],
     detail_sets: &[
@@ -1000,6 +1024,16 @@ pub static POLICY: Policy = Policy {
             ends_with_terminal: true,
             first_event: Some("subscribed"),
             terminal_events: &["completed", "failed", "cancelled", "timeout"],
+            fallback: Some(StreamFallback {
+                route: &crate::bff::PIPELINE_STATUS,
+                status_field: "status",
+                completed: &["completed"],
+                failed: &["failed", "cancelled"],
+                error_field: Some("error"),
+                reopen_after: 6u32,
+            }),
+            stages: None,
+            lost_copy: None,
         },
         StreamPolicy {
             name: "chat",
@@ -1011,6 +1045,19 @@ pub static POLICY: Policy = Policy {
             ends_with_terminal: true,
             first_event: None,
             terminal_events: &["done", "error"],
+            fallback: None,
+            stages: Some(StagePolicy {
+                event: "trace",
+                stage_field: "stage",
+                status_field: "status",
+                failed: &["failed"],
+                fail_closed: &["generate"],
+                detail_field: Some("detail"),
+                feature: "chat",
+            }),
+            lost_copy: Some(
+                "Ihre Nachricht ist gespeichert, die Antwort wahrscheinlich nicht. „Erneut senden“?",
+            ),
         },
         StreamPolicy {
             name: "agent",
@@ -1022,8 +1069,25 @@ pub static POLICY: Policy = Policy {
             ends_with_terminal: false,
             first_event: None,
             terminal_events: &["error", "timeout"],
+            fallback: None,
+            stages: None,
+            lost_copy: None,
         },
     ],
+    buffering: Some(BufferingRule {
+        min_events: 3u32,
+        burst: ::std::time::Duration::from_millis(250),
+        silent_for: ::std::time::Duration::from_secs(5),
+        confirm_after: 2u32,
+        alert: "sse_fallbacks_sustained",
+    }),
+    fallbacks_sustained: Some((
+        AlertRate {
+            at_least: 5,
+            within: ::std::time::Duration::from_secs(600),
+        },
+        "sse_fallbacks_sustained",
+    )),
     states: &[
         FeatureStateCopy {
             state: "available",
@@ -1128,6 +1192,10 @@ pub static POLICY: Policy = Policy {
         ClassMessage {
             class: "stream_stalled",
             copy: "Die Antwort ist ausgeblieben. „Erneut senden“?",
+        },
+        ClassMessage {
+            class: "job_failed",
+            copy: "Die Verarbeitung ist fehlgeschlagen. Das Dokument bleibt „Angefordert“; bitte erneut hochladen.",
         },
         ClassMessage {
             class: "deadline",

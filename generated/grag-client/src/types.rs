@@ -82,6 +82,119 @@ pub struct JobStatus {
     pub results: Option<serde_json::Value>,
 }
 
+/// The relay's first event on a job stream; no event before it was seen.
+///
+/// Service `bff`, policy §6.1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSubscribed {
+    pub job_id: String,
+}
+
+/// A pipeline node of the job started, completed or failed.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeEvent {
+    pub job_id: String,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The job completed; its results.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobCompleted {
+    pub job_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<serde_json::Value>,
+}
+
+/// The job failed; its error.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobFailedEvent {
+    pub job_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The job was cancelled.
+///
+/// Service `bff`, policy §6.1 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobCancelled {
+    pub job_id: String,
+}
+
+/// A chat turn's stage report (retrieval, rerank, generate, groundedness, persist), with the fields of its stage.
+///
+/// Service `bff`, policy §6.2 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatTrace {
+    pub stage: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+}
+
+/// A piece of the answer.
+///
+/// Service `bff`, policy §6.2 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatDelta {
+    pub text: String,
+}
+
+/// The turn's closing event.
+///
+/// Service `bff`, policy §6.2 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatDone {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persisted: Option<bool>,
+}
+
+/// An agent session's state as relayed.
+///
+/// Service `bff`, policy §6.3 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSession {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+/// One step of an agent session.
+///
+/// Service `bff`, policy §6.3 (inferred).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentStep {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+}
+
 /// One user turn; the conversation must already exist (workspaces.create_conversation).
 ///
 /// Service `bff`, policy §6.2 (inferred).
@@ -386,4 +499,130 @@ pub struct Conversation {
     pub kb_ids: Option<Vec<crate::ids::KbId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+}
+
+/// An event of the `orchestrator` stream, typed by its name (streams.yaml `events`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrchestratorEvent {
+    /// `event: subscribed`
+    Subscribed(JobSubscribed),
+    /// `event: node_start`
+    NodeStart(NodeEvent),
+    /// `event: node_complete`
+    NodeComplete(NodeEvent),
+    /// `event: node_fail`
+    NodeFail(NodeEvent),
+    /// `event: completed`
+    Completed(JobCompleted),
+    /// `event: failed`
+    Failed(JobFailedEvent),
+    /// `event: cancelled`
+    Cancelled(JobCancelled),
+    /// An event the spec does not type, as it was sent.
+    Other(sdk_runtime::sse::SseEvent),
+}
+
+impl OrchestratorEvent {
+    /// The event's name on the wire (`event:`).
+    pub fn name(&self) -> &str {
+        match self {
+            OrchestratorEvent::Subscribed(_) => "subscribed",
+            OrchestratorEvent::NodeStart(_) => "node_start",
+            OrchestratorEvent::NodeComplete(_) => "node_complete",
+            OrchestratorEvent::NodeFail(_) => "node_fail",
+            OrchestratorEvent::Completed(_) => "completed",
+            OrchestratorEvent::Failed(_) => "failed",
+            OrchestratorEvent::Cancelled(_) => "cancelled",
+            OrchestratorEvent::Other(e) => &e.event,
+        }
+    }
+}
+
+impl sdk_runtime::StreamEvent for OrchestratorEvent {
+    fn decode(event: sdk_runtime::sse::SseEvent) -> Result<Self, serde_json::Error> {
+        Ok(match event.event.as_str() {
+            "subscribed" => OrchestratorEvent::Subscribed(serde_json::from_str(&event.data)?),
+
+            "node_start" => OrchestratorEvent::NodeStart(serde_json::from_str(&event.data)?),
+
+            "node_complete" => OrchestratorEvent::NodeComplete(serde_json::from_str(&event.data)?),
+
+            "node_fail" => OrchestratorEvent::NodeFail(serde_json::from_str(&event.data)?),
+
+            "completed" => OrchestratorEvent::Completed(serde_json::from_str(&event.data)?),
+
+            "failed" => OrchestratorEvent::Failed(serde_json::from_str(&event.data)?),
+            "cancelled" => OrchestratorEvent::Cancelled(serde_json::from_str(&event.data)?),
+
+            _ => OrchestratorEvent::Other(event),
+        })
+    }
+}
+
+/// An event of the `chat` stream, typed by its name (streams.yaml `events`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatEvent {
+    /// `event: trace`
+    Trace(ChatTrace),
+    /// `event: delta`
+    Delta(ChatDelta),
+    /// `event: done`
+    Done(ChatDone),
+    /// An event the spec does not type, as it was sent.
+    Other(sdk_runtime::sse::SseEvent),
+}
+
+impl ChatEvent {
+    /// The event's name on the wire (`event:`).
+    pub fn name(&self) -> &str {
+        match self {
+            ChatEvent::Trace(_) => "trace",
+            ChatEvent::Delta(_) => "delta",
+            ChatEvent::Done(_) => "done",
+            ChatEvent::Other(e) => &e.event,
+        }
+    }
+}
+
+impl sdk_runtime::StreamEvent for ChatEvent {
+    fn decode(event: sdk_runtime::sse::SseEvent) -> Result<Self, serde_json::Error> {
+        Ok(match event.event.as_str() {
+            "trace" => ChatEvent::Trace(serde_json::from_str(&event.data)?),
+            "delta" => ChatEvent::Delta(serde_json::from_str(&event.data)?),
+            "done" => ChatEvent::Done(serde_json::from_str(&event.data)?),
+            _ => ChatEvent::Other(event),
+        })
+    }
+}
+
+/// An event of the `agent` stream, typed by its name (streams.yaml `events`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    /// `event: session`
+    Session(AgentSession),
+    /// `event: step`
+    Step(AgentStep),
+    /// An event the spec does not type, as it was sent.
+    Other(sdk_runtime::sse::SseEvent),
+}
+
+impl AgentEvent {
+    /// The event's name on the wire (`event:`).
+    pub fn name(&self) -> &str {
+        match self {
+            AgentEvent::Session(_) => "session",
+            AgentEvent::Step(_) => "step",
+            AgentEvent::Other(e) => &e.event,
+        }
+    }
+}
+
+impl sdk_runtime::StreamEvent for AgentEvent {
+    fn decode(event: sdk_runtime::sse::SseEvent) -> Result<Self, serde_json::Error> {
+        Ok(match event.event.as_str() {
+            "session" => AgentEvent::Session(serde_json::from_str(&event.data)?),
+            "step" => AgentEvent::Step(serde_json::from_str(&event.data)?),
+            _ => AgentEvent::Other(event),
+        })
+    }
 }

@@ -291,4 +291,13 @@ impl<'c> Workspaces<'c> {
         let call = Call::new(&PUT_SETTINGS).json(body)?;
         self.client.send(call).await?.json()
     }
+
+    /// [`Self::create_conversation`], and the proof that the `conversation_id` exists (created now, or already there: a 409), which the routes that need an existing one take.
+    pub async fn ensure_conversation(
+        &self,
+        body: &crate::types::CreateConversation,
+    ) -> Result<crate::ids::Existing<crate::ids::ConversationId>, Error> {
+        self.create_conversation(body).await?;
+        Ok(crate::ids::Existing::vouched(body.conversation_id.clone()))
+    }
 }

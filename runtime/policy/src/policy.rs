@@ -27,6 +27,10 @@ pub struct Policy {
     pub taxonomy: &'static [TaxonomyRow],
     pub detail_sets: &'static [DetailSet],
     pub streams: &'static [StreamPolicy],
+    /// How a buffering proxy is recognised; `None` for an API without streams.
+    pub buffering: Option<BufferingRule>,
+    /// Streams falling back to polling this often raise this alert.
+    pub fallbacks_sustained: Option<(AlertRate, &'static str)>,
     pub states: &'static [FeatureStateCopy],
     pub messages: &'static [ClassMessage],
     /// Calls fired once after a breaker close to warm cold models, when enabled.
@@ -93,6 +97,8 @@ pub struct MetricNames {
     pub circuit_state: Option<&'static str>,
     pub circuit_open_seconds: Option<&'static str>,
     pub sse_fallback: Option<&'static str>,
+    /// Streams a proxy held back and delivered in one burst (§6.4).
+    pub sse_buffered: Option<&'static str>,
 }
 
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per
@@ -326,11 +332,14 @@ pub enum OutcomeKind {
     StreamError,
     StreamTimeout,
     StreamStalled,
+    /// A job followed on a stream (or its status route) ended failed or
+    /// cancelled.
+    JobFailed,
 }
 
 impl OutcomeKind {
     /// Every kind, in the order the spec documents them.
-    pub const ALL: [OutcomeKind; 11] = [
+    pub const ALL: [OutcomeKind; 12] = [
         OutcomeKind::Connection,
         OutcomeKind::Status,
         OutcomeKind::Decode,
@@ -342,6 +351,7 @@ impl OutcomeKind {
         OutcomeKind::StreamError,
         OutcomeKind::StreamTimeout,
         OutcomeKind::StreamStalled,
+        OutcomeKind::JobFailed,
     ];
 
     /// The spec's spelling (`circuit_open`).
@@ -358,6 +368,7 @@ impl OutcomeKind {
             OutcomeKind::StreamError => "stream_error",
             OutcomeKind::StreamTimeout => "stream_timeout",
             OutcomeKind::StreamStalled => "stream_stalled",
+            OutcomeKind::JobFailed => "job_failed",
         }
     }
 }
@@ -455,6 +466,69 @@ pub struct StreamPolicy {
     pub terminal_events: &'static [&'static str],
     /// A clean close before a terminal event is a drop, not an end.
     pub ends_with_terminal: bool,
+    /// The status route that stands in for the stream when it fails (a job's
+    /// progress); `None`: a failed stream is the caller's error.
+    pub fallback: Option<StreamFallback>,
+    /// How the stream reports its stages (a chat turn's trace), `None` when
+    /// it does not.
+    pub stages: Option<StagePolicy>,
+    /// What the UI shows when the stream ends without its answer (a chat
+    /// turn): the user's message is kept, a resend is offered.
+    pub lost_copy: Option<&'static str>,
+}
+
+/// A proxy that buffers event streams (§6.4) holds every byte back and
+/// delivers the stream in one burst when it ends. A stream whose events
+/// (at least `min_events`) all arrived within `burst` of each other, after
+/// `silent_for` or more of nothing since it opened, was buffered; after
+/// `confirm_after` such streams buffering is confirmed: the alert is raised
+/// and jobs are followed by polling alone from then on.
+#[derive(Debug, Clone)]
+pub struct BufferingRule {
+    pub min_events: u32,
+    pub burst: Duration,
+    pub silent_for: Duration,
+    pub confirm_after: u32,
+    pub alert: &'static str,
+}
+
+/// A stream's stage trace: which events report stages, and which stages fail
+/// closed. Every other failed stage fails open: the stream goes on, the
+/// result is marked degraded and so is the feature.
+#[derive(Debug, Clone)]
+pub struct StagePolicy {
+    /// The event that reports a stage (`trace`).
+    pub event: &'static str,
+    pub stage_field: &'static str,
+    pub status_field: &'static str,
+    /// Status values that mean the stage failed.
+    pub failed: &'static [&'static str],
+    /// Stages whose failure ends the stream.
+    pub fail_closed: &'static [&'static str],
+    /// The field with the stage's error text, if any.
+    pub detail_field: Option<&'static str>,
+    /// The feature shown degraded while a stage fails open.
+    pub feature: &'static str,
+}
+
+/// How a stream falls back to polling its status route, and how that route's
+/// answer reads.
+#[derive(Debug, Clone)]
+pub struct StreamFallback {
+    /// The status route; its path parameters are the stream route's.
+    pub route: &'static Endpoint,
+    /// The answer's field holding the job's state.
+    pub status_field: &'static str,
+    /// States (and terminal event names) that end the job with its result.
+    pub completed: &'static [&'static str],
+    /// States (and terminal event names) that end the job with its error.
+    pub failed: &'static [&'static str],
+    /// The field (of the answer, or of a terminal event's data) with the
+    /// job's error text.
+    pub error_field: Option<&'static str>,
+    /// Polls of a running job after a fallback before the stream is opened
+    /// again (0: never again).
+    pub reopen_after: u32,
 }
 
 /// A feature state with its German UI copy and what triggers it.

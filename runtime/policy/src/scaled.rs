@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::policy::{
-    AlertNames, AlertRate, BreakerPolicy, Policy, PollingPolicy, ReplayPolicy, RetryClass,
-    RetrySchedule, StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass,
+    AlertNames, AlertRate, BreakerPolicy, BufferingRule, Policy, PollingPolicy, ReplayPolicy,
+    RetryClass, RetrySchedule, StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass,
 };
 
 impl Policy {
@@ -87,6 +87,20 @@ impl Policy {
             deadline: d(self.deadline),
             pool_idle: d(self.pool_idle),
             retries: Box::leak(retries.into_boxed_slice()),
+            fallbacks_sustained: self.fallbacks_sustained.map(|(r, alert)| {
+                (
+                    AlertRate {
+                        within: d(r.within),
+                        ..r
+                    },
+                    alert,
+                )
+            }),
+            buffering: self.buffering.as_ref().map(|b| BufferingRule {
+                burst: d(b.burst),
+                silent_for: d(b.silent_for),
+                ..b.clone()
+            }),
             breaker: self.breaker.as_ref().map(|b| BreakerPolicy {
                 window: d(b.window),
                 probe_interval: d(b.probe_interval),

@@ -6,10 +6,12 @@ mod common;
 use std::time::Duration;
 
 use common::{TEXT, b64, client, event_names, raw, read_all, scoped};
+use grag_client::bff::{AGENT_SESSION_STREAM, CHAT_STREAM, ORCHESTRATOR_EVENTS};
 use grag_client::types::{ChatRequest, CreateConversation, CreateKb, UploadDocument};
 use grag_client::{ConversationId, DocumentId, Grag, JobId, KbId, SessionId};
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use reqwest::Method;
+use sdk_runtime::{Call, Events};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -47,10 +49,30 @@ async fn kb_with_document(grag: &Grag, kb: &str, doc: &str) {
         .unwrap();
 }
 
+/// The raw events of a stream route: the client's parser and watchdog, none
+/// of its recovery (these tests check what the simulator sends).
+async fn open(grag: &Grag, call: Call<'_>) -> Result<Events, sdk_runtime::Error> {
+    grag.runtime().open_stream(call).await
+}
+
+async fn raw_job(grag: &Grag, job: &JobId) -> Result<Events, sdk_runtime::Error> {
+    open(grag, Call::new(&ORCHESTRATOR_EVENTS).path(job.as_str())).await
+}
+
+async fn raw_chat(grag: &Grag, body: &ChatRequest) -> Result<Events, sdk_runtime::Error> {
+    open(grag, Call::new(&CHAT_STREAM).json(body)?).await
+}
+
+async fn raw_agent(grag: &Grag, session: &SessionId) -> Result<Events, sdk_runtime::Error> {
+    open(
+        grag,
+        Call::new(&AGENT_SESSION_STREAM).path(session.as_str()),
+    )
+    .await
+}
+
 /// Every event of a stream through the client, and the error that ended it.
-async fn collect(
-    mut events: sdk_runtime::Events,
-) -> (Vec<(String, Value)>, Option<sdk_runtime::Error>) {
+async fn collect(mut events: Events) -> (Vec<(String, Value)>, Option<sdk_runtime::Error>) {
     let mut out = Vec::new();
     while let Some(item) = events.next().await {
         match item {
@@ -76,7 +98,7 @@ async fn ingest_progress_on_the_orchestrator_stream_and_the_status_route() {
     let job = JobId::parse("doc-1").unwrap();
     let status = grag.bff().pipeline_status(&job).await.unwrap();
     assert_eq!((status.status.as_str(), status.progress), ("queued", 0.0));
-    let stream = grag.bff().orchestrator_events(&job).await.unwrap();
+    let stream = raw_job(&grag, &job).await.unwrap();
     let (events, error) = collect(stream).await;
     assert!(error.is_none(), "{error:?}");
     assert_eq!(
@@ -154,8 +176,8 @@ async fn keepalives_every_interval_then_timeout_at_the_ceiling() {
 
     // Through the client: the keepalives are counted, the ceiling is T18.
     let mut events = grag
-        .bff()
-        .orchestrator_events(&JobId::parse("doc-1").unwrap())
+        .runtime()
+        .open_stream(Call::new(&ORCHESTRATOR_EVENTS).path("doc-1"))
         .await
         .unwrap();
     assert_eq!(events.next().await.unwrap().unwrap().event, "subscribed");
@@ -176,7 +198,7 @@ async fn a_failing_node_fails_the_job_on_stream_and_status() {
     let grag = client(&sim, "knoll");
     kb_with_document(&grag, "kb-1", "doc-1").await;
     let job = JobId::parse("doc-1").unwrap();
-    let (events, error) = collect(grag.bff().orchestrator_events(&job).await.unwrap()).await;
+    let (events, error) = collect(raw_job(&grag, &job).await.unwrap()).await;
     assert!(error.is_none());
     let names = names(&events);
     assert_eq!(&names[names.len() - 2..], ["node_fail", "failed"]);
@@ -200,7 +222,7 @@ async fn event_error_on_the_orchestrator_stream_is_t17() {
     let grag = client(&sim, "knoll");
     kb_with_document(&grag, "kb-1", "doc-1").await;
     let job = JobId::parse("doc-1").unwrap();
-    let (events, error) = collect(grag.bff().orchestrator_events(&job).await.unwrap()).await;
+    let (events, error) = collect(raw_job(&grag, &job).await.unwrap()).await;
     assert_eq!(names(&events), ["subscribed"]);
     let error = error.unwrap();
     assert_eq!((error.row(), error.class()), ("T17", "stream_error"));
@@ -247,7 +269,7 @@ fn stages(events: &[(String, Value)]) -> Vec<(String, String)> {
 async fn a_chat_turn_traces_its_stages_and_answers_in_pieces() {
     let sim = common::sim().await;
     let grag = chat_setup(&sim).await;
-    let stream = grag.bff().chat_stream(&question("conv-1")).await.unwrap();
+    let stream = raw_chat(&grag, &question("conv-1")).await.unwrap();
     let (events, error) = collect(stream).await;
     assert!(error.is_none(), "{error:?}");
     let ok = |s: &str| (s.to_owned(), "ok".to_owned());
@@ -323,7 +345,7 @@ async fn chat_stages_fail_open_except_generate_which_ends_the_turn() {
             stage: "rerank".into(),
         },
     );
-    let (events, error) = collect(grag.bff().chat_stream(&question("conv-1")).await.unwrap()).await;
+    let (events, error) = collect(raw_chat(&grag, &question("conv-1")).await.unwrap()).await;
     assert!(error.is_none());
     assert_eq!(stages(&events)[1], ("rerank".into(), "failed".into()));
     assert_eq!(events.last().unwrap().0, "done");
@@ -334,7 +356,7 @@ async fn chat_stages_fail_open_except_generate_which_ends_the_turn() {
             stage: "generate".into(),
         },
     );
-    let (events, error) = collect(grag.bff().chat_stream(&question("conv-1")).await.unwrap()).await;
+    let (events, error) = collect(raw_chat(&grag, &question("conv-1")).await.unwrap()).await;
     let error = error.unwrap();
     assert_eq!((error.row(), error.class()), ("T17", "stream_error"));
     assert_eq!(
@@ -360,13 +382,7 @@ async fn chat_stages_fail_open_except_generate_which_ends_the_turn() {
 async fn a_chat_turn_in_a_conversation_that_does_not_exist_is_not_saved() {
     let sim = common::sim().await;
     let grag = chat_setup(&sim).await;
-    let (events, error) = collect(
-        grag.bff()
-            .chat_stream(&question("conv-nope"))
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (events, error) = collect(raw_chat(&grag, &question("conv-nope")).await.unwrap()).await;
     assert!(error.is_none());
     assert_eq!(
         stages(&events).last().unwrap(),
@@ -384,7 +400,7 @@ async fn the_agent_stream_relays_steps_and_is_503_when_the_plane_is_dark() {
     let sim = common::start(config).await;
     let grag = client(&sim, "knoll");
     let session = SessionId::parse("s-1").unwrap();
-    let (events, error) = collect(grag.bff().agent_session_stream(&session).await.unwrap()).await;
+    let (events, error) = collect(raw_agent(&grag, &session).await.unwrap()).await;
     assert_eq!(names(&events), ["session", "step", "step", "step"]);
     assert_eq!(error.unwrap().row(), "T18");
 
@@ -395,7 +411,7 @@ async fn the_agent_stream_relays_steps_and_is_503_when_the_plane_is_dark() {
             detail: "tool call failed".into(),
         },
     );
-    let (events, error) = collect(grag.bff().agent_session_stream(&session).await.unwrap()).await;
+    let (events, error) = collect(raw_agent(&grag, &session).await.unwrap()).await;
     assert_eq!(names(&events), ["session", "step"]);
     assert_eq!(error.unwrap().row(), "T17");
 
@@ -433,7 +449,7 @@ async fn a_stalled_stream_sends_no_byte_and_trips_the_watchdog() {
     // The client's watchdog (45 s, 450 ms at 1/100) calls it T19.
     let started = Instant::now();
     let job = JobId::parse("doc-1").unwrap();
-    let (events, error) = collect(grag.bff().orchestrator_events(&job).await.unwrap()).await;
+    let (events, error) = collect(raw_job(&grag, &job).await.unwrap()).await;
     assert_eq!(names(&events), ["subscribed"]);
     assert_eq!(error.unwrap().row(), "T19");
     assert!(started.elapsed() >= Duration::from_millis(400));
@@ -471,7 +487,7 @@ async fn a_stream_dropped_mid_event_is_a_connection_failure() {
         .push(Rule::new(Fault::SseDrop { after_events: 1 }).on("orchestrator_events"));
     kb_with_document(&grag, "kb-2", "doc-2").await;
     let job = JobId::parse("doc-2").unwrap();
-    let (events, error) = collect(grag.bff().orchestrator_events(&job).await.unwrap()).await;
+    let (events, error) = collect(raw_job(&grag, &job).await.unwrap()).await;
     assert_eq!(names(&events), ["subscribed"]);
     let error = error.unwrap();
     assert_eq!((error.row(), error.class()), ("T1", "connection"));

@@ -5,8 +5,8 @@ use grag_client::types::{
     SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
 use grag_client::{
-    Config, ConversationId, ConversionId, Created, DocumentId, Grag, JobId, KbId, Progress,
-    SessionId, TenantId,
+    Config, ConversationId, ConversionId, Created, DocumentId, Grag, JobId, JobUpdate, KbId,
+    Progress, SessionId, TenantId, TurnUpdate,
 };
 
 async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
@@ -47,6 +47,14 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
             conversation_id: conversation.clone(),
             title: None,
             kb_ids: Some(vec![kb.clone()]),
+        })
+        .await?;
+    let existing = grag
+        .workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: conversation.clone(),
+            title: None,
+            kb_ids: None,
         })
         .await?;
     let settings = grag.workspaces().get_settings().await?;
@@ -103,18 +111,31 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
 
     let job = JobId::parse("job-1")?;
     let _status = grag.bff().pipeline_status(&job).await?;
-    let mut progress = grag.bff().orchestrator_events(&job).await?;
-    while let Some(event) = progress.next().await {
-        let _ = event?.event;
-    }
-    let _chat = grag
+    let mut progress = grag
         .bff()
-        .chat_stream(&ChatRequest {
-            conversation_id: conversation,
-            message: "Hallo".to_owned(),
-            kb_ids: None,
-        })
+        .orchestrator_events(&job)
+        .expecting(std::time::Duration::from_secs(60));
+    while let Some(update) = progress.next().await {
+        if let JobUpdate::Completed(_) = update? {
+            break;
+        }
+    }
+    let mut chat = grag
+        .bff()
+        .chat_stream(
+            &existing,
+            &ChatRequest {
+                conversation_id: conversation,
+                message: "Hallo".to_owned(),
+                kb_ids: None,
+            },
+        )
         .await?;
+    while let Some(update) = chat.next().await {
+        if let TurnUpdate::Degraded(stage) = update? {
+            let _ = stage.stage;
+        }
+    }
     let _agent = grag
         .bff()
         .agent_session_stream(&SessionId::parse("s-1")?)

@@ -2,12 +2,17 @@
 
 use anyhow::{Context, Result};
 use base64::Engine;
+use grag_client::policy::POLICY;
 use grag_client::types::{
-    ChatRequest, CreateConversation, CreateKb, SearchRequest, SpendGrouping, UploadDocument,
+    ChatEvent, ChatRequest, CreateConversation, CreateKb, OrchestratorEvent, SearchRequest,
+    SpendGrouping, UploadDocument,
 };
-use grag_client::{Config, ConversationId, Created, DocumentId, Grag, KbId, PipelineId, TenantId};
-use grag_sim::{Sim, SimConfig};
-use serde_json::Value;
+use grag_client::{
+    Config, ConversationId, Created, DocumentId, Grag, JobDone, JobUpdate, KbId, PipelineId,
+    TenantId, TurnUpdate,
+};
+use grag_sim::{Fault, Rule, Sim, SimConfig};
+
 use tokio::time::Instant;
 
 use super::churn::deploy_churn;
@@ -100,42 +105,72 @@ pub(super) async fn simulated() -> Result<()> {
         }
         Created::Existing => anyhow::bail!("{doc} was already there: no new ingest job to follow"),
     };
-    println!("   GET /next/api/orchestrator/events/{job}  (SSE)");
+    println!(
+        "   GET /next/api/orchestrator/events/{job}  (SSE, the relay told to go silent after 3 events)"
+    );
+    // The stall is the simulator's; the watchdog, polling cadence and resync
+    // are the client's, from the spec, at the demo's speed.
+    sim.faults().push(
+        Rule::new(Fault::SseStall { after_events: 3 })
+            .on("orchestrator_events")
+            .once(),
+    );
+    let live = Grag::with_policy(
+        Config::new(sim.url(), "demo-key", TenantId::parse("knoll")?),
+        POLICY.scaled(SPEED as u32),
+    )?;
     let ingest = Instant::now();
-    let mut events = grag.bff().orchestrator_events(&job).await?;
-    let mut resynced = false;
-    while let Some(event) = events.next().await {
-        let event = event?;
-        let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-        match event.event.as_str() {
-            "node_start" | "node_complete" | "node_fail" => println!(
-                "   {} {:<14} {}",
+    let mut progress = live.bff().orchestrator_events(&job);
+    while let Some(update) = progress.next().await {
+        match update? {
+            JobUpdate::Event(e) => match &e {
+                OrchestratorEvent::NodeStart(n)
+                | OrchestratorEvent::NodeComplete(n)
+                | OrchestratorEvent::NodeFail(n) => {
+                    println!("   {} {:<14} {}", stamp(ingest), e.name(), n.node)
+                }
+                _ => println!("   {} {}", stamp(ingest), e.name()),
+            },
+            JobUpdate::FellBack(e) => println!(
+                "   {} stream given up ({}: {}): following the job by polling GET /next/api/pipeline/status/{job}",
                 stamp(ingest),
-                event.event,
-                data["node"].as_str().unwrap_or("?")
+                e.class(),
+                e.detail().unwrap_or("")
             ),
-            "completed" => println!(
-                "   {} completed: {} chunks indexed",
+            JobUpdate::Status(s) => println!(
+                "   {} status poll: {}, {:.0} %",
                 stamp(ingest),
-                data["results"]["chunks"]
+                s.status,
+                s.progress * 100.0
             ),
-            other => println!("   {} {other}", stamp(ingest)),
-        }
-        if event.event == "subscribed" && !resynced {
-            // Pub/sub does not replay: poll once after subscribing.
-            let status = grag.bff().pipeline_status(&job).await?;
-            println!(
-                "   {} status poll to resync (GET /next/api/pipeline/status/{job}): {}, {:.0} %",
-                stamp(ingest),
-                status.status,
-                status.progress * 100.0
-            );
-            resynced = true;
+            JobUpdate::Completed(done) => {
+                let results = match done {
+                    JobDone::Event(OrchestratorEvent::Completed(c)) => c.results,
+                    JobDone::Status(s) => s.results,
+                    JobDone::Event(_) => None,
+                };
+                let chunks = results
+                    .as_ref()
+                    .map(|r| r["chunks"].clone())
+                    .unwrap_or_default();
+                println!("   {} completed: {chunks} chunks indexed", stamp(ingest));
+            }
         }
     }
-    if events.keepalives() > 0 {
-        println!("   ({} keepalive comments on the way)", events.keepalives());
+    if progress.keepalives() > 0 {
+        println!(
+            "   ({} keepalive comments on the way)",
+            progress.keepalives()
+        );
     }
+    println!(
+        "   knoll_sse_fallback_total: {}",
+        live.runtime()
+            .metrics_text()
+            .lines()
+            .find(|l| l.starts_with("knoll_sse_fallback_total{"))
+            .unwrap_or("none")
+    );
 
     step(
         4,
@@ -177,53 +212,71 @@ pub(super) async fn simulated() -> Result<()> {
         "Ask a chat question",
         "POST /workspaces/api/v1/conversations, then POST /next/api/chat/stream (SSE)",
     );
-    let conversation = ConversationId::parse("conv-demo")?;
-    grag.workspaces()
-        .create_conversation(&CreateConversation {
-            conversation_id: conversation.clone(),
+    let conversation = grag
+        .workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("conv-demo")?,
             title: Some("Prüffristen".into()),
             kb_ids: Some(vec![kb.clone()]),
         })
         .await?;
-    println!("   conversation {conversation} created (the chat stream does not create it)");
+    println!(
+        "   conversation {} created (the chat stream does not create it; chat_stream takes only this proof)",
+        conversation.id()
+    );
     let chat = Instant::now();
     let mut turn = grag
         .bff()
-        .chat_stream(&ChatRequest {
-            conversation_id: conversation.clone(),
-            message: QUESTION.into(),
-            kb_ids: None,
-        })
+        .chat_stream(
+            &conversation,
+            &ChatRequest {
+                conversation_id: conversation.id().clone(),
+                message: QUESTION.into(),
+                kb_ids: None,
+            },
+        )
         .await?;
     let mut answer = String::new();
     let mut pieces = 0;
     let mut first_piece = None;
-    while let Some(event) = turn.next().await {
-        let event = event?;
-        let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
-        match event.event.as_str() {
-            "trace" => {
-                let extra: Vec<String> = data
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(k, _)| !matches!(k.as_str(), "stage" | "status"))
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect();
+    while let Some(update) = turn.next().await {
+        let event = match update? {
+            TurnUpdate::Event(event) => event,
+            TurnUpdate::Degraded(stage) => {
+                println!(
+                    "   {} degraded: stage {} failed open",
+                    stamp(chat),
+                    stage.stage
+                );
+                continue;
+            }
+        };
+        match event {
+            ChatEvent::Trace(t) => {
+                let extra: Vec<String> = [
+                    t.hits.map(|n| format!("hits {n}")),
+                    t.kept.map(|n| format!("kept {n}")),
+                    t.model.map(|m| format!("model {m}")),
+                    t.score.map(|s| format!("score {s}")),
+                    t.detail,
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
                 println!(
                     "   {} stage {:<13} {:<6} {}",
                     stamp(chat),
-                    data["stage"].as_str().unwrap_or("?"),
-                    data["status"].as_str().unwrap_or("?"),
+                    t.stage,
+                    t.status,
                     extra.join(", ")
                 );
             }
-            "delta" => {
+            ChatEvent::Delta(d) => {
                 first_piece.get_or_insert_with(|| chat.elapsed().as_secs_f64());
                 pieces += 1;
-                answer.push_str(data["text"].as_str().unwrap_or(""));
+                answer.push_str(&d.text);
             }
-            "done" => {
+            ChatEvent::Done(done) => {
                 println!(
                     "   {} answer, streamed in {pieces} pieces from {:.2} s on:",
                     stamp(chat),
@@ -233,10 +286,10 @@ pub(super) async fn simulated() -> Result<()> {
                 println!(
                     "   {} done; saved in the conversation: {}",
                     stamp(chat),
-                    data["persisted"]
+                    done.persisted.unwrap_or(false)
                 );
             }
-            other => println!("   {} {other}", stamp(chat)),
+            other => println!("   {} {}", stamp(chat), other.name()),
         }
     }
     println!("   (the long pause before `generate` is normal: the completion is not streamed)");

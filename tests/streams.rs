@@ -1,0 +1,583 @@
+//! Streams against the simulator (real loopback HTTP, compressed time): job
+//! progress through a stall, the ceiling's `timeout`, an `error` event and a
+//! reconnect; chat turns through stage failures, a stall and a drop; agent
+//! sessions' error frames and a dark agent plane. Faults
+//! are driven by event and request counts; what is asserted never depends
+//! on how fast the machine runs (the exact delays are the paused-time tests
+//! of `sdk-runtime`'s `follow` and `turn` modules).
+
+use std::time::Duration;
+
+use grag_client::types::{
+    AgentEvent, ChatEvent, ChatRequest, CreateConversation, CreateKb, JobStatus, OrchestratorEvent,
+    UploadDocument,
+};
+use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId, SessionId};
+use grag_sim::testkit::{self, Kit};
+use grag_sim::{Fault, Rule, SimConfig};
+use sdk_runtime::{Error, JobProgress, JobUpdate, TurnUpdate};
+
+/// Only bounds a test that would otherwise hang; never an assertion about speed.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// "Die Brücke wird alle sechs Jahre geprüft." in base64.
+const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0Lg==";
+
+/// The simulator at 1/1000 (keepalive 20 ms, ceiling 1.8 s) with jobs held
+/// until their first subscriber, the client at 1/100 (watchdog 450 ms,
+/// polling every 50 ms).
+async fn kit_with(adjust: impl FnOnce(&mut SimConfig)) -> Kit {
+    kit_at(100, adjust).await
+}
+
+/// Like [`kit_with`], the client at 1/`divisor`. Tests that assert a stream
+/// did *not* stall take 10 (watchdog 4.5 s, polling every 500 ms): a
+/// keepalive every 20 ms is then 225 times faster than the watchdog, however
+/// busy the machine.
+async fn kit_at(divisor: u32, adjust: impl FnOnce(&mut SimConfig)) -> Kit {
+    let mut sim = testkit::sim_config(1000).with_held_jobs();
+    sim.job_queue = Duration::from_millis(20);
+    sim.job_node_pace = Duration::from_millis(5);
+    adjust(&mut sim);
+    Kit::start(sim, testkit::policy(divisor)).await
+}
+
+async fn upload(grag: &Grag, document: &str) -> JobId {
+    let kb = KbId::parse("kb-1").unwrap();
+    grag.workspaces()
+        .create_kb(&CreateKb {
+            kb_id: kb.clone(),
+            name: "Brückenprüfung".into(),
+            description: None,
+        })
+        .await
+        .unwrap();
+    let document = grag
+        .workspaces()
+        .upload_document(
+            &kb,
+            &UploadDocument {
+                document_id: DocumentId::parse(document).unwrap(),
+                filename: format!("{document}.txt"),
+                content_type: "text/plain".into(),
+                content_base64: TEXT_B64.into(),
+                metadata: None,
+            },
+        )
+        .await
+        .unwrap();
+    match document {
+        sdk_runtime::Created::New(d) => d.job_id.expect("an upload starts a job"),
+        sdk_runtime::Created::Existing => panic!("a fresh simulator has no documents"),
+    }
+}
+
+/// What following a job yielded, in words, and how it ended.
+async fn follow(
+    mut progress: JobProgress<OrchestratorEvent, JobStatus>,
+) -> (Vec<String>, Option<Error>) {
+    tokio::time::timeout(HANG_GUARD, async {
+        let mut seen = Vec::new();
+        while let Some(next) = progress.next().await {
+            seen.push(match next {
+                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
+                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
+                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
+                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the job is followed to its end")
+}
+
+fn fallbacks(grag: &Grag) -> usize {
+    grag.runtime()
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("knoll_sse_fallback_total{stream=\"orchestrator\"} "))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+fn fell_back(seen: &[String]) -> Vec<&str> {
+    seen.iter()
+        .filter_map(|s| s.strip_prefix("fell back: "))
+        .collect()
+}
+
+#[tokio::test]
+async fn keepalives_longer_than_the_watchdog_are_no_stall() {
+    // The job waits 6 s in the queue: longer than the watchdog (4.5 s), with
+    // nothing but keepalives (every 20 ms). The sim's ceiling (1.8 s) is
+    // raised past it.
+    let kit = kit_at(10, |s| {
+        s.job_queue = Duration::from_secs(6);
+        s.stream_ceiling = Duration::from_secs(60);
+    })
+    .await;
+    let job = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert!(fell_back(&seen).is_empty(), "{seen:?}");
+    assert_eq!(seen.first().map(String::as_str), Some("subscribed"));
+    assert_eq!(seen.last().map(String::as_str), Some("completed"));
+    assert_eq!(kit.sim.log().count("pipeline_status"), 0);
+    assert_eq!(fallbacks(&kit.grag), 0);
+}
+
+#[tokio::test]
+async fn a_stall_falls_back_to_polling_and_the_result_still_arrives() {
+    let kit = kit_with(|_| {}).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseStall { after_events: 2 })
+            .on("orchestrator_events")
+            .once(),
+    );
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen[..3],
+        ["subscribed", "node_start", "fell back: stream_stalled"]
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert!(kit.sim.log().count("pipeline_status") >= 1);
+    assert_eq!(fallbacks(&kit.grag), 1);
+}
+
+#[tokio::test]
+async fn the_ceiling_s_timeout_event_is_polled_through_not_a_failed_job() {
+    // The job outlasts the stream's ceiling (1.8 s at this scale).
+    let kit = kit_at(10, |s| s.job_queue = Duration::from_millis(2500)).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "not failed: {end:?}");
+    assert_eq!(
+        fell_back(&seen).first(),
+        Some(&"stream_timeout"),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&"status queued".to_owned()) || seen.contains(&"status running".to_owned()),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_event_falls_back_to_polling() {
+    let kit = kit_with(|_| {}).await;
+    let job = upload(&kit.grag, "doc-1").await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseError {
+            after_events: 1,
+            detail: "relay lost its redis subscription".into(),
+        })
+        .on("orchestrator_events")
+        .once(),
+    );
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(seen[..2], ["subscribed", "fell back: stream_error"]);
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert_eq!(fallbacks(&kit.grag), 1);
+}
+
+#[tokio::test]
+async fn a_reconnect_is_resynced_by_exactly_one_poll() {
+    // The drop comes with the first node (after 20 ms); the job then runs
+    // 8 s, through the six fallback polls (3 s). The sim's ceiling (1.8 s)
+    // is raised past it.
+    let kit = kit_at(10, |s| {
+        s.job_node_pace = Duration::from_secs(2);
+        s.stream_ceiling = Duration::from_secs(60);
+    })
+    .await;
+    let job = upload(&kit.grag, "doc-1").await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseDrop { after_events: 1 })
+            .on("orchestrator_events")
+            .once(),
+    );
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    assert!(end.is_none(), "{end:?}");
+    let log = kit.sim.log().entries();
+    let ops: Vec<&str> = log.iter().filter_map(|r| r.operation).collect();
+    let opens: Vec<usize> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| **op == "orchestrator_events")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        opens.len(),
+        2,
+        "dropped once, reopened once: {ops:?} {seen:?}"
+    );
+    let polls = |range: std::ops::Range<usize>| {
+        ops[range]
+            .iter()
+            .filter(|op| **op == "pipeline_status")
+            .count()
+    };
+    let reopen = opens[1];
+    assert_eq!(polls(opens[0]..reopen), 6, "status.reopen_after: {ops:?}");
+    assert_eq!(polls(reopen..ops.len()), 1, "one resync poll: {ops:?}");
+    assert_eq!(
+        seen.iter().filter(|s| *s == "subscribed").count(),
+        2,
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert_eq!(fell_back(&seen), ["connection"]);
+}
+
+#[tokio::test]
+async fn a_failed_job_ends_in_job_failed_with_the_re_upload_copy() {
+    let kit = kit_with(|_| {}).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::JobFails {
+            node: "embed".into(),
+        })
+        .on("upload_document")
+        .once(),
+    );
+    let job = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
+    let error = end.expect("a failed job is an error");
+    assert_eq!(
+        (error.row(), error.class()),
+        ("T32", "job_failed"),
+        "{error}"
+    );
+    assert!(error.detail().unwrap().contains("embed"), "{error}");
+    assert!(error.message().unwrap().contains("Angefordert"), "{error}");
+    assert_eq!(seen.last().map(String::as_str), Some("failed"), "{seen:?}");
+}
+
+// ---- chat ----------------------------------------------------------------------------------
+
+async fn conversation(grag: &Grag) -> Existing<ConversationId> {
+    grag.workspaces()
+        .ensure_conversation(&CreateConversation {
+            conversation_id: ConversationId::parse("conv-1").unwrap(),
+            title: None,
+            kb_ids: None,
+        })
+        .await
+        .unwrap()
+}
+
+fn question(conversation: &Existing<ConversationId>) -> ChatRequest {
+    ChatRequest {
+        conversation_id: conversation.id().clone(),
+        message: "Wie oft werden Brücken geprüft?".into(),
+        kb_ids: None,
+    }
+}
+
+/// A turn in words (`trace rerank failed`, `delta`, `degraded rerank`,
+/// `done`) and how it ended.
+async fn ask(grag: &Grag, conversation: &Existing<ConversationId>) -> (Vec<String>, Option<Error>) {
+    let mut turn = grag
+        .bff()
+        .chat_stream(conversation, &question(conversation))
+        .await
+        .expect("the turn opens");
+    tokio::time::timeout(HANG_GUARD, async {
+        let mut seen = Vec::new();
+        while let Some(update) = turn.next().await {
+            seen.push(match update {
+                Ok(TurnUpdate::Event(ChatEvent::Trace(t))) => {
+                    format!("trace {} {}", t.stage, t.status)
+                }
+                Ok(TurnUpdate::Event(e)) => e.name().to_owned(),
+                Ok(TurnUpdate::Degraded(s)) => format!("degraded {}", s.stage),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the turn ends")
+}
+
+/// The turn failed with its answer lost, and the simulator saw one POST.
+fn assert_lost_once(kit: &Kit, end: Option<Error>, class: &str) {
+    let error = end.expect("the turn failed");
+    assert_eq!(error.class(), class, "{error}");
+    assert!(error.answer_lost(), "{error}");
+    assert!(
+        error.message().unwrap().contains("Erneut senden"),
+        "{error:?}"
+    );
+    assert_eq!(kit.sim.log().count("chat_stream"), 1, "never sent twice");
+}
+
+#[tokio::test]
+async fn a_failed_stage_degrades_the_turn_and_the_answer_still_arrives() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::StageFails {
+            stage: "rerank".into(),
+        })
+        .on("chat_stream")
+        .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert!(end.is_none(), "{end:?}");
+    let at = seen
+        .iter()
+        .position(|s| s == "trace rerank failed")
+        .expect("{seen:?}");
+    assert_eq!(seen[at + 1], "degraded rerank");
+    assert!(seen.contains(&"delta".to_owned()), "{seen:?}");
+    assert_eq!(seen.last().map(String::as_str), Some("done"));
+    let state = kit.grag.runtime().feature_state("chat").unwrap();
+    assert_eq!(
+        (state.state, state.stage.as_deref()),
+        ("degraded", Some("rerank"))
+    );
+    assert_eq!(kit.sim.log().count("chat_stream"), 1);
+}
+
+#[tokio::test]
+async fn a_failed_generate_ends_the_turn_sent_once() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::StageFails {
+            stage: "generate".into(),
+        })
+        .on("chat_stream")
+        .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert!(!seen.contains(&"delta".to_owned()), "{seen:?}");
+    assert_lost_once(&kit, end, "stream_error");
+}
+
+#[tokio::test]
+async fn a_chat_stall_aborts_the_turn_sent_once() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseStall { after_events: 2 })
+            .on("chat_stream")
+            .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_lost_once(&kit, end, "stream_stalled");
+}
+
+#[tokio::test]
+async fn a_drop_mid_answer_ends_the_turn_sent_once() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    // Retrieval, rerank, generate, groundedness, one piece of the answer.
+    kit.sim.faults().push(
+        Rule::new(Fault::SseDrop { after_events: 5 })
+            .on("chat_stream")
+            .once(),
+    );
+    let (seen, end) = ask(&kit.grag, &conversation).await;
+    assert_eq!(seen.last().map(String::as_str), Some("delta"), "{seen:?}");
+    assert_lost_once(&kit, end, "connection");
+}
+
+#[tokio::test]
+async fn a_turn_for_another_conversation_than_the_proven_one_is_refused_unsent() {
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    let mut body = question(&conversation);
+    body.conversation_id = ConversationId::parse("conv-unknown").unwrap();
+    let error = kit
+        .grag
+        .bff()
+        .chat_stream(&conversation, &body)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(error.class(), "invalid_scope", "{error}");
+    assert_eq!(kit.sim.log().count("chat_stream"), 0, "nothing sent");
+}
+
+// ---- agent sessions ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_agent_error_frame_is_a_typed_error() {
+    let kit = kit_with(|_| {}).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseError {
+            after_events: 2,
+            detail: "tool call failed".into(),
+        })
+        .on("agent_session_stream")
+        .once(),
+    );
+    let session = SessionId::parse("session-1").unwrap();
+    let mut relay = kit.grag.bff().agent_session_stream(&session).await.unwrap();
+    let mut seen = Vec::new();
+    let error = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            match relay.next().await.expect("an error before the end") {
+                Ok(TurnUpdate::Event(AgentEvent::Session(s))) => {
+                    seen.push(format!("session {}", s.session_id))
+                }
+                Ok(TurnUpdate::Event(AgentEvent::Step(s))) => {
+                    seen.push(format!("step {}", s.action.unwrap_or_default()))
+                }
+                Ok(other) => panic!("unexpected {other:?}"),
+                Err(e) => break e,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, ["session session-1", "step plan"]);
+    assert_eq!(
+        (error.row(), error.class()),
+        ("T17", "stream_error"),
+        "{error}"
+    );
+    assert_eq!(error.detail(), Some("tool call failed"));
+    assert!(!error.answer_lost(), "a session carries no answer to lose");
+    assert!(relay.next().await.is_none(), "the relay is over");
+}
+
+#[tokio::test]
+async fn a_503_on_opening_an_agent_session_means_the_agent_plane_is_dark() {
+    let kit = kit_with(|s| s.agent_plane = false).await;
+    let session = SessionId::parse("session-1").unwrap();
+    let error = kit
+        .grag
+        .bff()
+        .agent_session_stream(&session)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(
+        (error.row(), error.class(), error.status()),
+        ("T13", "feature_dark", Some(503)),
+        "{error}"
+    );
+    assert_eq!(
+        kit.grag.runtime().feature_state("agents").unwrap().state,
+        "dark"
+    );
+}
+
+// ---- proxy buffering (§6.4) ----------------------------------------------------------------
+
+#[tokio::test]
+async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_arrive_whole() {
+    // Each job runs 1 s: longer than the rule's silence (5 s / 10), shorter
+    // than the watchdog (4.5 s), so a buffered stream arrives whole at its end.
+    let kit = kit_at(10, |s| s.job_queue = Duration::from_secs(1)).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseBuffered)
+            .on("orchestrator_events")
+            .times(2),
+    );
+    let first = upload(&kit.grag, "doc-1").await;
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&first)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "the result arrives"
+    );
+    assert!(
+        kit.alerts.names().is_empty(),
+        "one buffered stream is no proof"
+    );
+    assert!(!kit.grag.runtime().polling_only());
+
+    let second = upload(&kit.grag, "doc-2").await;
+    let (_, end) = follow(kit.grag.bff().orchestrator_events(&second)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(kit.alerts.names(), ["sse_fallbacks_sustained"], "confirmed");
+    assert!(kit.grag.runtime().polling_only());
+    assert!(
+        kit.grag
+            .runtime()
+            .metrics_text()
+            .contains("knoll_sse_buffered_total{stream=\"orchestrator\"} 2")
+    );
+
+    // From now on jobs are followed by polling alone.
+    let streams = kit.sim.log().count("orchestrator_events");
+    let third = upload(&kit.grag, "doc-3").await;
+    kit.sim.start_job(testkit::TENANT, third.as_str());
+    let (seen, end) = follow(kit.grag.bff().orchestrator_events(&third)).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    assert!(
+        seen[..seen.len() - 1]
+            .iter()
+            .all(|s| s.starts_with("status")),
+        "{seen:?}"
+    );
+    assert_eq!(
+        kit.sim.log().count("orchestrator_events"),
+        streams,
+        "no stream opened"
+    );
+}
+
+#[tokio::test]
+async fn a_buffered_chat_turn_still_delivers_its_whole_answer() {
+    // The completion takes 1 s: past the rule's silence (5 s / 10).
+    let kit = kit_at(10, |s| s.chat_silence = Duration::from_secs(1)).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim
+        .faults()
+        .push(Rule::new(Fault::SseBuffered).on("chat_stream").once());
+    let mut turn = kit
+        .grag
+        .bff()
+        .chat_stream(&conversation, &question(&conversation))
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    let mut done = false;
+    tokio::time::timeout(HANG_GUARD, async {
+        while let Some(update) = turn.next().await {
+            match update.expect("no error") {
+                TurnUpdate::Event(ChatEvent::Delta(d)) => answer.push_str(&d.text),
+                TurnUpdate::Event(ChatEvent::Done(_)) => done = true,
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(done, "the turn ended with `done`");
+    assert!(!answer.is_empty(), "the answer arrived whole");
+    assert!(turn.was_buffered(), "the whole turn came in one burst");
+    assert_eq!(kit.sim.log().count("chat_stream"), 1);
+}

@@ -1,0 +1,16 @@
+// A chat turn takes the proof that its conversation exists, not a bare ID:
+// the platform silently drops turns for unknown conversations.
+use grag_client::types::ChatRequest;
+use grag_client::{ConversationId, Grag};
+
+async fn turn(grag: &Grag) {
+    let conversation = ConversationId::parse("c-1").unwrap();
+    let body = ChatRequest {
+        conversation_id: conversation.clone(),
+        message: "Hallo".to_owned(),
+        kb_ids: None,
+    };
+    let _ = grag.bff().chat_stream(&conversation, &body).await;
+}
+
+fn main() {}
