@@ -240,14 +240,6 @@ impl Client {
         self.breaker().deploy_suspected(tokio::time::Instant::now())
     }
 
-    /// How long to wait before the next poll of a job or conversion status:
-    /// the policy's interval, times its hot factor while a 429 is recent,
-    /// never below its floor.
-    pub fn polling_interval(&self) -> std::time::Duration {
-        let hot = self.memory().hot_429(tokio::time::Instant::now());
-        crate::backoff::PollCadence::new(&self.shared.policy.throttle.polling).interval(hot)
-    }
-
     /// Sends `alert` to this client's sink: a layer on top (the replay queue)
     /// raises its alerts where the client's go.
     pub fn alert(&self, alert: crate::alerts::Alert) {

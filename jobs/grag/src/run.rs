@@ -378,7 +378,7 @@ impl Step<'_> {
 
     /// Waits the polling interval (×2 while a 429 is hot), keeping the lease.
     pub async fn poll_later(&self, progress: &UploadProgress) -> Result<(), StepError> {
-        tokio::time::sleep(self.grag().runtime().polling_interval()).await;
+        tokio::time::sleep(self.grag().runtime().poll_interval()).await;
         self.save(progress).await
     }
 }
