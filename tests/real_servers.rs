@@ -8,19 +8,15 @@
 use std::time::Duration;
 
 use grag_client::types::{
-    ChatMessage, ChatRequest, CompletionRequest, CreateConversation, CreateKb, JobStatus,
-    OrchestratorEvent, UploadDocument,
+    ChatMessage, ChatRequest, CompletionRequest, CreateConversation, JobStatus, OrchestratorEvent,
 };
-use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId, SessionId};
+use grag_client::{ConversationId, Existing, Grag, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
-use sdk_runtime::{Created, Error, JobProgress, JobUpdate, StreamEvent, Turn, TurnUpdate};
+use sdk_runtime::{Error, JobProgress, StreamEvent, Turn, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(10);
-
-/// "Die Brücke wird alle sechs Jahre geprüft." in base64.
-const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0Lg==";
 
 /// A simulator whose jobs run quickly, each held until its first progress
 /// subscriber (so what a stream sees does not depend on the machine's
@@ -30,37 +26,6 @@ async fn kit() -> Kit {
     sim.job_queue = Duration::from_millis(20);
     sim.job_node_pace = Duration::from_millis(5);
     Kit::start(sim, testkit::policy(100)).await
-}
-
-/// Uploads one document and returns the id of the ingest job it started.
-async fn upload(grag: &Grag, document: &str) -> JobId {
-    let kb = KbId::parse("kb-1").unwrap();
-    grag.workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb.clone(),
-            name: "Brückenprüfung".into(),
-            description: None,
-        })
-        .await
-        .unwrap();
-    let document = grag
-        .workspaces()
-        .upload_document(
-            &kb,
-            &UploadDocument {
-                document_id: DocumentId::parse(document).unwrap(),
-                filename: format!("{document}.txt"),
-                content_type: "text/plain".into(),
-                content_base64: TEXT_B64.into(),
-                metadata: None,
-            },
-        )
-        .await
-        .unwrap();
-    match document {
-        Created::New(document) => document.job_id.expect("an upload starts a job"),
-        Created::Existing => panic!("a fresh simulator has no documents"),
-    }
 }
 
 /// Reads a turn to its end: its event names, and how it ended (`None`: cleanly).
@@ -105,25 +70,8 @@ fn chat() -> ChatRequest {
 
 type Progress = JobProgress<OrchestratorEvent, JobStatus>;
 
-/// Follows a job to its end: what it yielded, in words (`subscribed`,
-/// `status running`, `fell back: connection`, `completed`), and the error it
-/// ended with, if any.
 async fn follow(progress: &mut Progress) -> (Vec<String>, Option<Error>) {
-    tokio::time::timeout(HANG_GUARD, async {
-        let mut seen = Vec::new();
-        while let Some(next) = progress.next().await {
-            seen.push(match next {
-                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
-                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
-                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
-                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
-                Err(e) => return (seen, Some(e)),
-            });
-        }
-        (seen, None)
-    })
-    .await
-    .expect("the job is followed to its end")
+    testkit::follow(progress, HANG_GUARD).await
 }
 
 /// A drop: the connection row, with what happened in the detail.
@@ -142,7 +90,7 @@ fn assert_drop(error: &Error, endpoint: &str) {
 #[tokio::test]
 async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the_job_is_polled() {
     let kit = kit().await;
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseEndsEarly { after_events: 2 })
             .on("orchestrator_events")
@@ -167,7 +115,7 @@ async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the
     );
 
     // Another job's stream, without the fault, ends with its terminal event.
-    let job = upload(&kit.grag, "doc-2").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-2").await;
     let polls = kit.sim.log().count("pipeline_status");
     let (seen, end) = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "{end:?}");
@@ -229,12 +177,12 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
 #[tokio::test]
 async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
     let kit = kit().await;
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     let plain = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(plain.1.is_none(), "{:?}", plain.1);
 
     // A second job of the same shape, streamed as sse-starlette writes it.
-    let job = upload(&kit.grag, "doc-2").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-2").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseStarlette { ping_ms: 5 })
             .on("orchestrator_events")

@@ -9,19 +9,15 @@
 use std::time::Duration;
 
 use grag_client::types::{
-    AgentEvent, ChatEvent, ChatRequest, CreateConversation, CreateKb, JobStatus, OrchestratorEvent,
-    UploadDocument,
+    AgentEvent, ChatEvent, ChatRequest, CreateConversation, JobStatus, OrchestratorEvent,
 };
-use grag_client::{ConversationId, DocumentId, Existing, Grag, JobId, KbId, SessionId};
+use grag_client::{ConversationId, Existing, Grag, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
-use sdk_runtime::{Error, JobProgress, JobUpdate, TurnUpdate};
+use sdk_runtime::{Error, JobProgress, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(30);
-
-/// "Die Brücke wird alle sechs Jahre geprüft." in base64.
-const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0Lg==";
 
 /// The simulator at 1/1000 (keepalive 20 ms, ceiling 1.8 s) with jobs held
 /// until their first subscriber, the client at 1/100 (watchdog 450 ms,
@@ -42,55 +38,11 @@ async fn kit_at(divisor: u32, adjust: impl FnOnce(&mut SimConfig)) -> Kit {
     Kit::start(sim, testkit::policy(divisor)).await
 }
 
-async fn upload(grag: &Grag, document: &str) -> JobId {
-    let kb = KbId::parse("kb-1").unwrap();
-    grag.workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb.clone(),
-            name: "Brückenprüfung".into(),
-            description: None,
-        })
-        .await
-        .unwrap();
-    let document = grag
-        .workspaces()
-        .upload_document(
-            &kb,
-            &UploadDocument {
-                document_id: DocumentId::parse(document).unwrap(),
-                filename: format!("{document}.txt"),
-                content_type: "text/plain".into(),
-                content_base64: TEXT_B64.into(),
-                metadata: None,
-            },
-        )
-        .await
-        .unwrap();
-    match document {
-        sdk_runtime::Created::New(d) => d.job_id.expect("an upload starts a job"),
-        sdk_runtime::Created::Existing => panic!("a fresh simulator has no documents"),
-    }
-}
-
 /// What following a job yielded, in words, and how it ended.
 async fn follow(
     mut progress: JobProgress<OrchestratorEvent, JobStatus>,
 ) -> (Vec<String>, Option<Error>) {
-    tokio::time::timeout(HANG_GUARD, async {
-        let mut seen = Vec::new();
-        while let Some(next) = progress.next().await {
-            seen.push(match next {
-                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
-                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
-                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
-                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
-                Err(e) => return (seen, Some(e)),
-            });
-        }
-        (seen, None)
-    })
-    .await
-    .expect("the job is followed to its end")
+    testkit::follow(&mut progress, HANG_GUARD).await
 }
 
 fn fallbacks(grag: &Grag) -> usize {
@@ -117,7 +69,7 @@ async fn keepalives_longer_than_the_watchdog_are_no_stall() {
         s.stream_ceiling = Duration::from_secs(60);
     })
     .await;
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "{end:?}");
     assert!(fell_back(&seen).is_empty(), "{seen:?}");
@@ -130,7 +82,7 @@ async fn keepalives_longer_than_the_watchdog_are_no_stall() {
 #[tokio::test]
 async fn a_stall_falls_back_to_polling_and_the_result_still_arrives() {
     let kit = kit_with(|_| {}).await;
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseStall { after_events: 2 })
             .on("orchestrator_events")
@@ -155,7 +107,7 @@ async fn a_stall_falls_back_to_polling_and_the_result_still_arrives() {
 async fn the_ceiling_s_timeout_event_is_polled_through_not_a_failed_job() {
     // The job outlasts the stream's ceiling (1.8 s at this scale).
     let kit = kit_at(10, |s| s.job_queue = Duration::from_millis(2500)).await;
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "not failed: {end:?}");
     assert_eq!(
@@ -177,7 +129,7 @@ async fn the_ceiling_s_timeout_event_is_polled_through_not_a_failed_job() {
 #[tokio::test]
 async fn an_error_event_falls_back_to_polling() {
     let kit = kit_with(|_| {}).await;
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseError {
             after_events: 1,
@@ -207,7 +159,7 @@ async fn a_reconnect_is_resynced_by_exactly_one_poll() {
         s.stream_ceiling = Duration::from_secs(60);
     })
     .await;
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseDrop { after_events: 1 })
             .on("orchestrator_events")
@@ -260,7 +212,7 @@ async fn a_failed_job_ends_in_job_failed_with_the_re_upload_copy() {
         .on("upload_document")
         .once(),
     );
-    let job = upload(&kit.grag, "doc-1").await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     let error = end.expect("a failed job is an error");
     assert_eq!(
@@ -499,7 +451,7 @@ async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_ar
             .on("orchestrator_events")
             .times(2),
     );
-    let first = upload(&kit.grag, "doc-1").await;
+    let first = testkit::upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&first)).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(
@@ -513,7 +465,7 @@ async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_ar
     );
     assert!(!kit.grag.runtime().polling_only());
 
-    let second = upload(&kit.grag, "doc-2").await;
+    let second = testkit::upload_for_job(&kit.grag, "doc-2").await;
     let (_, end) = follow(kit.grag.bff().orchestrator_events(&second)).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(kit.alerts.names(), ["sse_fallbacks_sustained"], "confirmed");
@@ -527,7 +479,7 @@ async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_ar
 
     // From now on jobs are followed by polling alone.
     let streams = kit.sim.log().count("orchestrator_events");
-    let third = upload(&kit.grag, "doc-3").await;
+    let third = testkit::upload_for_job(&kit.grag, "doc-3").await;
     kit.sim.start_job(testkit::TENANT, third.as_str());
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&third)).await;
     assert!(end.is_none(), "{end:?}");

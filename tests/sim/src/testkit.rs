@@ -17,9 +17,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use grag_client::policy::POLICY;
-use grag_client::{Config, Grag, TenantId};
+use grag_client::types::{CreateKb, JobStatus, OrchestratorEvent, UploadDocument};
+use grag_client::{Config, Created, DocumentId, Grag, JobId, KbId, TenantId};
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
+use sdk_runtime::{JobProgress, JobUpdate};
 
 use crate::{Sim, SimConfig};
 
@@ -95,4 +97,58 @@ impl Kit {
         let grag = client_with(config, policy);
         Kit { sim, grag, alerts }
     }
+}
+
+/// "Die Brücke wird alle sechs Jahre geprüft." in base64: the document the
+/// stream tests upload.
+pub const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0Lg==";
+
+/// Creates `kb-1`, uploads `document` into it and returns the id of the
+/// ingest job the upload started.
+pub async fn upload_for_job(grag: &Grag, document: &str) -> JobId {
+    let kb = KbId::parse("kb-1").expect("a valid KB id");
+    grag.workspaces()
+        .create_kb(&CreateKb {
+            kb_id: kb.clone(),
+            name: "Brückenprüfung".into(),
+            description: None,
+        })
+        .await
+        .expect("the KB is created");
+    let upload = UploadDocument {
+        document_id: DocumentId::parse(document).expect("a valid document id"),
+        filename: format!("{document}.txt"),
+        content_type: "text/plain".into(),
+        content_base64: TEXT_B64.into(),
+        metadata: None,
+    };
+    match grag.workspaces().upload_document(&kb, &upload).await {
+        Ok(Created::New(d)) => d.job_id.expect("an upload starts a job"),
+        Ok(Created::Existing) => panic!("a fresh simulator has no documents"),
+        Err(e) => panic!("the upload fails: {e}"),
+    }
+}
+
+/// Follows a job to its end, at most `guard` long: what it yielded, in
+/// words (`subscribed`, `status running`, `fell back: connection`,
+/// `completed`), and the error it ended with, if any.
+pub async fn follow(
+    progress: &mut JobProgress<OrchestratorEvent, JobStatus>,
+    guard: std::time::Duration,
+) -> (Vec<String>, Option<sdk_runtime::Error>) {
+    tokio::time::timeout(guard, async {
+        let mut seen = Vec::new();
+        while let Some(next) = progress.next().await {
+            seen.push(match next {
+                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
+                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
+                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
+                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the job is followed to its end")
 }
