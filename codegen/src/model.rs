@@ -78,6 +78,8 @@ pub struct Api {
 #[derive(Debug)]
 pub struct Headers {
     pub authorization: String,
+    /// The scheme before the key (`Bearer`).
+    pub auth_scheme: String,
     pub tenant: String,
     /// `None`: the API has no workspace scope.
     pub workspace: Option<String>,

@@ -622,3 +622,16 @@ fn a_route_that_is_not_idempotent_is_replayed_only_with_its_read() {
     );
     assert!(e.message.contains("reconcile"), "{e}");
 }
+
+#[test]
+fn an_auth_scheme_is_a_token() {
+    let file = "api.yaml";
+    let line = line_of(file, "scheme: Bearer", 0);
+    let e = one(
+        broken(file, "scheme: Bearer", "scheme: Bearer token", 0),
+        file,
+        line,
+        "auth.scheme",
+    );
+    assert!(e.message.contains("token"), "{e}");
+}

@@ -85,7 +85,7 @@ pub(crate) struct Shared {
     pub(crate) retries: Box<[RetryClass]>,
     pub(crate) pool: Pool,
     pub(crate) base_url: String,
-    /// `Bearer <key>`, built once and marked sensitive (never in a debug print).
+    /// `<scheme> <key>` (`Bearer`), built once and marked sensitive (never in a debug print).
     pub(crate) authorization: reqwest::header::HeaderValue,
     pub(crate) tenant: Id,
     pub(crate) throttle: Throttle,
@@ -118,7 +118,7 @@ impl Client {
         // The tenant may have been parsed under other rules: check this policy's.
         Id::parse(&policy.ids, IdKind::Tenant, config.tenant.as_str())
             .map_err(ConfigError::Tenant)?;
-        let authorization = check_api_key(&config.api_key)?;
+        let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let pool = Pool::new(policy.pool_idle, policy.fresh_after)
@@ -381,7 +381,7 @@ fn configured_retries(
 /// The key goes into a header on every keyed request: it must be a valid
 /// header value, and a key that is empty or carries whitespace is a paste
 /// error, not a credential.
-fn check_api_key(key: &str) -> Result<reqwest::header::HeaderValue, ConfigError> {
+fn check_api_key(scheme: &str, key: &str) -> Result<reqwest::header::HeaderValue, ConfigError> {
     if key.is_empty() {
         return Err(ConfigError::ApiKey("it is empty"));
     }
@@ -390,7 +390,7 @@ fn check_api_key(key: &str) -> Result<reqwest::header::HeaderValue, ConfigError>
             "it holds a space, a control character (CR, LF, DEL, ...) or a non-ASCII byte",
         ));
     }
-    let mut value = reqwest::header::HeaderValue::try_from(format!("Bearer {key}"))
+    let mut value = reqwest::header::HeaderValue::try_from(format!("{scheme} {key}"))
         .map_err(|_| ConfigError::ApiKey("it is not a valid header value"))?;
     value.set_sensitive(true);
     Ok(value)

@@ -10,6 +10,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let api = &model.api.name;
     let h = &model.api.headers;
     let (auth, tenant, request_id) = (&h.authorization, &h.tenant, &h.request_id);
+    let auth_scheme = &h.auth_scheme;
     let workspace = option(h.workspace.as_ref(), |w| quote!(#w));
     let pipeline = option(h.pipeline.as_ref(), |p| quote!(#p));
     let reserved = &model.api.reserved_tenants;
@@ -356,6 +357,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             api: #api,
             headers: HeaderNames {
                 authorization: #auth,
+                auth_scheme: #auth_scheme,
                 tenant: #tenant,
                 workspace: #workspace,
                 request_id: #request_id,

@@ -18,11 +18,13 @@ impl Cx<'_> {
                 ),
             );
         }
-        if api.auth.scheme.as_str() != "bearer" {
+        // RFC 9110 §11.1: an auth scheme is a token.
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if api.auth.scheme.is_empty() || !api.auth.scheme.chars().all(token) {
             self.error(
                 &api.auth.scheme,
                 "auth.scheme",
-                "only `bearer` is supported",
+                "an auth scheme is a token (letters, digits and !#$%&'*+-.^_`|~), as sent: `Bearer`",
             );
         }
         let mut ids = Vec::new();
@@ -111,6 +113,7 @@ impl Cx<'_> {
             tenant_env: api.auth.tenant_env.to_string(),
             headers: Headers {
                 authorization: h.authorization.to_string(),
+                auth_scheme: api.auth.scheme.to_string(),
                 tenant: h.tenant.to_string(),
                 workspace: h.workspace.as_ref().map(|w| w.to_string()),
                 request_id: h.request_id.to_string(),

@@ -90,6 +90,7 @@ pub static POLICY: Policy = Policy {
     api: "core",
     headers: HeaderNames {
         authorization: "Authorization",
+        auth_scheme: "Bearer",
         tenant: "X-Tenant-ID",
         workspace: None,
         request_id: "X-Request-ID",

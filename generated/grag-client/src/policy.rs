@@ -214,6 +214,7 @@ pub static POLICY: Policy = Policy {
     api: "grag",
     headers: HeaderNames {
         authorization: "Authorization",
+        auth_scheme: "Bearer",
         tenant: "X-Tenant-ID",
         workspace: Some("X-Workspace-ID"),
         request_id: "X-Request-ID",

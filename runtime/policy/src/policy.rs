@@ -155,6 +155,8 @@ pub struct FeaturePolicy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderNames {
     pub authorization: &'static str,
+    /// The scheme the key is sent under: `<scheme> <key>` (`Bearer`).
+    pub auth_scheme: &'static str,
     pub tenant: &'static str,
     /// `None`: the API has no workspace scope.
     pub workspace: Option<&'static str>,
