@@ -195,8 +195,8 @@ impl PgStore {
         rows.iter().map(|r| read_row(r)?.decode()).collect()
     }
 
-    /// Runs a claiming `UPDATE ... RETURNING` in a transaction that commits only if every row
-    /// decodes: a corrupt row fails the claim and takes nothing.
+    /// Runs a claiming `UPDATE ... RETURNING` in a transaction: a row that does not decode is
+    /// failed (`corrupt_row`) in it and left out.
     async fn claiming(
         &self,
         op: &'static str,
@@ -409,8 +409,16 @@ impl JobStore for PgStore {
     }
 
     async fn list(&self, state: JobState, limit: usize) -> Result<Vec<Job>, StoreError> {
-        self.query("list", &self.sql.list, &[&state.as_str(), &to_i64(limit)])
+        let db = |e| StoreError::database("list", e);
+        let client = self.client("list").await?;
+        let stmt = client.prepare_cached(&self.sql.list).await.map_err(db)?;
+        let rows = client
+            .query(&stmt, &[&state.as_str(), &to_i64(limit)])
             .await
+            .map_err(db)?;
+        Ok(crate::row::readable(
+            rows.iter().map(|r| read_row(r).and_then(RawRow::decode)),
+        ))
     }
 
     async fn depth(&self) -> Result<Vec<(String, JobState, u64)>, StoreError> {

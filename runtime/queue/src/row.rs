@@ -111,6 +111,19 @@ pub(crate) fn from_ms(ms: i64) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
+/// The rows of a listing that decode; one that does not is logged and left
+/// out, so a single damaged row does not hide every other job from the UI
+/// (`get` on its key still says `Corrupt`).
+pub(crate) fn readable(rows: impl Iterator<Item = Result<Job, StoreError>>) -> Vec<Job> {
+    rows.filter_map(|row| {
+        row.map_err(|e| {
+            tracing::warn!(target: "sdk_queue", error = %e, "a listed job row does not decode: left out");
+        })
+        .ok()
+    })
+    .collect()
+}
+
 /// The error a claimed row that does not decode is failed with: it can never
 /// run, and left eligible it would stop every claim of its kind.
 pub(crate) fn corrupt_error(e: &StoreError) -> String {

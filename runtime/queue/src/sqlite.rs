@@ -403,7 +403,16 @@ impl JobStore for SqliteStore {
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2"
             ))?;
-            jobs(&mut stmt, params![state.as_str(), limit])
+            let mut rows = stmt.query(params![state.as_str(), limit])?;
+            let mut decoded = Vec::new();
+            while let Some(r) = rows.next()? {
+                decoded.push(match read_row(r) {
+                    Ok(raw) => raw.decode(),
+                    Err(Fail::Store(e)) => Err(e),
+                    Err(e) => return Err(e),
+                });
+            }
+            Ok(crate::row::readable(decoded.into_iter()))
         })
         .await
     }

@@ -11,9 +11,9 @@ use crate::{Claim, Finish, Job, JobState, NewJob, StoreError};
 ///
 /// A worker renews its lease by checkpointing well within it: past its expiry another worker
 /// may take the job over, and the first learns so by `LeaseLost` at its next checkpoint or
-/// finish. A row that does not decode fails a read that meets it (`get`, `list`, `depth`) with
-/// `Corrupt`; a claim that meets one fails that job (`corrupt_row`, the reason kept) and takes
-/// the others, so one damaged row never stops the queue and stays in place for an operator.
+/// finish. A row that does not decode is `Corrupt` to `get` and `depth`; `list` leaves it out
+/// (logged), and a claim fails that job (`corrupt_row`, the reason kept) and takes the others,
+/// so one damaged row never stops the queue or hides the rest, and stays for an operator.
 #[async_trait::async_trait]
 pub trait JobStore: Send + Sync + 'static {
     /// Persist a new job as `pending`; if the key exists, return the stored job unchanged.

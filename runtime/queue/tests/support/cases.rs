@@ -533,17 +533,12 @@ pub async fn corrupt_rows_are_typed_errors(h: &impl Harness) {
 
     h.exec("UPDATE jobs SET state = 'pending', payload = '[[[', attempts = 0 WHERE key = 'bad'")
         .await;
-    let listed = s.list(JobState::Pending, 10).await;
-    assert!(
-        matches!(
-            listed,
-            Err(StoreError::Corrupt {
-                field: "payload",
-                ..
-            })
-        ),
-        "{listed:?}"
-    );
+    let listed = s
+        .list(JobState::Pending, 10)
+        .await
+        .expect("the listing goes on");
+    let keys: Vec<&str> = listed.iter().map(|j| j.key.as_str()).collect();
+    assert_eq!(keys, ["good"], "the corrupt row is left out of a listing");
     // A claim fails the corrupt row (it can never run) and goes on: one
     // damaged row does not stop the queue.
     let claimed = s
