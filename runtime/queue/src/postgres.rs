@@ -11,7 +11,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
-use crate::row::{COLUMNS, RawRow, encode_error, expiry_ms, to_ms};
+use crate::row::{COLUMNS, Columns, RawRow, encode_error, expiry_ms, to_ms};
 use crate::{Claim, Finish, Job, JobState, JobStore, NewJob, StoreError};
 
 /// Eligible to claim at `$3` (now, ms): see [`JobStore`].
@@ -192,7 +192,7 @@ impl PgStore {
             .query(&stmt, params)
             .await
             .map_err(|e| StoreError::database(op, e))?;
-        rows.iter().map(|r| read_row(r)?.decode()).collect()
+        rows.iter().map(|r| RawRow::read(r)?.decode()).collect()
     }
 
     /// Runs a claiming `UPDATE ... RETURNING` in a transaction: a row that does not decode is
@@ -214,7 +214,7 @@ impl PgStore {
         let mut jobs = Vec::with_capacity(rows.len());
         for r in &rows {
             let seq: i64 = r.try_get(1).map_err(db)?;
-            match read_row(r).and_then(RawRow::decode) {
+            match RawRow::read(r).and_then(RawRow::decode) {
                 Ok(job) => jobs.push(job),
                 Err(e) => {
                     tracing::warn!(target: "sdk_queue", seq, error = %e, "a claimed job row does not decode: failed as corrupt_row");
@@ -256,39 +256,19 @@ impl PgStore {
     }
 }
 
-fn read_row(r: &tokio_postgres::Row) -> Result<RawRow, StoreError> {
-    let key: String = r.try_get(0).map_err(|e| StoreError::Corrupt {
-        key: String::new(),
-        field: "key",
-        reason: e.to_string(),
-    })?;
-    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(
-        r: &'a tokio_postgres::Row,
-        key: &str,
-        i: usize,
-        field: &'static str,
-    ) -> Result<T, StoreError> {
-        r.try_get(i).map_err(|e| StoreError::Corrupt {
-            key: crate::row::clip(key, 128).to_owned(),
-            field,
-            reason: e.to_string(),
-        })
+impl Columns for tokio_postgres::Row {
+    fn text(&self, i: usize) -> Result<String, String> {
+        self.try_get(i).map_err(|e| e.to_string())
     }
-    Ok(RawRow {
-        seq: col(r, &key, 1, "seq")?,
-        kind: col(r, &key, 2, "kind")?,
-        payload: col(r, &key, 3, "payload")?,
-        state: col(r, &key, 4, "state")?,
-        attempts: col(r, &key, 5, "attempts")?,
-        progress: col(r, &key, 6, "progress")?,
-        last_error: col(r, &key, 7, "last_error")?,
-        not_before: col(r, &key, 8, "not_before")?,
-        lease_owner: col(r, &key, 9, "lease_owner")?,
-        lease_until: col(r, &key, 10, "lease_until")?,
-        created_at: col(r, &key, 11, "created_at")?,
-        updated_at: col(r, &key, 12, "updated_at")?,
-        key,
-    })
+    fn opt_text(&self, i: usize) -> Result<Option<String>, String> {
+        self.try_get(i).map_err(|e| e.to_string())
+    }
+    fn int(&self, i: usize) -> Result<i64, String> {
+        self.try_get(i).map_err(|e| e.to_string())
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, String> {
+        self.try_get(i).map_err(|e| e.to_string())
+    }
 }
 
 fn to_i64(n: usize) -> i64 {
@@ -417,7 +397,8 @@ impl JobStore for PgStore {
             .await
             .map_err(db)?;
         Ok(crate::row::readable(
-            rows.iter().map(|r| read_row(r).and_then(RawRow::decode)),
+            rows.iter()
+                .map(|r| RawRow::read(r).and_then(RawRow::decode)),
         ))
     }
 

@@ -27,7 +27,45 @@ pub(crate) struct RawRow {
     pub updated_at: i64,
 }
 
+/// A result row of either driver, one column at a time, in [`COLUMNS`] order.
+/// `Err` is the driver's reason a column did not read as asked.
+pub(crate) trait Columns {
+    fn text(&self, i: usize) -> Result<String, String>;
+    fn opt_text(&self, i: usize) -> Result<Option<String>, String>;
+    fn int(&self, i: usize) -> Result<i64, String>;
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, String>;
+}
+
 impl RawRow {
+    /// Reads one row; a column of the wrong type is a corrupt field, not an
+    /// error of the database.
+    pub fn read(r: &impl Columns) -> Result<RawRow, StoreError> {
+        let key = r.text(0).map_err(|reason| StoreError::Corrupt {
+            key: String::new(),
+            field: "key",
+            reason,
+        })?;
+        let corrupt = |field: &'static str| {
+            let key = clip(&key, 128).to_owned();
+            move |reason| StoreError::Corrupt { key, field, reason }
+        };
+        Ok(RawRow {
+            seq: r.int(1).map_err(corrupt("seq"))?,
+            kind: r.text(2).map_err(corrupt("kind"))?,
+            payload: r.text(3).map_err(corrupt("payload"))?,
+            state: r.text(4).map_err(corrupt("state"))?,
+            attempts: r.int(5).map_err(corrupt("attempts"))?,
+            progress: r.text(6).map_err(corrupt("progress"))?,
+            last_error: r.opt_text(7).map_err(corrupt("last_error"))?,
+            not_before: r.opt_int(8).map_err(corrupt("not_before"))?,
+            lease_owner: r.opt_text(9).map_err(corrupt("lease_owner"))?,
+            lease_until: r.opt_int(10).map_err(corrupt("lease_until"))?,
+            created_at: r.int(11).map_err(corrupt("created_at"))?,
+            updated_at: r.int(12).map_err(corrupt("updated_at"))?,
+            key,
+        })
+    }
+
     pub fn decode(self) -> Result<Job, StoreError> {
         let key = self.key;
         let corrupt = |field: &'static str, reason: String| StoreError::Corrupt {

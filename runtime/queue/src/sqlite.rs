@@ -8,7 +8,7 @@ use rusqlite::limits::Limit;
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 
-use crate::row::{COLUMNS, RawRow, encode_error, expiry_ms, to_ms};
+use crate::row::{COLUMNS, Columns, RawRow, encode_error, expiry_ms, to_ms};
 use crate::{
     Claim, Finish, Job, JobState, JobStore, LockRetry, NewJob, StoreError, lock_retry_delay,
 };
@@ -169,40 +169,19 @@ fn is_locked(e: &rusqlite::Error) -> bool {
     )
 }
 
-/// Reads one row; a column of the wrong type is a corrupt field, not an error of the database.
-fn read_row(r: &rusqlite::Row<'_>) -> Result<RawRow, Fail> {
-    let key: String = r.get(0).map_err(|e| StoreError::Corrupt {
-        key: String::new(),
-        field: "key",
-        reason: e.to_string(),
-    })?;
-    fn col<T: FromSql>(
-        r: &rusqlite::Row<'_>,
-        key: &str,
-        i: usize,
-        field: &'static str,
-    ) -> Result<T, StoreError> {
-        r.get(i).map_err(|e| StoreError::Corrupt {
-            key: crate::row::clip(key, 128).to_owned(),
-            field,
-            reason: e.to_string(),
-        })
+impl Columns for rusqlite::Row<'_> {
+    fn text(&self, i: usize) -> Result<String, String> {
+        self.get(i).map_err(|e| e.to_string())
     }
-    Ok(RawRow {
-        seq: col(r, &key, 1, "seq")?,
-        kind: col(r, &key, 2, "kind")?,
-        payload: col(r, &key, 3, "payload")?,
-        state: col(r, &key, 4, "state")?,
-        attempts: col(r, &key, 5, "attempts")?,
-        progress: col(r, &key, 6, "progress")?,
-        last_error: col(r, &key, 7, "last_error")?,
-        not_before: col(r, &key, 8, "not_before")?,
-        lease_owner: col(r, &key, 9, "lease_owner")?,
-        lease_until: col(r, &key, 10, "lease_until")?,
-        created_at: col(r, &key, 11, "created_at")?,
-        updated_at: col(r, &key, 12, "updated_at")?,
-        key,
-    })
+    fn opt_text(&self, i: usize) -> Result<Option<String>, String> {
+        self.get(i).map_err(|e| e.to_string())
+    }
+    fn int(&self, i: usize) -> Result<i64, String> {
+        self.get(i).map_err(|e| e.to_string())
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, String> {
+        self.get(i).map_err(|e| e.to_string())
+    }
 }
 
 /// Runs a claim's `UPDATE … RETURNING` and decodes the rows it claimed. A
@@ -221,10 +200,9 @@ fn claimed(
         let mut rows = stmt.query(params)?;
         while let Some(r) = rows.next()? {
             let seq: i64 = r.get(1)?;
-            match read_row(r).and_then(|raw| raw.decode().map_err(Fail::Store)) {
+            match RawRow::read(r).and_then(RawRow::decode) {
                 Ok(job) => good.push(job),
-                Err(Fail::Store(e)) => bad.push((seq, e)),
-                Err(e) => return Err(e),
+                Err(e) => bad.push((seq, e)),
             }
         }
     }
@@ -248,7 +226,7 @@ fn jobs(
     let mut rows = stmt.query(params)?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
-        out.push(read_row(r)?.decode()?);
+        out.push(RawRow::read(r)?.decode()?);
     }
     Ok(out)
 }
@@ -406,11 +384,7 @@ impl JobStore for SqliteStore {
             let mut rows = stmt.query(params![state.as_str(), limit])?;
             let mut decoded = Vec::new();
             while let Some(r) = rows.next()? {
-                decoded.push(match read_row(r) {
-                    Ok(raw) => raw.decode(),
-                    Err(Fail::Store(e)) => Err(e),
-                    Err(e) => return Err(e),
-                });
+                decoded.push(RawRow::read(r).and_then(RawRow::decode));
             }
             Ok(crate::row::readable(decoded.into_iter()))
         })
