@@ -68,32 +68,44 @@ impl Jobs {
             .replay
             .as_ref()
             .ok_or(JobsError::NoReplayPolicy)?;
-        Ok(Jobs {
-            inner: Arc::new(Inner {
-                grag: grag.deferring_server_waits(),
-                store,
-                owner: owner.into(),
-                policy,
-                clock: Arc::new(SystemTime::now),
-                metrics: Metrics::new(policy),
-                wake: Notify::new(),
-                last_outage: Mutex::new(None),
-            }),
-        })
+        let grag = grag.deferring_server_waits();
+        Ok(Jobs::assemble(
+            grag,
+            store,
+            owner.into(),
+            policy,
+            Arc::new(SystemTime::now),
+        ))
     }
 
     /// The same queue reading time from `clock` (tests: a lease that has
     /// run out, without waiting for it).
     pub fn with_clock(self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
-        let inner = &self.inner;
+        let i = &self.inner;
+        Jobs::assemble(
+            i.grag.clone(),
+            i.store.clone(),
+            i.owner.clone(),
+            i.policy,
+            Arc::new(clock),
+        )
+    }
+
+    fn assemble(
+        grag: Grag,
+        store: Arc<dyn JobStore>,
+        owner: String,
+        policy: &'static ReplayPolicy,
+        clock: Clock,
+    ) -> Self {
         Jobs {
             inner: Arc::new(Inner {
-                grag: inner.grag.clone(),
-                store: inner.store.clone(),
-                owner: inner.owner.clone(),
-                policy: inner.policy,
-                clock: Arc::new(clock),
-                metrics: Metrics::new(inner.policy),
+                grag,
+                store,
+                owner,
+                policy,
+                clock,
+                metrics: Metrics::new(policy),
                 wake: Notify::new(),
                 last_outage: Mutex::new(None),
             }),
@@ -122,7 +134,6 @@ impl Jobs {
     pub async fn retry(&self, key: &str) -> Result<Option<Job>, JobsError> {
         let store = &self.inner.store;
         if store.requeue(key, self.now()).await? {
-            self.refresh_depth().await;
             self.run_key(key).await?;
         }
         Ok(store.get(key).await?)
@@ -166,7 +177,6 @@ impl Jobs {
                 now,
             )
             .await?;
-        self.refresh_depth().await;
         self.run_key(&key).await?;
         store
             .get(&key)
@@ -195,7 +205,9 @@ impl Jobs {
         (self.inner.clock)()
     }
 
-    pub(crate) async fn refresh_depth(&self) {
+    /// The gauge is read only here, so the store is asked only here, not
+    /// after every job.
+    async fn refresh_depth(&self) {
         if let Ok(depth) = self.inner.store.depth().await {
             self.inner.metrics.set_depth(&depth);
         }
@@ -268,7 +280,6 @@ impl Jobs {
         if state == JobState::Failed {
             self.inner.metrics.failed();
         }
-        self.refresh_depth().await;
         Ok(state)
     }
 
