@@ -49,8 +49,13 @@ struct Queue {
 }
 
 impl Queue {
+    /// A simulator and client at 1/100, the KB, and a queue on a fresh file.
     async fn start() -> Queue {
-        let env = Env::start().await;
+        Queue::on(Env::start().await).await
+    }
+
+    /// The KB on `env`'s simulator and a queue of its client on a fresh file.
+    async fn on(env: Env) -> Queue {
         env.grag
             .workspaces()
             .create_kb(&CreateKb {
@@ -497,17 +502,7 @@ async fn interactive_calls_never_wait_on_the_queue() {
         grag_sim::testkit::policy(10),
     )
     .await;
-    env.grag
-        .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb(),
-            name: "Jobs".into(),
-            description: None,
-        })
-        .await
-        .unwrap();
-    let db = TempDb::new();
-    let jobs = Jobs::new(env.grag.clone(), db.store(), "worker-1").unwrap();
+    let Queue { env, jobs, _db } = Queue::on(env).await;
     env.sim
         .faults()
         .push(Rule::new(Fault::delay(Duration::from_secs(2))).on("upsert_points"));
