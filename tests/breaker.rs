@@ -17,7 +17,7 @@ use grag_sim::testkit::{self, Kit};
 use grag_sim::{ChurnPhase, Fault, Rule};
 use sdk_runtime::alerts::{Alert, AlertSink, CollectAlerts};
 use sdk_runtime::breaker::CircuitState;
-use sdk_runtime::{ErrorKind, Policy};
+use sdk_runtime::{OutcomeKind, Policy};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -32,8 +32,8 @@ const DEPLOY_SUSPECTED: Duration = Duration::from_millis(1200);
 #[track_caller]
 fn assert_circuit_open(e: &Error) {
     assert_eq!(e.row(), "T21", "{e}");
-    assert_eq!(e.class(), "circuit_open", "{e}");
-    assert_eq!(e.kind(), ErrorKind::CircuitOpen, "{e}");
+    assert_eq!(e.class_name(), "circuit_open", "{e}");
+    assert_eq!(e.kind(), OutcomeKind::CircuitOpen, "{e}");
     assert_eq!(e.message(), Some(UPDATING), "the German state text: {e}");
     assert_eq!(e.status(), None, "{e}");
 }

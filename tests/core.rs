@@ -150,7 +150,7 @@ async fn a_5xx_is_retried_after_0_25_s_and_the_spent_attempts_are_a_typed_error(
         .await
         .unwrap_err();
     assert_eq!(
-        (error.row(), error.class()),
+        (error.row(), error.class_name()),
         ("C2", "server_error"),
         "{error}"
     );
@@ -184,7 +184,7 @@ async fn a_4xx_is_surfaced_at_once_with_its_status_and_detail() {
         .await
         .unwrap_err();
     assert_eq!(
-        (error.row(), error.class()),
+        (error.row(), error.class_name()),
         ("C3", "http_error"),
         "{error}"
     );
@@ -207,7 +207,7 @@ async fn a_2xx_that_is_not_json_is_a_client_error_and_not_retried() {
         .await
         .unwrap_err();
     assert_eq!(
-        (error.row(), error.class()),
+        (error.row(), error.class_name()),
         ("C5", "invalid_json"),
         "{error}"
     );
@@ -225,7 +225,11 @@ async fn a_workflow_action_without_an_answer_is_sent_once_and_says_read_the_sess
         .accept(&session(), &decision())
         .await
         .unwrap_err();
-    assert_eq!((error.row(), error.class()), ("C1", "transport"), "{error}");
+    assert_eq!(
+        (error.row(), error.class_name()),
+        ("C1", "transport"),
+        "{error}"
+    );
     assert!(error.outcome_unknown(), "{error}");
     assert_eq!(error.attempts(), 1);
     assert_eq!(core.paths(), [ACCEPT], "the server saw exactly one accept");
@@ -249,7 +253,10 @@ async fn an_answered_workflow_action_is_never_re_sent_and_its_outcome_is_known()
         .advance(&session())
         .await
         .unwrap_err();
-    assert_eq!((error.class(), error.status()), ("server_error", Some(503)));
+    assert_eq!(
+        (error.class_name(), error.status()),
+        ("server_error", Some(503))
+    );
     assert!(!error.outcome_unknown(), "the server answered: {error}");
     assert_eq!(core.paths().len(), 1, "not idempotent: never re-sent");
 }
@@ -267,7 +274,7 @@ async fn a_workflow_action_that_never_left_is_retried() {
         .accept(&session(), &decision())
         .await
         .unwrap_err();
-    assert_eq!(error.class(), "transport", "{error}");
+    assert_eq!(error.class_name(), "transport", "{error}");
     assert_eq!(error.attempts(), 2, "refused, so safe to send again");
     assert!(!error.outcome_unknown(), "it never reached a server");
 }

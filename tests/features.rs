@@ -16,7 +16,7 @@ use grag_sim::testkit;
 use grag_sim::{Fault, Rule, Sim};
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::breaker::CircuitState;
-use sdk_runtime::{ErrorKind, FeatureStatus, Policy};
+use sdk_runtime::{FeatureStatus, OutcomeKind, Policy};
 use tokio::time::Instant;
 
 const DIVISOR: u32 = 50;
@@ -124,9 +124,9 @@ async fn open_breaker(sim: &Sim, grag: &Grag) {
     }
     let runtime = grag.runtime();
     let first = grag.workspaces().get_settings().await.unwrap_err();
-    assert_eq!(first.class(), "bad_gateway", "{first}");
+    assert_eq!(first.class_name(), "bad_gateway", "{first}");
     let second = grag.workspaces().list_documents(&kb()).await.unwrap_err();
-    assert_eq!(second.class(), "bad_gateway", "{second}");
+    assert_eq!(second.class_name(), "bad_gateway", "{second}");
     assert_eq!(
         runtime.circuit_state(),
         CircuitState::Closed,
@@ -135,7 +135,7 @@ async fn open_breaker(sim: &Sim, grag: &Grag) {
     let pipeline = PipelineId::parse("run-1").unwrap();
     let third = grag.ledger().totals(&pipeline).await.unwrap_err();
     assert!(
-        matches!(third.class(), "bad_gateway" | "circuit_open"),
+        matches!(third.class_name(), "bad_gateway" | "circuit_open"),
         "{third}"
     );
     assert_eq!(runtime.circuit_state(), CircuitState::Open);
@@ -184,8 +184,8 @@ async fn updating_while_the_breaker_is_open_then_warming_up_after_the_close() {
     // Interactive calls fail fast with the same German text, without sending.
     let canaries = sim.log().count("list_kbs");
     let error = grag.workspaces().list_kbs().await.unwrap_err();
-    assert_eq!(error.kind(), ErrorKind::CircuitOpen, "{error}");
-    assert_eq!(error.class(), "circuit_open");
+    assert_eq!(error.kind(), OutcomeKind::CircuitOpen, "{error}");
+    assert_eq!(error.class_name(), "circuit_open");
     assert_eq!(error.row(), "T21");
     assert_eq!(error.message(), Some(UPDATING));
     assert_eq!(error.attempts(), 0);
@@ -211,7 +211,7 @@ async fn dark_after_a_stable_dark_503_and_the_next_call_fails_fast() {
     sim.faults().dark("search_rerank");
 
     let error = search(&grag).await.unwrap_err();
-    assert_eq!(error.class(), "feature_dark", "{error}");
+    assert_eq!(error.class_name(), "feature_dark", "{error}");
     assert_eq!(error.row(), "T13");
     assert_eq!(error.status(), Some(503));
     assert_eq!(
@@ -227,7 +227,7 @@ async fn dark_after_a_stable_dark_503_and_the_next_call_fails_fast() {
 
     // The next call fails fast from the cache: nothing reaches the platform.
     let again = search(&grag).await.unwrap_err();
-    assert_eq!(again.class(), "feature_dark", "{again}");
+    assert_eq!(again.class_name(), "feature_dark", "{again}");
     assert_eq!(again.row(), "T13");
     assert_eq!(
         sim.log().count("search_rerank"),
@@ -249,7 +249,7 @@ async fn paused_after_a_402_until_that_route_succeeds_again() {
         .push(Rule::new(Fault::Budget).on("search_rerank").once());
 
     let error = search(&grag).await.unwrap_err();
-    assert_eq!(error.class(), "budget_exhausted", "{error}");
+    assert_eq!(error.class_name(), "budget_exhausted", "{error}");
     assert_eq!(error.row(), "T5");
     assert_eq!(error.status(), Some(402));
     assert_eq!(error.message(), Some(PAUSED));

@@ -20,7 +20,7 @@ use recorder::Recorder;
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::breaker::CircuitState;
 use sdk_runtime::classify::{Outcome, classify};
-use sdk_runtime::{Call, ConfigError, Endpoint, ErrorKind, Lane, Policy, ScopeNeed};
+use sdk_runtime::{Call, ConfigError, Endpoint, Lane, OutcomeKind, Policy, ScopeNeed};
 use serde_json::json;
 
 fn tenant() -> TenantId {
@@ -80,11 +80,11 @@ async fn a_retry_after_that_overflows_an_instant_ends_the_call_with_its_row() {
     .await;
     let grag = client(&server.url());
     let e = grag.workspaces().list_kbs().await.unwrap_err();
-    assert_eq!((e.row(), e.class()), ("T11", "rate_limited"), "{e}");
+    assert_eq!((e.row(), e.class_name()), ("T11", "rate_limited"), "{e}");
     assert_eq!(e.retry_after(), Some(Duration::from_secs(u64::MAX)));
     assert_eq!(e.attempts(), 1, "no retry fits a wait past the deadline");
     let e = grag.workspaces().get_settings().await.unwrap_err();
-    assert_eq!((e.row(), e.class()), ("T15", "backpressure"), "{e}");
+    assert_eq!((e.row(), e.class_name()), ("T15", "backpressure"), "{e}");
     assert_eq!(e.retry_after(), Some(Duration::from_secs(u64::MAX)));
     server.stop().await;
 }
@@ -104,7 +104,7 @@ async fn a_redirect_is_never_followed_and_is_contract_drift() {
     let grag = client_with(&origin.url(), &POLICY, alerts.clone());
     let e = grag.workspaces().list_kbs().await.unwrap_err();
     assert_eq!(
-        (e.row(), e.class(), e.status()),
+        (e.row(), e.class_name(), e.status()),
         ("T26", "redirect", Some(302)),
         "{e}"
     );
@@ -170,7 +170,7 @@ async fn a_status_outside_every_contract_is_classified() {
         .await
         .unwrap_err();
     assert_eq!(
-        (e.row(), e.class(), e.status()),
+        (e.row(), e.class_name(), e.status()),
         ("T29", "unexpected_status", Some(600)),
         "{e}"
     );
@@ -196,8 +196,8 @@ async fn an_endless_2xx_body_stops_at_the_route_cap() {
         .await
         .unwrap_err();
     assert_eq!(
-        (e.row(), e.class(), e.kind()),
-        ("T30", "response_too_large", ErrorKind::TooLarge),
+        (e.row(), e.class_name(), e.kind()),
+        ("T30", "response_too_large", OutcomeKind::TooLarge),
         "{e}"
     );
     let cap = grag_client::workspaces::LIST_KBS.max_response;
@@ -283,7 +283,7 @@ async fn an_sse_event_that_never_ends_is_a_typed_error_at_the_event_cap() {
     let session = SessionId::parse("session-1").unwrap();
     let mut events = grag.bff().agent_session_stream(&session).await.unwrap();
     let e = events.next().await.expect("an item").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Decode, "{e}");
+    assert_eq!(e.kind(), OutcomeKind::Decode, "{e}");
     let cause = std::error::Error::source(&e)
         .map(|s| s.to_string())
         .unwrap_or_default();
@@ -644,7 +644,7 @@ async fn a_401_on_the_keyless_bff_lane_is_the_platform_s_not_an_auth_alert() {
         !POLICY
             .routes
             .iter()
-            .any(|e| e.lane == Lane::Bff && e.service != "bff")
+            .any(|e| e.lane == Lane::Keyless && e.service != "bff")
     );
     let server =
         Recorder::start(|_| answer(401, &[], r#"{"detail":"upstream refused the key"}"#)).await;
@@ -655,9 +655,9 @@ async fn a_401_on_the_keyless_bff_lane_is_the_platform_s_not_an_auth_alert() {
         .pipeline_status(&JobId::parse("job-1").unwrap())
         .await
         .unwrap_err();
-    assert_eq!((e.row(), e.class()), ("T28", "platform_auth"), "{e}");
+    assert_eq!((e.row(), e.class_name()), ("T28", "platform_auth"), "{e}");
     let e = grag.workspaces().list_kbs().await.unwrap_err();
-    assert_eq!((e.row(), e.class()), ("T3", "auth"), "{e}");
+    assert_eq!((e.row(), e.class_name()), ("T3", "auth"), "{e}");
     assert_eq!(
         alerts.names(),
         ["auth_outside_deploy"],

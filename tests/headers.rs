@@ -704,7 +704,7 @@ async fn every_route_carries_exactly_the_required_headers() {
     assert!(ENDPOINTS.iter().any(|e| e.scope == ScopeNeed::Public));
     assert!(ENDPOINTS.iter().any(|e| e.scope == ScopeNeed::Tenant));
     assert!(ENDPOINTS.iter().any(|e| e.scope == ScopeNeed::Workspace));
-    assert!(ENDPOINTS.iter().any(|e| e.lane == Lane::Bff));
+    assert!(ENDPOINTS.iter().any(|e| e.lane == Lane::Keyless));
     assert!(ENDPOINTS.iter().any(|e| e.pipeline_id));
     assert!(ENDPOINTS.iter().any(|e| e.stream.is_some()));
     let keys: BTreeSet<String> = ENDPOINTS.iter().map(|e| route_key(e)).collect();

@@ -77,7 +77,7 @@ async fn follow(progress: &mut Progress) -> (Vec<String>, Option<Error>) {
 /// A drop: the connection row, with what happened in the detail.
 fn assert_drop(error: &Error, endpoint: &str) {
     assert_eq!(
-        (error.row(), error.class(), error.endpoint()),
+        (error.row(), error.class_name(), error.endpoint()),
         ("T1", "connection", endpoint),
         "{error}"
     );

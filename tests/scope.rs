@@ -20,7 +20,7 @@ use grag_client::{
 };
 use recorder::Recorder;
 use sdk_runtime::policy::IdRules;
-use sdk_runtime::{Call, ClientConfig, ConfigError, ErrorKind, Id, IdKind, ScopeNeed};
+use sdk_runtime::{Call, ClientConfig, ConfigError, Id, IdKind, OutcomeKind, ScopeNeed};
 use serde_json::json;
 
 const RESERVED: [&str; 3] = ["default", "system", "canary"];
@@ -250,8 +250,8 @@ async fn a_workspace_call_without_workspace_is_refused_before_sending() {
             .await
             .expect_err("a workspace route without a workspace must be refused");
         let what = format!("{} {}", endpoint.method.as_str(), endpoint.path);
-        assert_eq!(err.kind(), ErrorKind::InvalidScope, "{what}: {err}");
-        assert_eq!(err.class(), "invalid_scope", "{what}");
+        assert_eq!(err.kind(), OutcomeKind::InvalidScope, "{what}: {err}");
+        assert_eq!(err.class_name(), "invalid_scope", "{what}");
         assert_eq!(err.row(), "T22", "{what}");
         assert_eq!(
             err.attempts(),
@@ -305,8 +305,8 @@ async fn a_call_with_missing_or_extra_path_values_is_refused_before_sending() {
     ];
     for (what, call) in calls {
         let err = grag.runtime().send(call).await.expect_err(what);
-        assert_eq!(err.kind(), ErrorKind::InvalidScope, "{what}: {err}");
-        assert_eq!(err.class(), "invalid_scope", "{what}");
+        assert_eq!(err.kind(), OutcomeKind::InvalidScope, "{what}: {err}");
+        assert_eq!(err.class_name(), "invalid_scope", "{what}");
         assert_eq!(err.row(), "T22", "{what}");
         assert_eq!(err.attempts(), 0, "{what}");
     }
@@ -365,7 +365,7 @@ async fn a_hand_built_call_cannot_send_another_kind_of_id_as_workspace() {
     let seen = server.stop().await;
     assert!(seen.is_empty(), "sent: {seen:?}");
     let err = result.expect_err("a TenantId is not a workspace");
-    assert_eq!(err.class(), "invalid_scope");
+    assert_eq!(err.class_name(), "invalid_scope");
 }
 
 #[tokio::test]
@@ -446,14 +446,18 @@ async fn a_hand_made_endpoint_outside_the_policy_is_refused() {
     ))
     .unwrap();
     let err = grag.runtime().send(Call::new(&STRAY)).await.unwrap_err();
-    assert_eq!((err.row(), err.class()), ("T22", "invalid_scope"), "{err}");
+    assert_eq!(
+        (err.row(), err.class_name()),
+        ("T22", "invalid_scope"),
+        "{err}"
+    );
     let err = grag
         .runtime()
         .open_stream(Call::new(&grag_client::workspaces::LIST_KBS))
         .await
         .err()
         .expect("list_kbs is no stream");
-    assert_eq!(err.class(), "invalid_scope", "{err}");
+    assert_eq!(err.class_name(), "invalid_scope", "{err}");
     let seen = server.stop().await;
     assert!(seen.is_empty(), "sent: {seen:?}");
 }

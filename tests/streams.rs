@@ -216,7 +216,7 @@ async fn a_failed_job_ends_in_job_failed_with_the_re_upload_copy() {
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     let error = end.expect("a failed job is an error");
     assert_eq!(
-        (error.row(), error.class()),
+        (error.row(), error.class_name()),
         ("T32", "job_failed"),
         "{error}"
     );
@@ -275,7 +275,7 @@ async fn ask(grag: &Grag, conversation: &Existing<ConversationId>) -> (Vec<Strin
 /// The turn failed with its answer lost, and the simulator saw one POST.
 fn assert_lost_once(kit: &Kit, end: Option<Error>, class: &str) {
     let error = end.expect("the turn failed");
-    assert_eq!(error.class(), class, "{error}");
+    assert_eq!(error.class_name(), class, "{error}");
     assert!(error.answer_lost(), "{error}");
     assert!(
         error.message().unwrap().contains("Erneut senden"),
@@ -370,7 +370,7 @@ async fn a_turn_for_another_conversation_than_the_proven_one_is_refused_unsent()
         .await
         .err()
         .expect("refused");
-    assert_eq!(error.class(), "invalid_scope", "{error}");
+    assert_eq!(error.class_name(), "invalid_scope", "{error}");
     assert_eq!(kit.sim.log().count("chat_stream"), 0, "nothing sent");
 }
 
@@ -408,7 +408,7 @@ async fn an_agent_error_frame_is_a_typed_error() {
     .unwrap();
     assert_eq!(seen, ["session session-1", "step plan"]);
     assert_eq!(
-        (error.row(), error.class()),
+        (error.row(), error.class_name()),
         ("T17", "stream_error"),
         "{error}"
     );
@@ -429,7 +429,7 @@ async fn a_503_on_opening_an_agent_session_means_the_agent_plane_is_dark() {
         .err()
         .expect("refused");
     assert_eq!(
-        (error.row(), error.class(), error.status()),
+        (error.row(), error.class_name(), error.status()),
         ("T13", "feature_dark", Some(503)),
         "{error}"
     );

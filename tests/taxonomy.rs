@@ -18,11 +18,12 @@ use grag_client::types::{
     ScoreRequest, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
 use grag_client::{
-    ConversationId, Created, DocumentId, EntityId, Error, KbId, Progress, TenantId, WorkspaceId,
+    ConversationId, Created, DocumentId, EntityId, Error, ErrorClass, ErrorExt, KbId, Progress,
+    TenantId, WorkspaceId,
 };
 use grag_sim::{Fault, RetryAfter, Rule};
 use sdk_runtime::breaker::CircuitState;
-use sdk_runtime::{Call, ErrorKind};
+use sdk_runtime::{Call, OutcomeKind};
 use tokio::time::Instant;
 
 // The German copy of the spec's "Messages for final errors" table, written out
@@ -63,8 +64,76 @@ const MSG_CLIENT_ERROR: &str = "Die Anfrage konnte nicht verarbeitet werden.";
 #[track_caller]
 fn assert_row(e: &Error, row: &str, class: &str, message: &str) {
     assert_eq!(e.row(), row, "row of {e}");
-    assert_eq!(e.class(), class, "class of {e}");
+    assert_eq!(e.class_name(), class, "class of {e}");
+    assert_eq!(e.class().as_str(), class, "the generated class of {e}");
     assert_eq!(e.message(), Some(message), "German message of {e}");
+}
+
+#[test]
+fn every_class_of_the_taxonomy_is_a_variant_of_error_class() {
+    let classes: Vec<&str> = policy()
+        .taxonomy
+        .iter()
+        .map(|r| r.class)
+        .filter(|c| *c != "success")
+        .collect();
+    for class in &classes {
+        let variant = ErrorClass::from_name(class);
+        assert_ne!(variant, ErrorClass::Unclassified, "{class} has a variant");
+        assert_eq!(variant.as_str(), *class);
+        assert_eq!(variant.to_string(), *class);
+    }
+    // One variant per class, in row order, and the fallback last.
+    let mut distinct = classes.clone();
+    distinct.dedup();
+    let mut seen = Vec::new();
+    distinct.retain(|c| {
+        let new = !seen.contains(c);
+        seen.push(*c);
+        new
+    });
+    let all: Vec<&str> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(all[..all.len() - 1], distinct[..]);
+    assert_eq!(ErrorClass::ALL.last(), Some(&ErrorClass::Unclassified));
+    assert_eq!(
+        ErrorClass::from_name("no_such_class"),
+        ErrorClass::Unclassified
+    );
+}
+
+#[tokio::test]
+async fn t31_a_body_that_cannot_be_encoded_is_refused_before_sending() {
+    use std::collections::BTreeMap;
+    let env = Env::start().await;
+    let endpoint = policy()
+        .routes
+        .iter()
+        .find(|e| e.operation == "complete")
+        .expect("the spec has complete");
+    // JSON object keys must be strings: serde_json refuses this map.
+    let body = BTreeMap::from([((1, 2), "value")]);
+    let e = env
+        .grag
+        .runtime()
+        .send(Call::new(endpoint).json(&body))
+        .await
+        .unwrap_err();
+    assert_row(&e, "T31", "invalid_request", MSG_CLIENT_CONTRACT);
+    assert_eq!(e.class(), ErrorClass::InvalidRequest);
+    assert_eq!(e.kind(), OutcomeKind::InvalidRequest);
+    assert_eq!(
+        e.attempts(),
+        1,
+        "one attempt, never sent, never retried: {e}"
+    );
+    assert!(
+        e.detail()
+            .is_some_and(|d| d.contains("could not be encoded")),
+        "{e}"
+    );
+    assert_eq!(env.total(), 0, "nothing reached the platform");
+    assert_eq!(env.alert_names(), ["client_contract"]);
+    assert_eq!(env.state(), CircuitState::Closed);
 }
 
 fn kb(id: &str) -> KbId {
@@ -131,7 +200,7 @@ async fn t01_connection_refused_is_retried_three_times_then_t1() {
     env.sim.faults().deploy_churn_stepped(Some(0)).await;
     let e = env.grag.workspaces().list_kbs().await.unwrap_err();
     assert_row(&e, "T1", "connection", MSG_CONNECTION);
-    assert_eq!(e.kind(), ErrorKind::Connection);
+    assert_eq!(e.kind(), OutcomeKind::Connection);
     assert_eq!(e.status(), None, "no status came back: {e}");
     assert_eq!(e.attempts(), 3, "R1: three attempts for an idempotent call");
     assert_eq!(env.total(), 0, "refused: nothing reached the platform");
@@ -155,7 +224,7 @@ async fn t01_connection_reset_mid_body_is_retried_only_when_idempotent() {
 
     let e = env.grag.workspaces().list_kbs().await.unwrap_err();
     assert_row(&e, "T1", "connection", MSG_CONNECTION);
-    assert_eq!(e.kind(), ErrorKind::Connection);
+    assert_eq!(e.kind(), OutcomeKind::Connection);
     assert_eq!(e.attempts(), 3);
     assert_eq!(
         env.count("list_kbs"),
@@ -197,7 +266,7 @@ async fn t01_attempt_timeout_is_t1_retried_only_when_idempotent() {
     let e = env.grag.workspaces().get_settings().await.unwrap_err();
     let took = started.elapsed();
     assert_row(&e, "T1", "connection", MSG_CONNECTION);
-    assert_eq!(e.kind(), ErrorKind::Connection);
+    assert_eq!(e.kind(), OutcomeKind::Connection);
     assert!(
         e.detail().is_some_and(|d| d.contains("attempt timeout")),
         "the attempt timeout ended each attempt: {e}"
@@ -915,7 +984,7 @@ async fn t20_deadline_ends_a_call_the_platform_is_too_slow_for() {
         .unwrap_err();
     let took = started.elapsed();
     assert_row(&e, "T20", "deadline", MSG_DEADLINE);
-    assert_eq!(e.kind(), ErrorKind::Deadline);
+    assert_eq!(e.kind(), OutcomeKind::Deadline);
     assert_eq!(e.status(), None, "the platform did not answer: {e}");
     let detail = e.detail().unwrap_or_default();
     assert!(
@@ -945,7 +1014,7 @@ async fn t11_a_retry_after_past_the_deadline_ends_the_call_with_its_row_and_the_
         .push(Rule::new(Fault::rate_limited_secs(3600)).on("list_kbs"));
     let e = env.grag.workspaces().list_kbs().await.unwrap_err();
     assert_row(&e, "T11", "rate_limited", MSG_RATE_LIMITED);
-    assert_eq!(e.kind(), ErrorKind::Status);
+    assert_eq!(e.kind(), OutcomeKind::Status);
     assert_eq!(e.retry_after(), Some(Duration::from_secs(3600)), "{e}");
     assert!(
         e.to_string().contains("3600 s"),
@@ -975,7 +1044,7 @@ async fn t21_circuit_open_fails_fast_with_the_german_state_text() {
         .expect("fails fast: ready on the first poll")
         .unwrap_err();
     assert_row(&e, "T21", "circuit_open", MSG_CIRCUIT_OPEN);
-    assert_eq!(e.kind(), ErrorKind::CircuitOpen);
+    assert_eq!(e.kind(), OutcomeKind::CircuitOpen);
     assert_eq!(e.attempts(), 0);
     assert_eq!(e.status(), None);
 
@@ -1025,7 +1094,7 @@ async fn t22_invalid_scope_is_refused_before_a_byte_is_sent() {
         .await
         .unwrap_err();
     assert_row(&e, "T22", "invalid_scope", MSG_INVALID_SCOPE);
-    assert_eq!(e.kind(), ErrorKind::InvalidScope);
+    assert_eq!(e.kind(), OutcomeKind::InvalidScope);
     assert_eq!(e.attempts(), 0);
     // A path value that would fold onto another route.
     let e = runtime
@@ -1097,7 +1166,7 @@ async fn t24_a_2xx_body_that_does_not_decode_is_decode_never_retried() {
         .push(Rule::new(status(200, "not a list")).on("list_kbs"));
     let e = env.grag.workspaces().list_kbs().await.unwrap_err();
     assert_row(&e, "T24", "decode", MSG_DECODE);
-    assert_eq!(e.kind(), ErrorKind::Decode);
+    assert_eq!(e.kind(), OutcomeKind::Decode);
     assert_eq!(e.status(), Some(200));
     assert_eq!(env.count("list_kbs"), 1, "R0");
     assert_eq!(

@@ -67,8 +67,9 @@ pub struct Api {
     /// Longest value of an opaque ID, in bytes.
     pub opaque_max_len: u32,
     pub ids: Vec<IdType>,
-    /// The BFF lane presents the API key (its auth has landed).
-    pub bff_authenticated: bool,
+    /// The lanes besides `key` (auth.lanes_authenticated), and whether each
+    /// presents the API key; one that does not has it injected server-side.
+    pub lanes: Vec<(String, bool)>,
     pub workspace_services: Vec<String>,
     /// Where the policy asks for the workspace (`None` without workspace services).
     pub workspace_source: Option<Source>,
@@ -275,6 +276,9 @@ pub struct Stream {
     pub first_event: Option<String>,
     pub terminal_events: Vec<String>,
     pub ends_with_terminal: bool,
+    /// `event:` names that fail the stream as `stream_error` / `stream_timeout`.
+    pub error_event: Option<String>,
+    pub timeout_event: Option<String>,
     /// Set exactly when `fallback` is.
     pub status: Option<StatusRead>,
     /// Event name and index into [`Model::types`].

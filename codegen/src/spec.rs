@@ -519,12 +519,27 @@ pub struct Match {
 #[derive(Default)]
 pub struct StreamsFile {
     pub streams: IndexMap<Text, Stream>,
+    /// The event names a server fails any stream with, by the taxonomy
+    /// outcome they are classified as.
+    #[serde(default)]
+    pub error_events: Option<ErrorEvents>,
     /// How a buffering proxy is recognised (§6.4).
     #[serde(default)]
     pub buffering: Option<Buffering>,
     /// Fallbacks to polling this often are no longer incidents.
     #[serde(default)]
     pub fallbacks_sustained: Option<FallbacksSustained>,
+}
+
+/// `error_events:` of streams.yaml: `event: <name>` frames that end a stream
+/// with the outcome `stream_error` or `stream_timeout`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorEvents {
+    #[serde(default)]
+    pub stream_error: Option<Text>,
+    #[serde(default)]
+    pub stream_timeout: Option<Text>,
 }
 
 /// `fallbacks_sustained:` of streams.yaml: at least `at_least` fallbacks

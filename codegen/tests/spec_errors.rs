@@ -387,7 +387,7 @@ fn the_bff_lane_switch_decides_whether_the_lane_sends_the_key() {
     };
     let lane =
         |m: &sdk_codegen::model::Model| m.services.iter().find(|s| s.handle == "bff").unwrap().lane;
-    assert_eq!(lane(&files(false)), sdk_codegen::model::Lane::Bff);
+    assert_eq!(lane(&files(false)), sdk_codegen::model::Lane::Keyless);
     assert_eq!(lane(&files(true)), sdk_codegen::model::Lane::Key);
 }
 
@@ -634,4 +634,47 @@ fn an_auth_scheme_is_a_token() {
         "auth.scheme",
     );
     assert!(e.message.contains("token"), "{e}");
+}
+
+#[test]
+fn a_service_on_a_lane_the_auth_section_does_not_name() {
+    let errors = broken("bff.yaml", "lane: bff", "lane: edge", 0);
+    let e = one(
+        errors,
+        "bff.yaml",
+        line_of("bff.yaml", "lane: bff", 0),
+        "lane",
+    );
+    assert!(e.message.contains("`key`, `bff`"), "{e}");
+}
+
+#[test]
+fn key_is_not_a_lane_of_the_auth_section() {
+    let mut errors = broken("api.yaml", "    bff: false", "    key: false", 0);
+    // The BFF service's lane is then unknown too: a second error, in bff.yaml.
+    errors.retain(|e| e.file.ends_with("api.yaml"));
+    let e = one(
+        errors,
+        "api.yaml",
+        line_of("api.yaml", "    bff: false", 0),
+        "auth.lanes_authenticated.key",
+    );
+    assert!(e.message.contains("other than `key`"), "{e}");
+}
+
+#[test]
+fn stream_error_and_timeout_events_differ() {
+    let errors = broken(
+        "streams.yaml",
+        "stream_timeout: timeout",
+        "stream_timeout: error",
+        0,
+    );
+    let e = one(
+        errors,
+        "streams.yaml",
+        line_of("streams.yaml", "stream_timeout: timeout", 0),
+        "error_events.stream_timeout",
+    );
+    assert!(e.message.contains("different events"), "{e}");
 }

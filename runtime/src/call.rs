@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::{Endpoint, Error, Id};
+use crate::{Endpoint, Id};
 
 /// One call of a route, before it becomes a request.
 pub struct Call<'a> {
@@ -13,6 +13,9 @@ pub struct Call<'a> {
     pub(crate) path: Vec<&'a str>,
     pub(crate) query: Vec<(&'static str, String)>,
     pub(crate) body: Option<Bytes>,
+    /// Why the body could not be encoded: the pipeline refuses the call
+    /// (the taxonomy's `invalid_request` row) before anything is sent.
+    pub(crate) unencodable: Option<String>,
     /// A timeout class instead of the route's own (the warm-up pair).
     pub(crate) timeout: Option<usize>,
 }
@@ -25,6 +28,7 @@ impl<'a> Call<'a> {
             path: Vec::new(),
             query: Vec::new(),
             body: None,
+            unencodable: None,
             timeout: None,
         }
     }
@@ -54,19 +58,17 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// The JSON body.
-    pub fn json<B: Serialize + ?Sized>(mut self, body: &B) -> Result<Self, Error> {
-        let bytes = serde_json::to_vec(body).map_err(|e| {
-            Error::new(
-                crate::ErrorKind::Encode,
-                "-",
-                "encode",
-                self.endpoint.operation,
-            )
-            .with_source(e)
-        })?;
-        self.body = Some(Bytes::from(bytes));
-        Ok(self)
+    /// The JSON body. A body serde cannot encode (a map with non-string
+    /// keys, a failing `Serialize`) fails the call when it is sent, classified
+    /// like any request the client cannot build.
+    pub fn json<B: Serialize + ?Sized>(mut self, body: &B) -> Self {
+        match serde_json::to_vec(body) {
+            Ok(bytes) => self.body = Some(Bytes::from(bytes)),
+            Err(e) => {
+                self.unencodable = Some(format!("the request body could not be encoded: {e}"))
+            }
+        }
+        self
     }
 
     /// Runs every attempt under the timeout class `timeout` (an index into

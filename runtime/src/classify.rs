@@ -73,7 +73,7 @@ fn matches(policy: &Policy, row: &TaxonomyRow, endpoint: &Endpoint, outcome: &Ou
         return false;
     }
     if m.keyless
-        .is_some_and(|want| want != (endpoint.lane == Lane::Bff))
+        .is_some_and(|want| want != (endpoint.lane == Lane::Keyless))
     {
         return false;
     }

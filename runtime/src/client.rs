@@ -300,7 +300,7 @@ impl Client {
                 "{} stream fallbacks to polling within {} s; the last: {}",
                 rate.at_least,
                 rate.within.as_secs(),
-                error.detail().unwrap_or(error.class())
+                error.detail().unwrap_or(error.class_name())
             );
             self.raise_with(alert, error, Some(detail));
         }

@@ -4,32 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-/// What kind of failure ended the call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// The platform answered with an error status.
-    Status,
-    /// Refused, reset, TLS or an attempt timeout.
-    Connection,
-    /// A 2xx body that does not decode.
-    Decode,
-    /// The overall deadline ended the call, not the platform.
-    Deadline,
-    /// The breaker refused the call client-side.
-    CircuitOpen,
-    /// A scope or ID was refused before a byte was sent.
-    InvalidScope,
-    /// A request body that could not be encoded.
-    Encode,
-    /// A request the HTTP client could not build; nothing was sent.
-    Request,
-    /// A 2xx body over the route's size cap; reading stopped at the cap.
-    TooLarge,
-    /// An SSE stream failed.
-    Stream,
-    /// A followed job ended failed or cancelled.
-    Job,
-}
+use crate::policy::OutcomeKind;
 
 /// A failed call, with the taxonomy row that classified it.
 pub struct Error {
@@ -37,7 +12,7 @@ pub struct Error {
 }
 
 struct Inner {
-    kind: ErrorKind,
+    kind: OutcomeKind,
     row: &'static str,
     class: &'static str,
     endpoint: &'static str,
@@ -57,7 +32,7 @@ struct Inner {
 
 impl Error {
     pub(crate) fn new(
-        kind: ErrorKind,
+        kind: OutcomeKind,
         row: &'static str,
         class: &'static str,
         endpoint: &'static str,
@@ -171,7 +146,8 @@ impl Error {
         self.inner.replayable
     }
 
-    pub fn kind(&self) -> ErrorKind {
+    /// The outcome that ended the call: the taxonomy's `outcome` its row matched.
+    pub fn kind(&self) -> OutcomeKind {
         self.inner.kind
     }
 
@@ -180,8 +156,9 @@ impl Error {
         self.inner.row
     }
 
-    /// The error class (`feature_dark`).
-    pub fn class(&self) -> &'static str {
+    /// The error class as the spec spells it (`feature_dark`); a generated
+    /// crate's `ErrorExt::class` gives it as that API's `ErrorClass` enum.
+    pub fn class_name(&self) -> &'static str {
         self.inner.class
     }
 

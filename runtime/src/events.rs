@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
+use crate::error::Error;
 use crate::error::bounded;
-use crate::error::{Error, ErrorKind};
 use crate::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::HeldSlots;
@@ -90,23 +90,17 @@ impl Client {
             .and_then(|i| self.shared.policy.streams.get(i))
         else {
             return Err(self
-                .error(
-                    ErrorKind::InvalidScope,
-                    self.row(OutcomeKind::InvalidScope),
-                    &call,
-                )
+                .error_of(OutcomeKind::InvalidScope, &call)
                 .with_detail(format!("{} is not a stream route", endpoint.path)));
         };
         let opened = self.run(&call, true).await?;
         let reply = opened.reply;
         // A 2xx keeps its body for the stream; a 409 answer (a create route) has none.
         let Some((response, slots)) = opened.stream else {
-            return Err(self
-                .error(ErrorKind::Decode, self.row(OutcomeKind::Decode), &call)
-                .with_status(
-                    reply.status(),
-                    Some("the answer has no event stream".into()),
-                ));
+            return Err(self.error_of(OutcomeKind::Decode, &call).with_status(
+                reply.status(),
+                Some("the answer has no event stream".into()),
+            ));
         };
         // Built first: from here on, dropping it gives the slots back.
         let events = Events::over(
@@ -189,31 +183,36 @@ impl Events {
             // job is still running (poll it), the chat answer likely was not
             // persisted (offer a resend). Never a normal end.
             None if self.policy.ends_with_terminal => Err(self
-                .error(OutcomeKind::Connection, ErrorKind::Connection)
+                .error(OutcomeKind::Connection)
                 .with_detail("the stream ended before its terminal event")),
             None => {
                 self.judge_arrivals();
                 self.end();
                 return Poll::Ready(None);
             }
-            Some(Ok(event)) => match event.event.as_str() {
-                "error" => Err(self
-                    .error(OutcomeKind::StreamError, ErrorKind::Stream)
-                    .with_detail(self.detail_of(&event.data))),
-                "timeout" => Err(self
-                    .error(OutcomeKind::StreamTimeout, ErrorKind::Stream)
-                    .with_detail(self.detail_of(&event.data))),
-                _ => Ok(event),
-            },
+            Some(Ok(event)) => {
+                let name = Some(event.event.as_str());
+                if name == self.policy.error_event {
+                    Err(self
+                        .error(OutcomeKind::StreamError)
+                        .with_detail(self.detail_of(&event.data)))
+                } else if name == self.policy.timeout_event {
+                    Err(self
+                        .error(OutcomeKind::StreamTimeout)
+                        .with_detail(self.detail_of(&event.data)))
+                } else {
+                    Ok(event)
+                }
+            }
             Some(Err(StreamFailure::Stalled { silent_for })) => Err(self
-                .error(OutcomeKind::StreamStalled, ErrorKind::Stream)
+                .error(OutcomeKind::StreamStalled)
                 .with_detail(format!("no byte for {:.1} s", silent_for.as_secs_f64()))),
             Some(Err(StreamFailure::Dropped { detail })) => Err(self
-                .error(OutcomeKind::Connection, ErrorKind::Connection)
+                .error(OutcomeKind::Connection)
                 .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))),
-            Some(Err(StreamFailure::Malformed(e))) => Err(self
-                .error(OutcomeKind::Decode, ErrorKind::Decode)
-                .with_source(e)),
+            Some(Err(StreamFailure::Malformed(e))) => {
+                Err(self.error(OutcomeKind::Decode).with_source(e))
+            }
         };
         match &result {
             Ok(event) => {
@@ -278,9 +277,8 @@ impl Events {
         bounded(&detail, self.client.shared.policy.limits.detail)
     }
 
-    fn error(&self, outcome: OutcomeKind, kind: ErrorKind) -> Error {
-        self.client
-            .classified(kind, self.client.row(outcome), self.endpoint)
+    fn error(&self, outcome: OutcomeKind) -> Error {
+        self.client.failure(outcome, self.endpoint)
     }
 }
 

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::call::Call;
 use crate::client::Client;
-use crate::error::{Error, ErrorKind, bounded};
+use crate::error::{Error, bounded};
 use crate::events::Events;
 use crate::policy::{OutcomeKind, StreamFallback, StreamPolicy};
 use crate::sse::SseEvent;
@@ -187,11 +187,7 @@ impl Client {
             .and_then(|i| self.shared.policy.streams.get(i));
         let Some((policy, fallback)) = policy.and_then(|p| Some((p, p.fallback.as_ref()?))) else {
             let error = self
-                .classified(
-                    ErrorKind::InvalidScope,
-                    self.row(OutcomeKind::InvalidScope),
-                    endpoint,
-                )
+                .failure(OutcomeKind::InvalidScope, endpoint)
                 .with_detail(format!(
                     "{} is not a job stream with a fallback",
                     endpoint.path
@@ -365,11 +361,7 @@ where
                         // here; the job is not over, so it is polled.
                         None => self.fall_back(
                             self.client
-                                .classified(
-                                    ErrorKind::Connection,
-                                    self.client.row(OutcomeKind::Connection),
-                                    self.endpoint,
-                                )
+                                .failure(OutcomeKind::Connection, self.endpoint)
                                 .with_detail("the stream ended before the job did"),
                         ),
                     }
@@ -537,7 +529,7 @@ where
         let row = self.client.row(OutcomeKind::Decode);
         let mut error = self
             .client
-            .classified(ErrorKind::Decode, row, endpoint)
+            .classified(OutcomeKind::Decode, row, endpoint)
             .with_detail(detail);
         if let Some(e) = source {
             error = error.with_source(e);
@@ -551,11 +543,7 @@ where
     /// T32: the job ended failed or cancelled.
     fn job_failed(&self, detail: String) -> Error {
         self.client
-            .classified(
-                ErrorKind::Job,
-                self.client.row(OutcomeKind::JobFailed),
-                self.endpoint,
-            )
+            .failure(OutcomeKind::JobFailed, self.endpoint)
             .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))
     }
 
@@ -626,7 +614,7 @@ mod tests {
                 return Err(self
                     .client
                     .classified(
-                        ErrorKind::Status,
+                        OutcomeKind::Status,
                         self.client.row(OutcomeKind::Connection),
                         endpoint(),
                     )
@@ -728,10 +716,10 @@ mod tests {
             let word = match item {
                 Ok(JobUpdate::Event(e)) => Seen::Event(e.event),
                 Ok(JobUpdate::Status(s)) => Seen::Status(s["status"].as_str().unwrap().into()),
-                Ok(JobUpdate::FellBack(e)) => Seen::FellBack(e.class()),
+                Ok(JobUpdate::FellBack(e)) => Seen::FellBack(e.class_name()),
                 Ok(JobUpdate::Completed(JobDone::Event(_))) => Seen::Completed("event"),
                 Ok(JobUpdate::Completed(JobDone::Status(_))) => Seen::Completed("status"),
-                Err(e) => Seen::Failed(e.class(), e.detail().unwrap_or("").to_owned()),
+                Err(e) => Seen::Failed(e.class_name(), e.detail().unwrap_or("").to_owned()),
             };
             seen.push((word, at));
         }

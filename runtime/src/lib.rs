@@ -30,13 +30,13 @@ mod turn;
 
 pub use call::Call;
 pub use client::{Client, ClientConfig};
-pub use error::{ConfigError, Error, ErrorKind, env_var};
+pub use error::{ConfigError, Error, env_var};
 pub use events::Events;
 pub use features::FeatureStatus;
 pub use follow::{JobDone, JobProgress, JobUpdate, StreamEvent};
 pub use reply::{Created, Progress, Reply};
 pub use sdk_policy::Policy;
-pub use sdk_policy::{Endpoint, Lane, Method, ScopeNeed};
+pub use sdk_policy::{Endpoint, Lane, Method, OutcomeKind, ScopeNeed};
 pub use sdk_policy::{Id, IdKind, InvalidId};
 pub use sdk_policy::{endpoint, log, policy, scope};
 pub use turn::{FailedStage, Turn, TurnUpdate};

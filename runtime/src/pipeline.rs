@@ -16,7 +16,7 @@ use crate::classify::{Outcome, classify};
 use crate::client::Client;
 use crate::clock;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
-use crate::error::{Error, ErrorKind, bounded, error_chain};
+use crate::error::{Error, bounded, error_chain};
 use crate::policy::{OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRow};
 use crate::pool::Pool;
 use crate::reply::{Ledger, Reply};
@@ -47,6 +47,16 @@ pub(crate) enum Attempt {
 }
 
 impl Attempt {
+    /// The outcome an attempt that ends the call is classified as.
+    fn kind(&self) -> OutcomeKind {
+        match self {
+            Attempt::Answer { .. } => OutcomeKind::Status,
+            Attempt::TooLarge { .. } => OutcomeKind::TooLarge,
+            Attempt::Failed { .. } | Attempt::Stale { .. } => OutcomeKind::Connection,
+            Attempt::Unbuildable { .. } => OutcomeKind::InvalidRequest,
+        }
+    }
+
     fn status(&self) -> Option<u16> {
         match self {
             Attempt::Answer { status, .. } | Attempt::TooLarge { status, .. } => Some(*status),
@@ -100,7 +110,7 @@ impl Client {
         let remembered = self.memory().fail_fast(endpoint, started);
         if let Some(r) = remembered {
             let error = self
-                .error(ErrorKind::Status, Some(r.row), call)
+                .error(OutcomeKind::Status, Some(r.row), call)
                 .with_status_opt(r.status, r.detail)
                 .with_detail_prefix("remembered");
             return Err(run.fail(error, false));
@@ -144,7 +154,15 @@ impl Client {
             let request = self.request(call, path, &request_id);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(&self.shared.pool, request, stream, limits);
-            let (result, response) =
+            let (result, response) = if let Some(reason) = &call.unencodable {
+                // A body serde refused: like a request reqwest cannot build.
+                (
+                    Attempt::Unbuildable {
+                        reason: reason.clone(),
+                    },
+                    None,
+                )
+            } else {
                 match tokio::time::timeout_at(attempt_deadline, performed).await {
                     Ok(done) => done,
                     Err(_) if attempt_deadline == run.deadline => {
@@ -162,7 +180,8 @@ impl Client {
                         };
                         (failed, None)
                     }
-                };
+                }
+            };
             let status = result.status();
             let success_status =
                 matches!(result, Attempt::Answer { status, .. } if (200..300).contains(&status));
@@ -267,12 +286,7 @@ impl Client {
                 idempotent: endpoint.idempotent,
                 maybe_sent,
             };
-            let kind = match &result {
-                Attempt::Answer { .. } => ErrorKind::Status,
-                Attempt::TooLarge { .. } => ErrorKind::TooLarge,
-                Attempt::Failed { .. } | Attempt::Stale { .. } => ErrorKind::Connection,
-                Attempt::Unbuildable { .. } => ErrorKind::Request,
-            };
+            let kind = result.kind();
             // No answer to a write that may have arrived: the caller must look first.
             let unknown =
                 !endpoint.idempotent && maybe_sent && matches!(result, Attempt::Failed { .. });
@@ -342,12 +356,8 @@ impl Client {
 
     /// A call refused before a byte is sent (T22).
     fn invalid_scope(&self, call: &Call<'_>, reason: impl Into<Cow<'static, str>>) -> Error {
-        self.error(
-            ErrorKind::InvalidScope,
-            self.row(OutcomeKind::InvalidScope),
-            call,
-        )
-        .with_detail(reason)
+        self.error_of(OutcomeKind::InvalidScope, call)
+            .with_detail(reason)
     }
 
     /// Refuses a call whose scope does not fit its route, before a byte is
@@ -540,7 +550,7 @@ impl Client {
     /// spec has none), with the class's German message.
     pub(crate) fn classified(
         &self,
-        kind: ErrorKind,
+        kind: OutcomeKind,
         row: Option<&'static TaxonomyRow>,
         endpoint: &Endpoint,
     ) -> Error {
@@ -555,22 +565,29 @@ impl Client {
         Error::new(kind, name, class, endpoint.operation).with_message(message)
     }
 
+    /// An error of `endpoint` classified by the row of `kind`: for outcomes
+    /// with no status or detail to match, where the kind alone decides.
+    pub(crate) fn failure(&self, kind: OutcomeKind, endpoint: &Endpoint) -> Error {
+        self.classified(kind, self.row(kind), endpoint)
+    }
+
+    /// [`Client::failure`] for a call: marked replayable where the route may be queued.
+    pub(crate) fn error_of(&self, kind: OutcomeKind, call: &Call<'_>) -> Error {
+        self.error(kind, self.row(kind), call)
+    }
+
     /// A call the generated method refuses before anything is sent (an
     /// argument that contradicts its proof): the invalid-scope row.
     pub fn refused(&self, endpoint: &'static Endpoint, detail: &'static str) -> Error {
-        self.classified(
-            crate::ErrorKind::InvalidScope,
-            self.row(OutcomeKind::InvalidScope),
-            endpoint,
-        )
-        .with_detail(detail)
+        self.failure(OutcomeKind::InvalidScope, endpoint)
+            .with_detail(detail)
     }
 
     /// A call that ended before an answer could be used: classified, and
     /// marked replayable where the route may be queued.
     pub(crate) fn error(
         &self,
-        kind: ErrorKind,
+        kind: OutcomeKind,
         row: Option<&'static TaxonomyRow>,
         call: &Call<'_>,
     ) -> Error {
@@ -586,11 +603,7 @@ impl Client {
             .iter()
             .find(|s| s.when == StateTrigger::BreakerOpen)
             .and_then(|s| s.copy);
-        let error = self.error(
-            ErrorKind::CircuitOpen,
-            self.row(OutcomeKind::CircuitOpen),
-            call,
-        );
+        let error = self.error_of(OutcomeKind::CircuitOpen, call);
         let error = error.with_detail("the origin breaker is open: failing fast without sending");
         match copy {
             Some(copy) => error.with_message(Some(copy)),
@@ -630,7 +643,7 @@ impl Run<'_, '_> {
         let client = self.client;
         let error = client
             .error(
-                ErrorKind::Deadline,
+                OutcomeKind::Deadline,
                 client.row(OutcomeKind::Deadline),
                 self.call,
             )
@@ -657,7 +670,7 @@ impl Run<'_, '_> {
         }
         client.count_call(
             self.call.endpoint,
-            error.class(),
+            error.class_name(),
             self.attempt > 1,
             self.started,
         );

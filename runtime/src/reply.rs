@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use crate::Endpoint;
 use crate::client::Client;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::policy::{OutcomeKind, TaxonomyRow};
 use crate::telemetry::PendingLine;
 
@@ -146,14 +146,14 @@ impl Reply {
         let row = self.client.row(OutcomeKind::Decode);
         let error = self
             .client
-            .classified(ErrorKind::Decode, row, self.endpoint)
+            .classified(OutcomeKind::Decode, row, self.endpoint)
             .with_status(self.status, None)
             .with_request_id(self.request_id.clone())
             .with_source(e);
         if let Some(alert) = row.and_then(|r| r.alert) {
             self.client.raise(alert, &error);
         }
-        self.finish(error.class(), row);
+        self.finish(error.class_name(), row);
         error
     }
 }

@@ -15,7 +15,7 @@ use futures_util::stream::{FusedStream, Stream};
 use serde_json::Value;
 
 use crate::client::Client;
-use crate::error::{Error, ErrorKind, bounded};
+use crate::error::{Error, bounded};
 use crate::events::Events;
 use crate::follow::StreamEvent;
 use crate::policy::{OutcomeKind, StagePolicy};
@@ -141,11 +141,7 @@ impl<E: StreamEvent> Turn<E> {
                     Some(Stage::FailedClosed(failed)) => {
                         let error = self
                             .client()
-                            .classified(
-                                ErrorKind::Stream,
-                                self.client().row(OutcomeKind::StreamError),
-                                self.events.endpoint,
-                            )
+                            .failure(OutcomeKind::StreamError, self.events.endpoint)
                             .with_detail(match &failed.detail {
                                 Some(d) => format!("stage {} failed: {d}", failed.stage),
                                 None => format!("stage {} failed", failed.stage),
@@ -161,11 +157,7 @@ impl<E: StreamEvent> Turn<E> {
                         }
                         Err(e) => Err(self
                             .client()
-                            .classified(
-                                ErrorKind::Decode,
-                                self.client().row(OutcomeKind::Decode),
-                                self.events.endpoint,
-                            )
+                            .failure(OutcomeKind::Decode, self.events.endpoint)
                             .with_detail("a turn event does not decode")
                             .with_source(e)),
                     },
@@ -360,7 +352,7 @@ mod tests {
         let (seen, end) = read(t).await;
         assert_eq!(words(&seen), ["trace"]);
         let e = end.expect("the turn failed");
-        assert_eq!((e.row(), e.class()), ("T17", "stream_error"), "{e}");
+        assert_eq!((e.row(), e.class_name()), ("T17", "stream_error"), "{e}");
         assert_eq!(
             e.detail(),
             Some("stage generate failed: completion failed upstream")
@@ -387,7 +379,7 @@ mod tests {
         let (seen, end) = read(t).await;
         assert_eq!(words(&seen), ["trace", "trace", "delta"]);
         let e = end.expect("stalled");
-        assert_eq!((e.row(), e.class()), ("T19", "stream_stalled"), "{e}");
+        assert_eq!((e.row(), e.class_name()), ("T19", "stream_stalled"), "{e}");
         assert_eq!(
             t0.elapsed(),
             Duration::from_secs(300),
@@ -462,14 +454,14 @@ mod tests {
         .await;
         assert_eq!(words(&seen), ["trace", "trace", "delta"]);
         let e = end.expect("dropped");
-        assert_eq!(e.class(), "connection", "{e}");
+        assert_eq!(e.class_name(), "connection", "{e}");
         assert!(e.answer_lost());
 
         let error = "event: error\ndata: {\"detail\":\"llm unavailable\"}\n\n";
         let (_, end) = read(turn(&client, vec![(0, RETRIEVAL), (1, error)], false)).await;
         let e = end.expect("an error event");
         assert_eq!(
-            (e.class(), e.detail()),
+            (e.class_name(), e.detail()),
             ("stream_error", Some("llm unavailable"))
         );
         assert!(e.answer_lost());

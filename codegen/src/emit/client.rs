@@ -43,11 +43,17 @@ pub fn lib_rs(model: &Model) -> TokenStream {
     } else {
         quote!(TenantId)
     };
+    let streams = (!model.streams.is_empty()).then(|| {
+        quote!(
+            pub use sdk_runtime::{Events, JobDone, JobProgress, JobUpdate, Turn, TurnUpdate};
+        )
+    });
     let module_doc = inner_doc(&text);
     quote! {
         #module_doc
 
         pub mod client;
+        pub mod error;
         pub mod ids;
         pub mod log;
         pub mod policy;
@@ -55,10 +61,12 @@ pub fn lib_rs(model: &Model) -> TokenStream {
         #(#modules)*
 
         pub use client::{#client, Config};
+        pub use error::{ErrorClass, ErrorExt};
         pub use ids::{#scope_ids, #(#ids),*};
         #existing
         #(#handles)*
-        pub use sdk_runtime::{Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress, Turn, TurnUpdate};
+        pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress};
+        #streams
     }
 }
 

@@ -29,11 +29,7 @@ pub fn policy_md(model: &Model) -> String {
             .map(|w| format!("workspace-scoped routes add `{w}`; "))
             .unwrap_or_default(),
         api.headers.authorization,
-        if api.bff_authenticated {
-            "the BFF lane too"
-        } else {
-            "not the BFF lane: until its auth lands the BFF injects the key server-side"
-        },
+        lanes_text(&api.lanes),
         api.id_pattern,
         api.reserved_tenants
             .iter()
@@ -250,6 +246,18 @@ pub fn policy_md(model: &Model) -> String {
             source(&s.source)
         );
     }
+    if let Some(first) = model.streams.first() {
+        let name = |e: &Option<String>| {
+            e.as_deref()
+                .map_or_else(|| "no event".to_owned(), |e| format!("`event: {e}`"))
+        };
+        let _ = writeln!(
+            md,
+            "\nOn every stream {} fails it as `stream_error` and {} as `stream_timeout`.",
+            name(&first.error_event),
+            name(&first.timeout_event)
+        );
+    }
     for s in &model.streams {
         if let Some(read) = &s.status {
             let _ = writeln!(
@@ -436,4 +444,30 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
         ps.name,
         cs.name,
     );
+}
+
+/// Which lanes besides `key` send the API key, as POLICY.md says it.
+fn lanes_text(lanes: &[(String, bool)]) -> String {
+    let names = |keyed: bool| -> Vec<String> {
+        lanes
+            .iter()
+            .filter(|(_, k)| *k == keyed)
+            .map(|(l, _)| format!("`{l}`"))
+            .collect()
+    };
+    let (keyed, keyless) = (names(true), names(false));
+    let mut parts = Vec::new();
+    if !keyed.is_empty() {
+        parts.push(format!("{} included", keyed.join(", ")));
+    }
+    if !keyless.is_empty() {
+        parts.push(format!(
+            "not {}: until its auth lands a proxy injects the key server-side",
+            keyless.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("every lane".to_owned());
+    }
+    parts.join("; ")
 }

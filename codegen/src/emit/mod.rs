@@ -3,6 +3,7 @@
 
 mod client;
 pub(crate) mod docs;
+mod error;
 mod ids;
 mod log;
 mod markdown;
@@ -31,6 +32,7 @@ pub fn files(model: &Model) -> Vec<File> {
     let mut out = vec![
         rust("src/lib.rs", client::lib_rs(model)),
         rust("src/client.rs", client::client_rs(model)),
+        rust("src/error.rs", error::error_rs(model)),
         rust("src/ids.rs", ids::ids_rs(model)),
         File {
             path: "src/log.rs".into(),

@@ -120,7 +120,7 @@ fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
     let scope = ident(&format!("{:?}", r.scope));
     let lane = ident(match service.lane {
         Lane::Key => "Key",
-        Lane::Bff => "Bff",
+        Lane::Keyless => "Keyless",
     });
     let timeout = ident(&screaming(&model.timeouts[r.timeout].name));
     let retry = ident(&screaming(&model.retries[r.retry].name));
@@ -284,7 +284,7 @@ fn method(model: &Model, r: &Route) -> TokenStream {
     let body = r.body.as_ref().map(|b| {
         let ty = rust_type(b);
         args.push(quote!(body: &#ty));
-        quote!(.json(body)?)
+        quote!(.json(body))
     });
     let build = quote!(#proof let call = Call::new(&#endpoint) #(#steps)* #body;);
     let (ret, finish) = match &r.returns {

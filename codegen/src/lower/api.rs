@@ -3,7 +3,7 @@
 use crate::model::*;
 use crate::spec;
 
-use super::{Cx, is_camel};
+use super::{Cx, is_camel, is_snake};
 
 impl Cx<'_> {
     pub(super) fn api(&mut self, api: &spec::ApiFile) -> Api {
@@ -81,16 +81,17 @@ impl Cx<'_> {
                 );
             }
         }
-        let mut bff_authenticated = false;
+        let mut lanes = Vec::new();
         for (lane, &authenticated) in &api.auth.lanes_authenticated {
-            match lane.as_str() {
-                "bff" => bff_authenticated = authenticated,
-                other => self.error(
+            if lane.as_str() == "key" || !is_snake(lane) {
+                self.error(
                     lane,
-                    format!("auth.lanes_authenticated.{other}"),
-                    "the only lane without a key of its own is `bff`",
-                ),
+                    format!("auth.lanes_authenticated.{}", &**lane),
+                    "a lane is a snake_case name other than `key` (the lane that always sends the key)",
+                );
+                continue;
             }
+            lanes.push((lane.to_string(), authenticated));
         }
         if *api.ids.opaque_max_len == 0 || *api.ids.opaque_max_len > 4096 {
             self.sources.at(
@@ -101,7 +102,7 @@ impl Cx<'_> {
         }
         let h = &api.headers;
         Api {
-            bff_authenticated,
+            lanes,
             opaque_max_len: *api.ids.opaque_max_len,
             name: api.api.to_string(),
             title: api.title.to_string(),

@@ -123,6 +123,7 @@ impl Cx<'_> {
         features: &[&str],
     ) -> Vec<Stream> {
         let mut out = Vec::new();
+        let (error_event, timeout_event) = self.error_events(s.error_events.as_ref());
         for (index, (name, st)) in s.streams.iter().enumerate() {
             let field = |key: &str| format!("streams.{}.{key}", &**name);
             let fallback = st
@@ -191,6 +192,8 @@ impl Cx<'_> {
                 first_event: st.first_event.as_ref().map(|e| e.to_string()),
                 terminal_events: st.terminal_events.iter().map(|e| e.to_string()).collect(),
                 ends_with_terminal: st.ends_with_terminal,
+                error_event: error_event.clone(),
+                timeout_event: timeout_event.clone(),
                 status,
                 events,
                 stages: st
@@ -202,6 +205,39 @@ impl Cx<'_> {
             });
         }
         out
+    }
+
+    /// The `error_events:` names, each a non-empty event name of its own.
+    fn error_events(
+        &mut self,
+        events: Option<&spec::ErrorEvents>,
+    ) -> (Option<String>, Option<String>) {
+        let Some(events) = events else {
+            return (None, None);
+        };
+        let mut named = |text: Option<&spec::Text>, key: &str| {
+            let text = text?;
+            if text.trim().is_empty() || text.contains(char::is_whitespace) {
+                self.error(
+                    text,
+                    format!("error_events.{key}"),
+                    "an event name is one word",
+                );
+            }
+            Some(text.to_string())
+        };
+        let error = named(events.stream_error.as_ref(), "stream_error");
+        let timeout = named(events.stream_timeout.as_ref(), "stream_timeout");
+        if let (Some(e), Some(t), Some(text)) = (&error, &timeout, &events.stream_timeout)
+            && e == t
+        {
+            self.error(
+                text,
+                "error_events.stream_timeout",
+                "stream_error and stream_timeout name different events",
+            );
+        }
+        (error, timeout)
     }
 
     /// The fallback is polled with the stream's own arguments: same scope,

@@ -161,13 +161,26 @@ impl Cx<'_> {
             let scope = self.scope(&s.scope, "scope");
             let lane = match s.lane.as_str() {
                 "key" => Lane::Key,
-                // Until the BFF lane's own auth lands, it presents no key.
-                "bff" if api.bff_authenticated => Lane::Key,
-                "bff" => Lane::Bff,
-                _ => {
-                    self.error(&s.lane, "lane", "lane is `key` or `bff`");
-                    Lane::Key
-                }
+                name => match api.lanes.iter().find(|(lane, _)| lane == name) {
+                    Some((_, true)) => Lane::Key,
+                    // Until the lane's own auth lands, a proxy injects the key.
+                    Some((_, false)) => Lane::Keyless,
+                    None => {
+                        let known: Vec<String> =
+                            api.lanes.iter().map(|(l, _)| format!("`{l}`")).collect();
+                        let mut choices = vec!["`key`".to_owned()];
+                        choices.extend(known);
+                        self.error(
+                            &s.lane,
+                            "lane",
+                            format!(
+                                "lane is one of {} (auth.lanes_authenticated)",
+                                choices.join(", ")
+                            ),
+                        );
+                        Lane::Key
+                    }
+                },
             };
             if !s.prefix.starts_with('/') || s.prefix.ends_with('/') {
                 self.error(

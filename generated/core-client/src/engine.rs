@@ -100,7 +100,7 @@ impl<'c> Engine<'c> {
         &self,
         body: &crate::types::AnalyseRequest,
     ) -> Result<crate::types::Analysis, Error> {
-        let call = Call::new(&ANALYSE).json(body)?;
+        let call = Call::new(&ANALYSE).json(body);
         self.client.send(call).await?.json()
     }
 
@@ -116,7 +116,7 @@ impl<'c> Engine<'c> {
         &self,
         body: &crate::types::ExtractRequest,
     ) -> Result<crate::types::Findings, Error> {
-        let call = Call::new(&EXTRACT_FINDINGS).json(body)?;
+        let call = Call::new(&EXTRACT_FINDINGS).json(body);
         self.client.send(call).await?.json()
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod client;
 pub mod engine;
+pub mod error;
 pub mod ids;
 pub mod log;
 pub mod policy;
@@ -27,8 +28,7 @@ pub mod types;
 
 pub use client::{Config, Core};
 pub use engine::Engine;
+pub use error::{ErrorClass, ErrorExt};
 pub use ids::{DocumentId, FindingId, SessionId, TenantId};
-pub use sdk_runtime::{
-    Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress, Turn, TurnUpdate,
-};
+pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress};
 pub use sessions::Sessions;

@@ -178,7 +178,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
         body: &crate::types::Decision,
     ) -> Result<crate::types::Session, Error> {
-        let call = Call::new(&ACCEPT).path(session_id.as_str()).json(body)?;
+        let call = Call::new(&ACCEPT).path(session_id.as_str()).json(body);
         self.client.send(call).await?.json()
     }
 
@@ -196,7 +196,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
         body: &crate::types::Decision,
     ) -> Result<crate::types::Session, Error> {
-        let call = Call::new(&REJECT).path(session_id.as_str()).json(body)?;
+        let call = Call::new(&REJECT).path(session_id.as_str()).json(body);
         self.client.send(call).await?.json()
     }
 
@@ -231,7 +231,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
         body: &crate::types::Discussion,
     ) -> Result<crate::types::Session, Error> {
-        let call = Call::new(&DISCUSS).path(session_id.as_str()).json(body)?;
+        let call = Call::new(&DISCUSS).path(session_id.as_str()).json(body);
         self.client.send(call).await?.json()
     }
 }

@@ -70,7 +70,7 @@ impl<'c> AiGateway<'c> {
         kb: &crate::ids::KbId,
         body: &crate::types::SearchRequest,
     ) -> Result<crate::types::SearchResults, Error> {
-        let call = Call::new(&SEARCH_RERANK).path(kb.as_str()).json(body)?;
+        let call = Call::new(&SEARCH_RERANK).path(kb.as_str()).json(body);
         self.client.send(call).await?.json()
     }
 
@@ -87,7 +87,7 @@ impl<'c> AiGateway<'c> {
         &self,
         body: &crate::types::CompletionRequest,
     ) -> Result<crate::types::Completion, Error> {
-        let call = Call::new(&COMPLETE).json(body)?;
+        let call = Call::new(&COMPLETE).json(body);
         self.client.send(call).await?.json()
     }
 }

@@ -14,7 +14,7 @@ pub static ORCHESTRATOR_EVENTS: Endpoint = Endpoint {
     method: Method::Get,
     path: "/next/api/orchestrator/events/{job_id}",
     scope: ScopeNeed::Tenant,
-    lane: Lane::Bff,
+    lane: Lane::Keyless,
     timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
@@ -33,7 +33,7 @@ pub static PIPELINE_STATUS: Endpoint = Endpoint {
     method: Method::Get,
     path: "/next/api/pipeline/status/{job_id}",
     scope: ScopeNeed::Tenant,
-    lane: Lane::Bff,
+    lane: Lane::Keyless,
     timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
@@ -52,7 +52,7 @@ pub static CHAT_STREAM: Endpoint = Endpoint {
     method: Method::Post,
     path: "/next/api/chat/stream",
     scope: ScopeNeed::Tenant,
-    lane: Lane::Bff,
+    lane: Lane::Keyless,
     timeout: timeout::LLM,
     retry: retry::R0,
     idempotent: false,
@@ -71,7 +71,7 @@ pub static AGENT_SESSION_STREAM: Endpoint = Endpoint {
     method: Method::Get,
     path: "/next/api/agents/sessions/{session_id}/stream",
     scope: ScopeNeed::Tenant,
-    lane: Lane::Bff,
+    lane: Lane::Keyless,
     timeout: timeout::DEFAULT,
     retry: retry::R1,
     idempotent: true,
@@ -147,7 +147,7 @@ impl<'c> Bff<'c> {
             ));
         }
 
-        let call = Call::new(&CHAT_STREAM).json(body)?;
+        let call = Call::new(&CHAT_STREAM).json(body);
         Ok(self.client.turn(self.client.open_stream(call).await?))
     }
 

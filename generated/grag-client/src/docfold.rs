@@ -89,7 +89,7 @@ impl<'c> Docfold<'c> {
         &self,
         body: &crate::types::ConvertRequest,
     ) -> Result<crate::types::ConversionJob, Error> {
-        let call = Call::new(&CONVERT).json(body)?;
+        let call = Call::new(&CONVERT).json(body);
         self.client.send(call).await?.json()
     }
 

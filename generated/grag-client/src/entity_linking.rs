@@ -51,7 +51,7 @@ impl<'c> EntityLinking<'c> {
         &self,
         body: &crate::types::LinkRequest,
     ) -> Result<Vec<crate::types::EntityLink>, Error> {
-        let call = Call::new(&LINK).workspace(self.workspace).json(body)?;
+        let call = Call::new(&LINK).workspace(self.workspace).json(body);
         self.client.send(call).await?.json()
     }
 }

@@ -49,7 +49,7 @@ impl<'c> Groundedness<'c> {
         &self,
         body: &crate::types::ScoreRequest,
     ) -> Result<crate::types::Score, Error> {
-        let call = Call::new(&SCORE).json(body)?;
+        let call = Call::new(&SCORE).json(body);
         self.client.send(call).await?.json()
     }
 }

@@ -113,7 +113,7 @@ impl<'c> Kg<'c> {
         let call = Call::new(&UPSERT_ENTITY)
             .workspace(self.workspace)
             .path(entity_id.as_str())
-            .json(body)?;
+            .json(body);
         self.client.send(call).await?.json()
     }
 
@@ -152,7 +152,7 @@ impl<'c> Kg<'c> {
         let call = Call::new(&UPSERT_EDGE)
             .workspace(self.workspace)
             .path(edge_id.as_str())
-            .json(body)?;
+            .json(body);
         self.client.send(call).await?.json()
     }
 

@@ -24,6 +24,7 @@ pub mod bff;
 pub mod client;
 pub mod docfold;
 pub mod entity_linking;
+pub mod error;
 pub mod groundedness;
 pub mod ids;
 pub mod kg_service;
@@ -35,6 +36,7 @@ pub mod voyager;
 pub mod workspaces;
 
 pub use client::{Config, Grag};
+pub use error::{ErrorClass, ErrorExt};
 pub use ids::{
     AsWorkspace, ConversationId, ConversionId, DocumentId, EdgeId, EntityId, JobId, KbId,
     PipelineId, SessionId, TenantId, WorkspaceId,
@@ -48,8 +50,7 @@ pub use groundedness::Groundedness;
 pub use ids::Existing;
 pub use kg_service::Kg;
 pub use ledger::Ledger;
-pub use sdk_runtime::{
-    Created, Error, Events, InvalidId, JobDone, JobProgress, JobUpdate, Progress, Turn, TurnUpdate,
-};
+pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress};
+pub use sdk_runtime::{Events, JobDone, JobProgress, JobUpdate, Turn, TurnUpdate};
 pub use voyager::Voyager;
 pub use workspaces::Workspaces;

@@ -51,7 +51,7 @@ impl<'c> Voyager<'c> {
         kb: &crate::ids::KbId,
         body: &crate::types::UpsertPoints,
     ) -> Result<crate::types::UpsertResult, Error> {
-        let call = Call::new(&UPSERT_POINTS).path(kb.as_str()).json(body)?;
+        let call = Call::new(&UPSERT_POINTS).path(kb.as_str()).json(body);
         self.client.send(call).await?.json()
     }
 }

@@ -210,7 +210,7 @@ impl<'c> Workspaces<'c> {
         &self,
         body: &crate::types::CreateKb,
     ) -> Result<sdk_runtime::Created<crate::types::Kb>, Error> {
-        let call = Call::new(&CREATE_KB).json(body)?;
+        let call = Call::new(&CREATE_KB).json(body);
         self.client.send(call).await?.created()
     }
 
@@ -245,7 +245,7 @@ impl<'c> Workspaces<'c> {
         kb: &crate::ids::KbId,
         body: &crate::types::UploadDocument,
     ) -> Result<sdk_runtime::Created<crate::types::Document>, Error> {
-        let call = Call::new(&UPLOAD_DOCUMENT).path(kb.as_str()).json(body)?;
+        let call = Call::new(&UPLOAD_DOCUMENT).path(kb.as_str()).json(body);
         self.client.send(call).await?.created()
     }
 
@@ -262,7 +262,7 @@ impl<'c> Workspaces<'c> {
         &self,
         body: &crate::types::CreateConversation,
     ) -> Result<sdk_runtime::Created<crate::types::Conversation>, Error> {
-        let call = Call::new(&CREATE_CONVERSATION).json(body)?;
+        let call = Call::new(&CREATE_CONVERSATION).json(body);
         self.client.send(call).await?.created()
     }
 
@@ -288,7 +288,7 @@ impl<'c> Workspaces<'c> {
     /// - Budget: `global`
     /// - Policy: §3 (inferred)
     pub async fn put_settings(&self, body: &serde_json::Value) -> Result<serde_json::Value, Error> {
-        let call = Call::new(&PUT_SETTINGS).json(body)?;
+        let call = Call::new(&PUT_SETTINGS).json(body);
         self.client.send(call).await?.json()
     }
 

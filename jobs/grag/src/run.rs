@@ -266,7 +266,7 @@ impl Jobs {
                         )
                     }
                     Settle::Fail => {
-                        self.failed_alert(&job, Some(&e), e.class());
+                        self.failed_alert(&job, Some(&e), e.class_name());
                         (Finish::Failed(error), JobState::Failed)
                     }
                 }
@@ -416,7 +416,7 @@ fn progress<T: DeserializeOwned + Default>(job: &Job) -> Result<T, StepError> {
 /// request id and the bounded detail.
 fn job_error(e: &grag_client::Error) -> JobError {
     JobError {
-        class: e.class().to_owned(),
+        class: e.class_name().to_owned(),
         row: Some(e.row().to_owned()),
         status: e.status(),
         request_id: e.request_id().map(str::to_owned),

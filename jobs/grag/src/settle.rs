@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use grag_client::Error;
-use sdk_runtime::ErrorKind;
+use sdk_runtime::OutcomeKind;
 
 /// The fate of a job whose step failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +45,8 @@ pub fn settle(error: &Error, deploy_suspected: bool) -> Settle {
 /// The platform (or the way to it) is down, not the request wrong.
 pub fn is_outage(error: &Error) -> bool {
     match error.kind() {
-        ErrorKind::CircuitOpen | ErrorKind::Connection | ErrorKind::Deadline => true,
-        ErrorKind::Status => matches!(error.status(), Some(429 | 500..=599)),
+        OutcomeKind::CircuitOpen | OutcomeKind::Connection | OutcomeKind::Deadline => true,
+        OutcomeKind::Status => matches!(error.status(), Some(429 | 500..=599)),
         _ => false,
     }
 }

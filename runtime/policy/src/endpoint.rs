@@ -40,8 +40,9 @@ pub enum ScopeNeed {
 pub enum Lane {
     /// The client presents its API key.
     Key,
-    /// The BFF injects the platform key server-side: no Authorization header.
-    Bff,
+    /// A proxy in front of the route (a backend-for-frontend) injects the
+    /// key server-side: no Authorization header is sent.
+    Keyless,
 }
 
 /// Everything the pipeline needs to know about a route.

@@ -10,5 +10,5 @@ mod scaled;
 pub mod scope;
 
 pub use endpoint::{Endpoint, Lane, Method, ScopeNeed};
-pub use policy::Policy;
+pub use policy::{OutcomeKind, Policy};
 pub use scope::{Id, IdKind, InvalidId};

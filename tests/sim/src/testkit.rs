@@ -142,7 +142,7 @@ pub async fn follow(
             seen.push(match next {
                 Ok(JobUpdate::Event(e)) => e.name().to_owned(),
                 Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
-                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class()),
+                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class_name()),
                 Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
                 Err(e) => return (seen, Some(e)),
             });

@@ -71,7 +71,7 @@ async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() 
     assert!(cut.is_err(), "cut, not a clean end");
     // Through the client: retried (R1), then a connection error (T1).
     let e = grag.workspaces().list_kbs().await.unwrap_err();
-    assert_eq!(e.class(), "connection", "{e}");
+    assert_eq!(e.class_name(), "connection", "{e}");
     assert_eq!(
         sim.faults().churn_phase(),
         Some(ChurnPhase::Refused),
@@ -225,7 +225,7 @@ async fn budget_and_admin_gate_are_final() {
     sim.faults().once("list_kbs", Fault::Budget);
     let e = grag.workspaces().list_kbs().await.unwrap_err();
     assert_eq!(
-        (e.status(), e.row(), e.class()),
+        (e.status(), e.row(), e.class_name()),
         (Some(402), "T5", "budget_exhausted")
     );
     sim.faults().once("put_settings", Fault::AdminGate);
@@ -235,7 +235,7 @@ async fn budget_and_admin_gate_are_final() {
         .await
         .unwrap_err();
     assert_eq!(
-        (e.status(), e.row(), e.class()),
+        (e.status(), e.row(), e.class_name()),
         (Some(403), "T4", "admin_gate")
     );
     assert_eq!(sim.log().len(), 2, "neither is retried");
@@ -293,7 +293,7 @@ async fn a_dark_route_answers_the_same_503_every_time() {
         )
         .await
         .unwrap_err();
-    assert_eq!((e.row(), e.class()), ("T13", "feature_dark"));
+    assert_eq!((e.row(), e.class_name()), ("T13", "feature_dark"));
     // Other routes are unaffected.
     assert_eq!(get(&sim).await.status(), 200);
 }
@@ -314,7 +314,7 @@ async fn safety_503_is_transient_and_retried_once() {
         .await
         .unwrap_err();
     assert_eq!(
-        (e.row(), e.class(), e.attempts()),
+        (e.row(), e.class_name(), e.attempts()),
         ("T14", "safety_closed", 2)
     );
 }

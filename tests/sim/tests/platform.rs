@@ -435,7 +435,7 @@ async fn voyager_refuses_more_than_256_points_with_413() {
         .await
         .unwrap_err();
     assert_eq!(
-        (e.status(), e.row(), e.class()),
+        (e.status(), e.row(), e.class_name()),
         (Some(413), "T9", "payload_too_large")
     );
     assert_eq!(sim.log().count("upsert_points"), 2, "a 413 is not retried");

@@ -1,7 +1,9 @@
 // kg-service and entity-linking calls behind a parsed workspace. Built, never
 // awaited: nothing here touches a network.
 use grag_client::types::{Edge, Entity, LinkRequest};
-use grag_client::{Config, EdgeId, EntityId, Error, Grag, Kg, TenantId, WorkspaceId};
+use grag_client::{
+    Config, EdgeId, EntityId, Error, ErrorClass, ErrorExt, Grag, Kg, TenantId, WorkspaceId,
+};
 
 async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     let workspace = WorkspaceId::parse("ws-7")?;
@@ -25,7 +27,7 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn typed_error(grag: &Grag, workspace: &WorkspaceId) -> Option<&'static str> {
+async fn typed_error(grag: &Grag, workspace: &WorkspaceId) -> Option<ErrorClass> {
     let entity_id = EntityId::parse("e-1").ok()?;
     let result: Result<Entity, Error> = grag.kg(workspace).get_entity(&entity_id).await;
     result.err().map(|e| e.class())

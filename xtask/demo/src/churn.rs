@@ -26,7 +26,7 @@ fn failed(since: Instant, what: &str, error: &grag_client::Error) {
     println!(
         "   {} ✗ {what}: {} ({}) after {} attempt(s) — „{}“",
         stamp(since),
-        error.class(),
+        error.class_name(),
         error.row(),
         error.attempts(),
         error.message().unwrap_or("")
@@ -121,7 +121,7 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
         Err(e) => println!(
             "   {} ✗ search (interactive): {} ({}) in {} µs, {} attempts, nothing sent — „{}“",
             stamp(churn),
-            e.class(),
+            e.class_name(),
             e.row(),
             asked.elapsed().as_micros(),
             e.attempts(),

@@ -20,7 +20,7 @@ pub(super) async fn read_only() -> Result<()> {
         failed += 1;
         println!(
             "   ✗ {what}: {} ({}){}",
-            e.class(),
+            e.class_name(),
             e.row(),
             e.message().map(|m| format!(" — „{m}“")).unwrap_or_default()
         );

@@ -134,7 +134,7 @@ pub(super) async fn simulated() -> Result<()> {
             JobUpdate::FellBack(e) => println!(
                 "   {} stream given up ({}: {}): following the job by polling GET /next/api/pipeline/status/{job}",
                 stamp(ingest),
-                e.class(),
+                e.class_name(),
                 e.detail().unwrap_or("")
             ),
             JobUpdate::Status(s) => println!(
