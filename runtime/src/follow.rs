@@ -558,19 +558,19 @@ where
 #[cfg(test)]
 mod tests {
     //! The follower against a scripted stream and status route, under paused
-    //! time with the spec's own numbers (45 s watchdog, 5 s polling, 30 min
-    //! ceiling): every delay below is exact.
+    //! time with the fixture's numbers ([`crate::testing`]: 45 s watchdog, 5 s
+    //! polling, 30 min ceiling): every delay below is exact.
 
     use std::io;
     use std::sync::Mutex;
 
     use bytes::Bytes;
-    use grag_client::policy::POLICY;
     use serde_json::json;
     use tokio::time::Instant;
 
     use super::*;
     use crate::alerts::CollectAlerts;
+    use crate::testing::{JOB_EVENTS, POLICY, TENANT};
     use crate::{ClientConfig, IdKind};
 
     /// How a scripted body ends after its frames.
@@ -595,11 +595,7 @@ mod tests {
     }
 
     fn endpoint() -> &'static Endpoint {
-        POLICY
-            .routes
-            .iter()
-            .find(|e| e.operation == "orchestrator_events")
-            .expect("the spec has job progress")
+        &JOB_EVENTS
     }
 
     fn stream_policy() -> &'static StreamPolicy {
@@ -649,7 +645,7 @@ mod tests {
     }
 
     fn client(alerts: Arc<CollectAlerts>) -> Client {
-        let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, "knoll").unwrap();
+        let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, TENANT).unwrap();
         let config = ClientConfig::new("http://127.0.0.1:9", "key", tenant).alerts(alerts);
         Client::new(&POLICY, config).unwrap()
     }
@@ -741,7 +737,7 @@ mod tests {
         client
             .metrics_text()
             .lines()
-            .find(|l| l.starts_with("knoll_sse_fallback_total{"))
+            .find(|l| l.starts_with("sdk_test_sse_fallback_total{"))
             .map(str::to_owned)
     }
 
@@ -808,7 +804,7 @@ mod tests {
         );
         assert_eq!(
             fallbacks(&r.client).as_deref(),
-            Some("knoll_sse_fallback_total{stream=\"orchestrator\"} 1")
+            Some("sdk_test_sse_fallback_total{stream=\"jobs\"} 1")
         );
     }
 
@@ -1040,7 +1036,7 @@ mod tests {
         );
         assert_eq!(
             fallbacks(&r.client).as_deref(),
-            Some("knoll_sse_fallback_total{stream=\"orchestrator\"} 5")
+            Some("sdk_test_sse_fallback_total{stream=\"jobs\"} 5")
         );
     }
 

@@ -25,6 +25,8 @@ mod rate;
 mod reply;
 pub mod sse;
 mod telemetry;
+#[cfg(test)]
+mod testing;
 pub mod throttle;
 mod turn;
 

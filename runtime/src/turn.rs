@@ -219,30 +219,26 @@ impl<E: StreamEvent> FusedStream for Turn<E> {
 
 #[cfg(test)]
 mod tests {
-    //! A chat turn over a scripted body, under paused time with the spec's
-    //! own numbers (the 150 s watchdog).
+    //! A chat turn over a scripted body, under paused time with the
+    //! fixture's numbers ([`crate::testing`]: the 150 s watchdog).
 
     use std::io;
     use std::time::Duration;
 
     use bytes::Bytes;
     use futures_util::StreamExt;
-    use grag_client::policy::POLICY;
     use tokio::time::Instant;
 
     use super::*;
+    use crate::testing::{CHAT_STREAM, POLICY, TENANT};
     use crate::{ClientConfig, Endpoint, Id, IdKind};
 
     fn endpoint() -> &'static Endpoint {
-        POLICY
-            .routes
-            .iter()
-            .find(|e| e.operation == "chat_stream")
-            .expect("the spec has chat")
+        &CHAT_STREAM
     }
 
     fn client() -> Client {
-        let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, "knoll").unwrap();
+        let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, TENANT).unwrap();
         Client::new(
             &POLICY,
             ClientConfig::new("http://127.0.0.1:9", "key", tenant),
@@ -358,7 +354,7 @@ mod tests {
             Some("stage generate failed: completion failed upstream")
         );
         assert!(e.answer_lost());
-        assert!(e.message().unwrap().contains("Erneut senden"), "{e:?}");
+        assert!(e.message().unwrap().contains("Send it again"), "{e:?}");
         assert_eq!(
             client.feature_state("chat").unwrap().state,
             "available",
@@ -391,7 +387,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_turn_that_arrives_in_one_burst_after_a_silence_was_buffered() {
         let alerts = std::sync::Arc::new(crate::alerts::CollectAlerts::default());
-        let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, "knoll").unwrap();
+        let tenant = Id::parse(&POLICY.ids, IdKind::Tenant, TENANT).unwrap();
         let client = Client::new(
             &POLICY,
             ClientConfig::new("http://127.0.0.1:9", "key", tenant).alerts(alerts.clone()),
@@ -439,7 +435,7 @@ mod tests {
         assert!(
             client
                 .metrics_text()
-                .contains("knoll_sse_buffered_total{stream=\"chat\"} 2")
+                .contains("sdk_test_sse_buffered_total{stream=\"chat\"} 2")
         );
     }
 

@@ -22,7 +22,9 @@
 //!   allocations per refusal counted by a counting global allocator and
 //!   printed (the goal: none beyond the error itself).
 //!
-//! Run with `cargo bench -p sdk-runtime --bench overhead`.
+//! Run with `cargo bench -p grag-tests --bench overhead`. It lives here, beside
+//! the other users of the generated client, since the runtime depends on no
+//! generated API.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
