@@ -85,6 +85,7 @@ pub struct Headers {
     /// `None`: the API has no workspace scope.
     pub workspace: Option<String>,
     pub request_id: String,
+    pub retry_after: String,
     /// `None`: no route carries a pipeline id.
     pub pipeline: Option<String>,
 }
@@ -329,6 +330,8 @@ pub struct Alert {
     pub name: String,
     pub doc: String,
     pub severity: String,
+    /// Who an alert of this severity reaches (degradation.yaml `severities`).
+    pub reaches: String,
     pub source: Source,
 }
 

@@ -89,6 +89,8 @@ pub struct Headers {
     #[serde(default)]
     pub workspace: Option<Text>,
     pub request_id: Text,
+    /// The answer header with the server's wait (`Retry-After`).
+    pub retry_after: Text,
     /// Absent: no route carries a pipeline id.
     #[serde(default)]
     pub pipeline: Option<Text>,
@@ -658,6 +660,8 @@ pub struct DegradationFile {
     pub states: IndexMap<Text, FeatureState>,
     /// German messages for final errors, keyed by error class.
     pub messages: IndexMap<Text, Message>,
+    /// The severities an alert may have, each with who it reaches.
+    pub severities: IndexMap<Text, Text>,
     pub alerts: IndexMap<Text, Alert>,
     /// UI features and the routes each depends on.
     #[serde(default)]

@@ -678,3 +678,44 @@ fn stream_error_and_timeout_events_differ() {
     );
     assert!(e.message.contains("different events"), "{e}");
 }
+
+#[test]
+fn a_header_name_with_a_space_is_refused() {
+    let errors = broken("api.yaml", "tenant: X-Tenant-ID", "tenant: X Tenant", 0);
+    let e = one(
+        errors,
+        "api.yaml",
+        line_of("api.yaml", "tenant: X-Tenant-ID", 0),
+        "headers.tenant",
+    );
+    assert!(e.message.contains("RFC 9110 token"), "{e}");
+}
+
+#[test]
+fn two_roles_may_not_share_a_header() {
+    let errors = broken(
+        "api.yaml",
+        "retry_after: Retry-After",
+        "retry_after: x-request-id",
+        0,
+    );
+    let e = one(
+        errors,
+        "api.yaml",
+        line_of("api.yaml", "retry_after: Retry-After", 0),
+        "headers.retry_after",
+    );
+    assert!(e.message.contains("already the request_id header"), "{e}");
+}
+
+#[test]
+fn an_alert_severity_outside_the_severities_is_refused() {
+    let errors = broken("degradation.yaml", "severity: page", "severity: pager", 0);
+    let e = one(
+        errors,
+        "degradation.yaml",
+        line_of("degradation.yaml", "severity: page", 0),
+        "alerts.breaker_open_long.severity",
+    );
+    assert!(e.message.contains("`page`, `ops`"), "{e}");
+}

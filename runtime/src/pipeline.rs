@@ -695,13 +695,16 @@ fn never_written(e: &reqwest::Error) -> bool {
     false
 }
 
-/// The size caps of one attempt.
+/// What reading one answer needs: its size caps and the headers it reads.
 #[derive(Clone, Copy)]
 pub(crate) struct Limits {
     /// Largest 2xx body.
     response: usize,
     /// Bytes of an error body read for its detail.
     error_body: usize,
+    /// The answer headers read: the echoed request ID and the server's wait.
+    request_id: &'static str,
+    retry_after: &'static str,
 }
 
 impl Limits {
@@ -709,11 +712,13 @@ impl Limits {
         Limits {
             response: endpoint.max_response,
             error_body: policy.limits.error_body,
+            request_id: policy.headers.request_id,
+            retry_after: policy.headers.retry_after,
         }
     }
 }
 
-/// Longest echoed `X-Request-ID` kept; a longer one is ignored (ours is used).
+/// Longest echoed request ID kept; a longer one is ignored (ours is used).
 const MAX_ECHOED_ID: usize = 128;
 
 /// Sends one request and reads the answer: a 2xx body incrementally up to
@@ -747,11 +752,11 @@ pub(crate) async fn perform(
     let headers = response.headers();
     pool.answered(status, headers);
     let retry_after = headers
-        .get(reqwest::header::RETRY_AFTER)
+        .get(limits.retry_after)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, SystemTime::now()));
     let echoed_id = headers
-        .get("x-request-id")
+        .get(limits.request_id)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= MAX_ECHOED_ID)
         .map(str::to_owned);

@@ -331,9 +331,10 @@ pub fn policy_md(model: &Model) -> String {
     for a in &model.alerts {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {} ({}) | {} | {} |",
             a.name,
             a.severity,
+            a.reaches,
             a.doc.trim(),
             source(&a.source)
         );

@@ -10,6 +10,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let api = &model.api.name;
     let h = &model.api.headers;
     let (auth, tenant, request_id) = (&h.authorization, &h.tenant, &h.request_id);
+    let retry_after = &h.retry_after;
     let auth_scheme = &h.auth_scheme;
     let workspace = option(h.workspace.as_ref(), |w| quote!(#w));
     let pipeline = option(h.pipeline.as_ref(), |p| quote!(#p));
@@ -365,6 +366,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 tenant: #tenant,
                 workspace: #workspace,
                 request_id: #request_id,
+                retry_after: #retry_after,
                 pipeline: #pipeline,
             },
             ids: IdRules {

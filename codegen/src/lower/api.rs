@@ -101,6 +101,7 @@ impl Cx<'_> {
             );
         }
         let h = &api.headers;
+        self.header_names(h);
         Api {
             lanes,
             opaque_max_len: *api.ids.opaque_max_len,
@@ -118,6 +119,7 @@ impl Cx<'_> {
                 tenant: h.tenant.to_string(),
                 workspace: h.workspace.as_ref().map(|w| w.to_string()),
                 request_id: h.request_id.to_string(),
+                retry_after: h.retry_after.to_string(),
                 pipeline: h.pipeline.as_ref().map(|p| p.to_string()),
             },
             id_pattern: pattern.to_string(),
@@ -141,4 +143,40 @@ impl Cx<'_> {
             source: self.source(&api.origin.source, api.origin.inferred),
         }
     }
+}
+
+impl Cx<'_> {
+    /// Every header name is an RFC 9110 token, and no two name the same
+    /// header (names are case-insensitive): a bad one would make every
+    /// request unbuildable, a clash would send one value under two roles.
+    fn header_names(&mut self, h: &spec::Headers) {
+        let named = [
+            (Some(&h.authorization), "authorization"),
+            (Some(&h.tenant), "tenant"),
+            (h.workspace.as_ref(), "workspace"),
+            (Some(&h.request_id), "request_id"),
+            (Some(&h.retry_after), "retry_after"),
+            (h.pipeline.as_ref(), "pipeline"),
+        ];
+        let mut seen: Vec<(String, &str)> = Vec::new();
+        for (text, key) in named {
+            let Some(text) = text else { continue };
+            let field = format!("headers.{key}");
+            if text.is_empty() || !text.bytes().all(is_token_byte) {
+                self.error(text, field, "a header name is an RFC 9110 token (letters, digits, `-` and the like; no space)");
+                continue;
+            }
+            let lower = text.to_ascii_lowercase();
+            if let Some((_, other)) = seen.iter().find(|(n, _)| *n == lower) {
+                let message = format!("`{}` is already the {other} header", &**text);
+                self.error(text, field, message);
+            }
+            seen.push((lower, key));
+        }
+    }
+}
+
+/// `tchar` of RFC 9110 §5.6.2.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

@@ -36,17 +36,24 @@ impl Cx<'_> {
         }
         let mut alerts = Vec::new();
         for (name, a) in &d.alerts {
-            if !["page", "ops"].contains(&a.severity.as_str()) {
+            if !d.severities.contains_key(a.severity.as_str()) {
+                let known: Vec<String> =
+                    d.severities.keys().map(|s| format!("`{}`", &**s)).collect();
                 self.error(
                     &a.severity,
                     format!("alerts.{}.severity", &**name),
-                    "severity is `page` or `ops`",
+                    format!("severity is one of `severities`: {}", known.join(", ")),
                 );
             }
             alerts.push(Alert {
                 name: name.to_string(),
                 doc: a.doc.to_string(),
                 severity: a.severity.to_string(),
+                reaches: d
+                    .severities
+                    .get(a.severity.as_str())
+                    .map(|r| r.to_string())
+                    .unwrap_or_default(),
                 source: self.source(&a.source, a.inferred),
             });
         }

@@ -94,6 +94,7 @@ pub static POLICY: Policy = Policy {
         tenant: "X-Tenant-ID",
         workspace: None,
         request_id: "X-Request-ID",
+        retry_after: "Retry-After",
         pipeline: None,
     },
     ids: IdRules {

@@ -218,6 +218,7 @@ pub static POLICY: Policy = Policy {
         tenant: "X-Tenant-ID",
         workspace: Some("X-Workspace-ID"),
         request_id: "X-Request-ID",
+        retry_after: "Retry-After",
         pipeline: Some("X-Pipeline-Id"),
     },
     ids: IdRules {

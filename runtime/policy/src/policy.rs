@@ -160,7 +160,10 @@ pub struct HeaderNames {
     pub tenant: &'static str,
     /// `None`: the API has no workspace scope.
     pub workspace: Option<&'static str>,
+    /// Sent fresh on every request; the answer's echo of it is logged.
     pub request_id: &'static str,
+    /// The answer header with the server's wait (`Retry-After`).
+    pub retry_after: &'static str,
     /// `None`: no route carries a pipeline id.
     pub pipeline: Option<&'static str>,
 }
