@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod features;
 mod follow;
+mod ids;
 mod memory;
 mod metrics;
 mod pipeline;
@@ -40,3 +41,9 @@ pub use sdk_policy::{Endpoint, Lane, Method, ScopeNeed};
 pub use sdk_policy::{Id, IdKind, InvalidId};
 pub use sdk_policy::{endpoint, log, policy, scope};
 pub use turn::{FailedStage, Turn, TurnUpdate};
+
+/// What [`id_newtype!`] expands to names, whatever the caller's dependencies.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde;
+}
