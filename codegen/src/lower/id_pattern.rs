@@ -42,8 +42,11 @@ fn unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-_.~".contains(&b)
 }
 
-/// `[...]` at the start of `s`: its inclusive byte ranges, and what follows.
-fn class(s: &str) -> Result<(Vec<(u8, u8)>, &str), String> {
+/// A character class: inclusive byte ranges.
+type Class = Vec<(u8, u8)>;
+
+/// `[...]` at the start of `s`: its ranges, and what follows.
+fn class(s: &str) -> Result<(Class, &str), String> {
     let s = s
         .strip_prefix('[')
         .ok_or_else(|| format!("{SHAPE}: expected a class `[...]` at `{s}`"))?;
