@@ -5,14 +5,35 @@
 /// get one is `parse` (or `FromStr`, or deserializing), which checks the
 /// value against the API's [`IdRules`](crate::policy::IdRules).
 ///
-/// ```ignore
-/// sdk_runtime::id_newtype! {
-///     /// A knowledge base.
-///     pub struct KbId(Id) {
-///         kind: IdKind::Other("KbId"),
-///         rules: POLICY.ids,
+/// ```
+/// use sdk_runtime::policy::{IdPattern, IdRules};
+/// use sdk_runtime::{Id, IdKind, id_newtype};
+///
+/// // A generated crate passes `POLICY.ids`, lowered from its spec.
+/// static RULES: IdRules = IdRules {
+///     pattern: IdPattern {
+///         text: "^[a-z][a-z0-9-]{0,62}$",
+///         first: &[(b'a', b'z')],
+///         rest: &[(b'a', b'z'), (b'0', b'9'), (b'-', b'-')],
+///         min_len: 1,
+///         max_len: 63,
+///     },
+///     reserved_tenants: &[],
+///     opaque: &[],
+///     opaque_max_len: 256,
+/// };
+///
+/// id_newtype! {
+///     /// A note.
+///     pub struct NoteId(Id) {
+///         kind: IdKind::Other("NoteId"),
+///         rules: RULES,
 ///     }
 /// }
+///
+/// assert_eq!(NoteId::parse("note-7")?.as_str(), "note-7");
+/// assert!(NoteId::parse("Note_7").is_err());
+/// # Ok::<(), sdk_runtime::InvalidId>(())
 /// ```
 ///
 /// The field is always `(Id)`, the [`Id`](crate::Id) as the caller names it,
