@@ -62,7 +62,7 @@ pub struct Api {
     pub key_env: String,
     pub tenant_env: String,
     pub headers: Headers,
-    pub id_pattern: String,
+    pub id_pattern: IdPattern,
     pub reserved_tenants: Vec<String>,
     /// Longest value of an opaque ID, in bytes.
     pub opaque_max_len: u32,
@@ -74,6 +74,30 @@ pub struct Api {
     /// Where the policy asks for the workspace (`None` without workspace services).
     pub workspace_source: Option<Source>,
     pub source: Source,
+}
+
+/// `ids.pattern`, lowered: see [`sdk_policy::policy::IdPattern`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdPattern {
+    /// As the spec wrote it.
+    pub text: String,
+    pub first: Vec<(u8, u8)>,
+    pub rest: Vec<(u8, u8)>,
+    pub min_len: usize,
+    pub max_len: usize,
+}
+
+impl IdPattern {
+    /// The runtime's view, to check a value the spec itself names.
+    pub fn rule(&self) -> sdk_policy::policy::IdPattern<'_> {
+        sdk_policy::policy::IdPattern {
+            text: &self.text,
+            first: &self.first,
+            rest: &self.rest,
+            min_len: self.min_len,
+            max_len: self.max_len,
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -102,7 +102,7 @@ pub struct Headers {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ids {
-    /// The one pattern every ID must match.
+    /// The pattern every `rule: pattern` ID matches: `^[first][rest]{min,max}$`.
     pub pattern: Text,
     /// Tenants refused before sending.
     pub reserved_tenants: Vec<Text>,
@@ -119,7 +119,7 @@ pub struct Ids {
 #[serde(deny_unknown_fields)]
 pub struct IdType {
     pub doc: Text,
-    /// `dns_label` (the ID `pattern`; IDs the client chooses) or `opaque`
+    /// `pattern` (matches `ids.pattern`; IDs the client chooses) or `opaque`
     /// (IDs the platform mints: only what keeps a path safe is checked).
     pub rule: Text,
     pub source: Text,

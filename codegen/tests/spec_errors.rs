@@ -719,3 +719,60 @@ fn an_alert_severity_outside_the_severities_is_refused() {
     );
     assert!(e.message.contains("`page`, `ops`"), "{e}");
 }
+
+/// `ids.pattern` of the GRAG spec replaced by `pattern`: the one error.
+fn broken_pattern(pattern: &str) -> SpecError {
+    let file = "api.yaml";
+    let real = r#"pattern: "^[a-z0-9][a-z0-9-]{0,62}$""#;
+    let line = line_of(file, real, 0);
+    let errors = broken(file, real, &format!("pattern: {pattern:?}"), 0);
+    one(errors, file, line, "ids.pattern")
+}
+
+#[test]
+fn an_id_pattern_outside_the_supported_shape_is_refused() {
+    for (pattern, says) in [
+        ("^[a-z0-9]+$", "expected a class"),
+        ("^[a-z0-9][a-z0-9-]*$", "expected a bound"),
+        ("^[a-z0-9][a-z0-9-]{0,62}", "end with `$`"),
+        ("^(kb|ws)-[a-z0-9]{0,62}$", "expected a class"),
+        ("^[a-z0-9][\\w-]{0,62}$", "`\\`"),
+        ("^[^/][a-z0-9-]{0,62}$", "negated"),
+        ("^[a-z0-9][a-z0-9/]{0,62}$", "`/`"),
+    ] {
+        let e = broken_pattern(pattern);
+        assert!(e.message.contains(says), "{pattern}: {e}");
+    }
+}
+
+#[test]
+fn an_id_pattern_with_an_empty_class_is_refused() {
+    for pattern in ["^[][a-z0-9-]{0,62}$", "^[a-z0-9][]{0,62}$"] {
+        let e = broken_pattern(pattern);
+        assert!(e.message.contains("empty"), "{pattern}: {e}");
+    }
+}
+
+#[test]
+fn an_id_pattern_bound_must_be_ordered_and_small() {
+    let e = broken_pattern("^[a-z0-9][a-z0-9-]{9,2}$");
+    assert!(e.message.contains("inverted"), "{e}");
+    let e = broken_pattern("^[a-z0-9][a-z0-9-]{0,4096}$");
+    assert!(e.message.contains("at most 256"), "{e}");
+    let e = broken_pattern("^[9-0][a-z0-9-]{0,62}$");
+    assert!(e.message.contains("inverted"), "{e}");
+}
+
+#[test]
+fn a_reserved_tenant_must_match_the_id_pattern() {
+    // `system` and the other reserved tenants are lowercase: under a pattern
+    // of upper-case IDs they could never be sent, so listing them is an error.
+    let file = "api.yaml";
+    let real = r#"pattern: "^[a-z0-9][a-z0-9-]{0,62}$""#;
+    let errors = broken(file, real, r#"pattern: "^[A-Z][A-Z0-9]{0,62}$""#, 0);
+    assert!(!errors.is_empty());
+    for e in &errors {
+        assert_eq!(e.field, "ids.reserved_tenants", "{e}");
+        assert!(e.message.contains("ids.pattern"), "{e}");
+    }
+}

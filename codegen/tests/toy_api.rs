@@ -64,6 +64,32 @@ fn the_toy_speaks_its_own_names_and_nobody_else_s() {
     }
 }
 
+/// The toy's ID pattern is lowered like GRAG's, into rules of its own: what
+/// one API accepts the other refuses, and the generated policy says so.
+#[test]
+fn the_toy_ids_follow_the_toy_pattern() {
+    let toy = sdk_codegen::model(&toy_files()).unwrap_or_else(|e| panic!("{e}"));
+    let grag_files = sdk_codegen::load::read_dir(&root().join("spec/grag")).unwrap();
+    let grag = sdk_codegen::model(&grag_files).unwrap_or_else(|e| panic!("{e}"));
+    let (toy, grag) = (toy.api.id_pattern.rule(), grag.api.id_pattern.rule());
+    for only_toy in ["Note_7", "NOTE", "a-B"] {
+        assert!(toy.matches(only_toy), "{only_toy}");
+        assert!(!grag.matches(only_toy), "{only_toy}");
+    }
+    for only_grag in ["7-notes", "a", &"a".repeat(63)] {
+        assert!(grag.matches(only_grag), "{only_grag}");
+        assert!(!toy.matches(only_grag), "{only_grag}");
+    }
+    let files = generated();
+    let policy = file(&files, "src/policy.rs");
+    assert!(policy.contains(r#"text: "^[A-Za-z][A-Za-z0-9_-]{1,31}$""#));
+    assert!(policy.contains("first: &[(b'A', b'Z'), (b'a', b'z')]"));
+    assert!(policy.contains("min_len: 2"));
+    assert!(policy.contains("max_len: 32"));
+    let ids = file(&files, "src/ids.rs");
+    assert!(ids.contains("match `^[A-Za-z][A-Za-z0-9_-]{1,31}$`"));
+}
+
 /// Writes the toy crate into its own workspace under `target/` and runs
 /// `cargo check` on it, offline, with the main workspace's lock file.
 #[test]

@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod features;
 mod follow;
+mod ids;
 mod memory;
 mod metrics;
 mod pipeline;
@@ -42,3 +43,9 @@ pub use sdk_policy::{Endpoint, Lane, Method, OutcomeKind, ScopeNeed};
 pub use sdk_policy::{Id, IdKind, InvalidId};
 pub use sdk_policy::{endpoint, log, policy, scope};
 pub use turn::{FailedStage, Turn, TurnUpdate};
+
+/// What [`id_newtype!`] expands to names, whatever the caller's dependencies.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde;
+}

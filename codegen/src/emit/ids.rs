@@ -1,17 +1,20 @@
-//! `src/ids.rs`: one validated newtype per ID, and the scope traits.
+//! `src/ids.rs`: one validated newtype per ID, and the scope traits. Each
+//! newtype is one `sdk_runtime::id_newtype!` invocation, written as text:
+//! neither prettyplease nor rustfmt lays out a macro's body, or turns its
+//! `#[doc]` attributes into `///` lines, as a person writes them.
 
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::docs::{doc, ident, inner_doc};
+use super::docs::{doc, inner_doc};
 use crate::model::Model;
 
-pub fn ids_rs(model: &Model) -> TokenStream {
-    let pattern = &model.api.id_pattern;
+pub fn ids_rs(model: &Model) -> String {
+    let pattern = &model.api.id_pattern.text;
     let reserved = model.api.reserved_tenants.join("`, `");
     let tenant = id_type(
         "TenantId",
-        quote!(sdk_runtime::IdKind::Tenant),
+        "IdKind::Tenant",
         &format!(
             "The tenant every request is sent for (`{}`).\n\nRequired to build a client; never defaulted. \
              The platform's own tenants (`{reserved}`) are refused (policy §3).",
@@ -38,7 +41,7 @@ pub fn ids_rs(model: &Model) -> TokenStream {
         };
         id_type(
             name,
-            quote!(sdk_runtime::IdKind::Other(#name)),
+            &format!("IdKind::Other(\"{name}\")"),
             &format!(
                 "{} (policy {}).\n\n{rule}",
                 id.doc.trim_end_matches('.'),
@@ -54,21 +57,24 @@ pub fn ids_rs(model: &Model) -> TokenStream {
         .routes()
         .any(|(_, r)| r.exists.is_some())
         .then(existing);
-    quote! {
+    let head = quote! {
         #module_doc
 
-        use std::fmt;
-
-        use sdk_runtime::{Id, InvalidId};
+        use sdk_runtime::{Id, IdKind, id_newtype};
 
         use crate::policy::POLICY;
-
-        #tenant
-        #workspace
-        #(#others)*
-        #as_workspace
-        #existing
+    };
+    let mut out = super::pretty("src/ids.rs", head);
+    for newtype in [tenant].into_iter().chain(workspace).chain(others) {
+        out.push('\n');
+        out.push_str(&newtype);
     }
+    let tail = quote!(#as_workspace #existing);
+    if !tail.is_empty() {
+        out.push('\n');
+        out.push_str(&super::pretty("src/ids.rs", tail));
+    }
+    out
 }
 
 /// `Existing<I>`: an ID proven to name something the platform holds, for
@@ -97,7 +103,7 @@ fn existing() -> TokenStream {
 /// `WorkspaceId` and the sealed `AsWorkspace` that workspace handles take,
 /// for an API with a workspace scope. The compile error of a call without
 /// one names the services and the header.
-fn workspace(model: &Model, header: &str) -> (TokenStream, TokenStream) {
+fn workspace(model: &Model, header: &str) -> (String, TokenStream) {
     let services = model.api.workspace_services.join(" and ");
     let quoted = model
         .api
@@ -109,7 +115,7 @@ fn workspace(model: &Model, header: &str) -> (TokenStream, TokenStream) {
     let section = super::docs::workspace_section(model);
     let id = id_type(
         "WorkspaceId",
-        quote!(sdk_runtime::IdKind::Workspace),
+        "IdKind::Workspace",
         &format!("A workspace (`{header}`): the services {quoted} exist only behind one{section}."),
     );
     let message = format!("`{{Self}}` is not a workspace: {services} calls need a `&WorkspaceId`");
@@ -142,62 +148,15 @@ fn workspace(model: &Model, header: &str) -> (TokenStream, TokenStream) {
     (id, trait_)
 }
 
-fn id_type(name: &str, kind: TokenStream, text: &str) -> TokenStream {
-    let ty = ident(name);
-    let docs = doc(text);
-    quote! {
-        #docs
-        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct #ty(Id);
-
-        impl #ty {
-            /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-            pub fn parse(value: &str) -> Result<Self, InvalidId> {
-                Id::parse(&POLICY.ids, #kind, value).map(Self)
-            }
-
-            pub fn as_str(&self) -> &str {
-                self.0.as_str()
-            }
-
-            /// The runtime's view of this ID.
-            pub fn id(&self) -> &Id {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for #ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
-            }
-        }
-
-        impl fmt::Debug for #ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(&self.0, f)
-            }
-        }
-
-        impl std::str::FromStr for #ty {
-            type Err = InvalidId;
-
-            fn from_str(value: &str) -> Result<Self, InvalidId> {
-                Self::parse(value)
-            }
-        }
-
-        impl serde::Serialize for #ty {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.serialize_str(self.as_str())
-            }
-        }
-
-        impl<'de> serde::Deserialize<'de> for #ty {
-            /// An ID in a response is validated like any other: a bad one is a decode error.
-            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let value = String::deserialize(deserializer)?;
-                Self::parse(&value).map_err(serde::de::Error::custom)
-            }
-        }
-    }
+/// One `id_newtype!` invocation: the newtype, its `parse` and its traits.
+fn id_type(name: &str, kind: &str, text: &str) -> String {
+    let docs: String = text
+        .trim()
+        .lines()
+        .map(|line| format!("    /// {line}").trim_end().to_owned() + "\n")
+        .collect();
+    format!(
+        "id_newtype! {{\n{docs}    pub struct {name}(Id) {{\n        kind: {kind},\n        \
+         rules: POLICY.ids,\n    }}\n}}\n"
+    )
 }

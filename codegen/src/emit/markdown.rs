@@ -19,7 +19,7 @@ pub fn policy_md(model: &Model) -> String {
         md,
         "Every request carries a fresh UUIDv4 `{}`. Every route but the public ones carries `{}`; \
          {}routes on a keyed lane add `{}` ({}). \
-         The IDs the client chooses match `{}`; those the platform mints are only checked to be path-safe; \
+         The IDs the client chooses match `{}` ({} to {} characters); those the platform mints are only checked to be path-safe; \
          reserved tenants: {}.\n",
         api.headers.request_id,
         api.headers.tenant,
@@ -30,7 +30,9 @@ pub fn policy_md(model: &Model) -> String {
             .unwrap_or_default(),
         api.headers.authorization,
         lanes_text(&api.lanes),
-        api.id_pattern,
+        api.id_pattern.text,
+        api.id_pattern.min_len,
+        api.id_pattern.max_len,
         api.reserved_tenants
             .iter()
             .map(|t| format!("`{t}`"))

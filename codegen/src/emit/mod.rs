@@ -33,7 +33,10 @@ pub fn files(model: &Model) -> Vec<File> {
         rust("src/lib.rs", client::lib_rs(model)),
         rust("src/client.rs", client::client_rs(model)),
         rust("src/error.rs", error::error_rs(model)),
-        rust("src/ids.rs", ids::ids_rs(model)),
+        File {
+            path: "src/ids.rs".into(),
+            contents: format!("{HEADER}{}", ids::ids_rs(model)),
+        },
         File {
             path: "src/log.rs".into(),
             contents: format!("{HEADER}{}", log::log_rs(model)),
@@ -82,13 +85,18 @@ fn cargo_toml(model: &Model) -> String {
 
 /// Parses and pretty-prints `tokens`; [`rustfmt`] formats the result.
 fn rust(path: &str, tokens: TokenStream) -> File {
+    File {
+        path: path.into(),
+        contents: format!("{HEADER}{}", pretty(path, tokens)),
+    }
+}
+
+/// `tokens` (items of the file at `path`) pretty-printed, items spaced.
+fn pretty(path: &str, tokens: TokenStream) -> String {
     let file: syn::File = syn::parse2(tokens).unwrap_or_else(|e| {
         panic!("the emitter produced invalid Rust for {path}: {e}");
     });
-    File {
-        path: path.into(),
-        contents: format!("{HEADER}{}", space_items(&prettyplease::unparse(&file))),
-    }
+    space_items(&prettyplease::unparse(&file))
 }
 
 /// Runs the crate's Rust files through `rustfmt`, so `cargo fmt` leaves

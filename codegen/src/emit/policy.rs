@@ -1,10 +1,30 @@
 //! `src/policy.rs`: the whole policy as one `static`, plus named indices.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 
 use super::docs::{doc, duration, ident, inner_doc, int, option, screaming, source};
-use crate::model::{Conflict, Model, OutcomeKind, RetrySchedule};
+use crate::model::{Conflict, IdPattern, Model, OutcomeKind, RetrySchedule};
+
+/// `ids.pattern` as the byte ranges the runtime checks: `(b'a', b'z')`.
+fn id_pattern(p: &IdPattern) -> TokenStream {
+    let ranges = |class: &[(u8, u8)]| {
+        let items = class.iter().map(|&(lo, hi)| {
+            let (lo, hi) = (Literal::byte_character(lo), Literal::byte_character(hi));
+            quote!((#lo, #hi))
+        });
+        quote!(&[#(#items),*])
+    };
+    let (text, first, rest) = (&p.text, ranges(&p.first), ranges(&p.rest));
+    let (min_len, max_len) = (int(p.min_len as u64), int(p.max_len as u64));
+    quote!(IdPattern {
+        text: #text,
+        first: #first,
+        rest: #rest,
+        min_len: #min_len,
+        max_len: #max_len,
+    })
+}
 
 pub fn policy_rs(model: &Model) -> TokenStream {
     let api = &model.api.name;
@@ -17,6 +37,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let reserved = &model.api.reserved_tenants;
     let opaque = model.api.ids.iter().filter(|i| i.opaque).map(|i| &i.name);
     let opaque_max_len = int(model.api.opaque_max_len);
+    let id_pattern = id_pattern(&model.api.id_pattern);
     let pool_idle = duration(model.pool_idle);
     let fresh_after = &model.fresh_after;
     let log_target = &model.log.target;
@@ -370,6 +391,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 pipeline: #pipeline,
             },
             ids: IdRules {
+                pattern: #id_pattern,
                 reserved_tenants: &[#(#reserved),*],
                 opaque: &[#(#opaque),*],
                 opaque_max_len: #opaque_max_len,

@@ -7,17 +7,13 @@ use super::{Cx, is_camel, is_snake};
 
 impl Cx<'_> {
     pub(super) fn api(&mut self, api: &spec::ApiFile) -> Api {
-        let pattern = &api.ids.pattern;
-        if pattern.as_str() != sdk_policy::scope::ID_PATTERN {
-            self.error(
-                pattern,
-                "ids.pattern",
-                format!(
-                    "the runtime enforces `{}` and no other ID pattern",
-                    sdk_policy::scope::ID_PATTERN
-                ),
-            );
-        }
+        let pattern = match super::id_pattern::parse(&api.ids.pattern) {
+            Ok(pattern) => Some(pattern),
+            Err(message) => {
+                self.error(&api.ids.pattern, "ids.pattern", message);
+                None
+            }
+        };
         // RFC 9110 §11.1: an auth scheme is a token.
         let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
         if api.auth.scheme.is_empty() || !api.auth.scheme.chars().all(token) {
@@ -44,13 +40,13 @@ impl Cx<'_> {
                 );
             }
             let opaque = match id.rule.as_str() {
-                "dns_label" => false,
+                "pattern" => false,
                 "opaque" => true,
                 other => {
                     self.error(
                         &id.rule,
                         format!("ids.types.{}.rule", &**name),
-                        format!("unknown ID rule `{other}`: expected `dns_label` or `opaque`"),
+                        format!("unknown ID rule `{other}`: expected `pattern` or `opaque`"),
                     );
                     false
                 }
@@ -62,24 +58,19 @@ impl Cx<'_> {
                 source: self.source(&id.source, id.inferred),
             });
         }
-        for reserved in &api.ids.reserved_tenants {
-            if sdk_policy::Id::parse(
-                &sdk_policy::policy::IdRules {
-                    reserved_tenants: &[],
-                    opaque: &[],
-                    opaque_max_len: 0,
-                },
-                sdk_policy::IdKind::Workspace,
+        // Checked only against a pattern that lowered: a broken one is its own error.
+        for reserved in pattern.iter().flat_map(|p| {
+            let rule = p.rule();
+            api.ids
+                .reserved_tenants
+                .iter()
+                .filter(move |t| !rule.matches(t))
+        }) {
+            self.error(
                 reserved,
-            )
-            .is_err()
-            {
-                self.error(
-                    reserved,
-                    "ids.reserved_tenants",
-                    "a reserved tenant must itself look like an ID",
-                );
-            }
+                "ids.reserved_tenants",
+                "a reserved tenant must itself match `ids.pattern`",
+            );
         }
         let mut lanes = Vec::new();
         for (lane, &authenticated) in &api.auth.lanes_authenticated {
@@ -122,7 +113,7 @@ impl Cx<'_> {
                 retry_after: h.retry_after.to_string(),
                 pipeline: h.pipeline.as_ref().map(|p| p.to_string()),
             },
-            id_pattern: pattern.to_string(),
+            id_pattern: pattern.unwrap_or_default(),
             reserved_tenants: api
                 .ids
                 .reserved_tenants

@@ -5,6 +5,7 @@
 
 mod api;
 mod degradation;
+mod id_pattern;
 mod policy;
 mod routes;
 mod taxonomy;

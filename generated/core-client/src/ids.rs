@@ -2,225 +2,44 @@
 //! Validated identifiers. The IDs the client chooses match `^[a-z0-9][a-z0-9-]{0,62}$` (policy §3.3); those the platform mints are only checked to be path-safe. The only way to get one is `parse`.
 
 use crate::policy::POLICY;
-use sdk_runtime::{Id, InvalidId};
-use std::fmt;
+use sdk_runtime::{Id, IdKind, id_newtype};
 
-/// The tenant every request is sent for (`X-Tenant-ID`).
-///
-/// Required to build a client; never defaulted. The platform's own tenants (`default`, `system`) are refused (policy §3).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TenantId(Id);
-
-impl TenantId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Tenant, value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
+id_newtype! {
+    /// The tenant every request is sent for (`X-Tenant-ID`).
+    ///
+    /// Required to build a client; never defaulted. The platform's own tenants (`default`, `system`) are refused (policy §3).
+    pub struct TenantId(Id) {
+        kind: IdKind::Tenant,
+        rules: POLICY.ids,
     }
 }
 
-impl fmt::Display for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+id_newtype! {
+    /// Identifier of a Platform review session, minted by the Platform (policy Idempotency (inferred)).
+    ///
+    /// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 128 bytes, no `/`, no control characters, not `.` or `..`.
+    pub struct SessionId(Id) {
+        kind: IdKind::Other("SessionId"),
+        rules: POLICY.ids,
     }
 }
 
-impl fmt::Debug for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+id_newtype! {
+    /// Identifier of a finding within a session, minted by the Platform (policy Idempotency (inferred)).
+    ///
+    /// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 128 bytes, no `/`, no control characters, not `.` or `..`.
+    pub struct FindingId(Id) {
+        kind: IdKind::Other("FindingId"),
+        rules: POLICY.ids,
     }
 }
 
-impl std::str::FromStr for TenantId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for TenantId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for TenantId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a Platform review session, minted by the Platform (policy Idempotency (inferred)).
-///
-/// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 128 bytes, no `/`, no control characters, not `.` or `..`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(Id);
-
-impl SessionId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("SessionId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for SessionId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for SessionId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for SessionId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a finding within a session, minted by the Platform (policy Idempotency (inferred)).
-///
-/// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 128 bytes, no `/`, no control characters, not `.` or `..`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FindingId(Id);
-
-impl FindingId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("FindingId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for FindingId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for FindingId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for FindingId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for FindingId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for FindingId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a document the caller asks Core to analyse (policy Idempotency (inferred)).
-///
-/// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DocumentId(Id);
-
-impl DocumentId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("DocumentId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for DocumentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for DocumentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for DocumentId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for DocumentId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for DocumentId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
+id_newtype! {
+    /// Identifier of a document the caller asks Core to analyse (policy Idempotency (inferred)).
+    ///
+    /// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub struct DocumentId(Id) {
+        kind: IdKind::Other("DocumentId"),
+        rules: POLICY.ids,
     }
 }

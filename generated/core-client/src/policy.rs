@@ -98,6 +98,13 @@ pub static POLICY: Policy = Policy {
         pipeline: None,
     },
     ids: IdRules {
+        pattern: IdPattern {
+            text: "^[a-z0-9][a-z0-9-]{0,62}$",
+            first: &[(b'a', b'z'), (b'0', b'9')],
+            rest: &[(b'a', b'z'), (b'0', b'9'), (b'-', b'-')],
+            min_len: 1,
+            max_len: 63,
+        },
         reserved_tenants: &["default", "system"],
         opaque: &["SessionId", "FindingId"],
         opaque_max_len: 128,

@@ -2,619 +2,113 @@
 //! Validated identifiers. The IDs the client chooses match `^[a-z0-9][a-z0-9-]{0,62}$` (policy §3.3); those the platform mints are only checked to be path-safe. The only way to get one is `parse`.
 
 use crate::policy::POLICY;
-use sdk_runtime::{Id, InvalidId};
-use std::fmt;
+use sdk_runtime::{Id, IdKind, id_newtype};
 
-/// The tenant every request is sent for (`X-Tenant-ID`).
-///
-/// Required to build a client; never defaulted. The platform's own tenants (`default`, `system`, `canary`) are refused (policy §3).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TenantId(Id);
-
-impl TenantId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Tenant, value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for TenantId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for TenantId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for TenantId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// A workspace (`X-Workspace-ID`): the services `kg-service` and `entity-linking` exist only behind one (policy §3.2).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorkspaceId(Id);
-
-impl WorkspaceId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Workspace, value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for WorkspaceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for WorkspaceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for WorkspaceId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for WorkspaceId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for WorkspaceId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a knowledge base (collection); deterministic, so a replayed create answers 409 (policy §3.3, §5.3).
-///
-/// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KbId(Id);
-
-impl KbId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("KbId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for KbId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for KbId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for KbId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for KbId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for KbId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a chat conversation; the conversation must exist before the first chat stream call (policy §3.3, §6.2).
-///
-/// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConversationId(Id);
-
-impl ConversationId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(
-            &POLICY.ids,
-            sdk_runtime::IdKind::Other("ConversationId"),
-            value,
-        )
-        .map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for ConversationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for ConversationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for ConversationId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for ConversationId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ConversationId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a document in a knowledge base; deterministic, so a replayed upload answers 409 (policy §3.3, §5.3).
-///
-/// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DocumentId(Id);
-
-impl DocumentId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("DocumentId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for DocumentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for DocumentId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for DocumentId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for DocumentId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for DocumentId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of an orchestrator (ingest) job, used by the progress stream and the status poll (policy §6.1 (inferred)).
-///
-/// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 256 bytes, no `/`, no control characters, not `.` or `..`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct JobId(Id);
-
-impl JobId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("JobId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for JobId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for JobId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for JobId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a docfold conversion job (policy §5.3 (inferred)).
-///
-/// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 256 bytes, no `/`, no control characters, not `.` or `..`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConversionId(Id);
-
-impl ConversionId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(
-            &POLICY.ids,
-            sdk_runtime::IdKind::Other("ConversionId"),
-            value,
-        )
-        .map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for ConversionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for ConversionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for ConversionId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for ConversionId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ConversionId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a Gutachten run or Analyse batch, stamped as X-Pipeline-Id on its ai-gateway calls and the join key of its cost totals (policy §10.1 (inferred)).
-///
-/// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PipelineId(Id);
-
-impl PipelineId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("PipelineId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for PipelineId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for PipelineId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for PipelineId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for PipelineId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for PipelineId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of a knowledge-graph entity (MERGE key of the upsert) (policy §5.3 (inferred)).
-///
-/// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EntityId(Id);
-
-impl EntityId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("EntityId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for EntityId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+id_newtype! {
+    /// The tenant every request is sent for (`X-Tenant-ID`).
+    ///
+    /// Required to build a client; never defaulted. The platform's own tenants (`default`, `system`, `canary`) are refused (policy §3).
+    pub struct TenantId(Id) {
+        kind: IdKind::Tenant,
+        rules: POLICY.ids,
     }
 }
 
-impl fmt::Debug for EntityId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+id_newtype! {
+    /// A workspace (`X-Workspace-ID`): the services `kg-service` and `entity-linking` exist only behind one (policy §3.2).
+    pub struct WorkspaceId(Id) {
+        kind: IdKind::Workspace,
+        rules: POLICY.ids,
     }
 }
 
-impl std::str::FromStr for EntityId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
+id_newtype! {
+    /// Identifier of a knowledge base (collection); deterministic, so a replayed create answers 409 (policy §3.3, §5.3).
+    ///
+    /// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub struct KbId(Id) {
+        kind: IdKind::Other("KbId"),
+        rules: POLICY.ids,
     }
 }
 
-impl serde::Serialize for EntityId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
+id_newtype! {
+    /// Identifier of a chat conversation; the conversation must exist before the first chat stream call (policy §3.3, §6.2).
+    ///
+    /// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub struct ConversationId(Id) {
+        kind: IdKind::Other("ConversationId"),
+        rules: POLICY.ids,
     }
 }
 
-impl<'de> serde::Deserialize<'de> for EntityId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
+id_newtype! {
+    /// Identifier of a document in a knowledge base; deterministic, so a replayed upload answers 409 (policy §3.3, §5.3).
+    ///
+    /// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub struct DocumentId(Id) {
+        kind: IdKind::Other("DocumentId"),
+        rules: POLICY.ids,
     }
 }
-
-/// Identifier of a knowledge-graph edge (MERGE key of the upsert) (policy §5.3 (inferred)).
-///
-/// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EdgeId(Id);
-
-impl EdgeId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("EdgeId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
-
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
-    }
-}
-
-impl fmt::Display for EdgeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for EdgeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::str::FromStr for EdgeId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
-    }
-}
-
-impl serde::Serialize for EdgeId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for EdgeId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
-    }
-}
-
-/// Identifier of an agent session whose events the BFF relays (policy §6.3 (inferred)).
-///
-/// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 256 bytes, no `/`, no control characters, not `.` or `..`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(Id);
-
-impl SessionId {
-    /// Validates `value`; nothing unvalidated ever reaches a header or a path.
-    pub fn parse(value: &str) -> Result<Self, InvalidId> {
-        Id::parse(&POLICY.ids, sdk_runtime::IdKind::Other("SessionId"), value).map(Self)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.as_str()
-    }
 
-    /// The runtime's view of this ID.
-    pub fn id(&self) -> &Id {
-        &self.0
+id_newtype! {
+    /// Identifier of an orchestrator (ingest) job, used by the progress stream and the status poll (policy §6.1 (inferred)).
+    ///
+    /// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 256 bytes, no `/`, no control characters, not `.` or `..`.
+    pub struct JobId(Id) {
+        kind: IdKind::Other("JobId"),
+        rules: POLICY.ids,
     }
 }
 
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+id_newtype! {
+    /// Identifier of a docfold conversion job (policy §5.3 (inferred)).
+    ///
+    /// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 256 bytes, no `/`, no control characters, not `.` or `..`.
+    pub struct ConversionId(Id) {
+        kind: IdKind::Other("ConversionId"),
+        rules: POLICY.ids,
     }
 }
 
-impl fmt::Debug for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+id_newtype! {
+    /// Identifier of a Gutachten run or Analyse batch, stamped as X-Pipeline-Id on its ai-gateway calls and the join key of its cost totals (policy §10.1 (inferred)).
+    ///
+    /// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub struct PipelineId(Id) {
+        kind: IdKind::Other("PipelineId"),
+        rules: POLICY.ids,
     }
 }
 
-impl std::str::FromStr for SessionId {
-    type Err = InvalidId;
-    fn from_str(value: &str) -> Result<Self, InvalidId> {
-        Self::parse(value)
+id_newtype! {
+    /// Identifier of a knowledge-graph entity (MERGE key of the upsert) (policy §5.3 (inferred)).
+    ///
+    /// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub struct EntityId(Id) {
+        kind: IdKind::Other("EntityId"),
+        rules: POLICY.ids,
     }
 }
 
-impl serde::Serialize for SessionId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
+id_newtype! {
+    /// Identifier of a knowledge-graph edge (MERGE key of the upsert) (policy §5.3 (inferred)).
+    ///
+    /// Matches `^[a-z0-9][a-z0-9-]{0,62}$`.
+    pub struct EdgeId(Id) {
+        kind: IdKind::Other("EdgeId"),
+        rules: POLICY.ids,
     }
 }
 
-impl<'de> serde::Deserialize<'de> for SessionId {
-    /// An ID in a response is validated like any other: a bad one is a decode error.
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = String::deserialize(deserializer)?;
-        Self::parse(&value).map_err(serde::de::Error::custom)
+id_newtype! {
+    /// Identifier of an agent session whose events the BFF relays (policy §6.3 (inferred)).
+    ///
+    /// Minted by the platform, so only what keeps a path safe is checked: non-empty, at most 256 bytes, no `/`, no control characters, not `.` or `..`.
+    pub struct SessionId(Id) {
+        kind: IdKind::Other("SessionId"),
+        rules: POLICY.ids,
     }
 }
 

@@ -222,6 +222,13 @@ pub static POLICY: Policy = Policy {
         pipeline: Some("X-Pipeline-Id"),
     },
     ids: IdRules {
+        pattern: IdPattern {
+            text: "^[a-z0-9][a-z0-9-]{0,62}$",
+            first: &[(b'a', b'z'), (b'0', b'9')],
+            rest: &[(b'a', b'z'), (b'0', b'9'), (b'-', b'-')],
+            min_len: 1,
+            max_len: 63,
+        },
         reserved_tenants: &["default", "system", "canary"],
         opaque: &["JobId", "ConversionId", "SessionId"],
         opaque_max_len: 256,

@@ -1,17 +1,14 @@
 //! Validated identifiers: the only way to get one is through [`Id::parse`].
 //!
 //! The generated crate wraps [`Id`] in one newtype per kind (`TenantId`,
-//! `WorkspaceId`, `KbId`, ...) with a private field, so a raw string never
-//! reaches a header or a path unchecked.
+//! `WorkspaceId`, `KbId`, ...) with a private field (`sdk_runtime::id_newtype!`),
+//! so a raw string never reaches a header or a path unchecked. What an ID must
+//! look like is the API's [`IdRules`]: its spec's pattern, lowered.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::policy::IdRules;
-
-/// The ID pattern the runtime enforces: a lowercase DNS label,
-/// `^[a-z0-9][a-z0-9-]{0,62}$`. The generator refuses a spec naming another.
-pub const ID_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,62}$";
 
 /// A validated identifier. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,10 +41,19 @@ impl IdKind {
 pub enum InvalidId {
     #[error("{kind} is empty")]
     Empty { kind: &'static str },
-    #[error("{kind} {value:?} is longer than 63 characters")]
-    TooLong { kind: &'static str, value: String },
-    #[error("{kind} {value:?} does not match {ID_PATTERN}")]
-    Pattern { kind: &'static str, value: String },
+    #[error("{kind} {value:?} is longer than {max} bytes")]
+    TooLong {
+        kind: &'static str,
+        value: String,
+        max: usize,
+    },
+    /// `pattern` is the spec's own text (`IdRules::pattern`).
+    #[error("{kind} {value:?} does not match {pattern}")]
+    Pattern {
+        kind: &'static str,
+        value: String,
+        pattern: &'static str,
+    },
     #[error("tenant {value:?} is reserved by the platform and never used by a client")]
     ReservedTenant { value: String },
     #[error("{kind} of {len} bytes is longer than {max}")]
@@ -64,26 +70,27 @@ impl Id {
     /// Validates `value` as an ID of `kind`.
     pub fn parse(rules: &IdRules, kind: IdKind, value: &str) -> Result<Id, InvalidId> {
         let name = kind.name();
-        let bytes = value.as_bytes();
-        let Some(&first) = bytes.first() else {
+        if value.is_empty() {
             return Err(InvalidId::Empty { kind: name });
-        };
+        }
         if let IdKind::Other(type_name) = kind
             && rules.opaque.contains(&type_name)
         {
             return Self::opaque(rules, kind, value);
         }
-        if bytes.len() > 63 {
+        let pattern = &rules.pattern;
+        if value.len() > pattern.max_len {
             return Err(InvalidId::TooLong {
                 kind: name,
                 value: value.to_owned(),
+                max: pattern.max_len,
             });
         }
-        let label = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-        if !label(first) || !bytes.iter().all(|&b| label(b) || b == b'-') {
+        if !pattern.matches(value) {
             return Err(InvalidId::Pattern {
                 kind: name,
                 value: value.to_owned(),
+                pattern: pattern.text,
             });
         }
         if kind == IdKind::Tenant && rules.reserved_tenants.contains(&value) {
@@ -144,11 +151,41 @@ impl fmt::Debug for Id {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::IdPattern;
+
+    /// `^[a-z0-9][a-z0-9-]{0,62}$`, a lowercase DNS label, as the generator lowers it.
+    const DNS_LABEL: IdPattern<'static> = IdPattern {
+        text: "^[a-z0-9][a-z0-9-]{0,62}$",
+        first: &[(b'a', b'z'), (b'0', b'9')],
+        rest: &[(b'a', b'z'), (b'0', b'9'), (b'-', b'-')],
+        min_len: 1,
+        max_len: 63,
+    };
 
     const RULES: IdRules = IdRules {
+        pattern: DNS_LABEL,
         reserved_tenants: &["default", "system", "canary"],
         opaque: &["JobId"],
         opaque_max_len: 256,
+    };
+
+    /// `^[A-Za-z][A-Za-z0-9_.]{2,9}$`: another API's IDs, upper case,
+    /// underscores and dots allowed, three to ten characters.
+    const OTHER: IdRules = IdRules {
+        pattern: IdPattern {
+            text: "^[A-Za-z][A-Za-z0-9_.]{2,9}$",
+            first: &[(b'A', b'Z'), (b'a', b'z')],
+            rest: &[
+                (b'A', b'Z'),
+                (b'a', b'z'),
+                (b'0', b'9'),
+                (b'_', b'_'),
+                (b'.', b'.'),
+            ],
+            min_len: 3,
+            max_len: 10,
+        },
+        ..RULES
     };
 
     #[test]
@@ -168,7 +205,7 @@ mod tests {
                 "{bad:?}"
             );
         }
-        // The DNS-label rule still holds where the policy sets it.
+        // The pattern still holds where the policy sets it.
         assert!(parse(IdKind::Other("KbId"), "Job_7").is_err());
     }
 
@@ -177,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn accepts_dns_labels() {
+    fn accepts_what_the_pattern_allows() {
         for ok in ["a", "0", "acme", "kb-methodik", "a-", &"a".repeat(63)] {
             assert_eq!(parse(IdKind::Other("KbId"), ok).unwrap().as_str(), ok);
         }
@@ -189,7 +226,7 @@ mod tests {
         assert!(matches!(parse(kb, ""), Err(InvalidId::Empty { .. })));
         assert!(matches!(
             parse(kb, &"a".repeat(64)),
-            Err(InvalidId::TooLong { .. })
+            Err(InvalidId::TooLong { max: 63, .. })
         ));
         for bad in ["-a", "A", "a_b", "a b", "ä", "a/b", "a.b", "a\n"] {
             assert!(
@@ -197,6 +234,33 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_rules_decide_not_the_runtime() {
+        let kb = IdKind::Other("KbId");
+        // Valid only under the other pattern: upper case, `_`, `.`.
+        for id in ["Kb_7", "ACME.eu", "Abc"] {
+            assert_eq!(Id::parse(&OTHER, kb, id).unwrap().as_str(), id);
+            assert!(
+                matches!(parse(kb, id), Err(InvalidId::Pattern { .. })),
+                "{id:?}"
+            );
+        }
+        // Valid only under the DNS label: a digit first, `-`, one or two characters.
+        for id in ["7kb", "kb-7", "a", "ab"] {
+            assert!(parse(kb, id).is_ok(), "{id:?}");
+            assert!(Id::parse(&OTHER, kb, id).is_err(), "{id:?}");
+        }
+        // The other pattern's bounds: three to ten.
+        assert!(matches!(
+            Id::parse(&OTHER, kb, "Abcdefghijk"),
+            Err(InvalidId::TooLong { max: 10, .. })
+        ));
+        assert_eq!(
+            Id::parse(&OTHER, kb, "Ab").unwrap_err().to_string(),
+            "KbId \"Ab\" does not match ^[A-Za-z][A-Za-z0-9_.]{2,9}$"
+        );
     }
 
     #[test]
@@ -214,7 +278,7 @@ mod tests {
     }
 
     #[test]
-    fn errors_name_the_kind() {
+    fn errors_name_the_kind_and_quote_the_pattern() {
         let err = parse(IdKind::Workspace, "WS").unwrap_err();
         assert_eq!(
             err.to_string(),
