@@ -1080,7 +1080,7 @@ async fn t23_other_5xx_is_server_error_retried_by_r1_only_when_idempotent() {
     env.grag.workspaces().get_settings().await.unwrap_err();
     env.grag
         .ledger()
-        .spend(SpendGrouping::Service)
+        .spend(&SpendGrouping::Service)
         .await
         .unwrap_err();
     assert_eq!(env.state(), CircuitState::Closed);
@@ -1138,7 +1138,7 @@ async fn t25_other_4xx_is_client_error_never_retried() {
     let e = env
         .grag
         .ledger()
-        .spend(SpendGrouping::Provider)
+        .spend(&SpendGrouping::Provider)
         .await
         .unwrap_err();
     assert_row(&e, "T25", "client_error", MSG_CLIENT_ERROR);
@@ -1158,7 +1158,7 @@ async fn t27_a_400_without_a_scope_detail_pages_as_contract_drift() {
     let e = env
         .grag
         .ledger()
-        .spend(SpendGrouping::Provider)
+        .spend(&SpendGrouping::Provider)
         .await
         .unwrap_err();
     assert_row(&e, "T27", "bad_request", MSG_VALIDATION);

@@ -728,8 +728,10 @@ pub struct TypeDef {
     /// makes the field optional.
     #[serde(default)]
     pub fields: Option<IndexMap<Text, Text>>,
+    /// The closed set of wire strings the platform sends, each a bare string
+    /// or `{value, doc, source, inferred}`.
     #[serde(default)]
-    pub values: Option<Vec<Text>>,
+    pub values: Option<Vec<Spanned<EnumValue>>>,
     #[serde(default)]
     pub source: Option<Text>,
     #[serde(default)]
@@ -797,4 +799,61 @@ pub struct Route {
 pub struct Exists {
     pub field: Text,
     pub proven_by: Text,
+}
+
+/// One value of a string enum: `completed`, or
+/// `{value: running, doc: ..., source: "§6.1", inferred: true}`.
+#[derive(Debug)]
+pub struct EnumValue {
+    /// The string on the wire.
+    pub value: String,
+    pub doc: Option<String>,
+    pub source: Option<String>,
+    pub inferred: bool,
+}
+
+impl<'de> Deserialize<'de> for EnumValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(EnumValueVisitor)
+    }
+}
+
+struct EnumValueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for EnumValueVisitor {
+    type Value = EnumValue;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a value, or a map with `value` and optional `doc`, `source`, `inferred`")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<EnumValue, E> {
+        Ok(EnumValue {
+            value: value.to_owned(),
+            doc: None,
+            source: None,
+            inferred: false,
+        })
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<EnumValue, A::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Long {
+            value: String,
+            #[serde(default)]
+            doc: Option<String>,
+            #[serde(default)]
+            source: Option<String>,
+            #[serde(default)]
+            inferred: bool,
+        }
+        let long = Long::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok(EnumValue {
+            value: long.value,
+            doc: long.doc,
+            source: long.source,
+            inferred: long.inferred,
+        })
+    }
 }
