@@ -805,11 +805,14 @@ pub struct Exists {
 /// `{value: running, doc: ..., source: "§6.1", inferred: true}`.
 #[derive(Debug)]
 pub struct EnumValue {
-    /// The string on the wire.
-    pub value: String,
+    /// The string on the wire; `None` when the long form left it out.
+    pub value: Option<String>,
     pub doc: Option<String>,
     pub source: Option<String>,
     pub inferred: bool,
+    /// Keys of the long form that are none of the above, for lowering to
+    /// refuse at their own line (an error raised here would only know the list's).
+    pub unknown_keys: Vec<Text>,
 }
 
 impl<'de> Deserialize<'de> for EnumValue {
@@ -829,31 +832,34 @@ impl<'de> serde::de::Visitor<'de> for EnumValueVisitor {
 
     fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<EnumValue, E> {
         Ok(EnumValue {
-            value: value.to_owned(),
+            value: Some(value.to_owned()),
             doc: None,
             source: None,
             inferred: false,
+            unknown_keys: Vec::new(),
         })
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<EnumValue, A::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Long {
-            value: String,
-            #[serde(default)]
-            doc: Option<String>,
-            #[serde(default)]
-            source: Option<String>,
-            #[serde(default)]
-            inferred: bool,
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<EnumValue, A::Error> {
+        let mut out = EnumValue {
+            value: None,
+            doc: None,
+            source: None,
+            inferred: false,
+            unknown_keys: Vec::new(),
+        };
+        while let Some(key) = map.next_key::<Text>()? {
+            match key.as_str() {
+                "value" => out.value = Some(map.next_value()?),
+                "doc" => out.doc = Some(map.next_value()?),
+                "source" => out.source = Some(map.next_value()?),
+                "inferred" => out.inferred = map.next_value()?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    out.unknown_keys.push(key);
+                }
+            }
         }
-        let long = Long::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-        Ok(EnumValue {
-            value: long.value,
-            doc: long.doc,
-            source: long.source,
-            inferred: long.inferred,
-        })
+        Ok(out)
     }
 }

@@ -107,9 +107,23 @@ impl Cx<'_> {
         let mut variants: HashMap<String, &str> = HashMap::new();
         let mut out = Vec::new();
         for v in values {
-            let wire = v.value.as_str();
-            let variant = crate::emit::docs::camel(wire);
             let at = v.span();
+            for key in &v.unknown_keys {
+                self.error(
+                    key,
+                    &field,
+                    format!(
+                        "unknown key `{}`: a value has `value`, `doc`, `source` and `inferred`",
+                        &**key
+                    ),
+                );
+            }
+            let Some(wire) = v.value.as_deref() else {
+                self.sources
+                    .at(at, &field, "a value in the long form needs `value`");
+                continue;
+            };
+            let variant = crate::emit::docs::camel(wire);
             if !wires.insert(wire) {
                 self.sources
                     .at(at, &field, format!("the value `{wire}` is listed twice"));
