@@ -152,7 +152,7 @@ async fn opens_on_failures_of_three_distinct_endpoints_within_the_window() {
     let e = env
         .grag
         .ledger()
-        .spend(SpendGrouping::Service)
+        .spend(&SpendGrouping::Service)
         .await
         .unwrap_err();
     assert_eq!(env.state(), CircuitState::Open, "three distinct endpoints");
@@ -184,7 +184,7 @@ async fn dark_features_do_not_open_the_breaker() {
         env.grag.workspaces().get_settings().await.unwrap_err(),
         env.grag
             .ledger()
-            .spend(SpendGrouping::Service)
+            .spend(&SpendGrouping::Service)
             .await
             .unwrap_err(),
     ];
@@ -247,7 +247,7 @@ async fn failures_older_than_the_window_do_not_add_up() {
     tokio::time::sleep(Duration::from_millis(350)).await;
     env.grag
         .ledger()
-        .spend(SpendGrouping::Service)
+        .spend(&SpendGrouping::Service)
         .await
         .unwrap_err();
     assert_eq!(
@@ -766,7 +766,7 @@ async fn a_full_deploy_churn_is_survived() {
     let e = env
         .grag
         .ledger()
-        .spend(SpendGrouping::Service)
+        .spend(&SpendGrouping::Service)
         .await
         .unwrap_err();
     assert!(matches!(e.row(), "T1" | "T21"), "{e}");
@@ -839,7 +839,7 @@ async fn a_full_deploy_churn_is_survived() {
     env.grag.workspaces().get_settings().await.unwrap();
     env.grag
         .ledger()
-        .spend(SpendGrouping::Service)
+        .spend(&SpendGrouping::Service)
         .await
         .unwrap();
 
@@ -889,7 +889,7 @@ async fn an_attempt_started_before_a_state_change_does_not_count_after_it() {
     let _ = tokio::join!(
         workspaces.list_documents(&kb1),
         ledger.totals(&pid),
-        ledger.spend(SpendGrouping::Service),
+        ledger.spend(&SpendGrouping::Service),
     );
     for rule in rules {
         faults.remove(rule);
@@ -912,7 +912,7 @@ async fn an_attempt_started_before_a_state_change_does_not_count_after_it() {
     env.grag.ledger().totals(&pipeline()).await.unwrap_err();
     env.grag
         .ledger()
-        .spend(SpendGrouping::Service)
+        .spend(&SpendGrouping::Service)
         .await
         .unwrap_err();
     assert_eq!(

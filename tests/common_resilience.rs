@@ -141,7 +141,7 @@ impl Env {
         let (a, b, c) = tokio::join!(
             workspaces.get_settings(),
             ledger.totals(&pipeline),
-            ledger.spend(SpendGrouping::Service),
+            ledger.spend(&SpendGrouping::Service),
         );
         for rule in rules {
             faults.remove(rule);

@@ -14,7 +14,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use grag_client::policy::{ENDPOINTS, POLICY, budget, timeout};
-use grag_client::types::{ChatRequest, CreateConversation, CreateKb};
+use grag_client::types::{ChatRequest, CreateConversation, CreateKb, JobState};
 use grag_client::{Config, ConversationId, Grag, JobId, KbId, SessionId, TenantId};
 use recorder::Recorder;
 use sdk_runtime::alerts::CollectAlerts;
@@ -552,7 +552,7 @@ async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
     );
     // Other calls still have the rest of the 8.
     let status = grag.bff().pipeline_status(&job).await.unwrap();
-    assert_eq!(status.status, "running");
+    assert_eq!(status.status, JobState::Running);
     streams.pop();
     waiting
         .await

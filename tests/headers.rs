@@ -461,7 +461,7 @@ async fn walk(grag: &Grag) {
     );
     assert_eq!(
         grag.ledger()
-            .spend(SpendGrouping::Provider)
+            .spend(&SpendGrouping::Provider)
             .await
             .unwrap_or_else(expect("spend")),
         sample::spend()

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use grag_client::types::{
-    ChatMessage, ChatRequest, CompletionRequest, CreateConversation, JobStatus, OrchestratorEvent,
+    ChatMessage, ChatRequest, ChatRole, CompletionRequest, CreateConversation, JobStatus,
+    OrchestratorEvent,
 };
 use grag_client::{ConversationId, Existing, Grag, SessionId};
 use grag_sim::testkit::{self, Kit};
@@ -199,7 +200,7 @@ async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
 fn completion() -> CompletionRequest {
     CompletionRequest {
         messages: vec![ChatMessage {
-            role: "user".into(),
+            role: ChatRole::User,
             content: "Fasse den Prüfbericht zusammen.".into(),
         }],
         model: None,

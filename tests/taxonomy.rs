@@ -14,8 +14,8 @@ use common_resilience::{
     Env, WallClock, early_in_a_second, policy, ready_now, sim_config, whole_second,
 };
 use grag_client::types::{
-    ChatMessage, Chunk, CompletionRequest, ConvertRequest, CreateConversation, CreateKb, Point,
-    ScoreRequest, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
+    ChatMessage, ChatRole, Chunk, CompletionRequest, ConvertRequest, CreateConversation, CreateKb,
+    Point, ScoreRequest, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
 use grag_client::{
     ConversationId, Created, DocumentId, EntityId, Error, ErrorClass, ErrorExt, KbId, Progress,
@@ -151,7 +151,7 @@ fn status(status: u16, detail: &str) -> Fault {
 fn completion() -> CompletionRequest {
     CompletionRequest {
         messages: vec![ChatMessage {
-            role: "user".into(),
+            role: ChatRole::User,
             content: "Fasse das Gutachten zusammen.".into(),
         }],
         model: None,
@@ -1149,7 +1149,7 @@ async fn t23_other_5xx_is_server_error_retried_by_r1_only_when_idempotent() {
     env.grag.workspaces().get_settings().await.unwrap_err();
     env.grag
         .ledger()
-        .spend(SpendGrouping::Service)
+        .spend(&SpendGrouping::Service)
         .await
         .unwrap_err();
     assert_eq!(env.state(), CircuitState::Closed);
@@ -1207,7 +1207,7 @@ async fn t25_other_4xx_is_client_error_never_retried() {
     let e = env
         .grag
         .ledger()
-        .spend(SpendGrouping::Provider)
+        .spend(&SpendGrouping::Provider)
         .await
         .unwrap_err();
     assert_row(&e, "T25", "client_error", MSG_CLIENT_ERROR);
@@ -1227,7 +1227,7 @@ async fn t27_a_400_without_a_scope_detail_pages_as_contract_drift() {
     let e = env
         .grag
         .ledger()
-        .spend(SpendGrouping::Provider)
+        .spend(&SpendGrouping::Provider)
         .await
         .unwrap_err();
     assert_row(&e, "T27", "bad_request", MSG_VALIDATION);

@@ -121,7 +121,7 @@ async fn never_more_than_8_requests_in_flight_at_the_platform() {
                     0 => grag.workspaces().list_kbs().await.map(drop),
                     1 => grag.workspaces().get_settings().await.map(drop),
                     2 => grag.workspaces().health().await.map(drop),
-                    _ => grag.ledger().spend(SpendGrouping::Service).await.map(drop),
+                    _ => grag.ledger().spend(&SpendGrouping::Service).await.map(drop),
                 }
             })
         })

@@ -381,7 +381,19 @@ pub struct TypeDef {
 #[derive(Debug)]
 pub enum Shape {
     Struct(Vec<Field>),
-    Enum(Vec<String>),
+    /// A closed set of wire strings; the generated enum keeps any other value too.
+    Enum(Vec<Variant>),
+}
+
+/// One value of a string enum.
+#[derive(Debug)]
+pub struct Variant {
+    /// The string on the wire (`pending_replay`).
+    pub wire: String,
+    /// The Rust variant (`PendingReplay`).
+    pub name: String,
+    pub doc: Option<String>,
+    pub source: Option<Source>,
 }
 
 #[derive(Debug)]

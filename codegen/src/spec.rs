@@ -747,8 +747,10 @@ pub struct TypeDef {
     /// makes the field optional.
     #[serde(default)]
     pub fields: Option<IndexMap<Text, Text>>,
+    /// The closed set of wire strings the platform sends, each a bare string
+    /// or `{value, doc, source, inferred}`.
     #[serde(default)]
-    pub values: Option<Vec<Text>>,
+    pub values: Option<Vec<Spanned<EnumValue>>>,
     #[serde(default)]
     pub source: Option<Text>,
     #[serde(default)]
@@ -816,4 +818,67 @@ pub struct Route {
 pub struct Exists {
     pub field: Text,
     pub proven_by: Text,
+}
+
+/// One value of a string enum: `completed`, or
+/// `{value: running, doc: ..., source: "§6.1", inferred: true}`.
+#[derive(Debug)]
+pub struct EnumValue {
+    /// The string on the wire; `None` when the long form left it out.
+    pub value: Option<String>,
+    pub doc: Option<String>,
+    pub source: Option<String>,
+    pub inferred: bool,
+    /// Keys of the long form that are none of the above, for lowering to
+    /// refuse at their own line (an error raised here would only know the list's).
+    pub unknown_keys: Vec<Text>,
+}
+
+impl<'de> Deserialize<'de> for EnumValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(EnumValueVisitor)
+    }
+}
+
+struct EnumValueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for EnumValueVisitor {
+    type Value = EnumValue;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a value, or a map with `value` and optional `doc`, `source`, `inferred`")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<EnumValue, E> {
+        Ok(EnumValue {
+            value: Some(value.to_owned()),
+            doc: None,
+            source: None,
+            inferred: false,
+            unknown_keys: Vec::new(),
+        })
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<EnumValue, A::Error> {
+        let mut out = EnumValue {
+            value: None,
+            doc: None,
+            source: None,
+            inferred: false,
+            unknown_keys: Vec::new(),
+        };
+        while let Some(key) = map.next_key::<Text>()? {
+            match key.as_str() {
+                "value" => out.value = Some(map.next_value()?),
+                "doc" => out.doc = Some(map.next_value()?),
+                "source" => out.source = Some(map.next_value()?),
+                "inferred" => out.inferred = map.next_value()?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    out.unknown_keys.push(key);
+                }
+            }
+        }
+        Ok(out)
+    }
 }

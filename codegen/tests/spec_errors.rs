@@ -776,3 +776,206 @@ fn a_reserved_tenant_must_match_the_id_pattern() {
         assert!(e.message.contains("ids.pattern"), "{e}");
     }
 }
+
+/// The line of a `ledger.yaml` enum value; the spec lists them on one line.
+const GROUPINGS: &str = "values: [service, provider]";
+
+#[test]
+fn an_enum_lists_values() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, "  SpendGrouping:", 0);
+    let e = one(
+        broken(file, GROUPINGS, "values: []", 0),
+        file,
+        line,
+        "types.SpendGrouping",
+    );
+    assert!(e.message.contains("non-empty `values`"), "{e}");
+}
+
+#[test]
+fn an_enum_lists_a_value_once() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, GROUPINGS, 0);
+    let e = one(
+        broken(file, GROUPINGS, "values: [service, provider, service]", 0),
+        file,
+        line,
+        "types.SpendGrouping.values",
+    );
+    assert!(e.message.contains("`service` is listed twice"), "{e}");
+    assert!(e.column > GROUPINGS.len(), "points at the second one: {e}");
+}
+
+#[test]
+fn two_enum_values_cannot_make_one_variant() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, GROUPINGS, 0);
+    let e = one(
+        broken(file, GROUPINGS, "values: [service, provider, Provider]", 0),
+        file,
+        line,
+        "types.SpendGrouping.values",
+    );
+    assert!(
+        e.message
+            .contains("`provider` and `Provider` both make the variant `Provider`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_enum_value_cannot_be_the_unknown_variant() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, GROUPINGS, 0);
+    let e = one(
+        broken(file, GROUPINGS, "values: [service, provider, unknown]", 0),
+        file,
+        line,
+        "types.SpendGrouping.values",
+    );
+    assert!(e.message.contains("would be the variant `Unknown`"), "{e}");
+}
+
+#[test]
+fn an_enum_value_makes_a_variant_name() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, GROUPINGS, 0);
+    let e = one(
+        broken(file, GROUPINGS, "values: [service, provider, 2xx]", 0),
+        file,
+        line,
+        "types.SpendGrouping.values",
+    );
+    assert!(
+        e.message.contains("`2xx` makes no Rust variant name"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_enum_value_in_long_form_has_known_keys_and_a_source_when_inferred() {
+    let file = "services/bff.yaml";
+    let e = one(
+        broken(file, "doc: Done; `results`", "docs: Done; `results`", 0),
+        file,
+        line_of(file, "doc: Done; `results`", 0),
+        "types.JobState.values",
+    );
+    assert!(e.message.contains("unknown key `docs`"), "{e}");
+
+    let errors = broken(file, "- value: completed", "- wire: completed", 0);
+    let line = line_of(file, "- value: completed", 0);
+    // The value is gone, so streams.yaml's `completed` is refused too.
+    let at: Vec<(&str, usize)> = errors
+        .iter()
+        .filter(|e| e.field == "types.JobState.values")
+        .map(|e| (e.message.as_str(), e.line))
+        .collect();
+    assert_eq!(at.len(), 2, "{errors:#?}");
+    assert!(at[0].0.contains("unknown key `wire`"), "{errors:#?}");
+    assert!(at[1].0.contains("needs `value`"), "{errors:#?}");
+    assert!(at.iter().all(|(_, l)| *l == line), "{errors:#?}");
+
+    let line = line_of(file, "- value: running", 0);
+    let e = one(
+        broken(
+            file,
+            "        source: \"§6.1\"\n        inferred: true",
+            "        inferred: true",
+            0,
+        ),
+        file,
+        line,
+        "types.JobState.values",
+    );
+    assert!(
+        e.message
+            .contains("`running` is `inferred` but names no `source`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_enum_name_is_not_an_id_type() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, "  SpendGrouping:", 0);
+    // Its users now name a type that is gone: only the clash is checked here.
+    let errors = broken(file, "  SpendGrouping:", "  KbId:", 0);
+    let e = errors
+        .iter()
+        .find(|e| e.field == "types.KbId")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert_eq!(e.line, line, "{e}");
+    assert!(e.message.contains("already an ID type"), "{e}");
+}
+
+#[test]
+fn an_enum_name_is_not_another_type_s() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, "  SpendGrouping:", 0);
+    // In one file the YAML loader refuses the duplicate key; across files, lowering does.
+    let errors = broken(file, "  SpendGrouping:", "  JobStatus:", 0);
+    let e = errors
+        .iter()
+        .find(|e| e.field == "types.JobStatus")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert_eq!(e.line, line, "{e}");
+    assert!(
+        e.message.contains("already defined by service `bff`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_field_names_an_existing_enum() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, "group_by: SpendGrouping?", 0);
+    let e = one(
+        broken(file, "group_by: SpendGrouping?", "group_by: SpendGroup?", 0),
+        file,
+        line,
+        "types.Spend.fields.group_by",
+    );
+    assert!(e.message.contains("unknown type `SpendGroup`"), "{e}");
+}
+
+#[test]
+fn a_job_state_the_stream_reads_is_a_value_of_its_enum() {
+    let file = "streams.yaml";
+    let line = line_of(file, "failed: [failed, cancelled]", 0);
+    let e = one(
+        broken(
+            file,
+            "failed: [failed, cancelled]",
+            "failed: [failed, aborted]",
+            0,
+        ),
+        file,
+        line,
+        "streams.orchestrator.status",
+    );
+    assert!(
+        e.message
+            .contains("`aborted` is no value of `JobState`, the type of `JobStatus.status`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_chat_stage_the_stream_reads_is_a_value_of_its_enum() {
+    let file = "streams.yaml";
+    let line = line_of(file, "fail_closed: [generate]", 0);
+    let e = one(
+        broken(
+            file,
+            "fail_closed: [generate]",
+            "fail_closed: [generation]",
+            0,
+        ),
+        file,
+        line,
+        "streams.chat.stages",
+    );
+    assert!(e.message.contains("no value of `ChatStage`"), "{e}");
+}

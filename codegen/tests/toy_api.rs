@@ -90,6 +90,47 @@ fn the_toy_ids_follow_the_toy_pattern() {
     assert!(ids.contains("match `^[A-Za-z][A-Za-z0-9_-]{1,31}$`"));
 }
 
+/// A spec enum is a Rust enum: a variant per value (`check-list` is
+/// `CheckList`), `Unknown` for the rest, the wire string both ways, and a
+/// query parameter that takes it by reference.
+#[test]
+fn the_toy_enum_is_an_enum_that_keeps_unknown_values() {
+    let files = generated();
+    let types = file(&files, "src/types.rs");
+    let start = types
+        .find("pub enum NoteKind {")
+        .expect("NoteKind is an enum");
+    let decl = &types[start..start + types[start..].find('}').unwrap()];
+    let variants: Vec<&str> = decl
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.starts_with("///") && !l.is_empty())
+        .collect();
+    assert_eq!(variants, ["Plain,", "CheckList,", "Unknown(String),"]);
+    assert!(decl.contains("/// A list of items to tick off. Policy toy (inferred)."));
+    for wanted in [
+        "NoteKind::CheckList => \"check-list\"",
+        "\"check-list\" => NoteKind::CheckList",
+        "NoteKind::Unknown(value) => value",
+        "impl From<&str> for NoteKind",
+        "impl std::fmt::Display for NoteKind",
+        "impl Serialize for NoteKind",
+        "impl<'de> Deserialize<'de> for NoteKind",
+        "struct Wire<T>",
+    ] {
+        assert!(types.contains(wanted), "types.rs lacks {wanted}");
+    }
+    // Serde's derive would refuse an unknown value: the impls are written out.
+    assert!(types.contains("#[derive(Debug, Clone, PartialEq, Eq, Hash)]\npub enum NoteKind {"));
+    let notes = file(&files, "src/notes.rs");
+    assert!(
+        notes.contains("kind: Option<&crate::types::NoteKind>"),
+        "{notes}"
+    );
+    assert!(notes.contains(".query_opt(\"kind\", kind)"), "{notes}");
+}
+
 /// Writes the toy crate into its own workspace under `target/` and runs
 /// `cargo check` on it, offline, with the main workspace's lock file.
 #[test]

@@ -257,6 +257,17 @@ fn method(model: &Model, r: &Route) -> TokenStream {
     for (param, ty) in &r.query {
         let arg = ident(param);
         match ty {
+            // A string enum is text already (`AsRef<str>`): passed as it is.
+            TypeExpr::Optional(inner) if matches!(**inner, TypeExpr::Named(_)) => {
+                let arg_ty = rust_type(inner);
+                args.push(quote!(#arg: Option<&#arg_ty>));
+                steps.push(quote!(.query_opt(#param, #arg)));
+            }
+            TypeExpr::Named(_) => {
+                let arg_ty = rust_type(ty);
+                args.push(quote!(#arg: &#arg_ty));
+                steps.push(quote!(.query(#param, #arg)));
+            }
             TypeExpr::Optional(inner) => {
                 let (arg_ty, value) = arg_type(inner, quote!(v));
                 args.push(quote!(#arg: Option<#arg_ty>));
@@ -372,7 +383,10 @@ fn arg_type(ty: &TypeExpr, arg: TokenStream) -> (TokenStream, TokenStream) {
             let t = rust_type(ty);
             (quote!(&#t), quote!(#arg.as_str()))
         }
-        TypeExpr::Named(_) => (rust_type(ty), quote!(#arg.as_str())),
+        TypeExpr::Named(_) => {
+            let t = rust_type(ty);
+            (quote!(&#t), quote!(#arg.as_str()))
+        }
         TypeExpr::String => (quote!(&str), arg),
         other => (rust_type(other), quote!(#arg.to_string())),
     }

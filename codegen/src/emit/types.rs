@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{camel, doc, ident, inner_doc, rust_type, source};
-use crate::model::{Model, Shape, Stream, TypeDef, TypeExpr};
+use crate::model::{Model, Shape, Stream, TypeDef, TypeExpr, Variant};
 
 pub fn types_rs(model: &Model) -> TokenStream {
     let types = model.types.iter().map(type_def);
@@ -15,12 +15,19 @@ pub fn types_rs(model: &Model) -> TokenStream {
         .map(|s| event_enum(model, s));
     let module_doc =
         inner_doc("Request and response types of every service, as the spec shapes them.");
+    let wire = model
+        .types
+        .iter()
+        .any(|t| matches!(t.shape, Shape::Enum(_)))
+        .then(wire_visitor);
     quote! {
         #module_doc
 
         use serde::{Deserialize, Serialize};
 
         #(#types)*
+
+        #wire
 
         #(#events)*
     }
@@ -111,33 +118,118 @@ fn type_def(t: &TypeDef) -> TokenStream {
                 }
             }
         }
-        Shape::Enum(values) => {
-            let variants = values.iter().map(|v| {
-                let variant = ident(&camel(v));
-                quote! {
-                    #[serde(rename = #v)]
-                    #variant
-                }
-            });
-            let arms = values.iter().map(|v| {
-                let variant = ident(&camel(v));
-                quote!(#name::#variant => #v)
-            });
-            quote! {
-                #docs
-                #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-                pub enum #name {
-                    #(#variants,)*
-                }
+        Shape::Enum(variants) => string_enum(&name, docs, variants),
+    }
+}
 
-                impl #name {
-                    /// The value as the platform spells it.
-                    pub fn as_str(self) -> &'static str {
-                        match self {
-                            #(#arms,)*
-                        }
-                    }
+/// A string enum: a variant per value the spec lists, and `Unknown` for any
+/// other, so a value the platform adds later decodes instead of failing.
+fn string_enum(name: &proc_macro2::Ident, docs: TokenStream, variants: &[Variant]) -> TokenStream {
+    let decls = variants.iter().map(|v| {
+        let variant = ident(&v.name);
+        let mut text = match &v.doc {
+            Some(d) => d.clone(),
+            None => format!("`{}`.", v.wire),
+        };
+        if let Some(s) = &v.source {
+            text.push_str(&format!(" Policy {}.", source(s)));
+        }
+        let text = doc(&text);
+        quote!(#text #variant)
+    });
+    let to_wire = variants.iter().map(|v| {
+        let (variant, wire) = (ident(&v.name), &v.wire);
+        quote!(#name::#variant => #wire)
+    });
+    let from_wire = variants.iter().map(|v| {
+        let (variant, wire) = (ident(&v.name), &v.wire);
+        quote!(#wire => #name::#variant)
+    });
+    quote! {
+        #docs
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum #name {
+            #(#decls,)*
+            /// A value this client version does not know yet, kept verbatim so nothing is lost.
+            Unknown(String),
+        }
+
+        impl #name {
+            /// The value as the platform spells it.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    #(#to_wire,)*
+                    #name::Unknown(value) => value,
                 }
+            }
+
+            fn known(value: &str) -> Option<Self> {
+                Some(match value {
+                    #(#from_wire,)*
+                    _ => return None,
+                })
+            }
+        }
+
+        impl From<&str> for #name {
+            fn from(value: &str) -> Self {
+                Self::known(value).unwrap_or_else(|| #name::Unknown(value.to_owned()))
+            }
+        }
+
+        impl From<String> for #name {
+            fn from(value: String) -> Self {
+                Self::known(&value).unwrap_or(#name::Unknown(value))
+            }
+        }
+
+        impl AsRef<str> for #name {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl std::fmt::Display for #name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for #name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for #name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                deserializer.deserialize_str(Wire(std::marker::PhantomData))
+            }
+        }
+    }
+}
+
+/// The one visitor every string enum decodes through: any string is a value
+/// (a known one without a copy), anything else the error it always was.
+fn wire_visitor() -> TokenStream {
+    quote! {
+        /// Decodes a string enum from its wire string; a value the spec does not
+        /// list becomes `Unknown`, never an error.
+        struct Wire<T>(std::marker::PhantomData<T>);
+
+        impl<T: for<'a> From<&'a str> + From<String>> serde::de::Visitor<'_> for Wire<T> {
+            type Value = T;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<T, E> {
+                Ok(T::from(value))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, value: String) -> Result<T, E> {
+                Ok(T::from(value))
             }
         }
     }

@@ -179,6 +179,27 @@ impl Cx<'_> {
                     ),
                 }
             }
+            // The states the runtime reads by name are values of the fields' enums.
+            if let (Some(f), Some(read)) = (fallback, &st.status) {
+                let route = &services[f.service].routes[f.route];
+                if let Returns::Body(TypeExpr::Named(ty)) = &route.returns {
+                    let at = field("status");
+                    for states in [&read.completed, &read.failed] {
+                        self.states_listed(types, ty, &read.field, states, &at);
+                    }
+                }
+            }
+            if let Some(g) = &st.stages {
+                let ty = st
+                    .events
+                    .iter()
+                    .find(|(e, _)| e.as_str() == g.event.as_str());
+                if let Some((_, ty)) = ty {
+                    let at = field("stages");
+                    self.states_listed(types, ty, &g.status_field, &g.failed, &at);
+                    self.states_listed(types, ty, &g.stage_field, &g.fail_closed, &at);
+                }
+            }
             out.push(Stream {
                 name: name.to_string(),
                 doc: st.doc.to_string(),
@@ -308,6 +329,48 @@ impl Cx<'_> {
             fail_closed: text(&g.fail_closed),
             detail_field: g.detail_field.as_ref().map(|t| t.to_string()),
             feature: g.feature.to_string(),
+        }
+    }
+
+    /// `states` must be values of the enum `ty.field_name` has, if it has one:
+    /// a state the enum does not list would only ever arrive as `Unknown`.
+    fn states_listed(
+        &mut self,
+        types: &[TypeDef],
+        ty: &str,
+        field_name: &str,
+        states: &[spec::Text],
+        at: &str,
+    ) {
+        let Some(Shape::Struct(fields)) = types.iter().find(|t| t.name == ty).map(|t| &t.shape)
+        else {
+            return;
+        };
+        let Some(f) = fields.iter().find(|f| f.name == field_name) else {
+            return;
+        };
+        let inner = match &f.ty {
+            TypeExpr::Optional(inner) => &**inner,
+            other => other,
+        };
+        let TypeExpr::Named(name) = inner else {
+            return;
+        };
+        let Some(Shape::Enum(variants)) = types.iter().find(|t| &t.name == name).map(|t| &t.shape)
+        else {
+            return;
+        };
+        for state in states {
+            if !variants.iter().any(|v| v.wire == state.as_str()) {
+                self.error(
+                    state,
+                    at,
+                    format!(
+                        "`{}` is no value of `{name}`, the type of `{ty}.{field_name}`",
+                        &**state
+                    ),
+                );
+            }
         }
     }
 

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 
 use crate::model::*;
+use marked_yaml::Spanned;
+
 use crate::spec::{self, Text};
 
 use super::{Cx, Names, is_camel, is_snake, one_of, position};
@@ -40,7 +42,7 @@ impl Cx<'_> {
                             .collect(),
                     ),
                     (None, Some(values)) if !values.is_empty() => {
-                        Shape::Enum(values.iter().map(|v| v.to_string()).collect())
+                        Shape::Enum(self.variants(name, values))
                     }
                     _ => {
                         self.error(
@@ -93,6 +95,92 @@ impl Cx<'_> {
                 }
                 i += 1;
             }
+        }
+        out
+    }
+
+    /// The values of a string enum, each a distinct wire string and a distinct
+    /// Rust variant that leaves `Unknown` to the values the spec does not list.
+    fn variants(&mut self, name: &Text, values: &[Spanned<spec::EnumValue>]) -> Vec<Variant> {
+        let field = format!("types.{}.values", &**name);
+        let mut wires = std::collections::HashSet::new();
+        let mut variants: HashMap<String, &str> = HashMap::new();
+        let mut out = Vec::new();
+        for v in values {
+            let at = v.span();
+            for key in &v.unknown_keys {
+                self.error(
+                    key,
+                    &field,
+                    format!(
+                        "unknown key `{}`: a value has `value`, `doc`, `source` and `inferred`",
+                        &**key
+                    ),
+                );
+            }
+            let Some(wire) = v.value.as_deref() else {
+                self.sources
+                    .at(at, &field, "a value in the long form needs `value`");
+                continue;
+            };
+            let variant = crate::emit::docs::camel(wire);
+            if !wires.insert(wire) {
+                self.sources
+                    .at(at, &field, format!("the value `{wire}` is listed twice"));
+                continue;
+            }
+            if !is_camel(&variant) {
+                self.sources.at(
+                    at,
+                    &field,
+                    format!(
+                        "the value `{wire}` makes no Rust variant name: values are words of letters and digits, starting with a letter, joined by `_`, `-` or spaces"
+                    ),
+                );
+                continue;
+            }
+            if variant == "Unknown" {
+                self.sources.at(
+                    at,
+                    &field,
+                    format!(
+                        "the value `{wire}` would be the variant `Unknown`, which holds the values this client does not know"
+                    ),
+                );
+                continue;
+            }
+            if let Some(other) = variants.insert(variant.clone(), wire) {
+                self.sources.at(
+                    at,
+                    &field,
+                    format!("the values `{other}` and `{wire}` both make the variant `{variant}`"),
+                );
+                continue;
+            }
+            let source = v.source.as_ref().map(|s| Source {
+                section: s.clone(),
+                inferred: v.inferred,
+            });
+            if v.source.as_ref().is_some_and(|s| s.trim().is_empty()) {
+                self.sources.at(
+                    at,
+                    &field,
+                    "a value's `source` must name the policy section (e.g. \"§6.1\")",
+                );
+            }
+            if v.inferred && v.source.is_none() {
+                self.sources.at(
+                    at,
+                    &field,
+                    format!("the value `{wire}` is `inferred` but names no `source`"),
+                );
+            }
+            out.push(Variant {
+                wire: wire.to_owned(),
+                name: variant,
+                doc: v.doc.clone(),
+                source,
+            });
         }
         out
     }

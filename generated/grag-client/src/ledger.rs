@@ -82,9 +82,9 @@ impl<'c> Ledger<'c> {
     /// - Policy: §10.1
     pub async fn spend(
         &self,
-        group_by: crate::types::SpendGrouping,
+        group_by: &crate::types::SpendGrouping,
     ) -> Result<crate::types::Spend, Error> {
-        let call = Call::new(&SPEND).query("group_by", group_by.as_str());
+        let call = Call::new(&SPEND).query("group_by", group_by);
         self.client.send(call).await?.json()
     }
 }

@@ -34,12 +34,84 @@ pub struct SearchResults {
     pub results: Vec<crate::types::SearchHit>,
 }
 
+/// Who a message of a completion prompt is from.
+///
+/// Service `ai-gateway`, policy §7 (inferred).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ChatRole {
+    /// Instructions the model follows.
+    System,
+    /// What the user asked.
+    User,
+    /// What the model answered earlier in the conversation.
+    Assistant,
+    /// A value this client version does not know yet, kept verbatim so nothing is lost.
+    Unknown(String),
+}
+
+impl ChatRole {
+    /// The value as the platform spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ChatRole::System => "system",
+            ChatRole::User => "user",
+            ChatRole::Assistant => "assistant",
+            ChatRole::Unknown(value) => value,
+        }
+    }
+
+    fn known(value: &str) -> Option<Self> {
+        Some(match value {
+            "system" => ChatRole::System,
+            "user" => ChatRole::User,
+            "assistant" => ChatRole::Assistant,
+            _ => return None,
+        })
+    }
+}
+
+impl From<&str> for ChatRole {
+    fn from(value: &str) -> Self {
+        Self::known(value).unwrap_or_else(|| ChatRole::Unknown(value.to_owned()))
+    }
+}
+
+impl From<String> for ChatRole {
+    fn from(value: String) -> Self {
+        Self::known(&value).unwrap_or(ChatRole::Unknown(value))
+    }
+}
+
+impl AsRef<str> for ChatRole {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for ChatRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ChatRole {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ChatRole {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+    }
+}
+
 /// One message of a completion prompt.
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    pub role: String,
+    pub role: crate::types::ChatRole,
     pub content: String,
 }
 
@@ -69,12 +141,88 @@ pub struct Completion {
     pub usage: Option<serde_json::Value>,
 }
 
+/// Where an orchestrator job stands, as its status hash says.
+///
+/// Service `bff`, policy §6.1.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Still working; a stream that timed out or dropped says nothing about the job. Policy §6.1 (inferred).
+    Running,
+    /// Done; `results` holds what it produced.
+    Completed,
+    /// Failed for good; `error` says why, and the document needs a re-upload.
+    Failed,
+    /// Cancelled before it finished; it ends the job like a failure.
+    Cancelled,
+    /// A value this client version does not know yet, kept verbatim so nothing is lost.
+    Unknown(String),
+}
+
+impl JobState {
+    /// The value as the platform spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Unknown(value) => value,
+        }
+    }
+
+    fn known(value: &str) -> Option<Self> {
+        Some(match value {
+            "running" => JobState::Running,
+            "completed" => JobState::Completed,
+            "failed" => JobState::Failed,
+            "cancelled" => JobState::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+impl From<&str> for JobState {
+    fn from(value: &str) -> Self {
+        Self::known(value).unwrap_or_else(|| JobState::Unknown(value.to_owned()))
+    }
+}
+
+impl From<String> for JobState {
+    fn from(value: String) -> Self {
+        Self::known(&value).unwrap_or(JobState::Unknown(value))
+    }
+}
+
+impl AsRef<str> for JobState {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for JobState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for JobState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+    }
+}
+
 /// Status hash of an orchestrator job, polled every 5 s as the stream fallback.
 ///
 /// Service `bff`, policy §6.1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobStatus {
-    pub status: String,
+    pub status: crate::types::JobState,
     pub progress: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -133,13 +281,161 @@ pub struct JobCancelled {
     pub job_id: String,
 }
 
+/// A stage of a chat turn, in the order the BFF runs them.
+///
+/// Service `bff`, policy §6.2, §4.2.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ChatStage {
+    /// The user's turn is saved first, so a turn that fails loses no input.
+    PersistUser,
+    /// `retrieval`. Policy §6.2 (inferred).
+    Retrieval,
+    /// `rerank`. Policy §6.2 (inferred).
+    Rerank,
+    /// The answer itself; the one stage that fails closed, ending the turn.
+    Generate,
+    /// `groundedness`. Policy §6.2 (inferred).
+    Groundedness,
+    /// The answer is saved. Policy §6.2 (inferred).
+    Persist,
+    /// A value this client version does not know yet, kept verbatim so nothing is lost.
+    Unknown(String),
+}
+
+impl ChatStage {
+    /// The value as the platform spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ChatStage::PersistUser => "persist_user",
+            ChatStage::Retrieval => "retrieval",
+            ChatStage::Rerank => "rerank",
+            ChatStage::Generate => "generate",
+            ChatStage::Groundedness => "groundedness",
+            ChatStage::Persist => "persist",
+            ChatStage::Unknown(value) => value,
+        }
+    }
+
+    fn known(value: &str) -> Option<Self> {
+        Some(match value {
+            "persist_user" => ChatStage::PersistUser,
+            "retrieval" => ChatStage::Retrieval,
+            "rerank" => ChatStage::Rerank,
+            "generate" => ChatStage::Generate,
+            "groundedness" => ChatStage::Groundedness,
+            "persist" => ChatStage::Persist,
+            _ => return None,
+        })
+    }
+}
+
+impl From<&str> for ChatStage {
+    fn from(value: &str) -> Self {
+        Self::known(value).unwrap_or_else(|| ChatStage::Unknown(value.to_owned()))
+    }
+}
+
+impl From<String> for ChatStage {
+    fn from(value: String) -> Self {
+        Self::known(&value).unwrap_or(ChatStage::Unknown(value))
+    }
+}
+
+impl AsRef<str> for ChatStage {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for ChatStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ChatStage {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ChatStage {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+    }
+}
+
+/// How a chat stage went. The policy names only `failed` (a stage but `generate` reports it and the stream goes on); the value of a stage that went well is not named, so it arrives as `Unknown`.
+///
+/// Service `bff`, policy §6.2.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StageStatus {
+    /// The stage failed; the turn goes on degraded unless the stage is `generate`.
+    Failed,
+    /// A value this client version does not know yet, kept verbatim so nothing is lost.
+    Unknown(String),
+}
+
+impl StageStatus {
+    /// The value as the platform spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            StageStatus::Failed => "failed",
+            StageStatus::Unknown(value) => value,
+        }
+    }
+
+    fn known(value: &str) -> Option<Self> {
+        Some(match value {
+            "failed" => StageStatus::Failed,
+            _ => return None,
+        })
+    }
+}
+
+impl From<&str> for StageStatus {
+    fn from(value: &str) -> Self {
+        Self::known(value).unwrap_or_else(|| StageStatus::Unknown(value.to_owned()))
+    }
+}
+
+impl From<String> for StageStatus {
+    fn from(value: String) -> Self {
+        Self::known(&value).unwrap_or(StageStatus::Unknown(value))
+    }
+}
+
+impl AsRef<str> for StageStatus {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for StageStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for StageStatus {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for StageStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+    }
+}
+
 /// A chat turn's stage report (retrieval, rerank, generate, groundedness, persist), with the fields of its stage.
 ///
 /// Service `bff`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatTrace {
-    pub stage: String,
-    pub status: String,
+    pub stage: crate::types::ChatStage,
+    pub status: crate::types::StageStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,13 +515,85 @@ pub struct ConvertRequest {
     pub kb_id: Option<crate::ids::KbId>,
 }
 
+/// Where a docfold conversion stands.
+///
+/// Service `docfold`, policy §5.3 (inferred).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ConversionState {
+    /// Still converting; its result route answers 409 until it is done (keep polling).
+    Processing,
+    /// Converted; the result carries the content.
+    Completed,
+    /// The document could not be converted.
+    Failed,
+    /// A value this client version does not know yet, kept verbatim so nothing is lost.
+    Unknown(String),
+}
+
+impl ConversionState {
+    /// The value as the platform spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ConversionState::Processing => "processing",
+            ConversionState::Completed => "completed",
+            ConversionState::Failed => "failed",
+            ConversionState::Unknown(value) => value,
+        }
+    }
+
+    fn known(value: &str) -> Option<Self> {
+        Some(match value {
+            "processing" => ConversionState::Processing,
+            "completed" => ConversionState::Completed,
+            "failed" => ConversionState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+impl From<&str> for ConversionState {
+    fn from(value: &str) -> Self {
+        Self::known(value).unwrap_or_else(|| ConversionState::Unknown(value.to_owned()))
+    }
+}
+
+impl From<String> for ConversionState {
+    fn from(value: String) -> Self {
+        Self::known(&value).unwrap_or(ConversionState::Unknown(value))
+    }
+}
+
+impl AsRef<str> for ConversionState {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for ConversionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ConversionState {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ConversionState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+    }
+}
+
 /// A started conversion.
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConversionJob {
     pub conversion_id: crate::ids::ConversionId,
-    pub status: String,
+    pub status: crate::types::ConversionState,
 }
 
 /// The finished conversion.
@@ -234,7 +602,7 @@ pub struct ConversionJob {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConversionResult {
     pub conversion_id: crate::ids::ConversionId,
-    pub status: String,
+    pub status: crate::types::ConversionState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -326,21 +694,68 @@ pub struct Edge {
 /// The only two groupings /spend offers (there is no per-pipeline grouping).
 ///
 /// Service `ledger`, policy §10.1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SpendGrouping {
-    #[serde(rename = "service")]
+    /// `service`.
     Service,
-    #[serde(rename = "provider")]
+    /// `provider`.
     Provider,
+    /// A value this client version does not know yet, kept verbatim so nothing is lost.
+    Unknown(String),
 }
 
 impl SpendGrouping {
     /// The value as the platform spells it.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             SpendGrouping::Service => "service",
             SpendGrouping::Provider => "provider",
+            SpendGrouping::Unknown(value) => value,
         }
+    }
+
+    fn known(value: &str) -> Option<Self> {
+        Some(match value {
+            "service" => SpendGrouping::Service,
+            "provider" => SpendGrouping::Provider,
+            _ => return None,
+        })
+    }
+}
+
+impl From<&str> for SpendGrouping {
+    fn from(value: &str) -> Self {
+        Self::known(value).unwrap_or_else(|| SpendGrouping::Unknown(value.to_owned()))
+    }
+}
+
+impl From<String> for SpendGrouping {
+    fn from(value: String) -> Self {
+        Self::known(&value).unwrap_or(SpendGrouping::Unknown(value))
+    }
+}
+
+impl AsRef<str> for SpendGrouping {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Display for SpendGrouping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for SpendGrouping {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for SpendGrouping {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Wire(std::marker::PhantomData))
     }
 }
 
@@ -499,6 +914,25 @@ pub struct Conversation {
     pub kb_ids: Option<Vec<crate::ids::KbId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+}
+
+/// Decodes a string enum from its wire string; a value the spec does not
+/// list becomes `Unknown`, never an error.
+struct Wire<T>(std::marker::PhantomData<T>);
+
+impl<T: for<'a> From<&'a str> + From<String>> serde::de::Visitor<'_> for Wire<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<T, E> {
+        Ok(T::from(value))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, value: String) -> Result<T, E> {
+        Ok(T::from(value))
+    }
 }
 
 /// An event of the `orchestrator` stream, typed by its name (streams.yaml `events`).

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use grag_client::types::{Conversation, Document, Edge, Entity, JobStatus, Kb, Point};
+use grag_client::types::{Conversation, Document, Edge, Entity, JobState, JobStatus, Kb, Point};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -175,6 +175,7 @@ impl Job {
             .filter(|f| now >= *f)
         else {
             return JobStatus {
+                // Not a state the policy names: the client reads it as `Unknown`.
                 status: "queued".into(),
                 progress: 0.0,
                 error: None,
@@ -191,7 +192,7 @@ impl Job {
             && done > fail
         {
             return JobStatus {
-                status: "failed".into(),
+                status: JobState::Failed,
                 progress: fail as f64 / total as f64,
                 error: Some(self.failure()),
                 results: None,
@@ -199,14 +200,14 @@ impl Job {
         }
         if done >= self.nodes.len() {
             return JobStatus {
-                status: "completed".into(),
+                status: JobState::Completed,
                 progress: 1.0,
                 error: None,
                 results: Some(self.results()),
             };
         }
         JobStatus {
-            status: "running".into(),
+            status: JobState::Running,
             progress: done as f64 / total as f64,
             error: None,
             results: Some(json!({ "node": self.nodes[done] })),
@@ -215,11 +216,11 @@ impl Job {
 
     /// The document status the workspaces service shows for this job.
     pub fn document_status(&self, now: Instant) -> &'static str {
-        match self.status(now).status.as_str() {
-            "queued" => "queued",
-            "running" => "processing",
-            "failed" => "failed",
-            _ => "indexed",
+        match self.status(now).status {
+            JobState::Running => "processing",
+            JobState::Failed => "failed",
+            JobState::Completed | JobState::Cancelled => "indexed",
+            JobState::Unknown(_) => "queued",
         }
     }
 }
@@ -315,10 +316,16 @@ mod tests {
     fn status_follows_the_timeline() {
         let j = job(None);
         let t = j.start.unwrap();
-        assert_eq!(j.status(t).status, "queued");
-        assert_eq!(j.status(t + Duration::from_secs(1)).status, "running");
+        assert_eq!(j.status(t).status, JobState::Unknown("queued".into()));
+        assert_eq!(
+            j.status(t + Duration::from_secs(1)).status,
+            JobState::Running
+        );
         assert_eq!(j.status(t + Duration::from_secs(3)).progress, 0.5);
-        assert_eq!(j.status(t + Duration::from_secs(5)).status, "completed");
+        assert_eq!(
+            j.status(t + Duration::from_secs(5)).status,
+            JobState::Completed
+        );
         let names: Vec<_> = j.timeline().iter().map(|e| e.name).collect();
         assert_eq!(
             names,
@@ -336,9 +343,12 @@ mod tests {
     fn a_failing_node_fails_the_job() {
         let j = job(Some(1));
         let t = j.start.unwrap();
-        assert_eq!(j.status(t + Duration::from_secs(4)).status, "running");
+        assert_eq!(
+            j.status(t + Duration::from_secs(4)).status,
+            JobState::Running
+        );
         let failed = j.status(t + Duration::from_secs(5));
-        assert_eq!(failed.status, "failed");
+        assert_eq!(failed.status, JobState::Failed);
         assert!(failed.error.unwrap().contains("node b"));
         let names: Vec<_> = j.timeline().iter().map(|e| e.name).collect();
         assert_eq!(

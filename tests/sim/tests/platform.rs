@@ -5,9 +5,9 @@ mod common;
 use common::{KEY, TEXT, b64, client, raw, scoped, sim};
 use grag_client::policy::ENDPOINTS;
 use grag_client::types::{
-    ChatMessage, Chunk, CompletionRequest, ConvertRequest, CreateConversation, CreateKb, Edge,
-    Entity, LinkRequest, Point, ScoreRequest, SearchRequest, SpendGrouping, UploadDocument,
-    UpsertPoints,
+    ChatMessage, ChatRole, Chunk, CompletionRequest, ConversionState, ConvertRequest,
+    CreateConversation, CreateKb, Edge, Entity, LinkRequest, Point, ScoreRequest, SearchRequest,
+    SpendGrouping, UploadDocument, UpsertPoints,
 };
 use grag_client::{
     ConversationId, Created, DocumentId, EdgeId, EntityId, KbId, Progress, WorkspaceId,
@@ -140,7 +140,7 @@ async fn a_request_without_tenant_is_served_as_tenant_default() {
     assert!(knoll.workspaces().list_kbs().await.unwrap().is_empty());
     // The client never lets that happen: every scoped request it sent named its tenant.
     knoll.workspaces().create_kb(&kb("kb-1")).await.unwrap();
-    knoll.ledger().spend(SpendGrouping::Service).await.unwrap();
+    knoll.ledger().spend(&SpendGrouping::Service).await.unwrap();
     let from_client: Vec<_> = sim.log().entries().into_iter().skip(1).collect();
     assert!(!from_client.is_empty());
     for e in from_client {
@@ -394,7 +394,7 @@ async fn docfold_answers_409_while_converting() {
         })
         .await
         .unwrap();
-    assert_eq!(job.status, "processing");
+    assert_eq!(job.status, ConversionState::Processing);
     assert_eq!(
         docfold.result(&job.conversion_id).await.unwrap(),
         Progress::Processing
@@ -564,7 +564,7 @@ async fn search_completion_and_groundedness() {
         .ai_gateway()
         .complete(&CompletionRequest {
             messages: vec![ChatMessage {
-                role: "user".into(),
+                role: ChatRole::User,
                 content: "Hallo".into(),
             }],
             model: None,
@@ -625,11 +625,11 @@ async fn ledger_totals_per_pipeline_and_spend_by_service_or_provider() {
         .unwrap();
     assert_eq!(totals.calls, Some(2));
     assert!((totals.total_cost.unwrap() - 0.0008).abs() < 1e-9);
-    let by_service = grag.ledger().spend(SpendGrouping::Service).await.unwrap();
+    let by_service = grag.ledger().spend(&SpendGrouping::Service).await.unwrap();
     assert_eq!(by_service.group_by, Some(SpendGrouping::Service));
     assert_eq!(by_service.items.len(), 1);
     assert_eq!(by_service.items[0].key, "ai-gateway");
-    let by_provider = grag.ledger().spend(SpendGrouping::Provider).await.unwrap();
+    let by_provider = grag.ledger().spend(&SpendGrouping::Provider).await.unwrap();
     assert_eq!(by_provider.items[0].key, "sim-rerank");
 
     // Only the two groupings exist; totals needs its pipeline.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{TEXT, b64, client, event_names, raw, read_all, scoped};
 use grag_client::bff::{AGENT_SESSION_STREAM, CHAT_STREAM, ORCHESTRATOR_EVENTS};
-use grag_client::types::{ChatRequest, CreateConversation, CreateKb, UploadDocument};
+use grag_client::types::{ChatRequest, CreateConversation, CreateKb, JobState, UploadDocument};
 use grag_client::{ConversationId, DocumentId, Grag, JobId, KbId, SessionId};
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use reqwest::Method;
@@ -207,7 +207,7 @@ async fn a_failing_node_fails_the_job_on_stream_and_status() {
     assert_eq!(&names[names.len() - 2..], ["node_fail", "failed"]);
     assert_eq!(events[events.len() - 2].1["node"], "embed");
     let status = grag.bff().pipeline_status(&job).await.unwrap();
-    assert_eq!(status.status, "failed");
+    assert_eq!(status.status, JobState::Failed);
     assert!(status.error.unwrap().contains("embed"));
     assert!(sim.log().of("upload_document")[0].has_fault("job_fails"));
 }

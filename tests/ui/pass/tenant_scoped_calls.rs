@@ -82,7 +82,7 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
         })
         .await?;
     let _totals = grag.ledger().totals(&pipeline).await?;
-    let _spend = grag.ledger().spend(SpendGrouping::Provider).await?;
+    let _spend = grag.ledger().spend(&SpendGrouping::Provider).await?;
     let _score = grag
         .groundedness()
         .score(&ScoreRequest {

@@ -99,7 +99,7 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
         Ok(_) => anyhow::bail!("get_settings answered during the refusal"),
         Err(e) => failed(churn, "GET /workspaces/api/v1/settings", &e),
     }
-    match grag.ledger().spend(SpendGrouping::Service).await {
+    match grag.ledger().spend(&SpendGrouping::Service).await {
         Ok(_) => anyhow::bail!("spend answered during the refusal"),
         Err(e) => failed(churn, "GET /ledger/api/v1/ledger/spend", &e),
     }

@@ -81,7 +81,7 @@ pub(super) async fn read_only() -> Result<()> {
         "GET /ledger/api/v1/ledger/spend?group_by=service|provider",
     );
     for group in [SpendGrouping::Service, SpendGrouping::Provider] {
-        match grag.ledger().spend(group).await {
+        match grag.ledger().spend(&group).await {
             Ok(spend) => {
                 let items: Vec<String> = spend
                     .items

@@ -349,7 +349,7 @@ pub(super) async fn simulated() -> Result<()> {
 
 async fn ledger(grag: &Grag) -> Result<()> {
     for group in [SpendGrouping::Service, SpendGrouping::Provider] {
-        let spend = grag.ledger().spend(group).await?;
+        let spend = grag.ledger().spend(&group).await?;
         let items: Vec<String> = spend
             .items
             .iter()

@@ -2,7 +2,8 @@
 
 use grag_client::DocumentId;
 use grag_client::types::{
-    Completion, CompletionRequest, Score, ScoreRequest, SearchHit, SearchRequest, SearchResults,
+    ChatRole, Completion, CompletionRequest, Score, ScoreRequest, SearchHit, SearchRequest,
+    SearchResults,
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -100,7 +101,12 @@ pub(super) fn search_rerank(p: &mut Platform, ctx: &Ctx) -> Answer {
 
 pub(super) fn complete(p: &mut Platform, ctx: &Ctx) -> Answer {
     let body: CompletionRequest = ctx.json()?;
-    let Some(last) = body.messages.iter().rev().find(|m| m.role == "user") else {
+    let Some(last) = body
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == ChatRole::User)
+    else {
         return Err(unprocessable(
             &["body", "messages"],
             "at least one user message is required",

@@ -3,7 +3,7 @@
 use base64::Engine;
 use grag_client::ConversionId;
 use grag_client::types::{
-    ConversionJob, ConversionResult, ConvertRequest, UpsertPoints, UpsertResult,
+    ConversionJob, ConversionResult, ConversionState, ConvertRequest, UpsertPoints, UpsertResult,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -70,7 +70,7 @@ pub(super) fn convert(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
         202,
         &ConversionJob {
             conversion_id,
-            status: "processing".into(),
+            status: ConversionState::Processing,
         },
     ))
 }
@@ -118,7 +118,7 @@ pub(super) fn conversion_result(p: &mut Platform, ctx: &Ctx) -> Answer {
         200,
         &ConversionResult {
             conversion_id,
-            status: "completed".into(),
+            status: ConversionState::Completed,
             content: Some(c.text.clone()),
             pages: Some(1 + c.text.len() as i64 / 3000),
             metadata: Some(json!({ "converter": "grag-sim" })),

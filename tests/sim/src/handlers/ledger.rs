@@ -39,23 +39,21 @@ pub(super) fn totals(p: &mut Platform, ctx: &Ctx) -> Answer {
 }
 
 pub(super) fn spend(p: &mut Platform, ctx: &Ctx) -> Answer {
-    let group_by = match ctx.query("group_by") {
-        Some("service") => SpendGrouping::Service,
-        Some("provider") => SpendGrouping::Provider,
-        Some(_) => {
+    // The platform knows its two groupings; a value it does not know is a 422.
+    let group_by = match ctx.query("group_by").map(SpendGrouping::from) {
+        Some(SpendGrouping::Unknown(_)) => {
             return Err(unprocessable(
                 &["query", "group_by"],
                 "Input should be 'service' or 'provider'",
             ));
         }
+        Some(g) => g,
         None => return Err(unprocessable(&["query", "group_by"], "Field required")),
     };
+    let by_service = group_by == SpendGrouping::Service;
     let mut sums = BTreeMap::<&str, f64>::new();
     for c in &p.tenant(&ctx.tenant).ledger {
-        let key = match group_by {
-            SpendGrouping::Service => c.service,
-            SpendGrouping::Provider => c.provider,
-        };
+        let key = if by_service { c.service } else { c.provider };
         *sums.entry(key).or_default() += c.cost;
     }
     let items = sums
