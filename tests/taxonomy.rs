@@ -121,11 +121,7 @@ async fn t31_a_body_that_cannot_be_encoded_is_refused_before_sending() {
     assert_row(&e, "T31", "invalid_request", MSG_CLIENT_CONTRACT);
     assert_eq!(e.class(), ErrorClass::InvalidRequest);
     assert_eq!(e.kind(), OutcomeKind::InvalidRequest);
-    assert_eq!(
-        e.attempts(),
-        1,
-        "one attempt, never sent, never retried: {e}"
-    );
+    assert_eq!(e.attempts(), 0, "refused before any attempt: {e}");
     assert!(
         e.detail()
             .is_some_and(|d| d.contains("could not be encoded")),
@@ -134,6 +130,17 @@ async fn t31_a_body_that_cannot_be_encoded_is_refused_before_sending() {
     assert_eq!(env.total(), 0, "nothing reached the platform");
     assert_eq!(env.alert_names(), ["client_contract"]);
     assert_eq!(env.state(), CircuitState::Closed);
+
+    // A client bug stays one with the breaker open: T31, not T21.
+    env.health_down();
+    env.open_breaker().await;
+    let e = env
+        .grag
+        .runtime()
+        .send(Call::new(endpoint).json(&body))
+        .await
+        .unwrap_err();
+    assert_eq!(e.class(), ErrorClass::InvalidRequest, "{e}");
 }
 
 fn kb(id: &str) -> KbId {

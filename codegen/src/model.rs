@@ -302,8 +302,8 @@ pub struct Stream {
     pub terminal_events: Vec<String>,
     pub ends_with_terminal: bool,
     /// `event:` names that fail the stream as `stream_error` / `stream_timeout`.
-    pub error_event: Option<String>,
-    pub timeout_event: Option<String>,
+    pub error_event: String,
+    pub timeout_event: String,
     /// Set exactly when `fallback` is.
     pub status: Option<StatusRead>,
     /// Event name and index into [`Model::types`].

@@ -523,6 +523,7 @@ pub struct StreamsFile {
     pub streams: IndexMap<Text, Stream>,
     /// The event names a server fails any stream with, by the taxonomy
     /// outcome they are classified as.
+    /// Required when `streams` names any stream.
     #[serde(default)]
     pub error_events: Option<ErrorEvents>,
     /// How a buffering proxy is recognised (§6.4).
@@ -538,10 +539,8 @@ pub struct StreamsFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ErrorEvents {
-    #[serde(default)]
-    pub stream_error: Option<Text>,
-    #[serde(default)]
-    pub stream_timeout: Option<Text>,
+    pub stream_error: Text,
+    pub stream_timeout: Text,
 }
 
 /// `fallbacks_sustained:` of streams.yaml: at least `at_least` fallbacks
@@ -727,7 +726,7 @@ pub struct ServiceFile {
     pub prefix: Text,
     /// `public`, `tenant` or `workspace`: what every route needs unless it says otherwise.
     pub scope: Text,
-    /// `key` (Authorization + tenant) or `bff` (the BFF lane injects the key).
+    /// `key` (Authorization + tenant) or a lane of `auth.lanes_authenticated`.
     pub lane: Text,
     #[serde(default)]
     pub types: IndexMap<Text, TypeDef>,

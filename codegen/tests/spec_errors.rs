@@ -979,3 +979,52 @@ fn a_chat_stage_the_stream_reads_is_a_value_of_its_enum() {
     );
     assert!(e.message.contains("no value of `ChatStage`"), "{e}");
 }
+
+#[test]
+fn streams_without_error_events_are_refused() {
+    let errors = broken(
+        "streams.yaml",
+        "error_events:\n  stream_error: error       # `event: error` with a JSON `detail` (§6.2, §6.3)\n  stream_timeout: timeout   # STREAM_TIMEOUT_MS reached (§6.1)\n",
+        "",
+        0,
+    );
+    let e = one(
+        errors,
+        "streams.yaml",
+        // The three removed lines stood above it.
+        line_of("streams.yaml", "  orchestrator:", 0) - 3,
+        "error_events",
+    );
+    assert!(e.message.contains("stream_timeout"), "{e}");
+}
+
+#[test]
+fn two_classes_may_not_share_an_error_class_variant() {
+    let mut files = spec_files();
+    let (_, text) = files
+        .iter_mut()
+        .find(|(p, _)| p.ends_with("taxonomy.yaml"))
+        .unwrap();
+    *text = text
+        .replace("class: invalid_scope", "class: x1")
+        .replace("class: deadline", "class: x_1");
+    let errors = model(&files).expect_err("a clash is refused").0;
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.field.ends_with(".class")
+                && e.message.contains("would both be `ErrorClass::X1`")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn an_enum_value_may_not_make_the_variant_self() {
+    let errors = broken("ai-gateway.yaml", "- value: system", "- value: self", 0);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.message.contains("`Self`, a Rust keyword")),
+        "{errors:#?}"
+    );
+}

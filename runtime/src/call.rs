@@ -63,9 +63,13 @@ impl<'a> Call<'a> {
     /// like any request the client cannot build.
     pub fn json<B: Serialize + ?Sized>(mut self, body: &B) -> Self {
         match serde_json::to_vec(body) {
-            Ok(bytes) => self.body = Some(Bytes::from(bytes)),
+            Ok(bytes) => {
+                self.body = Some(Bytes::from(bytes));
+                self.unencodable = None;
+            }
             Err(e) => {
-                self.unencodable = Some(format!("the request body could not be encoded: {e}"))
+                self.body = None;
+                self.unencodable = Some(format!("the request body could not be encoded: {e}"));
             }
         }
         self

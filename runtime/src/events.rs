@@ -16,8 +16,9 @@ use crate::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::HeldSlots;
 
-/// The events of one stream. `error` and `timeout` events end it as typed
-/// errors (T17, T18); silence past the watchdog is T19. It does not recover
+/// The events of one stream. Its policy's `error_event` and `timeout_event`
+/// end it as typed errors (`stream_error`, `stream_timeout`); silence past
+/// the watchdog is `stream_stalled`. It does not recover
 /// on its own: a job stream's fallback to polling is [`crate::JobProgress`].
 ///
 /// Read with [`Events::next`] or as a [`Stream`]; either way the throttle

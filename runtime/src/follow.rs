@@ -1,9 +1,9 @@
 //! Following a job: its progress stream while it works, its status route when
-//! the stream fails, one result at the end (GRAG §6.1).
+//! the stream fails, one result at the end.
 //!
 //! The stream is an optimisation over polling, never the truth: a stall, the
-//! server's ceiling (`event: timeout`, the job is not failed), `event: error`
-//! or a dropped connection switch to polling the spec's `fallback` route at the
+//! server's ceiling (the policy's `timeout_event`: the job is not failed), its
+//! `error_event` or a dropped connection switch to polling the spec's `fallback` route at the
 //! policy's cadence ([`Client::poll_interval`]); after `reopen_after` polls of
 //! a running job the stream is opened again, and once its first event is in,
 //! one poll resyncs what the relay never replays. Each switch counts in the

@@ -106,6 +106,16 @@ impl Client {
             previous: None,
             body_digest: None,
         };
+        // A body serde refused is a client bug (T31), whatever the origin's
+        // state: refused before admission, the breaker or the throttle.
+        if let Some(reason) = &call.unencodable {
+            let row = self.row(OutcomeKind::InvalidRequest);
+            let error = self
+                .error(OutcomeKind::InvalidRequest, row, call)
+                .with_detail(reason.clone());
+            self.finish_row(row, &error, endpoint, None, Some(reason.clone()), false);
+            return Err(run.fail(error, false));
+        }
         // A stable answer (a dark feature) fails fast without sending a byte.
         let remembered = self.memory().fail_fast(endpoint, started);
         if let Some(r) = remembered {
@@ -154,15 +164,7 @@ impl Client {
             let request = self.request(call, path, &request_id);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(&self.shared.pool, request, stream, limits);
-            let (result, response) = if let Some(reason) = &call.unencodable {
-                // A body serde refused: like a request reqwest cannot build.
-                (
-                    Attempt::Unbuildable {
-                        reason: reason.clone(),
-                    },
-                    None,
-                )
-            } else {
+            let (result, response) =
                 match tokio::time::timeout_at(attempt_deadline, performed).await {
                     Ok(done) => done,
                     Err(_) if attempt_deadline == run.deadline => {
@@ -180,8 +182,7 @@ impl Client {
                         };
                         (failed, None)
                     }
-                }
-            };
+                };
             let status = result.status();
             let success_status =
                 matches!(result, Attempt::Answer { status, .. } if (200..300).contains(&status));
@@ -642,11 +643,7 @@ impl Run<'_, '_> {
     fn deadline_error(&mut self, request_id: Option<String>) -> Error {
         let client = self.client;
         let error = client
-            .error(
-                OutcomeKind::Deadline,
-                client.row(OutcomeKind::Deadline),
-                self.call,
-            )
+            .error_of(OutcomeKind::Deadline, self.call)
             .with_attempts(self.attempt)
             .with_detail(format!(
                 "the {} s overall deadline ended the call, not the platform",

@@ -249,15 +249,10 @@ pub fn policy_md(model: &Model) -> String {
         );
     }
     if let Some(first) = model.streams.first() {
-        let name = |e: &Option<String>| {
-            e.as_deref()
-                .map_or_else(|| "no event".to_owned(), |e| format!("`event: {e}`"))
-        };
         let _ = writeln!(
             md,
-            "\nOn every stream {} fails it as `stream_error` and {} as `stream_timeout`.",
-            name(&first.error_event),
-            name(&first.timeout_event)
+            "\nOn every stream `event: {}` fails it as `stream_error` and `event: {}` as `stream_timeout`.",
+            first.error_event, first.timeout_event
         );
     }
     for s in &model.streams {

@@ -179,8 +179,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let resend = s.resend;
         let ends = s.ends_with_terminal;
         let first = option(s.first_event.as_ref(), |e| quote!(#e));
-        let error_event = option(s.error_event.as_ref(), |e| quote!(#e));
-        let timeout_event = option(s.timeout_event.as_ref(), |e| quote!(#e));
+        let (error_event, timeout_event) = (&s.error_event, &s.timeout_event);
         let terminal = &s.terminal_events;
         let fallback = match (s.fallback, &s.status) {
             (Some(f), Some(read)) => {
@@ -227,8 +226,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 resync_after_reconnect: #resync,
                 resend: #resend,
                 ends_with_terminal: #ends,
-                error_event: #error_event,
-                timeout_event: #timeout_event,
+                error_event: Some(#error_event),
+                timeout_event: Some(#timeout_event),
                 first_event: #first,
                 terminal_events: &[#(#terminal),*],
                 fallback: #fallback,

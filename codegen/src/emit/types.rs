@@ -203,7 +203,7 @@ fn string_enum(name: &proc_macro2::Ident, docs: TokenStream, variants: &[Variant
 
         impl<'de> Deserialize<'de> for #name {
             fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                deserializer.deserialize_str(Wire(std::marker::PhantomData))
+                deserializer.deserialize_str(wire::Visitor(std::marker::PhantomData))
             }
         }
     }
@@ -213,23 +213,27 @@ fn string_enum(name: &proc_macro2::Ident, docs: TokenStream, variants: &[Variant
 /// (a known one without a copy), anything else the error it always was.
 fn wire_visitor() -> TokenStream {
     quote! {
-        /// Decodes a string enum from its wire string; a value the spec does not
-        /// list becomes `Unknown`, never an error.
-        struct Wire<T>(std::marker::PhantomData<T>);
+        /// Decoding of string enums, in a module of its own so no spec type can
+        /// clash with it (spec types are CamelCase, never `wire`).
+        mod wire {
+            /// Decodes a string enum from its wire string; a value the spec does
+            /// not list becomes `Unknown`, never an error.
+            pub(super) struct Visitor<T>(pub(super) std::marker::PhantomData<T>);
 
-        impl<T: for<'a> From<&'a str> + From<String>> serde::de::Visitor<'_> for Wire<T> {
-            type Value = T;
+            impl<T: for<'a> From<&'a str> + From<String>> serde::de::Visitor<'_> for Visitor<T> {
+                type Value = T;
 
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string")
-            }
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a string")
+                }
 
-            fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<T, E> {
-                Ok(T::from(value))
-            }
+                fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<T, E> {
+                    Ok(T::from(value))
+                }
 
-            fn visit_string<E: serde::de::Error>(self, value: String) -> Result<T, E> {
-                Ok(T::from(value))
+                fn visit_string<E: serde::de::Error>(self, value: String) -> Result<T, E> {
+                    Ok(T::from(value))
+                }
             }
         }
     }

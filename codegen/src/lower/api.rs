@@ -15,8 +15,7 @@ impl Cx<'_> {
             }
         };
         // RFC 9110 §11.1: an auth scheme is a token.
-        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-        if api.auth.scheme.is_empty() || !api.auth.scheme.chars().all(token) {
+        if api.auth.scheme.is_empty() || !api.auth.scheme.bytes().all(is_token_byte) {
             self.error(
                 &api.auth.scheme,
                 "auth.scheme",

@@ -130,7 +130,18 @@ impl Cx<'_> {
         features: &[&str],
     ) -> Vec<Stream> {
         let mut out = Vec::new();
-        let (error_event, timeout_event) = self.error_events(s.error_events.as_ref());
+        let (error_event, timeout_event) = match (&s.error_events, s.streams.keys().next()) {
+            (Some(events), _) => self.error_events(events),
+            (None, Some(first)) => {
+                self.error(
+                    first,
+                    "error_events",
+                    "streams need `error_events`: the event names that fail a stream as `stream_error` and `stream_timeout`",
+                );
+                Default::default()
+            }
+            (None, None) => Default::default(),
+        };
         for (index, (name, st)) in s.streams.iter().enumerate() {
             let field = |key: &str| format!("streams.{}.{key}", &**name);
             let fallback = st
@@ -235,16 +246,12 @@ impl Cx<'_> {
         out
     }
 
-    /// The `error_events:` names, each a non-empty event name of its own.
-    fn error_events(
-        &mut self,
-        events: Option<&spec::ErrorEvents>,
-    ) -> (Option<String>, Option<String>) {
-        let Some(events) = events else {
-            return (None, None);
-        };
-        let mut named = |text: Option<&spec::Text>, key: &str| {
-            let text = text?;
+    /// The `error_events:` names: each one word, and not the same event.
+    fn error_events(&mut self, events: &spec::ErrorEvents) -> (String, String) {
+        for (text, key) in [
+            (&events.stream_error, "stream_error"),
+            (&events.stream_timeout, "stream_timeout"),
+        ] {
             if text.trim().is_empty() || text.contains(char::is_whitespace) {
                 self.error(
                     text,
@@ -252,20 +259,18 @@ impl Cx<'_> {
                     "an event name is one word",
                 );
             }
-            Some(text.to_string())
-        };
-        let error = named(events.stream_error.as_ref(), "stream_error");
-        let timeout = named(events.stream_timeout.as_ref(), "stream_timeout");
-        if let (Some(e), Some(t), Some(text)) = (&error, &timeout, &events.stream_timeout)
-            && e == t
-        {
+        }
+        if events.stream_error.as_str() == events.stream_timeout.as_str() {
             self.error(
-                text,
+                &events.stream_timeout,
                 "error_events.stream_timeout",
                 "stream_error and stream_timeout name different events",
             );
         }
-        (error, timeout)
+        (
+            events.stream_error.to_string(),
+            events.stream_timeout.to_string(),
+        )
     }
 
     /// The fallback is polled with the stream's own arguments: same scope,

@@ -139,6 +139,14 @@ impl Cx<'_> {
                 );
                 continue;
             }
+            if variant == "Self" {
+                self.sources.at(
+                    at,
+                    &field,
+                    format!("the value `{wire}` would be the variant `Self`, a Rust keyword"),
+                );
+                continue;
+            }
             if variant == "Unknown" {
                 self.sources.at(
                     at,

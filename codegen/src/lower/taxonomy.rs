@@ -105,6 +105,8 @@ impl Cx<'_> {
         has: Sections,
     ) -> Vec<Row> {
         let mut seen = BTreeSet::new();
+        // Class -> its `ErrorClass` variant: two classes may not share one.
+        let mut variants: Vec<(String, &str)> = Vec::new();
         let mut out = Vec::new();
         for r in &taxonomy.rows {
             let field = |key: &str| format!("rows.{}.{key}", &*r.row);
@@ -179,6 +181,19 @@ impl Cx<'_> {
             });
             if !is_snake(&r.class) {
                 self.error(&r.class, field("class"), "error classes are snake_case");
+            }
+            let variant = crate::emit::docs::camel(&r.class);
+            match variants.iter().find(|(v, _)| *v == variant) {
+                Some((_, other)) if *other != r.class.as_str() => self.error(
+                    &r.class,
+                    field("class"),
+                    format!(
+                        "class `{}` and class `{other}` would both be `ErrorClass::{variant}`",
+                        &*r.class
+                    ),
+                ),
+                Some(_) => {}
+                None => variants.push((variant, r.class.as_str())),
             }
             let retry = r
                 .retry

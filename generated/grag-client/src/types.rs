@@ -102,7 +102,7 @@ impl Serialize for ChatRole {
 
 impl<'de> Deserialize<'de> for ChatRole {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+        deserializer.deserialize_str(wire::Visitor(std::marker::PhantomData))
     }
 }
 
@@ -213,7 +213,7 @@ impl Serialize for JobState {
 
 impl<'de> Deserialize<'de> for JobState {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+        deserializer.deserialize_str(wire::Visitor(std::marker::PhantomData))
     }
 }
 
@@ -361,7 +361,7 @@ impl Serialize for ChatStage {
 
 impl<'de> Deserialize<'de> for ChatStage {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+        deserializer.deserialize_str(wire::Visitor(std::marker::PhantomData))
     }
 }
 
@@ -425,7 +425,7 @@ impl Serialize for StageStatus {
 
 impl<'de> Deserialize<'de> for StageStatus {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+        deserializer.deserialize_str(wire::Visitor(std::marker::PhantomData))
     }
 }
 
@@ -583,7 +583,7 @@ impl Serialize for ConversionState {
 
 impl<'de> Deserialize<'de> for ConversionState {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+        deserializer.deserialize_str(wire::Visitor(std::marker::PhantomData))
     }
 }
 
@@ -755,7 +755,7 @@ impl Serialize for SpendGrouping {
 
 impl<'de> Deserialize<'de> for SpendGrouping {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(Wire(std::marker::PhantomData))
+        deserializer.deserialize_str(wire::Visitor(std::marker::PhantomData))
     }
 }
 
@@ -916,22 +916,25 @@ pub struct Conversation {
     pub created_at: Option<String>,
 }
 
-/// Decodes a string enum from its wire string; a value the spec does not
-/// list becomes `Unknown`, never an error.
-struct Wire<T>(std::marker::PhantomData<T>);
+/// Decoding of string enums, in a module of its own so no spec type can
+/// clash with it (spec types are CamelCase, never `wire`).
+mod wire {
+    /// Decodes a string enum from its wire string; a value the spec does
+    /// not list becomes `Unknown`, never an error.
+    pub(super) struct Visitor<T>(pub(super) std::marker::PhantomData<T>);
+    impl<T: for<'a> From<&'a str> + From<String>> serde::de::Visitor<'_> for Visitor<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
 
-impl<T: for<'a> From<&'a str> + From<String>> serde::de::Visitor<'_> for Wire<T> {
-    type Value = T;
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a string")
-    }
+        fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<T, E> {
+            Ok(T::from(value))
+        }
 
-    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<T, E> {
-        Ok(T::from(value))
-    }
-
-    fn visit_string<E: serde::de::Error>(self, value: String) -> Result<T, E> {
-        Ok(T::from(value))
+        fn visit_string<E: serde::de::Error>(self, value: String) -> Result<T, E> {
+            Ok(T::from(value))
+        }
     }
 }
 

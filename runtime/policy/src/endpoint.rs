@@ -29,7 +29,7 @@ impl Method {
 pub enum ScopeNeed {
     /// No headers at all (liveness probe).
     Public,
-    /// Authorization (unless on the BFF lane) and the tenant.
+    /// Authorization (unless on a [`Lane::Keyless`] route) and the tenant.
     Tenant,
     /// Tenant and workspace.
     Workspace,

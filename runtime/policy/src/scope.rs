@@ -41,10 +41,11 @@ impl IdKind {
 pub enum InvalidId {
     #[error("{kind} is empty")]
     Empty { kind: &'static str },
-    #[error("{kind} {value:?} is longer than {max} bytes")]
+    /// Only the length is kept: the value may be a server's, of any size.
+    #[error("{kind} of {len} bytes is longer than {max} bytes")]
     TooLong {
         kind: &'static str,
-        value: String,
+        len: usize,
         max: usize,
     },
     /// `pattern` is the spec's own text (`IdRules::pattern`).
@@ -82,7 +83,7 @@ impl Id {
         if value.len() > pattern.max_len {
             return Err(InvalidId::TooLong {
                 kind: name,
-                value: value.to_owned(),
+                len: value.len(),
                 max: pattern.max_len,
             });
         }
