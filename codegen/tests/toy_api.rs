@@ -117,7 +117,8 @@ fn the_toy_enum_is_an_enum_that_keeps_unknown_values() {
         "impl std::fmt::Display for NoteKind",
         "impl Serialize for NoteKind",
         "impl<'de> Deserialize<'de> for NoteKind",
-        "struct Wire<T>",
+        "mod wire {",
+        "pub(super) struct Visitor<T>",
     ] {
         assert!(types.contains(wanted), "types.rs lacks {wanted}");
     }
