@@ -148,7 +148,6 @@ fn every_status_and_every_client_side_outcome_has_a_row_with_german_copy() {
     for kind in sdk_runtime::policy::OutcomeKind::ALL {
         let outcome = match kind {
             sdk_runtime::policy::OutcomeKind::Status => continue,
-            sdk_runtime::policy::OutcomeKind::Connection => Outcome::Connection,
             other => Outcome::Other(other),
         };
         let row = classify(&POLICY, endpoint, &outcome)

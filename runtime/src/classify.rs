@@ -6,22 +6,20 @@ use crate::policy::{OutcomeKind, Policy, TaxonomyRow};
 /// What one attempt (or a client-side check) came to.
 #[derive(Debug, Clone, Copy)]
 pub enum Outcome<'a> {
-    /// Refused, reset, TLS failure or attempt timeout.
-    Connection,
     /// A non-2xx answer.
     Status {
         status: u16,
         detail: Option<&'a str>,
         retry_after: bool,
     },
-    /// Any other outcome the runtime itself decides.
+    /// Any other outcome the runtime itself decides (a connection failure,
+    /// a body over its cap, ...).
     Other(OutcomeKind),
 }
 
 impl Outcome<'_> {
     fn kind(&self) -> OutcomeKind {
         match self {
-            Outcome::Connection => OutcomeKind::Connection,
             Outcome::Status { .. } => OutcomeKind::Status,
             Outcome::Other(kind) => *kind,
         }

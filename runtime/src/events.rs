@@ -192,7 +192,7 @@ impl Events {
                 return Poll::Ready(None);
             }
             Some(Ok(event)) => {
-                let name = Some(event.event.as_str());
+                let name = event.event.as_str();
                 if name == self.policy.error_event {
                     Err(self
                         .error(OutcomeKind::StreamError)

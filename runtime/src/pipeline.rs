@@ -209,9 +209,7 @@ impl Client {
                         detail: detail.as_deref(),
                         retry_after: retry_after.is_some(),
                     },
-                    Attempt::TooLarge { .. } => Outcome::Other(OutcomeKind::TooLarge),
-                    Attempt::Failed { .. } | Attempt::Stale { .. } => Outcome::Connection,
-                    Attempt::Unbuildable { .. } => Outcome::Other(OutcomeKind::InvalidRequest),
+                    other => Outcome::Other(other.kind()),
                 };
                 run.escalate(classify(policy, endpoint, &outcome), &detail)
             };

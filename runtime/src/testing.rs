@@ -188,8 +188,8 @@ pub static POLICY: Policy = Policy {
             first_event: Some("subscribed"),
             terminal_events: &["completed", "failed", "cancelled", "timeout"],
             ends_with_terminal: true,
-            error_event: Some("error"),
-            timeout_event: Some("timeout"),
+            error_event: "error",
+            timeout_event: "timeout",
             fallback: Some(StreamFallback {
                 route: &JOB_STATUS,
                 status_field: "status",
@@ -211,8 +211,8 @@ pub static POLICY: Policy = Policy {
             first_event: None,
             terminal_events: &["done", "error"],
             ends_with_terminal: true,
-            error_event: Some("error"),
-            timeout_event: Some("timeout"),
+            error_event: "error",
+            timeout_event: "timeout",
             fallback: None,
             stages: Some(StagePolicy {
                 event: "trace",

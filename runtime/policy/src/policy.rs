@@ -508,9 +508,9 @@ pub struct StreamPolicy {
     /// A clean close before a terminal event is a drop, not an end.
     pub ends_with_terminal: bool,
     /// The `event:` name that fails the stream (the `stream_error` outcome).
-    pub error_event: Option<&'static str>,
+    pub error_event: &'static str,
     /// The `event:` name of the server's ceiling (the `stream_timeout` outcome).
-    pub timeout_event: Option<&'static str>,
+    pub timeout_event: &'static str,
     /// The status route that stands in for the stream when it fails (a job's
     /// progress); `None`: a failed stream is the caller's error.
     pub fallback: Option<StreamFallback>,
