@@ -66,6 +66,18 @@ impl Sources {
         self.files.get(source).cloned().unwrap_or_default()
     }
 
+    /// Where a span starts, for errors found after lowering.
+    pub fn locate(&self, span: &Span) -> crate::model::Location {
+        match span.start() {
+            Some(m) => crate::model::Location {
+                file: self.file(m.source()),
+                line: m.line(),
+                column: m.column(),
+            },
+            None => crate::model::Location::default(),
+        }
+    }
+
     /// Records an error at a marker.
     pub fn at_marker(
         &mut self,
@@ -95,6 +107,10 @@ impl Sources {
     pub fn in_file(&mut self, source: usize, field: impl Into<String>, message: impl Into<String>) {
         let marker = Marker::new(source, 0, 1, 1);
         self.at_marker(Some(&marker), field, message.into());
+    }
+
+    pub fn error_count(&self) -> usize {
+        self.errors.len()
     }
 
     pub fn has_errors(&self) -> bool {

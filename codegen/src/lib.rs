@@ -19,12 +19,23 @@ pub fn model(files: &[(PathBuf, String)]) -> Result<Model, SpecErrors> {
     let mut sources = error::Sources::default();
     let model = load::parse(files, &mut sources).and_then(|raw| lower::lower(&raw, &mut sources));
     sources.finish()?;
-    Ok(model.expect("no errors means a model"))
+    model.ok_or_else(|| {
+        // Lowering returns no model only with an error recorded; should a
+        // rule forget to record one, the refusal still says so.
+        let file = files.first().map(|(p, _)| p.clone()).unwrap_or_default();
+        SpecErrors(vec![SpecError {
+            file,
+            line: 1,
+            column: 1,
+            field: String::new(),
+            message: "internal error: the spec did not lower, and no rule said why".into(),
+        }])
+    })
 }
 
 pub mod emit;
 
 /// Loads, validates and emits one API: the files of its generated crate.
 pub fn generate(files: &[(PathBuf, String)]) -> Result<Vec<emit::File>, SpecErrors> {
-    model(files).map(|m| emit::files(&m))
+    model(files).and_then(|m| emit::files(&m))
 }

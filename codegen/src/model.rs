@@ -7,6 +7,27 @@ pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Lane, ScopeNeed};
 pub use sdk_policy::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
 
+/// Where an item is written in the spec: errors found after lowering (a
+/// crate name two APIs share, a failure of the emitter) point there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Location {
+    pub file: std::path::PathBuf,
+    pub line: usize,
+    pub column: usize,
+}
+
+impl Location {
+    pub fn error(&self, field: &str, message: impl Into<String>) -> crate::SpecError {
+        crate::SpecError {
+            file: self.file.clone(),
+            line: self.line,
+            column: self.column,
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Where an item comes from in the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
@@ -53,6 +74,10 @@ pub struct Model {
 
 #[derive(Debug)]
 pub struct Api {
+    /// The `api:` line: what the files of the crate root are blamed on.
+    pub at: Location,
+    /// The `crate:` line.
+    pub crate_at: Location,
     pub name: String,
     pub title: String,
     pub crate_name: String,
@@ -421,6 +446,8 @@ pub enum TypeExpr {
 
 #[derive(Debug)]
 pub struct Service {
+    /// The `service:` line: what the service's generated file is blamed on.
+    pub at: Location,
     pub name: String,
     pub handle: String,
     pub doc: String,

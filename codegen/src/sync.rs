@@ -25,37 +25,100 @@ impl std::error::Error for SyncError {}
 
 /// Every file under `generated/`, rendered from every API folder of `spec/`,
 /// with paths relative to `root`.
+///
+/// Every folder of `spec/` is an API: one without a readable `api.yaml` is an
+/// error, never skipped, and so is a `spec/` that holds no API at all.
 pub fn render(root: &Path) -> Result<Vec<File>, SyncError> {
     let spec = root.join("spec");
-    let mut apis: Vec<PathBuf> = std::fs::read_dir(&spec)
-        .map_err(|e| SyncError::Io(spec.clone(), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("api.yaml").is_file())
-        .collect();
-    apis.sort();
-    let mut out = Vec::new();
-    for dir in apis {
-        let files = crate::load::read_dir(&dir).map_err(|e| SyncError::Io(dir.clone(), e))?;
-        // Name files relative to the root, so errors read `spec/grag/policy.yaml:12:5`.
-        let files: Vec<(PathBuf, String)> = files
-            .into_iter()
-            .map(|(p, text)| {
-                (
-                    p.strip_prefix(root).map(Path::to_path_buf).unwrap_or(p),
-                    text,
-                )
-            })
-            .collect();
-        let model = crate::model(&files).map_err(SyncError::Spec)?;
-        let crate_dir = Path::new("generated").join(&model.api.crate_name);
-        for file in crate::emit::files(&model) {
-            out.push(File {
-                path: crate_dir.join(file.path),
-                contents: file.contents,
-            });
+    let mut apis = Vec::new();
+    let mut refused = Vec::new();
+    let relative = |p: &Path| {
+        p.strip_prefix(root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| p.to_path_buf())
+    };
+    for entry in std::fs::read_dir(&spec).map_err(|e| SyncError::Io(spec.clone(), e))? {
+        let path = entry.map_err(|e| SyncError::Io(spec.clone(), e))?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with('.') || name.ends_with(".md") {
+            continue;
+        }
+        if path.is_dir() {
+            apis.push(path);
+        } else {
+            refused.push(whole(
+                relative(&path),
+                "spec/ holds one folder per API (and Markdown notes), nothing else",
+            ));
         }
     }
+    apis.sort();
+    if apis.is_empty() && refused.is_empty() {
+        refused.push(whole(
+            relative(&spec),
+            "holds no API: each API is a folder `spec/<api>/` with an api.yaml",
+        ));
+    }
+    let mut out = Vec::new();
+    let mut crates: Vec<(String, crate::model::Location)> = Vec::new();
+    for dir in apis {
+        let model = crate::load::read_dir(&dir).and_then(|files| {
+            // Name files relative to the root, so errors read `spec/grag/policy.yaml:12:5`.
+            let files: Vec<(PathBuf, String)> = files
+                .into_iter()
+                .map(|(p, text)| (relative(&p), text))
+                .collect();
+            crate::model(&files)
+        });
+        let model = match model {
+            Ok(model) => model,
+            Err(errors) => {
+                refused.extend(errors.0.into_iter().map(|mut e| {
+                    e.file = relative(&e.file);
+                    e
+                }));
+                continue;
+            }
+        };
+        if let Some((_, first)) = crates.iter().find(|(c, _)| *c == model.api.crate_name) {
+            refused.push(model.api.crate_at.error(
+                "crate",
+                format!(
+                    "the crate `{}` is already generated from {}",
+                    model.api.crate_name,
+                    first.file.display()
+                ),
+            ));
+            continue;
+        }
+        crates.push((model.api.crate_name.clone(), model.api.crate_at.clone()));
+        let crate_dir = Path::new("generated").join(&model.api.crate_name);
+        match crate::emit::files(&model) {
+            Ok(files) => out.extend(files.into_iter().map(|file| File {
+                path: crate_dir.join(file.path),
+                contents: file.contents,
+            })),
+            Err(errors) => refused.extend(errors.0),
+        }
+    }
+    if !refused.is_empty() {
+        refused.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+        return Err(SyncError::Spec(crate::SpecErrors(refused)));
+    }
     Ok(out)
+}
+
+fn whole(file: PathBuf, message: &str) -> crate::SpecError {
+    crate::SpecError {
+        file,
+        line: 1,
+        column: 1,
+        field: String::new(),
+        message: message.into(),
+    }
 }
 
 /// Files whose content on disk differs from the rendering, or that the
@@ -70,7 +133,24 @@ pub fn stale(root: &Path) -> Result<Vec<PathBuf>, SyncError> {
         .map(|f| f.path.clone())
         .collect();
     out.extend(strays(root, &rendered));
+    out.extend(stray_crates(root, &rendered));
     Ok(out)
+}
+
+/// Folders of `generated/` that no API renders any more: an API folder
+/// deleted from `spec/` leaves its crate behind, and `--check` says so.
+fn stray_crates(root: &Path, rendered: &[File]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root.join("generated")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| Path::new("generated").join(e.file_name()))
+        .filter(|dir| !rendered.iter().any(|f| f.path.starts_with(dir)))
+        .collect();
+    out.sort();
+    out
 }
 
 /// Writes every rendered file and removes strays; returns the paths changed.
@@ -87,6 +167,12 @@ pub fn write(root: &Path) -> Result<Vec<PathBuf>, SyncError> {
         }
         std::fs::write(&path, &file.contents).map_err(|e| SyncError::Io(path.clone(), e))?;
         changed.push(file.path.clone());
+    }
+    if let Some(dir) = stray_crates(root, &rendered).into_iter().next() {
+        let e = std::io::Error::other(
+            "no API under spec/ renders this crate: remove it, or restore its spec",
+        );
+        return Err(SyncError::Io(dir, e));
     }
     for stray in strays(root, &rendered) {
         std::fs::remove_file(root.join(&stray)).map_err(|e| SyncError::Io(stray.clone(), e))?;

@@ -62,35 +62,48 @@ pub fn option<T>(value: Option<T>, f: impl FnOnce(T) -> TokenStream) -> TokenStr
     }
 }
 
+/// An identifier: a keyword is written raw (`r#type`). Lowering lets only
+/// names through that are identifiers; should one slip past it anyway, it is
+/// recorded (see [`take_invalid`]) and the file fails with an error instead
+/// of a panic.
 pub fn ident(name: &str) -> Ident {
-    let keyword = matches!(
-        name,
-        "type"
-            | "match"
-            | "ref"
-            | "self"
-            | "crate"
-            | "move"
-            | "fn"
-            | "mod"
-            | "use"
-            | "impl"
-            | "trait"
-            | "struct"
-            | "enum"
-            | "where"
-            | "async"
-            | "await"
-            | "dyn"
-            | "loop"
-            | "static"
-            | "const"
-    );
-    if keyword {
+    use crate::lower::names::{KEYWORDS, UNRAWABLE};
+    let mut chars = name.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name != "_"
+        && !UNRAWABLE.contains(&name);
+    if !valid {
+        INVALID.with(|names| names.borrow_mut().push(name.chars().take(80).collect()));
+        Ident::new("__invalid_identifier", Span::call_site())
+    } else if KEYWORDS.contains(&name) {
         Ident::new_raw(name, Span::call_site())
     } else {
         Ident::new(name, Span::call_site())
     }
+}
+
+/// A struct field or an argument named as on the wire: a keyword is raw,
+/// and one a raw identifier cannot be gets a `_` (`self_`; a field keeps its
+/// wire name through `serde(rename)`).
+pub fn field_ident(name: &str) -> Ident {
+    if crate::lower::names::UNRAWABLE.contains(&name) {
+        ident(&format!("{name}_"))
+    } else {
+        ident(name)
+    }
+}
+
+thread_local! {
+    static INVALID: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The names [`ident`] was given on this thread that are no identifiers,
+/// since the last call.
+pub fn take_invalid() -> Vec<String> {
+    INVALID.with(|names| std::mem::take(&mut *names.borrow_mut()))
 }
 
 /// ` (policy §3.2)` after a sentence about the workspace scope, or nothing
@@ -122,9 +135,22 @@ pub fn screaming(name: &str) -> String {
     name.replace('-', "_").to_ascii_uppercase()
 }
 
-/// The Rust type of a spec type expression.
+/// The Rust type of a spec type expression, in one pass: the wrappers'
+/// openings from the outside in, the innermost type, then the closing `>`s.
 pub fn rust_type(ty: &TypeExpr) -> TokenStream {
-    match ty {
+    let mut out = TokenStream::new();
+    let mut depth = 0;
+    let mut ty = ty;
+    while let TypeExpr::List(inner) | TypeExpr::Map(inner) | TypeExpr::Optional(inner) = ty {
+        out.extend(match ty {
+            TypeExpr::List(_) => quote!(Vec<),
+            TypeExpr::Map(_) => quote!(std::collections::BTreeMap < String,),
+            _ => quote!(Option<),
+        });
+        depth += 1;
+        ty = inner;
+    }
+    out.extend(match ty {
         TypeExpr::String => quote!(String),
         TypeExpr::Integer => quote!(i64),
         TypeExpr::Number => quote!(f64),
@@ -138,34 +164,46 @@ pub fn rust_type(ty: &TypeExpr) -> TokenStream {
             let name = ident(name);
             quote!(crate::types::#name)
         }
-        TypeExpr::List(inner) => {
-            let inner = rust_type(inner);
-            quote!(Vec<#inner>)
+        TypeExpr::List(_) | TypeExpr::Map(_) | TypeExpr::Optional(_) => {
+            unreachable!("the loop above unwraps every wrapper")
         }
-        TypeExpr::Map(inner) => {
-            let inner = rust_type(inner);
-            quote!(std::collections::BTreeMap<String, #inner>)
-        }
-        TypeExpr::Optional(inner) => {
-            let inner = rust_type(inner);
-            quote!(Option<#inner>)
-        }
+    });
+    for _ in 0..depth {
+        out.extend(quote!(>));
     }
+    out
 }
 
-/// How a type expression reads in docs and tables.
+/// How a type expression reads in docs and tables, in one pass.
 pub fn type_text(ty: &TypeExpr) -> String {
-    match ty {
-        TypeExpr::String => "string".into(),
-        TypeExpr::Integer => "integer".into(),
-        TypeExpr::Number => "number".into(),
-        TypeExpr::Boolean => "boolean".into(),
-        TypeExpr::Json => "json".into(),
-        TypeExpr::Id(n) | TypeExpr::Named(n) => n.clone(),
-        TypeExpr::List(i) => format!("list<{}>", type_text(i)),
-        TypeExpr::Map(i) => format!("map<{}>", type_text(i)),
-        TypeExpr::Optional(i) => format!("{}?", type_text(i)),
+    let mut out = String::new();
+    let mut closers = Vec::new();
+    let mut ty = ty;
+    loop {
+        match ty {
+            TypeExpr::List(inner) | TypeExpr::Map(inner) => {
+                out.push_str(if matches!(ty, TypeExpr::List(_)) {
+                    "list<"
+                } else {
+                    "map<"
+                });
+                closers.push('>');
+                ty = inner;
+            }
+            TypeExpr::Optional(inner) => {
+                closers.push('?');
+                ty = inner;
+            }
+            TypeExpr::String => break out.push_str("string"),
+            TypeExpr::Integer => break out.push_str("integer"),
+            TypeExpr::Number => break out.push_str("number"),
+            TypeExpr::Boolean => break out.push_str("boolean"),
+            TypeExpr::Json => break out.push_str("json"),
+            TypeExpr::Id(n) | TypeExpr::Named(n) => break out.push_str(n),
+        }
     }
+    out.extend(closers.into_iter().rev());
+    out
 }
 
 /// A duration as a person writes it: `500 ms`, `30 s`, `2 min`.

@@ -9,7 +9,7 @@ use quote::quote;
 use super::docs::{doc, inner_doc};
 use crate::model::Model;
 
-pub fn ids_rs(model: &Model) -> String {
+pub fn ids_rs(model: &Model) -> Result<String, String> {
     let pattern = &model.api.id_pattern.text;
     let reserved = model.api.reserved_tenants.join("`, `");
     let tenant = id_type(
@@ -64,7 +64,7 @@ pub fn ids_rs(model: &Model) -> String {
 
         use crate::policy::POLICY;
     };
-    let mut out = super::pretty("src/ids.rs", head);
+    let mut out = super::pretty("src/ids.rs", head)?;
     for newtype in [tenant].into_iter().chain(workspace).chain(others) {
         out.push('\n');
         out.push_str(&newtype);
@@ -72,9 +72,9 @@ pub fn ids_rs(model: &Model) -> String {
     let tail = quote!(#as_workspace #existing);
     if !tail.is_empty() {
         out.push('\n');
-        out.push_str(&super::pretty("src/ids.rs", tail));
+        out.push_str(&super::pretty("src/ids.rs", tail)?);
     }
-    out
+    Ok(out)
 }
 
 /// `Existing<I>`: an ID proven to name something the platform holds, for

@@ -4,7 +4,8 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{
-    camel, doc, duration_text, ident, inner_doc, rust_type, screaming, source, type_text,
+    camel, doc, duration_text, field_ident, ident, inner_doc, rust_type, screaming, source,
+    type_text,
 };
 use crate::model::{
     Conflict, Existence, Lane, Model, Returns, Route, ScopeNeed, Service, TypeExpr,
@@ -249,13 +250,13 @@ fn method(model: &Model, r: &Route) -> TokenStream {
         steps.push(quote!(.workspace(self.workspace)));
     }
     for (param, ty) in &r.path_params {
-        let arg = ident(param);
+        let arg = field_ident(param);
         let (arg_ty, value) = arg_type(ty, quote!(#arg));
         args.push(quote!(#arg: #arg_ty));
         steps.push(quote!(.path(#value)));
     }
     for (param, ty) in &r.query {
-        let arg = ident(param);
+        let arg = field_ident(param);
         match ty {
             // A string enum is text already (`AsRef<str>`): passed as it is.
             TypeExpr::Optional(inner) if matches!(**inner, TypeExpr::Named(_)) => {
@@ -281,9 +282,9 @@ fn method(model: &Model, r: &Route) -> TokenStream {
         }
     }
     let proof = r.exists.as_ref().map(|e| {
-        let arg = ident(e.field.strip_suffix("_id").unwrap_or(&e.field));
+        let arg = field_ident(e.field.strip_suffix("_id").unwrap_or(&e.field));
         let id = ident(&e.id);
-        let field = ident(&e.field);
+        let field = field_ident(&e.field);
         let detail = format!("the body's `{}` is not the one proven to exist", e.field);
         args.push(quote!(#arg: &crate::ids::Existing<crate::ids::#id>));
         quote! {
@@ -361,7 +362,7 @@ fn ensure(model: &Model, e: &Existence) -> TokenStream {
     let create = ident(&prover.name);
     let name = ident(&prover.name.replacen("create_", "ensure_", 1));
     let body = rust_type(prover.body.as_ref().expect("checked in lowering"));
-    let field = ident(&e.field);
+    let field = field_ident(&e.field);
     let id = ident(&e.id);
     let docs = doc(&format!(
         "[`Self::{}`], and the proof that the `{}` exists (created now, or already there: a 409), which the routes that need an existing one take.",

@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::docs::{camel, doc, ident, inner_doc, rust_type, source};
+use super::docs::{camel, doc, field_ident, ident, inner_doc, rust_type, source};
 use crate::model::{Model, Shape, Stream, TypeDef, TypeExpr, Variant};
 
 pub fn types_rs(model: &Model) -> TokenStream {
@@ -101,12 +101,16 @@ fn type_def(t: &TypeDef) -> TokenStream {
     match &t.shape {
         Shape::Struct(fields) => {
             let fields = fields.iter().map(|f| {
-                let field = ident(&f.name);
+                let field = field_ident(&f.name);
                 let ty = rust_type(&f.ty);
                 let skip = matches!(f.ty, TypeExpr::Optional(_))
                     .then(|| quote!(#[serde(default, skip_serializing_if = "Option::is_none")]));
+                let wire = &f.name;
+                let rename = (field.to_string().trim_start_matches("r#") != wire.as_str())
+                    .then(|| quote!(#[serde(rename = #wire)]));
                 quote! {
                     #skip
+                    #rename
                     pub #field: #ty
                 }
             });

@@ -37,6 +37,8 @@ impl Cx<'_> {
                     format!("ids.types.{}", &**name),
                     "TenantId and WorkspaceId are built in",
                 );
+            } else {
+                self.type_name(name, name, &format!("ids.types.{}", &**name));
             }
             let opaque = match id.rule.as_str() {
                 "pattern" => false,
@@ -92,7 +94,23 @@ impl Cx<'_> {
         }
         let h = &api.headers;
         self.header_names(h);
+        let at = self.sources.locate(api.api.span());
+        let folder = at
+            .file
+            .parent()
+            .and_then(|d| d.file_name())
+            .map(|n| n.to_string_lossy().into_owned());
+        self.api_name(&api.api, folder.as_deref());
+        self.crate_name(&api.crate_name);
+        self.title(&api.title);
+        if !is_camel(&api.client) {
+            self.error(&api.client, "client", "the client is a CamelCase type name");
+        } else if self.name(&api.client, "client") {
+            self.type_name(&api.client, &api.client, "client");
+        }
         Api {
+            at,
+            crate_at: self.sources.locate(api.crate_name.span()),
             lanes,
             opaque_max_len: *api.ids.opaque_max_len,
             name: api.api.to_string(),

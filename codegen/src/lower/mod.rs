@@ -6,6 +6,7 @@
 mod api;
 mod degradation;
 mod id_pattern;
+pub(crate) mod names;
 mod policy;
 mod routes;
 mod taxonomy;

@@ -18,6 +18,8 @@ impl Cx<'_> {
                 let field = format!("types.{}", &**name);
                 if !is_camel(name) {
                     self.error(name, &field, "type names are CamelCase");
+                } else if self.name(name, &field) {
+                    self.type_name(name, name, &field);
                 }
                 if api.ids.iter().any(|i| i.name == name.as_str())
                     || ["TenantId", "WorkspaceId"].contains(&name.as_str())
@@ -81,6 +83,22 @@ impl Cx<'_> {
         for service in services {
             for (name, t) in &service.types {
                 if let (Some(fields), Shape::Struct(lowered)) = (&t.fields, &mut out[i].shape) {
+                    for (field, _) in fields.iter() {
+                        // `self` is written `self_` (serde keeps the wire name).
+                        if fields
+                            .keys()
+                            .any(|other| other.as_str() == arg_name(field) && other != field)
+                        {
+                            self.error(
+                                field,
+                                format!("types.{}.fields.{}", &**name, &**field),
+                                format!(
+                                    "`{}` is written `{}_` in Rust, the name of another field",
+                                    &**field, &**field
+                                ),
+                            );
+                        }
+                    }
                     for ((field, ty), target) in fields.iter().zip(lowered.iter_mut()) {
                         if !is_snake(field) {
                             self.error(
@@ -211,15 +229,39 @@ impl Cx<'_> {
         limits: Option<&Limits>,
     ) -> Vec<Service> {
         let mut handles: HashMap<String, String> = HashMap::new();
+        let mut handle_types: HashMap<String, String> = HashMap::new();
+        let mut modules: HashMap<String, String> = HashMap::new();
         let mut out = Vec::new();
         for s in services {
             if !is_snake(&s.handle) {
                 self.error(&s.handle, "handle", "handles are snake_case method names");
+            } else if self.name(&s.handle, "handle") {
+                let pascal = crate::emit::docs::camel(&s.handle);
+                self.type_name(&s.handle, &pascal, "handle");
+                if let Some(other) = handle_types.insert(pascal.clone(), s.handle.to_string())
+                    && other != s.handle.as_str()
+                {
+                    self.error(
+                        &s.handle,
+                        "handle",
+                        format!(
+                            "the handles `{other}` and `{}` would both be the type `{pascal}`",
+                            &*s.handle
+                        ),
+                    );
+                }
             }
             // The handle's struct and the service's module sit beside the
             // client struct and Rust's own crates in the generated crate root.
             // The name the emitter gives the handle's struct.
             let pascal = crate::emit::docs::camel(&s.handle);
+            if api.ids.iter().any(|i| i.name == pascal) {
+                self.error(
+                    &s.handle,
+                    "handle",
+                    format!("the handle's type `{pascal}` would clash with the ID type `{pascal}`"),
+                );
+            }
             if pascal == api.client {
                 self.error(
                     &s.handle,
@@ -230,19 +272,19 @@ impl Cx<'_> {
                     ),
                 );
             }
-            if [
-                "core", "std", "alloc", "client", "ids", "log", "policy", "types",
-            ]
-            .contains(&s.service.replace('-', "_").as_str())
-            {
-                self.error(
-                    &s.service,
-                    "service",
-                    format!(
-                        "`{}` would name a module that shadows a crate or a module of the generated crate",
-                        &*s.service
-                    ),
-                );
+            if self.service_name(&s.service) {
+                let module = s.service.replace('-', "_");
+                if let Some(other) = modules.insert(module.clone(), s.service.to_string()) {
+                    let message = if other == s.service.as_str() {
+                        format!("another service file already defines the service `{other}`")
+                    } else {
+                        format!(
+                            "`{other}` and `{}` would both be the module `{module}`",
+                            &*s.service
+                        )
+                    };
+                    self.error(&s.service, "service", message);
+                }
             }
             if let Some(other) = handles.insert(s.handle.to_string(), s.service.to_string()) {
                 self.error(
@@ -307,6 +349,7 @@ impl Cx<'_> {
                 routes.push(route);
             }
             out.push(Service {
+                at: self.sources.locate(s.service.span()),
                 name: s.service.to_string(),
                 handle: s.handle.to_string(),
                 doc: s.doc.to_string(),
@@ -345,6 +388,44 @@ impl Cx<'_> {
                 format!("routes.{}", &**name),
                 "route names are snake_case method names",
             );
+        } else {
+            self.name(name, &format!("routes.{}", &**name));
+        }
+        // The method's arguments: path parameters, query parameters, the body.
+        let mut args: Vec<String> = r.body.iter().map(|_| "body".to_owned()).collect();
+        let mut arg = |cx: &mut Self, text: &Text, key: String| {
+            if !is_snake(text) {
+                cx.error(
+                    text,
+                    &key,
+                    "parameter names are snake_case (they are the method's arguments)",
+                );
+            }
+            let name = arg_name(text);
+            if args.contains(&name) {
+                cx.error(
+                    text,
+                    &key,
+                    format!(
+                        "`{}` would be a second argument `{name}` of the method",
+                        &**text
+                    ),
+                );
+            }
+            args.push(name);
+        };
+        for param in r.path_params.keys() {
+            arg(self, param, field(&format!("path_params.{}", &**param)));
+        }
+        for param in r.query.keys() {
+            arg(self, param, field(&format!("query.{}", &**param)));
+        }
+        if let Some(exists) = &r.exists {
+            let stem = exists.field.strip_suffix("_id").unwrap_or(&exists.field);
+            if !stem.is_empty() {
+                let stem = Text::new(*exists.field.span(), stem.to_owned());
+                arg(self, &stem, field("exists.field"));
+            }
         }
         let method = match r.method.as_str() {
             "GET" => Method::Get,
@@ -573,6 +654,15 @@ impl Cx<'_> {
     }
 }
 
+/// The argument a parameter (or the ID a route proves) is passed as.
+fn arg_name(name: &str) -> String {
+    if super::names::UNRAWABLE.contains(&name) {
+        format!("{name}_")
+    } else {
+        name.to_owned()
+    }
+}
+
 /// What a route of a service has unless it says otherwise.
 struct Defaults {
     scope: ScopeNeed,
@@ -596,24 +686,46 @@ pub fn placeholders(path: &str) -> Vec<String> {
     out
 }
 
-/// Parses a type expression such as `list<KbId>?`.
+/// Deepest nesting of a type expression (`list<map<T>?>` is 3): the real
+/// specs nest 2, and the Rust type of a deeper one would reach syn, whose
+/// parser recurses (10,000 levels overflow its stack).
+pub const MAX_TYPE_DEPTH: usize = 8;
+
+/// Parses a type expression such as `list<KbId>?`: the wrappers from the
+/// outside in, then the named type, in one pass over the text.
 fn parse_type(text: &str, names: &Names) -> Result<TypeExpr, String> {
-    let text = text.trim();
-    if let Some(inner) = text.strip_suffix('?') {
-        return Ok(TypeExpr::Optional(Box::new(parse_type(inner, names)?)));
-    }
-    for (prefix, wrap) in [
-        ("list<", TypeExpr::List as fn(Box<TypeExpr>) -> TypeExpr),
-        ("map<", TypeExpr::Map),
-    ] {
-        if let Some(inner) = text.strip_prefix(prefix) {
-            let inner = inner
-                .strip_suffix('>')
-                .ok_or_else(|| format!("`{text}` is missing its closing `>`"))?;
-            return Ok(wrap(Box::new(parse_type(inner, names)?)));
+    let whole = text;
+    let mut text = text.trim();
+    let mut wrappers: Vec<fn(Box<TypeExpr>) -> TypeExpr> = Vec::new();
+    loop {
+        if wrappers.len() > MAX_TYPE_DEPTH {
+            return Err(format!(
+                "the type nests deeper than {MAX_TYPE_DEPTH} levels of list<>, map<> and ?"
+            ));
+        }
+        if let Some(inner) = text.strip_suffix('?') {
+            wrappers.push(TypeExpr::Optional);
+            text = inner.trim();
+            continue;
+        }
+        let prefix = [
+            ("list<", TypeExpr::List as fn(Box<TypeExpr>) -> TypeExpr),
+            ("map<", TypeExpr::Map),
+        ]
+        .into_iter()
+        .find_map(|(prefix, wrap)| text.strip_prefix(prefix).map(|inner| (inner, wrap)));
+        match prefix {
+            Some((inner, wrap)) => {
+                let inner = inner
+                    .strip_suffix('>')
+                    .ok_or_else(|| format!("`{}` is missing its closing `>`", whole.trim()))?;
+                wrappers.push(wrap);
+                text = inner.trim();
+            }
+            None => break,
         }
     }
-    Ok(match text {
+    let leaf = match text {
         "string" => TypeExpr::String,
         "integer" => TypeExpr::Integer,
         "number" => TypeExpr::Number,
@@ -623,11 +735,16 @@ fn parse_type(text: &str, names: &Names) -> Result<TypeExpr, String> {
         _ if names.ids.contains(&text) => TypeExpr::Id(text.to_string()),
         _ if names.types.contains(&text) => TypeExpr::Named(text.to_string()),
         _ => {
+            let shown: String = text.chars().take(super::names::MAX_NAME).collect();
             return Err(format!(
-                "unknown type `{text}`: expected string, integer, number, boolean, json, an ID type, a type from `types`, list<T> or map<T>"
+                "unknown type `{shown}`: expected string, integer, number, boolean, json, an ID type, a type from `types`, list<T> or map<T>"
             ));
         }
-    })
+    };
+    Ok(wrappers
+        .into_iter()
+        .rev()
+        .fold(leaf, |inner, wrap| wrap(Box::new(inner))))
 }
 
 impl Cx<'_> {
