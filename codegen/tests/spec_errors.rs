@@ -1028,3 +1028,387 @@ fn an_enum_value_may_not_make_the_variant_self() {
         "{errors:#?}"
     );
 }
+
+// Issue 22: what the spec mutation fuzz (tests/spec_fuzz.rs) found, one
+// case per class, each refused with file, line and field (or generated).
+
+/// A copy of the spec of `api` in a temporary root, as `root/spec/<api>/`.
+fn tree_copy(api: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for (path, text) in spec_files_of(api) {
+        let to = tmp.path().join(&path);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, text).unwrap();
+    }
+    tmp
+}
+
+#[test]
+fn a_client_name_that_is_no_type_name_is_refused() {
+    let line = line_of("api.yaml", "client: Grag", 0);
+    let e = one(
+        broken(
+            "api.yaml",
+            "client: Grag",
+            "client: A sentence, not a name",
+            0,
+        ),
+        "api.yaml",
+        line,
+        "client",
+    );
+    assert!(e.message.contains("CamelCase type name"), "{e}");
+    let e = one(
+        broken("api.yaml", "client: Grag", "client: Config", 0),
+        "api.yaml",
+        line,
+        "client",
+    );
+    assert!(e.message.contains("already uses"), "{e}");
+}
+
+#[test]
+fn keyword_field_names_are_raw_identifiers_with_their_wire_name() {
+    let mut files = spec_files();
+    let (_, text) = files
+        .iter_mut()
+        .find(|(p, _)| p.ends_with("voyager.yaml"))
+        .unwrap();
+    *text = text
+        .replacen(
+            "      vector: list<number>",
+            "      typeof: list<number>",
+            1,
+        )
+        .replacen("      payload: json?", "      self: json?", 1);
+    let out = sdk_codegen::generate(&files).unwrap_or_else(|e| panic!("{e}"));
+    let types = &out
+        .iter()
+        .find(|f| f.path.ends_with("types.rs"))
+        .unwrap()
+        .contents;
+    assert!(types.contains("pub r#typeof: Vec<f64>"), "{types}");
+    assert!(
+        types.contains("#[serde(rename = \"self\")]\n    pub self_: Option<serde_json::Value>"),
+        "{types}"
+    );
+}
+
+#[test]
+fn a_keyword_no_identifier_may_be_is_refused_as_a_name() {
+    let file = "services/voyager.yaml";
+    let line = line_of(file, "handle: voyager", 0);
+    let errors = broken(file, "handle: voyager", "handle: self", 0);
+    let e = errors
+        .iter()
+        .find(|e| e.field == "handle")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert_eq!(e.line, line, "{e}");
+    assert!(e.message.contains("Rust keyword"), "{e}");
+}
+
+#[test]
+fn a_bare_cr_in_a_doc_is_refused_at_its_line() {
+    let file = "services/voyager.yaml";
+    let line = line_of(file, "doc: One chunk embedding", 0);
+    let doc = "doc: One chunk embedding with its payload.";
+    let e = one(
+        broken(file, doc, "doc: \"One\\rchunk embedding\"", 0),
+        file,
+        line,
+        "types.Point.doc",
+    );
+    assert!(e.message.contains("control character '\\r'"), "{e}");
+    // Written raw, the YAML parser already refuses it, at its line.
+    let e = one(broken(file, doc, "doc: \"One\rchunk\"", 0), file, line, "");
+    assert!(e.message.contains("not valid YAML"), "{e}");
+    let file = "policy.yaml";
+    let line = line_of(file, "source: \"", 0);
+    let e = one(
+        broken(file, "source: \"", "source: \"\\u202e", 0),
+        file,
+        line,
+        "timeouts.default.source",
+    );
+    assert!(e.message.contains("control character"), "{e}");
+}
+
+#[test]
+fn a_service_name_longer_than_a_name_is_refused() {
+    let file = "services/voyager.yaml";
+    let line = line_of(file, "service: voyager", 0);
+    let long = format!("service: {}", "v".repeat(1 << 20));
+    let errors = broken(file, "service: voyager", &long, 0);
+    let e = errors
+        .iter()
+        .find(|e| e.file.ends_with(file) && e.field == "service")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert_eq!(e.line, line, "{e}");
+    assert!(e.message.contains("at most"), "{e}");
+}
+
+#[test]
+fn two_service_files_with_one_service_are_refused() {
+    let mut files = spec_files();
+    let voyager = files
+        .iter()
+        .find(|(p, _)| p.ends_with("voyager.yaml"))
+        .unwrap()
+        .clone();
+    let copy = voyager.0.with_file_name("voyager-again.yaml");
+    files.push((copy, voyager.1.clone()));
+    let errors = model(&files).expect_err("a second voyager is refused").0;
+    let e = errors
+        .iter()
+        .find(|e| e.field == "service")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert!(e.file.ends_with("voyager-again.yaml"), "{e}");
+    assert_eq!(
+        e.line,
+        line_of("services/voyager.yaml", "service:", 0),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .contains("another service file already defines the service `voyager`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_type_nested_10000_deep_is_refused_before_it_reaches_syn() {
+    let file = "services/voyager.yaml";
+    let line = line_of(file, "returns: UpsertResult", 0);
+    let deep = format!(
+        "returns: \"{}UpsertResult{}\"",
+        "list<".repeat(10_000),
+        ">".repeat(10_000)
+    );
+    // A small stack: neither lowering nor anything after it recurses by depth.
+    let errors = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || broken(file, "returns: UpsertResult", &deep, 0))
+        .unwrap()
+        .join()
+        .unwrap();
+    let e = one(errors, file, line, "routes.upsert_points.returns");
+    assert!(e.message.contains("deeper than 8 levels"), "{e}");
+}
+
+#[test]
+fn yaml_nested_too_deep_for_the_parser_is_refused_at_its_line() {
+    let file = "services/voyager.yaml";
+    let line = line_of(file, "prefix:", 0);
+    let deep = format!("deep:\n{}x\nprefix:", "- ".repeat(5_000));
+    let errors = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || broken(file, "prefix:", &deep, 0))
+        .unwrap()
+        .join()
+        .unwrap();
+    let e = one(errors, file, line + 1, "");
+    assert!(e.message.contains("nested deeper than 64 columns"), "{e}");
+}
+
+#[test]
+fn a_second_yaml_document_is_refused_not_ignored() {
+    let file = "policy.yaml";
+    let line = line_of(file, "deadline:", 0);
+    let e = one(
+        broken(file, "deadline:", "---\ndeadline:", 0),
+        file,
+        line,
+        "",
+    );
+    assert!(e.message.contains("one YAML document"), "{e}");
+}
+
+#[test]
+fn anchors_and_aliases_are_refused() {
+    let file = "policy.yaml";
+    let line = line_of(file, "deadline:", 0);
+    let errors = broken(
+        file,
+        "deadline:",
+        "bomb: &a [x, x]\nboom: [*a, *a]\ndeadline:",
+        0,
+    );
+    let e = one(errors, file, line, "");
+    assert!(
+        e.message.contains("anchors and aliases are not allowed"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_api_folder_without_api_yaml_is_an_error_not_skipped() {
+    let tmp = tree_copy("core");
+    std::fs::remove_file(tmp.path().join("spec/core/api.yaml")).unwrap();
+    let err = sdk_codegen::sync::render(tmp.path()).expect_err("no api.yaml is an error");
+    let text = err.to_string();
+    assert!(
+        text.contains("spec/core/api.yaml:1:1: ``: is missing"),
+        "{text}"
+    );
+    // A directory where api.yaml belongs is no better.
+    std::fs::create_dir(tmp.path().join("spec/core/api.yaml")).unwrap();
+    let text = sdk_codegen::sync::render(tmp.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("spec/core/api.yaml:1:1: ``: is a directory where a YAML file belongs"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_spec_tree_without_an_api_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("spec")).unwrap();
+    let text = sdk_codegen::sync::render(tmp.path())
+        .unwrap_err()
+        .to_string();
+    assert!(text.starts_with("spec:1:1: ``: holds no API"), "{text}");
+}
+
+#[test]
+fn a_generated_crate_whose_spec_is_gone_is_stale() {
+    let tmp = tree_copy("core");
+    std::fs::create_dir_all(tmp.path().join("generated/grag-client/src")).unwrap();
+    let stale = sdk_codegen::sync::stale(tmp.path()).unwrap();
+    assert!(
+        stale.contains(&PathBuf::from("generated/grag-client")),
+        "{stale:#?}"
+    );
+}
+
+#[test]
+fn a_crate_name_is_a_cargo_package_name_never_a_path() {
+    let line = line_of("api.yaml", "crate: grag-client", 0);
+    for bad in ["../x", "a/b", "self", "sdk-runtime", "9lives", "x y"] {
+        let e = one(
+            broken(
+                "api.yaml",
+                "crate: grag-client",
+                &format!("crate: \"{bad}\""),
+                0,
+            ),
+            "api.yaml",
+            line,
+            "crate",
+        );
+        assert!(e.column > 0, "{e}");
+    }
+}
+
+#[test]
+fn the_api_name_is_its_folder_s_and_the_title_one_line() {
+    let line = line_of("api.yaml", "api: grag", 0);
+    let e = one(
+        broken("api.yaml", "api: grag", "api: ../grag", 0),
+        "api.yaml",
+        line,
+        "api",
+    );
+    assert!(e.message.contains("lower-case letters"), "{e}");
+    let e = one(
+        broken("api.yaml", "api: grag", "api: other", 0),
+        "api.yaml",
+        line,
+        "api",
+    );
+    assert!(e.message.contains("lives in `grag/`"), "{e}");
+    let line = line_of("api.yaml", "title:", 0);
+    one(
+        broken(
+            "api.yaml",
+            "title: GRAG AI platform",
+            "title: \"two\\nlines\"",
+            0,
+        ),
+        "api.yaml",
+        line,
+        "title",
+    );
+}
+
+#[test]
+fn a_title_is_escaped_in_cargo_toml() {
+    let mut files = spec_files_of("core");
+    let (_, text) = files
+        .iter_mut()
+        .find(|(p, _)| p.ends_with("api.yaml"))
+        .unwrap();
+    let title = text
+        .lines()
+        .find(|l| l.starts_with("title:"))
+        .unwrap()
+        .to_owned();
+    *text = text.replace(&title, r#"title: 'A "quoted" \ title'"#);
+    let out = sdk_codegen::generate(&files).unwrap_or_else(|e| panic!("{e}"));
+    let toml = &out
+        .iter()
+        .find(|f| f.path.ends_with("Cargo.toml"))
+        .unwrap()
+        .contents;
+    assert!(
+        toml.contains(r#"description = "Typed client of the A \"quoted\" \\ title, generated"#),
+        "{toml}"
+    );
+}
+
+#[test]
+fn read_errors_name_the_file_and_not_utf_8_names_its_line() {
+    let tmp = tree_copy("core");
+    let dir = tmp.path().join("spec/core");
+    let mut bytes = std::fs::read(dir.join("policy.yaml")).unwrap();
+    let third_line = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    bytes.insert(third_line + 2, 0xff);
+    std::fs::write(dir.join("policy.yaml"), bytes).unwrap();
+    std::fs::remove_file(dir.join("taxonomy.yaml")).unwrap();
+    let engine = dir.join("services/engine.yaml");
+    std::fs::remove_file(&engine).unwrap();
+    std::fs::create_dir(&engine).unwrap();
+    std::fs::write(dir.join("services/sessions.yml"), "").unwrap();
+    let errors = sdk_codegen::load::read_dir(&dir).unwrap_err().0;
+    let at = |name: &str| {
+        errors
+            .iter()
+            .find(|e| e.file.ends_with(name))
+            .unwrap_or_else(|| panic!("nothing about {name}: {errors:#?}"))
+    };
+    let e = at("policy.yaml");
+    assert_eq!((e.line, e.column), (3, 3), "{e}");
+    assert!(e.message.contains("not UTF-8: byte 0xff"), "{e}");
+    assert!(at("taxonomy.yaml").message.contains("is missing"));
+    assert!(at("engine.yaml").message.contains("is a directory"));
+    assert!(at("sessions.yml").message.contains("nothing else"));
+    assert!(errors.iter().all(|e| e.line >= 1), "{errors:#?}");
+}
+
+#[test]
+fn an_emitter_failure_is_an_error_naming_the_spec_item() {
+    let mut m = model(&spec_files_of("core")).unwrap();
+    m.services[0].routes[0].name = "not a name".into();
+    let errors = sdk_codegen::emit::files(&m)
+        .expect_err("refused, not a panic")
+        .0;
+    let e = errors
+        .iter()
+        .find(|e| e.file.ends_with("services/engine.yaml"))
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert_eq!(
+        e.line,
+        line_of_in("core", "services/engine.yaml", "service:", 0)
+    );
+    assert!(e.message.contains("internal error"), "{e}");
+    assert!(e.message.contains("`not a name`"), "{e}");
+    assert!(errors.iter().all(|e| e.line >= 1), "{errors:#?}");
+}

@@ -144,6 +144,38 @@ impl Cx<'_> {
         };
         for (index, (name, st)) in s.streams.iter().enumerate() {
             let field = |key: &str| format!("streams.{}.{key}", &**name);
+            let at = format!("streams.{}", &**name);
+            if !super::is_snake(name) {
+                self.error(name, &at, "stream names are snake_case");
+            } else if self.name(name, &at) {
+                let enum_name = format!("{}Event", crate::emit::docs::camel(name));
+                if types.iter().any(|t| t.name == enum_name) {
+                    self.error(
+                        name,
+                        &at,
+                        format!("the stream's event type `{enum_name}` is already a type of the service files"),
+                    );
+                }
+            }
+            let mut variants: Vec<String> = Vec::new();
+            for event in st.events.keys() {
+                let variant = crate::emit::docs::camel(event);
+                let at = field(&format!("events.{}", &**event));
+                if !super::is_camel(&variant) || variant == "Self" {
+                    self.error(
+                        event,
+                        &at,
+                        "an event name is words of letters and digits, starting with a letter, joined by `_`, `-` or spaces",
+                    );
+                } else if variant == "Other" || variants.contains(&variant) {
+                    self.error(
+                        event,
+                        &at,
+                        format!("the event would be the variant `{variant}`, which another event (or `Other`, the untyped ones) already is"),
+                    );
+                }
+                variants.push(variant);
+            }
             let fallback = st
                 .fallback
                 .as_ref()

@@ -251,18 +251,23 @@ pub fn parse_size(text: &str) -> Option<u64> {
     n.checked_mul(scale).filter(|&bytes| bytes > 0)
 }
 
-/// Parses `500ms`, `30s`, `5m`, `2h`.
+/// Longest duration a spec may write: a year, so every one fits the
+/// milliseconds the emitter writes (and no typo waits for centuries).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Parses `500ms`, `30s`, `5m`, `2h` (at most [`MAX_DURATION`]).
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| !c.is_ascii_digit())?;
     let (number, unit) = text.split_at(split);
     let n: u64 = number.parse().ok()?;
-    match unit {
+    let d = match unit {
         "ms" => Some(Duration::from_millis(n)),
         "s" => Some(Duration::from_secs(n)),
         "m" => n.checked_mul(60).map(Duration::from_secs),
         "h" => n.checked_mul(3600).map(Duration::from_secs),
         _ => None,
-    }
+    };
+    d.filter(|d| *d <= MAX_DURATION)
 }
 
 impl Cx<'_> {
@@ -303,12 +308,15 @@ impl Cx<'_> {
             );
         }
         let field = |cx: &mut Self, text: &Text, key: &str| {
-            if !is_snake(text) || OWN.contains(&text.as_str()) {
+            if !is_snake(text)
+                || OWN.contains(&text.as_str())
+                || names::KEYWORDS.contains(&text.as_str())
+            {
                 cx.error(
                     text,
                     format!("log.{key}"),
                     format!(
-                        "`{}` must be a snake_case name the line does not already use",
+                        "`{}` must be a snake_case name the line does not already use, and no Rust keyword",
                         &**text
                     ),
                 );
@@ -417,7 +425,7 @@ impl Cx<'_> {
                 text,
                 field,
                 format!(
-                    "`{}` is not a duration: write e.g. `500ms`, `30s`, `5m` or `2h`",
+                    "`{}` is not a duration: write e.g. `500ms`, `30s`, `5m` or `2h` (at most 8760h)",
                     &**text
                 ),
             );

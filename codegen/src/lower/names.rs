@@ -166,6 +166,22 @@ impl Cx<'_> {
         }
     }
 
+    /// The name of a policy item that becomes a constant (`R3` -> `R3`,
+    /// `search` -> `SEARCH`): ASCII letters, digits and `_`, a letter first.
+    pub(super) fn constant_name(&mut self, text: &Text, field: &str) -> bool {
+        let mut chars = text.chars();
+        let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            self.error(
+                text,
+                field,
+                "a name is ASCII letters, digits and `_`, starting with a letter",
+            );
+        }
+        ok && self.name(text, field)
+    }
+
     /// `api:`: the folder's name, lower-case.
     pub(super) fn api_name(&mut self, text: &Text, folder: Option<&str>) {
         if !self.name(text, "api") {

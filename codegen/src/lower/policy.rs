@@ -33,6 +33,7 @@ impl Cx<'_> {
         let mut out = Vec::new();
         for (name, r) in &policy.retries {
             let field = format!("retries.{}", &**name);
+            self.constant_name(name, &field);
             let schedule = self.schedule(r, &field);
             let configurable = r.configurable.as_ref().and_then(|c| {
                 let at = format!("{field}.configurable");
@@ -158,6 +159,11 @@ impl Cx<'_> {
         let mut budgets = Vec::new();
         for (name, b) in &t.budgets {
             let field = format!("throttle.budgets.{}", &**name);
+            if !is_snake(name) {
+                self.error(name, &field, "budget names are snake_case");
+            } else {
+                self.name(name, &field);
+            }
             budgets.push(Budget {
                 name: name.to_string(),
                 doc: b.doc.to_string(),
@@ -372,6 +378,11 @@ impl Cx<'_> {
                 continue;
             }
             let field = format!("throttle.budgets.{}", &**name);
+            if !is_snake(name) {
+                self.error(name, &field, "budget names are snake_case");
+            } else {
+                self.name(name, &field);
+            }
             if !is_snake(name) {
                 self.error(
                     name,
