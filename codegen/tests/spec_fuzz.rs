@@ -108,6 +108,113 @@ const REFERENCES: &[&str] = &[
     "canary_timeout",
 ];
 
+/// Keys whose value is free text (it reaches rustdoc, Markdown, TOML).
+const TEXTS: &[&str] = &["doc", "copy", "action", "title", "lost_copy", "source"];
+
+/// Printable text that is awkward in Rust docs, Markdown and TOML.
+const TRICKY: &[&str] = &[
+    "a `tick` \"quote\" \\ back */ /* {} <b> # hash",
+    "```\nfn main() { not rust }\n```",
+    "line one\nline two\n\n  indented\ttab",
+    "ümlaut é 😀 \u{feff} zero\u{200b}width",
+    "| table | cell |\n|---|---|",
+    "%s {0} {{}} $HOME `$(x)`",
+    "",
+    "   ",
+    "#[doc = \"x\"] //! inner",
+    "\"",
+];
+
+/// Names put in place of a name everywhere it occurs: keywords, raw
+/// identifiers, odd but valid names, names too long.
+const RENAMES: &[&str] = &[
+    "type", "match", "self", "typeof", "crate", "super", "async", "gen", "union", "r#x", "x_y_z",
+    "body", "lib", "error", "none", "core", "std", "serde", "default",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+];
+
+/// [`RENAMES`] for CamelCase names (types, IDs, the client).
+const CAMEL_RENAMES: &[&str] = &[
+    "Self", "String", "Option", "Error", "Other", "Unknown", "Default", "Config", "Client",
+    "Serialize", "TypeId", "SelfId", "CrateId", "WorkspaceId", "OrchestratorEvent", "Vec",
+    "Aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+];
+
+/// Renames one name (a key of some file) everywhere in the tree, whole
+/// words only: references stay consistent, so the tree often still
+/// generates, through the emitter, with the new name.
+fn rename_everywhere(rng: &mut StdRng, files: &mut [(PathBuf, Vec<u8>)], m: &mut Mutations) {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let texts: Vec<Option<String>> = files
+        .iter()
+        .map(|(_, b)| String::from_utf8(b.clone()).ok())
+        .collect();
+    let keys: Vec<String> = texts
+        .iter()
+        .flatten()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| {
+            let t = l.trim_start();
+            let t = t.strip_prefix("- ").unwrap_or(t);
+            let key = t.split_once(':')?.0;
+            (!key.is_empty() && key.chars().all(word)).then(|| key.to_owned())
+        })
+        .collect();
+    // Names something refers to (they occur other than as keys) keep the
+    // tree consistent when renamed; a schema key (`doc`) would not.
+    let mut words: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for text in texts.iter().flatten() {
+        for w in text.split(|c: char| !word(c)).filter(|w| !w.is_empty()) {
+            *words.entry(w).or_default() += 1;
+        }
+    }
+    let occurrences = |name: &str| words.get(name).copied().unwrap_or(0);
+    // The schema's own keys (`pub doc: Text` in spec.rs) stay as they are.
+    let schema = include_str!("../src/spec.rs");
+    let in_schema = |k: &str| {
+        schema.contains(&format!("pub {k}:")) || schema.contains(&format!("rename = \"{k}\""))
+    };
+    let referenced: Vec<&String> = keys
+        .iter()
+        .filter(|k| !in_schema(k) && occurrences(k) > keys.iter().filter(|o| o == k).count())
+        .collect();
+    let from = match referenced.len() {
+        0 => &keys[rng.random_range(0..keys.len())],
+        n => referenced[rng.random_range(0..n)],
+    };
+    let names = if from.starts_with(|c: char| c.is_ascii_uppercase()) {
+        CAMEL_RENAMES
+    } else {
+        RENAMES
+    };
+    let to = names[rng.random_range(0..names.len())];
+    let mut count = 0;
+    for ((_, bytes), text) in files.iter_mut().zip(texts) {
+        let Some(text) = text else { continue };
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(from.as_str()) {
+            let before = rest[..at].chars().next_back();
+            let after = rest[at + from.len()..].chars().next();
+            out.push_str(&rest[..at]);
+            if before.is_some_and(word) || after.is_some_and(word) {
+                out.push_str(from);
+            } else {
+                out.push_str(to);
+                count += 1;
+            }
+            rest = &rest[at + from.len()..];
+        }
+        out.push_str(rest);
+        *bytes = out.into_bytes();
+    }
+    m.note(
+        false,
+        format!("renamed `{from}` to `{to}` everywhere ({count} times)"),
+    );
+}
+
 /// Keys whose value is a type expression.
 const TYPED: &[&str] = &["body", "returns"];
 
@@ -188,7 +295,30 @@ fn mutate(rng: &mut StdRng, files: &mut Vec<(PathBuf, Vec<u8>)>, dir: &Path, m: 
 
     let pick_kv = |rng: &mut StdRng| kv[rng.random_range(0..kv.len())];
     let at_kv = |rng: &mut StdRng| if kv.is_empty() { n } else { pick_kv(rng) };
-    match rng.random_range(0..22) {
+    match rng.random_range(0..28) {
+        22 | 23
+            if kv
+                .iter()
+                .any(|&l| TEXTS.contains(&key_value(&lines[l]).unwrap().1)) =>
+        {
+            let texts: Vec<usize> = kv
+                .iter()
+                .copied()
+                .filter(|&l| TEXTS.contains(&key_value(&lines[l]).unwrap().1))
+                .collect();
+            let l = texts[rng.random_range(0..texts.len())];
+            let (lead, key, _) = parts(&lines[l]);
+            let tricky = TRICKY[rng.random_range(0..TRICKY.len())];
+            lines[l] = format!("{lead}{key}: {tricky:?}");
+            m.note(
+                false,
+                format!("{shown}:{}: `{key}` set to {tricky:?}", l + 1),
+            );
+        }
+        24..=26 => {
+            rename_everywhere(rng, files, m);
+            return;
+        }
         0 => {
             lines.remove(n);
             m.note(false, format!("{shown}: deleted line {}", n + 1));
@@ -474,7 +604,7 @@ fn run_case(trees: &[Tree], seed: u64, case: u64, verbose: bool) -> (Verdict, Mu
     std::fs::create_dir_all(dir.join("services")).unwrap();
     let mut files = tree.files.clone();
     let mut m = Mutations::default();
-    for _ in 0..rng.random_range(1..=3) {
+    for _ in 0..rng.random_range(1..=2) {
         // A mutation that must be refused is the last, so none undoes it.
         if files.is_empty() || m.must_fail {
             break;
@@ -506,6 +636,9 @@ fn run_case(trees: &[Tree], seed: u64, case: u64, verbose: bool) -> (Verdict, Mu
             let bad = errors.0.iter().find(|e| {
                 e.line == 0 || !e.file.starts_with(&dir) || e.message.contains("internal error")
             });
+            if verbose {
+                eprintln!("  refused: {}", errors.0[0]);
+            }
             match bad {
                 Some(e) => Verdict::Unlocated(e.to_string()),
                 None => Verdict::Refused,
