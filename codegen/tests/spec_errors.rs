@@ -1412,3 +1412,45 @@ fn an_emitter_failure_is_an_error_naming_the_spec_item() {
     assert!(e.message.contains("`not a name`"), "{e}");
     assert!(errors.iter().all(|e| e.line >= 1), "{errors:#?}");
 }
+
+#[test]
+fn a_type_nested_8_deep_generates_and_9_deep_is_refused() {
+    let file = "services/voyager.yaml";
+    let eight = "returns: list<map<list<map<list<map<list<UpsertResult?>>>>>>>";
+    let mut files = spec_files();
+    let (_, text) = files.iter_mut().find(|(p, _)| p.ends_with(file)).unwrap();
+    *text = text.replacen("returns: UpsertResult", eight, 1);
+    let out = sdk_codegen::generate(&files).unwrap_or_else(|e| panic!("{e}"));
+    let voyager = &out
+        .iter()
+        .find(|f| f.path.ends_with("voyager.rs"))
+        .unwrap()
+        .contents;
+    // rustfmt breaks the type over lines, with trailing commas: compared without either.
+    let map = "std::collections::BTreeMap<String";
+    let rust = format!("Vec<{map}Vec<{map}Vec<{map}Vec<Option<crate::types::UpsertResult>>>>>>>>");
+    let compact: String = voyager
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != ',')
+        .collect();
+    assert!(compact.contains(&rust), "{voyager}");
+    let policy = &out
+        .iter()
+        .find(|f| f.path.ends_with("POLICY.md"))
+        .unwrap()
+        .contents;
+    let text = "list<map<list<map<list<map<list<UpsertResult?>>>>>>>";
+    let escaped = text.replace('<', "&lt;").replace('>', "&gt;");
+    assert!(policy.contains(&escaped), "{policy}");
+    let nine = eight
+        .replacen("list<", "list<list<", 1)
+        .replacen('>', ">>", 1);
+    let line = line_of(file, "returns: UpsertResult", 0);
+    let e = one(
+        broken(file, "returns: UpsertResult", &nine, 0),
+        file,
+        line,
+        "routes.upsert_points.returns",
+    );
+    assert!(e.message.contains("deeper than 8"), "{e}");
+}

@@ -128,16 +128,47 @@ const TRICKY: &[&str] = &[
 /// Names put in place of a name everywhere it occurs: keywords, raw
 /// identifiers, odd but valid names, names too long.
 const RENAMES: &[&str] = &[
-    "type", "match", "self", "typeof", "crate", "super", "async", "gen", "union", "r#x", "x_y_z",
-    "body", "lib", "error", "none", "core", "std", "serde", "default",
+    "type",
+    "match",
+    "self",
+    "typeof",
+    "crate",
+    "super",
+    "async",
+    "gen",
+    "union",
+    "r#x",
+    "x_y_z",
+    "body",
+    "lib",
+    "error",
+    "none",
+    "core",
+    "std",
+    "serde",
+    "default",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
 ];
 
 /// [`RENAMES`] for CamelCase names (types, IDs, the client).
 const CAMEL_RENAMES: &[&str] = &[
-    "Self", "String", "Option", "Error", "Other", "Unknown", "Default", "Config", "Client",
-    "Serialize", "TypeId", "SelfId", "CrateId", "WorkspaceId", "OrchestratorEvent", "Vec",
+    "Self",
+    "String",
+    "Option",
+    "Error",
+    "Other",
+    "Unknown",
+    "Default",
+    "Config",
+    "Client",
+    "Serialize",
+    "TypeId",
+    "SelfId",
+    "CrateId",
+    "WorkspaceId",
+    "OrchestratorEvent",
+    "Vec",
     "Aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
 ];
 

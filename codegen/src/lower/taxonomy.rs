@@ -181,6 +181,12 @@ impl Cx<'_> {
             });
             if !is_snake(&r.class) {
                 self.error(&r.class, field("class"), "error classes are snake_case");
+            } else if crate::emit::docs::camel(&r.class) == "Self" {
+                self.error(
+                    &r.class,
+                    field("class"),
+                    "the class would be `ErrorClass::Self`, a Rust keyword",
+                );
             }
             let variant = crate::emit::docs::camel(&r.class);
             match variants.iter().find(|(v, _)| *v == variant) {
