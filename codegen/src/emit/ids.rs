@@ -119,8 +119,10 @@ fn workspace(model: &Model, header: &str) -> (String, TokenStream) {
         &format!("A workspace (`{header}`): the services {quoted} exist only behind one{section}."),
     );
     let message = format!("`{{Self}}` is not a workspace: {services} calls need a `&WorkspaceId`");
+    // The note is a format string of rustc's: braces of the spec's text are literal.
     let note = format!(
-        "parse one with `WorkspaceId::parse(\"ws-7\")?`: every call of these services carries {header}{section}"
+        "parse one with `WorkspaceId::parse(\"ws-7\")?`: every call of these services carries {header}{}",
+        section.replace('{', "{{").replace('}', "}}")
     );
     let trait_ = quote! {
         /// Implemented by [`WorkspaceId`] alone: what a workspace-scoped handle needs.
