@@ -23,8 +23,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Cases of a plain `cargo test`: a few hundred, a few seconds each batch.
-const DEFAULT_CASES: u64 = 240;
+const DEFAULT_CASES: u64 = 200;
 const DEFAULT_SEED: u64 = 0x5EC_F022;
+/// Most bytes emitted per byte of spec read (plus 256 KiB).
+const MAX_GROWTH: usize = 32;
 /// Only a hang detector: a case takes well under a second.
 const HANG: Duration = Duration::from_secs(120);
 
@@ -640,6 +642,8 @@ enum Verdict {
     Unlocated(String),
     /// Success after a mutation that must be refused.
     Silent,
+    /// More bytes emitted (first) than [`MAX_GROWTH`] allows for those read.
+    Blowup(usize, usize),
 }
 
 fn run_case(trees: &[Tree], seed: u64, case: u64, verbose: bool) -> (Verdict, Mutations) {
@@ -662,6 +666,7 @@ fn run_case(trees: &[Tree], seed: u64, case: u64, verbose: bool) -> (Verdict, Mu
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, bytes).unwrap();
     }
+    let input: usize = files.iter().map(|(_, b)| b.len()).sum();
     if verbose {
         eprintln!("case {case} ({}): {:?}", tree.name, m.done);
     }
@@ -669,15 +674,18 @@ fn run_case(trees: &[Tree], seed: u64, case: u64, verbose: bool) -> (Verdict, Mu
     let worker = dir.clone();
     std::thread::spawn(move || {
         let out = sdk_codegen::load::read_dir(&worker).and_then(|f| sdk_codegen::generate(&f));
-        let _ = tx.send(out.map(|_| ()));
+        let _ = tx.send(out.map(|files| files.iter().map(|f| f.contents.len()).sum::<usize>()));
     });
     let verdict = match rx.recv_timeout(HANG) {
         Err(mpsc::RecvTimeoutError::Timeout) => Verdict::Hung,
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             Verdict::Panicked("the case's thread panicked".into())
         }
-        Ok(Ok(())) if m.must_fail => Verdict::Silent,
-        Ok(Ok(())) => Verdict::Generated,
+        Ok(Ok(_)) if m.must_fail => Verdict::Silent,
+        // The bound on work, without a clock: what is emitted grows linearly
+        // with what is read (the real trees emit about 3 bytes per byte).
+        Ok(Ok(bytes)) if bytes > MAX_GROWTH * input + (256 << 10) => Verdict::Blowup(bytes, input),
+        Ok(Ok(_)) => Verdict::Generated,
         Ok(Err(errors)) => {
             let bad = errors.0.iter().find(|e| {
                 e.line == 0 || !e.file.starts_with(&dir) || e.message.contains("internal error")
@@ -728,12 +736,13 @@ fn every_mutated_spec_generates_or_is_refused_with_file_and_line() {
     let count = |f: fn(&Verdict) -> bool| bad.iter().filter(|(_, v)| f(v)).count();
     eprintln!(
         "spec fuzz, seed {seed:#x}: {ran} cases in {:.0?}, {generated} generated, {refused} refused with file and line; \
-         {} panics, {} hangs, {} silent successes, {} unlocated refusals",
+         {} panics, {} hangs, {} silent successes, {} unlocated refusals, {} blowups",
         started.elapsed(),
         count(|v| matches!(v, Verdict::Panicked(_))),
         count(|v| matches!(v, Verdict::Hung)),
         count(|v| matches!(v, Verdict::Silent)),
         count(|v| matches!(v, Verdict::Unlocated(_))),
+        count(|v| matches!(v, Verdict::Blowup(..))),
     );
     assert!(
         bad.is_empty(),
