@@ -41,6 +41,8 @@ pub struct Model {
     pub fallbacks_sustained: Option<(u32, Duration, String)>,
     pub states: Vec<State>,
     pub messages: Vec<Message>,
+    /// The copy of an error whose outcome is unknown (`class` is empty).
+    pub unknown_outcome: Option<Message>,
     pub alerts: Vec<Alert>,
     pub breaker_alert: Option<String>,
     /// Raise the retry-exhaustion alert only at this rate (count, window).
@@ -277,6 +279,7 @@ pub struct Row {
     pub class: String,
     pub retry: Option<usize>,
     pub feeds_breaker: bool,
+    pub outcome_unknown: bool,
     pub alert: Option<String>,
     pub alert_outside_deploy: bool,
     /// Index into [`Model::states`].

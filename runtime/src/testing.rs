@@ -104,6 +104,7 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
         class,
         retry: Some(0),
         feeds_breaker: false,
+        outcome_unknown: false,
         alert: None,
         alert_outside_deploy: false,
         feature_state: None,
@@ -111,6 +112,7 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
         escalate_to: None,
         action: "",
         message: None,
+        unknown_message: None,
     }
 }
 

@@ -79,6 +79,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         },
     );
     let messages = cx.messages(&raw.degradation, &rows);
+    let unknown_outcome = cx.unknown_outcome(&raw.degradation, &raw.taxonomy);
     cx.streams_bounded(&services, &throttle, &raw.services);
     let breaker = raw
         .policy
@@ -183,6 +184,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         fallbacks_sustained,
         states,
         messages,
+        unknown_outcome,
         alerts,
         breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| a.to_string()),
         retry_exhausted_rate,
