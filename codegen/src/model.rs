@@ -465,7 +465,7 @@ pub struct Route {
     /// Largest 2xx body, in bytes.
     pub max_response: u64,
     /// The read that settles an unknown outcome (a route of the same service).
-    pub reconcile: Option<String>,
+    pub reconcile: Option<RouteRef>,
     /// The body ID that must name something existing, and its proof.
     pub exists: Option<Existence>,
     pub source: Source,

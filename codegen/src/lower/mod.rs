@@ -66,6 +66,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     };
     let mut services = cx.services(&raw.services, &api, &names, limits.as_ref());
     cx.existence(&raw.services, &mut services, &types);
+    cx.reconciles(&raw.services, &mut services);
     cx.caller_budgets(&raw.policy.throttle, &services);
     let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
     let rows = cx.rows(

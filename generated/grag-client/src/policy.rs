@@ -172,7 +172,7 @@ pub static BUDGETS: [BudgetPolicy; 6] = [
 ];
 
 /// Every route of the API, in spec order.
-pub static ENDPOINTS: [&Endpoint; 26] = [
+pub static ENDPOINTS: [&Endpoint; 27] = [
     &crate::ai_gateway::SEARCH_RERANK,
     &crate::ai_gateway::COMPLETE,
     &crate::bff::ORCHESTRATOR_EVENTS,
@@ -197,6 +197,7 @@ pub static ENDPOINTS: [&Endpoint; 26] = [
     &crate::workspaces::LIST_DOCUMENTS,
     &crate::workspaces::UPLOAD_DOCUMENT,
     &crate::workspaces::CREATE_CONVERSATION,
+    &crate::workspaces::CONVERSATION_MESSAGES,
     &crate::workspaces::GET_SETTINGS,
     &crate::workspaces::PUT_SETTINGS,
 ];
