@@ -543,3 +543,89 @@ async fn interactive_calls_never_wait_on_the_queue() {
         assert_eq!(submit.await.unwrap().unwrap().state, JobState::Done);
     }
 }
+
+/// Collects the JSON lines a subscriber writes.
+#[derive(Clone, Default)]
+struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    fn parsed(&self) -> Vec<serde_json::Value> {
+        String::from_utf8(self.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// Core "Persistence Contention Policy" and "Operational Recommendations": a
+/// job store that stays locked through its 3 tries is logged with the job's
+/// key and raises the retry-exhaustion alert (DB pressure).
+#[tokio::test]
+async fn a_job_store_that_stays_locked_is_logged_with_the_job_key_and_alerted() {
+    let env = Env::start().await;
+    let db = TempDb::new();
+    let store = Arc::new(
+        SqliteStore::open_with(&db.0, grag_jobs::lock_retry(), Duration::ZERO)
+            .expect("the store opens"),
+    );
+    let jobs = Jobs::new(env.grag.clone(), store, "worker-1").unwrap();
+    // Another process holds the write lock for the whole test.
+    let holder = rusqlite::Connection::open(&db.0).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+
+    let job = upload(1, 1);
+    let key = upload_key(&job);
+    let result = jobs.submit_upload(job).await;
+    assert!(
+        matches!(
+            result,
+            Err(grag_jobs::JobsError::Store(sdk_queue::StoreError::Locked {
+                attempts: 3,
+                ..
+            }))
+        ),
+        "{result:?}"
+    );
+    let logged: Vec<_> = lines
+        .parsed()
+        .into_iter()
+        .filter(|l| l["message"] == "job store locked, retries exhausted")
+        .collect();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0]["job_key"], key.as_str());
+    assert_eq!(logged[0]["op"], "submit");
+    assert_eq!(logged[0]["attempts"], 3);
+    assert_eq!(env.alert_names(), ["retry_exhausted"]);
+    let alert = env.alerts.taken().pop().unwrap();
+    assert!(
+        alert.detail.as_deref().is_some_and(|d| d.contains(&key)),
+        "{alert:?}"
+    );
+    assert_eq!(
+        env.total(),
+        0,
+        "nothing was sent for a job that was never stored"
+    );
+    drop(holder);
+}

@@ -355,6 +355,24 @@ async fn a_drop_mid_answer_ends_the_turn_sent_once() {
     let (seen, end) = ask(&kit.grag, &conversation).await;
     assert_eq!(seen.last().map(String::as_str), Some("delta"), "{seen:?}");
     assert_lost_once(&kit, end, "connection");
+    // The read the docs of `chat_stream` name: the user message was saved,
+    // the answer was not (§6.2) — what a reload shows before „Erneut senden“.
+    let saved = kit
+        .grag
+        .workspaces()
+        .conversation_messages(conversation.id())
+        .await
+        .unwrap();
+    let saved: Vec<(&str, &str)> = saved
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect();
+    assert_eq!(saved, [("user", "Wie oft werden Brücken geprüft?")]);
+    assert_eq!(
+        kit.sim.log().count("chat_stream"),
+        1,
+        "the read sent nothing twice"
+    );
 }
 
 #[tokio::test]

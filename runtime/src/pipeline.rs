@@ -510,8 +510,10 @@ impl Client {
 
     /// A call whose retries were used up: logged with its context; alerted
     /// every time, or when the rate the policy names is reached.
-    fn exhausted(&self, error: &Error) {
+    fn exhausted(&self, error: &Error, call: &Call<'_>) {
         let policy = self.shared.policy;
+        let values = telemetry::path_values(self, call);
+        let fields = policy.log.path_fields.len().min(values.len());
         policy
             .log_lines
             .retry_exhausted(&crate::log::ExhaustedLine {
@@ -521,6 +523,12 @@ impl Client {
                 attempts: error.attempts(),
                 request_id: error.request_id(),
                 tenant: self.tenant().as_str(),
+                workspace: call.workspace.map(|w| w.as_str()),
+                path_values: &values[..fields],
+                pipeline_id: self
+                    .pipeline_id
+                    .as_deref()
+                    .filter(|_| call.endpoint.pipeline_id),
             });
         let name = policy.alerts.retry_exhausted;
         let Some(alarm) = &self.shared.exhaustion else {
@@ -670,7 +678,7 @@ impl Run<'_, '_> {
     fn fail(&mut self, error: Error, exhausted: bool) -> Error {
         let client = self.client;
         if exhausted && self.attempt > 1 {
-            client.exhausted(&error);
+            client.exhausted(&error, self.call);
         }
         client.count_call(
             self.call.endpoint,

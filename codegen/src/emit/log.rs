@@ -94,6 +94,8 @@ impl LogLines for Lines {{
             attempts = line.attempts,
             request_id = line.request_id,
             tenant = line.tenant,
+            {workspace} = line.workspace,
+{path_fields}            pipeline_id = line.pipeline_id,
             "retry exhausted"
         );
     }}

@@ -64,6 +64,9 @@ impl LogLines for Lines {
             attempts = line.attempts,
             request_id = line.request_id,
             tenant = line.tenant,
+            workspace_id = line.workspace,
+            session_id = line.path_values.first().copied().flatten(),
+            pipeline_id = line.pipeline_id,
             "retry exhausted"
         );
     }

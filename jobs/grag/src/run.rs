@@ -133,7 +133,8 @@ impl Jobs {
     /// there is no such job; a job that is not failed is returned as it is.
     pub async fn retry(&self, key: &str) -> Result<Option<Job>, JobsError> {
         let store = &self.inner.store;
-        if store.requeue(key, self.now()).await? {
+        let requeued = store.requeue(key, self.now()).await;
+        if requeued.map_err(|e| self.watch(key, e))? {
             self.run_key(key).await?;
         }
         Ok(store.get(key).await?)
@@ -146,7 +147,8 @@ impl Jobs {
             .inner
             .store
             .claim_key(key, &self.inner.owner, lease, self.now())
-            .await?;
+            .await
+            .map_err(|e| self.watch(key, e))?;
         if let Some(job) = claimed {
             self.run_claimed(job).await?;
         }
@@ -176,7 +178,8 @@ impl Jobs {
                 },
                 now,
             )
-            .await?;
+            .await
+            .map_err(|e| self.watch(&key, e))?;
         self.run_key(&key).await?;
         store
             .get(&key)
@@ -276,7 +279,8 @@ impl Jobs {
         self.inner
             .store
             .finish(&job.key, &self.inner.owner, finish, now)
-            .await?;
+            .await
+            .map_err(|e| self.watch(&job.key, e))?;
         if state == JobState::Failed {
             self.inner.metrics.failed();
         }
@@ -307,6 +311,32 @@ impl Jobs {
             .last_outage
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(self.now());
+    }
+
+    /// A store error on its way up, looked at: a store that stayed locked
+    /// through its lock retries (the Core policy: "log ... lock-contention
+    /// events"; "alert on elevated retry-exhaustion rates ... DB pressure")
+    /// is logged with the job's key and raises the retry-exhaustion alert.
+    /// The job itself stays as the store has it: its lease brings it back.
+    pub(crate) fn watch(&self, key: &str, e: StoreError) -> StoreError {
+        if let StoreError::Locked { op, attempts } = &e {
+            tracing::error!(
+                target: "grag_jobs::store",
+                job_key = key,
+                op = *op,
+                attempts = *attempts,
+                "job store locked, retries exhausted"
+            );
+            let runtime = self.inner.grag.runtime();
+            runtime.alert(Alert {
+                name: runtime.policy().alerts.retry_exhausted,
+                endpoint: None,
+                row: None,
+                detail: Some(format!("job {key}: {e}")),
+                request_id: None,
+            });
+        }
+        e
     }
 
     fn failed_alert(&self, job: &Job, e: Option<&grag_client::Error>, why: &str) {
@@ -366,7 +396,7 @@ impl Step<'_> {
                 self.jobs.now(),
             )
             .await
-            .map_err(StepError::Store)
+            .map_err(|e| StepError::Store(self.jobs.watch(self.key, e)))
     }
 
     /// The step's request is about to go out: from here its outcome is

@@ -46,7 +46,9 @@ pub struct AlertLine<'a> {
     pub request_id: Option<&'a str>,
 }
 
-/// A call that used up its retries, with its request context.
+/// A call that used up its retries, with its request context: the same
+/// scope and path fields as its attempt lines (Core: "with request/session
+/// context"), so the line joins with them.
 #[derive(Debug, Clone, Copy)]
 pub struct ExhaustedLine<'a> {
     pub operation: &'a str,
@@ -55,6 +57,10 @@ pub struct ExhaustedLine<'a> {
     pub attempts: u32,
     pub request_id: Option<&'a str>,
     pub tenant: &'a str,
+    pub workspace: Option<&'a str>,
+    /// As [`AttemptLine::path_values`].
+    pub path_values: &'a [Option<&'a str>],
+    pub pipeline_id: Option<&'a str>,
 }
 
 /// Writes an API's log lines; implemented by its generated crate.
