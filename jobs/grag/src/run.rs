@@ -140,6 +140,35 @@ impl Jobs {
         Ok(store.get(key).await?)
     }
 
+    /// Runs a done job again from Knoll's state, on a person's request: the
+    /// platform lost what it made (a knowledge base purged, a document gone;
+    /// §1.4 "anything lost on the GRAG side must be replayable from
+    /// Knoll-side state"). Every write step of an upload reads first, so what
+    /// still exists is not made again: the document is uploaded only if the
+    /// KB's list lacks it, a conversion already started is followed instead
+    /// of starting (and billing) a second, and points and KG upserts are
+    /// idempotent by their IDs. `None` if there is no such job; a job that is
+    /// not done is returned as it is.
+    pub async fn rerun(&self, key: &str) -> Result<Option<Job>, JobsError> {
+        let store = &self.inner.store;
+        let Some(job) = store.get(key).await? else {
+            return Ok(None);
+        };
+        let start = match job.kind.as_str() {
+            INGEST => serde_json::to_value(UploadProgress {
+                reconcile: true,
+                ..UploadProgress::default()
+            })
+            .expect("a checkpoint serializes"),
+            _ => serde_json::Value::Null,
+        };
+        let rerun = store.rerun(key, &start, self.now()).await;
+        if rerun.map_err(|e| self.watch(key, e))? {
+            self.run_key(key).await?;
+        }
+        Ok(store.get(key).await?)
+    }
+
     /// Claims the job by key and runs it, if no other worker holds it.
     async fn run_key(&self, key: &str) -> Result<(), JobsError> {
         let lease = self.inner.policy.lease;
@@ -241,6 +270,27 @@ impl Jobs {
         let (finish, state) = match result {
             Ok(()) => (Finish::Done, JobState::Done),
             Err(StepError::Store(e)) => return Err(e.into()),
+            Err(StepError::Unknown {
+                step,
+                request_id,
+                read,
+            }) => {
+                let detail = format!(
+                    "{step} may have been applied (request {}); the platform cannot say: {read}. Not sent again: check the platform before running it again",
+                    request_id
+                        .as_deref()
+                        .unwrap_or("unknown: no answer was read")
+                );
+                let error = JobError {
+                    class: "outcome_unknown".into(),
+                    row: None,
+                    status: None,
+                    request_id,
+                    detail,
+                };
+                self.failed_alert(&job, None, &error.detail);
+                (Finish::Failed(error), JobState::Failed)
+            }
             // It can never run: keep it, failed, with the reason.
             Err(StepError::Corrupt { what, reason }) => {
                 let error = JobError {
@@ -356,6 +406,13 @@ pub(crate) enum StepError {
     Platform(grag_client::Error),
     /// The checkpoint could not be written (or the lease was lost).
     Store(StoreError),
+    /// A write whose outcome is unknown, and the read that would settle it
+    /// cannot: the job fails for a person to decide, never sent again.
+    Unknown {
+        step: &'static str,
+        request_id: Option<String>,
+        read: String,
+    },
     /// The stored payload or checkpoint does not decode.
     Corrupt { what: &'static str, reason: String },
 }
@@ -414,7 +471,33 @@ impl Step<'_> {
     ) -> Result<(), StepError> {
         progress.step = next;
         progress.sent = false;
+        progress.unknown_request = None;
         self.save(progress).await
+    }
+
+    /// The answer of a step's write that is not idempotent: a refusal (a
+    /// known outcome) makes the step unsent again, so it is sent again
+    /// without a read; an unknown outcome keeps it `sent` with the request
+    /// id in doubt (§5.3.3, the pipeline's `outcome_unknown`). An idempotent
+    /// write stays `sent` whatever came back: its read is cheap and keeps a
+    /// repeat from looking like a second upload.
+    pub async fn settled<T>(
+        &self,
+        progress: &mut UploadProgress,
+        idempotent: bool,
+        sent: Result<T, grag_client::Error>,
+    ) -> Result<T, StepError> {
+        let e = match sent {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        if e.outcome_unknown() {
+            progress.unknown_request = e.request_id().map(str::to_owned);
+        } else if !idempotent {
+            progress.sent = false;
+        }
+        self.save(progress).await?;
+        Err(StepError::Platform(e))
     }
 
     /// Waits the polling interval (×2 while a 429 is hot), keeping the lease.
