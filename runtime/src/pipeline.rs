@@ -83,6 +83,9 @@ struct Run<'c, 'a> {
 pub(crate) struct Opened {
     pub reply: Reply,
     pub stream: Option<(reqwest::Response, HeldSlots)>,
+    /// When the call started: a stream that carries an answer is held to
+    /// the overall deadline from here.
+    pub started: Instant,
 }
 
 impl Client {
@@ -259,7 +262,11 @@ impl Client {
                 let request_id = echoed_id.unwrap_or(request_id);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
                 let stream = response.map(|r| (r, permit.detach()));
-                return Ok(Opened { reply, stream });
+                return Ok(Opened {
+                    reply,
+                    stream,
+                    started: run.started,
+                });
             }
             telemetry::attempt(&log, run.digest());
             if status == Some(429) {

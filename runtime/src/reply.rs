@@ -110,6 +110,17 @@ impl Reply {
         Ok(())
     }
 
+    /// The head of a stream that carries an answer (a chat turn): its
+    /// attempt line now; the call is counted when the stream ends, with the
+    /// class it ended with (a failed turn is not an `ok` call). Gives the
+    /// call's start and whether it was retried.
+    pub(crate) fn opened(self) -> (Instant, bool) {
+        if let Some(line) = &self.ledger.line {
+            line.emit(&self.client, self.endpoint, None);
+        }
+        (self.ledger.started, self.ledger.attempts > 1)
+    }
+
     /// `Existing` for the 409 of a create route, else the decoded body.
     pub fn created<T: DeserializeOwned>(self) -> Result<Created<T>, Error> {
         if self.status == 409 {
