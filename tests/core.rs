@@ -25,6 +25,8 @@ enum Step {
     Status(u16, &'static str),
     /// Answers 200 with this body, verbatim.
     Raw(&'static str),
+    /// Answers this status with this JSON body, verbatim.
+    Body(u16, &'static str),
     /// Takes the request (it counts as applied), then answers only after this long.
     Hang(Duration),
 }
@@ -100,6 +102,7 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
     match step {
         Some(Step::Status(status, detail)) => json(status, json!({ "detail": detail }).to_string()),
         Some(Step::Raw(body)) => json(200, body.to_owned()),
+        Some(Step::Body(status, body)) => json(status, body.to_owned()),
         Some(Step::Hang(after)) => {
             tokio::time::sleep(after).await;
             json(200, ok_body(&path))
@@ -212,7 +215,29 @@ async fn a_2xx_that_is_not_json_is_a_client_error_and_not_retried() {
         "{error}"
     );
     assert_eq!(error.status(), Some(200));
+    assert_eq!(
+        error.attempts(),
+        1,
+        "sent once and answered, not \"refused before sending\""
+    );
     assert_eq!(core.paths().len(), 1, "never retried");
+}
+
+/// A workflow action the Platform applied (200) with a body that is not JSON:
+/// the error must not read as "never sent", which would invite a resend.
+#[tokio::test(start_paused = true)]
+async fn an_applied_workflow_action_with_an_undecodable_body_counts_its_attempt() {
+    let core = CoreSim::start([Step::Raw("OK")]).await;
+    let error = core
+        .client()
+        .sessions()
+        .reject(&session(), &decision())
+        .await
+        .unwrap_err();
+    assert_eq!(error.class_name(), "invalid_json", "{error}");
+    assert_eq!(error.attempts(), 1, "{error}");
+    assert!(!error.outcome_unknown(), "answered 200: applied, {error}");
+    assert_eq!(core.paths(), ["/platform/v1/sessions/s-1/reject"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -244,21 +269,109 @@ async fn a_workflow_action_without_an_answer_is_sent_once_and_says_read_the_sess
     );
 }
 
+/// Idempotency: "failures ... before a successful response is observed" are
+/// unknown completions. A 5xx is one: the Platform may have applied the step
+/// and then failed (a FastAPI handler raising after its write answers 500).
 #[tokio::test(start_paused = true)]
-async fn an_answered_workflow_action_is_never_re_sent_and_its_outcome_is_known() {
-    let core = CoreSim::start([Step::Status(503, "database is locked")]).await;
+async fn a_5xx_answer_to_a_workflow_action_is_an_unknown_outcome_never_re_sent() {
+    for (status, detail) in [
+        (500, "Internal Server Error"),
+        (502, "bad gateway"),
+        (503, "database is locked"),
+        (504, "gateway timeout"),
+    ] {
+        let core = CoreSim::start([Step::Status(status, detail)]).await;
+        let error = core
+            .client()
+            .sessions()
+            .advance(&session())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (error.class_name(), error.status()),
+            ("server_error", Some(status))
+        );
+        assert!(
+            error.outcome_unknown(),
+            "{status}: the step may have been applied: {error}"
+        );
+        let copy = core_client::policy::POLICY
+            .taxonomy
+            .iter()
+            .find(|r| r.row == "C2")
+            .and_then(|r| r.unknown_message);
+        assert!(
+            copy.is_some_and(|c| c.contains("aktuellen Stand")),
+            "{copy:?}"
+        );
+        assert_eq!(
+            error.message(),
+            copy,
+            "{status}: check the state, not „erneut versuchen“"
+        );
+        assert_eq!(
+            core.paths().len(),
+            1,
+            "{status}: not idempotent: never re-sent"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_4xx_answer_to_a_workflow_action_is_a_known_outcome() {
+    let core = CoreSim::start([Step::Status(409, "step already advanced")]).await;
     let error = core
         .client()
         .sessions()
         .advance(&session())
         .await
         .unwrap_err();
+    assert_eq!(error.class_name(), "http_error", "{error}");
+    assert!(!error.outcome_unknown(), "refused, so not applied: {error}");
     assert_eq!(
-        (error.class_name(), error.status()),
-        ("server_error", Some(503))
+        error.message(),
+        core_client::policy::POLICY.message("http_error")
     );
-    assert!(!error.outcome_unknown(), "the server answered: {error}");
-    assert_eq!(core.paths().len(), 1, "not idempotent: never re-sent");
+    assert_eq!(core.paths().len(), 1);
+}
+
+/// Error Surface: `CoreClientHTTPError(status_code, detail)`. A FastAPI
+/// `HTTPException(423, detail={"code": ..., "message": ...})` keeps its
+/// structure; only what echoes the request (pydantic's `input`, `ctx`) goes.
+#[tokio::test(start_paused = true)]
+async fn a_structured_error_detail_reaches_the_caller_whole() {
+    let core = CoreSim::start([Step::Body(
+        423,
+        r#"{"detail": {"code": "finding_locked", "message": "Der Befund wird gerade bearbeitet."}}"#,
+    )])
+    .await;
+    let error = core
+        .client()
+        .sessions()
+        .accept(&session(), &decision())
+        .await
+        .unwrap_err();
+    assert_eq!(error.status(), Some(423), "{error}");
+    let detail: serde_json::Value = serde_json::from_str(error.detail().unwrap()).unwrap();
+    assert_eq!(
+        detail,
+        json!({"code": "finding_locked", "message": "Der Befund wird gerade bearbeitet."})
+    );
+}
+
+/// Contract calls are stateless (at-least-once): a 5xx is retried and the
+/// outcome question does not arise.
+#[tokio::test(start_paused = true)]
+async fn a_5xx_answer_to_a_contract_call_is_retried_not_unknown() {
+    let core = CoreSim::start([Step::Status(500, "boom"), Step::Status(500, "boom")]).await;
+    let error = core
+        .client()
+        .engine()
+        .analyse(&analyse())
+        .await
+        .unwrap_err();
+    assert!(!error.outcome_unknown(), "idempotent: {error}");
+    assert_eq!(core.paths().len(), 2);
 }
 
 #[tokio::test(start_paused = true)]

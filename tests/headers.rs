@@ -19,10 +19,11 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use grag_client::policy::ENDPOINTS;
 use grag_client::types::{
-    ChatRequest, Completion, CompletionRequest, Conversation, ConversionJob, ConversionResult,
-    ConvertRequest, CreateConversation, CreateKb, Document, Edge, Entity, EntityLink, Health,
-    JobStatus, Kb, LedgerTotals, LinkRequest, Score, ScoreRequest, SearchHit, SearchRequest,
-    SearchResults, Spend, SpendGrouping, SpendLine, UploadDocument, UpsertPoints, UpsertResult,
+    ChatMessage, ChatRequest, Completion, CompletionRequest, Conversation, ConversionJob,
+    ConversionResult, ConvertRequest, CreateConversation, CreateKb, Document, Edge, Entity,
+    EntityLink, Health, JobStatus, Kb, LedgerTotals, LinkRequest, Score, ScoreRequest, SearchHit,
+    SearchRequest, SearchResults, Spend, SpendGrouping, SpendLine, UploadDocument, UpsertPoints,
+    UpsertResult,
 };
 use grag_client::{
     Config, ConversationId, ConversionId, Created, DocumentId, EdgeId, EntityId, Grag, JobId, KbId,
@@ -51,6 +52,7 @@ const PLACEHOLDERS: &[(&str, &str)] = &[
     ("session_id", "s-1"),
     ("conversion_id", "conv-1"),
     ("document_id", "doc-1"),
+    ("conversation_id", "c-1"),
 ];
 
 fn placeholder(name: &str) -> &'static str {
@@ -79,7 +81,7 @@ mod sample {
         EdgeId::parse(placeholder("edge_id")).unwrap()
     }
     pub fn conversation_id() -> ConversationId {
-        ConversationId::parse("c-1").unwrap()
+        ConversationId::parse(placeholder("conversation_id")).unwrap()
     }
     pub fn conversion_id() -> ConversionId {
         ConversionId::parse(placeholder("conversion_id")).unwrap()
@@ -259,6 +261,7 @@ fn answer(endpoint: &Endpoint) -> Response {
         ("workspaces", "list_documents") => json(vec![sample::document()]),
         ("workspaces", "upload_document") => json(sample::document()),
         ("workspaces", "create_conversation") => json(sample::conversation()),
+        ("workspaces", "conversation_messages") => json(Vec::<ChatMessage>::new()),
         ("workspaces", "get_settings" | "put_settings") => json(sample::settings()),
         (service, operation) => (
             StatusCode::NOT_IMPLEMENTED,
@@ -399,6 +402,12 @@ async fn walk(grag: &Grag) {
         .await
         .unwrap_or_else(expect("ensure_conversation"));
     assert_eq!(existing.id(), &sample::conversation_id());
+    assert!(
+        w.conversation_messages(&sample::conversation_id())
+            .await
+            .unwrap_or_else(expect("conversation_messages"))
+            .is_empty()
+    );
     assert_eq!(
         w.get_settings()
             .await

@@ -543,3 +543,234 @@ async fn interactive_calls_never_wait_on_the_queue() {
         assert_eq!(submit.await.unwrap().unwrap().state, JobState::Done);
     }
 }
+
+/// Collects the JSON lines a subscriber writes.
+#[derive(Clone, Default)]
+struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    fn parsed(&self) -> Vec<serde_json::Value> {
+        String::from_utf8(self.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// Core "Persistence Contention Policy" and "Operational Recommendations": a
+/// job store that stays locked through its 3 tries is logged with the job's
+/// key and raises the retry-exhaustion alert (DB pressure).
+#[tokio::test]
+async fn a_job_store_that_stays_locked_is_logged_with_the_job_key_and_alerted() {
+    let env = Env::start().await;
+    let db = TempDb::new();
+    let store = Arc::new(
+        SqliteStore::open_with(&db.0, grag_jobs::lock_retry(), Duration::ZERO)
+            .expect("the store opens"),
+    );
+    let jobs = Jobs::new(env.grag.clone(), store, "worker-1").unwrap();
+    // Another process holds the write lock for the whole test.
+    let holder = rusqlite::Connection::open(&db.0).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+
+    let job = upload(1, 1);
+    let key = upload_key(&job);
+    let result = jobs.submit_upload(job).await;
+    assert!(
+        matches!(
+            result,
+            Err(grag_jobs::JobsError::Store(sdk_queue::StoreError::Locked {
+                attempts: 3,
+                ..
+            }))
+        ),
+        "{result:?}"
+    );
+    let logged: Vec<_> = lines
+        .parsed()
+        .into_iter()
+        .filter(|l| l["message"] == "job store locked, retries exhausted")
+        .collect();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0]["job_key"], key.as_str());
+    assert_eq!(logged[0]["op"], "submit");
+    assert_eq!(logged[0]["attempts"], 3);
+    assert_eq!(env.alert_names(), ["retry_exhausted"]);
+    let alert = env.alerts.taken().pop().unwrap();
+    assert!(
+        alert.detail.as_deref().is_some_and(|d| d.contains(&key)),
+        "{alert:?}"
+    );
+    assert_eq!(
+        env.total(),
+        0,
+        "nothing was sent for a job that was never stored"
+    );
+    drop(holder);
+}
+
+/// A queue on a platform whose docfold has no `conversion_of` route (it is
+/// inferred; §5.3.3 names only the document list and the pipeline status).
+async fn queue_without_conversion_of() -> Queue {
+    let config = common_resilience::sim_config().without_route("conversion_of");
+    Queue::on(Env::with(config, common_resilience::policy()).await).await
+}
+
+#[tokio::test]
+async fn without_conversion_of_a_convert_in_doubt_fails_to_the_ui_and_is_never_sent_again() {
+    // Applied, then the answer was lost; and a gateway's 502 (maybe not applied).
+    for (fault, started) in [(Fault::AppliedThenLost, 1), (Fault::BadGateway, 0)] {
+        let q = queue_without_conversion_of().await;
+        q.env
+            .sim
+            .faults()
+            .push(Rule::new(fault.clone()).on("convert").once());
+        let job = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+        assert_eq!(job.state, JobState::PendingReplay, "{fault:?}: {job:?}");
+        let sent_as = job.last_error.as_ref().and_then(|e| e.request_id.clone());
+        assert!(sent_as.is_some(), "{job:?}");
+
+        assert_eq!(q.replay().await, 1);
+        let failed = q.jobs.job(&job.key).await.unwrap().unwrap();
+        assert_eq!(failed.state, JobState::Failed, "{fault:?}: {failed:?}");
+        let error = failed.last_error.expect("kept for the UI");
+        assert_eq!(error.class, "outcome_unknown", "{error:?}");
+        assert_eq!(
+            error.request_id, sent_as,
+            "the send in doubt, for the operator"
+        );
+        assert!(error.detail.contains("Not Found"), "{error:?}");
+        let asked = q
+            .env
+            .sim
+            .log()
+            .entries()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/documents/doc-1/conversion"))
+            .count();
+        assert_eq!(asked, 1, "asked once, answered `Not Found`");
+        assert_eq!(q.env.count("convert"), 1, "{fault:?}: never sent again");
+        assert_eq!(
+            q.env.sim.conversions_of("knoll", "doc-1").len(),
+            started,
+            "no second (billed) conversion"
+        );
+        assert!(
+            q.env.alert_names().contains(&"replay_failures"),
+            "{:?}",
+            q.env.alert_names()
+        );
+        // Later replays leave it failed: nothing is sent.
+        assert_eq!(q.replay().await, 0);
+        assert_eq!(q.env.count("convert"), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_405_from_the_reconcile_read_is_no_such_route_too() {
+    let q = Queue::start().await;
+    let faults = q.env.sim.faults();
+    faults.push(Rule::new(Fault::AppliedThenLost).on("convert").once());
+    faults.push(
+        Rule::new(Fault::Status {
+            status: 405,
+            detail: "Method Not Allowed".into(),
+            retry_after: None,
+        })
+        .on("conversion_of"),
+    );
+    let job = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(q.replay().await, 1);
+    let failed = q.jobs.job(&job.key).await.unwrap().unwrap();
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    assert_eq!(failed.last_error.unwrap().class, "outcome_unknown");
+    assert_eq!(q.env.sim.conversions_of("knoll", "doc-1").len(), 1);
+}
+
+/// The pipeline and the queue agree: a convert the platform refused (a 503:
+/// a known outcome) is unsent, so its replay needs no read, even on a
+/// platform without one.
+#[tokio::test]
+async fn a_refused_convert_is_sent_on_replay_without_a_read() {
+    let q = queue_without_conversion_of().await;
+    q.env.sim.faults().push(
+        Rule::new(Fault::Status {
+            status: 503,
+            detail: "admission control: overloaded".into(),
+            retry_after: None,
+        })
+        .on("convert")
+        .once(),
+    );
+    let job = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(q.replay().await, 1);
+    assert_eq!(q.state(&job.key).await, JobState::Done);
+    assert_eq!(
+        q.env.count("conversion_of"),
+        0,
+        "nothing in doubt, nothing to read"
+    );
+    assert_eq!(q.env.sim.conversions_of("knoll", "doc-1").len(), 1);
+}
+
+/// §1.4: what GRAG lost is replayable from Knoll-side state. A done upload
+/// whose document the platform lost runs again on request: the document and
+/// its points come back, the conversion that still exists is followed, not
+/// started (and billed) a second time.
+#[tokio::test]
+async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
+    let q = Queue::start().await;
+    let job = q.jobs.submit_upload(upload(1, 3)).await.unwrap();
+    assert_eq!(job.state, JobState::Done, "{job:?}");
+    assert_eq!(q.env.sim.points("knoll", KB).len(), 3);
+
+    // Nothing lost: a rerun reads, and makes nothing twice.
+    let again = q.jobs.rerun(&job.key).await.unwrap().unwrap();
+    assert_eq!(again.state, JobState::Done, "{again:?}");
+    assert_eq!(
+        q.env.count("upload_document"),
+        1,
+        "the document list showed it"
+    );
+    assert_eq!(q.env.count("convert"), 1, "the conversion was found");
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 1);
+
+    assert!(q.env.sim.lose_document("knoll", KB, "doc-1"));
+    assert!(q.env.sim.points("knoll", KB).is_empty());
+    let again = q.jobs.rerun(&job.key).await.unwrap().unwrap();
+    assert_eq!(again.state, JobState::Done, "{again:?}");
+    assert_eq!(
+        q.env.count("upload_document"),
+        2,
+        "uploaded again: it was gone"
+    );
+    assert_eq!(q.env.count("convert"), 1, "the conversion still existed");
+    assert_eq!(q.env.sim.conversions_of("knoll", "doc-1").len(), 1);
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 1);
+    assert_eq!(q.env.sim.points("knoll", KB).len(), 3);
+
+    // Only a done job runs again this way; an unknown key is `None`.
+    assert!(q.jobs.rerun("no-such-job").await.unwrap().is_none());
+}

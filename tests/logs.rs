@@ -275,3 +275,74 @@ async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
     );
     kit.sim.stop().await;
 }
+
+/// Core "Operational Recommendations": retry exhaustion is logged "with
+/// request/session context": the line carries the session, tenant and last
+/// request id, like the call's attempt lines; on GRAG the workspace and the
+/// path's IDs.
+#[tokio::test]
+async fn the_retry_exhaustion_line_carries_the_calls_context() {
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    tracing::callsite::rebuild_interest_cache();
+    let server = Recorder::start(|_| {
+        (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"detail": "boom"})),
+        )
+            .into_response()
+    })
+    .await;
+    let core = core_client::Core::new(
+        core_client::Config::new(
+            server.url(),
+            "core-key",
+            core_client::TenantId::parse("tenant-1").unwrap(),
+        )
+        .retry_backoff(std::time::Duration::ZERO),
+    )
+    .unwrap();
+    let error = core
+        .sessions()
+        .get_session(&core_client::SessionId::parse("s-77").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(error.attempts(), 2, "{error}");
+
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let workspace = WorkspaceId::parse("ws-7").unwrap();
+    let e = grag
+        .kg(&workspace)
+        .get_entity(&EntityId::parse("e-9").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(e.row(), "T23", "{e}");
+    server.stop().await;
+
+    let exhausted: Vec<Value> = captured
+        .lines()
+        .into_iter()
+        .filter(|l| l["message"] == "retry exhausted")
+        .collect();
+    assert_eq!(exhausted.len(), 2, "{}", captured.text());
+    let core_line = &exhausted[0];
+    assert_eq!(core_line["target"], "core_client::retry");
+    assert_eq!(core_line["session_id"], "s-77", "{core_line}");
+    assert_eq!(core_line["tenant"], "tenant-1");
+    assert_eq!(core_line["operation"], "get_session");
+    assert_eq!(core_line["row"], "C2");
+    assert_eq!(core_line["status"], 500);
+    assert_eq!(core_line["attempts"], 2);
+    assert_eq!(core_line["request_id"], error.request_id().unwrap());
+    let grag_line = &exhausted[1];
+    assert_eq!(grag_line["target"], "grag_client::retry");
+    assert_eq!(grag_line["workspace_id"], "ws-7", "{grag_line}");
+    assert_eq!(grag_line["tenant"], "knoll");
+    assert_eq!(grag_line["attempts"], 3);
+    assert_eq!(grag_line["request_id"], e.request_id().unwrap());
+}

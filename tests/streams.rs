@@ -355,6 +355,106 @@ async fn a_drop_mid_answer_ends_the_turn_sent_once() {
     let (seen, end) = ask(&kit.grag, &conversation).await;
     assert_eq!(seen.last().map(String::as_str), Some("delta"), "{seen:?}");
     assert_lost_once(&kit, end, "connection");
+    // The read the docs of `chat_stream` name: the user message was saved,
+    // the answer was not (§6.2) — what a reload shows before „Erneut senden“.
+    let saved = kit
+        .grag
+        .workspaces()
+        .conversation_messages(conversation.id())
+        .await
+        .unwrap();
+    let saved: Vec<(&str, &str)> = saved
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect();
+    assert_eq!(saved, [("user", "Wie oft werden Brücken geprüft?")]);
+    assert_eq!(
+        kit.sim.log().count("chat_stream"),
+        1,
+        "the read sent nothing twice"
+    );
+}
+
+/// §10.3: failures after a stream's head are counted per stream
+/// (`knoll_sse_fallback_total{stream="chat"}`) and logged, and the request
+/// metrics count the failed turn by its class, never as `ok`.
+#[tokio::test]
+async fn a_turn_that_fails_after_its_head_is_counted_and_logged_not_ok() {
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+
+    let kit = kit_with(|_| {}).await;
+    let conversation = conversation(&kit.grag).await;
+    kit.sim.faults().push(
+        Rule::new(Fault::SseDrop { after_events: 5 })
+            .on("chat_stream")
+            .once(),
+    );
+    let (_, end) = ask(&kit.grag, &conversation).await;
+    let error = end.expect("the turn failed");
+    assert_eq!(error.class_name(), "connection", "{error}");
+    assert!(
+        error.request_id().is_some(),
+        "the head's request id: {error}"
+    );
+    let text = kit.grag.runtime().metrics_text();
+    assert!(
+        text.contains(r#"knoll_sse_fallback_total{stream="chat"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"grag_client_requests_total{service="bff",error_class="connection",retried="false"} 1"#),
+        "{text}"
+    );
+    assert!(
+        !text.contains(r#"grag_client_requests_total{service="bff",error_class="ok""#),
+        "a failed turn is not an ok call: {text}"
+    );
+    // A clean turn afterwards is one ok call.
+    let (_, end) = ask(&kit.grag, &conversation).await;
+    assert!(end.is_none(), "{end:?}");
+    let text = kit.grag.runtime().metrics_text();
+    assert!(
+        text.contains(
+            r#"grag_client_requests_total{service="bff",error_class="ok",retried="false"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"knoll_sse_fallback_total{stream="chat"} 1"#),
+        "{text}"
+    );
+
+    let logged: Vec<serde_json::Value> = String::from_utf8(lines.0.lock().unwrap().clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["message"] == "stream failed")
+        .collect();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0]["target"], "grag_client::stream");
+    assert_eq!(logged[0]["stream"], "chat");
+    assert_eq!(logged[0]["error_class"], "connection");
+    assert_eq!(logged[0]["request_id"], error.request_id().unwrap());
+    assert_eq!(logged[0]["tenant"], "knoll");
 }
 
 #[tokio::test]

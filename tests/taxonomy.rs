@@ -59,6 +59,8 @@ const MSG_SERVER_ERROR: &str =
 const MSG_DECODE: &str =
     "Die Antwort der KI-Dienste war unverständlich. Das Team wurde benachrichtigt.";
 const MSG_CLIENT_ERROR: &str = "Die Anfrage konnte nicht verarbeitet werden.";
+/// A non-idempotent call whose outcome is unknown: never „erneut versuchen“.
+const MSG_UNKNOWN: &str = "Ob der Vorgang ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand prüfen, bevor Sie es erneut versuchen.";
 
 /// Row, class and German message of a final error.
 #[track_caller]
@@ -247,7 +249,8 @@ async fn t01_connection_reset_mid_body_is_retried_only_when_idempotent() {
         .complete(&completion())
         .await
         .unwrap_err();
-    assert_row(&e, "T1", "connection", MSG_CONNECTION);
+    assert_row(&e, "T1", "connection", MSG_UNKNOWN);
+    assert!(e.outcome_unknown(), "{e}");
     assert_eq!(e.attempts(), 1);
     assert_eq!(
         env.count("complete"),
@@ -293,7 +296,8 @@ async fn t01_attempt_timeout_is_t1_retried_only_when_idempotent() {
         .await
         .unwrap_err();
     let took = started.elapsed();
-    assert_row(&e, "T1", "connection", MSG_CONNECTION);
+    assert_row(&e, "T1", "connection", MSG_UNKNOWN);
+    assert!(e.outcome_unknown(), "{e}");
     assert_eq!(e.attempts(), 1);
     assert_eq!(env.count("complete"), 1, "non-idempotent: never resent");
     assert!(
@@ -749,7 +753,11 @@ async fn t12_502_is_bad_gateway_retried_by_r1_only_when_idempotent() {
         .complete(&completion())
         .await
         .unwrap_err();
-    assert_row(&e, "T12", "bad_gateway", MSG_BAD_GATEWAY);
+    assert_row(&e, "T12", "bad_gateway", MSG_UNKNOWN);
+    assert!(
+        e.outcome_unknown(),
+        "a gateway's 502: the upstream may have run it: {e}"
+    );
     assert_eq!(e.attempts(), 1);
     assert_eq!(env.count("complete"), 1, "non-idempotent: never resent");
     assert_eq!(env.state(), CircuitState::Closed, "two endpoints only");
@@ -1148,7 +1156,11 @@ async fn t23_other_5xx_is_server_error_retried_by_r1_only_when_idempotent() {
         .complete(&completion())
         .await
         .unwrap_err();
-    assert_row(&e, "T23", "server_error", MSG_SERVER_ERROR);
+    assert_row(&e, "T23", "server_error", MSG_UNKNOWN);
+    assert!(
+        e.outcome_unknown(),
+        "a 504: the upstream got it and may have run it: {e}"
+    );
     assert_eq!(e.status(), Some(504));
     assert_eq!(env.count("complete"), 1, "non-idempotent: never resent");
 
@@ -1162,6 +1174,87 @@ async fn t23_other_5xx_is_server_error_retried_by_r1_only_when_idempotent() {
     assert_eq!(env.state(), CircuitState::Closed);
 }
 
+/// §5.3.3 and the taxonomy's `outcome_unknown` column: per status, whether an
+/// answer to a write that is not idempotent settles its outcome. A 500 (a
+/// handler that raised after its write), a 502 and a 504 (a gateway whose
+/// upstream got the request) do not; a 503 (refused: dark, safety, WAL) and a
+/// 4xx do. An idempotent call is never "unknown": sending it again is safe.
+#[tokio::test]
+async fn a_5xx_answer_to_a_write_that_is_not_idempotent_is_unknown_per_status() {
+    let cases: [(u16, &str, bool); 6] = [
+        (500, "Internal Server Error", true),
+        (502, "Bad Gateway", true),
+        (504, "Gateway Timeout", true),
+        (503, "rerank is disabled", false),
+        (503, "admission control: overloaded", false),
+        (429, "Too Many Requests", false),
+    ];
+    for (code, detail, unknown) in cases {
+        let env = Env::start().await;
+        env.sim
+            .faults()
+            .push(Rule::new(status(code, detail)).on("complete"));
+        let e = env
+            .grag
+            .ai_gateway()
+            .complete(&completion())
+            .await
+            .unwrap_err();
+        assert_eq!(e.status(), Some(code), "{e}");
+        assert_eq!(e.outcome_unknown(), unknown, "{code} {detail}: {e}");
+        if unknown {
+            assert_eq!(
+                e.message(),
+                Some(MSG_UNKNOWN),
+                "{code}: check the state first"
+            );
+        } else {
+            assert_ne!(e.message(), Some(MSG_UNKNOWN), "{code}: a known outcome");
+        }
+        assert_eq!(env.count("complete"), 1, "{code}: never re-sent");
+    }
+    // Starlette's plain-text 500 behind uvicorn (an unhandled exception after the write).
+    let env = Env::start().await;
+    env.sim
+        .faults()
+        .push(Rule::new(Fault::Unhandled).on("complete"));
+    let e = env
+        .grag
+        .ai_gateway()
+        .complete(&completion())
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(500), "{e}");
+    assert!(e.outcome_unknown(), "{e}");
+    assert_eq!(e.message(), Some(MSG_UNKNOWN));
+    // The same 500 on an idempotent read: retried, never unknown.
+    let env = Env::start().await;
+    env.sim
+        .faults()
+        .push(Rule::new(status(500, "Internal Server Error")).on("list_kbs"));
+    let e = env.grag.workspaces().list_kbs().await.unwrap_err();
+    assert!(!e.outcome_unknown(), "{e}");
+    assert_eq!(e.message(), Some(MSG_SERVER_ERROR));
+}
+
+#[test]
+fn the_unknown_outcome_column_is_the_documents_decision() {
+    let unknown = |row: &str| {
+        grag_client::policy::POLICY
+            .taxonomy
+            .iter()
+            .find(|r| r.row == row)
+            .unwrap_or_else(|| panic!("row {row}"))
+            .outcome_unknown
+    };
+    for row in ["T1", "T12", "T20", "T23"] {
+        assert!(unknown(row), "{row}: §5.3.3 in-flight ambiguity");
+    }
+    for row in ["T11", "T13", "T14", "T15", "T16", "T25", "T24", "T30"] {
+        assert!(!unknown(row), "{row}: a refusal or an applied 2xx is known");
+    }
+}
+
 // ---- T24 decode --------------------------------------------------------------
 
 #[tokio::test]
@@ -1173,6 +1266,11 @@ async fn t24_a_2xx_body_that_does_not_decode_is_decode_never_retried() {
         .push(Rule::new(status(200, "not a list")).on("list_kbs"));
     let e = env.grag.workspaces().list_kbs().await.unwrap_err();
     assert_row(&e, "T24", "decode", MSG_DECODE);
+    assert_eq!(
+        e.attempts(),
+        1,
+        "sent and answered 200: not \"refused before sending\""
+    );
     assert_eq!(e.kind(), OutcomeKind::Decode);
     assert_eq!(e.status(), Some(200));
     assert_eq!(env.count("list_kbs"), 1, "R0");

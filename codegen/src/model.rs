@@ -62,6 +62,8 @@ pub struct Model {
     pub fallbacks_sustained: Option<(u32, Duration, String)>,
     pub states: Vec<State>,
     pub messages: Vec<Message>,
+    /// The copy of an error whose outcome is unknown (`class` is empty).
+    pub unknown_outcome: Option<Message>,
     pub alerts: Vec<Alert>,
     pub breaker_alert: Option<String>,
     /// Raise the retry-exhaustion alert only at this rate (count, window).
@@ -302,6 +304,7 @@ pub struct Row {
     pub class: String,
     pub retry: Option<usize>,
     pub feeds_breaker: bool,
+    pub outcome_unknown: bool,
     pub alert: Option<String>,
     pub alert_outside_deploy: bool,
     /// Index into [`Model::states`].
@@ -489,7 +492,7 @@ pub struct Route {
     /// Largest 2xx body, in bytes.
     pub max_response: u64,
     /// The read that settles an unknown outcome (a route of the same service).
-    pub reconcile: Option<String>,
+    pub reconcile: Option<RouteRef>,
     /// The body ID that must name something existing, and its proof.
     pub exists: Option<Existence>,
     pub source: Source,

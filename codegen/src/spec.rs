@@ -467,6 +467,10 @@ pub struct Row {
     /// Counts toward opening the breaker.
     #[serde(default)]
     pub feeds_breaker: bool,
+    /// A non-idempotent call that ends here after its request may have
+    /// reached the server has an unknown outcome (`Error::outcome_unknown`).
+    #[serde(default)]
+    pub outcome_unknown: bool,
     /// Alert raised when this row ends a call.
     #[serde(default)]
     pub alert: Option<Text>,
@@ -659,6 +663,10 @@ pub struct DegradationFile {
     pub states: IndexMap<Text, FeatureState>,
     /// German messages for final errors, keyed by error class.
     pub messages: IndexMap<Text, Message>,
+    /// The German message of a final error whose outcome is unknown (a row's
+    /// `outcome_unknown`): check the current state before trying again.
+    #[serde(default)]
+    pub unknown_outcome: Option<Message>,
     /// The severities an alert may have, each with who it reaches.
     pub severities: IndexMap<Text, Text>,
     pub alerts: IndexMap<Text, Alert>,

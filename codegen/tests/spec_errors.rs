@@ -618,7 +618,7 @@ fn a_route_that_is_not_idempotent_is_replayed_only_with_its_read() {
         broken(file, "    reconcile: conversion_of\n", "", 0),
         file,
         line,
-        "routes.convert.replay",
+        "routes.convert.reconcile",
     );
     assert!(e.message.contains("reconcile"), "{e}");
 }
@@ -1453,4 +1453,131 @@ fn a_type_nested_8_deep_generates_and_9_deep_is_refused() {
         "routes.upsert_points.returns",
     );
     assert!(e.message.contains("deeper than 8"), "{e}");
+}
+
+#[test]
+fn a_route_that_is_not_idempotent_must_name_its_reconcile_read() {
+    let file = "services/ai-gateway.yaml";
+    let line = line_of(file, "  complete:", 0);
+    let e = one(
+        broken(file, "    reconcile: ledger.totals\n", "", 0),
+        file,
+        line,
+        "routes.complete.reconcile",
+    );
+    assert!(e.message.contains("not idempotent"), "{e}");
+    // The Core workflow actions too.
+    let file = "sessions.yaml";
+    let line = line_of_in("core", file, "  accept:", 0);
+    one(
+        broken_in("core", file, "    reconcile: get_session\n", "", 0),
+        file,
+        line,
+        "routes.accept.reconcile",
+    );
+}
+
+#[test]
+fn a_reconcile_read_of_another_service_must_be_a_get_route() {
+    let file = "services/ai-gateway.yaml";
+    let line = line_of(file, "reconcile: ledger.totals", 0);
+    let e = one(
+        broken(
+            file,
+            "reconcile: ledger.totals",
+            "reconcile: ai_gateway.search_rerank",
+            0,
+        ),
+        file,
+        line,
+        "routes.complete.reconcile",
+    );
+    assert!(e.message.contains("not a GET route"), "{e}");
+    let e = one(
+        broken(
+            file,
+            "reconcile: ledger.totals",
+            "reconcile: ledger.nothing",
+            0,
+        ),
+        file,
+        line,
+        "routes.complete.reconcile",
+    );
+    assert!(e.message.contains("names no route"), "{e}");
+}
+
+#[test]
+fn a_client_side_outcome_is_never_unknown() {
+    let file = "taxonomy.yaml";
+    let line = line_of(file, "- row: T22", 0);
+    let e = one(
+        broken(
+            file,
+            "match: { outcome: invalid_scope }\n",
+            "match: { outcome: invalid_scope }\n    outcome_unknown: true\n",
+            0,
+        ),
+        file,
+        line,
+        "rows.T22.outcome_unknown",
+    );
+    assert!(e.message.contains("before anything is sent"), "{e}");
+}
+
+#[test]
+fn a_row_that_leaves_an_outcome_unknown_needs_the_copy_for_it() {
+    let file = "degradation.yaml";
+    let text = &spec_files()
+        .into_iter()
+        .find(|(p, _)| p.ends_with(file))
+        .unwrap()
+        .1;
+    let block = &text[text.find("unknown_outcome:\n").unwrap()..];
+    let block = &block[..block.find("\n\n").unwrap()];
+    let errors = broken(file, block, "", 0);
+    assert!(
+        errors.iter().any(|e| e.field.ends_with(".outcome_unknown")
+            && e.file.ends_with("taxonomy.yaml")
+            && e.message.contains("unknown_outcome.copy")),
+        "{errors:#?}"
+    );
+}
+
+/// The docs of every route that is not idempotent name its reconcile read,
+/// as a link that resolves (rustdoc checks the link; here the text).
+#[test]
+fn the_generated_docs_name_every_reconcile_read() {
+    for api in ["grag", "core"] {
+        let files = spec_files_of(api);
+        let m = model(&files).unwrap_or_else(|e| panic!("{e}"));
+        let generated = sdk_codegen::generate(&files).unwrap_or_else(|e| panic!("{e}"));
+        let mut named = 0;
+        for (service, route) in m.routes().filter(|(_, r)| !r.idempotent) {
+            let read = route.reconcile.as_ref().unwrap_or_else(|| {
+                panic!("{}.{} has no reconcile read", service.handle, route.name)
+            });
+            let link = sdk_codegen::emit::services::reconcile_link(&m, route, read);
+            let module = sdk_codegen::emit::services::module_name(service);
+            let file = generated
+                .iter()
+                .find(|f| f.path.ends_with(format!("src/{module}.rs")))
+                .unwrap_or_else(|| panic!("no file for {module}"));
+            let line = format!("read the state with {link} before sending it again");
+            let method = format!("pub async fn {}(", route.name);
+            let at = file
+                .contents
+                .find(&method)
+                .unwrap_or_else(|| panic!("{method}"));
+            let doc_start = file.contents[..at].rfind("\n\n").unwrap_or(0);
+            assert!(
+                file.contents[doc_start..at].contains(&line),
+                "{api}: the docs of {}.{} do not name {link}",
+                service.handle,
+                route.name
+            );
+            named += 1;
+        }
+        assert!(named >= 3, "{api}: {named} routes");
+    }
 }

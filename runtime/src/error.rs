@@ -109,10 +109,13 @@ impl Error {
         self
     }
 
-    /// A call that is not idempotent may have reached the server and got no
-    /// answer: whether it took effect is unknown. Read the state it changes
-    /// (the route's docs name the read) before sending it again; the client
-    /// never sends it twice on its own.
+    /// A call that is not idempotent may have reached the server and ended
+    /// without an answer that settles it (no answer, the deadline in flight,
+    /// or a status whose taxonomy row says `outcome_unknown`: a 500, a
+    /// gateway's 502/504): whether it took effect is unknown. Read the state
+    /// it changes (the route's docs name the read) before sending it again;
+    /// the client never sends it twice on its own, and [`Error::message`]
+    /// says to check the current state first.
     pub fn outcome_unknown(&self) -> bool {
         self.inner.outcome_unknown
     }
@@ -120,6 +123,21 @@ impl Error {
     pub(crate) fn with_outcome_unknown(mut self, unknown: bool) -> Self {
         self.inner.outcome_unknown = unknown;
         self
+    }
+
+    /// Marks an unknown outcome with the row's copy for it (check the
+    /// current state before trying again), in place of the class's.
+    pub(crate) fn with_outcome_unknown_row(
+        self,
+        unknown: bool,
+        row: Option<&'static crate::policy::TaxonomyRow>,
+    ) -> Self {
+        let copy = row.and_then(|r| r.unknown_message).filter(|_| unknown);
+        let error = self.with_outcome_unknown(unknown);
+        match copy {
+            Some(copy) => error.with_message(Some(copy)),
+            None => error,
+        }
     }
 
     /// A chat turn ended without its answer (a failed `generate`, the

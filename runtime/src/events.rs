@@ -36,6 +36,13 @@ pub struct Events {
     /// buffering proxy (§6.4).
     arrivals: Arrivals,
     buffered: bool,
+    /// The request id the head was answered under: stream errors carry it.
+    request_id: Option<String>,
+    /// A stream that carries an answer (a chat turn) is one interactive
+    /// operation: it ends by the call's overall deadline ([`crate::Turn`]).
+    pub(crate) deadline: Option<Instant>,
+    /// Such a call is counted when it ends: its start and whether retried.
+    deferred: Option<(Instant, bool)>,
 }
 
 /// When a stream opened, and when its first and last events arrived.
@@ -78,6 +85,8 @@ impl Arrivals {
 
 impl Drop for Events {
     fn drop(&mut self) {
+        // Let go by its caller before its end: no failure was seen.
+        self.ended(None);
         self.release();
     }
 }
@@ -95,6 +104,7 @@ impl Client {
                 .with_detail(format!("{} is not a stream route", endpoint.path)));
         };
         let opened = self.run(&call, true).await?;
+        let started = opened.started;
         let reply = opened.reply;
         // A 2xx keeps its body for the stream; a 409 answer (a create route) has none.
         let Some((response, slots)) = opened.stream else {
@@ -111,9 +121,20 @@ impl Client {
             Box::pin(response.bytes_stream()),
             Some(slots),
         );
-        // The opening counts as the call; the stream's own failures count as fallbacks.
-        reply.empty()?;
-        Ok(events)
+        let mut events = events;
+        events.request_id = Some(reply.request_id().to_owned());
+        // A stream that carries an answer (a chat turn) is one interactive
+        // call, head to end: held to the overall deadline and counted when it
+        // ends. Any other stream's opening counts as the call; its own
+        // failures count as fallbacks to polling.
+        if policy.lost_copy.is_some() {
+            let deadline = crate::clock::after(started, self.shared.policy.deadline);
+            let (started, retried) = reply.opened();
+            Ok(events.interactive(deadline, started, retried))
+        } else {
+            reply.empty()?;
+            Ok(events)
+        }
     }
 }
 
@@ -142,6 +163,53 @@ impl Events {
             slots,
             arrivals: Arrivals::new(),
             buffered: false,
+            request_id: None,
+            deadline: None,
+            deferred: None,
+        }
+    }
+
+    /// The stream of an interactive call whose answer it carries: held to
+    /// `deadline`, and counted in the request metrics when it ends, with
+    /// the class it ended with.
+    pub(crate) fn interactive(
+        mut self,
+        deadline: Instant,
+        started: Instant,
+        retried: bool,
+    ) -> Self {
+        self.deadline = Some(deadline);
+        self.deferred = Some((started, retried));
+        self
+    }
+
+    /// The call of an interactive stream ended: `failure` is its error, or
+    /// `None` for its end (or its caller letting it go). Counted once; a
+    /// failure is also counted per stream (`sse_fallback`), logged, and
+    /// feeds the sustained-fallbacks alert.
+    pub(crate) fn ended(&mut self, failure: Option<&Error>) {
+        let Some((started, retried)) = self.deferred.take() else {
+            return;
+        };
+        let class = failure.map_or("ok", Error::class_name);
+        self.client
+            .count_call(self.endpoint, class, retried, started);
+        if let Some(error) = failure {
+            let client = &self.client;
+            client
+                .shared
+                .policy
+                .log_lines
+                .stream_failed(&crate::log::StreamFailedLine {
+                    stream: self.policy.name,
+                    operation: self.endpoint.operation,
+                    row: error.row(),
+                    error_class: error.class_name(),
+                    request_id: self.request_id.as_deref(),
+                    tenant: client.tenant().as_str(),
+                    after_ms: started.elapsed().as_millis() as u64,
+                });
+            client.stream_fell_back(self.policy.name, error);
         }
     }
 
@@ -279,7 +347,11 @@ impl Events {
     }
 
     fn error(&self, outcome: OutcomeKind) -> Error {
-        self.client.failure(outcome, self.endpoint)
+        let error = self.client.failure(outcome, self.endpoint);
+        match &self.request_id {
+            Some(id) => error.with_request_id(id.clone()),
+            None => error,
+        }
     }
 }
 

@@ -83,6 +83,9 @@ struct Run<'c, 'a> {
 pub(crate) struct Opened {
     pub reply: Reply,
     pub stream: Option<(reqwest::Response, HeldSlots)>,
+    /// When the call started: a stream that carries an answer is held to
+    /// the overall deadline from here.
+    pub started: Instant,
 }
 
 impl Client {
@@ -153,7 +156,7 @@ impl Client {
             let (budgets, n) = self.budgets(endpoint);
             let permit = self.shared.throttle.admit_all(&budgets[..n]);
             let Ok(permit) = tokio::time::timeout_at(run.deadline, permit).await else {
-                return Err(run.deadline_error(None));
+                return Err(run.deadline_error(None, false));
             };
             let request_id = uuid::Uuid::new_v4().to_string();
             let attempt_started = Instant::now();
@@ -169,7 +172,9 @@ impl Client {
                     Ok(done) => done,
                     Err(_) if attempt_deadline == run.deadline => {
                         self.record_breaker(generation, endpoint.path, true);
-                        return Err(run.deadline_error(Some(request_id)));
+                        // Ended in flight: the request may have arrived.
+                        let unknown = !endpoint.idempotent;
+                        return Err(run.deadline_error(Some(request_id), unknown));
                     }
                     Err(_) => {
                         let reason = format!(
@@ -252,12 +257,16 @@ impl Client {
                 let ledger = Ledger {
                     line: telemetry::pending(&log, run.digest()),
                     started: run.started,
-                    retried: run.attempt > 1,
+                    attempts: run.attempt,
                 };
                 let request_id = echoed_id.unwrap_or(request_id);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
                 let stream = response.map(|r| (r, permit.detach()));
-                return Ok(Opened { reply, stream });
+                return Ok(Opened {
+                    reply,
+                    stream,
+                    started: run.started,
+                });
             }
             telemetry::attempt(&log, run.digest());
             if status == Some(429) {
@@ -286,12 +295,14 @@ impl Client {
                 maybe_sent,
             };
             let kind = result.kind();
-            // No answer to a write that may have arrived: the caller must look first.
+            // A write that may have arrived and ended on a row that does not
+            // know its outcome (no answer, a 500, a gateway's 502/504): the
+            // caller must look first.
             let unknown =
-                !endpoint.idempotent && maybe_sent && matches!(result, Attempt::Failed { .. });
+                !endpoint.idempotent && maybe_sent && row.is_some_and(|r| r.outcome_unknown);
             let final_error = |detail: Option<String>| {
                 self.error(kind, row, call)
-                    .with_outcome_unknown(unknown)
+                    .with_outcome_unknown_row(unknown, row)
                     .with_attempts(run.attempt)
                     .with_request_id(request_id.clone())
                     .with_status_opt(status, detail)
@@ -318,7 +329,7 @@ impl Client {
                     self.finish_row(row, &error, endpoint, status, detail, deploy);
                     return Err(run.fail(error, false));
                 }
-                Next::Deadline => return Err(run.deadline_error(Some(request_id))),
+                Next::Deadline => return Err(run.deadline_error(Some(request_id), unknown)),
             };
             run.previous = row.map(|r| (r, detail));
             // The request ended: its throttle slots are free while we back off.
@@ -506,8 +517,10 @@ impl Client {
 
     /// A call whose retries were used up: logged with its context; alerted
     /// every time, or when the rate the policy names is reached.
-    fn exhausted(&self, error: &Error) {
+    fn exhausted(&self, error: &Error, call: &Call<'_>) {
         let policy = self.shared.policy;
+        let values = telemetry::path_values(self, call);
+        let fields = policy.log.path_fields.len().min(values.len());
         policy
             .log_lines
             .retry_exhausted(&crate::log::ExhaustedLine {
@@ -517,6 +530,12 @@ impl Client {
                 attempts: error.attempts(),
                 request_id: error.request_id(),
                 tenant: self.tenant().as_str(),
+                workspace: call.workspace.map(|w| w.as_str()),
+                path_values: &values[..fields],
+                pipeline_id: self
+                    .pipeline_id
+                    .as_deref()
+                    .filter(|_| call.endpoint.pipeline_id),
             });
         let name = policy.alerts.retry_exhausted;
         let Some(alarm) = &self.shared.exhaustion else {
@@ -638,10 +657,15 @@ impl Run<'_, '_> {
         self.body_digest.as_deref()
     }
 
-    fn deadline_error(&mut self, request_id: Option<String>) -> Error {
+    /// The deadline ended the call; `in_flight`: a request of a call that is
+    /// not idempotent may have reached the server unanswered.
+    fn deadline_error(&mut self, request_id: Option<String>, in_flight: bool) -> Error {
         let client = self.client;
+        let row = client.row(OutcomeKind::Deadline);
+        let unknown = in_flight && row.is_some_and(|r| r.outcome_unknown);
         let error = client
-            .error_of(OutcomeKind::Deadline, self.call)
+            .error(OutcomeKind::Deadline, row, self.call)
+            .with_outcome_unknown_row(unknown, row)
             .with_attempts(self.attempt)
             .with_detail(format!(
                 "the {} s overall deadline ended the call, not the platform",
@@ -661,7 +685,7 @@ impl Run<'_, '_> {
     fn fail(&mut self, error: Error, exhausted: bool) -> Error {
         let client = self.client;
         if exhausted && self.attempt > 1 {
-            client.exhausted(&error);
+            client.exhausted(&error, self.call);
         }
         client.count_call(
             self.call.endpoint,
@@ -809,20 +833,24 @@ pub(crate) async fn perform(
     (answer, None)
 }
 
-/// What an operator needs of a structured detail, and nothing the server
-/// echoed of the request: a FastAPI/pydantic 422 lists `{type, loc, msg,
-/// input, ctx}` per field, and `input` (like `ctx`) quotes the rejected value,
-/// Mandanten content. Only `type`, `loc` and `msg` are kept, in lists and
-/// objects at any depth.
+/// A structured detail without what the server echoed of the request: a
+/// FastAPI/pydantic 422 lists `{type, loc, msg, input, ctx, url}` per field,
+/// and `input` (like the values of `ctx`) quotes the rejected value,
+/// Mandanten content. Those two keys are removed, in lists and objects at any
+/// depth; everything else stays (a `HTTPException(423, detail={"code":
+/// "finding_locked", "message": …})` keeps its code and message). The text
+/// is bounded by the caller ([`detail_of`]).
 pub(crate) fn operator_view(detail: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
-    const KEPT: [&str; 3] = ["type", "loc", "msg"];
+    /// pydantic's echo of the request: the value itself and its context.
+    const ECHOES: [&str; 2] = ["input", "ctx"];
     match detail {
         Value::Array(items) => Value::Array(items.into_iter().map(operator_view).collect()),
         Value::Object(fields) => Value::Object(
             fields
                 .into_iter()
-                .filter(|(k, _)| KEPT.contains(&k.as_str()))
+                .filter(|(k, _)| !ECHOES.contains(&k.as_str()))
+                .map(|(k, v)| (k, operator_view(v)))
                 .collect(),
         ),
         other => other,
@@ -848,4 +876,57 @@ fn detail_of(body: &[u8], max: usize) -> Option<String> {
         Err(_) => String::from_utf8_lossy(&body[..body.len().min(max + 1)]).into_owned(),
     };
     Some(bounded(&text, max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::detail_of;
+    use serde_json::{Value, json};
+
+    fn shown(body: Value, max: usize) -> Value {
+        let text = detail_of(body.to_string().as_bytes(), max).expect("a detail");
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
+
+    #[test]
+    fn a_structured_detail_keeps_its_code_and_message() {
+        let body = json!({"detail": {"code": "finding_locked", "message": "Befund ist gesperrt", "retry": false}});
+        assert_eq!(
+            shown(body, 4096),
+            json!({"code": "finding_locked", "message": "Befund ist gesperrt", "retry": false})
+        );
+    }
+
+    #[test]
+    fn pydantic_input_and_ctx_are_removed_at_any_depth_the_rest_stays() {
+        let body = json!({"detail": [{
+            "type": "string_too_long",
+            "loc": ["body", "query_text"],
+            "msg": "String should have at most 200 characters",
+            "input": "Mandantengeheimnis",
+            "ctx": {"max_length": 200},
+            "url": "https://errors.pydantic.dev/2.9/v/string_too_long",
+            "nested": {"input": "Mandantengeheimnis", "kept": 1},
+        }]});
+        assert_eq!(
+            shown(body, 4096),
+            json!([{
+                "type": "string_too_long",
+                "loc": ["body", "query_text"],
+                "msg": "String should have at most 200 characters",
+                "url": "https://errors.pydantic.dev/2.9/v/string_too_long",
+                "nested": {"kept": 1},
+            }])
+        );
+    }
+
+    #[test]
+    fn a_structured_detail_is_bounded() {
+        let long = "x".repeat(10_000);
+        let body = json!({"detail": {"code": "finding_locked", "message": long}});
+        let text = detail_of(body.to_string().as_bytes(), 256).unwrap();
+        assert!(text.len() <= 256, "{}", text.len());
+        assert!(text.starts_with(r#"{"code":"finding_locked""#), "{text}");
+        assert!(text.ends_with("[cut]"), "{text}");
+    }
 }

@@ -48,7 +48,9 @@ pub struct Reply {
 /// its last attempt's log line.
 pub(crate) struct Ledger {
     pub started: Instant,
-    pub retried: bool,
+    /// Attempts made, the answered one included: a body that does not
+    /// decode came from a request that was sent.
+    pub attempts: u32,
     pub line: Option<PendingLine>,
 }
 
@@ -108,6 +110,17 @@ impl Reply {
         Ok(())
     }
 
+    /// The head of a stream that carries an answer (a chat turn): its
+    /// attempt line now; the call is counted when the stream ends, with the
+    /// class it ended with (a failed turn is not an `ok` call). Gives the
+    /// call's start and whether it was retried.
+    pub(crate) fn opened(self) -> (Instant, bool) {
+        if let Some(line) = &self.ledger.line {
+            line.emit(&self.client, self.endpoint, None);
+        }
+        (self.ledger.started, self.ledger.attempts > 1)
+    }
+
     /// `Existing` for the 409 of a create route, else the decoded body.
     pub fn created<T: DeserializeOwned>(self) -> Result<Created<T>, Error> {
         if self.status == 409 {
@@ -138,10 +151,12 @@ impl Reply {
             line.emit(&self.client, self.endpoint, row);
         }
         self.client
-            .count_call(self.endpoint, class, ledger.retried, ledger.started);
+            .count_call(self.endpoint, class, ledger.attempts > 1, ledger.started);
     }
 
-    /// T24: counted as such, with the row's alert (contract drift).
+    /// T24: counted as such, with the row's alert (contract drift). The
+    /// request was sent and answered: its attempts are never 0 (0 is "refused
+    /// before sending"), so a caller never takes an applied write for unsent.
     fn decode_error(&self, e: serde_json::Error) -> Error {
         let row = self.client.row(OutcomeKind::Decode);
         let error = self
@@ -149,6 +164,7 @@ impl Reply {
             .classified(OutcomeKind::Decode, row, self.endpoint)
             .with_status(self.status, None)
             .with_request_id(self.request_id.clone())
+            .with_attempts(self.ledger.attempts)
             .with_source(e);
         if let Some(alert) = row.and_then(|r| r.alert) {
             self.client.raise(alert, &error);

@@ -36,7 +36,10 @@ pub(crate) fn body_digest(body: &[u8]) -> Option<String> {
 }
 
 /// The values of the policy's path fields for one call, in their order.
-fn path_values<'a>(client: &Client, call: &'a Call<'a>) -> [Option<&'a str>; MAX_PATH_FIELDS] {
+pub(crate) fn path_values<'a>(
+    client: &Client,
+    call: &'a Call<'a>,
+) -> [Option<&'a str>; MAX_PATH_FIELDS] {
     let mut out = [None; MAX_PATH_FIELDS];
     let fields = client.shared.policy.log.path_fields;
     for (slot, (_, names)) in out.iter_mut().zip(fields) {

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames};
+use crate::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames, StreamFailedLine};
 use crate::policy::*;
 use crate::{Endpoint, Method, Policy, ScopeNeed};
 
@@ -85,6 +85,7 @@ impl LogLines for Quiet {
     fn attempt(&self, _: &AttemptLine<'_>) {}
     fn alert(&self, _: &AlertLine<'_>) {}
     fn retry_exhausted(&self, _: &ExhaustedLine<'_>) {}
+    fn stream_failed(&self, _: &StreamFailedLine<'_>) {}
     fn breaker(&self, _: &str, _: &str) {}
     fn warm_up(&self, _: &str, _: bool) {}
 }
@@ -104,6 +105,7 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
         class,
         retry: Some(0),
         feeds_breaker: false,
+        outcome_unknown: false,
         alert: None,
         alert_outside_deploy: false,
         feature_state: None,
@@ -111,6 +113,7 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
         escalate_to: None,
         action: "",
         message: None,
+        unknown_message: None,
     }
 }
 
@@ -167,6 +170,7 @@ pub static POLICY: Policy = Policy {
     },
     taxonomy: &[
         row("T1", OutcomeKind::Connection, "connection"),
+        row("T20", OutcomeKind::Deadline, "deadline"),
         TaxonomyRow {
             alert: Some("contract_drift"),
             ..row("T24", OutcomeKind::Decode, "decode")

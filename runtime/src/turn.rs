@@ -5,7 +5,12 @@
 //! Every stage the spec does not list as `fail_closed` fails open: the turn
 //! goes on, is marked degraded, and so is its feature until a later turn runs
 //! clean. A fail-closed stage, `event: error`, the watchdog or a drop end the
-//! turn with an error whose [`Error::answer_lost`] is set.
+//! turn with an error whose [`Error::answer_lost`] is set. So does the
+//! interactive deadline (§4.1, 180 s from the call's start, head included):
+//! a turn that carries an answer is one interactive operation, and it is
+//! counted in the request metrics when it ends, with the class it ended
+//! with; a failure after the head is also counted per stream
+//! (`sse_fallback{stream}`) and logged.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -46,6 +51,8 @@ pub struct Turn<E> {
     degraded: Vec<FailedStage>,
     pending: Option<TurnUpdate<E>>,
     done: bool,
+    /// The overall deadline of the call, when the stream carries an answer.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 // Nothing in it is pinned structurally.
@@ -55,11 +62,15 @@ impl Client {
     /// Reads an opened stream as a turn (the generated chat method calls
     /// this on what [`Client::open_stream`] opened).
     pub fn turn<E: StreamEvent>(&self, events: Events) -> Turn<E> {
+        let deadline = events
+            .deadline
+            .map(|at| Box::pin(tokio::time::sleep_until(at)));
         Turn {
             events,
             degraded: Vec::new(),
             pending: None,
             done: false,
+            deadline,
         }
     }
 }
@@ -128,7 +139,16 @@ impl<E: StreamEvent> Turn<E> {
             return Poll::Ready(None);
         }
         let policy = self.events.policy();
-        let item = match ready!(self.events.poll_event(cx)) {
+        let expired = self
+            .deadline
+            .as_mut()
+            .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+        let polled = if expired {
+            Poll::Ready(Some(Err(self.deadline_error())))
+        } else {
+            self.events.poll_event(cx)
+        };
+        let item = match ready!(polled) {
             None => {
                 self.finish();
                 return Poll::Ready(None);
@@ -164,9 +184,10 @@ impl<E: StreamEvent> Turn<E> {
                 }
             }
         };
-        if item.is_err() {
+        if let Err(e) = &item {
             self.done = true;
             self.events.close();
+            self.events.ended(Some(e));
         } else if self.events.is_terminated() {
             self.finish();
         }
@@ -186,11 +207,22 @@ impl<E: StreamEvent> Turn<E> {
     /// The turn reached its end: a clean turn clears the feature's degraded state.
     fn finish(&mut self) {
         self.done = true;
+        self.events.ended(None);
         if self.degraded.is_empty()
             && let Some(stages) = &self.events.policy().stages
         {
             self.client().stage_recovered(stages.feature);
         }
+    }
+
+    /// The overall deadline ran out while the turn was still streaming.
+    fn deadline_error(&self) -> Error {
+        let secs = self.client().shared.policy.deadline.as_secs();
+        self.client()
+            .failure(OutcomeKind::Deadline, self.events.endpoint)
+            .with_detail(format!(
+                "the {secs} s overall deadline ended the turn, not the platform"
+            ))
     }
 
     /// The stream ended early: for a stream that carries an answer (the
@@ -437,6 +469,81 @@ mod tests {
                 .metrics_text()
                 .contains("sdk_test_sse_buffered_total{stream=\"chat\"} 2")
         );
+    }
+
+    /// §4.1: the interactive deadline holds after the head too. Events
+    /// every 100 s keep the 150 s watchdog quiet; the 180 s deadline (from
+    /// the call's start, here the head) still ends the turn.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_is_held_to_the_interactive_deadline_after_its_head() {
+        let client = client();
+        let t0 = Instant::now();
+        let frames = vec![(0, RETRIEVAL), (100, GENERATE), (100, DELTA), (100, DONE)];
+        let body = futures_util::stream::iter(frames)
+            .then(|(after, text)| async move {
+                tokio::time::sleep(Duration::from_secs(after)).await;
+                Ok::<_, io::Error>(Bytes::from_static(text.as_bytes()))
+            })
+            .chain(futures_util::stream::pending())
+            .boxed();
+        let policy = &POLICY.streams[endpoint().stream.unwrap()];
+        let events = Events::over(client.clone(), endpoint(), policy, body, None).interactive(
+            t0 + POLICY.deadline,
+            t0,
+            false,
+        );
+        let (seen, end) = read(client.turn(events)).await;
+        assert_eq!(
+            words(&seen),
+            ["trace", "trace"],
+            "the delta at 200 s never came"
+        );
+        let e = end.expect("the deadline ended it");
+        assert_eq!((e.row(), e.class_name()), ("T20", "deadline"), "{e}");
+        assert!(e.answer_lost(), "{e}");
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(180),
+            "exactly the deadline"
+        );
+        let text = client.metrics_text();
+        assert!(
+            text.contains(r#"sdk_test_sse_fallback_total{stream="chat"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"error_class="deadline",retried="false"} 1"#),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"error_class="ok""#),
+            "a failed turn is no ok call: {text}"
+        );
+    }
+
+    /// A turn that ends as it should is one `ok` call, counted at its end.
+    #[tokio::test(start_paused = true)]
+    async fn a_clean_interactive_turn_counts_one_ok_call_and_no_fallback() {
+        let client = client();
+        let t0 = Instant::now();
+        let body = futures_util::stream::iter([(RETRIEVAL), (GENERATE), (DONE)])
+            .map(|text| Ok::<_, io::Error>(Bytes::from_static(text.as_bytes())))
+            .chain(futures_util::stream::pending())
+            .boxed();
+        let policy = &POLICY.streams[endpoint().stream.unwrap()];
+        let events = Events::over(client.clone(), endpoint(), policy, body, None).interactive(
+            t0 + POLICY.deadline,
+            t0,
+            false,
+        );
+        let (_, end) = read(client.turn(events)).await;
+        assert!(end.is_none(), "{end:?}");
+        let text = client.metrics_text();
+        assert!(
+            text.contains(r#"error_class="ok",retried="false"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains("sse_fallback_total{"), "{text}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,10 +11,11 @@ use crate::model::Model;
 pub fn log_rs(model: &Model) -> String {
     let log = &model.log;
     let target = &log.target;
-    let (alert, breaker, retry) = (
+    let (alert, breaker, retry, stream) = (
         format!("{target}::alert"),
         format!("{target}::breaker"),
         format!("{target}::retry"),
+        format!("{target}::stream"),
     );
     let mut path_fields = String::new();
     for (i, (field, _)) in log.path_fields.iter().enumerate() {
@@ -31,10 +32,11 @@ pub fn log_rs(model: &Model) -> String {
     let (service, workspace) = (&log.service_field, &log.workspace_field);
     format!(
         r#"//! The {title} client's log lines: attempts on target `{target}`, alerts on `{alert}`,
-//! breaker transitions and warm-ups on `{breaker}`, spent retries on `{retry}`.
+//! breaker transitions and warm-ups on `{breaker}`, spent retries on `{retry}`,
+//! streams that failed after their head on `{stream}`.
 //! Never a body: only its length and sha256.
 
-use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines}};
+use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines, StreamFailedLine}};
 
 /// The lines, as the policy's `log_lines`.
 pub static LINES: Lines = Lines;
@@ -94,7 +96,23 @@ impl LogLines for Lines {{
             attempts = line.attempts,
             request_id = line.request_id,
             tenant = line.tenant,
+            {workspace} = line.workspace,
+{path_fields}            pipeline_id = line.pipeline_id,
             "retry exhausted"
+        );
+    }}
+
+    fn stream_failed(&self, line: &StreamFailedLine<'_>) {{
+        tracing::warn!(
+            target: "{stream}",
+            stream = line.stream,
+            operation = line.operation,
+            row = line.row,
+            error_class = line.error_class,
+            request_id = line.request_id,
+            tenant = line.tenant,
+            after_ms = line.after_ms,
+            "stream failed"
         );
     }}
 

@@ -119,7 +119,7 @@ pub fn policy_md(model: &Model) -> String {
 
     let _ = writeln!(
         md,
-        "\n## Error taxonomy (first matching row wins)\n\n| row | matches | class | retry | breaker | alert | action | source |\n|---|---|---|---|---|---|---|---|"
+        "\n## Error taxonomy (first matching row wins)\n\n| row | matches | class | retry | breaker | outcome unknown | alert | action | source |\n|---|---|---|---|---|---|---|---|---|"
     );
     for row in &model.rows {
         let mut matches = row.outcome.as_str().to_owned();
@@ -149,12 +149,13 @@ pub fn policy_md(model: &Model) -> String {
             .unwrap_or("—");
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.row,
             matches,
             row.class,
             retry,
             yes(row.feeds_breaker),
+            yes(row.outcome_unknown),
             row.alert.as_deref().unwrap_or("—"),
             row.action.replace('|', "/").replace('\n', " "),
             source(&row.source)

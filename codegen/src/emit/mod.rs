@@ -8,7 +8,7 @@ mod ids;
 mod log;
 mod markdown;
 mod policy;
-mod services;
+pub mod services;
 mod types;
 
 use std::path::{Path, PathBuf};

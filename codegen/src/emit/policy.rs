@@ -130,6 +130,11 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             quote!(retry::#name)
         });
         let feeds = r.feeds_breaker;
+        let unknown = r.outcome_unknown;
+        let unknown_message = option(model.unknown_outcome.as_ref().filter(|_| unknown), |m| {
+            let copy = &m.copy;
+            quote!(#copy)
+        });
         let outside = r.alert_outside_deploy;
         let feature_state = option(r.feature_state, |i| {
             let name = &model.states[i].name;
@@ -160,6 +165,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 class: #class,
                 retry: #retry,
                 feeds_breaker: #feeds,
+                outcome_unknown: #unknown,
                 alert: #alert,
                 alert_outside_deploy: #outside,
                 feature_state: #feature_state,
@@ -167,6 +173,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 escalate_to: #escalate,
                 action: #action,
                 message: #message,
+                unknown_message: #unknown_message,
             }
         }
     });

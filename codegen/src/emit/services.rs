@@ -8,7 +8,7 @@ use super::docs::{
     type_text,
 };
 use crate::model::{
-    Conflict, Existence, Lane, Model, Returns, Route, ScopeNeed, Service, TypeExpr,
+    Conflict, Existence, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service, TypeExpr,
 };
 
 /// Rust module of a service (`kg-service` -> `kg_service`).
@@ -159,6 +159,23 @@ fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
     }
 }
 
+/// The rustdoc link to a route's reconcile read: `Self::read` on its own
+/// handle, the other handle's method otherwise.
+pub fn reconcile_link(model: &Model, r: &Route, read: &RouteRef) -> String {
+    let service = &model.services[read.service];
+    let target = &service.routes[read.route];
+    if service.routes.iter().any(|x| std::ptr::eq(x, r)) {
+        format!("[`Self::{}`]", target.name)
+    } else {
+        let handle = handle_type(service);
+        format!(
+            "[`{handle}::{name}`](crate::{module}::{handle}::{name})",
+            name = target.name,
+            module = module_name(service)
+        )
+    }
+}
+
 /// The rustdoc of a method: the spec's words, then the route's policy.
 fn method_doc(model: &Model, r: &Route) -> TokenStream {
     let timeout = &model.timeouts[r.timeout];
@@ -201,7 +218,8 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     if let Some(read) = &r.reconcile {
         lines.push(format!(
             "- Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): \
-             read the state with [`Self::{read}`] before sending it again"
+             read the state with {} before sending it again",
+            reconcile_link(model, r, read)
         ));
     }
     if r.replay {

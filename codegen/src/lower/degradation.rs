@@ -96,6 +96,30 @@ impl Cx<'_> {
         out
     }
 
+    /// The copy of an error whose outcome is unknown: required as soon as a
+    /// row can leave one unknown.
+    pub(super) fn unknown_outcome(
+        &mut self,
+        d: &spec::DegradationFile,
+        taxonomy: &spec::TaxonomyFile,
+    ) -> Option<Message> {
+        let copy = d.unknown_outcome.as_ref().map(|m| Message {
+            class: String::new(),
+            copy: m.copy.to_string(),
+            source: self.source(&m.source, m.inferred),
+        });
+        if copy.is_none()
+            && let Some(r) = taxonomy.rows.iter().find(|r| r.outcome_unknown)
+        {
+            self.error(
+                &r.row,
+                format!("rows.{}.outcome_unknown", &*r.row),
+                "a row that leaves an outcome unknown needs `unknown_outcome.copy` in degradation.yaml (the UI says to check the current state before trying again)",
+            );
+        }
+        copy
+    }
+
     pub(super) fn features(
         &mut self,
         d: &spec::DegradationFile,

@@ -67,6 +67,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     };
     let mut services = cx.services(&raw.services, &api, &names, limits.as_ref());
     cx.existence(&raw.services, &mut services, &types);
+    cx.reconciles(&raw.services, &mut services);
     cx.caller_budgets(&raw.policy.throttle, &services);
     let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
     let rows = cx.rows(
@@ -80,6 +81,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         },
     );
     let messages = cx.messages(&raw.degradation, &rows);
+    let unknown_outcome = cx.unknown_outcome(&raw.degradation, &raw.taxonomy);
     cx.streams_bounded(&services, &throttle, &raw.services);
     let breaker = raw
         .policy
@@ -184,6 +186,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         fallbacks_sustained,
         states,
         messages,
+        unknown_outcome,
         alerts,
         breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| a.to_string()),
         retry_exhausted_rate,

@@ -584,13 +584,6 @@ impl Cx<'_> {
                 "`conflict: success` is for create routes, not GET",
             );
         }
-        if r.replay && !r.idempotent && r.reconcile.is_none() {
-            self.error(
-                name,
-                field("replay"),
-                "a route that is not idempotent is replayed only after reading what it changed: name that read in `reconcile`",
-            );
-        }
         if r.pipeline_id && !names.pipeline_header {
             self.error(
                 name,
@@ -610,30 +603,11 @@ impl Cx<'_> {
             .as_ref()
             .and_then(|m| self.size(m, &field("max_response")))
             .unwrap_or(defaults.max_response);
-        if let Some(read) = &r.reconcile {
-            let target = service.routes.get(read);
-            if r.idempotent {
-                self.error(
-                    read,
-                    field("reconcile"),
-                    "only a route that is not idempotent has an outcome to reconcile",
-                );
-            } else if target.is_none_or(|t| !t.method.eq_ignore_ascii_case("GET")) {
-                self.error(
-                    read,
-                    field("reconcile"),
-                    format!(
-                        "`{}` is not a GET route of service `{}`",
-                        &**read, &*service.service
-                    ),
-                );
-            }
-        }
         Route {
             name: name.to_string(),
             max_response,
-            reconcile: r.reconcile.as_ref().map(|t| t.to_string()),
-            exists: None, // resolved by `existence`, once every route is known
+            reconcile: None, // resolved by `reconciles`, once every route is known
+            exists: None,    // resolved by `existence`, once every route is known
             doc: r.doc.to_string(),
             method,
             path: format!("{}{}", &*service.prefix, &*r.path),
@@ -748,6 +722,68 @@ fn parse_type(text: &str, names: &Names) -> Result<TypeExpr, String> {
 }
 
 impl Cx<'_> {
+    /// Resolves every route's `reconcile`: a route that is not idempotent
+    /// names the GET that settles an unknown outcome (§5.3.3, Core
+    /// "Idempotency": read the state before sending again), as `route` of its
+    /// own service or `handle.route`; an idempotent route has none.
+    pub(super) fn reconciles(&mut self, raw: &[spec::ServiceFile], services: &mut [Service]) {
+        for (si, s) in raw.iter().enumerate() {
+            for (ri, (name, r)) in s.routes.iter().enumerate() {
+                let at = format!("routes.{}.reconcile", &**name);
+                let Some(read) = &r.reconcile else {
+                    if !r.idempotent {
+                        self.error(
+                            name,
+                            &at,
+                            "a route that is not idempotent names the read that settles an unknown outcome: `reconcile: <GET route of this service>` or `reconcile: handle.route`",
+                        );
+                    }
+                    continue;
+                };
+                if r.idempotent {
+                    self.error(
+                        read,
+                        &at,
+                        "only a route that is not idempotent has an outcome to reconcile",
+                    );
+                    continue;
+                }
+                let target = if read.contains('.') {
+                    self.route_ref(read, &at, services)
+                } else {
+                    let found = services[si]
+                        .routes
+                        .iter()
+                        .position(|x| x.name == read.as_str());
+                    if found.is_none() {
+                        self.error(
+                            read,
+                            &at,
+                            format!(
+                                "`{}` is not a GET route of service `{}`",
+                                &**read, &*s.service
+                            ),
+                        );
+                    }
+                    found.map(|route| RouteRef { service: si, route })
+                };
+                let Some(target) = target else { continue };
+                if services[target.service].routes[target.route].method != Method::Get {
+                    self.error(
+                        read,
+                        &at,
+                        format!(
+                            "`{}` is not a GET route of service `{}`",
+                            &**read, services[target.service].name
+                        ),
+                    );
+                    continue;
+                }
+                services[si].routes[ri].reconcile = Some(target);
+            }
+        }
+    }
+
     /// Resolves every route's `exists`: the field is an ID of the body, the
     /// proving route is a create (409 = already there) whose body carries
     /// the same ID in a field of the same name.

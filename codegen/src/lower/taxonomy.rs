@@ -223,6 +223,26 @@ impl Cx<'_> {
                 }
                 Some(i)
             });
+            // Only an attempt that may have reached the server can leave its
+            // outcome unknown: a client-side refusal sent nothing.
+            let client_side = matches!(
+                outcome,
+                Some(
+                    OutcomeKind::InvalidScope
+                        | OutcomeKind::InvalidRequest
+                        | OutcomeKind::CircuitOpen
+                )
+            );
+            if r.outcome_unknown && client_side {
+                self.error(
+                    &r.row,
+                    field("outcome_unknown"),
+                    format!(
+                        "outcome `{}` is decided before anything is sent: its outcome is never unknown",
+                        &*m.outcome
+                    ),
+                );
+            }
             let remember_for = r
                 .remember_for
                 .as_ref()
@@ -238,6 +258,7 @@ impl Cx<'_> {
                 class: r.class.to_string(),
                 retry,
                 feeds_breaker: r.feeds_breaker,
+                outcome_unknown: r.outcome_unknown,
                 alert: r.alert.as_ref().map(|a| a.to_string()),
                 alert_outside_deploy: r.alert_outside_deploy,
                 feature_state,

@@ -14,7 +14,7 @@ pub enum ErrorClass {
     Deadline,
     /// `transport` (row C1): Network or transport failure (refused, reset, timeout): retried with the linear backoff when idempotent; when the attempts are spent, CoreClientError with the attempt count and the last cause. A workflow action is not re-sent: its outcome is unknown, read the session first.
     Transport,
-    /// `server_error` (row C2): HTTP 5xx, retried with the linear backoff when idempotent.
+    /// `server_error` (row C2): HTTP 5xx, retried with the linear backoff when idempotent. A workflow action is not re-sent: the server may have applied it before failing; its outcome is unknown, read the session first.
     ServerError,
     /// `http_error` (row C3): HTTP 4xx, surfaced at once as CoreClientHTTPError(status_code, detail).
     HttpError,

@@ -161,6 +161,7 @@ pub static POLICY: Policy = Policy {
             class: "invalid_scope",
             retry: Some(retry::C0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -168,6 +169,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "An invalid or reserved tenant, or an ID outside its rule; refused before a byte is sent.",
             message: Some("Interner Fehler: ungültige Kennung in der Anfrage an Core."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "C23",
@@ -182,6 +184,7 @@ pub static POLICY: Policy = Policy {
             class: "invalid_request",
             retry: Some(retry::C0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -189,6 +192,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "A request the HTTP client could not build; nothing was sent.",
             message: Some("Interner Fehler: die Anfrage an Core konnte nicht gebaut werden."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "C20",
@@ -203,6 +207,7 @@ pub static POLICY: Policy = Policy {
             class: "deadline",
             retry: Some(retry::C0),
             feeds_breaker: false,
+            outcome_unknown: true,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -211,6 +216,9 @@ pub static POLICY: Policy = Policy {
             action: "The overall deadline ran out before an attempt succeeded.",
             message: Some(
                 "Core antwortet gerade nicht rechtzeitig. Bitte später erneut versuchen.",
+            ),
+            unknown_message: Some(
+                "Ob die Aktion ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand der Sitzung prüfen, bevor Sie es erneut versuchen.",
             ),
         },
         TaxonomyRow {
@@ -226,6 +234,7 @@ pub static POLICY: Policy = Policy {
             class: "transport",
             retry: Some(retry::C1),
             feeds_breaker: false,
+            outcome_unknown: true,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -233,6 +242,9 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Network or transport failure (refused, reset, timeout): retried with the linear backoff when idempotent; when the attempts are spent, CoreClientError with the attempt count and the last cause. A workflow action is not re-sent: its outcome is unknown, read the session first.",
             message: Some("Core ist gerade nicht erreichbar. Bitte in Kürze erneut versuchen."),
+            unknown_message: Some(
+                "Ob die Aktion ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand der Sitzung prüfen, bevor Sie es erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "C2",
@@ -247,14 +259,18 @@ pub static POLICY: Policy = Policy {
             class: "server_error",
             retry: Some(retry::C1),
             feeds_breaker: false,
+            outcome_unknown: true,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "HTTP 5xx, retried with the linear backoff when idempotent.",
+            action: "HTTP 5xx, retried with the linear backoff when idempotent. A workflow action is not re-sent: the server may have applied it before failing; its outcome is unknown, read the session first.",
             message: Some(
                 "Core hat einen internen Fehler gemeldet. Bitte in Kürze erneut versuchen.",
+            ),
+            unknown_message: Some(
+                "Ob die Aktion ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand der Sitzung prüfen, bevor Sie es erneut versuchen.",
             ),
         },
         TaxonomyRow {
@@ -270,6 +286,7 @@ pub static POLICY: Policy = Policy {
             class: "http_error",
             retry: Some(retry::C0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -277,6 +294,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "HTTP 4xx, surfaced at once as CoreClientHTTPError(status_code, detail).",
             message: Some("Core hat die Anfrage abgelehnt."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "C4",
@@ -291,6 +309,7 @@ pub static POLICY: Policy = Policy {
             class: "unexpected_status",
             retry: Some(retry::C0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -298,6 +317,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "A status outside every contract (1xx, 3xx, 600–999); redirects are never followed.",
             message: Some("Core hat unerwartet geantwortet. Das Team wurde benachrichtigt."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "C5",
@@ -312,6 +332,7 @@ pub static POLICY: Policy = Policy {
             class: "invalid_json",
             retry: Some(retry::C0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -321,6 +342,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Core hat eine unlesbare Antwort geschickt. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "C6",
@@ -335,6 +357,7 @@ pub static POLICY: Policy = Policy {
             class: "too_large",
             retry: Some(retry::C0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -342,6 +365,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "A 2xx body over the route's cap; reading stopped there.",
             message: Some("Die Antwort von Core war zu groß. Das Team wurde benachrichtigt."),
+            unknown_message: None,
         },
     ],
     detail_sets: &[],

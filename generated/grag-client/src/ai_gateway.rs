@@ -81,6 +81,7 @@ impl<'c> AiGateway<'c> {
     /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
+    /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Ledger::totals`](crate::ledger::Ledger::totals) before sending it again
     /// - Carries `X-Pipeline-Id` when the client has a pipeline id
     /// - Policy: §4.1, §7, §10.1 (inferred)
     pub async fn complete(

@@ -133,6 +133,7 @@ impl<'c> Bff<'c> {
     /// - Retry class: [`R0`](crate::policy::retry::R0), never
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `streams`
+    /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Workspaces::conversation_messages`](crate::workspaces::Workspaces::conversation_messages) before sending it again
     /// - Takes only an existing `conversation_id`: the [`Existing`](crate::Existing) that `workspaces().ensure_conversation` hands out (the platform silently drops calls for an unknown one)
     /// - Policy: §6.2, §4.2
     pub async fn chat_stream(

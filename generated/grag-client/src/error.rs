@@ -40,7 +40,7 @@ pub enum ErrorClass {
     Validation,
     /// `rate_limited` (row T11): Wait Retry-After plus jitter (2 s floor when absent); polling ×2 while hot.
     RateLimited,
-    /// `bad_gateway` (row T12): Retried when idempotent; otherwise surface the error and offer the re-upload path. Feeds the breaker.
+    /// `bad_gateway` (row T12): Retried when idempotent; otherwise surface the error (its outcome is unknown: re-poll by ID before re-submitting) and offer the re-upload path. Feeds the breaker.
     BadGateway,
     /// `backpressure` (row T15): WAL backpressure; honor Retry-After; ingest (replay) jobs re-queue instead of waiting.
     Backpressure,
@@ -50,7 +50,7 @@ pub enum ErrorClass {
     SafetyClosed,
     /// `ambiguous` (row T16): Unknown 503 detail; retry once. If the second answer carries the identical detail, treat the route as dark (T13) and cache it.
     Ambiguous,
-    /// `server_error` (row T23): Other server error (500, 504, ...); retried when idempotent.
+    /// `server_error` (row T23): Other server error (500, 504, ...); retried when idempotent. Not idempotent: the outcome is unknown, read the state before sending again (§5.3.3).
     ServerError,
     /// `client_error` (row T25): Other client error; not retried, surfaced with its status and detail.
     ClientError,

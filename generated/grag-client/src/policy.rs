@@ -172,7 +172,7 @@ pub static BUDGETS: [BudgetPolicy; 6] = [
 ];
 
 /// Every route of the API, in spec order.
-pub static ENDPOINTS: [&Endpoint; 26] = [
+pub static ENDPOINTS: [&Endpoint; 27] = [
     &crate::ai_gateway::SEARCH_RERANK,
     &crate::ai_gateway::COMPLETE,
     &crate::bff::ORCHESTRATOR_EVENTS,
@@ -197,6 +197,7 @@ pub static ENDPOINTS: [&Endpoint; 26] = [
     &crate::workspaces::LIST_DOCUMENTS,
     &crate::workspaces::UPLOAD_DOCUMENT,
     &crate::workspaces::CREATE_CONVERSATION,
+    &crate::workspaces::CONVERSATION_MESSAGES,
     &crate::workspaces::GET_SETTINGS,
     &crate::workspaces::PUT_SETTINGS,
 ];
@@ -298,6 +299,7 @@ pub static POLICY: Policy = Policy {
             class: "invalid_scope",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -307,6 +309,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Interner Fehler: ungültiger Mandant oder ungültige Kennung. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T21",
@@ -321,6 +324,7 @@ pub static POLICY: Policy = Policy {
             class: "circuit_open",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -328,6 +332,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, and a job of the replay queue waits for the close (`policy.yaml replay`).",
             message: Some("Wird gerade aktualisiert"),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T31",
@@ -342,6 +347,7 @@ pub static POLICY: Policy = Policy {
             class: "invalid_request",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("client_contract"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -351,6 +357,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Interner Fehler bei der Anfrage an die KI-Dienste. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T20",
@@ -365,6 +372,7 @@ pub static POLICY: Policy = Policy {
             class: "deadline",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: true,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -372,6 +380,9 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "The overall interactive deadline (180 s) ran out; fail with the mapped German message.",
             message: Some("Die Anfrage hat zu lange gedauert. Bitte erneut versuchen."),
+            unknown_message: Some(
+                "Ob der Vorgang ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand prüfen, bevor Sie es erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T1",
@@ -386,6 +397,7 @@ pub static POLICY: Policy = Policy {
             class: "connection",
             retry: Some(retry::R1),
             feeds_breaker: true,
+            outcome_unknown: true,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -394,6 +406,9 @@ pub static POLICY: Policy = Policy {
             action: "Connection refused/reset/TLS error or attempt timeout (the runtime maps attempt timeouts to this outcome). Retried only when idempotent; feeds the breaker; queued ops go to replay, interactive calls fail fast; after a send whose outcome is unknown, re-poll by ID before re-submitting.",
             message: Some(
                 "Die KI-Dienste sind gerade nicht erreichbar. Bitte in Kürze erneut versuchen.",
+            ),
+            unknown_message: Some(
+                "Ob der Vorgang ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand prüfen, bevor Sie es erneut versuchen.",
             ),
         },
         TaxonomyRow {
@@ -409,6 +424,7 @@ pub static POLICY: Policy = Policy {
             class: "redirect",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -418,6 +434,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die KI-Dienste haben unerwartet geantwortet. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T2",
@@ -432,6 +449,7 @@ pub static POLICY: Policy = Policy {
             class: "client_contract",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("client_contract"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -441,6 +459,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Interner Fehler bei der Anfrage an die KI-Dienste. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T27",
@@ -455,6 +474,7 @@ pub static POLICY: Policy = Policy {
             class: "bad_request",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -464,6 +484,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die Anfrage wurde von den KI-Diensten abgelehnt. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T5",
@@ -478,6 +499,7 @@ pub static POLICY: Policy = Policy {
             class: "budget_exhausted",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("budget_exhausted"),
             alert_outside_deploy: false,
             feature_state: Some("paused"),
@@ -485,6 +507,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Budget exhausted; hard stop, show „KI pausiert“, page.",
             message: Some("KI pausiert"),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T28",
@@ -499,6 +522,7 @@ pub static POLICY: Policy = Policy {
             class: "platform_auth",
             retry: Some(retry::R2),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -508,6 +532,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die KI-Dienste sind gerade nicht bereit. Bitte in Kürze erneut versuchen.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T4",
@@ -522,6 +547,7 @@ pub static POLICY: Policy = Policy {
             class: "admin_gate",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("admin_gate"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -529,6 +555,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Admin-gated route; follow the operator runbook (04-provisioning-runbook.md).",
             message: Some("Diese Aktion erfordert eine Freigabe durch den Betrieb."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T3",
@@ -543,6 +570,7 @@ pub static POLICY: Policy = Policy {
             class: "auth",
             retry: Some(retry::R2),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("auth_outside_deploy"),
             alert_outside_deploy: true,
             feature_state: None,
@@ -552,6 +580,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die Anmeldung bei den KI-Diensten ist fehlgeschlagen. Bitte später erneut versuchen.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T6",
@@ -566,6 +595,7 @@ pub static POLICY: Policy = Policy {
             class: "not_found",
             retry: Some(retry::R2),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -573,6 +603,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Does not exist in our tenant (cross-tenant access is 404, never 403); reconcile grag_refs. One extra attempt for a GET inside the deploy-suspected window (R2).",
             message: Some("Der angeforderte Eintrag wurde nicht gefunden."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T7",
@@ -587,6 +618,7 @@ pub static POLICY: Policy = Policy {
             class: "success",
             retry: None,
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -594,6 +626,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "409 on a create route means already provisioned (deterministic IDs); return as success.",
             message: None,
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T8",
@@ -608,6 +641,7 @@ pub static POLICY: Policy = Policy {
             class: "still_processing",
             retry: None,
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -615,6 +649,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "409 on the docfold result means still processing; poll again.",
             message: None,
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T9",
@@ -629,6 +664,7 @@ pub static POLICY: Policy = Policy {
             class: "payload_too_large",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -636,6 +672,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Payload too large; split the batch (at most 256 points per upsert) and send again.",
             message: Some("Die Datenmenge ist zu groß für eine Anfrage."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T10",
@@ -650,6 +687,7 @@ pub static POLICY: Policy = Policy {
             class: "validation",
             retry: Some(retry::R2),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -659,6 +697,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die Anfrage wurde von den KI-Diensten abgelehnt. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T11",
@@ -673,6 +712,7 @@ pub static POLICY: Policy = Policy {
             class: "rate_limited",
             retry: Some(retry::R3),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -682,6 +722,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Gerade sind zu viele Anfragen unterwegs. Bitte einen Moment warten und erneut versuchen.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T12",
@@ -696,13 +737,17 @@ pub static POLICY: Policy = Policy {
             class: "bad_gateway",
             retry: Some(retry::R1),
             feeds_breaker: true,
+            outcome_unknown: true,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "Retried when idempotent; otherwise surface the error and offer the re-upload path. Feeds the breaker.",
+            action: "Retried when idempotent; otherwise surface the error (its outcome is unknown: re-poll by ID before re-submitting) and offer the re-upload path. Feeds the breaker.",
             message: Some("Die KI-Dienste haben nicht geantwortet. Bitte erneut versuchen."),
+            unknown_message: Some(
+                "Ob der Vorgang ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand prüfen, bevor Sie es erneut versuchen.",
+            ),
         },
         TaxonomyRow {
             row: "T15",
@@ -717,6 +762,7 @@ pub static POLICY: Policy = Policy {
             class: "backpressure",
             retry: Some(retry::R4),
             feeds_breaker: true,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -726,6 +772,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die KI-Dienste sind ausgelastet; die Verarbeitung wird später fortgesetzt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T13",
@@ -740,6 +787,7 @@ pub static POLICY: Policy = Policy {
             class: "feature_dark",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: Some("dark"),
@@ -747,6 +795,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Stable dark-flag answer; cache the unavailability and hide the feature.",
             message: Some("Diese Funktion ist derzeit nicht verfügbar."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T14",
@@ -761,6 +810,7 @@ pub static POLICY: Policy = Policy {
             class: "safety_closed",
             retry: Some(retry::R5),
             feeds_breaker: true,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -770,6 +820,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die Anfrage wurde vorübergehend nicht angenommen. Bitte später erneut versuchen.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T16",
@@ -784,6 +835,7 @@ pub static POLICY: Policy = Policy {
             class: "ambiguous",
             retry: Some(retry::R5),
             feeds_breaker: true,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -793,6 +845,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die KI-Dienste sind vorübergehend nicht verfügbar. Bitte später erneut versuchen.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T23",
@@ -807,14 +860,18 @@ pub static POLICY: Policy = Policy {
             class: "server_error",
             retry: Some(retry::R1),
             feeds_breaker: false,
+            outcome_unknown: true,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
             remember_for: None,
             escalate_to: None,
-            action: "Other server error (500, 504, ...); retried when idempotent.",
+            action: "Other server error (500, 504, ...); retried when idempotent. Not idempotent: the outcome is unknown, read the state before sending again (§5.3.3).",
             message: Some(
                 "Bei den KI-Diensten ist ein Fehler aufgetreten. Bitte erneut versuchen.",
+            ),
+            unknown_message: Some(
+                "Ob der Vorgang ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand prüfen, bevor Sie es erneut versuchen.",
             ),
         },
         TaxonomyRow {
@@ -830,6 +887,7 @@ pub static POLICY: Policy = Policy {
             class: "client_error",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -837,6 +895,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "Other client error; not retried, surfaced with its status and detail.",
             message: Some("Die Anfrage konnte nicht verarbeitet werden."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T29",
@@ -851,6 +910,7 @@ pub static POLICY: Policy = Policy {
             class: "unexpected_status",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -860,6 +920,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die KI-Dienste haben unerwartet geantwortet. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T30",
@@ -874,6 +935,7 @@ pub static POLICY: Policy = Policy {
             class: "response_too_large",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -881,6 +943,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "A 2xx body larger than the route's cap (policy.yaml `limits`); reading stopped at the cap, nothing larger is held in memory. The same answer would come again: never retried; page as contract drift.",
             message: Some("Die Antwort der KI-Dienste war zu groß. Das Team wurde benachrichtigt."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T24",
@@ -895,6 +958,7 @@ pub static POLICY: Policy = Policy {
             class: "decode",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: Some("contract_drift"),
             alert_outside_deploy: false,
             feature_state: None,
@@ -904,6 +968,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die Antwort der KI-Dienste war unverständlich. Das Team wurde benachrichtigt.",
             ),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T17",
@@ -918,6 +983,7 @@ pub static POLICY: Policy = Policy {
             class: "stream_error",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -925,6 +991,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the client falls back to polling the status route (counted in knoll_sse_fallback_total).",
             message: Some("Die Antwort konnte nicht erstellt werden. „Erneut senden“?"),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T18",
@@ -939,6 +1006,7 @@ pub static POLICY: Policy = Policy {
             class: "stream_timeout",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -946,6 +1014,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the client switches to polling the status route.",
             message: Some("Die Live-Anzeige ist beendet; der Fortschritt wird weiter abgefragt."),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T19",
@@ -960,6 +1029,7 @@ pub static POLICY: Policy = Policy {
             class: "stream_stalled",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -967,6 +1037,7 @@ pub static POLICY: Policy = Policy {
             escalate_to: None,
             action: "No byte past the stream's watchdog. Jobs: the client falls back to polling. Chat: abort, show the error state, never resend automatically.",
             message: Some("Die Antwort ist ausgeblieben. „Erneut senden“?"),
+            unknown_message: None,
         },
         TaxonomyRow {
             row: "T32",
@@ -981,6 +1052,7 @@ pub static POLICY: Policy = Policy {
             class: "job_failed",
             retry: Some(retry::R0),
             feeds_breaker: false,
+            outcome_unknown: false,
             alert: None,
             alert_outside_deploy: false,
             feature_state: None,
@@ -990,6 +1062,7 @@ pub static POLICY: Policy = Policy {
             message: Some(
                 "Die Verarbeitung ist fehlgeschlagen. Das Dokument bleibt „Angefordert“; bitte erneut hochladen.",
             ),
+            unknown_message: None,
         },
     ],
     detail_sets: &[

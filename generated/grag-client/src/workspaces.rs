@@ -121,6 +121,25 @@ pub static CREATE_CONVERSATION: Endpoint = Endpoint {
     max_response: 16777216,
 };
 
+/// `GET /workspaces/api/v1/conversations/{conversation_id}/messages`
+pub static CONVERSATION_MESSAGES: Endpoint = Endpoint {
+    service: "workspaces",
+    operation: "conversation_messages",
+    method: Method::Get,
+    path: "/workspaces/api/v1/conversations/{conversation_id}/messages",
+    scope: ScopeNeed::Tenant,
+    lane: Lane::Key,
+    timeout: timeout::DEFAULT,
+    retry: retry::R1,
+    idempotent: true,
+    budget: budget::GLOBAL,
+    replay: false,
+    conflict: Conflict::Error,
+    pipeline_id: false,
+    stream: None,
+    max_response: 16777216,
+};
+
 /// `GET /workspaces/api/v1/settings`
 pub static GET_SETTINGS: Endpoint = Endpoint {
     service: "workspaces",
@@ -264,6 +283,22 @@ impl<'c> Workspaces<'c> {
     ) -> Result<sdk_runtime::Created<crate::types::Conversation>, Error> {
         let call = Call::new(&CREATE_CONVERSATION).json(body);
         self.client.send(call).await?.created()
+    }
+
+    /// The saved messages of a conversation, oldest first; a 404 means no such conversation. The read that settles a chat turn that ended without its answer: the user message is saved first, the assistant message only at the end (§6.2).
+    ///
+    /// - Route: `GET /workspaces/api/v1/conversations/{conversation_id}/messages`
+    /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt
+    /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
+    /// - Idempotent: yes
+    /// - Budget: `global`
+    /// - Policy: §6.2 (inferred)
+    pub async fn conversation_messages(
+        &self,
+        conversation_id: &crate::ids::ConversationId,
+    ) -> Result<Vec<crate::types::ChatMessage>, Error> {
+        let call = Call::new(&CONVERSATION_MESSAGES).path(conversation_id.as_str());
+        self.client.send(call).await?.json()
     }
 
     /// Tenant settings (shape not documented in the policy).

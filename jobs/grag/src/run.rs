@@ -133,7 +133,37 @@ impl Jobs {
     /// there is no such job; a job that is not failed is returned as it is.
     pub async fn retry(&self, key: &str) -> Result<Option<Job>, JobsError> {
         let store = &self.inner.store;
-        if store.requeue(key, self.now()).await? {
+        let requeued = store.requeue(key, self.now()).await;
+        if requeued.map_err(|e| self.watch(key, e))? {
+            self.run_key(key).await?;
+        }
+        Ok(store.get(key).await?)
+    }
+
+    /// Runs a done job again from Knoll's state, on a person's request: the
+    /// platform lost what it made (a knowledge base purged, a document gone;
+    /// §1.4 "anything lost on the GRAG side must be replayable from
+    /// Knoll-side state"). Every write step of an upload reads first, so what
+    /// still exists is not made again: the document is uploaded only if the
+    /// KB's list lacks it, a conversion already started is followed instead
+    /// of starting (and billing) a second, and points and KG upserts are
+    /// idempotent by their IDs. `None` if there is no such job; a job that is
+    /// not done is returned as it is.
+    pub async fn rerun(&self, key: &str) -> Result<Option<Job>, JobsError> {
+        let store = &self.inner.store;
+        let Some(job) = store.get(key).await? else {
+            return Ok(None);
+        };
+        let start = match job.kind.as_str() {
+            INGEST => serde_json::to_value(UploadProgress {
+                reconcile: true,
+                ..UploadProgress::default()
+            })
+            .expect("a checkpoint serializes"),
+            _ => serde_json::Value::Null,
+        };
+        let rerun = store.rerun(key, &start, self.now()).await;
+        if rerun.map_err(|e| self.watch(key, e))? {
             self.run_key(key).await?;
         }
         Ok(store.get(key).await?)
@@ -146,7 +176,8 @@ impl Jobs {
             .inner
             .store
             .claim_key(key, &self.inner.owner, lease, self.now())
-            .await?;
+            .await
+            .map_err(|e| self.watch(key, e))?;
         if let Some(job) = claimed {
             self.run_claimed(job).await?;
         }
@@ -176,7 +207,8 @@ impl Jobs {
                 },
                 now,
             )
-            .await?;
+            .await
+            .map_err(|e| self.watch(&key, e))?;
         self.run_key(&key).await?;
         store
             .get(&key)
@@ -238,6 +270,27 @@ impl Jobs {
         let (finish, state) = match result {
             Ok(()) => (Finish::Done, JobState::Done),
             Err(StepError::Store(e)) => return Err(e.into()),
+            Err(StepError::Unknown {
+                step,
+                request_id,
+                read,
+            }) => {
+                let detail = format!(
+                    "{step} may have been applied (request {}); the platform cannot say: {read}. Not sent again: check the platform before running it again",
+                    request_id
+                        .as_deref()
+                        .unwrap_or("unknown: no answer was read")
+                );
+                let error = JobError {
+                    class: "outcome_unknown".into(),
+                    row: None,
+                    status: None,
+                    request_id,
+                    detail,
+                };
+                self.failed_alert(&job, None, &error.detail);
+                (Finish::Failed(error), JobState::Failed)
+            }
             // It can never run: keep it, failed, with the reason.
             Err(StepError::Corrupt { what, reason }) => {
                 let error = JobError {
@@ -276,7 +329,8 @@ impl Jobs {
         self.inner
             .store
             .finish(&job.key, &self.inner.owner, finish, now)
-            .await?;
+            .await
+            .map_err(|e| self.watch(&job.key, e))?;
         if state == JobState::Failed {
             self.inner.metrics.failed();
         }
@@ -309,6 +363,32 @@ impl Jobs {
             .unwrap_or_else(|e| e.into_inner()) = Some(self.now());
     }
 
+    /// A store error on its way up, looked at: a store that stayed locked
+    /// through its lock retries (the Core policy: "log ... lock-contention
+    /// events"; "alert on elevated retry-exhaustion rates ... DB pressure")
+    /// is logged with the job's key and raises the retry-exhaustion alert.
+    /// The job itself stays as the store has it: its lease brings it back.
+    pub(crate) fn watch(&self, key: &str, e: StoreError) -> StoreError {
+        if let StoreError::Locked { op, attempts } = &e {
+            tracing::error!(
+                target: "grag_jobs::store",
+                job_key = key,
+                op = *op,
+                attempts = *attempts,
+                "job store locked, retries exhausted"
+            );
+            let runtime = self.inner.grag.runtime();
+            runtime.alert(Alert {
+                name: runtime.policy().alerts.retry_exhausted,
+                endpoint: None,
+                row: None,
+                detail: Some(format!("job {key}: {e}")),
+                request_id: None,
+            });
+        }
+        e
+    }
+
     fn failed_alert(&self, job: &Job, e: Option<&grag_client::Error>, why: &str) {
         self.inner.grag.runtime().alert(Alert {
             name: self.inner.policy.failure_alert,
@@ -326,6 +406,13 @@ pub(crate) enum StepError {
     Platform(grag_client::Error),
     /// The checkpoint could not be written (or the lease was lost).
     Store(StoreError),
+    /// A write whose outcome is unknown, and the read that would settle it
+    /// cannot: the job fails for a person to decide, never sent again.
+    Unknown {
+        step: &'static str,
+        request_id: Option<String>,
+        read: String,
+    },
     /// The stored payload or checkpoint does not decode.
     Corrupt { what: &'static str, reason: String },
 }
@@ -366,7 +453,7 @@ impl Step<'_> {
                 self.jobs.now(),
             )
             .await
-            .map_err(StepError::Store)
+            .map_err(|e| StepError::Store(self.jobs.watch(self.key, e)))
     }
 
     /// The step's request is about to go out: from here its outcome is
@@ -384,7 +471,33 @@ impl Step<'_> {
     ) -> Result<(), StepError> {
         progress.step = next;
         progress.sent = false;
+        progress.unknown_request = None;
         self.save(progress).await
+    }
+
+    /// The answer of a step's write that is not idempotent: a refusal (a
+    /// known outcome) makes the step unsent again, so it is sent again
+    /// without a read; an unknown outcome keeps it `sent` with the request
+    /// id in doubt (§5.3.3, the pipeline's `outcome_unknown`). An idempotent
+    /// write stays `sent` whatever came back: its read is cheap and keeps a
+    /// repeat from looking like a second upload.
+    pub async fn settled<T>(
+        &self,
+        progress: &mut UploadProgress,
+        idempotent: bool,
+        sent: Result<T, grag_client::Error>,
+    ) -> Result<T, StepError> {
+        let e = match sent {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        if e.outcome_unknown() {
+            progress.unknown_request = e.request_id().map(str::to_owned);
+        } else if !idempotent {
+            progress.sent = false;
+        }
+        self.save(progress).await?;
+        Err(StepError::Platform(e))
     }
 
     /// Waits the polling interval (×2 while a 429 is hot), keeping the lease.

@@ -1,7 +1,11 @@
 //! The steps of an upload job: upload, convert, wait for the conversion,
-//! upsert the points. Each step is checkpointed; a write whose answer was
-//! never read (a dropped connection, a crash) is marked `sent`, and before
-//! it is sent again the platform is asked whether it took effect (§5.3.3).
+//! upsert the points. Each step is checkpointed; a write whose outcome is
+//! unknown (no answer, a crash, a 500/502/504: `Error::outcome_unknown`)
+//! stays marked `sent`, and before it is sent again the platform is asked
+//! whether it took effect (§5.3.3). A write the platform refused is unsent.
+//! When the read that would tell is not on the platform (`conversion_of` is
+//! an inferred route), the convert is never sent again: the job fails to
+//! the UI with the request id of the send in doubt.
 
 use grag_client::types::{ConvertRequest, UpsertPoints};
 use grag_client::{ConversionId, Error, Progress};
@@ -17,6 +21,13 @@ pub(crate) struct UploadProgress {
     /// The step's request may have reached the platform unanswered.
     #[serde(default)]
     pub sent: bool,
+    /// The request id of the send whose outcome is unknown, for the UI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_request: Option<String>,
+    /// A run again of a done job ([`crate::Jobs::rerun`]): every write step
+    /// reads first, so nothing that still exists is made twice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reconcile: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -49,28 +60,46 @@ pub(crate) async fn run(
             UploadStep::Upload => {
                 // 409 is success too (deterministic id), but a read first
                 // keeps the retry from looking like a second upload.
-                if progress.sent && document_exists(step, upload).await? {
+                if (progress.sent || progress.reconcile) && document_exists(step, upload).await? {
                     step.advance(progress, UploadStep::Convert).await?;
                     continue;
                 }
                 step.sending(progress).await?;
-                grag.workspaces()
-                    .upload_document(&upload.kb, doc)
-                    .await
-                    .map_err(StepError::Platform)?;
+                let sent = grag.workspaces().upload_document(&upload.kb, doc).await;
+                step.settled(progress, true, sent).await?;
                 step.advance(progress, UploadStep::Convert).await?;
             }
             UploadStep::Convert => {
                 // No 409 guarantee: a second convert is a second, billed conversion.
-                if progress.sent
-                    && let Some(conversion_id) = conversion_of(step, upload).await?
-                {
-                    step.advance(progress, UploadStep::Converting { conversion_id })
-                        .await?;
-                    continue;
+                if progress.sent || progress.reconcile {
+                    match conversion_of(step, upload).await? {
+                        Started::Yes(conversion_id) => {
+                            step.advance(progress, UploadStep::Converting { conversion_id })
+                                .await?;
+                            continue;
+                        }
+                        Started::No => {}
+                        // Sending again could start (and bill) a second conversion.
+                        Started::Unknowable(read) if progress.sent => {
+                            return Err(StepError::Unknown {
+                                step: "docfold.convert",
+                                request_id: progress.unknown_request.clone(),
+                                read,
+                            });
+                        }
+                        // A rerun whose convert is long done and answered: the
+                        // same holds, it may still exist.
+                        Started::Unknowable(read) => {
+                            return Err(StepError::Unknown {
+                                step: "docfold.convert",
+                                request_id: None,
+                                read,
+                            });
+                        }
+                    }
                 }
                 step.sending(progress).await?;
-                let job = grag
+                let sent = grag
                     .docfold()
                     .convert(&ConvertRequest {
                         document_id: doc.document_id.clone(),
@@ -79,8 +108,8 @@ pub(crate) async fn run(
                         content_base64: doc.content_base64.clone(),
                         kb_id: Some(upload.kb.clone()),
                     })
-                    .await
-                    .map_err(StepError::Platform)?;
+                    .await;
+                let job = step.settled(progress, false, sent).await?;
                 let conversion_id = job.conversion_id;
                 step.advance(progress, UploadStep::Converting { conversion_id })
                     .await?;
@@ -151,19 +180,40 @@ async fn document_exists(step: &Step<'_>, upload: &Upload) -> Result<bool, StepE
         .any(|d| d.document_id == upload.document.document_id))
 }
 
-/// The conversion already started for the document, if any (404: none).
-async fn conversion_of(
-    step: &Step<'_>,
-    upload: &Upload,
-) -> Result<Option<ConversionId>, StepError> {
+/// What the platform says about a conversion of the document.
+enum Started {
+    Yes(ConversionId),
+    /// The route's own 404: none was started.
+    No,
+    /// The platform has no such route: nobody can tell. The answer, for the UI.
+    Unknowable(String),
+}
+
+/// Starlette's answer for a path it has no route for (and FastAPI's default).
+const NO_SUCH_ROUTE: &str = "Not Found";
+
+/// The conversion already started for the document, if any. A 404 of the
+/// route is "none"; Starlette's bare `{"detail": "Not Found"}` or a 405 is
+/// "no such route" (`conversion_of` is inferred, §5.3.3 names only the KB
+/// document list and the pipeline status as re-poll reads).
+async fn conversion_of(step: &Step<'_>, upload: &Upload) -> Result<Started, StepError> {
     match step
         .grag()
         .docfold()
         .conversion_of(&upload.document.document_id)
         .await
     {
-        Ok(job) => Ok(Some(job.conversion_id)),
-        Err(e) if e.status() == Some(404) => Ok(None),
+        Ok(job) => Ok(Started::Yes(job.conversion_id)),
+        Err(e) if no_such_route(&e) => Ok(Started::Unknowable(e.to_string())),
+        Err(e) if e.status() == Some(404) => Ok(Started::No),
         Err(e) => Err(StepError::Platform(e)),
+    }
+}
+
+fn no_such_route(e: &Error) -> bool {
+    match e.status() {
+        Some(405) => true,
+        Some(404) => e.detail() == Some(NO_SUCH_ROUTE),
+        _ => false,
     }
 }

@@ -50,7 +50,8 @@ impl Jobs {
                         lease: inner.policy.lease,
                         now: self.now(),
                     })
-                    .await?;
+                    .await
+                    .map_err(|e| self.watch("(claim)", e))?;
                 claimed = jobs.len();
                 for job in jobs {
                     let jobs = self.clone();

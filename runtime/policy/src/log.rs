@@ -46,7 +46,9 @@ pub struct AlertLine<'a> {
     pub request_id: Option<&'a str>,
 }
 
-/// A call that used up its retries, with its request context.
+/// A call that used up its retries, with its request context: the same
+/// scope and path fields as its attempt lines (Core: "with request/session
+/// context"), so the line joins with them.
 #[derive(Debug, Clone, Copy)]
 pub struct ExhaustedLine<'a> {
     pub operation: &'a str,
@@ -55,6 +57,25 @@ pub struct ExhaustedLine<'a> {
     pub attempts: u32,
     pub request_id: Option<&'a str>,
     pub tenant: &'a str,
+    pub workspace: Option<&'a str>,
+    /// As [`AttemptLine::path_values`].
+    pub path_values: &'a [Option<&'a str>],
+    pub pipeline_id: Option<&'a str>,
+}
+
+/// A stream that failed after its head (a chat turn's stall, drop,
+/// `event: error`, failed stage or deadline): the call's end, logged once.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamFailedLine<'a> {
+    pub stream: &'a str,
+    pub operation: &'a str,
+    pub row: &'a str,
+    pub error_class: &'a str,
+    /// The request id the stream's head was answered under.
+    pub request_id: Option<&'a str>,
+    pub tenant: &'a str,
+    /// From the call's start to the failure.
+    pub after_ms: u64,
 }
 
 /// Writes an API's log lines; implemented by its generated crate.
@@ -64,6 +85,8 @@ pub trait LogLines: Send + Sync + fmt::Debug {
     fn attempt(&self, line: &AttemptLine<'_>);
     fn alert(&self, line: &AlertLine<'_>);
     fn retry_exhausted(&self, line: &ExhaustedLine<'_>);
+    /// A stream failed after its head.
+    fn stream_failed(&self, line: &StreamFailedLine<'_>);
     /// A breaker transition (`Opened`) and the state it leads to.
     fn breaker(&self, transition: &str, state: &str);
     /// A warm-up call after a close, and whether it succeeded.

@@ -449,6 +449,11 @@ pub struct TaxonomyRow {
     /// Index into [`Policy::retries`].
     pub retry: Option<usize>,
     pub feeds_breaker: bool,
+    /// A call that is not idempotent and ends here after its request may
+    /// have reached the server has an unknown outcome: the server may have
+    /// applied it (a 500 raised after the write, a gateway's 502/504 whose
+    /// upstream got the request). Never re-sent blindly; read the state first.
+    pub outcome_unknown: bool,
     pub alert: Option<&'static str>,
     /// Raise `alert` only outside the deploy-suspected window.
     pub alert_outside_deploy: bool,
@@ -462,6 +467,9 @@ pub struct TaxonomyRow {
     /// The German message of `class`, resolved by the generator (the same as
     /// [`Policy::message`], without a lookup on the error path).
     pub message: Option<&'static str>,
+    /// The German message instead of `message` when the outcome is unknown
+    /// (`outcome_unknown`): check the current state before trying again.
+    pub unknown_message: Option<&'static str>,
 }
 
 impl TaxonomyRow {

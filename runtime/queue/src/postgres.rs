@@ -39,6 +39,7 @@ struct Sql {
     list: String,
     depth: String,
     requeue: String,
+    rerun: String,
 }
 
 impl Sql {
@@ -75,6 +76,10 @@ impl Sql {
             requeue: format!(
                 "UPDATE {t} SET state = 'pending', not_before = NULL, updated_at = $1 \
                  WHERE key = $2 AND state = 'failed'"
+            ),
+            rerun: format!(
+                "UPDATE {t} SET state = 'pending', progress = $1, not_before = NULL, updated_at = $2 \
+                 WHERE key = $3 AND state = 'done'"
             ),
             depth: format!(
                 "SELECT kind, state, COUNT(*) FROM {t} WHERE state <> 'done' GROUP BY kind, state ORDER BY kind, state"
@@ -428,6 +433,23 @@ impl JobStore for PgStore {
         let stmt = client.prepare_cached(&self.sql.requeue).await.map_err(db)?;
         let changed = client
             .execute(&stmt, &[&to_ms(now), &key])
+            .await
+            .map_err(db)?;
+        Ok(changed == 1)
+    }
+
+    async fn rerun(
+        &self,
+        key: &str,
+        progress: &serde_json::Value,
+        now: SystemTime,
+    ) -> Result<bool, StoreError> {
+        let db = |e| StoreError::database("rerun", e);
+        let client = self.client("rerun").await?;
+        let stmt = client.prepare_cached(&self.sql.rerun).await.map_err(db)?;
+        let progress = progress.to_string();
+        let changed = client
+            .execute(&stmt, &[&progress, &to_ms(now), &key])
             .await
             .map_err(db)?;
         Ok(changed == 1)

@@ -422,6 +422,26 @@ impl JobStore for SqliteStore {
         })
         .await
     }
+
+    async fn rerun(
+        &self,
+        key: &str,
+        progress: &serde_json::Value,
+        now: SystemTime,
+    ) -> Result<bool, StoreError> {
+        let (key, now, progress) = (key.to_owned(), to_ms(now), payload_text(progress));
+        self.run("rerun", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx.execute(
+                "UPDATE jobs SET state = 'pending', progress = ?1, not_before = NULL, updated_at = ?2 \
+                 WHERE key = ?3 AND state = 'done'",
+                params![progress, now, key],
+            )?;
+            tx.commit()?;
+            Ok(changed == 1)
+        })
+        .await
+    }
 }
 
 fn depth_col<T: FromSql>(

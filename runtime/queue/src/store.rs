@@ -56,4 +56,13 @@ pub trait JobStore: Send + Sync + 'static {
     /// Make a `failed` job `pending` again, a person's decision (the UI's re-upload): its
     /// attempts, checkpoint and last error stay. `false` if the job is not failed.
     async fn requeue(&self, key: &str, now: SystemTime) -> Result<bool, StoreError>;
+    /// Make a `done` job `pending` again with `progress` as its checkpoint, a person's request
+    /// to run it again from the caller's own state (the platform lost what it made): its
+    /// attempts and last error stay. `false` if the job is not done.
+    async fn rerun(
+        &self,
+        key: &str,
+        progress: &serde_json::Value,
+        now: SystemTime,
+    ) -> Result<bool, StoreError>;
 }

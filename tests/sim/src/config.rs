@@ -82,6 +82,11 @@ pub struct SimConfig {
     pub unhandled_close_after: Duration,
     /// How long [`crate::Sim::stop`] waits for open connections before cutting them.
     pub shutdown_grace: Duration,
+    /// Operations this platform does not have (an `inferred` route the real
+    /// one may lack, such as `conversion_of`): answered as Starlette answers
+    /// an unknown route, `404 {"detail": "Not Found"}` (405 where another
+    /// route has the path).
+    pub without_routes: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -112,6 +117,7 @@ impl Default for SimConfig {
             keep_alive_timeout: Duration::from_secs(5),
             unhandled_close_after: Duration::from_millis(50),
             shutdown_grace: Duration::from_secs(2),
+            without_routes: Vec::new(),
         }
     }
 }
@@ -143,6 +149,13 @@ impl SimConfig {
             cold_start: s(base.cold_start),
             ..base
         }
+    }
+
+    /// The same platform without the route of `operation` (see
+    /// [`SimConfig::without_routes`]).
+    pub fn without_route(mut self, operation: &str) -> Self {
+        self.without_routes.push(operation.to_owned());
+        self
     }
 
     /// The same configuration on a fixed port.

@@ -284,6 +284,20 @@ impl Sim {
         })
     }
 
+    /// The platform loses a document after the fact (a purge, an operator's
+    /// cleanup): the document and the points of its chunks (`<doc>-…` ids)
+    /// are gone; its conversions stay. Whether it had the document.
+    pub fn lose_document(&self, tenant: &str, kb: &str, document: &str) -> bool {
+        self.platform(|p| {
+            let Some(k) = p.tenants.get_mut(tenant).and_then(|t| t.kbs.get_mut(kb)) else {
+                return false;
+            };
+            let prefix = format!("{document}-");
+            k.points.retain(|id, _| !id.starts_with(&prefix));
+            k.documents.remove(document).is_some()
+        })
+    }
+
     /// Point ids stored in a tenant's knowledge base.
     pub fn points(&self, tenant: &str, kb: &str) -> Vec<String> {
         self.platform(|p| {

@@ -139,7 +139,11 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let close = parts.extensions.get::<CloseConn>().cloned();
-    let resolved = resolve(&parts.method, parts.uri.path());
+    let resolved = resolve_without(
+        &parts.method,
+        parts.uri.path(),
+        &shared.config.without_routes,
+    );
     let seq = shared.log.push(LoggedRequest {
         seq: 0,
         connection: parts.extensions.get::<ConnId>().map_or(0, |c| c.0),
@@ -437,9 +441,21 @@ async fn cut_mid_body(response: Response) -> Response {
 pub(crate) type Resolved = Result<(&'static Endpoint, Vec<(&'static str, String)>), Response>;
 
 /// The route of a method and path, from the generated client's table.
+#[cfg(test)]
 pub(crate) fn resolve(method: &Method, path: &str) -> Resolved {
+    resolve_without(method, path, &[])
+}
+
+/// [`resolve`] on a platform that lacks the routes named in `absent`
+/// ([`crate::SimConfig::without_routes`]): they answer as Starlette answers
+/// a path it has no route for (`{"detail": "Not Found"}`), or a method it
+/// has none for on a known path (405).
+pub(crate) fn resolve_without(method: &Method, path: &str, absent: &[String]) -> Resolved {
     let mut path_matched = false;
     for endpoint in ENDPOINTS.iter().copied() {
+        if absent.iter().any(|op| op == endpoint.operation) {
+            continue;
+        }
         let Some(params) = match_template(endpoint.path, path) else {
             continue;
         };

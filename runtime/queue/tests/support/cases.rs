@@ -682,3 +682,38 @@ pub async fn requeue_revives_only_a_failed_job(h: &impl Harness) {
         ["failed", "pending"]
     );
 }
+
+pub async fn rerun_revives_only_a_done_job_from_the_given_checkpoint(h: &impl Harness) {
+    let s = h.store();
+    submit_all(&*s, &[("done", "ingest"), ("failed", "ingest")]).await;
+    let claimed = claim(&*s, "w", &["ingest"], 2, 0).await;
+    assert_eq!(claimed, ["done", "failed"]);
+    s.checkpoint(
+        "done",
+        "w",
+        &serde_json::json!({"step": "last"}),
+        Duration::from_secs(60),
+        at(1),
+    )
+    .await
+    .unwrap();
+    s.finish("done", "w", Finish::Done, at(1)).await.unwrap();
+    s.finish("failed", "w", Finish::Failed(error("not_found")), at(1))
+        .await
+        .unwrap();
+
+    let start = serde_json::json!({"step": "first", "reconcile": true});
+    assert!(s.rerun("done", &start, at(2)).await.unwrap());
+    let again = get(&*s, "done").await;
+    assert_eq!(
+        (again.state, again.attempts, again.updated_at),
+        (JobState::Pending, 1, at(2))
+    );
+    assert_eq!(again.progress, start, "the checkpoint the caller gave");
+    assert!(
+        !s.rerun("failed", &start, at(2)).await.unwrap(),
+        "only a done job"
+    );
+    assert!(!s.rerun("missing", &start, at(2)).await.unwrap());
+    assert_eq!(claim(&*s, "w", &["ingest"], 5, 3).await, ["done"]);
+}

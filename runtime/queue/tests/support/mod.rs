@@ -184,6 +184,7 @@ macro_rules! suite {
             corrupt_rows_are_typed_errors,
             concurrent_claimers_never_share_a_job,
             requeue_revives_only_a_failed_job,
+            rerun_revives_only_a_done_job_from_the_given_checkpoint,
         );
     };
 }

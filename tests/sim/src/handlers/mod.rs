@@ -26,8 +26,8 @@ use graph::{get_entity, link, list_edges, upsert_edge, upsert_entity};
 use ingest::{conversion_of, conversion_result, convert, upsert_points};
 use ledger::{spend, totals};
 use workspaces::{
-    create_conversation, create_kb, get_settings, list_documents, list_kbs, put_settings,
-    upload_document,
+    conversation_messages, create_conversation, create_kb, get_settings, list_documents, list_kbs,
+    put_settings, upload_document,
 };
 
 type Answer = Result<Response, Response>;
@@ -46,6 +46,7 @@ pub(crate) async fn dispatch(shared: &Arc<Shared>, ctx: Ctx) -> Response {
         "list_documents" => with(shared, |p| list_documents(p, &ctx)),
         "upload_document" => with(shared, |p| upload_document(shared, p, &ctx)),
         "create_conversation" => with(shared, |p| create_conversation(p, &ctx)),
+        "conversation_messages" => with(shared, |p| conversation_messages(p, &ctx)),
         "get_settings" => with(shared, |p| get_settings(p, &ctx)),
         "put_settings" => with(shared, |p| put_settings(p, &ctx)),
         "search_rerank" => with(shared, |p| search_rerank(p, &ctx)),

@@ -175,6 +175,22 @@ pub(super) fn create_conversation(p: &mut Platform, ctx: &Ctx) -> Answer {
     Ok(json_status(201, &conversation))
 }
 
+/// The saved turns of a conversation, as the chat stream persisted them.
+pub(super) fn conversation_messages(p: &mut Platform, ctx: &Ctx) -> Answer {
+    let id = ctx.param("conversation_id");
+    let tenant = p.tenant(&ctx.tenant);
+    let conversation = tenant
+        .conversations
+        .get(id)
+        .ok_or_else(|| detail(404, format!("conversation '{id}' not found")))?;
+    let messages: Vec<Value> = conversation
+        .messages
+        .iter()
+        .map(|(role, content)| json!({ "role": role, "content": content }))
+        .collect();
+    Ok(json_status(200, &messages))
+}
+
 pub(super) fn get_settings(p: &mut Platform, ctx: &Ctx) -> Answer {
     let settings = p.tenant(&ctx.tenant).settings.clone();
     Ok(json_status(200, &settings.unwrap_or_else(|| json!({}))))
