@@ -35,6 +35,9 @@ pub struct ApiFile {
     /// Services whose every route must carry the workspace header.
     #[serde(default)]
     pub workspace_services: Option<WorkspaceServices>,
+    /// Services whose every route must carry the pipeline header.
+    #[serde(default)]
+    pub pipeline_services: Option<WorkspaceServices>,
 }
 
 /// The log lines' `tracing` target and the API's own field names.

@@ -1028,3 +1028,35 @@ fn an_enum_value_may_not_make_the_variant_self() {
         "{errors:#?}"
     );
 }
+
+#[test]
+fn every_route_of_a_pipeline_service_carries_the_pipeline_header() {
+    // §10.1: X-Pipeline-Id on every ai-gateway call; a route that forgets it is refused.
+    let file = "services/ai-gateway.yaml";
+    let line = line_of(file, "  complete:", 0);
+    let e = one(
+        broken(
+            file,
+            "    pipeline_id: true\n    source: \"§4.1",
+            "    source: \"§4.1",
+            0,
+        ),
+        file,
+        line,
+        "routes.complete.pipeline_id",
+    );
+    assert!(e.message.contains("pipeline_services"), "{e}");
+    // A service the list names must exist.
+    let e = one(
+        broken(
+            "api.yaml",
+            "services: [ai-gateway]",
+            "services: [ai-gateways]",
+            0,
+        ),
+        "api.yaml",
+        1,
+        "pipeline_services",
+    );
+    assert!(e.message.contains("ai-gateways"), "{e}");
+}
