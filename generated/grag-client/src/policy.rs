@@ -1323,7 +1323,10 @@ pub static POLICY: Policy = Policy {
     ],
     alerts: AlertNames {
         retry_exhausted: "retry_exhausted",
-        retry_exhausted_rate: None,
+        retry_exhausted_rate: Some(AlertRate {
+            at_least: 10,
+            within: ::std::time::Duration::from_secs(300),
+        }),
     },
     replay: Some(ReplayPolicy {
         budget: budget::INGEST,
