@@ -171,6 +171,10 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
         .find(|l| l["message"] == "alert")
         .expect("the 422 raises contract_drift");
     assert_eq!(alert["alert"], "contract_drift");
+    assert_eq!(
+        alert["severity"], "page",
+        "the default sink logs the severity"
+    );
     assert!(alert["detail_len"].as_u64().unwrap() > 0);
 }
 

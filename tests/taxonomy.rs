@@ -1279,3 +1279,45 @@ async fn an_elevated_rate_of_exhausted_calls_raises_one_alert_per_window() {
         "{alerts:?}"
     );
 }
+
+#[tokio::test]
+async fn an_alert_carries_its_severity_from_degradation_yaml_for_the_sink_to_route() {
+    // degradation.yaml: budget_exhausted pages, auth_outside_deploy goes to ops.
+    let env = Env::start().await;
+    env.sim.faults().push(Rule::new(Fault::Budget).on("score"));
+    env.sim.faults().push(
+        Rule::new(status(401, "Invalid API key"))
+            .on("list_kbs")
+            .once(),
+    );
+    env.grag
+        .groundedness()
+        .score(&score_request())
+        .await
+        .unwrap_err();
+    env.grag.workspaces().list_kbs().await.unwrap_err();
+    let raised: Vec<(&str, &str)> = env
+        .alerts
+        .taken()
+        .iter()
+        .map(|a| (a.name, a.severity))
+        .collect();
+    assert_eq!(
+        raised,
+        [("budget_exhausted", "page"), ("auth_outside_deploy", "ops")]
+    );
+    // Every alert of the spec has one, the runtime's own included.
+    let policy = &grag_client::policy::POLICY;
+    for (alert, severity) in [
+        ("breaker_open_long", "page"),
+        ("contract_drift", "page"),
+        ("client_contract", "page"),
+        ("admin_gate", "ops"),
+        ("replay_failures", "ops"),
+        ("sse_fallbacks_sustained", "ops"),
+        ("retry_exhausted", "ops"),
+    ] {
+        assert_eq!(policy.severity(alert), Some(severity), "{alert}");
+    }
+    assert_eq!(policy.alerts.severities.len(), 9);
+}

@@ -241,9 +241,26 @@ impl Client {
     }
 
     /// Sends `alert` to this client's sink: a layer on top (the replay queue)
-    /// raises its alerts where the client's go.
-    pub fn alert(&self, alert: crate::alerts::Alert) {
+    /// raises its alerts where the client's go. Its severity is the policy's
+    /// for its name, whatever the caller set.
+    pub fn alert(&self, mut alert: crate::alerts::Alert) {
+        if let Some(severity) = self.shared.policy.severity(alert.name) {
+            alert.severity = severity;
+        }
         self.shared.alerts.alert(alert);
+    }
+
+    /// An alert named `name` with its severity from the policy and nothing
+    /// else set: `Alert { detail, ..client.alert_of(name) }`.
+    pub fn alert_of(&self, name: &'static str) -> crate::alerts::Alert {
+        crate::alerts::Alert {
+            name,
+            severity: self.shared.policy.severity(name).unwrap_or_default(),
+            endpoint: None,
+            row: None,
+            detail: None,
+            request_id: None,
+        }
     }
 
     /// Every metric of §10.3 in the Prometheus text format.
@@ -269,14 +286,12 @@ impl Client {
         let seen = self.shared.buffered_streams.fetch_add(1, Ordering::Relaxed) + 1;
         if seen >= rule.confirm_after && !self.shared.proxy_buffering.swap(true, Ordering::Relaxed)
         {
-            self.shared.alerts.alert(crate::alerts::Alert {
-                name: rule.alert,
+            self.alert(crate::alerts::Alert {
                 endpoint: Some(endpoint.operation),
-                row: None,
                 detail: Some(format!(
                     "a proxy buffers event streams: {seen} arrived in one burst at their end; jobs are followed by polling from now on"
                 )),
-                request_id: None,
+                ..self.alert_of(rule.alert)
             });
         }
     }

@@ -495,12 +495,12 @@ impl Client {
 
     /// [`Client::raise`] with a detail of the alert's own.
     pub(crate) fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
-        self.shared.alerts.alert(Alert {
-            name,
+        self.alert(Alert {
             endpoint: Some(error.endpoint()),
             row: Some(error.row()),
             detail,
             request_id: error.request_id().map(str::to_owned),
+            ..self.alert_of(name)
         });
     }
 

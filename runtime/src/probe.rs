@@ -141,15 +141,12 @@ impl Client {
         if self.breaker().take_open_alert(now)
             && let Some(b) = &self.shared.policy.breaker
         {
-            self.shared.alerts.alert(Alert {
-                name: b.open_alert,
-                endpoint: None,
-                row: None,
+            self.alert(Alert {
                 detail: Some(format!(
                     "the breaker has been open longer than {} s",
                     b.alert_after.as_secs()
                 )),
-                request_id: None,
+                ..self.alert_of(b.open_alert)
             });
         }
     }

@@ -261,6 +261,10 @@ pub static POLICY: Policy = Policy {
     alerts: AlertNames {
         retry_exhausted: "retry_exhausted",
         retry_exhausted_rate: None,
+        severities: &[AlertSeverity {
+            alert: "retry_exhausted",
+            severity: "ops",
+        }],
     },
     limits: Limits {
         error_body: 64 << 10,

@@ -76,6 +76,7 @@ impl LogLines for Lines {{
         tracing::warn!(
             target: "{alert}",
             alert = line.alert,
+            severity = line.severity,
             endpoint = line.endpoint,
             row = line.row,
             detail_len = line.detail_len,

@@ -336,6 +336,10 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let (at_least, within) = (int(at_least), duration(within));
         quote!(AlertRate { at_least: #at_least, within: #within })
     });
+    let severities = model.alerts.iter().map(|a| {
+        let (alert, severity) = (&a.name, &a.severity);
+        quote!(AlertSeverity { alert: #alert, severity: #severity })
+    });
     let module_doc = inner_doc(&format!(
         "The {} policy as data, lowered from `spec/{api}/`. The runtime executes it; nothing here is code.",
         model.api.title
@@ -445,6 +449,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             alerts: AlertNames {
                 retry_exhausted: #retry_alert,
                 retry_exhausted_rate: #retry_rate,
+                severities: &[#(#severities),*],
             },
             replay: #replay,
         };

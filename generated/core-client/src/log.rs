@@ -46,6 +46,7 @@ impl LogLines for Lines {
         tracing::warn!(
             target: "core_client::alert",
             alert = line.alert,
+            severity = line.severity,
             endpoint = line.endpoint,
             row = line.row,
             detail_len = line.detail_len,

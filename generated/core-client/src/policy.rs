@@ -395,6 +395,16 @@ pub static POLICY: Policy = Policy {
             at_least: 5,
             within: ::std::time::Duration::from_secs(300),
         }),
+        severities: &[
+            AlertSeverity {
+                alert: "retry_exhausted",
+                severity: "ops",
+            },
+            AlertSeverity {
+                alert: "contract_drift",
+                severity: "page",
+            },
+        ],
     },
     replay: None,
 };

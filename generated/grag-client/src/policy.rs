@@ -1327,6 +1327,44 @@ pub static POLICY: Policy = Policy {
             at_least: 10,
             within: ::std::time::Duration::from_secs(300),
         }),
+        severities: &[
+            AlertSeverity {
+                alert: "breaker_open_long",
+                severity: "page",
+            },
+            AlertSeverity {
+                alert: "budget_exhausted",
+                severity: "page",
+            },
+            AlertSeverity {
+                alert: "contract_drift",
+                severity: "page",
+            },
+            AlertSeverity {
+                alert: "auth_outside_deploy",
+                severity: "ops",
+            },
+            AlertSeverity {
+                alert: "admin_gate",
+                severity: "ops",
+            },
+            AlertSeverity {
+                alert: "client_contract",
+                severity: "page",
+            },
+            AlertSeverity {
+                alert: "replay_failures",
+                severity: "ops",
+            },
+            AlertSeverity {
+                alert: "sse_fallbacks_sustained",
+                severity: "ops",
+            },
+            AlertSeverity {
+                alert: "retry_exhausted",
+                severity: "ops",
+            },
+        ],
     },
     replay: Some(ReplayPolicy {
         budget: budget::INGEST,

@@ -310,12 +310,13 @@ impl Jobs {
     }
 
     fn failed_alert(&self, job: &Job, e: Option<&grag_client::Error>, why: &str) {
-        self.inner.grag.runtime().alert(Alert {
-            name: self.inner.policy.failure_alert,
+        let runtime = self.inner.grag.runtime();
+        runtime.alert(Alert {
             endpoint: e.map(|e| e.endpoint()),
             row: e.map(|e| e.row()),
             detail: Some(format!("job {} failed: {why}", job.key)),
             request_id: e.and_then(|e| e.request_id()).map(str::to_owned),
+            ..runtime.alert_of(self.inner.policy.failure_alert)
         });
     }
 }

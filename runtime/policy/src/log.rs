@@ -39,6 +39,8 @@ pub struct AttemptLine<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct AlertLine<'a> {
     pub alert: &'a str,
+    /// `page`, `ops`: the spec's severity of the alert.
+    pub severity: &'a str,
     pub endpoint: Option<&'a str>,
     pub row: Option<&'a str>,
     pub detail_len: usize,

@@ -124,6 +124,17 @@ pub struct AlertNames {
     /// is elevated, at least this many within this long (the Core policy:
     /// "alert on elevated retry-exhaustion rates").
     pub retry_exhausted_rate: Option<AlertRate>,
+    /// Every alert of the spec (degradation.yaml `alerts`) with its severity:
+    /// what a sink routes on.
+    pub severities: &'static [AlertSeverity],
+}
+
+/// An alert's severity (degradation.yaml `alerts.<name>.severity`, one of its
+/// `severities`: `page`, `ops`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlertSeverity {
+    pub alert: &'static str,
+    pub severity: &'static str,
 }
 
 /// "Elevated": at least `at_least` events within a rolling `within`.
@@ -618,6 +629,15 @@ impl Policy {
             .iter()
             .find(|s| s.state == state)
             .and_then(|s| s.copy)
+    }
+
+    /// The severity of the alert `name` (`page`, `ops`), if the spec has the alert.
+    pub fn severity(&self, name: &str) -> Option<&'static str> {
+        self.alerts
+            .severities
+            .iter()
+            .find(|a| a.alert == name)
+            .map(|a| a.severity)
     }
 
     /// A budget by name.
