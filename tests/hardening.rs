@@ -426,6 +426,42 @@ fn no_override_may_change_the_scope_headers_or_the_reserved_tenants() {
     assert!(Grag::with_policy(Config::new("http://127.0.0.1:9", "key", tenant()), fast()).is_ok());
 }
 
+#[tokio::test]
+async fn a_copy_of_the_policy_without_its_reserved_tenants_still_refuses_default() {
+    // §3: `default` would be served silently. The spec's reserved list is the
+    // floor of every copy of its policy, also through the runtime's own
+    // constructor, which takes any policy.
+    let server = Recorder::start(|_| json!([]).to_string().into_response()).await;
+    let mut open = POLICY.clone();
+    open.ids.reserved_tenants = &[];
+    let open: &'static Policy = Box::leak(Box::new(open));
+    for reserved in ["default", "system", "canary"] {
+        let tenant = sdk_runtime::Id::parse(&open.ids, sdk_runtime::IdKind::Tenant, reserved)
+            .expect("the copy's rules accept it");
+        let config = sdk_runtime::ClientConfig::new(server.url(), "key", tenant);
+        let built = sdk_runtime::Client::new(open, config);
+        assert!(
+            matches!(&built, Err(ConfigError::Override(what)) if what.contains("reserved tenants")),
+            "{reserved}: {:?}",
+            built.err()
+        );
+    }
+    // Scaling keeps the floor, and a copy that reserves more is fine.
+    assert_eq!(fast().reserved_floor, POLICY.ids.reserved_tenants);
+    let mut more = POLICY.clone();
+    more.ids.reserved_tenants = &["default", "system", "canary", "knoll-old"];
+    let more: &'static Policy = Box::leak(Box::new(more));
+    let tenant = sdk_runtime::Id::parse(&more.ids, sdk_runtime::IdKind::Tenant, "knoll").unwrap();
+    let config = sdk_runtime::ClientConfig::new(server.url(), "key", tenant);
+    let client = sdk_runtime::Client::new(more, config).expect("a stricter copy is accepted");
+    client
+        .send(Call::new(&grag_client::workspaces::LIST_KBS))
+        .await
+        .expect("knoll is no reserved tenant");
+    let seen = server.stop().await;
+    assert_eq!(seen.len(), 1, "only the stricter client sent");
+}
+
 // ---- 8. the route's retry class bounds the row's -----------------------------------------
 
 /// A port nothing listens on: every connection is refused.

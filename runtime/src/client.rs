@@ -115,6 +115,17 @@ impl Client {
         if config.tenant.kind() != IdKind::Tenant {
             return Err(ConfigError::NotATenant(kind_name(config.tenant.kind())));
         }
+        // The spec's reserved tenants are a floor, not an option: a copy of
+        // the policy that dropped one is refused, whoever built the client.
+        if policy
+            .reserved_floor
+            .iter()
+            .any(|t| !policy.ids.reserved_tenants.contains(t))
+        {
+            return Err(ConfigError::Override(
+                "the reserved tenants (the spec's are the floor of every copy of its policy)",
+            ));
+        }
         // The tenant may have been parsed under other rules: check this policy's.
         Id::parse(&policy.ids, IdKind::Tenant, config.tenant.as_str())
             .map_err(ConfigError::Tenant)?;

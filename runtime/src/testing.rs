@@ -137,6 +137,7 @@ pub static POLICY: Policy = Policy {
         opaque: &[],
         opaque_max_len: 256,
     },
+    reserved_floor: &[],
     timeouts: &[TimeoutClass {
         name: "default",
         per_attempt: Duration::from_secs(30),

@@ -399,6 +399,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 opaque: &[#(#opaque),*],
                 opaque_max_len: #opaque_max_len,
             },
+            reserved_floor: &[#(#reserved),*],
             limits: Limits {
                 error_body: #error_body,
                 detail: #detail,

@@ -109,6 +109,7 @@ pub static POLICY: Policy = Policy {
         opaque: &["SessionId", "FindingId"],
         opaque_max_len: 128,
     },
+    reserved_floor: &["default", "system"],
     limits: Limits {
         error_body: 65536,
         detail: 1024,

@@ -233,6 +233,7 @@ pub static POLICY: Policy = Policy {
         opaque: &["JobId", "ConversionId", "SessionId"],
         opaque_max_len: 256,
     },
+    reserved_floor: &["default", "system", "canary"],
     limits: Limits {
         error_body: 65536,
         detail: 1024,

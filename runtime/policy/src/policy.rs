@@ -15,6 +15,12 @@ pub struct Policy {
     pub api: &'static str,
     pub headers: HeaderNames,
     pub ids: IdRules,
+    /// The spec's reserved tenants: the floor of every policy made from this
+    /// one. A clone, [`Policy::scaled`] or an override keeps it, so a copy
+    /// whose `ids.reserved_tenants` lost one is refused by the client, on
+    /// every construction path, instead of sending that tenant (GRAG §3:
+    /// `default` would be served silently).
+    pub reserved_floor: &'static [&'static str],
     pub timeouts: &'static [TimeoutClass],
     /// Overall deadline of an interactive operation, retries included.
     pub deadline: Duration,
