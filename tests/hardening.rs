@@ -338,6 +338,66 @@ fn a_breaker_opened_on_a_runtime_that_is_gone_still_heals() {
     serve.block_on(server.stop());
 }
 
+#[test]
+fn a_breaker_whose_probe_loop_dies_with_every_call_still_closes_on_a_healthy_platform() {
+    // A runtime per call (a sync caller's `block_on`): a probe loop spawned by
+    // a refused call dies with that call's runtime, so only the calls
+    // themselves can probe. They do, on the policy's schedule (two healthy
+    // probes an interval apart, then the canary): Open ends by itself.
+    let healthy = Arc::new(AtomicBool::new(false));
+    let flag = healthy.clone();
+    let serve = tokio::runtime::Runtime::new().unwrap();
+    let server = serve.block_on(Recorder::start(move |_| {
+        if flag.load(Ordering::SeqCst) {
+            json!([]).to_string().into_response()
+        } else {
+            answer(502, &[], "bad gateway")
+        }
+    }));
+    let grag = client_with(&server.url(), fast(), Arc::new(CollectAlerts::default()));
+    let block_on = |grag: &Grag| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let ok = rt.block_on(grag.workspaces().list_kbs()).is_ok();
+        drop(rt);
+        ok
+    };
+    let job = JobId::parse("job-1").unwrap();
+    let opener = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    opener.block_on(async {
+        let _ = grag.workspaces().list_kbs().await;
+        let _ = grag.workspaces().get_settings().await;
+        let _ = grag.bff().pipeline_status(&job).await;
+    });
+    drop(opener);
+    assert_eq!(grag.runtime().circuit_state(), CircuitState::Open);
+    healthy.store(true, Ordering::SeqCst);
+    let mut refused = 0;
+    let healed = (0..400).any(|_| {
+        if block_on(&grag) {
+            return true;
+        }
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(10));
+        false
+    });
+    assert!(
+        healed,
+        "the breaker stayed open against a healthy platform ({refused} calls refused)"
+    );
+    assert_eq!(grag.runtime().circuit_state(), CircuitState::Closed);
+    let seen = serve.block_on(server.stop());
+    assert!(
+        seen.iter().filter(|r| r.path.ends_with("/health")).count() >= 2,
+        "the calls probed /health"
+    );
+}
+
 // ---- 6. configuration that can never work --------------------------------------------
 
 #[test]

@@ -132,7 +132,11 @@ impl Client {
         loop {
             run.attempt += 1;
             let now = Instant::now();
-            let admission = self.breaker().admit(now, false);
+            let mut admission = self.breaker().admit(now, false);
+            // A breaker no live loop probes is probed by the call itself.
+            if matches!(admission, Admission::Rejected(_)) && self.catch_up().await {
+                admission = self.breaker().admit(Instant::now(), false);
+            }
             let generation = match admission {
                 Admission::Allowed(g) | Admission::Canary(g) => g,
                 Admission::Rejected(_) => {
