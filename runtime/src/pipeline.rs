@@ -166,6 +166,7 @@ impl Client {
             let budget = policy.timeouts[timeout].budget(deploy);
             let attempt_deadline = clock::after(attempt_started, budget).min(run.deadline);
             let request = self.request(call, path, &request_id);
+            telemetry::sent(self, call, &request_id, run.attempt);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(&self.shared.pool, request, stream, limits);
             let (result, response) =
@@ -228,10 +229,16 @@ impl Client {
             }
             let answered = success_status
                 || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some());
+            // The ID the platform's logs know the request by: its echo, else ours.
+            let echoed = match &result {
+                Attempt::Answer { echoed_id, .. } => echoed_id.clone(),
+                _ => None,
+            };
             let log = AttemptLog {
                 client: self,
                 call,
                 request_id: &request_id,
+                echoed_id: echoed.as_deref(),
                 status,
                 row,
                 attempt: run.attempt,
@@ -241,13 +248,7 @@ impl Client {
             // 2xx, and the rows that are answers rather than errors (409 on a
             // create route, 409 still-processing on a poll route).
             if answered {
-                let Attempt::Answer {
-                    status,
-                    echoed_id,
-                    body,
-                    ..
-                } = result
-                else {
+                let Attempt::Answer { status, body, .. } = result else {
                     unreachable!("an answer has a status");
                 };
                 self.memory().record_success(endpoint);
@@ -258,7 +259,7 @@ impl Client {
                     started: run.started,
                     retried: run.attempt > 1,
                 };
-                let request_id = echoed_id.unwrap_or(request_id);
+                let request_id = echoed.unwrap_or(request_id);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
                 let stream = response.map(|r| (r, permit.detach()));
                 return Ok(Opened { reply, stream });
@@ -293,11 +294,12 @@ impl Client {
             // No answer to a write that may have arrived: the caller must look first.
             let unknown =
                 !endpoint.idempotent && maybe_sent && matches!(result, Attempt::Failed { .. });
+            let joined_id = echoed.as_ref().unwrap_or(&request_id);
             let final_error = |detail: Option<String>| {
                 self.error(kind, row, call)
                     .with_outcome_unknown(unknown)
                     .with_attempts(run.attempt)
-                    .with_request_id(request_id.clone())
+                    .with_request_id(joined_id.clone())
                     .with_status_opt(status, detail)
             };
             let attempted = Attempted {

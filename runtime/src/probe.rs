@@ -171,18 +171,25 @@ impl Client {
         let request_id = uuid::Uuid::new_v4().to_string();
         let started = Instant::now();
         let request = self.request(&call, &path, &request_id);
+        telemetry::sent(self, &call, &request_id, 1);
         let limits = Limits::of(self.shared.policy, endpoint);
         let result =
             tokio::time::timeout(timeout, perform(&self.shared.pool, request, false, limits)).await;
-        let status = match result {
-            Ok((Attempt::Answer { status, .. }, _)) => Some(status),
-            _ => None,
+        let (status, echoed) = match result {
+            Ok((
+                Attempt::Answer {
+                    status, echoed_id, ..
+                },
+                _,
+            )) => (Some(status), echoed_id),
+            _ => (None, None),
         };
         telemetry::attempt(
             &AttemptLog {
                 client: self,
                 call: &call,
                 request_id: &request_id,
+                echoed_id: echoed.as_deref(),
                 status,
                 row: None,
                 attempt: 1,

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames};
+use crate::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames, SentLine};
 use crate::policy::*;
 use crate::{Endpoint, Method, Policy, ScopeNeed};
 
@@ -82,6 +82,7 @@ impl LogLines for Quiet {
     fn enabled(&self) -> bool {
         false
     }
+    fn sent(&self, _: &SentLine<'_>) {}
     fn attempt(&self, _: &AttemptLine<'_>) {}
     fn alert(&self, _: &AlertLine<'_>) {}
     fn retry_exhausted(&self, _: &ExhaustedLine<'_>) {}

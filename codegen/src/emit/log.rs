@@ -34,7 +34,7 @@ pub fn log_rs(model: &Model) -> String {
 //! breaker transitions and warm-ups on `{breaker}`, spent retries on `{retry}`.
 //! Never a body: only its length and sha256.
 
-use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines}};
+use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines, SentLine}};
 
 /// The lines, as the policy's `log_lines`.
 pub static LINES: Lines = Lines;
@@ -48,10 +48,25 @@ impl LogLines for Lines {{
         tracing::enabled!(target: "{target}", tracing::Level::INFO)
     }}
 
+    fn sent(&self, line: &SentLine<'_>) {{
+        tracing::info!(
+            target: "{target}",
+            request_id = line.request_id,
+            tenant = line.tenant,
+            pipeline_id = line.pipeline_id,
+            operation = line.operation,
+            method = line.method,
+            path = line.path,
+            attempt = line.attempt,
+            "sent"
+        );
+    }}
+
     fn attempt(&self, line: &AttemptLine<'_>) {{
         tracing::info!(
             target: "{target}",
             request_id = line.request_id,
+            echoed_request_id = line.echoed_request_id,
             tenant = line.tenant,
             {workspace} = line.workspace,
 {path_fields}            pipeline_id = line.pipeline_id,

@@ -3,7 +3,7 @@
 //! breaker transitions and warm-ups on `core_client::breaker`, spent retries on `core_client::retry`.
 //! Never a body: only its length and sha256.
 
-use sdk_runtime::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines};
+use sdk_runtime::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, SentLine};
 
 /// The lines, as the policy's `log_lines`.
 pub static LINES: Lines = Lines;
@@ -17,10 +17,25 @@ impl LogLines for Lines {
         tracing::enabled!(target: "core_client", tracing::Level::INFO)
     }
 
+    fn sent(&self, line: &SentLine<'_>) {
+        tracing::info!(
+            target: "core_client",
+            request_id = line.request_id,
+            tenant = line.tenant,
+            pipeline_id = line.pipeline_id,
+            operation = line.operation,
+            method = line.method,
+            path = line.path,
+            attempt = line.attempt,
+            "sent"
+        );
+    }
+
     fn attempt(&self, line: &AttemptLine<'_>) {
         tracing::info!(
             target: "core_client",
             request_id = line.request_id,
+            echoed_request_id = line.echoed_request_id,
             tenant = line.tenant,
             workspace_id = line.workspace,
             session_id = line.path_values.first().copied().flatten(),
