@@ -336,7 +336,11 @@ async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo()
         .await
         .unwrap_err();
     assert_eq!(e.row(), "T15", "{e}");
-    assert_eq!(e.request_id(), Some("gw-4711"), "the echo joins GRAG's logs");
+    assert_eq!(
+        e.request_id(),
+        Some("gw-4711"),
+        "the echo joins GRAG's logs"
+    );
     run.workspaces().list_kbs().await.unwrap();
     let seen = server.stop().await;
     assert_eq!(seen.len(), 2);
@@ -371,4 +375,67 @@ async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo()
         seen[0].header_values("x-pipeline-id"),
         ["gutachten-a-042-run-7"]
     );
+}
+
+/// Policy §10.1: a successful typed call's request ID reaches the caller (for
+/// `ai_runs.refs`) through a handle on the client, while the method returns
+/// its plain value; failures are noted too, and a client without the handle
+/// notes nothing.
+#[tokio::test]
+async fn a_handle_on_the_client_collects_the_request_ids_of_its_calls() {
+    use grag_client::{RequestRef, RequestRefs};
+
+    let server = Recorder::start(|r| {
+        if r.path.ends_with("/settings") {
+            let mut response = axum::Json(json!({"detail": "field required"})).into_response();
+            *response.status_mut() = axum::http::StatusCode::UNPROCESSABLE_ENTITY;
+            response
+                .headers_mut()
+                .insert("x-request-id", "platform-2".parse().unwrap());
+            return response;
+        }
+        let mut response = json!([]).to_string().into_response();
+        response
+            .headers_mut()
+            .insert("x-request-id", "platform-1".parse().unwrap());
+        response
+    })
+    .await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let refs = RequestRefs::new();
+    let run = grag.noting_requests(&refs);
+    let kbs: Vec<_> = run.workspaces().list_kbs().await.unwrap();
+    assert!(kbs.is_empty());
+    assert_eq!(
+        refs.last(),
+        Some(RequestRef {
+            service: "workspaces",
+            operation: "list_kbs",
+            request_id: "platform-1".into(),
+            status: Some(200),
+            ok: true,
+        })
+    );
+    run.workspaces().get_settings().await.unwrap_err();
+    grag.workspaces().list_kbs().await.unwrap();
+    let noted = refs.take();
+    let ids: Vec<(&str, &str, bool)> = noted
+        .iter()
+        .map(|r| (r.operation, r.request_id.as_str(), r.ok))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("list_kbs", "platform-1", true),
+            ("get_settings", "platform-2", false)
+        ],
+        "the client without the handle noted nothing"
+    );
+    assert!(refs.take().is_empty(), "taken");
+    server.stop().await;
 }

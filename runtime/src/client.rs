@@ -77,6 +77,8 @@ pub struct Client {
     pub(crate) extra_budget: Option<usize>,
     /// A job queue's client: a wait the server asks for ends the call.
     pub(crate) defer_server_waits: bool,
+    /// Where the request ID of every call is noted, if the caller asked.
+    pub(crate) refs: Option<crate::RequestRefs>,
 }
 
 pub(crate) struct Shared {
@@ -164,6 +166,7 @@ impl Client {
             pipeline_id: None,
             extra_budget: None,
             defer_server_waits: false,
+            refs: None,
         })
     }
 
@@ -200,6 +203,16 @@ impl Client {
     pub fn with_pipeline_id(&self, pipeline_id: &Id) -> Client {
         Client {
             pipeline_id: Some(pipeline_id.as_str().into()),
+            ..self.clone()
+        }
+    }
+
+    /// The same client, noting the request ID of every call that reaches the
+    /// platform in `refs` (for `ai_runs.refs`): the typed methods return
+    /// what they always return, the IDs go to the handle.
+    pub fn noting_requests(&self, refs: &crate::RequestRefs) -> Client {
+        Client {
+            refs: Some(refs.clone()),
             ..self.clone()
         }
     }

@@ -260,6 +260,7 @@ impl Client {
                     retried: run.attempt > 1,
                 };
                 let request_id = echoed.unwrap_or(request_id);
+                self.note(endpoint, &request_id, Some(status), true);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
                 let stream = response.map(|r| (r, permit.detach()));
                 return Ok(Opened { reply, stream });
@@ -482,6 +483,19 @@ impl Client {
         self.raise(name, error);
     }
 
+    /// Notes a call that reached the platform in the caller's handle, if any.
+    fn note(&self, endpoint: &Endpoint, request_id: &str, status: Option<u16>, ok: bool) {
+        if let Some(refs) = &self.refs {
+            refs.note(crate::RequestRef {
+                service: endpoint.service,
+                operation: endpoint.operation,
+                request_id: request_id.to_owned(),
+                status,
+                ok,
+            });
+        }
+    }
+
     /// Counts one finished call in the metrics.
     pub(crate) fn count_call(
         &self,
@@ -666,6 +680,9 @@ impl Run<'_, '_> {
     /// when their rate is elevated, as the policy says.
     fn fail(&mut self, error: Error, exhausted: bool) -> Error {
         let client = self.client;
+        if let Some(id) = error.request_id() {
+            client.note(self.call.endpoint, id, error.status(), false);
+        }
         if exhausted && self.attempt > 1 {
             client.exhausted(&error);
         }

@@ -303,5 +303,6 @@ fn upgrade(shared: &Weak<Shared>) -> Option<Client> {
         pipeline_id: None,
         extra_budget: None,
         defer_server_waits: false,
+        refs: None,
     })
 }
