@@ -292,3 +292,38 @@ pub static POLICY: Policy = Policy {
     fresh_after: &[],
     replay: None,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::POLICY;
+
+    /// The fixture's stream and polling numbers are GRAG's (§6, §8): read from
+    /// `spec/grag` here, so the fixture cannot drift from the spec unnoticed.
+    #[test]
+    fn the_fixture_streams_and_polling_are_the_grag_specs() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/grag");
+        let files = sdk_codegen::load::read_dir(&root).expect("spec/grag reads");
+        let model = sdk_codegen::model(&files).expect("spec/grag is valid");
+        for (fixture, spec) in [("jobs", "orchestrator"), ("chat", "chat")] {
+            let ours = POLICY.streams.iter().find(|s| s.name == fixture).unwrap();
+            let theirs = model.streams.iter().find(|s| s.name == spec).unwrap();
+            assert_eq!(ours.watchdog, theirs.watchdog, "{fixture}: watchdog");
+            assert_eq!(ours.keepalive, theirs.keepalive, "{fixture}: keepalive");
+            assert_eq!(ours.ceiling, theirs.ceiling, "{fixture}: ceiling");
+            assert_eq!(
+                ours.first_event,
+                theirs.first_event.as_deref(),
+                "{fixture}: first event"
+            );
+            assert_eq!(ours.resend, theirs.resend, "{fixture}: resend");
+            assert_eq!(
+                ours.resync_after_reconnect, theirs.resync_after_reconnect,
+                "{fixture}: resync"
+            );
+        }
+        let polling = &POLICY.throttle.polling;
+        assert_eq!(polling.interval, model.throttle.polling_interval);
+        assert_eq!(polling.floor, model.throttle.polling_floor);
+        assert_eq!(polling.hot_factor, model.throttle.polling_hot_factor);
+    }
+}
