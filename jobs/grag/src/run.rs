@@ -266,7 +266,12 @@ impl Jobs {
                         )
                     }
                     Settle::Fail => {
-                        self.failed_alert(&job, Some(&e), e.class_name());
+                        // A first run's refusal is the job's own error (its row
+                        // alerts where the taxonomy says); a replay that fails
+                        // after the close is what `replay_failures` is for.
+                        if job.attempts > 1 {
+                            self.failed_alert(&job, Some(&e), e.class_name());
+                        }
                         (Finish::Failed(error), JobState::Failed)
                     }
                 }
