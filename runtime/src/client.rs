@@ -85,6 +85,9 @@ pub(crate) struct Shared {
     pub(crate) policy: &'static Policy,
     /// The policy's retry classes, with the configured attempts and step.
     pub(crate) retries: Box<[RetryClass]>,
+    /// The overall deadline: the policy's, or longer where the configured
+    /// retries need more ([`overall_deadline`]).
+    pub(crate) deadline: Duration,
     pub(crate) pool: Pool,
     pub(crate) base_url: String,
     /// `<scheme> <key>` (`Bearer`), built once and marked sensitive (never in a debug print).
@@ -134,12 +137,14 @@ impl Client {
         let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
+        let deadline = overall_deadline(policy, &retries);
         let pool = Pool::new(policy.pool_idle, policy.fresh_after)
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {
             shared: Arc::new(Shared {
                 policy,
                 retries,
+                deadline,
                 pool,
                 base_url,
                 authorization,
@@ -240,6 +245,12 @@ impl Client {
 
     pub fn policy(&self) -> &'static Policy {
         self.shared.policy
+    }
+
+    /// The overall deadline of this client's calls: the policy's, or longer
+    /// when its configured retries need more.
+    pub fn deadline(&self) -> Duration {
+        self.shared.deadline
     }
 
     pub fn tenant(&self) -> &Id {
@@ -415,6 +426,38 @@ fn configured_retries(
             })
         })
         .collect()
+}
+
+/// The overall deadline a client holds its calls to: the policy's, unless a
+/// configurable class's attempts need longer. Such a deadline is inferred
+/// from the attempts it must hold (Core: 65 s for the default 2 × 30 s and
+/// the 0.25 s wait), so it follows a configured `retry_attempts` and
+/// `retry_backoff`: every attempt of the slowest route of the class, at its
+/// whole timeout, and every wait between them fit. It never shrinks below
+/// the policy's, so the minimum rule of the retry knobs is the deadline's too.
+pub(crate) fn overall_deadline(policy: &Policy, retries: &[RetryClass]) -> Duration {
+    let mut deadline = policy.deadline;
+    for (index, class) in retries.iter().enumerate() {
+        let (Some(_), RetrySchedule::Linear { attempts, step }) =
+            (class.configurable, class.schedule)
+        else {
+            continue;
+        };
+        let slowest = policy
+            .routes
+            .iter()
+            .filter(|r| r.retry == index)
+            .filter_map(|r| policy.timeouts.get(r.timeout))
+            .map(|t| t.per_attempt.max(t.budget(true)))
+            .max()
+            .unwrap_or_default();
+        let waits: u32 = (1..attempts).sum();
+        let needed = slowest
+            .saturating_mul(attempts)
+            .saturating_add(step.saturating_mul(waits));
+        deadline = deadline.max(needed);
+    }
+    deadline
 }
 
 /// The key goes into a header on every keyed request: it must be a valid

@@ -101,7 +101,7 @@ impl Client {
             client: self,
             call,
             started,
-            deadline: clock::after(started, policy.deadline),
+            deadline: clock::after(started, self.shared.deadline),
             attempt: 0,
             previous: None,
             body_digest: None,
@@ -665,7 +665,7 @@ impl Run<'_, '_> {
             .with_attempts(self.attempt)
             .with_detail(format!(
                 "the {} s overall deadline ended the call, not the platform",
-                client.shared.policy.deadline.as_secs()
+                client.shared.deadline.as_secs()
             ));
         let error = match request_id {
             Some(id) => error.with_request_id(id),
