@@ -1321,3 +1321,43 @@ async fn an_alert_carries_its_severity_from_degradation_yaml_for_the_sink_to_rou
     }
     assert_eq!(policy.alerts.severities.len(), 9);
 }
+
+#[tokio::test]
+async fn t33_on_the_agent_relay_the_route_decides_a_503_is_the_agent_plane_dark() {
+    // §2: route + detail text decide an ambiguous 503; §6.3: on the agent
+    // session relay, 503 = agent plane dark, whatever the detail.
+    let env = Env::start().await;
+    let faults = env.sim.faults();
+    faults.push(Rule::new(status(503, "Service Unavailable")).on("agent_session_stream"));
+    faults.push(
+        Rule::new(status(503, "Service Unavailable"))
+            .on("get_settings")
+            .once(),
+    );
+    let session = grag_client::SessionId::parse("session-1").unwrap();
+    let e = env
+        .grag
+        .bff()
+        .agent_session_stream(&session)
+        .await
+        .err()
+        .expect("the opening is refused");
+    assert_eq!((e.row(), e.class_name()), ("T33", "feature_dark"), "{e}");
+    assert_eq!(e.attempts(), 1, "dark: not retried");
+    assert_eq!(env.count("agent_session_stream"), 1);
+    assert_eq!(env.feature("agents").0, "dark");
+    // Remembered: the next opening fails fast without a request.
+    let e = env
+        .grag
+        .bff()
+        .agent_session_stream(&session)
+        .await
+        .err()
+        .expect("the opening is refused");
+    assert_eq!(e.row(), "T33", "{e}");
+    assert_eq!(env.count("agent_session_stream"), 1, "nothing sent");
+    // Elsewhere the same answer is still ambiguous: retried once (T16).
+    env.grag.workspaces().get_settings().await.unwrap();
+    assert_eq!(env.count("get_settings"), 2, "T16 retries once");
+    assert_eq!(env.state(), CircuitState::Closed);
+}

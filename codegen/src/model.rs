@@ -276,6 +276,8 @@ pub struct Row {
     pub retry_after: Option<bool>,
     pub conflict: Option<Conflict>,
     pub keyless: Option<bool>,
+    /// Only these routes, when set.
+    pub routes: Option<Vec<RouteRef>>,
     pub class: String,
     pub retry: Option<usize>,
     pub feeds_breaker: bool,

@@ -516,6 +516,10 @@ pub struct Match {
     /// Matches only routes that present no key (`true`) or only those that do.
     #[serde(default)]
     pub keyless: Option<bool>,
+    /// Matches only these routes (`handle.route`): where the policy lets the
+    /// route decide (GRAG §2 "route + detail text", §6.3 the agent relay).
+    #[serde(default)]
+    pub routes: Option<Vec<Text>>,
 }
 
 /// `streams.yaml`: the SSE contracts.

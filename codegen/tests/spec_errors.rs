@@ -1060,3 +1060,21 @@ fn every_route_of_a_pipeline_service_carries_the_pipeline_header() {
     );
     assert!(e.message.contains("ai-gateways"), "{e}");
 }
+
+#[test]
+fn a_row_narrowed_to_routes_names_real_routes_and_does_not_close_a_gap() {
+    let file = "taxonomy.yaml";
+    let line = line_of(file, "routes: [bff.agent_session_stream]", 0);
+    let e = one(
+        broken(
+            file,
+            "routes: [bff.agent_session_stream]",
+            "routes: [bff.agent_sessions]",
+            0,
+        ),
+        file,
+        line,
+        "rows.T33.match.routes",
+    );
+    assert!(e.message.contains("names no route"), "{e}");
+}

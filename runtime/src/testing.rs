@@ -101,6 +101,7 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
             retry_after: None,
             conflict: None,
             keyless: None,
+            routes: None,
         },
         class,
         retry: Some(0),

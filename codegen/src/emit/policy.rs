@@ -142,6 +142,13 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         });
         let alert = option(r.alert.as_ref(), |a| quote!(#a));
         let keyless = option(r.keyless, |b| quote!(#b));
+        let routes = option(r.routes.as_ref(), |list| {
+            let routes = list.iter().map(|r| {
+                let (s, r) = model.route(*r);
+                endpoint_path(s, &r.name)
+            });
+            quote!(&[#(#routes),*])
+        });
         let message = option(model.messages.iter().find(|m| m.class == r.class), |m| {
             let copy = &m.copy;
             quote!(#copy)
@@ -156,6 +163,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                     retry_after: #retry_after,
                     conflict: #conflict,
                     keyless: #keyless,
+                    routes: #routes,
                 },
                 class: #class,
                 retry: #retry,

@@ -77,6 +77,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
             streams: !raw.streams.streams.is_empty(),
             jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
         },
+        &services,
     );
     let messages = cx.messages(&raw.degradation, &rows);
     cx.streams_bounded(&services, &throttle, &raw.services);

@@ -454,6 +454,8 @@ pub struct RowMatch {
     pub conflict: Option<Conflict>,
     /// `Some(true)`: only routes that present no key (an unauthenticated lane).
     pub keyless: Option<bool>,
+    /// Only these routes (the policy's own descriptors, compared by address).
+    pub routes: Option<&'static [&'static Endpoint]>,
 }
 
 /// One row of the error taxonomy.
