@@ -761,6 +761,7 @@ async fn a_full_deploy_churn_is_survived() {
         .await
         .unwrap_err();
     assert_eq!(e.row(), "T1", "{e}");
+    let e_first_attempts = e.attempts();
     let e = env.grag.workspaces().get_settings().await.unwrap_err();
     assert_eq!(e.row(), "T1", "{e}");
     let e = env
@@ -851,6 +852,14 @@ async fn a_full_deploy_churn_is_survived() {
             .any(|k| k.starts_with("grag_client_requests_total{")
                 && k.contains(r#"error_class="connection""#)),
         "{metrics:#?}"
+    );
+    // §5.1: a churn is routine. The calls it exhausted (the first T1 above
+    // used its three attempts) are logged, not alerted one by one.
+    assert_eq!(e_first_attempts, 3, "the churn exhausted a call");
+    assert!(
+        !env.alert_names().contains(&"retry_exhausted"),
+        "a routine churn paged per call: {:?}",
+        env.alert_names()
     );
 }
 

@@ -490,3 +490,35 @@ async fn the_core_metrics_carry_the_core_names_and_no_breaker_series() {
         "no breaker, no breaker metric: {text}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_inferred_deadline_follows_a_configured_retry_attempts() {
+    // The Core document sets no deadline; ours (65 s) fits the default two
+    // attempts. Configured for three, the third attempt keeps its whole 30 s:
+    // two timeouts, then an answer 20 s into the third (at 80.75 s).
+    let core = CoreSim::start([
+        Step::Hang(Duration::from_secs(60)),
+        Step::Hang(Duration::from_secs(60)),
+        Step::Hang(Duration::from_secs(20)),
+    ])
+    .await;
+    let client = core.client_with(|c| c.retry_attempts(3));
+    let deadline = client.runtime().deadline();
+    assert_eq!(
+        deadline,
+        Duration::from_secs(90) + Duration::from_millis(750),
+        "3 × 30 s + 0.25 s + 0.5 s"
+    );
+    let started = Instant::now();
+    let analysis = client.engine().analyse(&analyse()).await.unwrap();
+    assert_eq!(analysis.summary, "Tragwerk geprüft");
+    assert_eq!(core.paths().len(), 3);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(80) + Duration::from_millis(750)
+    );
+    // The default keeps the policy's 65 s; a fourth attempt and a longer step grow it.
+    assert_eq!(core.client().runtime().deadline(), Duration::from_secs(65));
+    let longer = core.client_with(|c| c.retry_attempts(4).retry_backoff(Duration::from_secs(1)));
+    assert_eq!(longer.runtime().deadline(), Duration::from_secs(4 * 30 + 6));
+}

@@ -338,6 +338,66 @@ fn a_breaker_opened_on_a_runtime_that_is_gone_still_heals() {
     serve.block_on(server.stop());
 }
 
+#[test]
+fn a_breaker_whose_probe_loop_dies_with_every_call_still_closes_on_a_healthy_platform() {
+    // A runtime per call (a sync caller's `block_on`): a probe loop spawned by
+    // a refused call dies with that call's runtime, so only the calls
+    // themselves can probe. They do, on the policy's schedule (two healthy
+    // probes an interval apart, then the canary): Open ends by itself.
+    let healthy = Arc::new(AtomicBool::new(false));
+    let flag = healthy.clone();
+    let serve = tokio::runtime::Runtime::new().unwrap();
+    let server = serve.block_on(Recorder::start(move |_| {
+        if flag.load(Ordering::SeqCst) {
+            json!([]).to_string().into_response()
+        } else {
+            answer(502, &[], "bad gateway")
+        }
+    }));
+    let grag = client_with(&server.url(), fast(), Arc::new(CollectAlerts::default()));
+    let block_on = |grag: &Grag| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let ok = rt.block_on(grag.workspaces().list_kbs()).is_ok();
+        drop(rt);
+        ok
+    };
+    let job = JobId::parse("job-1").unwrap();
+    let opener = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    opener.block_on(async {
+        let _ = grag.workspaces().list_kbs().await;
+        let _ = grag.workspaces().get_settings().await;
+        let _ = grag.bff().pipeline_status(&job).await;
+    });
+    drop(opener);
+    assert_eq!(grag.runtime().circuit_state(), CircuitState::Open);
+    healthy.store(true, Ordering::SeqCst);
+    let mut refused = 0;
+    let healed = (0..400).any(|_| {
+        if block_on(&grag) {
+            return true;
+        }
+        refused += 1;
+        std::thread::sleep(Duration::from_millis(10));
+        false
+    });
+    assert!(
+        healed,
+        "the breaker stayed open against a healthy platform ({refused} calls refused)"
+    );
+    assert_eq!(grag.runtime().circuit_state(), CircuitState::Closed);
+    let seen = serve.block_on(server.stop());
+    assert!(
+        seen.iter().filter(|r| r.path.ends_with("/health")).count() >= 2,
+        "the calls probed /health"
+    );
+}
+
 // ---- 6. configuration that can never work --------------------------------------------
 
 #[test]
@@ -424,6 +484,42 @@ fn no_override_may_change_the_scope_headers_or_the_reserved_tenants() {
     }
     // Compressed time changes no scope: it is accepted.
     assert!(Grag::with_policy(Config::new("http://127.0.0.1:9", "key", tenant()), fast()).is_ok());
+}
+
+#[tokio::test]
+async fn a_copy_of_the_policy_without_its_reserved_tenants_still_refuses_default() {
+    // §3: `default` would be served silently. The spec's reserved list is the
+    // floor of every copy of its policy, also through the runtime's own
+    // constructor, which takes any policy.
+    let server = Recorder::start(|_| json!([]).to_string().into_response()).await;
+    let mut open = POLICY.clone();
+    open.ids.reserved_tenants = &[];
+    let open: &'static Policy = Box::leak(Box::new(open));
+    for reserved in ["default", "system", "canary"] {
+        let tenant = sdk_runtime::Id::parse(&open.ids, sdk_runtime::IdKind::Tenant, reserved)
+            .expect("the copy's rules accept it");
+        let config = sdk_runtime::ClientConfig::new(server.url(), "key", tenant);
+        let built = sdk_runtime::Client::new(open, config);
+        assert!(
+            matches!(&built, Err(ConfigError::Override(what)) if what.contains("reserved tenants")),
+            "{reserved}: {:?}",
+            built.err()
+        );
+    }
+    // Scaling keeps the floor, and a copy that reserves more is fine.
+    assert_eq!(fast().reserved_floor, POLICY.ids.reserved_tenants);
+    let mut more = POLICY.clone();
+    more.ids.reserved_tenants = &["default", "system", "canary", "knoll-old"];
+    let more: &'static Policy = Box::leak(Box::new(more));
+    let tenant = sdk_runtime::Id::parse(&more.ids, sdk_runtime::IdKind::Tenant, "knoll").unwrap();
+    let config = sdk_runtime::ClientConfig::new(server.url(), "key", tenant);
+    let client = sdk_runtime::Client::new(more, config).expect("a stricter copy is accepted");
+    client
+        .send(Call::new(&grag_client::workspaces::LIST_KBS))
+        .await
+        .expect("knoll is no reserved tenant");
+    let seen = server.stop().await;
+    assert_eq!(seen.len(), 1, "only the stricter client sent");
 }
 
 // ---- 8. the route's retry class bounds the row's -----------------------------------------

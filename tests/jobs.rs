@@ -381,7 +381,12 @@ async fn a_write_the_platform_refuses_fails_and_keeps_its_error_for_the_ui() {
         failed[0].key,
         upload_key(&upload(1, 1)).replace(KB, "kb-missing")
     );
-    assert!(q.env.alert_names().contains(&"replay_failures"));
+    // Refused on its first run: the job's own error, not a replay failure.
+    assert!(
+        !q.env.alert_names().contains(&"replay_failures"),
+        "{:?}",
+        q.env.alert_names()
+    );
     assert!(
         q.jobs
             .metrics_text()
@@ -773,4 +778,54 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
 
     // Only a done job runs again this way; an unknown key is `None`.
     assert!(q.jobs.rerun("no-such-job").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_replay_that_fails_after_the_close_raises_replay_failures() {
+    // degradation.yaml `replay_failures`: a job that waited through an outage
+    // and fails when it is replayed after the breaker closed.
+    let q = Queue::start().await;
+    q.env.open_breaker().await;
+    let mut orphan = upload(1, 1);
+    orphan.kb = KbId::parse("kb-missing").unwrap();
+    let job = q.jobs.submit_upload(orphan).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert!(
+        q.env
+            .wait_for_state(CircuitState::Closed, Duration::from_secs(10))
+            .await
+    );
+    // Past the deploy-suspected window, a 404 is the job's, not the deploy's.
+    let later = q
+        .jobs
+        .clone()
+        .with_clock(|| SystemTime::now() + Duration::from_secs(3600));
+    tokio::time::sleep(
+        q.env
+            .grag
+            .runtime()
+            .policy()
+            .breaker
+            .as_ref()
+            .unwrap()
+            .deploy_suspected,
+    )
+    .await;
+    later.drain().await.unwrap();
+    let failed = q.jobs.job(&job.key).await.unwrap().unwrap();
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    let alerts = q.env.alerts.taken();
+    let raised: Vec<_> = alerts
+        .iter()
+        .filter(|a| a.name == "replay_failures")
+        .collect();
+    assert_eq!(raised.len(), 1, "{alerts:?}");
+    assert_eq!(raised[0].severity, "ops");
+    assert!(
+        raised[0]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains(&job.key)),
+        "{raised:?}"
+    );
 }

@@ -171,6 +171,10 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
         .find(|l| l["message"] == "alert")
         .expect("the 422 raises contract_drift");
     assert_eq!(alert["alert"], "contract_drift");
+    assert_eq!(
+        alert["severity"], "page",
+        "the default sink logs the severity"
+    );
     assert!(alert["detail_len"].as_u64().unwrap() > 0);
 }
 
@@ -345,4 +349,164 @@ async fn the_retry_exhaustion_line_carries_the_calls_context() {
     assert_eq!(grag_line["tenant"], "knoll");
     assert_eq!(grag_line["attempts"], 3);
     assert_eq!(grag_line["request_id"], e.request_id().unwrap());
+}
+
+/// Policy §10.1/§10.2: the request ID is logged when the request leaves and
+/// when its answer arrives, with the platform's echo beside it when the echo
+/// differs; the error then carries the echo (the ID the platform's logs know,
+/// for `grag_refs.last_error`). The attempt line has `retry_after_s` and the
+/// `pipeline_id` of a pipeline route.
+#[tokio::test]
+async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo() {
+    use grag_client::PipelineId;
+    use grag_client::types::SearchRequest;
+
+    let captured = Captured::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    let server = Recorder::start(|r| {
+        let mut response = if r.path.ends_with("/search/rerank") {
+            // WAL backpressure through a gateway that stamps its own ID.
+            let mut response =
+                axum::Json(json!({"detail": "write-ahead log is full"})).into_response();
+            *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+            let headers = response.headers_mut();
+            headers.insert("retry-after", "7".parse().unwrap());
+            headers.insert("x-request-id", "gw-4711".parse().unwrap());
+            response
+        } else {
+            json!([]).to_string().into_response()
+        };
+        // A platform that echoes what it got leaves the line without an echo field.
+        if let Some(sent) = r.header_values("x-request-id").first()
+            && !r.path.ends_with("/search/rerank")
+        {
+            response
+                .headers_mut()
+                .insert("x-request-id", sent.parse().unwrap());
+        }
+        response
+    })
+    .await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    // A job queue's client: the server's wait ends the call instead of being slept.
+    let run = grag
+        .with_pipeline_id(&PipelineId::parse("gutachten-a-042-run-7").unwrap())
+        .deferring_server_waits();
+    let query = SearchRequest {
+        query_text: "Brücke".into(),
+        top_k: 3,
+    };
+    let e = run
+        .ai_gateway()
+        .search_rerank(&KbId::parse("kb-1").unwrap(), &query)
+        .await
+        .unwrap_err();
+    assert_eq!(e.row(), "T15", "{e}");
+    assert_eq!(
+        e.request_id(),
+        Some("gw-4711"),
+        "the echo joins GRAG's logs"
+    );
+    run.workspaces().list_kbs().await.unwrap();
+    let seen = server.stop().await;
+    assert_eq!(seen.len(), 2);
+
+    let lines = captured.lines();
+    let of = |message: &str| -> Vec<&Value> {
+        lines.iter().filter(|l| l["message"] == message).collect()
+    };
+    let (sent, attempts) = (of("sent"), of("attempt"));
+    assert_eq!((sent.len(), attempts.len()), (2, 2), "{lines:#?}");
+    for ((sent, attempt), request) in sent.iter().zip(&attempts).zip(&seen) {
+        let ours = request.header_values("x-request-id")[0].clone();
+        assert_eq!(sent["request_id"], ours.as_str(), "{sent}");
+        assert_eq!(attempt["request_id"], ours.as_str(), "{attempt}");
+        assert_eq!(sent["operation"], attempt["operation"]);
+        assert_eq!(sent["attempt"], 1);
+    }
+    let (rerank, list) = (attempts[0], attempts[1]);
+    // The rerank: echo, Retry-After and the pipeline.
+    assert_eq!(rerank["status"], 503);
+    assert_eq!(rerank["echoed_request_id"], "gw-4711", "{rerank}");
+    assert_eq!(rerank["retry_after_s"], 7, "{rerank}");
+    assert_eq!(rerank["pipeline_id"], "gutachten-a-042-run-7", "{rerank}");
+    assert_eq!(sent[0]["pipeline_id"], "gutachten-a-042-run-7");
+    // list_kbs: echoed as sent, no pipeline header on a workspaces route.
+    assert_eq!(list["status"], 200);
+    assert!(list.get("echoed_request_id").is_none(), "{list}");
+    assert!(list.get("retry_after_s").is_none(), "{list}");
+    assert!(list.get("pipeline_id").is_none(), "{list}");
+    assert!(seen[1].header_values("x-pipeline-id").is_empty());
+    assert_eq!(
+        seen[0].header_values("x-pipeline-id"),
+        ["gutachten-a-042-run-7"]
+    );
+}
+
+/// Policy §10.1: a successful typed call's request ID reaches the caller (for
+/// `ai_runs.refs`) through a handle on the client, while the method returns
+/// its plain value; failures are noted too, and a client without the handle
+/// notes nothing.
+#[tokio::test]
+async fn a_handle_on_the_client_collects_the_request_ids_of_its_calls() {
+    use grag_client::{RequestRef, RequestRefs};
+
+    let server = Recorder::start(|r| {
+        if r.path.ends_with("/settings") {
+            let mut response = axum::Json(json!({"detail": "field required"})).into_response();
+            *response.status_mut() = axum::http::StatusCode::UNPROCESSABLE_ENTITY;
+            response
+                .headers_mut()
+                .insert("x-request-id", "platform-2".parse().unwrap());
+            return response;
+        }
+        let mut response = json!([]).to_string().into_response();
+        response
+            .headers_mut()
+            .insert("x-request-id", "platform-1".parse().unwrap());
+        response
+    })
+    .await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let refs = RequestRefs::new();
+    let run = grag.noting_requests(&refs);
+    let kbs: Vec<_> = run.workspaces().list_kbs().await.unwrap();
+    assert!(kbs.is_empty());
+    assert_eq!(
+        refs.last(),
+        Some(RequestRef {
+            service: "workspaces",
+            operation: "list_kbs",
+            request_id: "platform-1".into(),
+            status: Some(200),
+            ok: true,
+        })
+    );
+    run.workspaces().get_settings().await.unwrap_err();
+    grag.workspaces().list_kbs().await.unwrap();
+    let noted = refs.take();
+    let ids: Vec<(&str, &str, bool)> = noted
+        .iter()
+        .map(|r| (r.operation, r.request_id.as_str(), r.ok))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("list_kbs", "platform-1", true),
+            ("get_settings", "platform-2", false)
+        ],
+        "the client without the handle noted nothing"
+    );
+    assert!(refs.take().is_empty(), "taken");
+    server.stop().await;
 }

@@ -530,8 +530,8 @@ async fn a_503_on_opening_an_agent_session_means_the_agent_plane_is_dark() {
         .expect("refused");
     assert_eq!(
         (error.row(), error.class_name(), error.status()),
-        ("T13", "feature_dark", Some(503)),
-        "{error}"
+        ("T33", "feature_dark", Some(503)),
+        "the route's row decides (§6.3): {error}"
     );
     assert_eq!(
         kit.grag.runtime().feature_state("agents").unwrap().state,

@@ -62,6 +62,14 @@ const MSG_CLIENT_ERROR: &str = "Die Anfrage konnte nicht verarbeitet werden.";
 /// A non-idempotent call whose outcome is unknown: never „erneut versuchen“.
 const MSG_UNKNOWN: &str = "Ob der Vorgang ausgeführt wurde, ist unklar. Bitte zuerst den aktuellen Stand prüfen, bevor Sie es erneut versuchen.";
 
+/// One exhausted call raises no alert: GRAG alerts on an elevated rate of
+/// them only (policy.yaml `alerts.retry_exhausted_rate`, §5.1 churn is
+/// routine); the exhaustion is a log line.
+#[track_caller]
+fn assert_no_alert(env: &Env) {
+    assert_eq!(env.alert_names(), Vec::<&str>::new());
+}
+
 /// Row, class and German message of a final error.
 #[track_caller]
 fn assert_row(e: &Error, row: &str, class: &str, message: &str) {
@@ -213,7 +221,7 @@ async fn t01_connection_refused_is_retried_three_times_then_t1() {
     assert_eq!(e.status(), None, "no status came back: {e}");
     assert_eq!(e.attempts(), 3, "R1: three attempts for an idempotent call");
     assert_eq!(env.total(), 0, "refused: nothing reached the platform");
-    assert_eq!(env.alert_names(), ["retry_exhausted"]);
+    assert_no_alert(&env);
     assert_eq!(
         env.state(),
         CircuitState::Closed,
@@ -667,11 +675,7 @@ async fn t11_429_without_retry_after_waits_the_floor_and_gives_up_after_three() 
         // catches is the unscaled 2 s floor.
         assert!(*gap < Duration::from_secs(1), "{gaps:?}");
     }
-    assert_eq!(
-        env.alert_names(),
-        ["retry_exhausted"],
-        "one retry-exhaustion alert for one exhausted call"
-    );
+    assert_no_alert(&env);
     assert!(
         env.grag.runtime().rate_limit_hot(),
         "polling slows while hot"
@@ -745,7 +749,7 @@ async fn t12_502_is_bad_gateway_retried_by_r1_only_when_idempotent() {
     assert_eq!(e.status(), Some(502));
     assert_eq!(e.attempts(), 3);
     assert_eq!(env.count("list_kbs"), 3, "R1: three attempts");
-    assert_eq!(env.alert_names(), ["retry_exhausted"]);
+    assert_no_alert(&env);
 
     let e = env
         .grag
@@ -861,7 +865,7 @@ async fn t14_safety_503_is_retried_exactly_once() {
         "R5 does not wait: {:?}",
         env.gaps("score")
     );
-    assert_eq!(env.alert_names(), ["retry_exhausted"]);
+    assert_no_alert(&env);
 
     // Transient: one refusal, then the retry goes through.
     env.sim.faults().remove(rule);
@@ -898,7 +902,7 @@ async fn t15_503_with_retry_after_is_backpressure_and_honors_it() {
     assert_eq!(e.status(), Some(503));
     assert_eq!(e.attempts(), 3);
     assert_eq!(env.count("list_documents"), 3, "R4: three attempts");
-    assert_eq!(env.alert_names(), ["retry_exhausted"]);
+    assert_no_alert(&env);
 
     // Retry-After: 1 is waited for (not scaled, not the 2 s floor).
     env.sim.faults().push(
@@ -971,7 +975,7 @@ async fn t16_unknown_503_with_a_different_detail_stays_ambiguous() {
     assert_eq!(e.detail(), Some("upstream answered 503 (code 2)"));
     assert_eq!(e.attempts(), 2);
     assert_eq!(env.count("get_settings"), 2, "R5: exactly one retry");
-    assert_eq!(env.alert_names(), ["retry_exhausted"]);
+    assert_no_alert(&env);
 
     // Not remembered: the next call reaches the platform (and succeeds).
     env.grag.workspaces().get_settings().await.unwrap();
@@ -1144,11 +1148,7 @@ async fn t23_other_5xx_is_server_error_retried_by_r1_only_when_idempotent() {
     assert_eq!(e.status(), Some(500));
     assert_eq!(e.attempts(), 3);
     assert_eq!(env.count("list_kbs"), 3, "R1: three attempts");
-    assert_eq!(
-        env.alert_names(),
-        ["retry_exhausted"],
-        "one retry-exhaustion alert for one exhausted call"
-    );
+    assert_no_alert(&env);
 
     let e = env
         .grag
@@ -1339,4 +1339,123 @@ async fn t27_a_400_without_a_scope_detail_pages_as_contract_drift() {
     assert_eq!(e.status(), Some(400));
     assert_eq!(env.count("spend"), 1, "R0 (§4.2)");
     assert_eq!(env.alert_names(), ["contract_drift"]);
+}
+
+#[tokio::test]
+async fn an_elevated_rate_of_exhausted_calls_raises_one_alert_per_window() {
+    // GRAG §5.1 calls deploy churn routine: exhausted calls are alerted only
+    // at the spec's rate (10 within 5 min, 3 s at 1/100), once per window.
+    let rate = grag_client::policy::POLICY
+        .alerts
+        .retry_exhausted_rate
+        .expect("GRAG alerts on a rate of exhausted calls");
+    assert_eq!(rate.at_least, 10);
+    assert_eq!(rate.within, Duration::from_secs(300));
+    let env = Env::start().await;
+    // A 504: a 500 also renews the connection pool (uvicorn), which costs
+    // more per call than the scaled window leaves.
+    env.sim
+        .faults()
+        .push(Rule::new(status(504, "Gateway Timeout")).on("list_kbs"));
+    for call in 1..rate.at_least {
+        let e = env.grag.workspaces().list_kbs().await.unwrap_err();
+        assert_eq!(e.row(), "T23", "{e}");
+        assert_eq!(e.attempts(), 3, "{e}");
+        assert!(env.alert_names().is_empty(), "alerted after {call} calls");
+    }
+    for _ in 0..5 {
+        env.grag.workspaces().list_kbs().await.unwrap_err();
+    }
+    let alerts = env.alerts.taken();
+    assert_eq!(alerts.len(), 1, "one alert in the window: {alerts:?}");
+    assert_eq!(alerts[0].name, "retry_exhausted");
+    assert!(
+        alerts[0]
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("10 calls exhausted their retries")),
+        "{alerts:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_alert_carries_its_severity_from_degradation_yaml_for_the_sink_to_route() {
+    // degradation.yaml: budget_exhausted pages, auth_outside_deploy goes to ops.
+    let env = Env::start().await;
+    env.sim.faults().push(Rule::new(Fault::Budget).on("score"));
+    env.sim.faults().push(
+        Rule::new(status(401, "Invalid API key"))
+            .on("list_kbs")
+            .once(),
+    );
+    env.grag
+        .groundedness()
+        .score(&score_request())
+        .await
+        .unwrap_err();
+    env.grag.workspaces().list_kbs().await.unwrap_err();
+    let raised: Vec<(&str, &str)> = env
+        .alerts
+        .taken()
+        .iter()
+        .map(|a| (a.name, a.severity))
+        .collect();
+    assert_eq!(
+        raised,
+        [("budget_exhausted", "page"), ("auth_outside_deploy", "ops")]
+    );
+    // Every alert of the spec has one, the runtime's own included.
+    let policy = &grag_client::policy::POLICY;
+    for (alert, severity) in [
+        ("breaker_open_long", "page"),
+        ("contract_drift", "page"),
+        ("client_contract", "page"),
+        ("admin_gate", "ops"),
+        ("replay_failures", "ops"),
+        ("sse_fallbacks_sustained", "ops"),
+        ("retry_exhausted", "ops"),
+    ] {
+        assert_eq!(policy.severity(alert), Some(severity), "{alert}");
+    }
+    assert_eq!(policy.alerts.severities.len(), 9);
+}
+
+#[tokio::test]
+async fn t33_on_the_agent_relay_the_route_decides_a_503_is_the_agent_plane_dark() {
+    // §2: route + detail text decide an ambiguous 503; §6.3: on the agent
+    // session relay, 503 = agent plane dark, whatever the detail.
+    let env = Env::start().await;
+    let faults = env.sim.faults();
+    faults.push(Rule::new(status(503, "Service Unavailable")).on("agent_session_stream"));
+    faults.push(
+        Rule::new(status(503, "Service Unavailable"))
+            .on("get_settings")
+            .once(),
+    );
+    let session = grag_client::SessionId::parse("session-1").unwrap();
+    let e = env
+        .grag
+        .bff()
+        .agent_session_stream(&session)
+        .await
+        .err()
+        .expect("the opening is refused");
+    assert_eq!((e.row(), e.class_name()), ("T33", "feature_dark"), "{e}");
+    assert_eq!(e.attempts(), 1, "dark: not retried");
+    assert_eq!(env.count("agent_session_stream"), 1);
+    assert_eq!(env.feature("agents").0, "dark");
+    // Remembered: the next opening fails fast without a request.
+    let e = env
+        .grag
+        .bff()
+        .agent_session_stream(&session)
+        .await
+        .err()
+        .expect("the opening is refused");
+    assert_eq!(e.row(), "T33", "{e}");
+    assert_eq!(env.count("agent_session_stream"), 1, "nothing sent");
+    // Elsewhere the same answer is still ambiguous: retried once (T16).
+    env.grag.workspaces().get_settings().await.unwrap();
+    assert_eq!(env.count("get_settings"), 2, "T16 retries once");
+    assert_eq!(env.state(), CircuitState::Closed);
 }

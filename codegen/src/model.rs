@@ -98,6 +98,8 @@ pub struct Api {
     /// presents the API key; one that does not has it injected server-side.
     pub lanes: Vec<(String, bool)>,
     pub workspace_services: Vec<String>,
+    /// Services every route of which carries the pipeline header (`pipeline_id: true`).
+    pub pipeline_services: Vec<String>,
     /// Where the policy asks for the workspace (`None` without workspace services).
     pub workspace_source: Option<Source>,
     pub source: Source,
@@ -301,6 +303,8 @@ pub struct Row {
     pub retry_after: Option<bool>,
     pub conflict: Option<Conflict>,
     pub keyless: Option<bool>,
+    /// Only these routes, when set.
+    pub routes: Option<Vec<RouteRef>>,
     pub class: String,
     pub retry: Option<usize>,
     pub feeds_breaker: bool,

@@ -35,6 +35,9 @@ pub struct ApiFile {
     /// Services whose every route must carry the workspace header.
     #[serde(default)]
     pub workspace_services: Option<WorkspaceServices>,
+    /// Services whose every route must carry the pipeline header.
+    #[serde(default)]
+    pub pipeline_services: Option<WorkspaceServices>,
 }
 
 /// The log lines' `tracing` target and the API's own field names.
@@ -517,6 +520,10 @@ pub struct Match {
     /// Matches only routes that present no key (`true`) or only those that do.
     #[serde(default)]
     pub keyless: Option<bool>,
+    /// Matches only these routes (`handle.route`): where the policy lets the
+    /// route decide (GRAG §2 "route + detail text", §6.3 the agent relay).
+    #[serde(default)]
+    pub routes: Option<Vec<Text>>,
 }
 
 /// `streams.yaml`: the SSE contracts.

@@ -1581,3 +1581,53 @@ fn the_generated_docs_name_every_reconcile_read() {
         assert!(named >= 3, "{api}: {named} routes");
     }
 }
+
+#[test]
+fn every_route_of_a_pipeline_service_carries_the_pipeline_header() {
+    // §10.1: X-Pipeline-Id on every ai-gateway call; a route that forgets it is refused.
+    let file = "services/ai-gateway.yaml";
+    let line = line_of(file, "  complete:", 0);
+    let e = one(
+        broken(
+            file,
+            "    pipeline_id: true\n    source: \"§4.1",
+            "    source: \"§4.1",
+            0,
+        ),
+        file,
+        line,
+        "routes.complete.pipeline_id",
+    );
+    assert!(e.message.contains("pipeline_services"), "{e}");
+    // A service the list names must exist.
+    let e = one(
+        broken(
+            "api.yaml",
+            "services: [ai-gateway]",
+            "services: [ai-gateways]",
+            0,
+        ),
+        "api.yaml",
+        1,
+        "pipeline_services",
+    );
+    assert!(e.message.contains("ai-gateways"), "{e}");
+}
+
+#[test]
+fn a_row_narrowed_to_routes_names_real_routes_and_does_not_close_a_gap() {
+    let file = "taxonomy.yaml";
+    let line = line_of(file, "routes: [bff.agent_session_stream]", 0);
+    let e = one(
+        broken(
+            file,
+            "routes: [bff.agent_session_stream]",
+            "routes: [bff.agent_sessions]",
+            0,
+        ),
+        file,
+        line,
+        "rows.T33.match.routes",
+    );
+    assert!(e.message.contains("names no route"), "{e}");
+}

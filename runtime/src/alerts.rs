@@ -9,6 +9,11 @@ use crate::log::{AlertLine, LogLines};
 pub struct Alert {
     /// The alert's name (`breaker_open_long`, `budget_exhausted`, ...).
     pub name: &'static str,
+    /// Its severity in the spec (degradation.yaml: GRAG's `page` wakes the
+    /// on-call, `ops` goes to the operations channel): what a sink routes on.
+    /// The client sets it from the policy when it raises the alert; empty only
+    /// for a name the policy does not list.
+    pub severity: &'static str,
     /// `service.operation` of the call that raised it, if a call did.
     pub endpoint: Option<&'static str>,
     /// The taxonomy row, if a row raised it.
@@ -17,7 +22,21 @@ pub struct Alert {
     pub request_id: Option<String>,
 }
 
-/// Where alerts go. Implemented by the backend (pager, ops channel).
+/// Where alerts go. Implemented by the backend (pager, ops channel), routing
+/// on [`Alert::severity`]:
+///
+/// ```
+/// # use sdk_runtime::alerts::{Alert, AlertSink};
+/// struct Route;
+/// impl AlertSink for Route {
+///     fn alert(&self, alert: Alert) {
+///         match alert.severity {
+///             "page" => { /* wake the on-call */ }
+///             _ => { /* the operations channel */ }
+///         }
+///     }
+/// }
+/// ```
 pub trait AlertSink: Send + Sync + 'static {
     fn alert(&self, alert: Alert);
 }
@@ -42,6 +61,7 @@ impl AlertSink for LogAlerts {
         let detail = alert.detail.as_deref().unwrap_or("");
         self.lines.alert(&AlertLine {
             alert: alert.name,
+            severity: alert.severity,
             endpoint: alert.endpoint,
             row: alert.row,
             detail_len: detail.len(),

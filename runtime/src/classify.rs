@@ -75,5 +75,10 @@ fn matches(policy: &Policy, row: &TaxonomyRow, endpoint: &Endpoint, outcome: &Ou
     {
         return false;
     }
+    if m.routes
+        .is_some_and(|routes| !routes.iter().any(|r| std::ptr::eq(*r, endpoint)))
+    {
+        return false;
+    }
     true
 }

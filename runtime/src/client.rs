@@ -77,12 +77,17 @@ pub struct Client {
     pub(crate) extra_budget: Option<usize>,
     /// A job queue's client: a wait the server asks for ends the call.
     pub(crate) defer_server_waits: bool,
+    /// Where the request ID of every call is noted, if the caller asked.
+    pub(crate) refs: Option<crate::RequestRefs>,
 }
 
 pub(crate) struct Shared {
     pub(crate) policy: &'static Policy,
     /// The policy's retry classes, with the configured attempts and step.
     pub(crate) retries: Box<[RetryClass]>,
+    /// The overall deadline: the policy's, or longer where the configured
+    /// retries need more ([`overall_deadline`]).
+    pub(crate) deadline: Duration,
     pub(crate) pool: Pool,
     pub(crate) base_url: String,
     /// `<scheme> <key>` (`Bearer`), built once and marked sensitive (never in a debug print).
@@ -115,18 +120,31 @@ impl Client {
         if config.tenant.kind() != IdKind::Tenant {
             return Err(ConfigError::NotATenant(kind_name(config.tenant.kind())));
         }
+        // The spec's reserved tenants are a floor, not an option: a copy of
+        // the policy that dropped one is refused, whoever built the client.
+        if policy
+            .reserved_floor
+            .iter()
+            .any(|t| !policy.ids.reserved_tenants.contains(t))
+        {
+            return Err(ConfigError::Override(
+                "the reserved tenants (the spec's are the floor of every copy of its policy)",
+            ));
+        }
         // The tenant may have been parsed under other rules: check this policy's.
         Id::parse(&policy.ids, IdKind::Tenant, config.tenant.as_str())
             .map_err(ConfigError::Tenant)?;
         let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
+        let deadline = overall_deadline(policy, &retries);
         let pool = Pool::new(policy.pool_idle, policy.fresh_after)
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {
             shared: Arc::new(Shared {
                 policy,
                 retries,
+                deadline,
                 pool,
                 base_url,
                 authorization,
@@ -153,6 +171,7 @@ impl Client {
             pipeline_id: None,
             extra_budget: None,
             defer_server_waits: false,
+            refs: None,
         })
     }
 
@@ -193,6 +212,16 @@ impl Client {
         }
     }
 
+    /// The same client, noting the request ID of every call that reaches the
+    /// platform in `refs` (for `ai_runs.refs`): the typed methods return
+    /// what they always return, the IDs go to the handle.
+    pub fn noting_requests(&self, refs: &crate::RequestRefs) -> Client {
+        Client {
+            refs: Some(refs.clone()),
+            ..self.clone()
+        }
+    }
+
     /// The same client, every call of it also drawing from `budget` (an index
     /// into the policy's budgets): a caller's mode such as a bulk backfill,
     /// on top of each route's own budget.
@@ -218,6 +247,12 @@ impl Client {
         self.shared.policy
     }
 
+    /// The overall deadline of this client's calls: the policy's, or longer
+    /// when its configured retries need more.
+    pub fn deadline(&self) -> Duration {
+        self.shared.deadline
+    }
+
     pub fn tenant(&self) -> &Id {
         &self.shared.tenant
     }
@@ -241,9 +276,26 @@ impl Client {
     }
 
     /// Sends `alert` to this client's sink: a layer on top (the replay queue)
-    /// raises its alerts where the client's go.
-    pub fn alert(&self, alert: crate::alerts::Alert) {
+    /// raises its alerts where the client's go. Its severity is the policy's
+    /// for its name, whatever the caller set.
+    pub fn alert(&self, mut alert: crate::alerts::Alert) {
+        if let Some(severity) = self.shared.policy.severity(alert.name) {
+            alert.severity = severity;
+        }
         self.shared.alerts.alert(alert);
+    }
+
+    /// An alert named `name` with its severity from the policy and nothing
+    /// else set: `Alert { detail, ..client.alert_of(name) }`.
+    pub fn alert_of(&self, name: &'static str) -> crate::alerts::Alert {
+        crate::alerts::Alert {
+            name,
+            severity: self.shared.policy.severity(name).unwrap_or_default(),
+            endpoint: None,
+            row: None,
+            detail: None,
+            request_id: None,
+        }
     }
 
     /// Every metric of §10.3 in the Prometheus text format.
@@ -269,14 +321,12 @@ impl Client {
         let seen = self.shared.buffered_streams.fetch_add(1, Ordering::Relaxed) + 1;
         if seen >= rule.confirm_after && !self.shared.proxy_buffering.swap(true, Ordering::Relaxed)
         {
-            self.shared.alerts.alert(crate::alerts::Alert {
-                name: rule.alert,
+            self.alert(crate::alerts::Alert {
                 endpoint: Some(endpoint.operation),
-                row: None,
                 detail: Some(format!(
                     "a proxy buffers event streams: {seen} arrived in one burst at their end; jobs are followed by polling from now on"
                 )),
-                request_id: None,
+                ..self.alert_of(rule.alert)
             });
         }
     }
@@ -376,6 +426,38 @@ fn configured_retries(
             })
         })
         .collect()
+}
+
+/// The overall deadline a client holds its calls to: the policy's, unless a
+/// configurable class's attempts need longer. Such a deadline is inferred
+/// from the attempts it must hold (Core: 65 s for the default 2 × 30 s and
+/// the 0.25 s wait), so it follows a configured `retry_attempts` and
+/// `retry_backoff`: every attempt of the slowest route of the class, at its
+/// whole timeout, and every wait between them fit. It never shrinks below
+/// the policy's, so the minimum rule of the retry knobs is the deadline's too.
+pub(crate) fn overall_deadline(policy: &Policy, retries: &[RetryClass]) -> Duration {
+    let mut deadline = policy.deadline;
+    for (index, class) in retries.iter().enumerate() {
+        let (Some(_), RetrySchedule::Linear { attempts, step }) =
+            (class.configurable, class.schedule)
+        else {
+            continue;
+        };
+        let slowest = policy
+            .routes
+            .iter()
+            .filter(|r| r.retry == index)
+            .filter_map(|r| policy.timeouts.get(r.timeout))
+            .map(|t| t.per_attempt.max(t.budget(true)))
+            .max()
+            .unwrap_or_default();
+        let waits: u32 = (1..attempts).sum();
+        let needed = slowest
+            .saturating_mul(attempts)
+            .saturating_add(step.saturating_mul(waits));
+        deadline = deadline.max(needed);
+    }
+    deadline
 }
 
 /// The key goes into a header on every keyed request: it must be a valid

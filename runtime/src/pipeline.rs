@@ -104,7 +104,7 @@ impl Client {
             client: self,
             call,
             started,
-            deadline: clock::after(started, policy.deadline),
+            deadline: clock::after(started, self.shared.deadline),
             attempt: 0,
             previous: None,
             body_digest: None,
@@ -135,7 +135,11 @@ impl Client {
         loop {
             run.attempt += 1;
             let now = Instant::now();
-            let admission = self.breaker().admit(now, false);
+            let mut admission = self.breaker().admit(now, false);
+            // A breaker no live loop probes is probed by the call itself.
+            if matches!(admission, Admission::Rejected(_)) && self.catch_up().await {
+                admission = self.breaker().admit(Instant::now(), false);
+            }
             let generation = match admission {
                 Admission::Allowed(g) | Admission::Canary(g) => g,
                 Admission::Rejected(_) => {
@@ -165,6 +169,7 @@ impl Client {
             let budget = policy.timeouts[timeout].budget(deploy);
             let attempt_deadline = clock::after(attempt_started, budget).min(run.deadline);
             let request = self.request(call, path, &request_id);
+            telemetry::sent(self, call, &request_id, run.attempt);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(&self.shared.pool, request, stream, limits);
             let (result, response) =
@@ -229,10 +234,16 @@ impl Client {
             }
             let answered = success_status
                 || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some());
+            // The ID the platform's logs know the request by: its echo, else ours.
+            let echoed = match &result {
+                Attempt::Answer { echoed_id, .. } => echoed_id.clone(),
+                _ => None,
+            };
             let log = AttemptLog {
                 client: self,
                 call,
                 request_id: &request_id,
+                echoed_id: echoed.as_deref(),
                 status,
                 row,
                 attempt: run.attempt,
@@ -242,13 +253,7 @@ impl Client {
             // 2xx, and the rows that are answers rather than errors (409 on a
             // create route, 409 still-processing on a poll route).
             if answered {
-                let Attempt::Answer {
-                    status,
-                    echoed_id,
-                    body,
-                    ..
-                } = result
-                else {
+                let Attempt::Answer { status, body, .. } = result else {
                     unreachable!("an answer has a status");
                 };
                 self.memory().record_success(endpoint);
@@ -259,7 +264,8 @@ impl Client {
                     started: run.started,
                     attempts: run.attempt,
                 };
-                let request_id = echoed_id.unwrap_or(request_id);
+                let request_id = echoed.unwrap_or(request_id);
+                self.note(endpoint, &request_id, Some(status), true);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
                 let stream = response.map(|r| (r, permit.detach()));
                 return Ok(Opened {
@@ -300,11 +306,12 @@ impl Client {
             // caller must look first.
             let unknown =
                 !endpoint.idempotent && maybe_sent && row.is_some_and(|r| r.outcome_unknown);
+            let joined_id = echoed.as_ref().unwrap_or(&request_id);
             let final_error = |detail: Option<String>| {
                 self.error(kind, row, call)
                     .with_outcome_unknown_row(unknown, row)
                     .with_attempts(run.attempt)
-                    .with_request_id(request_id.clone())
+                    .with_request_id(joined_id.clone())
                     .with_status_opt(status, detail)
             };
             let attempted = Attempted {
@@ -487,6 +494,19 @@ impl Client {
         self.raise(name, error);
     }
 
+    /// Notes a call that reached the platform in the caller's handle, if any.
+    fn note(&self, endpoint: &Endpoint, request_id: &str, status: Option<u16>, ok: bool) {
+        if let Some(refs) = &self.refs {
+            refs.note(crate::RequestRef {
+                service: endpoint.service,
+                operation: endpoint.operation,
+                request_id: request_id.to_owned(),
+                status,
+                ok,
+            });
+        }
+    }
+
     /// Counts one finished call in the metrics.
     pub(crate) fn count_call(
         &self,
@@ -506,12 +526,12 @@ impl Client {
 
     /// [`Client::raise`] with a detail of the alert's own.
     pub(crate) fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
-        self.shared.alerts.alert(Alert {
-            name,
+        self.alert(Alert {
             endpoint: Some(error.endpoint()),
             row: Some(error.row()),
             detail,
             request_id: error.request_id().map(str::to_owned),
+            ..self.alert_of(name)
         });
     }
 
@@ -669,7 +689,7 @@ impl Run<'_, '_> {
             .with_attempts(self.attempt)
             .with_detail(format!(
                 "the {} s overall deadline ended the call, not the platform",
-                client.shared.policy.deadline.as_secs()
+                client.shared.deadline.as_secs()
             ));
         let error = match request_id {
             Some(id) => error.with_request_id(id),
@@ -684,6 +704,9 @@ impl Run<'_, '_> {
     /// when their rate is elevated, as the policy says.
     fn fail(&mut self, error: Error, exhausted: bool) -> Error {
         let client = self.client;
+        if let Some(id) = error.request_id() {
+            client.note(self.call.endpoint, id, error.status(), false);
+        }
         if exhausted && self.attempt > 1 {
             client.exhausted(&error, self.call);
         }

@@ -61,6 +61,63 @@ impl Client {
         }
     }
 
+    /// A call found the breaker open (or half-open) and no probe loop alive:
+    /// the loop died with the runtime it ran on, and one spawned now may die
+    /// with this call's (a runtime per call, `block_on`). So the call does
+    /// the loop's due work itself first: a probe whose interval has passed,
+    /// then the canary once half-open, on the policy's schedule. An open
+    /// breaker thus always ends, whether or not any runtime outlives a call.
+    /// Returns whether the breaker is closed afterwards.
+    pub(crate) async fn catch_up(&self) -> bool {
+        if self.shared.probing.load(Ordering::Acquire)
+            || self.shared.probing.swap(true, Ordering::AcqRel)
+        {
+            return false; // a live loop does it
+        }
+        let _flag = ProbingFlag {
+            shared: Arc::downgrade(&self.shared),
+            held: true,
+        };
+        loop {
+            let now = Instant::now();
+            let (state, next_probe) = {
+                let breaker = self.breaker();
+                (breaker.state(), breaker.next_probe_at())
+            };
+            match state {
+                CircuitState::Closed => return true,
+                CircuitState::Open if next_probe.is_some_and(|at| at <= now) => {
+                    self.check_open_alert(now);
+                    let healthy = self.probe().await;
+                    let transition = self.breaker().record_probe(healthy, Instant::now());
+                    self.on_transition(transition);
+                    if self.circuit_state() == CircuitState::Open {
+                        return false; // the next probe is an interval away
+                    }
+                }
+                CircuitState::Open => return false,
+                CircuitState::HalfOpen => {
+                    let admission = self.breaker().admit(Instant::now(), true);
+                    let transition = match admission {
+                        Admission::Canary(generation) => {
+                            let ok = self.canary().await;
+                            self.breaker().record_canary(generation, ok, Instant::now())
+                        }
+                        // A canary of a loop that died: it ends at its deadline.
+                        _ => self.breaker().expire_canary(Instant::now()),
+                    };
+                    let Some(transition) = transition else {
+                        return false;
+                    };
+                    self.on_transition(Some(transition));
+                    if transition != Transition::Closed {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
     fn spawn_warm_up(&self) {
         for warm in self.shared.policy.warm_up {
             let client = self.clone();
@@ -114,18 +171,25 @@ impl Client {
         let request_id = uuid::Uuid::new_v4().to_string();
         let started = Instant::now();
         let request = self.request(&call, &path, &request_id);
+        telemetry::sent(self, &call, &request_id, 1);
         let limits = Limits::of(self.shared.policy, endpoint);
         let result =
             tokio::time::timeout(timeout, perform(&self.shared.pool, request, false, limits)).await;
-        let status = match result {
-            Ok((Attempt::Answer { status, .. }, _)) => Some(status),
-            _ => None,
+        let (status, echoed) = match result {
+            Ok((
+                Attempt::Answer {
+                    status, echoed_id, ..
+                },
+                _,
+            )) => (Some(status), echoed_id),
+            _ => (None, None),
         };
         telemetry::attempt(
             &AttemptLog {
                 client: self,
                 call: &call,
                 request_id: &request_id,
+                echoed_id: echoed.as_deref(),
                 status,
                 row: None,
                 attempt: 1,
@@ -141,15 +205,12 @@ impl Client {
         if self.breaker().take_open_alert(now)
             && let Some(b) = &self.shared.policy.breaker
         {
-            self.shared.alerts.alert(Alert {
-                name: b.open_alert,
-                endpoint: None,
-                row: None,
+            self.alert(Alert {
                 detail: Some(format!(
                     "the breaker has been open longer than {} s",
                     b.alert_after.as_secs()
                 )),
-                request_id: None,
+                ..self.alert_of(b.open_alert)
             });
         }
     }
@@ -242,5 +303,6 @@ fn upgrade(shared: &Weak<Shared>) -> Option<Client> {
         pipeline_id: None,
         extra_budget: None,
         defer_server_waits: false,
+        refs: None,
     })
 }

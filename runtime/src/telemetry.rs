@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
-use crate::log::{AttemptLine, MAX_PATH_FIELDS};
+use crate::log::{AttemptLine, MAX_PATH_FIELDS, SentLine};
 use crate::policy::TaxonomyRow;
 use crate::scope::Id;
 
@@ -18,11 +18,44 @@ pub(crate) struct AttemptLog<'a> {
     pub client: &'a Client,
     pub call: &'a Call<'a>,
     pub request_id: &'a str,
+    /// The answer's `X-Request-ID`, if it came with one.
+    pub echoed_id: Option<&'a str>,
     pub status: Option<u16>,
     pub row: Option<&'static TaxonomyRow>,
     pub attempt: u32,
     pub retry_after: Option<Duration>,
     pub latency: Duration,
+}
+
+/// The echo worth logging beside our own ID: only one that differs.
+fn differing<'a>(ours: &str, echoed: Option<&'a str>) -> Option<&'a str> {
+    echoed.filter(|e| *e != ours)
+}
+
+/// The line of a request leaving, written before its answer (§10.1: the
+/// request ID is logged on send and on receive).
+pub(crate) fn sent(client: &Client, call: &Call<'_>, request_id: &str, attempt: u32) {
+    if !enabled(client) {
+        return;
+    }
+    let endpoint = call.endpoint;
+    client.shared.policy.log_lines.sent(&SentLine {
+        request_id,
+        tenant: client.tenant().as_str(),
+        pipeline_id: pipeline_id(client, endpoint),
+        operation: endpoint.operation,
+        method: endpoint.method.as_str(),
+        path: endpoint.path,
+        attempt,
+    });
+}
+
+/// The pipeline ID a call of `endpoint` carries, if any.
+fn pipeline_id<'c>(client: &'c Client, endpoint: &Endpoint) -> Option<&'c str> {
+    client
+        .pipeline_id
+        .as_deref()
+        .filter(|_| endpoint.pipeline_id)
 }
 
 /// Whether attempt lines are logged at all: nothing is computed for them otherwise.
@@ -58,6 +91,7 @@ pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
     Line {
         endpoint: log.call.endpoint,
         request_id: log.request_id,
+        echoed_id: differing(log.request_id, log.echoed_id),
         workspace: log.call.workspace.map(Id::as_str),
         path_values: &values,
         status: log.status,
@@ -75,6 +109,7 @@ pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
 /// (a 2xx that does not decode is a T24 line, not an `ok` one).
 pub(crate) struct PendingLine {
     request_id: String,
+    echoed_id: Option<String>,
     workspace: Option<Id>,
     path_values: [Option<String>; MAX_PATH_FIELDS],
     status: Option<u16>,
@@ -92,6 +127,7 @@ pub(crate) fn pending(log: &AttemptLog<'_>, digest: Option<&str>) -> Option<Pend
     }
     Some(PendingLine {
         request_id: log.request_id.to_owned(),
+        echoed_id: differing(log.request_id, log.echoed_id).map(str::to_owned),
         workspace: log.call.workspace.cloned(),
         path_values: path_values(log.client, log.call).map(|v| v.map(str::to_owned)),
         status: log.status,
@@ -115,6 +151,7 @@ impl PendingLine {
         Line {
             endpoint,
             request_id: &self.request_id,
+            echoed_id: self.echoed_id.as_deref(),
             workspace: self.workspace.as_ref().map(Id::as_str),
             path_values: &values,
             status: self.status,
@@ -133,6 +170,7 @@ impl PendingLine {
 struct Line<'a> {
     endpoint: &'a Endpoint,
     request_id: &'a str,
+    echoed_id: Option<&'a str>,
     workspace: Option<&'a str>,
     path_values: &'a [Option<&'a str>; MAX_PATH_FIELDS],
     status: Option<u16>,
@@ -151,13 +189,11 @@ impl Line<'_> {
         let fields = policy.log.path_fields.len().min(MAX_PATH_FIELDS);
         policy.log_lines.attempt(&AttemptLine {
             request_id: self.request_id,
+            echoed_request_id: self.echoed_id,
             tenant: client.tenant().as_str(),
             workspace: self.workspace,
             path_values: &self.path_values[..fields],
-            pipeline_id: client
-                .pipeline_id
-                .as_deref()
-                .filter(|_| endpoint.pipeline_id),
+            pipeline_id: pipeline_id(client, endpoint),
             service: endpoint.service,
             operation: endpoint.operation,
             method: endpoint.method.as_str(),

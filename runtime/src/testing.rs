@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use crate::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames, StreamFailedLine};
+use crate::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames, SentLine, StreamFailedLine};
 use crate::policy::*;
 use crate::{Endpoint, Method, Policy, ScopeNeed};
 
@@ -82,6 +82,7 @@ impl LogLines for Quiet {
     fn enabled(&self) -> bool {
         false
     }
+    fn sent(&self, _: &SentLine<'_>) {}
     fn attempt(&self, _: &AttemptLine<'_>) {}
     fn alert(&self, _: &AlertLine<'_>) {}
     fn retry_exhausted(&self, _: &ExhaustedLine<'_>) {}
@@ -101,6 +102,7 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
             retry_after: None,
             conflict: None,
             keyless: None,
+            routes: None,
         },
         class,
         retry: Some(0),
@@ -140,6 +142,7 @@ pub static POLICY: Policy = Policy {
         opaque: &[],
         opaque_max_len: 256,
     },
+    reserved_floor: &[],
     timeouts: &[TimeoutClass {
         name: "default",
         per_attempt: Duration::from_secs(30),
@@ -265,6 +268,10 @@ pub static POLICY: Policy = Policy {
     alerts: AlertNames {
         retry_exhausted: "retry_exhausted",
         retry_exhausted_rate: None,
+        severities: &[AlertSeverity {
+            alert: "retry_exhausted",
+            severity: "ops",
+        }],
     },
     limits: Limits {
         error_body: 64 << 10,
@@ -290,3 +297,38 @@ pub static POLICY: Policy = Policy {
     fresh_after: &[],
     replay: None,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::POLICY;
+
+    /// The fixture's stream and polling numbers are GRAG's (§6, §8): read from
+    /// `spec/grag` here, so the fixture cannot drift from the spec unnoticed.
+    #[test]
+    fn the_fixture_streams_and_polling_are_the_grag_specs() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../spec/grag");
+        let files = sdk_codegen::load::read_dir(&root).expect("spec/grag reads");
+        let model = sdk_codegen::model(&files).expect("spec/grag is valid");
+        for (fixture, spec) in [("jobs", "orchestrator"), ("chat", "chat")] {
+            let ours = POLICY.streams.iter().find(|s| s.name == fixture).unwrap();
+            let theirs = model.streams.iter().find(|s| s.name == spec).unwrap();
+            assert_eq!(ours.watchdog, theirs.watchdog, "{fixture}: watchdog");
+            assert_eq!(ours.keepalive, theirs.keepalive, "{fixture}: keepalive");
+            assert_eq!(ours.ceiling, theirs.ceiling, "{fixture}: ceiling");
+            assert_eq!(
+                ours.first_event,
+                theirs.first_event.as_deref(),
+                "{fixture}: first event"
+            );
+            assert_eq!(ours.resend, theirs.resend, "{fixture}: resend");
+            assert_eq!(
+                ours.resync_after_reconnect, theirs.resync_after_reconnect,
+                "{fixture}: resync"
+            );
+        }
+        let polling = &POLICY.throttle.polling;
+        assert_eq!(polling.interval, model.throttle.polling_interval);
+        assert_eq!(polling.floor, model.throttle.polling_floor);
+        assert_eq!(polling.hot_factor, model.throttle.polling_hot_factor);
+    }
+}

@@ -65,7 +65,7 @@ pub fn lib_rs(model: &Model) -> TokenStream {
         pub use ids::{#scope_ids, #(#ids),*};
         #existing
         #(#handles)*
-        pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress};
+        pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
         #streams
     }
 }
@@ -322,7 +322,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         use std::sync::Arc;
 
         use sdk_runtime::alerts::AlertSink;
-        use sdk_runtime::{Client, ClientConfig, ConfigError, Policy};
+        use sdk_runtime::{Client, ClientConfig, ConfigError, Policy, RequestRefs};
 
         #scope_imports
         use crate::policy::POLICY;
@@ -408,6 +408,14 @@ pub fn client_rs(model: &Model) -> TokenStream {
             }
 
             #with_pipeline
+
+            /// The same client, noting the request ID of every call that reaches
+            /// the platform in `refs` (for `ai_runs.refs`, policy §10.1), while
+            /// every method returns what it always returns:
+            /// `let refs = RequestRefs::new(); client.noting_requests(&refs)...; refs.take()`.
+            pub fn noting_requests(&self, refs: &RequestRefs) -> Self {
+                Self { client: self.client.noting_requests(refs) }
+            }
 
                 #for_queue
 

@@ -36,7 +36,7 @@ pub fn log_rs(model: &Model) -> String {
 //! streams that failed after their head on `{stream}`.
 //! Never a body: only its length and sha256.
 
-use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines, StreamFailedLine}};
+use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines, SentLine, StreamFailedLine}};
 
 /// The lines, as the policy's `log_lines`.
 pub static LINES: Lines = Lines;
@@ -50,10 +50,25 @@ impl LogLines for Lines {{
         tracing::enabled!(target: "{target}", tracing::Level::INFO)
     }}
 
+    fn sent(&self, line: &SentLine<'_>) {{
+        tracing::info!(
+            target: "{target}",
+            request_id = line.request_id,
+            tenant = line.tenant,
+            pipeline_id = line.pipeline_id,
+            operation = line.operation,
+            method = line.method,
+            path = line.path,
+            attempt = line.attempt,
+            "sent"
+        );
+    }}
+
     fn attempt(&self, line: &AttemptLine<'_>) {{
         tracing::info!(
             target: "{target}",
             request_id = line.request_id,
+            echoed_request_id = line.echoed_request_id,
             tenant = line.tenant,
             {workspace} = line.workspace,
 {path_fields}            pipeline_id = line.pipeline_id,
@@ -78,6 +93,7 @@ impl LogLines for Lines {{
         tracing::warn!(
             target: "{alert}",
             alert = line.alert,
+            severity = line.severity,
             endpoint = line.endpoint,
             row = line.row,
             detail_len = line.detail_len,

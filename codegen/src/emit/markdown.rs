@@ -143,6 +143,16 @@ pub fn policy_md(model: &Model) -> String {
         if let Some(c) = row.conflict {
             let _ = write!(matches, ", route 409 = {c:?}");
         }
+        if let Some(routes) = &row.routes {
+            let names: Vec<String> = routes
+                .iter()
+                .map(|r| {
+                    let (s, r) = model.route(*r);
+                    format!("`{}.{}`", s.handle, r.name)
+                })
+                .collect();
+            let _ = write!(matches, ", on {}", names.join(", "));
+        }
         let retry = row
             .retry
             .map(|i| model.retries[i].name.as_str())

@@ -147,6 +147,13 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         });
         let alert = option(r.alert.as_ref(), |a| quote!(#a));
         let keyless = option(r.keyless, |b| quote!(#b));
+        let routes = option(r.routes.as_ref(), |list| {
+            let routes = list.iter().map(|r| {
+                let (s, r) = model.route(*r);
+                endpoint_path(s, &r.name)
+            });
+            quote!(&[#(#routes),*])
+        });
         let message = option(model.messages.iter().find(|m| m.class == r.class), |m| {
             let copy = &m.copy;
             quote!(#copy)
@@ -161,6 +168,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                     retry_after: #retry_after,
                     conflict: #conflict,
                     keyless: #keyless,
+                    routes: #routes,
                 },
                 class: #class,
                 retry: #retry,
@@ -343,6 +351,10 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let (at_least, within) = (int(at_least), duration(within));
         quote!(AlertRate { at_least: #at_least, within: #within })
     });
+    let severities = model.alerts.iter().map(|a| {
+        let (alert, severity) = (&a.name, &a.severity);
+        quote!(AlertSeverity { alert: #alert, severity: #severity })
+    });
     let module_doc = inner_doc(&format!(
         "The {} policy as data, lowered from `spec/{api}/`. The runtime executes it; nothing here is code.",
         model.api.title
@@ -402,6 +414,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 opaque: &[#(#opaque),*],
                 opaque_max_len: #opaque_max_len,
             },
+            reserved_floor: &[#(#reserved),*],
             limits: Limits {
                 error_body: #error_body,
                 detail: #detail,
@@ -452,6 +465,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             alerts: AlertNames {
                 retry_exhausted: #retry_alert,
                 retry_exhausted_rate: #retry_rate,
+                severities: &[#(#severities),*],
             },
             replay: #replay,
         };

@@ -144,6 +144,12 @@ impl Cx<'_> {
                 .flat_map(|w| &w.services)
                 .map(|s| s.to_string())
                 .collect(),
+            pipeline_services: api
+                .pipeline_services
+                .iter()
+                .flat_map(|p| &p.services)
+                .map(|s| s.to_string())
+                .collect(),
             workspace_source: api
                 .workspace_services
                 .as_ref()

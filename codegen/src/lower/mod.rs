@@ -79,6 +79,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
             streams: !raw.streams.streams.is_empty(),
             jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
         },
+        &services,
     );
     let messages = cx.messages(&raw.degradation, &rows);
     let unknown_outcome = cx.unknown_outcome(&raw.degradation, &raw.taxonomy);

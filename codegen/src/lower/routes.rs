@@ -338,11 +338,16 @@ impl Cx<'_> {
                     "a workspace service needs `headers.workspace` in api.yaml (the header its calls carry)",
                 );
             }
+            let needs_pipeline = api
+                .pipeline_services
+                .iter()
+                .any(|p| p == s.service.as_str());
             let mut routes = Vec::new();
             for (name, r) in &s.routes {
                 let defaults = Defaults {
                     scope: scope.unwrap_or(ScopeNeed::Tenant),
                     needs_workspace,
+                    needs_pipeline,
                     max_response: limits.map_or(0, |l| l.response),
                 };
                 let route = self.route(name, r, s, &defaults, names);
@@ -360,13 +365,15 @@ impl Cx<'_> {
                 source: self.source(&s.source, s.inferred),
             });
         }
-        for w in &api.workspace_services {
-            if !services.iter().any(|s| s.service.as_str() == w) {
-                self.sources.in_file(
-                    0,
-                    "workspace_services",
-                    format!("no service file defines `{w}`"),
-                );
+        for (key, listed) in [
+            ("workspace_services", &api.workspace_services),
+            ("pipeline_services", &api.pipeline_services),
+        ] {
+            for w in listed {
+                if !services.iter().any(|s| s.service.as_str() == w) {
+                    self.sources
+                        .in_file(0, key, format!("no service file defines `{w}`"));
+                }
             }
         }
         out
@@ -584,6 +591,16 @@ impl Cx<'_> {
                 "`conflict: success` is for create routes, not GET",
             );
         }
+        if defaults.needs_pipeline && !r.pipeline_id {
+            self.error(
+                name,
+                field("pipeline_id"),
+                format!(
+                    "every `{}` route carries the pipeline header (api.yaml `pipeline_services`): add `pipeline_id: true`",
+                    &*service.service
+                ),
+            );
+        }
         if r.pipeline_id && !names.pipeline_header {
             self.error(
                 name,
@@ -642,6 +659,8 @@ struct Defaults {
     scope: ScopeNeed,
     /// A workspace service (policy §3.2): every route needs the workspace.
     needs_workspace: bool,
+    /// A pipeline service (policy §10.1): every route carries the pipeline header.
+    needs_pipeline: bool,
     /// `limits.response`.
     max_response: u64,
 }

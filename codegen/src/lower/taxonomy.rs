@@ -50,6 +50,7 @@ impl Cx<'_> {
                     && r.retry_after.is_none()
                     && r.conflict.is_none()
                     && r.keyless.is_none()
+                    && r.routes.is_none()
             })
         };
         let mut gap: Option<(u16, u16)> = None;
@@ -68,7 +69,7 @@ impl Cx<'_> {
             return;
         }
         let message = format!(
-            "the taxonomy is not total: no row matches {} (every outcome needs a row; a status row that narrows by detail, Retry-After, conflict or lane does not count)",
+            "the taxonomy is not total: no row matches {} (every outcome needs a row; a status row that narrows by detail, Retry-After, conflict, lane or route does not count)",
             missing.join(", ")
         );
         match at {
@@ -103,6 +104,7 @@ impl Cx<'_> {
         names: &Names,
         states_when: &[StateTrigger],
         has: Sections,
+        services: &[Service],
     ) -> Vec<Row> {
         let mut seen = BTreeSet::new();
         // Class -> its `ErrorClass` variant: two classes may not share one.
@@ -156,14 +158,27 @@ impl Cx<'_> {
                 || m.detail.is_some()
                 || m.retry_after.is_some()
                 || m.conflict.is_some()
-                || m.keyless.is_some();
+                || m.keyless.is_some()
+                || m.routes.is_some();
             if narrows && outcome.is_some_and(|o| o != OutcomeKind::Status) {
                 self.error(
                     &m.outcome,
                     field("match"),
-                    "status, detail, retry_after, conflict and keyless only narrow a `status` outcome",
+                    "status, detail, retry_after, conflict, keyless and routes only narrow a `status` outcome",
                 );
             }
+            let routes = m.routes.as_ref().map(|list| {
+                if list.is_empty() {
+                    self.error(
+                        &r.row,
+                        field("match.routes"),
+                        "`routes` names at least one route (`handle.route`)",
+                    );
+                }
+                list.iter()
+                    .filter_map(|t| self.route_ref(t, &field("match.routes"), services))
+                    .collect()
+            });
             let detail = m.detail.as_ref().and_then(|d| {
                 self.reference(d, &field("match.detail"), "detail set", &names.details)
             });
@@ -255,6 +270,7 @@ impl Cx<'_> {
                 retry_after: m.retry_after,
                 conflict,
                 keyless: m.keyless,
+                routes,
                 class: r.class.to_string(),
                 retry,
                 feeds_breaker: r.feeds_breaker,

@@ -4,7 +4,7 @@
 use crate::ids::TenantId;
 use crate::policy::POLICY;
 use sdk_runtime::alerts::AlertSink;
-use sdk_runtime::{Client, ClientConfig, ConfigError, Policy};
+use sdk_runtime::{Client, ClientConfig, ConfigError, Policy, RequestRefs};
 use std::fmt;
 use std::sync::Arc;
 
@@ -118,6 +118,16 @@ impl Core {
 
         let client = Client::with_override(&POLICY, policy, runtime)?;
         Ok(Self { client })
+    }
+
+    /// The same client, noting the request ID of every call that reaches
+    /// the platform in `refs` (for `ai_runs.refs`, policy §10.1), while
+    /// every method returns what it always returns:
+    /// `let refs = RequestRefs::new(); client.noting_requests(&refs)...; refs.take()`.
+    pub fn noting_requests(&self, refs: &RequestRefs) -> Self {
+        Self {
+            client: self.client.noting_requests(refs),
+        }
     }
 
     /// The runtime underneath: breaker state, throttle, telemetry.

@@ -30,5 +30,5 @@ pub use client::{Config, Core};
 pub use engine::Engine;
 pub use error::{ErrorClass, ErrorExt};
 pub use ids::{DocumentId, FindingId, SessionId, TenantId};
-pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress};
+pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
 pub use sessions::Sessions;

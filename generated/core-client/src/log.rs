@@ -4,7 +4,9 @@
 //! streams that failed after their head on `core_client::stream`.
 //! Never a body: only its length and sha256.
 
-use sdk_runtime::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, StreamFailedLine};
+use sdk_runtime::log::{
+    AlertLine, AttemptLine, ExhaustedLine, LogLines, SentLine, StreamFailedLine,
+};
 
 /// The lines, as the policy's `log_lines`.
 pub static LINES: Lines = Lines;
@@ -18,10 +20,25 @@ impl LogLines for Lines {
         tracing::enabled!(target: "core_client", tracing::Level::INFO)
     }
 
+    fn sent(&self, line: &SentLine<'_>) {
+        tracing::info!(
+            target: "core_client",
+            request_id = line.request_id,
+            tenant = line.tenant,
+            pipeline_id = line.pipeline_id,
+            operation = line.operation,
+            method = line.method,
+            path = line.path,
+            attempt = line.attempt,
+            "sent"
+        );
+    }
+
     fn attempt(&self, line: &AttemptLine<'_>) {
         tracing::info!(
             target: "core_client",
             request_id = line.request_id,
+            echoed_request_id = line.echoed_request_id,
             tenant = line.tenant,
             workspace_id = line.workspace,
             session_id = line.path_values.first().copied().flatten(),
@@ -47,6 +64,7 @@ impl LogLines for Lines {
         tracing::warn!(
             target: "core_client::alert",
             alert = line.alert,
+            severity = line.severity,
             endpoint = line.endpoint,
             row = line.row,
             detail_len = line.detail_len,

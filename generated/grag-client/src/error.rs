@@ -42,10 +42,10 @@ pub enum ErrorClass {
     RateLimited,
     /// `bad_gateway` (row T12): Retried when idempotent; otherwise surface the error (its outcome is unknown: re-poll by ID before re-submitting) and offer the re-upload path. Feeds the breaker.
     BadGateway,
+    /// `feature_dark` (rows T33, T13): A 503 on the agent session relay means the agent plane is dark (profile not running); hide the feature.
+    FeatureDark,
     /// `backpressure` (row T15): WAL backpressure; honor Retry-After; ingest (replay) jobs re-queue instead of waiting.
     Backpressure,
-    /// `feature_dark` (row T13): Stable dark-flag answer; cache the unavailability and hide the feature.
-    FeatureDark,
     /// `safety_closed` (row T14): Transient fail-closed safety/admission answer; exactly one retry, then fail.
     SafetyClosed,
     /// `ambiguous` (row T16): Unknown 503 detail; retry once. If the second answer carries the identical detail, treat the route as dark (T13) and cache it.
@@ -93,8 +93,8 @@ impl ErrorClass {
         ErrorClass::Validation,
         ErrorClass::RateLimited,
         ErrorClass::BadGateway,
-        ErrorClass::Backpressure,
         ErrorClass::FeatureDark,
+        ErrorClass::Backpressure,
         ErrorClass::SafetyClosed,
         ErrorClass::Ambiguous,
         ErrorClass::ServerError,
@@ -129,8 +129,8 @@ impl ErrorClass {
             ErrorClass::Validation => "validation",
             ErrorClass::RateLimited => "rate_limited",
             ErrorClass::BadGateway => "bad_gateway",
-            ErrorClass::Backpressure => "backpressure",
             ErrorClass::FeatureDark => "feature_dark",
+            ErrorClass::Backpressure => "backpressure",
             ErrorClass::SafetyClosed => "safety_closed",
             ErrorClass::Ambiguous => "ambiguous",
             ErrorClass::ServerError => "server_error",
@@ -167,8 +167,8 @@ impl ErrorClass {
             "validation" => ErrorClass::Validation,
             "rate_limited" => ErrorClass::RateLimited,
             "bad_gateway" => ErrorClass::BadGateway,
-            "backpressure" => ErrorClass::Backpressure,
             "feature_dark" => ErrorClass::FeatureDark,
+            "backpressure" => ErrorClass::Backpressure,
             "safety_closed" => ErrorClass::SafetyClosed,
             "ambiguous" => ErrorClass::Ambiguous,
             "server_error" => ErrorClass::ServerError,

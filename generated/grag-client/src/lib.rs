@@ -50,7 +50,8 @@ pub use groundedness::Groundedness;
 pub use ids::Existing;
 pub use kg_service::Kg;
 pub use ledger::Ledger;
-pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress};
-pub use sdk_runtime::{Events, JobDone, JobProgress, JobUpdate, Turn, TurnUpdate};
+pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
 pub use voyager::Voyager;
 pub use workspaces::Workspaces;
+
+pub use sdk_runtime::{Events, JobDone, JobProgress, JobUpdate, Turn, TurnUpdate};

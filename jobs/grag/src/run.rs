@@ -319,7 +319,12 @@ impl Jobs {
                         )
                     }
                     Settle::Fail => {
-                        self.failed_alert(&job, Some(&e), e.class_name());
+                        // A first run's refusal is the job's own error (its row
+                        // alerts where the taxonomy says); a replay that fails
+                        // after the close is what `replay_failures` is for.
+                        if job.attempts > 1 {
+                            self.failed_alert(&job, Some(&e), e.class_name());
+                        }
                         (Finish::Failed(error), JobState::Failed)
                     }
                 }
@@ -379,23 +384,21 @@ impl Jobs {
             );
             let runtime = self.inner.grag.runtime();
             runtime.alert(Alert {
-                name: runtime.policy().alerts.retry_exhausted,
-                endpoint: None,
-                row: None,
                 detail: Some(format!("job {key}: {e}")),
-                request_id: None,
+                ..runtime.alert_of(runtime.policy().alerts.retry_exhausted)
             });
         }
         e
     }
 
     fn failed_alert(&self, job: &Job, e: Option<&grag_client::Error>, why: &str) {
-        self.inner.grag.runtime().alert(Alert {
-            name: self.inner.policy.failure_alert,
+        let runtime = self.inner.grag.runtime();
+        runtime.alert(Alert {
             endpoint: e.map(|e| e.endpoint()),
             row: e.map(|e| e.row()),
             detail: Some(format!("job {} failed: {why}", job.key)),
             request_id: e.and_then(|e| e.request_id()).map(str::to_owned),
+            ..runtime.alert_of(self.inner.policy.failure_alert)
         });
     }
 }

@@ -11,7 +11,11 @@ pub const MAX_PATH_FIELDS: usize = 4;
 /// and sha256).
 #[derive(Debug, Clone, Copy)]
 pub struct AttemptLine<'a> {
+    /// The request ID we sent.
     pub request_id: &'a str,
+    /// The platform's echo of it, when that differs from what we sent (a
+    /// proxy or the platform put its own): the ID its logs know the request by.
+    pub echoed_request_id: Option<&'a str>,
     pub tenant: &'a str,
     pub workspace: Option<&'a str>,
     /// The values of the spec's path fields (`kb_id` from `{kb}`), in
@@ -34,11 +38,27 @@ pub struct AttemptLine<'a> {
     pub body_sha256: &'a str,
 }
 
+/// A request leaving: its ID is logged on send as well as on receive (policy
+/// §10.1), so a request that never got an answer can still be found.
+#[derive(Debug, Clone, Copy)]
+pub struct SentLine<'a> {
+    pub request_id: &'a str,
+    pub tenant: &'a str,
+    pub pipeline_id: Option<&'a str>,
+    pub operation: &'a str,
+    pub method: &'a str,
+    /// The templated path.
+    pub path: &'a str,
+    pub attempt: u32,
+}
+
 /// The values of an alert's line; the detail only as length and sha256,
 /// since it is part of a response body and may quote the request.
 #[derive(Debug, Clone, Copy)]
 pub struct AlertLine<'a> {
     pub alert: &'a str,
+    /// `page`, `ops`: the spec's severity of the alert.
+    pub severity: &'a str,
     pub endpoint: Option<&'a str>,
     pub row: Option<&'a str>,
     pub detail_len: usize,
@@ -82,6 +102,8 @@ pub struct StreamFailedLine<'a> {
 pub trait LogLines: Send + Sync + fmt::Debug {
     /// Whether attempt lines are written at all (nothing is computed for them otherwise).
     fn enabled(&self) -> bool;
+    /// A request was handed to the connection (before its answer).
+    fn sent(&self, line: &SentLine<'_>);
     fn attempt(&self, line: &AttemptLine<'_>);
     fn alert(&self, line: &AlertLine<'_>);
     fn retry_exhausted(&self, line: &ExhaustedLine<'_>);

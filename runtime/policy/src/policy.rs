@@ -15,6 +15,12 @@ pub struct Policy {
     pub api: &'static str,
     pub headers: HeaderNames,
     pub ids: IdRules,
+    /// The spec's reserved tenants: the floor of every policy made from this
+    /// one. A clone, [`Policy::scaled`] or an override keeps it, so a copy
+    /// whose `ids.reserved_tenants` lost one is refused by the client, on
+    /// every construction path, instead of sending that tenant (GRAG §3:
+    /// `default` would be served silently).
+    pub reserved_floor: &'static [&'static str],
     pub timeouts: &'static [TimeoutClass],
     /// Overall deadline of an interactive operation, retries included.
     pub deadline: Duration,
@@ -124,6 +130,17 @@ pub struct AlertNames {
     /// is elevated, at least this many within this long (the Core policy:
     /// "alert on elevated retry-exhaustion rates").
     pub retry_exhausted_rate: Option<AlertRate>,
+    /// Every alert of the spec (degradation.yaml `alerts`) with its severity:
+    /// what a sink routes on.
+    pub severities: &'static [AlertSeverity],
+}
+
+/// An alert's severity (degradation.yaml `alerts.<name>.severity`, one of its
+/// `severities`: `page`, `ops`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlertSeverity {
+    pub alert: &'static str,
+    pub severity: &'static str,
 }
 
 /// "Elevated": at least `at_least` events within a rolling `within`.
@@ -437,6 +454,8 @@ pub struct RowMatch {
     pub conflict: Option<Conflict>,
     /// `Some(true)`: only routes that present no key (an unauthenticated lane).
     pub keyless: Option<bool>,
+    /// Only these routes (the policy's own descriptors, compared by address).
+    pub routes: Option<&'static [&'static Endpoint]>,
 }
 
 /// One row of the error taxonomy.
@@ -626,6 +645,15 @@ impl Policy {
             .iter()
             .find(|s| s.state == state)
             .and_then(|s| s.copy)
+    }
+
+    /// The severity of the alert `name` (`page`, `ops`), if the spec has the alert.
+    pub fn severity(&self, name: &str) -> Option<&'static str> {
+        self.alerts
+            .severities
+            .iter()
+            .find(|a| a.alert == name)
+            .map(|a| a.severity)
     }
 
     /// A budget by name.
