@@ -360,15 +360,6 @@ impl Cx<'_> {
                 source: self.source(&s.source, s.inferred),
             });
         }
-        for w in &api.workspace_services {
-            if !services.iter().any(|s| s.service.as_str() == w) {
-                self.sources.in_file(
-                    0,
-                    "workspace_services",
-                    format!("no service file defines `{w}`"),
-                );
-            }
-        }
         out
     }
 
