@@ -1631,3 +1631,20 @@ fn a_row_narrowed_to_routes_names_real_routes_and_does_not_close_a_gap() {
     );
     assert!(e.message.contains("names no route"), "{e}");
 }
+
+#[test]
+fn a_workspace_service_without_a_file_is_refused_at_its_entry() {
+    let file = "api.yaml";
+    let mut files: Vec<(PathBuf, String)> = sdk_codegen::load::read_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/toy"),
+    )
+    .unwrap();
+    let (_, text) = files.iter_mut().find(|(p, _)| p.ends_with(file)).unwrap();
+    let at = text.find("services: [boards]").unwrap();
+    let line = text[..at].lines().count() + usize::from(text[..at].ends_with('\n'));
+    *text = text.replace("services: [boards]", "services: [boards, cards]");
+    let errors = model(&files).expect_err("`cards` has no file").0;
+    let e = one(errors, file, line, "workspace_services.services");
+    assert!(e.message.contains("no service file defines `cards`"), "{e}");
+    assert_eq!(e.column, 22, "{e}");
+}

@@ -66,6 +66,19 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         pipeline_header: api.headers.pipeline.is_some(),
     };
     let mut services = cx.services(&raw.services, &api, &names, limits.as_ref());
+    for w in raw.api.workspace_services.iter().flat_map(|w| &w.services) {
+        if !raw
+            .services
+            .iter()
+            .any(|s| s.service.as_str() == w.as_str())
+        {
+            cx.error(
+                w,
+                "workspace_services.services",
+                format!("no service file defines `{}`", &**w),
+            );
+        }
+    }
     cx.existence(&raw.services, &mut services, &types);
     cx.reconciles(&raw.services, &mut services);
     cx.caller_budgets(&raw.policy.throttle, &services);

@@ -365,15 +365,11 @@ impl Cx<'_> {
                 source: self.source(&s.source, s.inferred),
             });
         }
-        for (key, listed) in [
-            ("workspace_services", &api.workspace_services),
-            ("pipeline_services", &api.pipeline_services),
-        ] {
-            for w in listed {
-                if !services.iter().any(|s| s.service.as_str() == w) {
-                    self.sources
-                        .in_file(0, key, format!("no service file defines `{w}`"));
-                }
+        // `workspace_services` entries are checked at their own line (`lower`).
+        for w in &api.pipeline_services {
+            if !services.iter().any(|s| s.service.as_str() == w) {
+                self.sources
+                    .in_file(0, "pipeline_services", format!("no service file defines `{w}`"));
             }
         }
         out
