@@ -172,7 +172,7 @@ impl Client {
             telemetry::sent(self, call, &request_id, run.attempt);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(&self.shared.pool, request, stream, limits);
-            let (result, response) =
+            let (mut result, response) =
                 match tokio::time::timeout_at(attempt_deadline, performed).await {
                     Ok(done) => done,
                     Err(_) if attempt_deadline == run.deadline => {
@@ -235,8 +235,8 @@ impl Client {
             let answered = success_status
                 || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some());
             // The ID the platform's logs know the request by: its echo, else ours.
-            let echoed = match &result {
-                Attempt::Answer { echoed_id, .. } => echoed_id.clone(),
+            let echoed = match &mut result {
+                Attempt::Answer { echoed_id, .. } => echoed_id.take(),
                 _ => None,
             };
             let log = AttemptLog {
