@@ -26,6 +26,7 @@ pub struct ClientConfig {
     pub(crate) warm_up: bool,
     pub(crate) retry_attempts: Option<u32>,
     pub(crate) retry_backoff: Option<Duration>,
+    pub(crate) pool_idle: Option<Duration>,
 }
 
 impl ClientConfig {
@@ -38,7 +39,17 @@ impl ClientConfig {
             warm_up: false,
             retry_attempts: None,
             retry_backoff: None,
+            pool_idle: None,
         }
+    }
+
+    /// How long an idle pooled connection is kept (default: the policy's
+    /// `pool_idle`): below the keep-alive of a proxy in front that closes
+    /// sooner than the platform. Below the policy's `pool_idle_floor` the
+    /// client is refused.
+    pub fn pool_idle(mut self, idle: Duration) -> Self {
+        self.pool_idle = Some(idle);
+        self
     }
 
     /// Attempts in all (the first included) of the policy's configurable
@@ -121,7 +132,8 @@ impl Client {
         let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
-        let pool = Pool::new(policy.pool_idle, policy.fresh_after)
+        let idle = configured_idle(policy, config.pool_idle)?;
+        let pool = Pool::new(idle, policy.fresh_after, policy.keep_alive_margin)
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {
             shared: Arc::new(Shared {
@@ -228,6 +240,13 @@ impl Client {
 
     pub fn throttle(&self) -> &Throttle {
         &self.shared.throttle
+    }
+
+    /// How long idle pooled connections are kept now: the configured (or the
+    /// policy's) pool idle, lowered by any shorter `Keep-Alive: timeout=` a
+    /// server announced.
+    pub fn pool_idle(&self) -> Duration {
+        self.shared.pool.idle()
     }
 
     /// The origin breaker's state right now.
@@ -376,6 +395,20 @@ fn configured_retries(
             })
         })
         .collect()
+}
+
+/// The pool idle a deployment set, refused below the policy's floor (not
+/// clamped: an operator who lowered it for a proxy must get what was asked for
+/// or an error).
+fn configured_idle(policy: &Policy, idle: Option<Duration>) -> Result<Duration, ConfigError> {
+    match idle {
+        None => Ok(policy.pool_idle),
+        Some(idle) if idle < policy.pool_idle_floor => Err(ConfigError::PoolIdle(format!(
+            "pool_idle {idle:?} is below the floor of {:?}",
+            policy.pool_idle_floor
+        ))),
+        Some(idle) => Ok(idle),
+    }
 }
 
 /// The key goes into a header on every keyed request: it must be a valid

@@ -267,6 +267,8 @@ pub enum ConfigError {
     Http(String),
     #[error("invalid retry configuration: {0}")]
     Retry(String),
+    #[error("invalid connection pool configuration: {0}")]
+    PoolIdle(String),
 }
 
 /// Reads a required environment variable.

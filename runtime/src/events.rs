@@ -38,9 +38,10 @@ pub struct Events {
     buffered: bool,
 }
 
-/// When a stream opened, and when its first and last events arrived.
+/// When a stream's request was sent, and when its first and last events arrived.
 #[derive(Debug, Clone, Copy)]
 struct Arrivals {
+    /// When the request went out (for a stream built over a body alone: when it was built).
     opened: Instant,
     first: Option<Instant>,
     last: Option<Instant>,
@@ -104,13 +105,16 @@ impl Client {
             ));
         };
         // Built first: from here on, dropping it gives the slots back.
-        let events = Events::over(
+        let mut events = Events::over(
             self.clone(),
             endpoint,
             policy,
             Box::pin(response.bytes_stream()),
             Some(slots),
         );
+        // A buffering proxy holds the head as well as the events: the
+        // silence counts from when the request went out, not from the head.
+        events.arrivals.opened = opened.sent;
         // The opening counts as the call; the stream's own failures count as fallbacks.
         reply.empty()?;
         Ok(events)

@@ -31,6 +31,8 @@ pub(crate) enum Attempt {
         /// The parsed `Retry-After`, if the answer carried one that parses.
         retry_after: Option<Duration>,
         echoed_id: Option<String>,
+        /// An error answer's `Content-Type` (bounded); `None` on a 2xx.
+        content_type: Option<Box<str>>,
         /// The whole 2xx body (at most the route's cap), or the first
         /// `limits.error_body` bytes of an error answer.
         body: Bytes,
@@ -83,6 +85,9 @@ struct Run<'c, 'a> {
 pub(crate) struct Opened {
     pub reply: Reply,
     pub stream: Option<(reqwest::Response, HeldSlots)>,
+    /// When the answering attempt's request was sent: a stream's silence is
+    /// measured from here, since a buffering proxy holds the head too (§6.4).
+    pub sent: Instant,
 }
 
 impl Client {
@@ -189,8 +194,15 @@ impl Client {
             // Only an error answer is read for its detail: a 2xx body is the reply's.
             let (detail, retry_after) = match &result {
                 Attempt::Answer {
-                    body, retry_after, ..
-                } if !success_status => (detail_of(body, policy.limits.detail), *retry_after),
+                    status,
+                    body,
+                    retry_after,
+                    content_type,
+                    ..
+                } if !success_status => (
+                    detail_of(*status, content_type.as_deref(), body, policy.limits.detail),
+                    *retry_after,
+                ),
                 Attempt::Answer { .. } => (None, None),
                 Attempt::TooLarge { limit, .. } => (
                     Some(format!("the body passed the route's {limit}-byte cap")),
@@ -257,7 +269,11 @@ impl Client {
                 let request_id = echoed_id.unwrap_or(request_id);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
                 let stream = response.map(|r| (r, permit.detach()));
-                return Ok(Opened { reply, stream });
+                return Ok(Opened {
+                    reply,
+                    stream,
+                    sent: attempt_started,
+                });
             }
             telemetry::attempt(&log, run.digest());
             if status == Some(429) {
@@ -716,6 +732,11 @@ impl Limits {
 /// Longest echoed request ID kept; a longer one is ignored (ours is used).
 const MAX_ECHOED_ID: usize = 128;
 
+/// What an error's detail keeps of a `Content-Type` header, and of an HTML
+/// page's `<title>`.
+const MAX_CONTENT_TYPE: usize = 100;
+const MAX_TITLE: usize = 120;
+
 /// Sends one request and reads the answer: a 2xx body incrementally up to
 /// the route's cap, an error body up to `error_body` bytes; a stream's body
 /// is left to the SSE parser. Redirects are never followed (the client is
@@ -756,11 +777,19 @@ pub(crate) async fn perform(
         .filter(|v| !v.is_empty() && v.len() <= MAX_ECHOED_ID)
         .map(str::to_owned);
     let success = (200..300).contains(&status);
+    let content_type = (!success).then(|| {
+        let value = headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("no content type");
+        bounded(value, MAX_CONTENT_TYPE).into_boxed_str()
+    });
     if stream && success {
         let answer = Attempt::Answer {
             status,
             retry_after,
             echoed_id,
+            content_type,
             body: Bytes::new(),
         };
         return (answer, Some(response));
@@ -804,6 +833,7 @@ pub(crate) async fn perform(
         status,
         retry_after,
         echoed_id,
+        content_type,
         body: body.freeze(),
     };
     (answer, None)
@@ -830,14 +860,19 @@ pub(crate) fn operator_view(detail: serde_json::Value) -> serde_json::Value {
 }
 
 /// The `detail` of a `{"detail": ...}` envelope (or the raw text), cut to
-/// `max` bytes. Only error answers are read for it.
-fn detail_of(body: &[u8], max: usize) -> Option<String> {
+/// `max` bytes; an HTML page (a proxy's own 502, a panel's `error_docs`)
+/// becomes one line for an operator ([`page_line`]) and is kept out of the
+/// error, its Display and the logs. Only error answers are read for it.
+fn detail_of(status: u16, content_type: Option<&str>, body: &[u8], max: usize) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Envelope {
         detail: serde_json::Value,
     }
     if body.is_empty() {
         return None;
+    }
+    if is_html(content_type, body) {
+        return Some(bounded(&page_line(status, content_type, body), max));
     }
     let text = match serde_json::from_slice::<Envelope>(body) {
         Ok(Envelope {
@@ -848,4 +883,117 @@ fn detail_of(body: &[u8], max: usize) -> Option<String> {
         Err(_) => String::from_utf8_lossy(&body[..body.len().min(max + 1)]).into_owned(),
     };
     Some(bounded(&text, max))
+}
+
+/// Whether an error body is an HTML page: said so by its `Content-Type`, or
+/// (a proxy that labels it `text/plain` or not at all) by how it starts.
+fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
+    let declared = content_type.is_some_and(|t| {
+        let t = t.trim_start().as_bytes();
+        t.len() >= 9
+            && (t[..9].eq_ignore_ascii_case(b"text/html")
+                || starts_with_ci(t, b"application/xhtml"))
+    });
+    let start = body
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map_or(&body[..0], |i| &body[i..]);
+    declared || starts_with_ci(start, b"<!doctype html") || starts_with_ci(start, b"<html")
+}
+
+fn starts_with_ci(bytes: &[u8], prefix: &[u8]) -> bool {
+    bytes.len() >= prefix.len() && bytes[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// One operator line for an HTML error page: its `<title>` (nginx: `502 Bad
+/// Gateway`), else the status and content type, and the page's size (as
+/// read, up to `limits.error_body`), never its text.
+fn page_line(status: u16, content_type: Option<&str>, body: &[u8]) -> String {
+    let kind = content_type.unwrap_or("no content type");
+    match page_title(body) {
+        Some(title) => format!(
+            "an HTML error page, not the platform's answer: \"{title}\" ({kind}, {} bytes)",
+            body.len()
+        ),
+        None => format!(
+            "an HTML error page, not the platform's answer: status {status}, {kind}, {} bytes",
+            body.len()
+        ),
+    }
+}
+
+/// The text of a page's first `<title>`, whitespace collapsed, control
+/// characters dropped, bounded; `None` when it has none or it is empty.
+fn page_title(body: &[u8]) -> Option<String> {
+    let open =
+        memchr::memmem::find_iter(body, b"<").find(|&i| starts_with_ci(&body[i..], b"<title"))?;
+    let start = open + memchr::memchr(b'>', &body[open..])? + 1;
+    let len = memchr::memmem::find_iter(&body[start..], b"</")
+        .find(|&i| starts_with_ci(&body[start + i..], b"</title"))
+        .unwrap_or(body.len() - start);
+    let text = String::from_utf8_lossy(&body[start..start + len]);
+    let title = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(|c: char| c.is_control() || c == '"', "");
+    (!title.is_empty()).then(|| bounded(&title, MAX_TITLE))
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    /// nginx 1.22's own 502 page, as it sends it.
+    const NGINX_502: &str = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n";
+
+    #[test]
+    fn a_proxy_page_becomes_one_line_with_its_title() {
+        let line = detail_of(502, Some("text/html"), NGINX_502.as_bytes(), 1024).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "an HTML error page, not the platform's answer: \"502 Bad Gateway\" (text/html, {} bytes)",
+                NGINX_502.len()
+            )
+        );
+        assert!(!line.contains('<') && !line.contains('\n'));
+    }
+
+    #[test]
+    fn a_page_without_a_title_or_mislabelled_is_still_one_line() {
+        let page = b"  <!DOCTYPE html><html><body><h1>Service Unavailable</h1>\n<p>Plesk</p></body></html>";
+        let line = detail_of(503, Some("text/plain"), page, 1024).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "an HTML error page, not the platform's answer: status 503, text/plain, {} bytes",
+                page.len()
+            )
+        );
+        let titled = b"<HTML><HEAD><TITLE>\n  Gateway\r\n Timeout </TITLE>";
+        assert!(
+            detail_of(504, None, titled, 1024)
+                .unwrap()
+                .contains("\"Gateway Timeout\" (no content type")
+        );
+        // A JSON or plain-text answer keeps its text.
+        assert_eq!(
+            detail_of(502, Some("text/plain"), b"Bad Gateway", 1024).as_deref(),
+            Some("Bad Gateway")
+        );
+        assert_eq!(
+            detail_of(
+                500,
+                Some("text/html; charset=utf-8"),
+                b"{\"detail\":\"x\"}",
+                1024
+            )
+            .as_deref(),
+            Some(
+                "an HTML error page, not the platform's answer: status 500, text/html; charset=utf-8, 14 bytes"
+            ),
+            "labelled HTML is not parsed as anything else"
+        );
+    }
 }
