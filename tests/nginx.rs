@@ -219,6 +219,67 @@ async fn behind_plesk_defaults_buffering_is_detected_on_both_lanes_and_jobs_swit
     );
 }
 
+/// The spec's policy at 1/10 (attempt timeout 3 s, polling every 500 ms),
+/// the buffering burst left at 250 ms as in [`policy`].
+fn policy_10() -> &'static Policy {
+    static POLICY_10: OnceLock<&'static Policy> = OnceLock::new();
+    POLICY_10.get_or_init(|| {
+        let scaled = POLICY.scaled(10);
+        Box::leak(Box::new(Policy {
+            buffering: policy().buffering.clone(),
+            ..scaled.clone()
+        }))
+    })
+}
+
+#[tokio::test]
+async fn a_job_longer_than_the_open_timeout_behind_plesk_defaults_is_opened_once_and_polled() {
+    // Each job runs 4 s; the stream's opening waits 3 s for its head, which
+    // nginx holds until the job ends: every opening times out.
+    let Some(p) = Proxied::start_with(
+        sim_config(Duration::from_secs(4)),
+        Setup::plesk_defaults(),
+        policy_10(),
+        |c| c,
+    )
+    .await
+    else {
+        return;
+    };
+    for (n, doc) in ["doc-1", "doc-2"].into_iter().enumerate() {
+        let job = testkit::upload_for_job(&p.grag, doc).await;
+        let (seen, buffered) = follow(p.grag.bff().orchestrator_events(&job)).await;
+        assert!(buffered, "{seen:?}");
+        assert_eq!(seen[0], "fell back: connection", "{seen:?}");
+        assert_eq!(
+            p.sim.log().count("orchestrator_events"),
+            n + 1,
+            "opened once per job, not again and again"
+        );
+    }
+    assert_eq!(p.buffered("orchestrator"), 2);
+    assert_eq!(
+        p.alerts
+            .names()
+            .iter()
+            .filter(|a| **a == "sse_fallbacks_sustained")
+            .count(),
+        1
+    );
+    assert!(
+        p.grag.runtime().polling_only(),
+        "jobs are polled from now on"
+    );
+    let third = testkit::upload_for_job(&p.grag, "doc-3").await;
+    p.sim.start_job(TENANT, third.as_str());
+    follow(p.grag.bff().orchestrator_events(&third)).await;
+    assert_eq!(
+        p.sim.log().count("orchestrator_events"),
+        2,
+        "no third opening"
+    );
+}
+
 #[tokio::test]
 async fn with_buffering_off_streams_are_live_and_nothing_is_reported() {
     let Some(p) = Proxied::start(sim_config(Duration::from_secs(2)), Setup::unbuffered()).await

@@ -293,10 +293,18 @@ impl Client {
                 endpoint: Some(endpoint.operation),
                 row: None,
                 detail: Some(format!(
-                    "a proxy buffers event streams: {seen} arrived in one burst at their end; jobs are followed by polling from now on"
+                    "a proxy buffers event streams: {seen} arrived in one burst at their end or sent no head within the open timeout; jobs are followed by polling from now on"
                 )),
                 request_id: None,
             });
+        }
+    }
+
+    /// A stream's opening timed out before its head: counted as a buffered
+    /// stream (a live relay sends its head at once).
+    pub(crate) fn stream_withheld(&self, stream: &'static str, endpoint: &'static crate::Endpoint) {
+        if let Some(rule) = &self.shared.policy.buffering {
+            self.stream_buffered(stream, endpoint, rule);
         }
     }
 

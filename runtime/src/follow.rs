@@ -364,7 +364,15 @@ where
                             resync: reopened && self.policy.resync_after_reconnect,
                         };
                     }
-                    Err(e) => self.fall_back(e),
+                    Err(e) => {
+                        // Its head held past the open timeout: a buffering
+                        // proxy, as a stream arriving in one burst is.
+                        if e.head_withheld() {
+                            self.buffered.store(true, Ordering::Relaxed);
+                            self.client.stream_withheld(self.policy.name, self.endpoint);
+                        }
+                        self.fall_back(e)
+                    }
                 },
                 Phase::Live { first_seen, resync } => {
                     let Some(events) = self.live.as_mut() else {

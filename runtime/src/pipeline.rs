@@ -169,25 +169,35 @@ impl Client {
             let request = self.request(call, path, &request_id);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(&self.shared.pool, request, stream, limits);
-            let (result, response) =
-                match tokio::time::timeout_at(attempt_deadline, performed).await {
-                    Ok(done) => done,
-                    Err(_) if attempt_deadline == run.deadline => {
-                        self.record_breaker(generation, endpoint.path, true);
-                        return Err(run.deadline_error(Some(request_id)));
-                    }
-                    Err(_) => {
-                        let reason = format!(
+            let mut head_withheld = false;
+            let (result, response) = match tokio::time::timeout_at(attempt_deadline, performed)
+                .await
+            {
+                Ok(done) => done,
+                Err(_) if attempt_deadline == run.deadline => {
+                    self.record_breaker(generation, endpoint.path, true);
+                    return Err(run.deadline_error(Some(request_id)));
+                }
+                Err(_) => {
+                    head_withheld = stream;
+                    let reason = if stream {
+                        format!(
+                            "no response head within the {} ms attempt timeout (a proxy may be holding the stream)",
+                            budget.as_millis()
+                        )
+                    } else {
+                        format!(
                             "no answer within the {} ms attempt timeout",
                             budget.as_millis()
-                        );
-                        let failed = Attempt::Failed {
-                            maybe_sent: true,
-                            reason,
-                        };
-                        (failed, None)
-                    }
-                };
+                        )
+                    };
+                    let failed = Attempt::Failed {
+                        maybe_sent: true,
+                        reason,
+                    };
+                    (failed, None)
+                }
+            };
             let status = result.status();
             let success_status =
                 matches!(result, Attempt::Answer { status, .. } if (200..300).contains(&status));
@@ -307,6 +317,7 @@ impl Client {
                 !endpoint.idempotent && maybe_sent && matches!(result, Attempt::Failed { .. });
             let final_error = |detail: Option<String>| {
                 self.error(kind, row, call)
+                    .with_head_withheld(head_withheld)
                     .with_outcome_unknown(unknown)
                     .with_attempts(run.attempt)
                     .with_request_id(request_id.clone())
@@ -320,7 +331,15 @@ impl Client {
                 now: Instant::now(),
                 deadline: run.deadline,
             };
-            let resume = match next(&attempted, &mut rand::rng()) {
+            // A job stream whose head is withheld is not opened again here:
+            // its follower polls instead, and a proxy holding streams would
+            // hold the next opening too.
+            let decision = if head_withheld && self.falls_back(endpoint) {
+                Next::Fail { exhausted: false }
+            } else {
+                next(&attempted, &mut rand::rng())
+            };
+            let resume = match decision {
                 Next::RetryAt(at) => at,
                 Next::Fail { exhausted } => {
                     let error = final_error(detail.clone());
@@ -341,6 +360,14 @@ impl Client {
             drop(permit);
             tokio::time::sleep_until(resume).await;
         }
+    }
+
+    /// Whether `endpoint` is a stream with a polling fallback (a job stream).
+    fn falls_back(&self, endpoint: &Endpoint) -> bool {
+        endpoint
+            .stream
+            .and_then(|i| self.shared.policy.streams.get(i))
+            .is_some_and(|s| s.fallback.is_some())
     }
 
     /// The budgets a call of `endpoint` draws from: its route's, and the
