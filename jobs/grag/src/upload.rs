@@ -150,27 +150,6 @@ fn smaller_batch(sent: usize, split: usize) -> Option<usize> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::smaller_batch;
-
-    #[test]
-    fn a_refused_batch_shrinks_to_the_split_size_then_by_halves_down_to_one_point() {
-        let mut sizes = vec![600];
-        while let Some(next) = smaller_batch(*sizes.last().unwrap(), 256) {
-            sizes.push(next);
-        }
-        assert_eq!(sizes, [600, 256, 128, 64, 32, 16, 8, 4, 2, 1]);
-        assert_eq!(smaller_batch(3, 256), Some(2));
-        assert_eq!(
-            smaller_batch(1, 256),
-            None,
-            "one point: a verdict, not a loop"
-        );
-        assert_eq!(smaller_batch(0, 256), None);
-    }
-}
-
 async fn document_exists(step: &Step<'_>, upload: &Upload) -> Result<bool, StepError> {
     let documents = step
         .grag()
@@ -197,5 +176,26 @@ async fn conversion_of(
         Ok(job) => Ok(Some(job.conversion_id)),
         Err(e) if e.status() == Some(404) => Ok(None),
         Err(e) => Err(StepError::Platform(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::smaller_batch;
+
+    #[test]
+    fn a_refused_batch_shrinks_to_the_split_size_then_by_halves_down_to_one_point() {
+        let mut sizes = vec![600];
+        while let Some(next) = smaller_batch(*sizes.last().unwrap(), 256) {
+            sizes.push(next);
+        }
+        assert_eq!(sizes, [600, 256, 128, 64, 32, 16, 8, 4, 2, 1]);
+        assert_eq!(smaller_batch(3, 256), Some(2));
+        assert_eq!(
+            smaller_batch(1, 256),
+            None,
+            "one point: a verdict, not a loop"
+        );
+        assert_eq!(smaller_batch(0, 256), None);
     }
 }
