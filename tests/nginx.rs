@@ -384,7 +384,10 @@ async fn nginx_502_504_429_and_413_pages_become_one_operator_line() {
         .await
         .expect_err("413");
     assert_one_line(&e, 413, "413 Request Entity Too Large");
-    assert!(p.nginx.access().iter().any(|a| a.status == 413));
+    let access = p
+        .nginx
+        .access_when(|lines| lines.iter().any(|a| a.status == 413));
+    assert!(access.iter().any(|a| a.status == 413), "{access:?}");
 }
 
 fn point(id: &str, dimensions: usize) -> Point {
@@ -406,7 +409,7 @@ async fn warm(p: &Proxied) -> u64 {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(20)).await;
         p.grag.workspaces().list_kbs().await.expect("list_kbs");
-        let access = p.nginx.access();
+        let access = logged(p);
         if let [.., a, b] = access.as_slice()
             && a.connection == b.connection
         {
@@ -416,13 +419,10 @@ async fn warm(p: &Proxied) -> u64 {
     panic!("no connection was reused: {:?}", p.nginx.access());
 }
 
-/// The last request's place on its connection (1: a fresh connection).
-fn last_on_its_connection(p: &Proxied) -> u64 {
-    p.nginx
-        .access()
-        .last()
-        .expect("a request")
-        .connection_requests
+/// nginx's access log once it has a line for every `list_kbs` the simulator answered.
+fn logged(p: &Proxied) -> Vec<harness::Access> {
+    let answered = p.sim.log().count("list_kbs");
+    p.nginx.access_when(|lines| lines.len() >= answered)
 }
 
 #[tokio::test]
@@ -443,9 +443,13 @@ async fn a_pool_idle_configured_below_the_proxy_keep_alive_lets_connections_go_f
     // connection here, and at nginx's edge (~2 s) write onto one it is closing.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     p.grag.workspaces().list_kbs().await.unwrap();
-    let last = p.nginx.access().last().cloned().unwrap();
-    assert_ne!(last.connection, reused, "{:?}", p.nginx.access());
-    assert_eq!(last_on_its_connection(&p), 1, "a fresh connection");
+    let access = logged(&p);
+    let last = access.last().unwrap();
+    assert_ne!(last.connection, reused, "{access:?}");
+    assert_eq!(
+        last.connection_requests, 1,
+        "a fresh connection: {access:?}"
+    );
 
     // Below the floor the client is refused, not clamped.
     let config = Config::new(p.nginx.url(), KEY, TenantId::parse(TENANT).unwrap())
@@ -473,9 +477,13 @@ async fn a_keep_alive_timeout_nginx_announces_lowers_the_pool_idle() {
     // Idle 2.5 s: past the announced limit less the margin, within nginx's 3 s.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     p.grag.workspaces().list_kbs().await.unwrap();
-    let last = p.nginx.access().last().cloned().unwrap();
-    assert_ne!(last.connection, reused, "{:?}", p.nginx.access());
-    assert_eq!(last_on_its_connection(&p), 1, "a fresh connection");
+    let access = logged(&p);
+    let last = access.last().unwrap();
+    assert_ne!(last.connection, reused, "{access:?}");
+    assert_eq!(
+        last.connection_requests, 1,
+        "a fresh connection: {access:?}"
+    );
 }
 
 // ---- item 4: 413 by bytes --------------------------------------------------------------------
@@ -523,21 +531,21 @@ async fn an_upsert_nginx_refuses_by_bytes_is_halved_down_to_what_fits_and_one_po
     let job = jobs.submit_upload(upload("doc-1", 40, 1024)).await.unwrap();
     assert_eq!(job.state, JobState::Done, "{:?}", job.last_error);
     assert_eq!(p.sim.points(TENANT, "kb-1").len(), 40);
-    let upserts: Vec<u16> = p
+    // 40 → 20 → 10 → 5 refused by nginx, then batches of 3 (5 halved)
+    // until done; no refused batch reached the platform.
+    let accepted = p.sim.log().count("upsert_points");
+    let count = |lines: &[harness::Access], status: u16| {
+        lines
+            .iter()
+            .filter(|a| a.uri.ends_with("/points") && a.status == status)
+            .count()
+    };
+    let access = p
         .nginx
-        .access()
-        .iter()
-        .filter(|a| a.uri.ends_with("/points"))
-        .map(|a| a.status)
-        .collect();
-    // 40 → 20 → 10 → 5 refused, then batches of 3 (5 halved) until done.
-    assert_eq!(upserts[..4], [413, 413, 413, 413], "{upserts:?}");
-    assert!(upserts[4..].iter().all(|s| *s == 200), "{upserts:?}");
-    assert_eq!(
-        p.sim.log().count("upsert_points"),
-        upserts.len() - 4,
-        "no 413 reached the platform"
-    );
+        .access_when(|lines| count(lines, 413) >= 4 && count(lines, 200) >= accepted);
+    assert_eq!(count(&access, 413), 4, "{access:?}");
+    assert_eq!(count(&access, 200), accepted, "{access:?}");
+    assert_eq!(accepted, 40_usize.div_ceil(3), "batches of 3: {access:?}");
 
     // One point of 8192 dimensions (~150 KB) fits no batch: the job fails, typed.
     let job = jobs.submit_upload(upload("doc-2", 3, 8192)).await.unwrap();
@@ -555,6 +563,15 @@ async fn an_upsert_nginx_refuses_by_bytes_is_halved_down_to_what_fits_and_one_po
         "{}",
         error.detail
     );
-    let refused = p.nginx.access().iter().filter(|a| a.status == 413).count();
-    assert_eq!(refused, 4 + 3, "3 points, 2, then 1: never a loop");
+    let access = p.nginx.access_when(|lines| count(lines, 413) >= 4 + 3);
+    assert_eq!(
+        count(&access, 413),
+        4 + 3,
+        "3 points, 2, then 1: never a loop"
+    );
+    assert_eq!(
+        p.sim.log().count("upsert_points"),
+        accepted,
+        "none of them reached the platform"
+    );
 }

@@ -161,6 +161,21 @@ impl Nginx {
             .collect()
     }
 
+    /// The access log once `until` holds for it (nginx writes a line when
+    /// it finalizes the request, which may be after the client read the
+    /// answer: a 413's line waits for the unread body to be discarded), or
+    /// as it is after 10 s, for the assertion that follows to fail on.
+    pub fn access_when(&self, until: impl Fn(&[Access]) -> bool) -> Vec<Access> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let lines = self.access();
+            if until(&lines) || Instant::now() >= deadline {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// nginx's error log, for a failing test's message.
     pub fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
