@@ -1049,3 +1049,56 @@ async fn an_idle_pooled_connection_is_dropped_before_the_platform_s_keep_alive()
         "a connection idle past pool_idle is not reused"
     );
 }
+
+// ---- issue 21 item 3: a proxy keep-alive shorter than the pool idle -----------------------------
+
+#[test]
+fn the_pool_idle_floor_and_the_keep_alive_margin_are_the_spec_s_and_below_the_platform_s() {
+    // The policy documents name no pool numbers (`inferred` in the spec); what
+    // they rest on is the platform's uvicorn/Node keep-alive of 5 s.
+    const PLATFORM_KEEP_ALIVE: Duration = Duration::from_secs(5);
+    for policy in [&POLICY, &core_client::policy::POLICY] {
+        assert_eq!(policy.pool_idle, Duration::from_secs(4), "{}", policy.api);
+        assert_eq!(
+            policy.pool_idle_floor,
+            Duration::from_secs(1),
+            "{}",
+            policy.api
+        );
+        assert_eq!(
+            policy.keep_alive_margin,
+            Some(Duration::from_secs(1)),
+            "{}",
+            policy.api
+        );
+        let margin = policy.keep_alive_margin.unwrap();
+        assert!(policy.pool_idle_floor <= policy.pool_idle);
+        assert_eq!(
+            policy.pool_idle + margin,
+            PLATFORM_KEEP_ALIVE,
+            "the default sits one margin below the platform's keep-alive"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_pool_idle_below_the_floor_is_refused_and_one_above_it_is_kept() {
+    let tenant = TenantId::parse("knoll").unwrap();
+    let config = || Config::new("http://127.0.0.1:9", "key", tenant.clone());
+    let refused = Grag::new(config().pool_idle(Duration::from_millis(999)))
+        .err()
+        .expect("below the floor");
+    assert!(matches!(refused, ConfigError::PoolIdle(_)), "{refused:?}");
+    assert_eq!(
+        refused.to_string(),
+        "invalid connection pool configuration: pool_idle 999ms is below the floor of 1s"
+    );
+    let grag = Grag::new(config().pool_idle(Duration::from_millis(1500))).unwrap();
+    assert_eq!(grag.runtime().pool_idle(), Duration::from_millis(1500));
+    let grag = Grag::new(config()).unwrap();
+    assert_eq!(
+        grag.runtime().pool_idle(),
+        POLICY.pool_idle,
+        "the spec's by default"
+    );
+}

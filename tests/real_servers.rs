@@ -233,12 +233,17 @@ async fn completions_right_after_an_unhandled_500_all_go_through() {
         40,
         "every completion reached it once"
     );
-    let closed = log
-        .notes()
+    // Each 500 was uvicorn's (a close follows it). Whether the simulator
+    // or the client closes that connection first depends on the client: a
+    // 500 sent while the replacement pool is still being built (on a
+    // blocking thread) went out on a connection the client keeps no longer
+    // than its answer.
+    let unhandled = log
+        .of("complete")
         .iter()
-        .filter(|n| n.what.starts_with("unhandled error: connection"))
+        .filter(|e| e.has_fault("unhandled"))
         .count();
-    assert_eq!(closed, 20, "each 500 closed its connection");
+    assert_eq!(unhandled, 20, "each round's first completion met the fault");
 }
 
 /// uvicorn's and Node's keep-alive timeout (5 s) closes idle connections;

@@ -47,6 +47,10 @@ pub struct Model {
     pub limits: Limits,
     /// How long an idle pooled connection is kept.
     pub pool_idle: Duration,
+    /// The least configurable pool idle (`pool_idle` when the spec names none).
+    pub pool_idle_floor: Duration,
+    /// Let go this long before a server's announced keep-alive; `None`: not read.
+    pub keep_alive_margin: Option<Duration>,
     /// Statuses after which no pooled connection is reused.
     pub fresh_after: Vec<u16>,
     /// `None`: the API's writes are not queued for replay.

@@ -408,6 +408,14 @@ pub struct Polling {
 pub struct Connections {
     /// How long an idle pooled connection is kept: below the server's keep-alive.
     pub pool_idle: Duration,
+    /// The least pool idle a deployment may configure (behind a proxy with a
+    /// shorter keep-alive); absent: not configurable below `pool_idle`.
+    #[serde(default)]
+    pub pool_idle_floor: Option<Duration>,
+    /// How long before a server's announced `Keep-Alive: timeout=` an idle
+    /// connection is let go; absent: announcements are not read.
+    #[serde(default)]
+    pub keep_alive_margin: Option<Duration>,
     /// Statuses after which, unless the answer said `Connection: close`, the
     /// server closes the connection unannounced: no pooled one is reused.
     #[serde(default)]

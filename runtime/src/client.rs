@@ -26,6 +26,7 @@ pub struct ClientConfig {
     pub(crate) warm_up: bool,
     pub(crate) retry_attempts: Option<u32>,
     pub(crate) retry_backoff: Option<Duration>,
+    pub(crate) pool_idle: Option<Duration>,
 }
 
 impl ClientConfig {
@@ -38,7 +39,17 @@ impl ClientConfig {
             warm_up: false,
             retry_attempts: None,
             retry_backoff: None,
+            pool_idle: None,
         }
+    }
+
+    /// How long an idle pooled connection is kept (default: the policy's
+    /// `pool_idle`): below the keep-alive of a proxy in front that closes
+    /// sooner than the platform. Below the policy's `pool_idle_floor` the
+    /// client is refused.
+    pub fn pool_idle(mut self, idle: Duration) -> Self {
+        self.pool_idle = Some(idle);
+        self
     }
 
     /// Attempts in all (the first included) of the policy's configurable
@@ -138,7 +149,8 @@ impl Client {
         let base_url = check_base_url(&config.base_url)?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let deadline = overall_deadline(policy, &retries);
-        let pool = Pool::new(policy.pool_idle, policy.fresh_after)
+        let idle = configured_idle(policy, config.pool_idle)?;
+        let pool = Pool::new(idle, policy.fresh_after, policy.keep_alive_margin)
             .map_err(|e| ConfigError::Http(e.to_string()))?;
         Ok(Client {
             shared: Arc::new(Shared {
@@ -265,6 +277,13 @@ impl Client {
         &self.shared.throttle
     }
 
+    /// How long idle pooled connections are kept now: the configured (or the
+    /// policy's) pool idle, lowered by any shorter `Keep-Alive: timeout=` a
+    /// server announced.
+    pub fn pool_idle(&self) -> Duration {
+        self.shared.pool.idle()
+    }
+
     /// The origin breaker's state right now.
     pub fn circuit_state(&self) -> crate::breaker::CircuitState {
         self.breaker().state()
@@ -324,10 +343,18 @@ impl Client {
             self.alert(crate::alerts::Alert {
                 endpoint: Some(endpoint.operation),
                 detail: Some(format!(
-                    "a proxy buffers event streams: {seen} arrived in one burst at their end; jobs are followed by polling from now on"
+                    "a proxy buffers event streams: {seen} arrived in one burst at their end or sent no head within the open timeout; jobs are followed by polling from now on"
                 )),
                 ..self.alert_of(rule.alert)
             });
+        }
+    }
+
+    /// A stream's opening timed out before its head: counted as a buffered
+    /// stream (a live relay sends its head at once).
+    pub(crate) fn stream_withheld(&self, stream: &'static str, endpoint: &'static crate::Endpoint) {
+        if let Some(rule) = &self.shared.policy.buffering {
+            self.stream_buffered(stream, endpoint, rule);
         }
     }
 
@@ -458,6 +485,20 @@ pub(crate) fn overall_deadline(policy: &Policy, retries: &[RetryClass]) -> Durat
         deadline = deadline.max(needed);
     }
     deadline
+}
+
+/// The pool idle a deployment set, refused below the policy's floor (not
+/// clamped: an operator who lowered it for a proxy must get what was asked for
+/// or an error).
+fn configured_idle(policy: &Policy, idle: Option<Duration>) -> Result<Duration, ConfigError> {
+    match idle {
+        None => Ok(policy.pool_idle),
+        Some(idle) if idle < policy.pool_idle_floor => Err(ConfigError::PoolIdle(format!(
+            "pool_idle {idle:?} is below the floor of {:?}",
+            policy.pool_idle_floor
+        ))),
+        Some(idle) => Ok(idle),
+    }
 }
 
 /// The key goes into a header on every keyed request: it must be a valid

@@ -27,6 +27,8 @@ struct Inner {
     replayable: bool,
     outcome_unknown: bool,
     answer_lost: bool,
+    /// A stream's opening timed out before its head: something between holds it.
+    head_withheld: bool,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -52,6 +54,7 @@ impl Error {
                 replayable: false,
                 outcome_unknown: false,
                 answer_lost: false,
+                head_withheld: false,
                 source: None,
             }),
         }
@@ -150,6 +153,18 @@ impl Error {
     }
 
     /// Marks a lost chat answer, with the stream's copy for it.
+    /// Whether a stream's opening timed out waiting for its response head: a
+    /// live relay sends it at once, a buffering proxy holds it until the
+    /// stream ends (§6.4).
+    pub(crate) fn head_withheld(&self) -> bool {
+        self.inner.head_withheld
+    }
+
+    pub(crate) fn with_head_withheld(mut self, withheld: bool) -> Self {
+        self.inner.head_withheld = withheld;
+        self
+    }
+
     pub(crate) fn with_answer_lost(mut self, copy: Option<&'static str>) -> Self {
         self.inner.answer_lost = true;
         if copy.is_some() {
@@ -285,6 +300,8 @@ pub enum ConfigError {
     Http(String),
     #[error("invalid retry configuration: {0}")]
     Retry(String),
+    #[error("invalid connection pool configuration: {0}")]
+    PoolIdle(String),
 }
 
 /// Reads a required environment variable.

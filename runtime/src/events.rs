@@ -45,9 +45,10 @@ pub struct Events {
     deferred: Option<(Instant, bool)>,
 }
 
-/// When a stream opened, and when its first and last events arrived.
+/// When a stream's request was sent, and when its first and last events arrived.
 #[derive(Debug, Clone, Copy)]
 struct Arrivals {
+    /// When the request went out (for a stream built over a body alone: when it was built).
     opened: Instant,
     first: Option<Instant>,
     last: Option<Instant>,
@@ -114,15 +115,17 @@ impl Client {
             ));
         };
         // Built first: from here on, dropping it gives the slots back.
-        let events = Events::over(
+        let mut events = Events::over(
             self.clone(),
             endpoint,
             policy,
             Box::pin(response.bytes_stream()),
             Some(slots),
         );
-        let mut events = events;
         events.request_id = Some(reply.request_id().to_owned());
+        // A buffering proxy holds the head as well as the events: the
+        // silence counts from when the request went out, not from the head.
+        events.arrivals.opened = opened.sent;
         // A stream that carries an answer (a chat turn) is one interactive
         // call, head to end: held to the overall deadline and counted when it
         // ends. Any other stream's opening counts as the call; its own

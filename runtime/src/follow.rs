@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -71,6 +71,8 @@ pub struct JobProgress<E, S> {
     expected: Option<Duration>,
     /// Keepalive comments seen on all of the job's streams so far.
     keepalives: Arc<AtomicU64>,
+    /// Whether one of the job's streams arrived in one burst at its end.
+    buffered: Arc<AtomicBool>,
     inner: Option<BoxStream<'static, Result<JobUpdate<E, S>, Error>>>,
 }
 
@@ -78,6 +80,7 @@ type Start<E, S> = Box<
     dyn FnOnce(
             Option<Duration>,
             Arc<AtomicU64>,
+            Arc<AtomicBool>,
         ) -> BoxStream<'static, Result<JobUpdate<E, S>, Error>>
         + Send,
 >;
@@ -94,7 +97,7 @@ where
         fallback: &'static StreamFallback,
         source: impl Source,
     ) -> Self {
-        let start: Start<E, S> = Box::new(move |expected, keepalives| {
+        let start: Start<E, S> = Box::new(move |expected, keepalives, buffered| {
             let polling_only = by_polling_alone(policy, expected, client.polling_only());
             let follower = Follower {
                 client,
@@ -113,6 +116,7 @@ where
                 },
                 live: None,
                 keepalives,
+                buffered,
                 closed_keepalives: 0,
                 queue: VecDeque::new(),
                 _types: std::marker::PhantomData,
@@ -128,6 +132,7 @@ where
             start: Some(start),
             expected: None,
             keepalives: Arc::default(),
+            buffered: Arc::default(),
             inner: None,
         }
     }
@@ -140,6 +145,15 @@ where
     /// Keepalive comments seen so far, on every stream of the job.
     pub fn keepalives(&self) -> u64 {
         self.keepalives.load(Ordering::Relaxed)
+    }
+
+    /// Whether one of the job's streams arrived in one burst at its end, as
+    /// a buffering proxy delivers it (§6.4), like a chat turn's
+    /// `was_buffered`: the job's updates were late, not lost. Once the
+    /// policy's `confirm_after` streams did, jobs are followed by polling
+    /// alone ([`Client::polling_only`]).
+    pub fn was_buffered(&self) -> bool {
+        self.buffered.load(Ordering::Relaxed)
     }
 
     /// A job expected to run this long: past the stream's ceiling (30 min)
@@ -164,7 +178,11 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if let Some(start) = this.start.take() {
-            this.inner = Some(start(this.expected, this.keepalives.clone()));
+            this.inner = Some(start(
+                this.expected,
+                this.keepalives.clone(),
+                this.buffered.clone(),
+            ));
         }
         match this.inner.as_mut() {
             Some(inner) => inner.poll_next_unpin(cx),
@@ -196,6 +214,7 @@ impl Client {
                 start: None,
                 expected: None,
                 keepalives: Arc::default(),
+                buffered: Arc::default(),
                 inner: Some(futures_util::stream::iter([Err(error)]).fuse().boxed()),
             };
         };
@@ -317,6 +336,7 @@ struct Follower<E, S, Src> {
     /// The open stream, while the phase is [`Phase::Live`].
     live: Option<Events>,
     keepalives: Arc<AtomicU64>,
+    buffered: Arc<AtomicBool>,
     /// Keepalives of the streams closed before `live`.
     closed_keepalives: u64,
     queue: VecDeque<Result<JobUpdate<E, S>, Error>>,
@@ -344,7 +364,15 @@ where
                             resync: reopened && self.policy.resync_after_reconnect,
                         };
                     }
-                    Err(e) => self.fall_back(e),
+                    Err(e) => {
+                        // Its head held past the open timeout: a buffering
+                        // proxy, as a stream arriving in one burst is.
+                        if e.head_withheld() {
+                            self.buffered.store(true, Ordering::Relaxed);
+                            self.client.stream_withheld(self.policy.name, self.endpoint);
+                        }
+                        self.fall_back(e)
+                    }
                 },
                 Phase::Live { first_seen, resync } => {
                     let Some(events) = self.live.as_mut() else {
@@ -515,6 +543,9 @@ where
     fn close(&mut self) {
         if let Some(events) = self.live.take() {
             self.closed_keepalives += events.keepalives();
+            if events.was_buffered() {
+                self.buffered.store(true, Ordering::Relaxed);
+            }
         }
     }
 
@@ -1050,6 +1081,54 @@ mod tests {
         )
         .await;
         assert_eq!(r.alerts.names(), ["contract_drift"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_stream_that_arrives_in_one_burst_reports_it_and_two_switch_jobs_to_polling() {
+        // A buffering proxy: nothing for 8 s, then every event at once.
+        let burst = || Body(vec![(8, SUBSCRIBED), (0, NODE), (0, DONE)], End::Stall);
+        let alerts = Arc::new(CollectAlerts::default());
+        let client = client(alerts.clone());
+        for n in 1..=2 {
+            let log = Log::default();
+            let source = Scripted {
+                client: client.clone(),
+                opens: vec![Some(burst())].into(),
+                statuses: VecDeque::new(),
+                log: log.clone(),
+                t0: Instant::now(),
+            };
+            let policy = stream_policy();
+            let mut progress: JobProgress<SseEvent, Value> = JobProgress::new(
+                client.clone(),
+                endpoint(),
+                policy,
+                policy.fallback.as_ref().unwrap(),
+                source,
+            );
+            assert!(!progress.was_buffered(), "not known before it ends");
+            let mut last = None;
+            while let Some(item) = progress.next().await {
+                last = Some(item);
+            }
+            assert!(
+                matches!(last, Some(Ok(JobUpdate::Completed(_)))),
+                "{last:?}"
+            );
+            assert!(progress.was_buffered(), "stream {n}");
+            assert_eq!(client.polling_only(), n == 2, "confirmed by the second");
+        }
+        assert_eq!(alerts.names(), ["sse_fallbacks_sustained"]);
+        assert!(
+            client
+                .metrics_text()
+                .contains("sdk_test_sse_buffered_total{stream=\"jobs\"} 2")
+        );
+        // A live stream, however slow, is not buffered.
+        let live = Body(vec![(0, SUBSCRIBED), (8, NODE), (0, DONE)], End::Stall);
+        let r = run(vec![Some(live)], vec![], None, |_| {}).await;
+        assert_eq!(r.seen.last(), Some(&(Seen::Completed("event"), secs(8))));
+        assert!(!r.client.polling_only());
     }
 
     #[test]

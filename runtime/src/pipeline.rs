@@ -31,6 +31,8 @@ pub(crate) enum Attempt {
         /// The parsed `Retry-After`, if the answer carried one that parses.
         retry_after: Option<Duration>,
         echoed_id: Option<String>,
+        /// An error answer's `Content-Type` (bounded); `None` on a 2xx.
+        content_type: Option<Box<str>>,
         /// The whole 2xx body (at most the route's cap), or the first
         /// `limits.error_body` bytes of an error answer.
         body: Bytes,
@@ -86,6 +88,9 @@ pub(crate) struct Opened {
     /// When the call started: a stream that carries an answer is held to
     /// the overall deadline from here.
     pub started: Instant,
+    /// When the answering attempt's request was sent: a stream's silence is
+    /// measured from here, since a buffering proxy holds the head too (§6.4).
+    pub sent: Instant,
 }
 
 impl Client {
@@ -172,35 +177,52 @@ impl Client {
             telemetry::sent(self, call, &request_id, run.attempt);
             let limits = Limits::of(policy, endpoint);
             let performed = perform(&self.shared.pool, request, stream, limits);
-            let (mut result, response) =
-                match tokio::time::timeout_at(attempt_deadline, performed).await {
-                    Ok(done) => done,
-                    Err(_) if attempt_deadline == run.deadline => {
-                        self.record_breaker(generation, endpoint.path, true);
-                        // Ended in flight: the request may have arrived.
-                        let unknown = !endpoint.idempotent;
-                        return Err(run.deadline_error(Some(request_id), unknown));
-                    }
-                    Err(_) => {
-                        let reason = format!(
+            let mut head_withheld = false;
+            let (mut result, response) = match tokio::time::timeout_at(attempt_deadline, performed)
+                .await
+            {
+                Ok(done) => done,
+                Err(_) if attempt_deadline == run.deadline => {
+                    self.record_breaker(generation, endpoint.path, true);
+                    // Ended in flight: the request may have arrived.
+                    let unknown = !endpoint.idempotent;
+                    return Err(run.deadline_error(Some(request_id), unknown));
+                }
+                Err(_) => {
+                    head_withheld = stream;
+                    let reason = if stream {
+                        format!(
+                            "no response head within the {} ms attempt timeout (a proxy may be holding the stream)",
+                            budget.as_millis()
+                        )
+                    } else {
+                        format!(
                             "no answer within the {} ms attempt timeout",
                             budget.as_millis()
-                        );
-                        let failed = Attempt::Failed {
-                            maybe_sent: true,
-                            reason,
-                        };
-                        (failed, None)
-                    }
-                };
+                        )
+                    };
+                    let failed = Attempt::Failed {
+                        maybe_sent: true,
+                        reason,
+                    };
+                    (failed, None)
+                }
+            };
             let status = result.status();
             let success_status =
                 matches!(result, Attempt::Answer { status, .. } if (200..300).contains(&status));
             // Only an error answer is read for its detail: a 2xx body is the reply's.
             let (detail, retry_after) = match &result {
                 Attempt::Answer {
-                    body, retry_after, ..
-                } if !success_status => (detail_of(body, policy.limits.detail), *retry_after),
+                    status,
+                    body,
+                    retry_after,
+                    content_type,
+                    ..
+                } if !success_status => (
+                    detail_of(*status, content_type.as_deref(), body, policy.limits.detail),
+                    *retry_after,
+                ),
                 Attempt::Answer { .. } => (None, None),
                 Attempt::TooLarge { limit, .. } => (
                     Some(format!("the body passed the route's {limit}-byte cap")),
@@ -272,6 +294,7 @@ impl Client {
                     reply,
                     stream,
                     started: run.started,
+                    sent: attempt_started,
                 });
             }
             telemetry::attempt(&log, run.digest());
@@ -309,6 +332,7 @@ impl Client {
             let joined_id = echoed.as_ref().unwrap_or(&request_id);
             let final_error = |detail: Option<String>| {
                 self.error(kind, row, call)
+                    .with_head_withheld(head_withheld)
                     .with_outcome_unknown_row(unknown, row)
                     .with_attempts(run.attempt)
                     .with_request_id(joined_id.clone())
@@ -322,7 +346,15 @@ impl Client {
                 now: Instant::now(),
                 deadline: run.deadline,
             };
-            let resume = match next(&attempted, &mut rand::rng()) {
+            // A job stream whose head is withheld is not opened again here:
+            // its follower polls instead, and a proxy holding streams would
+            // hold the next opening too.
+            let decision = if head_withheld && self.falls_back(endpoint) {
+                Next::Fail { exhausted: false }
+            } else {
+                next(&attempted, &mut rand::rng())
+            };
+            let resume = match decision {
                 Next::RetryAt(at) => at,
                 Next::Fail { exhausted } => {
                     let error = final_error(detail.clone());
@@ -343,6 +375,14 @@ impl Client {
             drop(permit);
             tokio::time::sleep_until(resume).await;
         }
+    }
+
+    /// Whether `endpoint` is a stream with a polling fallback (a job stream).
+    fn falls_back(&self, endpoint: &Endpoint) -> bool {
+        endpoint
+            .stream
+            .and_then(|i| self.shared.policy.streams.get(i))
+            .is_some_and(|s| s.fallback.is_some())
     }
 
     /// The budgets a call of `endpoint` draws from: its route's, and the
@@ -763,6 +803,11 @@ impl Limits {
 /// Longest echoed request ID kept; a longer one is ignored (ours is used).
 const MAX_ECHOED_ID: usize = 128;
 
+/// What an error's detail keeps of a `Content-Type` header, and of an HTML
+/// page's `<title>`.
+const MAX_CONTENT_TYPE: usize = 100;
+const MAX_TITLE: usize = 120;
+
 /// Sends one request and reads the answer: a 2xx body incrementally up to
 /// the route's cap, an error body up to `error_body` bytes; a stream's body
 /// is left to the SSE parser. Redirects are never followed (the client is
@@ -803,11 +848,19 @@ pub(crate) async fn perform(
         .filter(|v| !v.is_empty() && v.len() <= MAX_ECHOED_ID)
         .map(str::to_owned);
     let success = (200..300).contains(&status);
+    let content_type = (!success).then(|| {
+        let value = headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("no content type");
+        bounded(value, MAX_CONTENT_TYPE).into_boxed_str()
+    });
     if stream && success {
         let answer = Attempt::Answer {
             status,
             retry_after,
             echoed_id,
+            content_type,
             body: Bytes::new(),
         };
         return (answer, Some(response));
@@ -851,6 +904,7 @@ pub(crate) async fn perform(
         status,
         retry_after,
         echoed_id,
+        content_type,
         body: body.freeze(),
     };
     (answer, None)
@@ -881,14 +935,19 @@ pub(crate) fn operator_view(detail: serde_json::Value) -> serde_json::Value {
 }
 
 /// The `detail` of a `{"detail": ...}` envelope (or the raw text), cut to
-/// `max` bytes. Only error answers are read for it.
-fn detail_of(body: &[u8], max: usize) -> Option<String> {
+/// `max` bytes; an HTML page (a proxy's own 502, a panel's `error_docs`)
+/// becomes one line for an operator ([`page_line`]) and is kept out of the
+/// error, its Display and the logs. Only error answers are read for it.
+fn detail_of(status: u16, content_type: Option<&str>, body: &[u8], max: usize) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Envelope {
         detail: serde_json::Value,
     }
     if body.is_empty() {
         return None;
+    }
+    if is_html(content_type, body) {
+        return Some(bounded(&page_line(status, content_type, body), max));
     }
     let text = match serde_json::from_slice::<Envelope>(body) {
         Ok(Envelope {
@@ -907,7 +966,8 @@ mod tests {
     use serde_json::{Value, json};
 
     fn shown(body: Value, max: usize) -> Value {
-        let text = detail_of(body.to_string().as_bytes(), max).expect("a detail");
+        let text = detail_of(422, Some("application/json"), body.to_string().as_bytes(), max)
+            .expect("a detail");
         serde_json::from_str(&text).unwrap_or(Value::String(text))
     }
 
@@ -947,9 +1007,122 @@ mod tests {
     fn a_structured_detail_is_bounded() {
         let long = "x".repeat(10_000);
         let body = json!({"detail": {"code": "finding_locked", "message": long}});
-        let text = detail_of(body.to_string().as_bytes(), 256).unwrap();
+        let text = detail_of(423, Some("application/json"), body.to_string().as_bytes(), 256).unwrap();
         assert!(text.len() <= 256, "{}", text.len());
         assert!(text.starts_with(r#"{"code":"finding_locked""#), "{text}");
         assert!(text.ends_with("[cut]"), "{text}");
+    }
+}
+
+/// Whether an error body is an HTML page: said so by its `Content-Type`, or
+/// (a proxy that labels it `text/plain` or not at all) by how it starts.
+fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
+    let declared = content_type.is_some_and(|t| {
+        let t = t.trim_start().as_bytes();
+        t.len() >= 9
+            && (t[..9].eq_ignore_ascii_case(b"text/html")
+                || starts_with_ci(t, b"application/xhtml"))
+    });
+    let start = body
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map_or(&body[..0], |i| &body[i..]);
+    declared || starts_with_ci(start, b"<!doctype html") || starts_with_ci(start, b"<html")
+}
+
+fn starts_with_ci(bytes: &[u8], prefix: &[u8]) -> bool {
+    bytes.len() >= prefix.len() && bytes[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// One operator line for an HTML error page: its `<title>` (nginx: `502 Bad
+/// Gateway`), else the status and content type, and the page's size (as
+/// read, up to `limits.error_body`), never its text.
+fn page_line(status: u16, content_type: Option<&str>, body: &[u8]) -> String {
+    let kind = content_type.unwrap_or("no content type");
+    match page_title(body) {
+        Some(title) => format!(
+            "an HTML error page, not the platform's answer: \"{title}\" ({kind}, {} bytes)",
+            body.len()
+        ),
+        None => format!(
+            "an HTML error page, not the platform's answer: status {status}, {kind}, {} bytes",
+            body.len()
+        ),
+    }
+}
+
+/// The text of a page's first `<title>`, whitespace collapsed, control
+/// characters dropped, bounded; `None` when it has none or it is empty.
+fn page_title(body: &[u8]) -> Option<String> {
+    let open =
+        memchr::memmem::find_iter(body, b"<").find(|&i| starts_with_ci(&body[i..], b"<title"))?;
+    let start = open + memchr::memchr(b'>', &body[open..])? + 1;
+    let len = memchr::memmem::find_iter(&body[start..], b"</")
+        .find(|&i| starts_with_ci(&body[start + i..], b"</title"))
+        .unwrap_or(body.len() - start);
+    let text = String::from_utf8_lossy(&body[start..start + len]);
+    let title = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(|c: char| c.is_control() || c == '"', "");
+    (!title.is_empty()).then(|| bounded(&title, MAX_TITLE))
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    /// nginx 1.22's own 502 page, as it sends it.
+    const NGINX_502: &str = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n";
+
+    #[test]
+    fn a_proxy_page_becomes_one_line_with_its_title() {
+        let line = detail_of(502, Some("text/html"), NGINX_502.as_bytes(), 1024).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "an HTML error page, not the platform's answer: \"502 Bad Gateway\" (text/html, {} bytes)",
+                NGINX_502.len()
+            )
+        );
+        assert!(!line.contains('<') && !line.contains('\n'));
+    }
+
+    #[test]
+    fn a_page_without_a_title_or_mislabelled_is_still_one_line() {
+        let page = b"  <!DOCTYPE html><html><body><h1>Service Unavailable</h1>\n<p>Plesk</p></body></html>";
+        let line = detail_of(503, Some("text/plain"), page, 1024).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "an HTML error page, not the platform's answer: status 503, text/plain, {} bytes",
+                page.len()
+            )
+        );
+        let titled = b"<HTML><HEAD><TITLE>\n  Gateway\r\n Timeout </TITLE>";
+        assert!(
+            detail_of(504, None, titled, 1024)
+                .unwrap()
+                .contains("\"Gateway Timeout\" (no content type")
+        );
+        // A JSON or plain-text answer keeps its text.
+        assert_eq!(
+            detail_of(502, Some("text/plain"), b"Bad Gateway", 1024).as_deref(),
+            Some("Bad Gateway")
+        );
+        assert_eq!(
+            detail_of(
+                500,
+                Some("text/html; charset=utf-8"),
+                b"{\"detail\":\"x\"}",
+                1024
+            )
+            .as_deref(),
+            Some(
+                "an HTML error page, not the platform's answer: status 500, text/html; charset=utf-8, 14 bytes"
+            ),
+            "labelled HTML is not parsed as anything else"
+        );
     }
 }

@@ -281,6 +281,8 @@ pub static POLICY: Policy = Policy {
     },
     routes: &[&JOB_EVENTS, &JOB_STATUS, &CHAT_STREAM],
     pool_idle: Duration::from_secs(4),
+    pool_idle_floor: Duration::from_secs(1),
+    keep_alive_margin: Some(Duration::from_secs(1)),
     metrics: MetricNames {
         requests: "sdk_test_requests",
         duration: "sdk_test_request_duration_seconds",

@@ -335,12 +335,13 @@ pub fn client_rs(model: &Model) -> TokenStream {
             tenant: TenantId,
             alerts: Option<Arc<dyn AlertSink>>,
             warm_up: bool,
+            pool_idle: Option<std::time::Duration>,
             #retry_fields
         }
 
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false, #retry_init }
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false, pool_idle: None, #retry_init }
             }
 
             #retry_methods
@@ -354,6 +355,14 @@ pub fn client_rs(model: &Model) -> TokenStream {
             /// Fire the spec's warm-up calls once after every breaker close (policy §7).
             pub fn warm_up(mut self, enabled: bool) -> Self {
                 self.warm_up = enabled;
+                self
+            }
+
+            /// How long an idle pooled connection is kept (the spec's `connections.pool_idle` by
+            /// default): below the keep-alive of a proxy in front that closes sooner. Below the
+            /// spec's `pool_idle_floor` the client is refused.
+            pub fn pool_idle(mut self, idle: std::time::Duration) -> Self {
+                self.pool_idle = Some(idle);
                 self
             }
 
@@ -377,6 +386,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                     .field("api_key", &"<redacted>")
                     .field("tenant", &self.tenant)
                     .field("warm_up", &self.warm_up)
+                    .field("pool_idle", &self.pool_idle)
                     .finish_non_exhaustive()
             }
         }
@@ -401,6 +411,9 @@ pub fn client_rs(model: &Model) -> TokenStream {
                     .warm_up(config.warm_up);
                 if let Some(alerts) = config.alerts {
                     runtime = runtime.alerts(alerts);
+                }
+                if let Some(idle) = config.pool_idle {
+                    runtime = runtime.pool_idle(idle);
                 }
                 #retry_apply
                 let client = Client::with_override(&POLICY, policy, runtime)?;

@@ -39,6 +39,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let opaque_max_len = int(model.api.opaque_max_len);
     let id_pattern = id_pattern(&model.api.id_pattern);
     let pool_idle = duration(model.pool_idle);
+    let pool_idle_floor = duration(model.pool_idle_floor);
+    let keep_alive_margin = option(model.keep_alive_margin.as_ref(), |m| duration(*m));
     let fresh_after = &model.fresh_after;
     let log_target = &model.log.target;
     let log_path_fields = model
@@ -423,6 +425,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             },
             routes: &ENDPOINTS,
             pool_idle: #pool_idle,
+            pool_idle_floor: #pool_idle_floor,
+            keep_alive_margin: #keep_alive_margin,
             fresh_after: &[#(#fresh_after),*],
             log: LogNames {
                 target: #log_target,

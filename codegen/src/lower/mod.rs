@@ -32,6 +32,26 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let limits = cx.limits(&raw.policy.limits);
     let connections = &raw.policy.connections;
     let pool_idle = cx.duration(&connections.pool_idle, "connections.pool_idle");
+    let pool_idle_floor = match &connections.pool_idle_floor {
+        Some(text) => {
+            let floor = cx.duration(text, "connections.pool_idle_floor");
+            if let (Some(f), Some(idle)) = (floor, pool_idle)
+                && f > idle
+            {
+                cx.error(
+                    text,
+                    "connections.pool_idle_floor",
+                    "must not be above `pool_idle` (the default must be configurable)".to_owned(),
+                );
+            }
+            floor
+        }
+        None => pool_idle,
+    };
+    let keep_alive_margin = connections
+        .keep_alive_margin
+        .as_ref()
+        .map(|text| cx.duration(text, "connections.keep_alive_margin"));
     for status in &connections.fresh_after {
         if !(500..=599).contains(&**status) {
             cx.sources.at(
@@ -186,6 +206,11 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         throttle,
         limits: limits?,
         pool_idle: pool_idle?,
+        pool_idle_floor: pool_idle_floor?,
+        keep_alive_margin: match keep_alive_margin {
+            Some(margin) => Some(margin?),
+            None => None,
+        },
         fresh_after,
         replay: match replay {
             Some(r) => Some(r?),

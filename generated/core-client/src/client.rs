@@ -16,6 +16,7 @@ pub struct Config {
     tenant: TenantId,
     alerts: Option<Arc<dyn AlertSink>>,
     warm_up: bool,
+    pool_idle: Option<std::time::Duration>,
     retry_attempts: Option<u32>,
     retry_backoff: Option<std::time::Duration>,
 }
@@ -28,6 +29,7 @@ impl Config {
             tenant,
             alerts: None,
             warm_up: false,
+            pool_idle: None,
             retry_attempts: None,
             retry_backoff: None,
         }
@@ -57,6 +59,14 @@ impl Config {
         self
     }
 
+    /// How long an idle pooled connection is kept (the spec's `connections.pool_idle` by
+    /// default): below the keep-alive of a proxy in front that closes sooner. Below the
+    /// spec's `pool_idle_floor` the client is refused.
+    pub fn pool_idle(mut self, idle: std::time::Duration) -> Self {
+        self.pool_idle = Some(idle);
+        self
+    }
+
     /// Reads `CORE_URL`, `CORE_API_KEY` and `CORE_TENANT`.
     pub fn from_env() -> Result<Self, ConfigError> {
         let tenant =
@@ -81,6 +91,7 @@ impl fmt::Debug for Config {
             .field("api_key", &"<redacted>")
             .field("tenant", &self.tenant)
             .field("warm_up", &self.warm_up)
+            .field("pool_idle", &self.pool_idle)
             .finish_non_exhaustive()
     }
 }
@@ -106,6 +117,10 @@ impl Core {
                 .warm_up(config.warm_up);
         if let Some(alerts) = config.alerts {
             runtime = runtime.alerts(alerts);
+        }
+
+        if let Some(idle) = config.pool_idle {
+            runtime = runtime.pool_idle(idle);
         }
 
         if let Some(attempts) = config.retry_attempts {

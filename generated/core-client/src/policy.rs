@@ -118,6 +118,8 @@ pub static POLICY: Policy = Policy {
     },
     routes: &ENDPOINTS,
     pool_idle: ::std::time::Duration::from_secs(4),
+    pool_idle_floor: ::std::time::Duration::from_secs(1),
+    keep_alive_margin: Some(::std::time::Duration::from_secs(1)),
     fresh_after: &[500u16],
     log: LogNames {
         target: "core_client",

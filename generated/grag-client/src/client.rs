@@ -16,6 +16,7 @@ pub struct Config {
     tenant: TenantId,
     alerts: Option<Arc<dyn AlertSink>>,
     warm_up: bool,
+    pool_idle: Option<std::time::Duration>,
 }
 
 impl Config {
@@ -26,6 +27,7 @@ impl Config {
             tenant,
             alerts: None,
             warm_up: false,
+            pool_idle: None,
         }
     }
 
@@ -38,6 +40,14 @@ impl Config {
     /// Fire the spec's warm-up calls once after every breaker close (policy §7).
     pub fn warm_up(mut self, enabled: bool) -> Self {
         self.warm_up = enabled;
+        self
+    }
+
+    /// How long an idle pooled connection is kept (the spec's `connections.pool_idle` by
+    /// default): below the keep-alive of a proxy in front that closes sooner. Below the
+    /// spec's `pool_idle_floor` the client is refused.
+    pub fn pool_idle(mut self, idle: std::time::Duration) -> Self {
+        self.pool_idle = Some(idle);
         self
     }
 
@@ -65,6 +75,7 @@ impl fmt::Debug for Config {
             .field("api_key", &"<redacted>")
             .field("tenant", &self.tenant)
             .field("warm_up", &self.warm_up)
+            .field("pool_idle", &self.pool_idle)
             .finish_non_exhaustive()
     }
 }
@@ -90,6 +101,10 @@ impl Grag {
                 .warm_up(config.warm_up);
         if let Some(alerts) = config.alerts {
             runtime = runtime.alerts(alerts);
+        }
+
+        if let Some(idle) = config.pool_idle {
+            runtime = runtime.pool_idle(idle);
         }
 
         let client = Client::with_override(&POLICY, policy, runtime)?;

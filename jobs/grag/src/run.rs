@@ -303,6 +303,17 @@ impl Jobs {
                 self.failed_alert(&job, None, &error.detail);
                 (Finish::Failed(error), JobState::Failed)
             }
+            Err(StepError::PointTooLarge { error: e, point }) => {
+                let mut error = job_error(&e);
+                error.detail = format!(
+                    "point `{point}` alone is refused as too large ({}), after the batch was split down to single points: {}",
+                    e.status()
+                        .map_or_else(|| "no status".to_owned(), |s| s.to_string()),
+                    error.detail
+                );
+                self.failed_alert(&job, Some(&e), &error.detail);
+                (Finish::Failed(error), JobState::Failed)
+            }
             Err(StepError::Platform(e)) => {
                 let deploy = self.inner.grag.runtime().deploy_suspected() || self.in_outage();
                 let error = job_error(&e);
@@ -407,6 +418,12 @@ impl Jobs {
 pub(crate) enum StepError {
     /// The platform call failed: [`settle`] decides what follows.
     Platform(grag_client::Error),
+    /// A single point is refused as too large (413): no split can cure it,
+    /// the job fails.
+    PointTooLarge {
+        error: grag_client::Error,
+        point: String,
+    },
     /// The checkpoint could not be written (or the lease was lost).
     Store(StoreError),
     /// A write whose outcome is unknown, and the read that would settle it

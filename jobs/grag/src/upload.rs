@@ -148,10 +148,14 @@ pub(crate) async fn run(
                         let next = UploadStep::Ingest { next: end, batch };
                         step.advance(progress, next).await?;
                     }
-                    Err(e) if must_split(&e, end - next, step.split()) => {
+                    Err(e) if e.status() == Some(413) => {
+                        let Some(batch) = smaller_batch(end - next, step.split()) else {
+                            let point = points[next].id.clone();
+                            return Err(StepError::PointTooLarge { error: e, point });
+                        };
                         let next = UploadStep::Ingest {
                             next,
-                            batch: Some(step.split()),
+                            batch: Some(batch),
                         };
                         step.advance(progress, next).await?;
                     }
@@ -163,9 +167,16 @@ pub(crate) async fn run(
     }
 }
 
-/// A 413 (T9) for a batch larger than the split size: send it in pieces.
-fn must_split(error: &Error, sent: usize, split: usize) -> bool {
-    error.status() == Some(413) && sent > split
+/// The batch size after a 413 (T9) for a batch of `sent` points: the
+/// policy's split size first, then halves, since a proxy in front
+/// (nginx's `client_max_body_size`, 1 MB by default) refuses by bytes, not
+/// by points; `None` once a single point was refused: nothing left to split.
+fn smaller_batch(sent: usize, split: usize) -> Option<usize> {
+    match sent {
+        0 | 1 => None,
+        n if n > split => Some(split.max(1)),
+        n => Some(n.div_ceil(2).min(n - 1)),
+    }
 }
 
 async fn document_exists(step: &Step<'_>, upload: &Upload) -> Result<bool, StepError> {
@@ -215,5 +226,26 @@ fn no_such_route(e: &Error) -> bool {
         Some(405) => true,
         Some(404) => e.detail() == Some(NO_SUCH_ROUTE),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::smaller_batch;
+
+    #[test]
+    fn a_refused_batch_shrinks_to_the_split_size_then_by_halves_down_to_one_point() {
+        let mut sizes = vec![600];
+        while let Some(next) = smaller_batch(*sizes.last().unwrap(), 256) {
+            sizes.push(next);
+        }
+        assert_eq!(sizes, [600, 256, 128, 64, 32, 16, 8, 4, 2, 1]);
+        assert_eq!(smaller_batch(3, 256), Some(2));
+        assert_eq!(
+            smaller_batch(1, 256),
+            None,
+            "one point: a verdict, not a loop"
+        );
+        assert_eq!(smaller_batch(0, 256), None);
     }
 }

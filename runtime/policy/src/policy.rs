@@ -49,6 +49,12 @@ pub struct Policy {
     /// How long an idle pooled connection is kept: less than the server's
     /// keep-alive, so no request goes out on a connection it already closed.
     pub pool_idle: Duration,
+    /// The least pool idle a deployment may configure, for a proxy whose
+    /// keep-alive is shorter than the server's.
+    pub pool_idle_floor: Duration,
+    /// A server's announced `Keep-Alive: timeout=` lowers the pool idle to
+    /// this much less; `None`: announcements are not read.
+    pub keep_alive_margin: Option<Duration>,
     /// What the exported metrics are called.
     pub metrics: MetricNames,
     /// What the log lines are called, and who writes them.

@@ -86,6 +86,8 @@ impl Policy {
             timeouts: Box::leak(timeouts.into_boxed_slice()),
             deadline: d(self.deadline),
             pool_idle: d(self.pool_idle),
+            pool_idle_floor: d(self.pool_idle_floor),
+            keep_alive_margin: self.keep_alive_margin.map(d),
             retries: Box::leak(retries.into_boxed_slice()),
             fallbacks_sustained: self.fallbacks_sustained.map(|(r, alert)| {
                 (
