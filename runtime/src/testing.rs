@@ -285,4 +285,5 @@ pub static POLICY: Policy = Policy {
     log_lines: &Quiet,
     fresh_after: &[],
     replay: None,
+    fleet: None,
 };

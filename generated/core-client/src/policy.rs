@@ -397,4 +397,5 @@ pub static POLICY: Policy = Policy {
         }),
     },
     replay: None,
+    fleet: None,
 };
