@@ -267,6 +267,8 @@ pub enum ConfigError {
     Http(String),
     #[error("invalid retry configuration: {0}")]
     Retry(String),
+    #[error("invalid fleet configuration: {0}")]
+    Fleet(String),
 }
 
 /// Reads a required environment variable.

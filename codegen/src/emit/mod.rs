@@ -76,10 +76,16 @@ fn cargo_toml(model: &Model) -> String {
          sdk-runtime.workspace = true\n\
          serde.workspace = true\n\
          serde_json.workspace = true\n\
-         tracing.workspace = true\n",
+         tracing.workspace = true\n{features}",
         api = model.api.name,
         name = model.api.crate_name,
         title = model.api.title,
+        // Replicas sharing the throttle through Redis: the runtime's backend, opt-in.
+        features = if model.fleet.is_some() {
+            "\n[features]\nredis = [\"sdk-runtime/redis\"]\n"
+        } else {
+            ""
+        },
     )
 }
 

@@ -82,6 +82,9 @@ pub struct SimConfig {
     pub unhandled_close_after: Duration,
     /// How long [`crate::Sim::stop`] waits for open connections before cutting them.
     pub shutdown_grace: Duration,
+    /// The platform's own limits per address and tenant (Traefik's ceiling,
+    /// the gateway's retrieval bucket); `None` (the default) enforces none.
+    pub platform_limits: Option<crate::PlatformLimits>,
 }
 
 impl Default for SimConfig {
@@ -112,6 +115,7 @@ impl Default for SimConfig {
             keep_alive_timeout: Duration::from_secs(5),
             unhandled_close_after: Duration::from_millis(50),
             shutdown_grace: Duration::from_secs(2),
+            platform_limits: None,
         }
     }
 }
@@ -167,6 +171,13 @@ impl SimConfig {
     /// The same configuration closing idle keep-alive connections after `idle`.
     pub fn with_keep_alive_timeout(mut self, idle: std::time::Duration) -> Self {
         self.keep_alive_timeout = idle;
+        self
+    }
+
+    /// The same configuration answering 429 past the platform's limits,
+    /// as `limits` counts them.
+    pub fn with_platform_limits(mut self, limits: crate::PlatformLimits) -> Self {
+        self.platform_limits = Some(limits);
         self
     }
 

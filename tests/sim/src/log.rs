@@ -139,6 +139,16 @@ impl RequestLog {
             .collect()
     }
 
+    /// How many requests were answered `status` (429: the platform's limits
+    /// and scripted rate limits alike).
+    pub fn count_status(&self, status: u16) -> usize {
+        self.lock()
+            .entries
+            .iter()
+            .filter(|e| e.status == Some(status))
+            .count()
+    }
+
     /// How many requests reached one route: attempts, retries included.
     pub fn count(&self, operation: &str) -> usize {
         self.lock()

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::faults::{ChurnAnswer, Fault};
 use crate::log::LoggedRequest;
 use crate::sse::channel_body;
-use crate::{CloseConn, ConnId, Shared};
+use crate::{CloseConn, ConnId, Peer, Shared};
 
 /// The tenant a request without `X-Tenant-ID` is served as
 /// (`allow_default_tenant=true`, the platform-wide default: policy §3).
@@ -139,6 +139,7 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let close = parts.extensions.get::<CloseConn>().cloned();
+    let peer = parts.extensions.get::<Peer>().map(|p| p.0);
     let resolved = resolve(&parts.method, parts.uri.path());
     let seq = shared.log.push(LoggedRequest {
         seq: 0,
@@ -165,7 +166,25 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         faults: Vec::new(),
     });
     let mut meta = Meta::default();
-    let mut response = serve(&shared, parts.headers, parts.uri, body, resolved, &mut meta).await;
+    // The platform's limits come first: Traefik answers before any container.
+    let refused = match (&shared.config.platform_limits, peer, &resolved) {
+        (Some(limits), Some(peer), Ok((endpoint, _))) => {
+            let tenant = parts
+                .headers
+                .get("x-tenant-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(crate::DEFAULT_TENANT);
+            shared.limits.check(limits, peer, tenant, endpoint, arrived)
+        }
+        _ => None,
+    };
+    let mut response = match refused {
+        Some(refused) => {
+            meta.faults.push(refused.fault().into());
+            plain(429, "Too Many Requests")
+        }
+        None => serve(&shared, parts.headers, parts.uri, body, resolved, &mut meta).await,
+    };
     if meta.faults.iter().any(|f| f == "applied_then_lost") {
         shared.log.update(seq, |e| {
             e.tenant = meta.tenant.take();
