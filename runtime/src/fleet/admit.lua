@@ -51,9 +51,11 @@ local function reserve_windows()
     redis.call('PEXPIRE', key, ms(at - now + window) + 1000)
   end
 end
--- A far window slot is reserved alone: the caller holds no in-flight slot
--- and no token while it waits for it.
-if nw > 0 and at - now > horizon then
+-- A far window slot (or the end of a pause) is reserved alone: the caller
+-- holds no in-flight slot and no token while it waits for it. The token's
+-- own wait needs no such rule: only callers holding a lease wait for one,
+-- so it stays within the cap's worth of intervals.
+if at - now > horizon then
   reserve_windows()
   return {1, at - now, ''}
 end

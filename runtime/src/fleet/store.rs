@@ -357,3 +357,374 @@ impl Store {
         Ok(v.map(|v| v == 1))
     }
 }
+
+/// A `redis-server` of the tests' own on a free loopback port, so it can be
+/// killed (SIGKILL) and started again on the same port. Shared by the
+/// runtime's script tests; the integration suites keep a copy.
+#[cfg(test)]
+pub(crate) mod server {
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    /// Set (as `.ci/run` does) to fail instead of skipping without redis-server.
+    pub const REQUIRED: &str = "SDK_FLEET_REDIS_REQUIRED";
+
+    pub struct RedisServer {
+        child: Option<Child>,
+        pub port: u16,
+    }
+
+    /// Whether redis-server can run here; without it, says how to run the
+    /// suite (and fails when `REQUIRED` is set).
+    pub fn available(suite: &str) -> bool {
+        let found = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            assert!(
+                std::env::var_os(REQUIRED).is_none(),
+                "{REQUIRED} is set but redis-server is not installed"
+            );
+            eprintln!(
+                "{suite}: skipped, redis-server is not installed (apt-get install redis-server; \
+                 set {REQUIRED}=1 to make this suite required)"
+            );
+        }
+        found
+    }
+
+    impl RedisServer {
+        pub fn start() -> Self {
+            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut server = Self { child: None, port };
+            server.restart();
+            server
+        }
+
+        pub fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/", self.port)
+        }
+
+        /// Starts it again on the same port (after [`kill`](Self::kill)).
+        pub fn restart(&mut self) {
+            let child = Command::new("redis-server")
+                .args(["--port", &self.port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--dir", &std::env::temp_dir().display().to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            self.child = Some(child);
+            for _ in 0..500 {
+                if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("redis-server did not listen on {}", self.port);
+        }
+
+        /// SIGKILL: no goodbye to any client.
+        pub fn kill(&mut self) {
+            if let Some(mut child) = self.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    impl Drop for RedisServer {
+        fn drop(&mut self) {
+            self.kill();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server::{RedisServer, available};
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn shape(interval: Duration, burst: u32, window: Duration, lease: Duration) -> Shape {
+        Shape {
+            lease,
+            interval,
+            burst,
+            window,
+            horizon: Duration::from_millis(200),
+        }
+    }
+
+    /// A store on `server` with a deadline generous for a loaded machine
+    /// (the deadline's own test sets a short one).
+    fn store(server: &RedisServer) -> Store {
+        Store::open(&server.url(), Duration::from_millis(500)).unwrap()
+    }
+
+    async fn ask(
+        store: &Store,
+        keys: &Keys,
+        shape: &Shape,
+        member: &str,
+        leases: &[(Option<usize>, u32)],
+        windows: &[(usize, u32)],
+    ) -> Answer {
+        let ask = Ask {
+            route: "/r",
+            member,
+            leases,
+            windows,
+        };
+        store.admit(keys, shape, &ask).await.unwrap()
+    }
+
+    fn go(answer: &Answer) -> Duration {
+        match answer {
+            Answer::Go(wait) => *wait,
+            other => panic!("expected go, got {other:?}"),
+        }
+    }
+
+    fn between(d: Duration, lo: Duration, hi: Duration) {
+        assert!(lo <= d && d <= hi, "{d:?} not in {lo:?}..={hi:?}");
+    }
+
+    #[tokio::test]
+    async fn the_bucket_lets_a_burst_go_then_reserves_one_slot_per_interval() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        // One token every 10 s, a burst of 3: the waits are seconds, far
+        // above any machine's call time.
+        let shape = shape(10 * S, 3, 60 * S, 60 * S);
+        let all = [(None, 100)];
+        for i in 0..3 {
+            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await);
+            assert!(wait < S, "burst call {i} waits {wait:?}");
+        }
+        // Then one token every interval, each reserved for its caller in
+        // arrival order (who holds its lease meanwhile).
+        for (i, n) in [(3, 1), (4, 2), (5, 3)] {
+            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await);
+            between(wait, 10 * S * n - S, 10 * S * n);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rolling_window_admits_its_limit_then_reserves_slots_in_arrival_order() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 600 * S, 60 * S);
+        let all = [(None, 100)];
+        let window = [(2, 3)];
+        let started = tokio::time::Instant::now();
+        for i in 0..3 {
+            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &window).await);
+            assert!(wait < S);
+        }
+        // "≤ 3 in any 600 s": the 4th and 5th are reserved one window after
+        // the 1st and 2nd, the 7th one window after the 4th.
+        let mut reserved = Vec::new();
+        for i in 3..7 {
+            match ask(&store, &keys, &shape, &format!("m{i}"), &all, &window).await {
+                Answer::Reserved(wait) => reserved.push(tokio::time::Instant::now() + wait),
+                other => panic!("call {i}: {other:?}"),
+            }
+        }
+        let from = |at: tokio::time::Instant| at.duration_since(started);
+        for at in &reserved[..3] {
+            between(from(*at), 600 * S - 5 * S, 600 * S + 5 * S);
+        }
+        between(from(reserved[3]), 1200 * S - 5 * S, 1200 * S + 5 * S);
+        // Never before an earlier reservation (1 ms: the two clocks' reading).
+        let ms = Duration::from_millis(1);
+        assert!(
+            reserved.windows(2).all(|w| w[0] <= w[1] + ms),
+            "{reserved:?}"
+        );
+        // A call back for its reserved slot asks without the window.
+        go(&ask(&store, &keys, &shape, "m3", &all, &[]).await);
+    }
+
+    #[tokio::test]
+    async fn leases_cap_the_fleet_s_requests_and_come_back_on_release_or_expiry() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let lease = Duration::from_millis(300);
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, lease);
+        let ingest = [(Some(1), 2), (None, 8)];
+        go(&ask(&store, &keys, &shape, "a", &ingest, &[]).await);
+        go(&ask(&store, &keys, &shape, "b", &ingest, &[]).await);
+        assert!(matches!(
+            ask(&store, &keys, &shape, "c", &ingest, &[]).await,
+            Answer::Busy(_)
+        ));
+        // A call of another budget still has global slots.
+        go(&ask(&store, &keys, &shape, "d", &[(None, 8)], &[]).await);
+        store.release(&keys, "a", &[Some(1), None]).await.unwrap();
+        go(&ask(&store, &keys, &shape, "c", &ingest, &[]).await);
+        assert!(matches!(
+            ask(&store, &keys, &shape, "e", &ingest, &[]).await,
+            Answer::Busy(_)
+        ));
+        // Kept alive by renewals past one lease...
+        for _ in 0..4 {
+            tokio::time::sleep(lease / 3).await;
+            let held = [(Some(1), vec!["b".to_string(), "c".to_string()])];
+            let live = store.renew(&keys, "replica-1", lease, &held).await.unwrap();
+            assert_eq!(live, ["replica-1"]);
+        }
+        assert!(matches!(
+            ask(&store, &keys, &shape, "e", &ingest, &[]).await,
+            Answer::Busy(_)
+        ));
+        // ...and taken back once one lease passes without one (a crash).
+        tokio::time::sleep(lease + Duration::from_millis(50)).await;
+        go(&ask(&store, &keys, &shape, "e", &ingest, &[]).await);
+        let live = store.renew(&keys, "replica-2", lease, &[]).await.unwrap();
+        assert_eq!(live, ["replica-2"], "replica-1 stopped beating");
+    }
+
+    #[tokio::test]
+    async fn a_pause_holds_every_admission_until_its_latest_instant() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        let one = [(None, 1)];
+        store.pause(&keys, 20 * S).await.unwrap();
+        store.pause(&keys, 5 * S).await.unwrap();
+        match ask(&store, &keys, &shape, "a", &one, &[]).await {
+            Answer::Reserved(wait) => between(wait, 19 * S, 20 * S),
+            other => panic!("{other:?}"),
+        }
+        // Nothing was taken while paused: the cap of 1 is still free.
+        store.pause(&keys, Duration::ZERO).await.unwrap();
+        let other = Keys::new("api", "t2");
+        go(&ask(&store, &other, &shape, "b", &one, &[]).await);
+    }
+
+    #[tokio::test]
+    async fn a_dark_mark_answers_before_anything_is_taken() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        store.set_dark(&keys, "/r", "7 503", 30 * S).await.unwrap();
+        match ask(&store, &keys, &shape, "a", &[(None, 1)], &[]).await {
+            Answer::Dark { left, mark } => {
+                between(left, 29 * S, 30 * S);
+                assert_eq!(mark, "7 503");
+            }
+            other => panic!("{other:?}"),
+        }
+        let ask_other = Ask {
+            route: "/other",
+            member: "b",
+            leases: &[(None, 1)],
+            windows: &[],
+        };
+        go(&store.admit(&keys, &shape, &ask_other).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_flushed_script_is_loaded_again_and_one_prober_holds_the_probe() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        go(&ask(&store, &keys, &shape, "a", &[(None, 8)], &[]).await);
+        let mut connection = store.connection().await.unwrap();
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async::<()>(&mut connection)
+            .await
+            .unwrap();
+        // NOSCRIPT: redis-rs loads it again and sends it once more.
+        go(&ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await);
+        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
+        assert!(!store.own_probe(&keys, "r2", 30 * S).await.unwrap());
+        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
+        store.set_probe_result(&keys, true, 30 * S).await.unwrap();
+        assert_eq!(store.probe_result(&keys).await.unwrap(), Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_killed_redis_fails_each_call_within_its_deadline_and_is_used_again_once_back() {
+        if !available("fleet store") {
+            return;
+        }
+        let mut server = RedisServer::start();
+        let deadline = Duration::from_millis(5);
+        let store = Store::open(&server.url(), deadline).unwrap();
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        let ask = Ask {
+            route: "/r",
+            member: "a",
+            leases: &[(None, 100)],
+            windows: &[],
+        };
+        // The first call connects; a loaded machine may need more than 5 ms.
+        let mut up = false;
+        for _ in 0..200 {
+            if store.admit(&keys, &shape, &ask).await.is_ok() {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(up, "the store never answered");
+        server.kill();
+        for _ in 0..20 {
+            let started = tokio::time::Instant::now();
+            let result = store.admit(&keys, &shape, &ask).await;
+            assert!(result.is_err(), "a dead Redis answered");
+            // The deadline bounds every call; the slack is the scheduler's.
+            assert!(
+                started.elapsed() < deadline + Duration::from_millis(100),
+                "waited {:?}",
+                started.elapsed()
+            );
+        }
+        server.restart();
+        let mut back = false;
+        for _ in 0..300 {
+            if store.admit(&keys, &shape, &ask).await.is_ok() {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(back, "the store was not used again after Redis came back");
+    }
+}
