@@ -553,6 +553,11 @@ impl Inner {
         let weak: Weak<Inner> = Arc::downgrade(self);
         let heartbeat = self.policy.heartbeat;
         tokio::spawn(async move {
+            if let Some(inner) = weak.upgrade() {
+                // Bounded: an unreachable Redis is found by the calls themselves.
+                let loading = inner.store.load_scripts();
+                let _ = tokio::time::timeout(Duration::from_secs(1), loading).await;
+            }
             let mut tick = tokio::time::interval(heartbeat);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

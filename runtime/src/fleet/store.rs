@@ -188,6 +188,22 @@ impl Store {
         }
     }
 
+    /// Loads the three scripts (SCRIPT LOAD), so that the first admission,
+    /// heartbeat or pause is one EVALSHA, not a NOSCRIPT and a reload within
+    /// the deadline. Done once in the background; a script Redis forgot
+    /// since (a restart) is loaded again by redis-rs on NOSCRIPT.
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        for script in [&self.admit, &self.renew, &self.pause] {
+            script
+                .prepare_invoke()
+                .load_async(&mut connection)
+                .await
+                .map_err(|e| StoreError::Redis(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// One admission: one EVALSHA.
     pub async fn admit(
         &self,

@@ -38,6 +38,9 @@ pub struct LoggedRequest {
     pub status: Option<u16>,
     /// Faults that shaped this answer (`rate_limited`, `deploy_churn`, ...).
     pub faults: Vec<String>,
+    /// When its answer was done (body finished or dropped); `None` while in flight.
+    #[serde(skip)]
+    pub ended: Option<Instant>,
 }
 
 impl LoggedRequest {

@@ -116,12 +116,17 @@ struct Meta {
     faults: Vec<String>,
 }
 
-/// Counts a request in flight until its response body is finished or dropped.
-struct InFlight(Arc<Shared>);
+/// Counts a request in flight until its response body is finished or
+/// dropped, and logs when that was.
+struct InFlight(Arc<Shared>, Option<u64>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let Some(seq) = self.1 {
+            let now = Instant::now();
+            self.0.log.update(seq, |e| e.ended = Some(now));
+        }
     }
 }
 
@@ -129,7 +134,7 @@ impl Drop for InFlight {
 pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let arrived = Instant::now();
     let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    let guard = InFlight(shared.clone());
+    let mut guard = InFlight(shared.clone(), None);
     let (parts, body) = req.into_parts();
     let request_id = parts
         .headers
@@ -164,7 +169,9 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         tenant: None,
         status: None,
         faults: Vec::new(),
+        ended: None,
     });
+    guard.1 = Some(seq);
     let mut meta = Meta::default();
     // The platform's limits come first: Traefik answers before any container.
     let refused = match (&shared.config.platform_limits, peer, &resolved) {
