@@ -79,14 +79,20 @@ async fn an_unreachable_redis_at_start_is_degraded_mode_with_an_alert_not_a_cras
         .redis_url(format!("redis://127.0.0.1:{port}/"));
     let grag = testkit::client_with(config, testkit::policy(20));
     for _ in 0..5 {
-        grag.workspaces().list_kbs().await.expect("served at its share");
+        grag.workspaces()
+            .list_kbs()
+            .await
+            .expect("served at its share");
     }
     let status = grag.runtime().fleet_status().expect("a fleet member");
     assert!(status.degraded);
     assert_eq!(alerts.names(), ["fleet_degraded"]);
     assert_eq!(sim.log().count("list_kbs"), 5);
     let metrics = grag.runtime().metrics_text();
-    assert!(metrics.contains("grag_client_fleet_degraded 1"), "{metrics}");
+    assert!(
+        metrics.contains("grag_client_fleet_degraded 1"),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("grag_client_fleet_decisions_total{backend=\"local\",outcome=\"go\"} 5"),
         "{metrics}"
@@ -199,10 +205,13 @@ const LOADED_MACHINE_DEADLINE: Duration = Duration::from_millis(50);
 fn policy() -> &'static Policy {
     static POLICY: std::sync::LazyLock<&'static Policy> = std::sync::LazyLock::new(|| {
         let scaled = testkit::policy(DIVISOR);
-        let fleet = scaled.fleet.clone().map(|f| sdk_runtime::policy::FleetPolicy {
-            deadline: LOADED_MACHINE_DEADLINE,
-            ..f
-        });
+        let fleet = scaled
+            .fleet
+            .clone()
+            .map(|f| sdk_runtime::policy::FleetPolicy {
+                deadline: LOADED_MACHINE_DEADLINE,
+                ..f
+            });
         Box::leak(Box::new(Policy {
             fleet,
             ..scaled.clone()
@@ -230,7 +239,8 @@ async fn sim() -> Sim {
     let sim = testkit::start(config).await;
     // Ingest calls take a while at the platform, so their cap binds.
     for route in ["upload_document"] {
-        sim.faults().push(Rule::new(Fault::Delay { ms: 40 }).on(route));
+        sim.faults()
+            .push(Rule::new(Fault::Delay { ms: 40 }).on(route));
     }
     sim.faults()
         .push(Rule::new(Fault::Delay { ms: 3 }).on("list_kbs"));
@@ -338,12 +348,8 @@ async fn replica_process() {
     let mut tasks = Vec::new();
     for (kind, loops) in [(0, 4), (1, 3), (2, 2)] {
         for l in 0..loops {
-            let (grag, stop, counts, name) = (
-                grag.clone(),
-                stop.clone(),
-                counts.clone(),
-                name.clone(),
-            );
+            let (grag, stop, counts, name) =
+                (grag.clone(), stop.clone(), counts.clone(), name.clone());
             tasks.push(tokio::spawn(async move {
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
@@ -547,11 +553,21 @@ fn check_limits(entries: &[LoggedRequest], margin: f64) {
     let bound = |limit: usize| (limit as f64 * margin).floor() as usize + ARRIVAL_JITTER;
     let platform = PlatformLimits::platform();
     // burst 8 + 50 - 1 per rolling second, half Traefik's ceiling.
-    assert!(per_second <= bound(57), "{per_second} in one rolling second");
+    assert!(
+        per_second <= bound(57),
+        "{per_second} in one rolling second"
+    );
     assert!(per_second < platform.ceiling);
-    let retrieval = arrivals(entries.iter().filter(|e| e.operation == Some("search_rerank")));
+    let retrieval = arrivals(
+        entries
+            .iter()
+            .filter(|e| e.operation == Some("search_rerank")),
+    );
     let per_minute = max_in_any_window(&retrieval, minute());
-    assert!(per_minute <= bound(100), "{per_minute} retrieval calls in one rolling minute");
+    assert!(
+        per_minute <= bound(100),
+        "{per_minute} retrieval calls in one rolling minute"
+    );
     assert!(per_minute < platform.retrieval);
     let in_flight = max_overlap(entries);
     assert!(in_flight <= 8, "{in_flight} in flight at once");
@@ -672,14 +688,23 @@ async fn a_replica_killed_holding_leases_gives_them_back_within_one_lease() {
     sim.faults().clear();
     let config = testkit::config(&sim, testkit::TENANT).redis_url(redis.url());
     let grag = testkit::client_with(config, policy());
-    grag.workspaces().list_kbs().await.expect("a slot comes back");
+    grag.workspaces()
+        .list_kbs()
+        .await
+        .expect("a slot comes back");
     let waited = killed.elapsed();
     let lease = POLICY.fleet.as_ref().unwrap().lease;
     let heartbeat = POLICY.fleet.as_ref().unwrap().heartbeat;
     // The dead replica's last renewal was at most one heartbeat before the
     // kill: its leases ran out between lease - heartbeat and lease after it.
-    assert!(waited + heartbeat >= lease, "served after {waited:?}: the leases were not held");
-    assert!(waited <= lease + Duration::from_secs(1), "served after {waited:?}");
+    assert!(
+        waited + heartbeat >= lease,
+        "served after {waited:?}: the leases were not held"
+    );
+    assert!(
+        waited <= lease + Duration::from_secs(1),
+        "served after {waited:?}"
+    );
 }
 
 /// Two replicas in this process: separate clients, separate fleet members.
@@ -725,7 +750,10 @@ async fn a_retry_after_seen_by_one_replica_pauses_the_other() {
     );
     let first = tokio::spawn(async move { a.workspaces().list_kbs().await.map(drop) });
     key_set(&redis, "{grag:knoll}:pause").await;
-    b.workspaces().list_kbs().await.expect("b is served after the pause");
+    b.workspaces()
+        .list_kbs()
+        .await
+        .expect("b is served after the pause");
     first.await.unwrap().expect("a is served after its retry");
     let calls = sim.log().of("list_kbs");
     assert_eq!(calls.len(), 3, "{calls:?}");
@@ -734,7 +762,10 @@ async fn a_retry_after_seen_by_one_replica_pauses_the_other() {
     // Neither replica sent anything before the Retry-After passed.
     for later in &calls[1..] {
         let after = later.arrived.duration_since(limited);
-        assert!(after >= Duration::from_millis(950), "sent {after:?} after the 429");
+        assert!(
+            after >= Duration::from_millis(950),
+            "sent {after:?} after the 429"
+        );
     }
 }
 
@@ -764,20 +795,18 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
     let sim = testkit::start(testkit::sim_config(20)).await;
     let (a, b) = two_replicas(&sim, &redis);
     // Every route fails, /health too: both breakers open and stay open.
-    for route in ["list_kbs", "create_kb", "get_settings", "health"] {
+    for route in ["list_kbs", "list_documents", "get_settings", "health"] {
         sim.faults().push(Rule::new(Fault::BadGateway).on(route));
     }
+    // Three distinct endpoints fail: each replica's own breaker opens.
     for grag in [&a, &b] {
         let _ = grag.workspaces().list_kbs().await;
-        let _ = grag
-            .workspaces()
-            .create_kb(&CreateKb {
-                kb_id: kb(),
-                name: "x".into(),
-                description: None,
-            })
-            .await;
+        let _ = grag.workspaces().list_documents(&kb()).await;
         let _ = grag.workspaces().get_settings().await;
+        assert_eq!(
+            grag.runtime().circuit_state(),
+            sdk_runtime::breaker::CircuitState::Open
+        );
     }
     let probes = |sim: &Sim| sim.log().count("health");
     for _ in 0..2000 {
@@ -790,6 +819,7 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
     assert!(times.len() >= 12, "{} probes", times.len());
     let interval = testkit::policy(20).breaker.as_ref().unwrap().probe_interval;
     let span = times[11].duration_since(times[0]);
+    eprintln!("12 probes spanned {span:?} ({interval:?} interval)");
     // 12 probes of one prober span 11 intervals; of two, about 5.5.
     assert!(
         span >= interval * 8,
