@@ -238,10 +238,8 @@ async fn sim() -> Sim {
     let config = testkit::sim_config(1000).with_platform_limits(PlatformLimits::scaled(DIVISOR));
     let sim = testkit::start(config).await;
     // Ingest calls take a while at the platform, so their cap binds.
-    for route in ["upload_document"] {
-        sim.faults()
-            .push(Rule::new(Fault::Delay { ms: 40 }).on(route));
-    }
+    sim.faults()
+        .push(Rule::new(Fault::Delay { ms: 40 }).on("upload_document"));
     sim.faults()
         .push(Rule::new(Fault::Delay { ms: 3 }).on("list_kbs"));
     let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(DIVISOR));

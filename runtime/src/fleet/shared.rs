@@ -60,6 +60,12 @@ impl Drop for FleetSlots {
     }
 }
 
+/// A lease set: a budget's in-flight cap, or `None`: every request's.
+type LeaseSet = Option<usize>;
+
+/// Leases to give back: the admission's number and its lease sets.
+type Release = (u64, Vec<LeaseSet>);
+
 /// One API client's membership of the fleet.
 #[derive(Debug, Clone)]
 pub(crate) struct Fleet {
@@ -77,10 +83,10 @@ struct Inner {
     next: AtomicU64,
     state: Mutex<State>,
     /// Leases taken and not given back: renewed with every heartbeat.
-    held: Mutex<HashMap<u64, Vec<Option<usize>>>>,
-    releases: mpsc::UnboundedSender<(u64, Vec<Option<usize>>)>,
+    held: Mutex<HashMap<u64, Vec<LeaseSet>>>,
+    releases: mpsc::UnboundedSender<Release>,
     /// Taken by the background task when it starts (on the first admission).
-    receiver: Mutex<Option<mpsc::UnboundedReceiver<(u64, Vec<Option<usize>>)>>>,
+    receiver: Mutex<Option<mpsc::UnboundedReceiver<Release>>>,
     started: AtomicBool,
     /// Bumped on every switch; the throttle's windows follow it.
     epoch: AtomicU64,
@@ -362,7 +368,7 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lock_held(&self) -> MutexGuard<'_, HashMap<u64, Vec<Option<usize>>>> {
+    fn lock_held(&self) -> MutexGuard<'_, HashMap<u64, Vec<LeaseSet>>> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
