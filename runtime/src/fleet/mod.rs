@@ -33,6 +33,14 @@ pub(crate) enum Fleet {}
 #[derive(Debug)]
 pub(crate) enum FleetSlots {}
 
+/// With the backend, dropping the slots gives them back; the same shape here.
+#[cfg(not(feature = "redis"))]
+impl Drop for FleetSlots {
+    fn drop(&mut self) {
+        match *self {}
+    }
+}
+
 /// The store's own breaker: `threshold` failed calls in a row open it; after
 /// `retry` the next call tries again (and one more failure reopens it).
 /// Open means degraded.
