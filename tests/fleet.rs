@@ -99,6 +99,32 @@ async fn an_unreachable_redis_at_start_is_degraded_mode_with_an_alert_not_a_cras
     );
 }
 
+#[tokio::test]
+async fn fail_closed_refuses_while_redis_is_away_and_sends_nothing() {
+    let sim = testkit::start(testkit::sim_config(20)).await;
+    let scaled = testkit::policy(20);
+    let closed: &'static Policy = Box::leak(Box::new(Policy {
+        fleet: scaled
+            .fleet
+            .clone()
+            .map(|f| sdk_runtime::policy::FleetPolicy {
+                degraded: Degraded::Closed,
+                ..f
+            }),
+        ..scaled.clone()
+    }));
+    let alerts = Arc::new(CollectAlerts::default());
+    let config = testkit::config(&sim, testkit::TENANT)
+        .alerts(alerts.clone())
+        .redis_url(format!("redis://127.0.0.1:{}/", free_port()));
+    let grag = testkit::client_with(config, closed);
+    let error = grag.workspaces().list_kbs().await.expect_err("refused");
+    assert_eq!(error.class_name(), "circuit_open", "{error}");
+    assert!(error.to_string().contains("Redis"), "{error}");
+    assert_eq!(sim.log().count("list_kbs"), 0);
+    assert_eq!(alerts.names(), ["fleet_degraded"]);
+}
+
 // ---------------------------------------------------------------- Redis
 
 /// Set (as `.ci/run` does) to fail instead of skipping without redis-server.
@@ -691,6 +717,7 @@ async fn a_replica_killed_holding_leases_gives_them_back_within_one_lease() {
         .await
         .expect("a slot comes back");
     let waited = killed.elapsed();
+    eprintln!("a slot came back {waited:?} after the kill");
     let lease = POLICY.fleet.as_ref().unwrap().lease;
     let heartbeat = POLICY.fleet.as_ref().unwrap().heartbeat;
     // The dead replica's last renewal was at most one heartbeat before the
