@@ -3,12 +3,14 @@
 -- KEYS[3] the route's dark mark, then `nl` lease sets (in-flight caps), then
 -- `nw` rolling windows.
 -- ARGV: member, lease_us, interval_us, tolerance_us, window_us, horizon_us,
---       nl, caps..., nw, limits...
+--       token (1: take one, 0: reserved already), nl, caps..., nw, limits...
 -- Every instant is in microseconds of Redis time; numbers written back are
 -- formatted with %.0f (Lua would round them to 14 digits).
 -- Answers {0, wait, ''}: go in `wait` µs, leases taken, token and windows reserved;
 --         {1, wait, ''}: windows reserved `wait` µs ahead, nothing else taken:
 --                        come back then without the windows;
+--         {4, wait, ''}: windows and token reserved `wait` µs ahead, no lease
+--                        taken: come back then for the leases alone;
 --         {2, wait, ''}: an in-flight cap is full, nothing taken: ask again;
 --         {3, left, mark}: another replica saw the route dark, for `left` µs
 --                        more; nothing taken.
@@ -20,8 +22,9 @@ local interval = tonumber(ARGV[3])
 local tolerance = tonumber(ARGV[4])
 local window = tonumber(ARGV[5])
 local horizon = tonumber(ARGV[6])
-local nl = tonumber(ARGV[7])
-local nw = tonumber(ARGV[8 + nl])
+local token = ARGV[7] == '1'
+local nl = tonumber(ARGV[8])
+local nw = tonumber(ARGV[9 + nl])
 local function num(x) return string.format('%.0f', x) end
 local function ms(us) return math.ceil(us / 1000) end
 
@@ -37,7 +40,7 @@ if pause > at then at = pause end
 -- after the limit-th newest reservation.
 for i = 1, nw do
   local key = KEYS[3 + nl + i]
-  local limit = tonumber(ARGV[8 + nl + i])
+  local limit = tonumber(ARGV[9 + nl + i])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - window))
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if newest[2] and tonumber(newest[2]) > at then at = tonumber(newest[2]) end
@@ -51,18 +54,34 @@ local function reserve_windows()
     redis.call('PEXPIRE', key, ms(at - now + window) + 1000)
   end
 end
--- A far window slot (or the end of a pause) is reserved alone: the caller
--- holds no in-flight slot and no token while it waits for it. The token's
--- own wait needs no such rule: only callers holding a lease wait for one,
--- so it stays within the cap's worth of intervals.
+-- A window slot or the end of a pause further ahead than the horizon is
+-- reserved alone: the caller holds no lease and no token while it waits,
+-- and comes back for them at its instant.
 if at - now > horizon then
   reserve_windows()
   return {1, at - now, ''}
 end
+-- The token bucket as a GCRA: a token at `at` once `at` >= tat - tolerance.
+local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
+if token and tat - tolerance > at then at = tat - tolerance end
+local function reserve_token()
+  if not token then return end
+  if tat < at then tat = at end
+  redis.call('SET', KEYS[2], num(tat + interval), 'PX', ms(tat + interval - now) + 1000)
+end
+-- A token behind a queue of waiters further ahead than the horizon is
+-- reserved (with the windows) and no lease taken: waiters hold no in-flight
+-- slot while they wait, and are served in the order they asked, whichever
+-- replica they are on.
+if at - now > horizon then
+  reserve_windows()
+  reserve_token()
+  return {4, at - now, ''}
+end
 for i = 1, nl do
   local key = KEYS[3 + i]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
-  if redis.call('ZCARD', key) >= tonumber(ARGV[7 + i]) then
+  if redis.call('ZCARD', key) >= tonumber(ARGV[8 + i]) then
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     return {2, tonumber(first[2]) - now, ''}
   end
@@ -72,10 +91,6 @@ for i = 1, nl do
   redis.call('ZADD', key, num(now + lease), member)
   redis.call('PEXPIRE', key, ms(lease) * 2)
 end
--- The token bucket as a GCRA: a token at `at` once `at` >= tat - tolerance.
-local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tat - tolerance > at then at = tat - tolerance end
-if tat < at then tat = at end
-redis.call('SET', KEYS[2], num(tat + interval), 'PX', ms(tat + interval - now) + 1000)
+reserve_token()
 reserve_windows()
 return {0, at - now, ''}

@@ -219,6 +219,7 @@ impl Fleet {
         let number = inner.next.fetch_add(1, Ordering::Relaxed);
         let member = format!("{}:{number}", inner.replica);
         let mut windows_left = &windows[..n_windows];
+        let mut token = true;
         let started = Instant::now();
         loop {
             inner.follow_mode(throttle);
@@ -247,6 +248,7 @@ impl Fleet {
                 member: &member,
                 leases: sets,
                 windows: windows_left,
+                token,
             };
             let answer = inner.store.admit(&inner.keys, &inner.shape, &ask).await;
             let answer = match answer {
@@ -273,6 +275,13 @@ impl Fleet {
                     slots.forget_leases();
                     inner.decision("redis", "window");
                     windows_left = &[];
+                    tokio::time::sleep(wait).await;
+                }
+                Answer::Queued(wait) => {
+                    slots.forget_leases();
+                    inner.decision("redis", "queued");
+                    windows_left = &[];
+                    token = false;
                     tokio::time::sleep(wait).await;
                 }
                 Answer::Busy(wait) => {

@@ -21,6 +21,9 @@ pub enum Answer {
     /// The window slots are reserved this far ahead, and nothing else: ask
     /// again then, without the windows.
     Reserved(Duration),
+    /// The window slots and the token are reserved this far ahead (a queue
+    /// of waiters): ask again then, for the leases alone.
+    Queued(Duration),
     /// An in-flight cap is full and nothing was taken: ask again.
     Busy(Duration),
     /// Another replica saw the route dark, for this much longer; what it
@@ -39,6 +42,8 @@ pub struct Ask<'a> {
     pub leases: &'a [(Option<usize>, u32)],
     /// Window sets and their limits; empty once they are reserved.
     pub windows: &'a [(usize, u32)],
+    /// A token is still to take (false once it is reserved).
+    pub token: bool,
 }
 
 /// A store call that did not answer in time, or failed.
@@ -231,6 +236,7 @@ impl Store {
             .arg(micros(tolerance))
             .arg(micros(shape.window))
             .arg(micros(shape.horizon))
+            .arg(u8::from(ask.token))
             .arg(ask.leases.len());
         for &(_, cap) in ask.leases {
             invocation.arg(cap);
@@ -245,6 +251,7 @@ impl Store {
         Ok(match answer {
             (0, wait, _) => Answer::Go(from_micros(wait)),
             (1, wait, _) => Answer::Reserved(from_micros(wait)),
+            (4, wait, _) => Answer::Queued(from_micros(wait)),
             (3, left, mark) => Answer::Dark {
                 left: from_micros(left),
                 mark,
@@ -499,6 +506,7 @@ mod tests {
             member,
             leases,
             windows,
+            token: true,
         };
         store.admit(keys, shape, &ask).await.unwrap()
     }
@@ -531,10 +539,12 @@ mod tests {
             assert!(wait < S, "burst call {i} waits {wait:?}");
         }
         // Then one token every interval, each reserved for its caller in
-        // arrival order (who holds its lease meanwhile).
+        // arrival order, who holds no lease while it waits.
         for (i, n) in [(3, 1), (4, 2), (5, 3)] {
-            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await);
-            between(wait, 10 * S * n - S, 10 * S * n);
+            match ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await {
+                Answer::Queued(wait) => between(wait, 10 * S * n - S, 10 * S * n),
+                other => panic!("{other:?}"),
+            }
         }
     }
 
@@ -665,6 +675,7 @@ mod tests {
             member: "b",
             leases: &[(None, 1)],
             windows: &[],
+            token: true,
         };
         go(&store.admit(&keys, &shape, &ask_other).await.unwrap());
     }
@@ -709,6 +720,7 @@ mod tests {
             member: "a",
             leases: &[(None, 100)],
             windows: &[],
+            token: true,
         };
         // The first call connects; a loaded machine may need more than 5 ms.
         let mut up = false;
