@@ -55,6 +55,8 @@ pub struct Model {
     pub fresh_after: Vec<u16>,
     /// `None`: the API's writes are not queued for replay.
     pub replay: Option<Replay>,
+    /// `None`: no fleet section (every replica on its own).
+    pub fleet: Option<Fleet>,
     /// requests, duration, circuit_state, circuit_open_seconds, sse_fallback.
     pub metrics: MetricNames,
     pub log: LogNames,
@@ -267,6 +269,31 @@ pub struct Throttle {
     pub polling_interval: Duration,
     pub polling_floor: Duration,
     pub polling_hot_factor: u32,
+    pub source: Source,
+}
+
+/// How replicas share the throttle (issue 17).
+#[derive(Debug)]
+pub struct Fleet {
+    /// `backend: redis`: a client needs a Redis URL.
+    pub shared: bool,
+    pub url_env: String,
+    pub deadline: Duration,
+    pub breaker_failures: u32,
+    pub breaker_retry: Duration,
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    /// Percent below the share while degraded.
+    pub margin_percent: u32,
+    /// `fail: closed`: degraded replicas refuse.
+    pub fail_closed: bool,
+    /// Indices of the budgets each replica keeps alone.
+    pub per_replica: Vec<usize>,
+    pub admission_metric: String,
+    pub decisions_metric: String,
+    pub degraded_metric: String,
+    pub share_metric: String,
+    pub alert: String,
     pub source: Source,
 }
 

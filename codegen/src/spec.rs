@@ -158,6 +158,53 @@ pub struct PolicyFile {
     /// Absent: the API's writes are not queued for replay.
     #[serde(default)]
     pub replay: Option<Replay>,
+    /// Absent: every replica keeps the budgets on its own, with no way to share them.
+    #[serde(default)]
+    pub fleet: Option<Fleet>,
+}
+
+/// How several replicas keep the throttle as one tenant (through Redis).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    /// `local` or `redis`.
+    pub backend: Text,
+    /// The environment variable with the Redis URL.
+    pub url_env: Text,
+    /// Every Redis call's deadline.
+    pub deadline: Duration,
+    pub breaker: FleetBreaker,
+    /// How long an in-flight lease lives without renewal.
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    /// `<n>%` kept below each replica's share while degraded.
+    pub margin: Text,
+    /// `open` or `closed`.
+    pub fail: Text,
+    /// Budgets each replica keeps on its own.
+    #[serde(default)]
+    pub per_replica: Vec<Text>,
+    pub metrics: FleetMetrics,
+    pub alert: Text,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetBreaker {
+    pub failures: Spanned<u32>,
+    pub retry: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetMetrics {
+    pub admission: Text,
+    pub decisions: Text,
+    pub degraded: Text,
+    pub share: Text,
 }
 
 /// The durable replay queue of the writes marked `replay:`.

@@ -1648,3 +1648,82 @@ fn a_workspace_service_without_a_file_is_refused_at_its_entry() {
     assert!(e.message.contains("no service file defines `cards`"), "{e}");
     assert_eq!(e.column, 22, "{e}");
 }
+
+/// One edit of the `fleet` section, refused at its line and field.
+fn fleet_refused(from: &str, to: &str, field: &str) -> SpecError {
+    let file = "policy.yaml";
+    let line = line_of(file, from, 0);
+    one(broken(file, from, to, 0), file, line, field)
+}
+
+#[test]
+fn an_unknown_fleet_backend_is_refused() {
+    let e = fleet_refused("backend: local", "backend: memcached", "fleet.backend");
+    assert!(e.message.contains("`local` or `redis`"), "{e}");
+}
+
+#[test]
+fn an_unknown_degraded_rule_is_refused() {
+    let e = fleet_refused("fail: open", "fail: maybe", "fleet.fail");
+    assert!(e.message.contains("`open` or `closed`"), "{e}");
+}
+
+#[test]
+fn a_redis_deadline_that_hides_an_outage_past_1_s_is_refused() {
+    let e = fleet_refused("deadline: 5ms", "deadline: 500ms", "fleet.deadline");
+    assert!(e.message.contains("within 1 s"), "{e}");
+    fleet_refused("deadline: 5ms", "deadline: soon", "fleet.deadline");
+}
+
+#[test]
+fn a_redis_retry_of_2_s_or_more_is_refused() {
+    let e = fleet_refused("retry: 1s", "retry: 2s", "fleet.breaker.retry");
+    assert!(e.message.contains("within 2 s"), "{e}");
+}
+
+#[test]
+fn a_heartbeat_over_half_the_lease_is_refused() {
+    let e = fleet_refused("heartbeat: 500ms", "heartbeat: 3s", "fleet.heartbeat");
+    assert!(e.message.contains("half the lease"), "{e}");
+}
+
+#[test]
+fn a_margin_that_is_not_a_percentage_below_100_is_refused() {
+    for bad in ["margin: 5", "margin: 100%", "margin: lots%"] {
+        let e = fleet_refused("margin: 5%", bad, "fleet.margin");
+        assert!(e.message.contains("percentage"), "{e}");
+    }
+}
+
+#[test]
+fn a_per_replica_budget_must_exist_have_a_limit_and_be_named_once() {
+    let from = "per_replica: [fanout, streams]";
+    fleet_refused(from, "per_replica: [fanout, stream]", "fleet.per_replica");
+    let e = fleet_refused(from, "per_replica: [global]", "fleet.per_replica");
+    assert!(e.message.contains("no limit"), "{e}");
+    let e = fleet_refused(from, "per_replica: [fanout, fanout]", "fleet.per_replica");
+    assert!(e.message.contains("twice"), "{e}");
+}
+
+#[test]
+fn a_fleet_url_variable_is_an_environment_name() {
+    fleet_refused(
+        "url_env: GRAG_REDIS_URL",
+        "url_env: grag-redis",
+        "fleet.url_env",
+    );
+}
+
+#[test]
+fn a_fleet_alert_must_be_one_of_the_alerts() {
+    fleet_refused("alert: fleet_degraded", "alert: fleet_down", "fleet.alert");
+}
+
+#[test]
+fn a_fleet_metric_name_is_checked() {
+    fleet_refused(
+        "degraded: grag_client_fleet_degraded",
+        "degraded: grag-fleet",
+        "fleet.metrics.degraded",
+    );
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::alerts::{AlertSink, LogAlerts};
 use crate::breaker::Breaker;
 use crate::error::ConfigError;
+use crate::fleet::Fleet;
 use crate::memory::Memory;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, RetryClass, RetrySchedule};
@@ -27,6 +28,8 @@ pub struct ClientConfig {
     pub(crate) retry_attempts: Option<u32>,
     pub(crate) retry_backoff: Option<Duration>,
     pub(crate) pool_idle: Option<Duration>,
+    /// The fleet's shared store (Redis), when the replicas share the throttle.
+    pub(crate) store_url: Option<String>,
 }
 
 impl ClientConfig {
@@ -40,6 +43,7 @@ impl ClientConfig {
             retry_attempts: None,
             retry_backoff: None,
             pool_idle: None,
+            store_url: None,
         }
     }
 
@@ -49,6 +53,16 @@ impl ClientConfig {
     /// client is refused.
     pub fn pool_idle(mut self, idle: Duration) -> Self {
         self.pool_idle = Some(idle);
+        self
+    }
+
+    /// Share the throttle with the other replicas through the Redis at
+    /// `url` (`redis://host:port/db`): the policy's budgets, pauses, dark
+    /// features and probe are kept by the whole fleet. Needs the `redis`
+    /// feature and a policy with a fleet section; otherwise the client is
+    /// refused when it is built.
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.store_url = Some(url.into()).filter(|u: &String| !u.is_empty());
         self
     }
 
@@ -105,6 +119,9 @@ pub(crate) struct Shared {
     pub(crate) authorization: reqwest::header::HeaderValue,
     pub(crate) tenant: Id,
     pub(crate) throttle: Throttle,
+    /// The fleet stage after the throttle; `None`: this replica alone.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fleet: Option<Fleet>,
     pub(crate) breaker: Mutex<Breaker>,
     pub(crate) memory: Mutex<Memory>,
     pub(crate) metrics: Metrics,
@@ -152,6 +169,17 @@ impl Client {
         let idle = configured_idle(policy, config.pool_idle)?;
         let pool = Pool::new(idle, policy.fresh_after, policy.keep_alive_margin)
             .map_err(|e| ConfigError::Http(e.to_string()))?;
+        let alerts = config
+            .alerts
+            .unwrap_or_else(|| Arc::new(LogAlerts::new(policy.log_lines)));
+        let mut metrics = Metrics::new(&policy.metrics);
+        let fleet = fleet(
+            policy,
+            config.tenant.as_str(),
+            config.store_url.as_deref(),
+            &mut metrics,
+            &alerts,
+        )?;
         Ok(Client {
             shared: Arc::new(Shared {
                 policy,
@@ -162,12 +190,11 @@ impl Client {
                 authorization,
                 tenant: config.tenant,
                 throttle: Throttle::new(&policy.throttle),
+                fleet,
                 breaker: Mutex::new(Breaker::of(policy.breaker.as_ref())),
                 memory: Mutex::new(Memory::default()),
-                metrics: Metrics::new(&policy.metrics),
-                alerts: config
-                    .alerts
-                    .unwrap_or_else(|| Arc::new(LogAlerts::new(policy.log_lines))),
+                metrics,
+                alerts,
                 warm_up: config.warm_up,
                 probing: AtomicBool::new(false),
                 exhaustion: policy
@@ -282,6 +309,23 @@ impl Client {
     /// server announced.
     pub fn pool_idle(&self) -> Duration {
         self.shared.pool.idle()
+    }
+
+    /// Whether this client shares the throttle with a fleet (a Redis URL was
+    /// configured), and if so whether its store is away (degraded).
+    pub fn fleet_status(&self) -> Option<FleetStatus> {
+        #[cfg(feature = "redis")]
+        {
+            self.shared.fleet.as_ref().map(|f| FleetStatus {
+                degraded: f.degraded(),
+                live_replicas: f.live_replicas(),
+                leases_held: f.leases_held(),
+            })
+        }
+        #[cfg(not(feature = "redis"))]
+        {
+            None
+        }
     }
 
     /// The origin breaker's state right now.
@@ -554,5 +598,69 @@ fn kind_name(kind: IdKind) -> &'static str {
         IdKind::Tenant => "TenantId",
         IdKind::Workspace => "WorkspaceId",
         IdKind::Other(name) => name,
+    }
+}
+
+/// A fleet member's view of its fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetStatus {
+    /// The shared store is away: this replica runs at its share (or refuses).
+    pub degraded: bool,
+    /// Replicas the last heartbeat counted as live.
+    pub live_replicas: usize,
+    /// In-flight leases this replica holds in the store.
+    pub leases_held: usize,
+}
+
+/// The fleet stage of a client given a store URL; a policy that needs one
+/// and got none, a URL that cannot work, or a build without the backend is
+/// refused here, before anything is sent.
+fn fleet(
+    policy: &'static Policy,
+    tenant: &str,
+    url: Option<&str>,
+    metrics: &mut Metrics,
+    alerts: &Arc<dyn AlertSink>,
+) -> Result<Option<Fleet>, ConfigError> {
+    let Some(fleet_policy) = &policy.fleet else {
+        return match url {
+            Some(_) => Err(ConfigError::Fleet(
+                "the policy has no fleet section: its replicas cannot share the throttle"
+                    .to_string(),
+            )),
+            None => Ok(None),
+        };
+    };
+    let Some(url) = url else {
+        return match fleet_policy.shared {
+            true => Err(ConfigError::Fleet(format!(
+                "the policy shares the throttle through Redis: set {} or the config's redis_url",
+                fleet_policy.url_env
+            ))),
+            false => Ok(None),
+        };
+    };
+    #[cfg(feature = "redis")]
+    {
+        let names = metrics.register_fleet(&fleet_policy.metrics);
+        Fleet::new(
+            policy.api,
+            tenant,
+            url,
+            fleet_policy,
+            &policy.throttle,
+            Some(names),
+            Arc::clone(alerts),
+            policy.severity(fleet_policy.alert).unwrap_or_default(),
+        )
+        .map(Some)
+        .map_err(|reason| ConfigError::Fleet(format!("invalid Redis URL: {reason}")))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        let _ = (tenant, url, metrics, alerts);
+        Err(ConfigError::Fleet(
+            "this build has no Redis backend: enable the sdk-runtime `redis` feature".to_string(),
+        ))
     }
 }

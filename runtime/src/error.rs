@@ -302,6 +302,8 @@ pub enum ConfigError {
     Retry(String),
     #[error("invalid connection pool configuration: {0}")]
     PoolIdle(String),
+    #[error("invalid fleet configuration: {0}")]
+    Fleet(String),
 }
 
 /// Reads a required environment variable.

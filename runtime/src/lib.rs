@@ -15,6 +15,7 @@ mod clock;
 mod error;
 mod events;
 mod features;
+pub mod fleet;
 mod follow;
 mod ids;
 mod memory;
@@ -33,7 +34,7 @@ pub mod throttle;
 mod turn;
 
 pub use call::Call;
-pub use client::{Client, ClientConfig};
+pub use client::{Client, ClientConfig, FleetStatus};
 pub use error::{ConfigError, Error, env_var};
 pub use events::Events;
 pub use features::FeatureStatus;

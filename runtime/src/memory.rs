@@ -72,6 +72,25 @@ impl Memory {
         );
     }
 
+    /// Another replica saw `row` on `endpoint`, holding until `until`.
+    #[cfg(feature = "redis")]
+    pub fn remember_until(
+        &mut self,
+        endpoint: &'static Endpoint,
+        row: &'static TaxonomyRow,
+        status: Option<u16>,
+        until: Instant,
+    ) -> Remembered {
+        let remembered = Remembered {
+            row,
+            status,
+            detail: Some("seen by another replica".to_string()),
+            until: Some(until),
+        };
+        self.routes.insert(endpoint.path, remembered.clone());
+        remembered
+    }
+
     /// A success: whatever was remembered about the route no longer holds.
     pub fn record_success(&mut self, endpoint: &Endpoint) {
         self.routes.remove(endpoint.path);

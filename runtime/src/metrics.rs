@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+#[cfg(feature = "redis")]
+use crate::policy::FleetMetricNames;
 use crate::policy::MetricNames;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -22,6 +24,77 @@ struct CallLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServiceLabels {
     service: &'static str,
+}
+
+#[cfg(feature = "redis")]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    backend: &'static str,
+}
+
+#[cfg(feature = "redis")]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    backend: &'static str,
+    outcome: &'static str,
+}
+
+#[cfg(feature = "redis")]
+/// The fleet's metrics (issue 17), registered with the client's: clones
+/// share the same series.
+#[derive(Clone, Debug)]
+pub(crate) struct FleetMetrics {
+    admission: Family<BackendLabels, Histogram, fn() -> Histogram>,
+    decisions: Family<DecisionLabels, Counter>,
+    /// 1 while degraded.
+    pub degraded: Gauge,
+    /// This replica's share of the fleet's limits (1 when shared).
+    pub share: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+#[cfg(feature = "redis")]
+impl FleetMetrics {
+    fn register(registry: &mut Registry, names: &FleetMetricNames) -> Self {
+        let metrics = Self {
+            admission: Family::new_with_constructor(admission_histogram),
+            decisions: Family::default(),
+            degraded: Gauge::default(),
+            share: Gauge::default(),
+        };
+        registry.register(
+            names.admission,
+            "Time of the fleet stage of admission, by backend",
+            metrics.admission.clone(),
+        );
+        registry.register(
+            names.decisions,
+            "Fleet admission decisions, by backend and outcome",
+            metrics.decisions.clone(),
+        );
+        registry.register(
+            names.degraded,
+            "1 while the fleet's store is unreachable",
+            metrics.degraded.clone(),
+        );
+        registry.register(
+            names.share,
+            "This replica's share of the fleet's limits",
+            metrics.share.clone(),
+        );
+        metrics
+    }
+
+    pub fn admission(&self, backend: &'static str, took: Duration) {
+        self.admission
+            .get_or_create(&BackendLabels { backend })
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn decision(&self, backend: &'static str, outcome: &'static str) {
+        self.decisions
+            .get_or_create(&DecisionLabels { backend, outcome })
+            .inc();
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,6 +152,12 @@ struct CallSeries {
 /// below; a combination that finds no slot is counted through the families.
 const CACHE_BITS: u32 = 8;
 const PROBES: usize = 8;
+
+#[cfg(feature = "redis")]
+fn admission_histogram() -> Histogram {
+    // 50 µs .. ~0.4 s: a loopback EVALSHA up to a queued admission.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 14))
+}
 
 fn duration_histogram() -> Histogram {
     // 5 ms .. ~160 s: covers loopback answers up to the llm timeout class.
@@ -239,6 +318,12 @@ impl Metrics {
         self.sse_buffered
             .get_or_create(&StreamLabels { stream })
             .inc();
+    }
+
+    #[cfg(feature = "redis")]
+    /// Registers the fleet's metrics with this client's.
+    pub fn register_fleet(&mut self, names: &FleetMetricNames) -> FleetMetrics {
+        FleetMetrics::register(&mut self.registry, names)
     }
 
     /// The text exposition format.

@@ -167,6 +167,12 @@ impl Client {
             let Ok(permit) = tokio::time::timeout_at(run.deadline, permit).await else {
                 return Err(run.deadline_error(None, false));
             };
+            // The fleet's share, after this replica's own (issue 17).
+            let fleet_slots = match self.fleet_stage(call, &budgets[..n], run.deadline).await {
+                Ok(slots) => slots,
+                Err(None) => return Err(run.deadline_error(None, false)),
+                Err(Some(error)) => return Err(run.fail(error, false)),
+            };
             let request_id = uuid::Uuid::new_v4().to_string();
             let attempt_started = Instant::now();
             let deploy = self.breaker().deploy_suspected(attempt_started);
@@ -289,7 +295,7 @@ impl Client {
                 let request_id = echoed.unwrap_or(request_id);
                 self.note(endpoint, &request_id, Some(status), true);
                 let reply = Reply::new(self.clone(), endpoint, status, body, request_id, ledger);
-                let stream = response.map(|r| (r, permit.detach()));
+                let stream = response.map(|r| (r, permit.detach().with_fleet(fleet_slots)));
                 return Ok(Opened {
                     reply,
                     stream,
@@ -298,6 +304,10 @@ impl Client {
                 });
             }
             telemetry::attempt(&log, run.digest());
+            // A platform-wide wait pauses the whole fleet, not just this call.
+            if let (Some(429 | 503), Some(wait)) = (status, retry_after) {
+                self.fleet_pause(wait);
+            }
             if status == Some(429) {
                 let hot_for = policy.throttle.polling.interval * policy.throttle.polling.hot_factor;
                 self.memory().saw_429(Instant::now(), hot_for);
@@ -372,6 +382,7 @@ impl Client {
             };
             run.previous = row.map(|r| (r, detail));
             // The request ended: its throttle slots are free while we back off.
+            drop(fleet_slots);
             drop(permit);
             tokio::time::sleep_until(resume).await;
         }
@@ -405,6 +416,9 @@ impl Client {
         deploy: bool,
     ) {
         if let Some(row) = row {
+            if let Some(for_) = row.remember_for {
+                self.fleet_share_dark(endpoint, row, status, for_);
+            }
             self.memory()
                 .record_final(endpoint, row, status, detail, Instant::now());
             self.row_alert(row, error, deploy);
@@ -1124,5 +1138,99 @@ mod page_tests {
             ),
             "labelled HTML is not parsed as anything else"
         );
+    }
+}
+
+/// The fleet stage (issue 17): compiled to nothing without the `redis` feature.
+impl Client {
+    /// This call's share of the fleet, after the local throttle admitted it.
+    /// `Err(None)`: the deadline passed while waiting; `Err(Some(error))`:
+    /// refused (the store is away and the policy fails closed, or another
+    /// replica saw the route dark).
+    #[cfg(feature = "redis")]
+    async fn fleet_stage(
+        &self,
+        call: &Call<'_>,
+        budgets: &[usize],
+        deadline: Instant,
+    ) -> Result<Option<crate::fleet::FleetSlots>, Option<Error>> {
+        use crate::fleet::Refusal;
+        let Some(fleet) = &self.shared.fleet else {
+            return Ok(None);
+        };
+        let endpoint = call.endpoint;
+        let admitted = fleet.admit(&self.shared.throttle, endpoint.path, budgets);
+        match tokio::time::timeout_at(deadline, admitted).await {
+            Err(_) => Err(None),
+            Ok(Ok(slots)) => Ok(Some(slots)),
+            Ok(Err(Refusal::Closed)) => Err(Some(self.circuit_open_error(call).with_detail(
+                "the fleet's Redis is unreachable and the policy fails closed: nothing sent",
+            ))),
+            Ok(Err(Refusal::Dark { left, mark })) => {
+                let policy = self.shared.policy;
+                let mut parts = mark.split(' ');
+                let row = parts
+                    .next()
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .and_then(|i| policy.taxonomy.get(i));
+                let status = parts.next().and_then(|s| s.parse::<u16>().ok());
+                let Some(row) = row else {
+                    // A mark this client cannot read (another version's): send.
+                    return Ok(None);
+                };
+                let until = clock::after(Instant::now(), left);
+                let r = self.memory().remember_until(endpoint, row, status, until);
+                Err(Some(
+                    self.error(OutcomeKind::Status, Some(r.row), call)
+                        .with_status_opt(r.status, r.detail)
+                        .with_detail_prefix("remembered"),
+                ))
+            }
+        }
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn fleet_stage(
+        &self,
+        _call: &Call<'_>,
+        _budgets: &[usize],
+        _deadline: Instant,
+    ) -> Result<Option<crate::fleet::FleetSlots>, Option<Error>> {
+        Ok(None)
+    }
+
+    /// A platform-wide wait (`Retry-After` on a 429 or 503) pauses every replica.
+    fn fleet_pause(&self, wait: Duration) {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            fleet.pause(wait);
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = wait;
+    }
+
+    /// A stable answer remembered for `for_` (a dark feature) is every
+    /// replica's: the mark is the row's index and the status.
+    fn fleet_share_dark(
+        &self,
+        endpoint: &'static Endpoint,
+        row: &'static TaxonomyRow,
+        status: Option<u16>,
+        for_: Duration,
+    ) {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet
+            && let Some(index) = self
+                .shared
+                .policy
+                .taxonomy
+                .iter()
+                .position(|r| std::ptr::eq(r, row))
+        {
+            let status = status.map_or("-".to_string(), |s| s.to_string());
+            fleet.share_dark(endpoint.path, format!("{index} {status}"), for_);
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = (endpoint, row, status, for_);
     }
 }

@@ -146,6 +146,19 @@ impl Client {
         let Some(b) = &self.shared.policy.breaker else {
             return false;
         };
+        // A fleet sends one probe per interval, not one per replica: the
+        // replica holding the probe sends it and shares what it saw, the
+        // others take that (nothing fresh yet: not healthy this round).
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            if !fleet.own_probe(b.probe_interval).await {
+                return fleet.probe_result().await.unwrap_or(false);
+            }
+            let status = self.bare_attempt(b.probe, b.probe_timeout).await;
+            let healthy = status.is_some_and(|s| (200..300).contains(&s));
+            fleet.share_probe_result(healthy, b.probe_interval).await;
+            return healthy;
+        }
         let status = self.bare_attempt(b.probe, b.probe_timeout).await;
         status.is_some_and(|s| (200..300).contains(&s))
     }

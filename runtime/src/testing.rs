@@ -298,6 +298,7 @@ pub static POLICY: Policy = Policy {
     log_lines: &Quiet,
     fresh_after: &[],
     replay: None,
+    fleet: None,
 };
 
 #[cfg(test)]

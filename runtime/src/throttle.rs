@@ -116,6 +116,12 @@ impl RollingWindow {
     pub fn limit(&self) -> usize {
         self.limit
     }
+
+    /// A new limit (a replica's share while the fleet is degraded); slots
+    /// already held count against it.
+    pub fn set_limit(&mut self, limit: u32) {
+        self.limit = limit.max(1) as usize;
+    }
 }
 
 /// A tokio instant for governor (newtype: `Add<Nanos>` on a foreign type is
@@ -318,6 +324,16 @@ pub struct HeldSlots {
     per_period: bool,
     semaphores: [Option<usize>; MAX_BUDGETS],
     global: bool,
+    /// The fleet's leases of the same request, given back with these.
+    fleet: Option<crate::fleet::FleetSlots>,
+}
+
+impl HeldSlots {
+    /// These slots and the fleet's of the same request, held together.
+    pub(crate) fn with_fleet(mut self, fleet: Option<crate::fleet::FleetSlots>) -> Self {
+        self.fleet = fleet;
+        self
+    }
 }
 
 impl Permit<'_> {
@@ -333,6 +349,7 @@ impl Permit<'_> {
             per_period: std::mem::take(&mut self.per_period),
             semaphores: self.semaphores,
             global,
+            fleet: None,
         }
     }
 }
@@ -393,7 +410,8 @@ impl Throttle {
     }
 
     /// Frees what a detached permit held, as dropping the permit would have.
-    pub fn give_back(&self, held: HeldSlots) {
+    pub fn give_back(&self, mut held: HeldSlots) {
+        drop(held.fleet.take());
         for &budget in held.semaphores.iter().flatten() {
             if let Some(semaphore) = &self.lanes[budget].semaphore {
                 semaphore.add_permits(1);
@@ -613,6 +631,20 @@ impl Throttle {
             .map_err(|not_until| not_until.wait_time_from(TokioInstant(now)))?;
         per_period.hold();
         Ok(())
+    }
+
+    /// Sets every rolling window's limit to `limit_of(budget, policy limit)`:
+    /// a budget's window (`Some(index)`) and the rolling second (`None`).
+    /// The fleet runs them at a replica's share while its store is away.
+    pub fn set_window_limits(&self, limit_of: &dyn Fn(Option<usize>, u32) -> u32) {
+        for (b, lane) in self.lanes.iter().enumerate() {
+            if let (Some(window), Some(limit)) = (&lane.window, self.policy.budgets[b].per_minute) {
+                window.lock().set_limit(limit_of(Some(b), limit));
+            }
+        }
+        let per_second = self.policy.per_second.max(1);
+        let per_period = self.burst.saturating_add(per_second - 1);
+        self.per_period.lock().set_limit(limit_of(None, per_period));
     }
 
     /// Requests admitted and not yet finished, over all budgets.

@@ -107,7 +107,7 @@ impl RetryConfig {
                 retry_attempts: Option<u32>,
                 retry_backoff: Option<std::time::Duration>,
             },
-            init: quote!(retry_attempts: None, retry_backoff: None),
+            init: quote!(retry_attempts: None, retry_backoff: None,),
             methods: quote! {
                 #attempts_doc
                 pub fn retry_attempts(mut self, attempts: u32) -> Self {
@@ -129,6 +129,66 @@ impl RetryConfig {
                     runtime = runtime.retry_backoff(backoff);
                 }
             },
+        }
+    }
+}
+
+/// The fleet's store URL in the config, for an API whose replicas can share
+/// the throttle (a `fleet` section).
+#[derive(Default)]
+struct FleetConfig {
+    field: TokenStream,
+    init: TokenStream,
+    method: TokenStream,
+    from_env: TokenStream,
+    apply: TokenStream,
+    env_doc: String,
+}
+
+impl FleetConfig {
+    fn of(model: &Model) -> FleetConfig {
+        let Some(fleet) = &model.fleet else {
+            return FleetConfig {
+                from_env: quote!(Ok(config)),
+                ..FleetConfig::default()
+            };
+        };
+        let env = &fleet.url_env;
+        let method_doc = doc(&format!(
+            "Share the throttle with the other replicas through the Redis at `url` \
+             (`redis://host:port/db`): the budgets, the in-flight caps, Retry-After pauses, dark \
+             features and the breaker's probe are kept by the whole fleet. A URL that cannot \
+             work is refused when the client is built; an unreachable Redis is degraded mode \
+             (each replica at its share) with the `{}` alert.{}",
+            fleet.alert,
+            if fleet.shared {
+                " The policy requires it."
+            } else {
+                ""
+            }
+        ));
+        FleetConfig {
+            field: quote!(redis_url: Option<String>,),
+            init: quote!(redis_url: None,),
+            method: quote! {
+                #method_doc
+                pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+                    self.redis_url = Some(url.into());
+                    self
+                }
+            },
+            from_env: quote! {
+                match std::env::var(#env) {
+                    Ok(url) if !url.is_empty() => Ok(config.redis_url(url)),
+                    _ => Ok(config),
+                }
+            },
+            apply: quote! {
+                if let Some(url) = config.redis_url {
+                    runtime = runtime.redis_url(url);
+                }
+            },
+            env_doc: format!(", and `{env}` when set (several replicas)"),
         }
     }
 }
@@ -299,6 +359,14 @@ pub fn client_rs(model: &Model) -> TokenStream {
     let retry = RetryConfig::of(model);
     let (retry_fields, retry_init, retry_methods, retry_apply) =
         (&retry.fields, &retry.init, &retry.methods, &retry.apply);
+    let fleet = FleetConfig::of(model);
+    let (fleet_field, fleet_init, fleet_method, fleet_from_env, fleet_apply) = (
+        &fleet.field,
+        &fleet.init,
+        &fleet.method,
+        &fleet.from_env,
+        &fleet.apply,
+    );
     let module_doc = inner_doc(&format!(
         "The {} client. It cannot be built without a [`TenantId`], and every call goes through \
          the runtime pipeline, the one place that assembles headers.",
@@ -309,7 +377,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
         model.api.title
     ));
     let from_env_doc = doc(&format!(
-        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`."
+        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}.",
+        fleet.env_doc
     ));
     let client_doc = doc(&format!(
         "The {} client. Cheap to clone: clones share the breaker, the throttle and the telemetry.",
@@ -337,14 +406,17 @@ pub fn client_rs(model: &Model) -> TokenStream {
             warm_up: bool,
             pool_idle: Option<std::time::Duration>,
             #retry_fields
+            #fleet_field
         }
 
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false, pool_idle: None, #retry_init }
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false, pool_idle: None, #retry_init #fleet_init }
             }
 
             #retry_methods
+
+            #fleet_method
 
             /// Where alerts go (policy §10.4); by default a `warn` log event.
             pub fn alerts(mut self, sink: impl AlertSink) -> Self {
@@ -370,7 +442,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
             pub fn from_env() -> Result<Self, ConfigError> {
                 let tenant = TenantId::parse(&sdk_runtime::env_var(#tenant_env)?)
                     .map_err(ConfigError::Tenant)?;
-                Ok(Self::new(sdk_runtime::env_var(#url_env)?, sdk_runtime::env_var(#key_env)?, tenant))
+                let config = Self::new(sdk_runtime::env_var(#url_env)?, sdk_runtime::env_var(#key_env)?, tenant);
+                #fleet_from_env
             }
 
             pub fn tenant(&self) -> &TenantId {
@@ -416,6 +489,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                     runtime = runtime.pool_idle(idle);
                 }
                 #retry_apply
+                #fleet_apply
                 let client = Client::with_override(&POLICY, policy, runtime)?;
                 Ok(Self { client })
             }

@@ -348,7 +348,75 @@ pub fn policy_md(model: &Model) -> String {
         );
     }
     replay_section(&mut md, model);
+    fleet_section(&mut md, model);
     md
+}
+
+fn fleet_section(md: &mut String, model: &Model) {
+    let Some(f) = &model.fleet else {
+        let _ = writeln!(
+            md,
+            "\n## Several replicas\n\nNone: every replica keeps the throttle on its own."
+        );
+        return;
+    };
+    let budgets = &model.throttle.budgets;
+    let fleet: Vec<String> = budgets
+        .iter()
+        .enumerate()
+        .filter(|(i, b)| {
+            !f.per_replica.contains(i) && (b.max_in_flight.is_some() || b.per_minute.is_some())
+        })
+        .map(|(_, b)| format!("`{}`", b.name))
+        .collect();
+    let replica: Vec<String> = f
+        .per_replica
+        .iter()
+        .map(|&b| format!("`{}`", budgets[b].name))
+        .collect();
+    let _ = writeln!(
+        md,
+        "\n## Several replicas ({})\n\nBackend `{}`; a Redis URL in `{}` (or the client's config) shares the budgets \
+         through Redis either way. Shared: the {} in flight and {} per second, the budgets {}, Retry-After pauses, \
+         dark features and the `/health` probe. Per replica: the budgets {} and the breaker's counters.\n\n\
+         | rule | value |\n|---|---|\n\
+         | deadline of every Redis call | {} |\n\
+         | Redis breaker | opens after {} failed calls in a row, tries again after {} |\n\
+         | in-flight lease (a crashed replica's slots come back within it) | {} |\n\
+         | heartbeat | {} |\n\
+         | while degraded | {} |\n\
+         | metrics | `{}{{backend}}`, `{}_total{{backend,outcome}}`, `{}`, `{}` |\n\
+         | alert when degraded | `{}` |",
+        source(&f.source),
+        if f.shared { "redis" } else { "local" },
+        f.url_env,
+        model.throttle.max_in_flight,
+        model.throttle.per_second,
+        fleet.join(", "),
+        if replica.is_empty() {
+            "none".to_string()
+        } else {
+            replica.join(", ")
+        },
+        duration_text(f.deadline),
+        f.breaker_failures,
+        duration_text(f.breaker_retry),
+        duration_text(f.lease),
+        duration_text(f.heartbeat),
+        if f.fail_closed {
+            "refuse every call (`fail: closed`)".to_string()
+        } else {
+            format!(
+                "each replica runs at its share, {} % under limit ÷ live replicas (`fail: open`)",
+                f.margin_percent
+            )
+        },
+        f.admission_metric,
+        f.decisions_metric,
+        f.degraded_metric,
+        f.share_metric,
+        f.alert,
+    );
 }
 
 fn replay_section(md: &mut String, model: &Model) {

@@ -101,13 +101,19 @@ fn cargo_toml(model: &Model) -> String {
          sdk-runtime.workspace = true\n\
          serde.workspace = true\n\
          serde_json.workspace = true\n\
-         tracing.workspace = true\n",
+         tracing.workspace = true\n{features}",
         api = model.api.name,
         name = toml_string(&model.api.crate_name),
         description = toml_string(&format!(
             "Typed client of the {}, generated from spec/{}/.",
             model.api.title, model.api.name
         )),
+        // Replicas sharing the throttle through Redis: the runtime's backend, opt-in.
+        features = if model.fleet.is_some() {
+            "\n[features]\nredis = [\"sdk-runtime/redis\"]\n"
+        } else {
+            ""
+        },
     )
 }
 

@@ -265,6 +265,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     });
     let breaker = option(model.breaker.as_ref(), |b| breaker(model, b));
     let replay = option(model.replay.as_ref(), |r| replay(model, r));
+    let fleet = option(model.fleet.as_ref(), |f| fleet(model, f));
     let breaker_statics = model.breaker.as_ref().map(|b| {
         let (probe_s, probe_r) = model.route(b.probe);
         let (canary_s, canary_r) = model.route(b.canary);
@@ -472,6 +473,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 severities: &[#(#severities),*],
             },
             replay: #replay,
+            fleet: #fleet,
         };
     }
 }
@@ -496,6 +498,56 @@ fn replay(model: &Model, r: &crate::model::Replay) -> TokenStream {
             depth_metric: #depth,
             failures_metric: #failures,
             failure_alert: #alert,
+        }
+    }
+}
+
+/// How replicas share the throttle; budgets by their named index.
+fn fleet(model: &Model, f: &crate::model::Fleet) -> TokenStream {
+    let shared = f.shared;
+    let url_env = &f.url_env;
+    let (deadline, retry, lease, heartbeat) = (
+        duration(f.deadline),
+        duration(f.breaker_retry),
+        duration(f.lease),
+        duration(f.heartbeat),
+    );
+    let (failures, margin) = (int(f.breaker_failures), int(f.margin_percent));
+    let degraded = if f.fail_closed {
+        quote!(Degraded::Closed)
+    } else {
+        quote!(Degraded::Open)
+    };
+    let per_replica = f.per_replica.iter().map(|&b| {
+        let name = ident(&screaming(&model.throttle.budgets[b].name));
+        quote!(budget::#name)
+    });
+    let (admission, decisions, degraded_metric, share) = (
+        &f.admission_metric,
+        &f.decisions_metric,
+        &f.degraded_metric,
+        &f.share_metric,
+    );
+    let alert = &f.alert;
+    quote! {
+        FleetPolicy {
+            shared: #shared,
+            url_env: #url_env,
+            deadline: #deadline,
+            breaker_failures: #failures,
+            breaker_retry: #retry,
+            lease: #lease,
+            heartbeat: #heartbeat,
+            margin_percent: #margin,
+            degraded: #degraded,
+            per_replica: &[#(#per_replica),*],
+            metrics: FleetMetricNames {
+                admission: #admission,
+                decisions: #decisions,
+                degraded: #degraded_metric,
+                share: #share,
+            },
+            alert: #alert,
         }
     }
 }

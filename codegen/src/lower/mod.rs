@@ -188,6 +188,11 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .replay
         .as_ref()
         .map(|r| cx.replay(r, &throttle, &names, deadline));
+    let fleet = raw
+        .policy
+        .fleet
+        .as_ref()
+        .map(|f| cx.fleet(f, &throttle, &names));
     let deadline_source = cx.source(&raw.policy.deadline.source, raw.policy.deadline.inferred);
     if cx.sources.has_errors() {
         return None;
@@ -214,6 +219,10 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         fresh_after,
         replay: match replay {
             Some(r) => Some(r?),
+            None => None,
+        },
+        fleet: match fleet {
+            Some(f) => Some(f?),
             None => None,
         },
         metrics,

@@ -477,4 +477,156 @@ impl Cx<'_> {
             source,
         })
     }
+
+    /// The fleet section: how replicas share the throttle through Redis.
+    /// The bounds come from what the fleet promises (issue 17): an outage is
+    /// seen within 1 s, a returned Redis is used again within 2 s, and a
+    /// crashed replica's slots come back within one lease.
+    pub(super) fn fleet(
+        &mut self,
+        f: &spec::Fleet,
+        throttle: &Throttle,
+        names: &Names,
+    ) -> Option<Fleet> {
+        let shared = match f.backend.as_str() {
+            "local" => Some(false),
+            "redis" => Some(true),
+            other => {
+                self.error(
+                    &f.backend,
+                    "fleet.backend",
+                    format!("unknown fleet backend `{other}`: expected `local` or `redis`"),
+                );
+                None
+            }
+        };
+        let fail_closed = match f.fail.as_str() {
+            "open" => Some(false),
+            "closed" => Some(true),
+            other => {
+                self.error(
+                    &f.fail,
+                    "fleet.fail",
+                    format!("unknown degraded rule `{other}`: expected `open` or `closed`"),
+                );
+                None
+            }
+        };
+        if !is_env_name(&f.url_env) {
+            self.error(
+                &f.url_env,
+                "fleet.url_env",
+                "an environment variable name is SCREAMING_SNAKE_CASE",
+            );
+        }
+        let second = std::time::Duration::from_secs(1);
+        let deadline = self.duration(&f.deadline, "fleet.deadline");
+        let failures = self.positive(&f.breaker.failures, "fleet.breaker.failures");
+        if let Some(d) = deadline
+            && d * failures > second
+        {
+            self.error(
+                &f.deadline,
+                "fleet.deadline",
+                "`breaker.failures` calls of this deadline take over 1 s: a Redis outage must be seen within 1 s",
+            );
+        }
+        let retry = self.duration(&f.breaker.retry, "fleet.breaker.retry");
+        if let Some(r) = retry
+            && r >= 2 * second
+        {
+            self.error(
+                &f.breaker.retry,
+                "fleet.breaker.retry",
+                "must be under 2 s: a returned Redis is shared again within 2 s",
+            );
+        }
+        let lease = self.duration(&f.lease, "fleet.lease");
+        let heartbeat = self.duration(&f.heartbeat, "fleet.heartbeat");
+        if let (Some(lease), Some(heartbeat)) = (lease, heartbeat)
+            && heartbeat * 2 > lease
+        {
+            self.error(
+                &f.heartbeat,
+                "fleet.heartbeat",
+                "must be at most half the lease: leases are renewed with the heartbeat, and one missed beat must not lose them",
+            );
+        }
+        if let (Some(lease), Some(deadline)) = (lease, deadline)
+            && lease <= deadline
+        {
+            self.error(&f.lease, "fleet.lease", "must outlast `fleet.deadline`");
+        }
+        let margin = f
+            .margin
+            .strip_suffix('%')
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .filter(|&n| n < 100);
+        if margin.is_none() {
+            self.error(
+                &f.margin,
+                "fleet.margin",
+                format!(
+                    "`{}` is not a margin: write a percentage below 100, e.g. `5%`",
+                    &*f.margin
+                ),
+            );
+        }
+        let mut per_replica: Vec<usize> = Vec::new();
+        for name in &f.per_replica {
+            let Some(b) = self.reference(name, "fleet.per_replica", "budget", &names.budgets)
+            else {
+                continue;
+            };
+            let budget = &throttle.budgets[b];
+            if budget.max_in_flight.is_none() && budget.per_minute.is_none() {
+                self.error(
+                    name,
+                    "fleet.per_replica",
+                    format!("`{}` has no limit of its own to keep per replica", &**name),
+                );
+            } else if per_replica.contains(&b) {
+                self.error(
+                    name,
+                    "fleet.per_replica",
+                    format!("`{}` is named twice", &**name),
+                );
+            } else {
+                per_replica.push(b);
+            }
+        }
+        let m = &f.metrics;
+        let admission_metric = self.metric_name(&m.admission, "fleet.metrics.admission");
+        let decisions_metric = self.metric_name(&m.decisions, "fleet.metrics.decisions");
+        let degraded_metric = self.metric_name(&m.degraded, "fleet.metrics.degraded");
+        let share_metric = self.metric_name(&m.share, "fleet.metrics.share");
+        self.reference(&f.alert, "fleet.alert", "alert", &names.alerts);
+        let source = self.source(&f.source, f.inferred);
+        Some(Fleet {
+            shared: shared?,
+            url_env: f.url_env.to_string(),
+            deadline: deadline?,
+            breaker_failures: failures,
+            breaker_retry: retry?,
+            lease: lease?,
+            heartbeat: heartbeat?,
+            margin_percent: margin?,
+            fail_closed: fail_closed?,
+            per_replica,
+            admission_metric,
+            decisions_metric,
+            degraded_metric,
+            share_metric,
+            alert: f.alert.to_string(),
+            source,
+        })
+    }
+}
+
+/// `SCREAMING_SNAKE_CASE`, as an environment variable is named.
+fn is_env_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_uppercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }

@@ -71,11 +71,12 @@ impl Config {
     pub fn from_env() -> Result<Self, ConfigError> {
         let tenant =
             TenantId::parse(&sdk_runtime::env_var("CORE_TENANT")?).map_err(ConfigError::Tenant)?;
-        Ok(Self::new(
+        let config = Self::new(
             sdk_runtime::env_var("CORE_URL")?,
             sdk_runtime::env_var("CORE_API_KEY")?,
             tenant,
-        ))
+        );
+        Ok(config)
     }
 
     pub fn tenant(&self) -> &TenantId {

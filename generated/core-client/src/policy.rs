@@ -443,4 +443,5 @@ pub static POLICY: Policy = Policy {
         ],
     },
     replay: None,
+    fleet: None,
 };

@@ -17,6 +17,7 @@ pub struct Config {
     alerts: Option<Arc<dyn AlertSink>>,
     warm_up: bool,
     pool_idle: Option<std::time::Duration>,
+    redis_url: Option<String>,
 }
 
 impl Config {
@@ -28,7 +29,14 @@ impl Config {
             alerts: None,
             warm_up: false,
             pool_idle: None,
+            redis_url: None,
         }
+    }
+
+    /// Share the throttle with the other replicas through the Redis at `url` (`redis://host:port/db`): the budgets, the in-flight caps, Retry-After pauses, dark features and the breaker's probe are kept by the whole fleet. A URL that cannot work is refused when the client is built; an unreachable Redis is degraded mode (each replica at its share) with the `fleet_degraded` alert.
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.redis_url = Some(url.into());
+        self
     }
 
     /// Where alerts go (policy §10.4); by default a `warn` log event.
@@ -51,15 +59,19 @@ impl Config {
         self
     }
 
-    /// Reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`.
+    /// Reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`, and `GRAG_REDIS_URL` when set (several replicas).
     pub fn from_env() -> Result<Self, ConfigError> {
         let tenant =
             TenantId::parse(&sdk_runtime::env_var("GRAG_TENANT")?).map_err(ConfigError::Tenant)?;
-        Ok(Self::new(
+        let config = Self::new(
             sdk_runtime::env_var("GRAG_URL")?,
             sdk_runtime::env_var("GRAG_API_KEY")?,
             tenant,
-        ))
+        );
+        match std::env::var("GRAG_REDIS_URL") {
+            Ok(url) if !url.is_empty() => Ok(config.redis_url(url)),
+            _ => Ok(config),
+        }
     }
 
     pub fn tenant(&self) -> &TenantId {
@@ -105,6 +117,10 @@ impl Grag {
 
         if let Some(idle) = config.pool_idle {
             runtime = runtime.pool_idle(idle);
+        }
+
+        if let Some(url) = config.redis_url {
+            runtime = runtime.redis_url(url);
         }
 
         let client = Client::with_override(&POLICY, policy, runtime)?;

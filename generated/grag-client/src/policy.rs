@@ -1493,6 +1493,10 @@ pub static POLICY: Policy = Policy {
                 severity: "ops",
             },
             AlertSeverity {
+                alert: "fleet_degraded",
+                severity: "ops",
+            },
+            AlertSeverity {
                 alert: "retry_exhausted",
                 severity: "ops",
             },
@@ -1509,5 +1513,24 @@ pub static POLICY: Policy = Policy {
         depth_metric: "knoll_replay_queue_depth",
         failures_metric: "knoll_replay_failures",
         failure_alert: "replay_failures",
+    }),
+    fleet: Some(FleetPolicy {
+        shared: false,
+        url_env: "GRAG_REDIS_URL",
+        deadline: ::std::time::Duration::from_millis(5),
+        breaker_failures: 3,
+        breaker_retry: ::std::time::Duration::from_secs(1),
+        lease: ::std::time::Duration::from_secs(5),
+        heartbeat: ::std::time::Duration::from_millis(500),
+        margin_percent: 5,
+        degraded: Degraded::Open,
+        per_replica: &[budget::FANOUT, budget::STREAMS],
+        metrics: FleetMetricNames {
+            admission: "grag_client_fleet_admission_seconds",
+            decisions: "grag_client_fleet_decisions",
+            degraded: "grag_client_fleet_degraded",
+            share: "grag_client_fleet_share",
+        },
+        alert: "fleet_degraded",
     }),
 };

@@ -67,6 +67,61 @@ pub struct Policy {
     /// The durable replay queue of the `replay` routes; `None` for an API
     /// whose writes are never queued.
     pub replay: Option<ReplayPolicy>,
+    /// How several replicas keep the throttle as one tenant; `None` for an
+    /// API whose replicas cannot share it.
+    pub fleet: Option<FleetPolicy>,
+}
+
+/// How several replicas of one client keep the throttle's promises as one
+/// tenant, through a shared store (Redis).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetPolicy {
+    /// The spec asks for the shared backend: a client without a store URL
+    /// is refused. `false`: shared only when a URL is configured.
+    pub shared: bool,
+    /// The environment variable the store URL is read from.
+    pub url_env: &'static str,
+    /// Every call to the store ends within this, answered or not.
+    pub deadline: Duration,
+    /// Failed store calls in a row that open the store's breaker.
+    pub breaker_failures: u32,
+    /// How long the store's breaker stays open before one call tries again.
+    pub breaker_retry: Duration,
+    /// How long an in-flight slot (a lease) lives without renewal.
+    pub lease: Duration,
+    /// How often a replica renews its leases and says it is live.
+    pub heartbeat: Duration,
+    /// Percent kept below `limit ÷ live replicas` while degraded.
+    pub margin_percent: u32,
+    /// What a replica does while the store is away.
+    pub degraded: Degraded,
+    /// Indices of the budgets each replica keeps on its own.
+    pub per_replica: &'static [usize],
+    pub metrics: FleetMetricNames,
+    /// Raised when a replica goes degraded.
+    pub alert: &'static str,
+}
+
+/// What a replica does while the shared store is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Degraded {
+    /// Go on at this replica's share of the local budgets.
+    Open,
+    /// Refuse every call until the store is back.
+    Closed,
+}
+
+/// What the fleet's metrics are called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetMetricNames {
+    /// Histogram of admission time, by backend.
+    pub admission: &'static str,
+    /// Counter of admission decisions, by backend and outcome.
+    pub decisions: &'static str,
+    /// Gauge: 1 while degraded.
+    pub degraded: &'static str,
+    /// Gauge: this replica's share of the fleet's limits (1 when shared).
+    pub share: &'static str,
 }
 
 /// How queued writes are replayed (GRAG §5.3): the numbers a job queue reads.

@@ -87,6 +87,9 @@ pub struct SimConfig {
     /// an unknown route, `404 {"detail": "Not Found"}` (405 where another
     /// route has the path).
     pub without_routes: Vec<String>,
+    /// The platform's own limits per address and tenant (Traefik's ceiling,
+    /// the gateway's retrieval bucket); `None` (the default) enforces none.
+    pub platform_limits: Option<crate::PlatformLimits>,
 }
 
 impl Default for SimConfig {
@@ -118,6 +121,7 @@ impl Default for SimConfig {
             unhandled_close_after: Duration::from_millis(50),
             shutdown_grace: Duration::from_secs(2),
             without_routes: Vec::new(),
+            platform_limits: None,
         }
     }
 }
@@ -180,6 +184,13 @@ impl SimConfig {
     /// The same configuration closing idle keep-alive connections after `idle`.
     pub fn with_keep_alive_timeout(mut self, idle: std::time::Duration) -> Self {
         self.keep_alive_timeout = idle;
+        self
+    }
+
+    /// The same configuration answering 429 past the platform's limits,
+    /// as `limits` counts them.
+    pub fn with_platform_limits(mut self, limits: crate::PlatformLimits) -> Self {
+        self.platform_limits = Some(limits);
         self
     }
 

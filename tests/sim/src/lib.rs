@@ -72,6 +72,7 @@ pub mod admin;
 mod config;
 mod faults;
 mod handlers;
+mod limits;
 mod log;
 mod platform;
 mod sse;
@@ -98,6 +99,7 @@ use tower::ServiceExt;
 
 pub use config::{JobStart, SimConfig};
 pub use faults::{ActiveRule, ChurnPhase, Fault, Faults, MODEL_ROUTES, RetryAfter, Route, Rule};
+pub use limits::PlatformLimits;
 pub use log::{LoggedRequest, Note, RequestLog};
 pub use platform::DEFAULT_TENANT;
 
@@ -109,6 +111,11 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 /// Which accepted TCP connection a request came on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ConnId(pub u64);
+
+/// The address a connection came from: the egress address the platform's
+/// limits are kept per.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub std::net::IpAddr);
 
 /// Asks the connection a request came on to close: once its answer is out
 /// (an unhandled error behind uvicorn: no `Connection: close` header, just
@@ -156,6 +163,8 @@ pub(crate) struct Shared {
     pub faults: faults::FaultState,
     pub platform: Mutex<state::Platform>,
     pub in_flight: AtomicUsize,
+    /// The platform's limits per address and tenant, when configured.
+    pub limits: limits::Counters,
     pub agent_plane: AtomicBool,
     pub shutdown: watch::Receiver<bool>,
     /// `true` while the listener is closed (deploy churn).
@@ -181,6 +190,7 @@ impl Sim {
             faults: faults::FaultState::default(),
             platform: Mutex::default(),
             in_flight: AtomicUsize::new(0),
+            limits: limits::Counters::default(),
             agent_plane: AtomicBool::new(config.agent_plane),
             shutdown: shutdown_rx,
             listener_closed: watch::channel(false).0,
@@ -411,7 +421,7 @@ impl Drop for Sim {
 enum Turn {
     Shutdown,
     Churn,
-    Accepted(io::Result<TcpStream>),
+    Accepted(io::Result<(TcpStream, SocketAddr)>),
     Reaped,
 }
 
@@ -427,7 +437,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, addr: SocketAdd
             Some(l) => tokio::select! {
                 _ = crate::stopped(&mut shutdown) => Turn::Shutdown,
                 _ = shared.faults.churn_started.notified() => Turn::Churn,
-                r = l.accept() => Turn::Accepted(r.map(|(s, _)| s)),
+                r = l.accept() => Turn::Accepted(r),
                 Some(_) = conns.join_next(), if !conns.is_empty() => Turn::Reaped,
             },
             None => Turn::Churn,
@@ -435,12 +445,13 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, addr: SocketAdd
         match turn {
             Turn::Shutdown => break,
             Turn::Reaped | Turn::Accepted(Err(_)) => {}
-            Turn::Accepted(Ok(stream)) => {
+            Turn::Accepted(Ok((stream, peer))) => {
                 next_conn += 1;
                 let _ = stream.set_nodelay(true);
                 conns.spawn(connection(
                     stream,
                     ConnId(next_conn),
+                    Peer(peer.ip()),
                     router.clone(),
                     shared.clone(),
                 ));
@@ -514,11 +525,18 @@ async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
 /// (hyper's header-read timer runs from the moment the connection waits for
 /// its next request), and one whose request asked for it ([`CloseConn`]) once
 /// its answer is out.
-async fn connection(stream: TcpStream, id: ConnId, router: Router, shared: Arc<Shared>) {
+async fn connection(
+    stream: TcpStream,
+    id: ConnId,
+    peer: Peer,
+    router: Router,
+    shared: Arc<Shared>,
+) {
     let close = CloseConn::new();
     let on_request = close.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(id);
+        req.extensions_mut().insert(peer);
         req.extensions_mut().insert(on_request.clone());
         router.clone().oneshot(req.map(Body::new))
     });

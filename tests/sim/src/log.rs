@@ -38,6 +38,9 @@ pub struct LoggedRequest {
     pub status: Option<u16>,
     /// Faults that shaped this answer (`rate_limited`, `deploy_churn`, ...).
     pub faults: Vec<String>,
+    /// When its answer was done (body finished or dropped); `None` while in flight.
+    #[serde(skip)]
+    pub ended: Option<Instant>,
 }
 
 impl LoggedRequest {
@@ -137,6 +140,16 @@ impl RequestLog {
             .filter(|e| e.operation == Some(operation))
             .cloned()
             .collect()
+    }
+
+    /// How many requests were answered `status` (429: the platform's limits
+    /// and scripted rate limits alike).
+    pub fn count_status(&self, status: u16) -> usize {
+        self.lock()
+            .entries
+            .iter()
+            .filter(|e| e.status == Some(status))
+            .count()
     }
 
     /// How many requests reached one route: attempts, retries included.

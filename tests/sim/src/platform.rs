@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::faults::{ChurnAnswer, Fault};
 use crate::log::LoggedRequest;
 use crate::sse::channel_body;
-use crate::{CloseConn, ConnId, Shared};
+use crate::{CloseConn, ConnId, Peer, Shared};
 
 /// The tenant a request without `X-Tenant-ID` is served as
 /// (`allow_default_tenant=true`, the platform-wide default: policy §3).
@@ -116,12 +116,17 @@ struct Meta {
     faults: Vec<String>,
 }
 
-/// Counts a request in flight until its response body is finished or dropped.
-struct InFlight(Arc<Shared>);
+/// Counts a request in flight until its response body is finished or
+/// dropped, and logs when that was.
+struct InFlight(Arc<Shared>, Option<u64>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let Some(seq) = self.1 {
+            let now = Instant::now();
+            self.0.log.update(seq, |e| e.ended = Some(now));
+        }
     }
 }
 
@@ -129,7 +134,7 @@ impl Drop for InFlight {
 pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let arrived = Instant::now();
     let in_flight = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    let guard = InFlight(shared.clone());
+    let mut guard = InFlight(shared.clone(), None);
     let (parts, body) = req.into_parts();
     let request_id = parts
         .headers
@@ -139,6 +144,7 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let close = parts.extensions.get::<CloseConn>().cloned();
+    let peer = parts.extensions.get::<Peer>().map(|p| p.0);
     let resolved = resolve_without(
         &parts.method,
         parts.uri.path(),
@@ -167,9 +173,29 @@ pub(crate) async fn platform(State(shared): State<Arc<Shared>>, req: Request) ->
         tenant: None,
         status: None,
         faults: Vec::new(),
+        ended: None,
     });
+    guard.1 = Some(seq);
     let mut meta = Meta::default();
-    let mut response = serve(&shared, parts.headers, parts.uri, body, resolved, &mut meta).await;
+    // The platform's limits come first: Traefik answers before any container.
+    let refused = match (&shared.config.platform_limits, peer, &resolved) {
+        (Some(limits), Some(peer), Ok((endpoint, _))) => {
+            let tenant = parts
+                .headers
+                .get("x-tenant-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(crate::DEFAULT_TENANT);
+            shared.limits.check(limits, peer, tenant, endpoint, arrived)
+        }
+        _ => None,
+    };
+    let mut response = match refused {
+        Some(refused) => {
+            meta.faults.push(refused.fault().into());
+            plain(429, "Too Many Requests")
+        }
+        None => serve(&shared, parts.headers, parts.uri, body, resolved, &mut meta).await,
+    };
     if meta.faults.iter().any(|f| f == "applied_then_lost") {
         shared.log.update(seq, |e| {
             e.tenant = meta.tenant.take();

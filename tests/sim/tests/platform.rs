@@ -679,3 +679,74 @@ async fn concurrency_and_connections_are_visible_in_the_log() {
     assert_eq!(connections.len(), 5);
     assert!(log.entries().iter().all(|e| e.has_fault("delay")));
 }
+
+/// The platform's own limits, per address and tenant: past Traefik's
+/// ceiling or the gateway's retrieval bucket, a 429 without Retry-After,
+/// counted in the log. Windows of an hour: the test counts, never waits.
+#[tokio::test]
+async fn the_platform_s_limits_answer_429_without_retry_after_per_address_and_tenant() {
+    let hour = std::time::Duration::from_secs(3600);
+    let limits = grag_sim::PlatformLimits {
+        ceiling: 5,
+        second: hour,
+        retrieval: 3,
+        minute: hour,
+    };
+    let sim = common::start(common::config().with_platform_limits(limits)).await;
+    let http = raw();
+    let search = format!(
+        "{}/ai-gateway/api/v1/retrieval/collections/kb-1/search/rerank",
+        sim.url()
+    );
+    let body = json!({"query_text": "Brücke", "top_k": 1});
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let r = scoped(&http, Method::POST, search.clone())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.headers().get("retry-after").is_none());
+        statuses.push(r.status().as_u16());
+    }
+    // The gateway's bucket (3 here) refuses the 4th retrieval call.
+    assert!(statuses[..3].iter().all(|&s| s != 429), "{statuses:?}");
+    assert_eq!(statuses[3], 429);
+    let kbs = format!("{}/workspaces/api/v1/kbs", sim.url());
+    // Traefik's ceiling (5) counts every route: the 5th request passes, the 6th not.
+    let fifth = scoped(&http, Method::GET, kbs.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fifth.status(), 200);
+    let sixth = scoped(&http, Method::GET, kbs.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sixth.status(), 429);
+    assert!(sixth.headers().get("retry-after").is_none());
+    // Another tenant behind the same address has windows of its own.
+    let other = http
+        .get(kbs)
+        .header("Authorization", format!("Bearer {KEY}"))
+        .header("X-Tenant-ID", "other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+    let log = sim.log();
+    assert_eq!(log.count_status(429), 2);
+    let faults: Vec<Vec<String>> = log
+        .entries()
+        .into_iter()
+        .filter(|e| e.status == Some(429))
+        .map(|e| e.faults)
+        .collect();
+    assert_eq!(
+        faults,
+        [
+            vec!["platform_limit:gateway".to_string()],
+            vec!["platform_limit:traefik".to_string()]
+        ]
+    );
+}

@@ -1,0 +1,185 @@
+//! Several replicas, one tenant: the throttle's promises kept by the whole
+//! fleet through a shared store (Redis), behind the `redis` feature.
+//!
+//! The local [`Throttle`](crate::throttle::Throttle) still runs first in
+//! every replica; the fleet stage comes after it and asks the store, in one
+//! round trip, for the fleet's share of the rate budgets and in-flight caps.
+//! When the store is away the replica is *degraded*: it runs the local
+//! budgets at its share (limit ÷ live replicas, less a margin), or refuses
+//! (`fail: closed`).
+//!
+//! The decisions here (the store's breaker, the shares) are pure; the I/O
+//! is in `shared` (the fleet) and `store` (Redis).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[cfg(feature = "redis")]
+mod shared;
+#[cfg(feature = "redis")]
+mod store;
+
+#[cfg(feature = "redis")]
+pub(crate) use shared::{Fleet, FleetSlots, Refusal};
+
+/// Without the `redis` feature there is no fleet: a client given a store
+/// URL is refused when it is built, so no value of these types exists.
+#[cfg(not(feature = "redis"))]
+#[derive(Debug)]
+pub(crate) enum Fleet {}
+
+#[cfg(not(feature = "redis"))]
+#[derive(Debug)]
+pub(crate) enum FleetSlots {}
+
+/// With the backend, dropping the slots gives them back; the same shape here.
+#[cfg(not(feature = "redis"))]
+impl Drop for FleetSlots {
+    fn drop(&mut self) {
+        match *self {}
+    }
+}
+
+/// The store's own breaker: `threshold` failed calls in a row open it; after
+/// `retry` the next call tries again (and one more failure reopens it).
+/// Open means degraded.
+#[derive(Debug, Clone)]
+pub struct StoreBreaker {
+    threshold: u32,
+    retry: Duration,
+    failures: u32,
+    open_until: Option<Instant>,
+}
+
+/// A change of the fleet's mode, for metrics and the alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// The store stopped answering: degraded from now on.
+    Degraded,
+    /// The store answered again: shared from now on.
+    Shared,
+}
+
+impl StoreBreaker {
+    pub fn new(threshold: u32, retry: Duration) -> Self {
+        Self {
+            threshold: threshold.max(1),
+            retry,
+            failures: 0,
+            open_until: None,
+        }
+    }
+
+    /// Whether a call may go to the store at `now`.
+    pub fn allows(&self, now: Instant) -> bool {
+        self.open_until.is_none_or(|until| now >= until)
+    }
+
+    /// Degraded: the breaker is open (or trying again after `retry`).
+    pub fn degraded(&self) -> bool {
+        self.open_until.is_some()
+    }
+
+    pub fn success(&mut self) -> Option<Switch> {
+        self.failures = 0;
+        self.open_until.take().map(|_| Switch::Shared)
+    }
+
+    pub fn failure(&mut self, now: Instant) -> Option<Switch> {
+        self.failures = self.failures.saturating_add(1);
+        if self.failures < self.threshold {
+            return None;
+        }
+        let was_open = self.open_until.is_some();
+        self.open_until = Some(crate::clock::after(now, self.retry));
+        (!was_open).then_some(Switch::Degraded)
+    }
+}
+
+/// A rate limit's share for one of `live` replicas, `margin_percent` under
+/// an even split and never below 1: the replicas together stay under the
+/// limit even when the live count is a heartbeat stale.
+pub fn rate_share(limit: u32, live: usize, margin_percent: u32) -> u32 {
+    let kept = u64::from(limit) * u64::from(100 - margin_percent.min(99)) / 100;
+    let share = kept / live.max(1) as u64;
+    u32::try_from(share).unwrap_or(u32::MAX).max(1)
+}
+
+/// An in-flight cap's share for the replica of `rank` among `live`: the cap
+/// split exactly, the remainder to the first ranks, so the shares add up to
+/// the cap (a replica may get 0 of a cap smaller than the fleet: it waits
+/// for the store to come back for that budget).
+pub fn cap_share(cap: u32, live: usize, rank: usize) -> u32 {
+    let live = live.max(1) as u64;
+    let (even, rest) = (u64::from(cap) / live, u64::from(cap) % live);
+    let share = even + u64::from((rank as u64) < rest);
+    u32::try_from(share).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_store_breaker_opens_after_threshold_failures_and_retries_after_its_pause() {
+        let mut breaker = StoreBreaker::new(3, Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(breaker.failure(t0), None);
+        assert_eq!(breaker.failure(t0), None);
+        assert!(!breaker.degraded());
+        assert_eq!(breaker.failure(t0), Some(Switch::Degraded));
+        assert!(breaker.degraded());
+        assert!(!breaker.allows(t0 + Duration::from_millis(999)));
+        assert!(breaker.allows(t0 + Duration::from_secs(1)));
+        // The retry fails: open again, no second alert.
+        assert_eq!(breaker.failure(t0 + Duration::from_secs(1)), None);
+        assert!(!breaker.allows(t0 + Duration::from_millis(1500)));
+        assert_eq!(breaker.success(), Some(Switch::Shared));
+        assert!(!breaker.degraded());
+        assert_eq!(breaker.success(), None);
+        // A success in between resets the count.
+        breaker.failure(t0);
+        breaker.failure(t0);
+        breaker.success();
+        assert_eq!(breaker.failure(t0), None);
+    }
+
+    #[test]
+    fn rate_shares_stay_under_the_limit_with_the_margin() {
+        // 57 per rolling second (50/s, burst 8), three replicas: 18 each, 54 in all.
+        assert_eq!(rate_share(57, 3, 5), 18);
+        assert_eq!(rate_share(100, 3, 5), 31);
+        assert_eq!(rate_share(30, 3, 5), 9);
+        assert_eq!(rate_share(100, 1, 5), 95);
+        for live in 1..=20 {
+            for limit in [1, 2, 8, 30, 57, 100] {
+                let share = rate_share(limit, live, 5);
+                assert!(share >= 1);
+                if limit as usize >= live {
+                    assert!(share as usize * live <= limit as usize, "{limit} {live}");
+                }
+            }
+        }
+        // Nobody heard from yet (no heartbeat): counted as alone.
+        assert_eq!(rate_share(57, 0, 5), 54);
+    }
+
+    #[test]
+    fn cap_shares_add_up_to_the_cap() {
+        for cap in [1, 2, 4, 8] {
+            for live in 1..=10 {
+                let total: u32 = (0..live).map(|rank| cap_share(cap, live, rank)).sum();
+                assert_eq!(total, cap, "cap {cap}, {live} replicas");
+            }
+        }
+        assert_eq!(
+            (0..3).map(|r| cap_share(8, 3, r)).collect::<Vec<_>>(),
+            [3, 3, 2]
+        );
+        assert_eq!(
+            (0..3).map(|r| cap_share(2, 3, r)).collect::<Vec<_>>(),
+            [1, 1, 0]
+        );
+    }
+}

@@ -1,0 +1,758 @@
+//! The fleet's shared store: Redis, through redis-rs's connection manager
+//! (it reconnects on its own) and three Lua scripts, each loaded once and
+//! sent with EVALSHA (redis-rs loads it again on NOSCRIPT).
+//!
+//! Every call is bounded by the policy's deadline: an admission never waits
+//! on a dead Redis longer than that. All keys of one tenant share one hash
+//! tag, `{<api>:<tenant>}`, so every script runs on Redis Cluster too.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+use tokio::sync::OnceCell;
+
+/// What the admission script answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Send after this wait: the leases are taken, the token and the window
+    /// slots reserved for that instant.
+    Go(Duration),
+    /// The window slots are reserved this far ahead, and nothing else: ask
+    /// again then, without the windows.
+    Reserved(Duration),
+    /// The window slots and the token are reserved this far ahead (a queue
+    /// of waiters): ask again then, for the leases alone.
+    Queued(Duration),
+    /// An in-flight cap is full and nothing was taken: ask again.
+    Busy(Duration),
+    /// Another replica saw the route dark, for this much longer; what it
+    /// saw is `mark` (see [`Fleet::share_dark`](super::Fleet::share_dark)).
+    Dark { left: Duration, mark: String },
+}
+
+/// One admission's question to the script.
+#[derive(Debug, Clone)]
+pub struct Ask<'a> {
+    /// The route's templated path: its dark mark.
+    pub route: &'a str,
+    /// Unique per admission: the lease and window members.
+    pub member: &'a str,
+    /// Lease sets (a budget's, or `None`: every request's) and their caps.
+    pub leases: &'a [(Option<usize>, u32)],
+    /// Window sets and their limits; empty once they are reserved.
+    pub windows: &'a [(usize, u32)],
+    /// A token is still to take (false once it is reserved).
+    pub token: bool,
+}
+
+/// A store call that did not answer in time, or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("no answer within the {0} ms deadline")]
+    Deadline(u128),
+    #[error("{0}")]
+    Redis(String),
+}
+
+/// The numbers every admission sends along.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub lease: Duration,
+    /// One token every `interval`...
+    pub interval: Duration,
+    /// ...with a burst of `burst`.
+    pub burst: u32,
+    /// The rolling windows' width.
+    pub window: Duration,
+    /// A window slot further ahead than this is reserved alone.
+    pub horizon: Duration,
+}
+
+/// The keys of one tenant of one API, under one hash tag.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    tag: String,
+}
+
+impl Keys {
+    pub fn new(api: &str, tenant: &str) -> Self {
+        Self {
+            tag: format!("{{{api}:{tenant}}}"),
+        }
+    }
+
+    pub fn pause(&self) -> String {
+        format!("{}:pause", self.tag)
+    }
+
+    pub fn bucket(&self) -> String {
+        format!("{}:bucket", self.tag)
+    }
+
+    pub fn replicas(&self) -> String {
+        format!("{}:replicas", self.tag)
+    }
+
+    /// The in-flight leases of budget `b`, or of all requests (`None`).
+    pub fn leases(&self, budget: Option<usize>) -> String {
+        match budget {
+            Some(b) => format!("{}:leases:{b}", self.tag),
+            None => format!("{}:leases:all", self.tag),
+        }
+    }
+
+    pub fn window(&self, budget: usize) -> String {
+        format!("{}:window:{budget}", self.tag)
+    }
+
+    /// A dark feature's mark, by route.
+    pub fn dark(&self, route: &str) -> String {
+        format!("{}:dark:{route}", self.tag)
+    }
+
+    /// Who runs the breaker's probe, and what it last saw.
+    pub fn prober(&self) -> String {
+        format!("{}:prober", self.tag)
+    }
+
+    pub fn probe_result(&self) -> String {
+        format!("{}:probe", self.tag)
+    }
+}
+
+/// A Redis the replicas share.
+pub struct Store {
+    client: Client,
+    connection: OnceCell<ConnectionManager>,
+    deadline: Duration,
+    admit: Script,
+    renew: Script,
+    pause: Script,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("server", &self.client.get_connection_info().addr())
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn from_micros(us: i64) -> Duration {
+    Duration::from_micros(us.max(0).unsigned_abs())
+}
+
+impl Store {
+    /// Refuses a URL redis-rs cannot use (a clear error when the client is
+    /// built); connects only on the first call.
+    pub fn open(url: &str, deadline: Duration) -> Result<Self, String> {
+        let client = Client::open(url).map_err(|e| e.to_string())?;
+        Ok(Self {
+            client,
+            connection: OnceCell::new(),
+            deadline,
+            admit: Script::new(include_str!("admit.lua")),
+            renew: Script::new(include_str!("renew.lua")),
+            pause: Script::new(include_str!("pause.lua")),
+        })
+    }
+
+    /// The connection manager, made on the first call (it needs a runtime).
+    /// It connects in the background and reconnects after a failure; a call
+    /// meanwhile fails at once (or at its deadline).
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let manager = self
+            .connection
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.deadline.max(Duration::from_millis(100))))
+                    .set_response_timeout(Some(self.deadline))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(200));
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            })
+            .await
+            .map_err(|e| StoreError::Redis(e.to_string()))?;
+        Ok(manager.clone())
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.deadline, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(StoreError::Redis(e.to_string())),
+            Err(_) => Err(StoreError::Deadline(self.deadline.as_millis())),
+        }
+    }
+
+    /// Loads the three scripts (SCRIPT LOAD), so that the first admission,
+    /// heartbeat or pause is one EVALSHA, not a NOSCRIPT and a reload within
+    /// the deadline. Done once in the background; a script Redis forgot
+    /// since (a restart) is loaded again by redis-rs on NOSCRIPT.
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        for script in [&self.admit, &self.renew, &self.pause] {
+            script
+                .prepare_invoke()
+                .load_async(&mut connection)
+                .await
+                .map_err(|e| StoreError::Redis(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// One admission: one EVALSHA.
+    pub async fn admit(
+        &self,
+        keys: &Keys,
+        shape: &Shape,
+        ask: &Ask<'_>,
+    ) -> Result<Answer, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = self.admit.prepare_invoke();
+        invocation
+            .key(keys.pause())
+            .key(keys.bucket())
+            .key(keys.dark(ask.route));
+        for &(budget, _) in ask.leases {
+            invocation.key(keys.leases(budget));
+        }
+        for &(budget, _) in ask.windows {
+            invocation.key(keys.window(budget));
+        }
+        let tolerance = shape.interval * shape.burst.saturating_sub(1);
+        invocation
+            .arg(ask.member)
+            .arg(micros(shape.lease))
+            .arg(micros(shape.interval))
+            .arg(micros(tolerance))
+            .arg(micros(shape.window))
+            .arg(micros(shape.horizon))
+            .arg(u8::from(ask.token))
+            .arg(ask.leases.len());
+        for &(_, cap) in ask.leases {
+            invocation.arg(cap);
+        }
+        invocation.arg(ask.windows.len());
+        for &(_, limit) in ask.windows {
+            invocation.arg(limit);
+        }
+        let answer: (i64, i64, String) = self
+            .bounded(invocation.invoke_async(&mut connection))
+            .await?;
+        Ok(match answer {
+            (0, wait, _) => Answer::Go(from_micros(wait)),
+            (1, wait, _) => Answer::Reserved(from_micros(wait)),
+            (4, wait, _) => Answer::Queued(from_micros(wait)),
+            (3, left, mark) => Answer::Dark {
+                left: from_micros(left),
+                mark,
+            },
+            (_, wait, _) => Answer::Busy(from_micros(wait)),
+        })
+    }
+
+    /// Gives back the leases of one admission.
+    pub async fn release(
+        &self,
+        keys: &Keys,
+        member: &str,
+        leases: &[Option<usize>],
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let mut pipe = redis::pipe();
+        for &budget in leases {
+            pipe.zrem(keys.leases(budget), member).ignore();
+        }
+        self.bounded(pipe.query_async::<()>(&mut connection)).await
+    }
+
+    /// The heartbeat: this replica is live for one lease, and so are the
+    /// leases it holds (by lease set). Answers the live replicas.
+    pub async fn renew(
+        &self,
+        keys: &Keys,
+        replica: &str,
+        lease: Duration,
+        held: &[(Option<usize>, Vec<String>)],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = self.renew.prepare_invoke();
+        invocation.key(keys.replicas());
+        for (budget, _) in held {
+            invocation.key(keys.leases(*budget));
+        }
+        invocation.arg(replica).arg(micros(lease));
+        for (_, members) in held {
+            invocation.arg(members.len());
+            for member in members {
+                invocation.arg(member);
+            }
+        }
+        self.bounded(invocation.invoke_async(&mut connection)).await
+    }
+
+    /// Pauses every replica for `wait` from now (Redis time), unless a
+    /// longer pause is already set.
+    pub async fn pause(&self, keys: &Keys, wait: Duration) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = self.pause.key(keys.pause());
+        invocation.arg(micros(wait));
+        self.bounded(invocation.invoke_async::<()>(&mut connection))
+            .await
+    }
+
+    /// Marks `route` dark for every replica for `for_`, with what was seen.
+    pub async fn set_dark(
+        &self,
+        keys: &Keys,
+        route: &str,
+        mark: &str,
+        for_: Duration,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
+        let cmd = redis::cmd("SET")
+            .arg(keys.dark(route))
+            .arg(mark)
+            .arg("PX")
+            .arg(ms)
+            .to_owned();
+        self.bounded(cmd.query_async::<()>(&mut connection)).await
+    }
+
+    /// Takes the probe for `for_` unless another replica holds it; true
+    /// when this one (`replica`) holds it now.
+    pub async fn own_probe(
+        &self,
+        keys: &Keys,
+        replica: &str,
+        for_: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut connection = self.connection().await?;
+        let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
+        let cmd = redis::cmd("SET")
+            .arg(keys.prober())
+            .arg(replica)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms)
+            .to_owned();
+        let set: Option<String> = self.bounded(cmd.query_async(&mut connection)).await?;
+        if set.is_some() {
+            return Ok(true);
+        }
+        let get = redis::cmd("GET").arg(keys.prober()).to_owned();
+        let owner: Option<String> = self.bounded(get.query_async(&mut connection)).await?;
+        Ok(owner.as_deref() == Some(replica))
+    }
+
+    /// What the last probe saw (`true` healthy), shared for `for_`.
+    pub async fn set_probe_result(
+        &self,
+        keys: &Keys,
+        healthy: bool,
+        for_: Duration,
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
+        let cmd = redis::cmd("SET")
+            .arg(keys.probe_result())
+            .arg(u8::from(healthy))
+            .arg("PX")
+            .arg(ms)
+            .to_owned();
+        self.bounded(cmd.query_async::<()>(&mut connection)).await
+    }
+
+    pub async fn probe_result(&self, keys: &Keys) -> Result<Option<bool>, StoreError> {
+        let mut connection = self.connection().await?;
+        let cmd = redis::cmd("GET").arg(keys.probe_result()).to_owned();
+        let v: Option<u8> = self.bounded(cmd.query_async(&mut connection)).await?;
+        Ok(v.map(|v| v == 1))
+    }
+}
+
+/// A `redis-server` of the tests' own on a free loopback port, so it can be
+/// killed (SIGKILL) and started again on the same port. Shared by the
+/// runtime's script tests; the integration suites keep a copy.
+#[cfg(test)]
+pub(crate) mod server {
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::time::Duration;
+
+    /// Set (as `.ci/run` does) to fail instead of skipping without redis-server.
+    pub const REQUIRED: &str = "SDK_FLEET_REDIS_REQUIRED";
+
+    pub struct RedisServer {
+        child: Option<Child>,
+        pub port: u16,
+    }
+
+    /// Whether redis-server can run here; without it, says how to run the
+    /// suite (and fails when `REQUIRED` is set).
+    pub fn available(suite: &str) -> bool {
+        let found = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            assert!(
+                std::env::var_os(REQUIRED).is_none(),
+                "{REQUIRED} is set but redis-server is not installed"
+            );
+            eprintln!(
+                "{suite}: skipped, redis-server is not installed (apt-get install redis-server; \
+                 set {REQUIRED}=1 to make this suite required)"
+            );
+        }
+        found
+    }
+
+    impl RedisServer {
+        pub fn start() -> Self {
+            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut server = Self { child: None, port };
+            server.restart();
+            server
+        }
+
+        pub fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/", self.port)
+        }
+
+        /// Starts it again on the same port (after [`kill`](Self::kill)).
+        pub fn restart(&mut self) {
+            let child = Command::new("redis-server")
+                .args(["--port", &self.port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--dir", &std::env::temp_dir().display().to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            self.child = Some(child);
+            for _ in 0..500 {
+                if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            panic!("redis-server did not listen on {}", self.port);
+        }
+
+        /// SIGKILL: no goodbye to any client.
+        pub fn kill(&mut self) {
+            if let Some(mut child) = self.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    impl Drop for RedisServer {
+        fn drop(&mut self) {
+            self.kill();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server::{RedisServer, available};
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn shape(interval: Duration, burst: u32, window: Duration, lease: Duration) -> Shape {
+        Shape {
+            lease,
+            interval,
+            burst,
+            window,
+            horizon: Duration::from_millis(200),
+        }
+    }
+
+    /// A store on `server` with a deadline generous for a loaded machine
+    /// (the deadline's own test sets a short one).
+    fn store(server: &RedisServer) -> Store {
+        Store::open(&server.url(), Duration::from_millis(500)).unwrap()
+    }
+
+    async fn ask(
+        store: &Store,
+        keys: &Keys,
+        shape: &Shape,
+        member: &str,
+        leases: &[(Option<usize>, u32)],
+        windows: &[(usize, u32)],
+    ) -> Answer {
+        let ask = Ask {
+            route: "/r",
+            member,
+            leases,
+            windows,
+            token: true,
+        };
+        store.admit(keys, shape, &ask).await.unwrap()
+    }
+
+    fn go(answer: &Answer) -> Duration {
+        match answer {
+            Answer::Go(wait) => *wait,
+            other => panic!("expected go, got {other:?}"),
+        }
+    }
+
+    fn between(d: Duration, lo: Duration, hi: Duration) {
+        assert!(lo <= d && d <= hi, "{d:?} not in {lo:?}..={hi:?}");
+    }
+
+    #[tokio::test]
+    async fn the_bucket_lets_a_burst_go_then_reserves_one_slot_per_interval() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        // One token every 10 s, a burst of 3: the waits are seconds, far
+        // above any machine's call time.
+        let shape = shape(10 * S, 3, 60 * S, 60 * S);
+        let all = [(None, 100)];
+        for i in 0..3 {
+            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await);
+            assert!(wait < S, "burst call {i} waits {wait:?}");
+        }
+        // Then one token every interval, each reserved for its caller in
+        // arrival order, who holds no lease while it waits.
+        for (i, n) in [(3, 1), (4, 2), (5, 3)] {
+            match ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await {
+                Answer::Queued(wait) => between(wait, 10 * S * n - S, 10 * S * n),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rolling_window_admits_its_limit_then_reserves_slots_in_arrival_order() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 600 * S, 60 * S);
+        let all = [(None, 100)];
+        let window = [(2, 3)];
+        let started = tokio::time::Instant::now();
+        for i in 0..3 {
+            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &window).await);
+            assert!(wait < S);
+        }
+        // "≤ 3 in any 600 s": the 4th and 5th are reserved one window after
+        // the 1st and 2nd, the 7th one window after the 4th.
+        let mut reserved = Vec::new();
+        for i in 3..7 {
+            match ask(&store, &keys, &shape, &format!("m{i}"), &all, &window).await {
+                Answer::Reserved(wait) => reserved.push(tokio::time::Instant::now() + wait),
+                other => panic!("call {i}: {other:?}"),
+            }
+        }
+        let from = |at: tokio::time::Instant| at.duration_since(started);
+        for at in &reserved[..3] {
+            between(from(*at), 600 * S - 5 * S, 600 * S + 5 * S);
+        }
+        between(from(reserved[3]), 1200 * S - 5 * S, 1200 * S + 5 * S);
+        // Never before an earlier reservation (1 ms: the two clocks' reading).
+        let ms = Duration::from_millis(1);
+        assert!(
+            reserved.windows(2).all(|w| w[0] <= w[1] + ms),
+            "{reserved:?}"
+        );
+        // A call back for its reserved slot asks without the window.
+        go(&ask(&store, &keys, &shape, "m3", &all, &[]).await);
+    }
+
+    #[tokio::test]
+    async fn leases_cap_the_fleet_s_requests_and_come_back_on_release_or_expiry() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let lease = Duration::from_millis(300);
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, lease);
+        let ingest = [(Some(1), 2), (None, 8)];
+        go(&ask(&store, &keys, &shape, "a", &ingest, &[]).await);
+        go(&ask(&store, &keys, &shape, "b", &ingest, &[]).await);
+        assert!(matches!(
+            ask(&store, &keys, &shape, "c", &ingest, &[]).await,
+            Answer::Busy(_)
+        ));
+        // A call of another budget still has global slots.
+        go(&ask(&store, &keys, &shape, "d", &[(None, 8)], &[]).await);
+        store.release(&keys, "a", &[Some(1), None]).await.unwrap();
+        go(&ask(&store, &keys, &shape, "c", &ingest, &[]).await);
+        assert!(matches!(
+            ask(&store, &keys, &shape, "e", &ingest, &[]).await,
+            Answer::Busy(_)
+        ));
+        // Kept alive by renewals past one lease...
+        for _ in 0..4 {
+            tokio::time::sleep(lease / 3).await;
+            let held = [(Some(1), vec!["b".to_string(), "c".to_string()])];
+            let live = store.renew(&keys, "replica-1", lease, &held).await.unwrap();
+            assert_eq!(live, ["replica-1"]);
+        }
+        assert!(matches!(
+            ask(&store, &keys, &shape, "e", &ingest, &[]).await,
+            Answer::Busy(_)
+        ));
+        // ...and taken back once one lease passes without one (a crash).
+        tokio::time::sleep(lease + Duration::from_millis(50)).await;
+        go(&ask(&store, &keys, &shape, "e", &ingest, &[]).await);
+        let live = store.renew(&keys, "replica-2", lease, &[]).await.unwrap();
+        assert_eq!(live, ["replica-2"], "replica-1 stopped beating");
+    }
+
+    #[tokio::test]
+    async fn a_pause_holds_every_admission_until_its_latest_instant() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        let one = [(None, 1)];
+        store.pause(&keys, 20 * S).await.unwrap();
+        store.pause(&keys, 5 * S).await.unwrap();
+        match ask(&store, &keys, &shape, "a", &one, &[]).await {
+            Answer::Reserved(wait) => between(wait, 19 * S, 20 * S),
+            other => panic!("{other:?}"),
+        }
+        // Nothing was taken while paused: the cap of 1 is still free.
+        store.pause(&keys, Duration::ZERO).await.unwrap();
+        let other = Keys::new("api", "t2");
+        go(&ask(&store, &other, &shape, "b", &one, &[]).await);
+    }
+
+    #[tokio::test]
+    async fn a_dark_mark_answers_before_anything_is_taken() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        store.set_dark(&keys, "/r", "7 503", 30 * S).await.unwrap();
+        match ask(&store, &keys, &shape, "a", &[(None, 1)], &[]).await {
+            Answer::Dark { left, mark } => {
+                between(left, 29 * S, 30 * S);
+                assert_eq!(mark, "7 503");
+            }
+            other => panic!("{other:?}"),
+        }
+        let ask_other = Ask {
+            route: "/other",
+            member: "b",
+            leases: &[(None, 1)],
+            windows: &[],
+            token: true,
+        };
+        go(&store.admit(&keys, &shape, &ask_other).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_flushed_script_is_loaded_again_and_one_prober_holds_the_probe() {
+        if !available("fleet store") {
+            return;
+        }
+        let server = RedisServer::start();
+        let store = store(&server);
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        go(&ask(&store, &keys, &shape, "a", &[(None, 8)], &[]).await);
+        let mut connection = store.connection().await.unwrap();
+        redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async::<()>(&mut connection)
+            .await
+            .unwrap();
+        // NOSCRIPT: redis-rs loads it again and sends it once more.
+        go(&ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await);
+        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
+        assert!(!store.own_probe(&keys, "r2", 30 * S).await.unwrap());
+        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
+        store.set_probe_result(&keys, true, 30 * S).await.unwrap();
+        assert_eq!(store.probe_result(&keys).await.unwrap(), Some(true));
+    }
+
+    #[tokio::test]
+    async fn a_killed_redis_fails_each_call_within_its_deadline_and_is_used_again_once_back() {
+        if !available("fleet store") {
+            return;
+        }
+        let mut server = RedisServer::start();
+        let deadline = Duration::from_millis(5);
+        let store = Store::open(&server.url(), deadline).unwrap();
+        let keys = Keys::new("api", "t1");
+        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
+        let ask = Ask {
+            route: "/r",
+            member: "a",
+            leases: &[(None, 100)],
+            windows: &[],
+            token: true,
+        };
+        // The first call connects; a loaded machine may need more than 5 ms.
+        let mut up = false;
+        for _ in 0..200 {
+            if store.admit(&keys, &shape, &ask).await.is_ok() {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(up, "the store never answered");
+        server.kill();
+        for _ in 0..20 {
+            let started = tokio::time::Instant::now();
+            let result = store.admit(&keys, &shape, &ask).await;
+            assert!(result.is_err(), "a dead Redis answered");
+            // The deadline bounds every call; the slack is the scheduler's.
+            assert!(
+                started.elapsed() < deadline + Duration::from_millis(100),
+                "waited {:?}",
+                started.elapsed()
+            );
+        }
+        server.restart();
+        let mut back = false;
+        for _ in 0..300 {
+            if store.admit(&keys, &shape, &ask).await.is_ok() {
+                back = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(back, "the store was not used again after Redis came back");
+    }
+}
