@@ -43,6 +43,23 @@ impl Captured {
     }
 }
 
+/// The capturing subscriber as this thread's default, one test at a time:
+/// `tracing` caches each callsite's interest process-wide, so a test that
+/// sets or drops its subscriber while another logs can leave the other's
+/// callsites disabled. Held for the whole test.
+fn capture(
+    captured: &Captured,
+) -> (
+    std::sync::MutexGuard<'static, ()>,
+    tracing::subscriber::DefaultGuard,
+) {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let default = tracing::subscriber::set_default(subscriber(captured));
+    tracing::callsite::rebuild_interest_cache();
+    (serial, default)
+}
+
 fn subscriber(captured: &Captured) -> impl tracing::Subscriber + Send + Sync {
     let writer = captured.clone();
     tracing_subscriber::fmt()
@@ -56,7 +73,7 @@ fn subscriber(captured: &Captured) -> impl tracing::Subscriber + Send + Sync {
 #[tokio::test]
 async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
     let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    let _guard = capture(&captured);
     // The server echoes the body back, so the secret is in both directions.
     let server = Recorder::start(|r| {
         if r.method == "POST" {
@@ -183,7 +200,7 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
 #[tokio::test]
 async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
     let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    let _guard = capture(&captured);
     let server = Recorder::start(|_| json!({"not": "a list"}).to_string().into_response()).await;
     let tenant = TenantId::parse("knoll").unwrap();
     let grag = Grag::new(Config::new(server.url(), "key", tenant)).unwrap();
@@ -212,8 +229,7 @@ async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
     use grag_sim::{Fault, Rule};
 
     let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(subscriber(&captured));
-    tracing::callsite::rebuild_interest_cache();
+    let _guard = capture(&captured);
     let kit = Kit::start(testkit::sim_config(1000), testkit::policy(100)).await;
     kit.sim.faults().push(
         Rule::new(Fault::ValidationEcho { max_length: 200 })
@@ -287,8 +303,7 @@ async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
 #[tokio::test]
 async fn the_retry_exhaustion_line_carries_the_calls_context() {
     let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(subscriber(&captured));
-    tracing::callsite::rebuild_interest_cache();
+    let _guard = capture(&captured);
     let server = Recorder::start(|_| {
         (
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -362,7 +377,7 @@ async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo()
     use grag_client::types::SearchRequest;
 
     let captured = Captured::default();
-    let _guard = tracing::subscriber::set_default(subscriber(&captured));
+    let _guard = capture(&captured);
     let server = Recorder::start(|r| {
         let mut response = if r.path.ends_with("/search/rerank") {
             // WAL backpressure through a gateway that stamps its own ID.
@@ -455,6 +470,8 @@ async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo()
 #[tokio::test]
 async fn a_handle_on_the_client_collects_the_request_ids_of_its_calls() {
     use grag_client::{RequestRef, RequestRefs};
+
+    let _guard = capture(&Captured::default());
 
     let server = Recorder::start(|r| {
         if r.path.ends_with("/settings") {

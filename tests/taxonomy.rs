@@ -1414,10 +1414,11 @@ async fn an_alert_carries_its_severity_from_degradation_yaml_for_the_sink_to_rou
         ("replay_failures", "ops"),
         ("sse_fallbacks_sustained", "ops"),
         ("retry_exhausted", "ops"),
+        ("fleet_degraded", "ops"),
     ] {
         assert_eq!(policy.severity(alert), Some(severity), "{alert}");
     }
-    assert_eq!(policy.alerts.severities.len(), 9);
+    assert_eq!(policy.alerts.severities.len(), 10);
 }
 
 #[tokio::test]

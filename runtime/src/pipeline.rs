@@ -980,8 +980,13 @@ mod tests {
     use serde_json::{Value, json};
 
     fn shown(body: Value, max: usize) -> Value {
-        let text = detail_of(422, Some("application/json"), body.to_string().as_bytes(), max)
-            .expect("a detail");
+        let text = detail_of(
+            422,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+            max,
+        )
+        .expect("a detail");
         serde_json::from_str(&text).unwrap_or(Value::String(text))
     }
 
@@ -1021,7 +1026,13 @@ mod tests {
     fn a_structured_detail_is_bounded() {
         let long = "x".repeat(10_000);
         let body = json!({"detail": {"code": "finding_locked", "message": long}});
-        let text = detail_of(423, Some("application/json"), body.to_string().as_bytes(), 256).unwrap();
+        let text = detail_of(
+            423,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+            256,
+        )
+        .unwrap();
         assert!(text.len() <= 256, "{}", text.len());
         assert!(text.starts_with(r#"{"code":"finding_locked""#), "{text}");
         assert!(text.ends_with("[cut]"), "{text}");

@@ -12,7 +12,9 @@
 
 use std::time::Duration;
 
-use crate::log::{AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames, SentLine, StreamFailedLine};
+use crate::log::{
+    AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames, SentLine, StreamFailedLine,
+};
 use crate::policy::*;
 use crate::{Endpoint, Method, Policy, ScopeNeed};
 

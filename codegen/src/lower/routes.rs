@@ -368,8 +368,11 @@ impl Cx<'_> {
         // `workspace_services` entries are checked at their own line (`lower`).
         for w in &api.pipeline_services {
             if !services.iter().any(|s| s.service.as_str() == w) {
-                self.sources
-                    .in_file(0, "pipeline_services", format!("no service file defines `{w}`"));
+                self.sources.in_file(
+                    0,
+                    "pipeline_services",
+                    format!("no service file defines `{w}`"),
+                );
             }
         }
         out
