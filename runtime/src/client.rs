@@ -643,18 +643,9 @@ fn fleet(
     #[cfg(feature = "redis")]
     {
         let names = metrics.register_fleet(&fleet_policy.metrics);
-        Fleet::new(
-            policy.api,
-            tenant,
-            url,
-            fleet_policy,
-            &policy.throttle,
-            Some(names),
-            Arc::clone(alerts),
-            policy.severity(fleet_policy.alert).unwrap_or_default(),
-        )
-        .map(Some)
-        .map_err(|reason| ConfigError::Fleet(format!("invalid Redis URL: {reason}")))
+        Fleet::new(tenant, url, policy, Some(names), Arc::clone(alerts))
+            .map(Some)
+            .map_err(|reason| ConfigError::Fleet(format!("invalid Redis URL: {reason}")))
     }
     #[cfg(not(feature = "redis"))]
     {

@@ -13,7 +13,7 @@ use super::store::{Answer, Ask, Keys, Shape, Store};
 use super::{StoreBreaker, Switch, cap_share, rate_share};
 use crate::alerts::{Alert, AlertSink};
 use crate::metrics::FleetMetrics;
-use crate::policy::{Degraded, FleetPolicy, ThrottlePolicy};
+use crate::policy::{Degraded, FleetPolicy, Policy, ThrottlePolicy};
 use crate::throttle::{MAX_BUDGETS, Throttle};
 
 /// Why the fleet stage sent nothing.
@@ -117,19 +117,23 @@ struct State {
 }
 
 impl Fleet {
-    /// A fleet member of `api`'s `tenant`, sharing through the Redis at `url`.
+    /// A fleet member of the API's `tenant` under `whole` (its fleet section,
+    /// throttle and alert severities), sharing through the Redis at `url`.
     /// A URL redis-rs cannot use is refused here; an unreachable Redis is
     /// found on the first call (degraded mode, with the alert).
     pub fn new(
-        api: &str,
         tenant: &str,
         url: &str,
-        policy: &'static FleetPolicy,
-        throttle: &'static ThrottlePolicy,
+        whole: &'static Policy,
         metrics: Option<FleetMetrics>,
         alerts: Arc<dyn AlertSink>,
-        severity: &'static str,
     ) -> Result<Fleet, String> {
+        let policy: &'static FleetPolicy = whole
+            .fleet
+            .as_ref()
+            .ok_or("the policy has no fleet section")?;
+        let throttle = &whole.throttle;
+        let severity = whole.severity(policy.alert).unwrap_or_default();
         let store = Store::open(url, policy.deadline)?;
         let per_second = throttle.per_second.max(1);
         let burst = throttle.max_in_flight.min(per_second).max(1);
@@ -147,7 +151,7 @@ impl Fleet {
                 policy,
                 throttle,
                 store,
-                keys: Keys::new(api, tenant),
+                keys: Keys::new(whole.api, tenant),
                 replica: uuid::Uuid::new_v4().simple().to_string(),
                 shape,
                 next: AtomicU64::new(0),
