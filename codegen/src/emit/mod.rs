@@ -7,6 +7,7 @@ mod error;
 mod ids;
 mod log;
 mod markdown;
+mod openapi;
 mod policy;
 mod services;
 mod types;
@@ -56,6 +57,10 @@ pub fn files(model: &Model) -> Vec<File> {
     out.push(File {
         path: "POLICY.md".into(),
         contents: markdown::policy_md(model),
+    });
+    out.push(File {
+        path: "openapi.json".into(),
+        contents: openapi::openapi_json(model),
     });
     out
 }
