@@ -240,9 +240,11 @@ impl Client {
         self.breaker().deploy_suspected(tokio::time::Instant::now())
     }
 
-    /// Sends `alert` to this client's sink: a layer on top (the replay queue)
-    /// raises its alerts where the client's go.
+    /// Sends `alert` to this client's sink and counts it in the raised-alerts
+    /// metric: a layer on top (the replay queue) raises its alerts where the
+    /// client's go. Every alert of the client goes through here.
     pub fn alert(&self, alert: crate::alerts::Alert) {
+        self.shared.metrics.alert(alert.name);
         self.shared.alerts.alert(alert);
     }
 
@@ -269,7 +271,7 @@ impl Client {
         let seen = self.shared.buffered_streams.fetch_add(1, Ordering::Relaxed) + 1;
         if seen >= rule.confirm_after && !self.shared.proxy_buffering.swap(true, Ordering::Relaxed)
         {
-            self.shared.alerts.alert(crate::alerts::Alert {
+            self.alert(crate::alerts::Alert {
                 name: rule.alert,
                 endpoint: Some(endpoint.operation),
                 row: None,

@@ -29,6 +29,11 @@ struct StreamLabels {
     stream: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabels {
+    alert: &'static str,
+}
+
 /// A call's labels by the addresses of their `&'static str`s: comparing and
 /// hashing two pointers is what makes the per-call lookup cheap. Two equal
 /// strings at different addresses get two cache entries that share one
@@ -95,6 +100,7 @@ pub(crate) struct Metrics {
     open_seconds_counted: Mutex<Duration>,
     sse_fallbacks: Family<StreamLabels, Counter>,
     sse_buffered: Family<StreamLabels, Counter>,
+    alerts: Family<AlertLabels, Counter>,
     /// Open addressing over write-once slots: a hit is a few atomic loads,
     /// no lock and no string hashing.
     calls: Box<[OnceLock<CallSeries>]>,
@@ -149,6 +155,12 @@ impl Metrics {
                 sse_buffered.clone(),
             );
         }
+        let alerts = Family::<AlertLabels, Counter>::default();
+        registry.register(
+            names.alerts,
+            "Alerts the client raised, by name, whatever sink they went to",
+            alerts.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -158,6 +170,7 @@ impl Metrics {
             open_seconds_counted: Mutex::new(Duration::ZERO),
             sse_fallbacks,
             sse_buffered,
+            alerts,
             calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
         }
     }
@@ -241,6 +254,11 @@ impl Metrics {
             .inc();
     }
 
+    /// One alert raised.
+    pub fn alert(&self, alert: &'static str) {
+        self.alerts.get_or_create(&AlertLabels { alert }).inc();
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -261,6 +279,7 @@ mod tests {
         circuit_open_seconds: Some("api_circuit_open_seconds"),
         sse_fallback: Some("api_sse_fallback"),
         sse_buffered: Some("api_sse_buffered"),
+        alerts: "api_alerts",
     };
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
@@ -297,6 +316,23 @@ mod tests {
                 r#"api_request_duration_seconds_count{service="workspaces"}"#
             ),
             Some(r#"api_request_duration_seconds_count{service="workspaces"} 3"#)
+        );
+    }
+
+    #[test]
+    fn raised_alerts_are_counted_by_name() {
+        let metrics = Metrics::new(&NAMES);
+        metrics.alert("budget_exhausted");
+        metrics.alert("budget_exhausted");
+        metrics.alert("contract_drift");
+        let text = metrics.encode();
+        assert_eq!(
+            line(&text, r#"api_alerts_total{alert="budget_exhausted"}"#),
+            Some(r#"api_alerts_total{alert="budget_exhausted"} 2"#)
+        );
+        assert_eq!(
+            line(&text, r#"api_alerts_total{alert="contract_drift"}"#),
+            Some(r#"api_alerts_total{alert="contract_drift"} 1"#)
         );
     }
 

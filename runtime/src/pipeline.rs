@@ -495,7 +495,7 @@ impl Client {
 
     /// [`Client::raise`] with a detail of the alert's own.
     pub(crate) fn raise_with(&self, name: &'static str, error: &Error, detail: Option<String>) {
-        self.shared.alerts.alert(Alert {
+        self.alert(Alert {
             name,
             endpoint: Some(error.endpoint()),
             row: Some(error.row()),

@@ -141,7 +141,7 @@ impl Client {
         if self.breaker().take_open_alert(now)
             && let Some(b) = &self.shared.policy.breaker
         {
-            self.shared.alerts.alert(Alert {
+            self.alert(Alert {
                 name: b.open_alert,
                 endpoint: None,
                 row: None,

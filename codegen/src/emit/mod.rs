@@ -1,6 +1,7 @@
 //! Emits the generated crate: Rust files (quote, formatted by prettyplease)
 //! and a readable `POLICY.md`. Output is a pure function of the model.
 
+mod alerts;
 mod client;
 pub(crate) mod docs;
 mod error;
@@ -57,6 +58,14 @@ pub fn files(model: &Model) -> Vec<File> {
     out.push(File {
         path: "POLICY.md".into(),
         contents: markdown::policy_md(model),
+    });
+    out.push(File {
+        path: "alerts.rules.yml".into(),
+        contents: alerts::rules_yml(model),
+    });
+    out.push(File {
+        path: "alerts.test.yml".into(),
+        contents: alerts::tests_yml(model),
     });
     out.push(File {
         path: "openapi.json".into(),

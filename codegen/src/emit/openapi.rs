@@ -25,7 +25,18 @@ const ERROR_BODY: &str = "ErrorBody";
 
 /// `openapi.json`: pretty-printed, one trailing newline.
 pub fn openapi_json(model: &Model) -> String {
-    let mut text = serde_json::to_string_pretty(&document(model)).expect("a document serializes");
+    let mut doc = serde_json::to_value(document(model)).expect("a document serializes");
+    // oas3 0.22 has no `contentMediaType` / `contentSchema` (JSON Schema
+    // 2020-12's content keywords): each stream's event schema is set on the
+    // serialized document.
+    for (_, route) in model.routes() {
+        if let Returns::Stream(index) = route.returns {
+            let method = route.method.as_str().to_lowercase();
+            doc["paths"][&route.path][&method]["responses"]["2XX"]["content"]["text/event-stream"]
+                ["schema"] = event_schema(model, index);
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&doc).expect("a document serializes");
     text.push('\n');
     text
 }
@@ -315,14 +326,16 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             ),
         ));
     }
-    let mut request_id = typed(SchemaType::String);
-    request_id.format = Some("uuid".into());
+    // The client sends a UUIDv4; the platform echoes any value.
     parameters.push(parameter(
         &headers.request_id,
         ParameterIn::Header,
         false,
-        object(request_id),
-        Some("A fresh UUIDv4 per attempt, echoed by the platform.".into()),
+        object(typed(SchemaType::String)),
+        Some(
+            "Correlates the attempt: the client sends a fresh UUIDv4, the platform echoes it."
+                .into(),
+        ),
     ));
 
     let request_body = route.body.as_ref().map(|body| {
@@ -562,6 +575,47 @@ fn error_answers<'m>(
         }
     }
     out
+}
+
+/// One event of a stream, as OpenAPI 3.1 reads a `text/event-stream`
+/// schema: its `event` name and its `data`, JSON of the event's type; the
+/// stream's error and timeout events carry any text.
+fn event_schema(model: &Model, index: usize) -> Value {
+    let s = &model.streams[index];
+    let mut events: Vec<Value> = s
+        .events
+        .iter()
+        .map(|(name, ty)| {
+            json!({
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": { "const": name },
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": { "$ref": format!("#/components/schemas/{}", model.types[*ty].name) },
+                    },
+                },
+            })
+        })
+        .collect();
+    let ends: Vec<&String> = [&s.error_event, &s.timeout_event]
+        .into_iter()
+        .filter(|e| !s.events.iter().any(|(name, _)| name == *e))
+        .collect();
+    events.push(json!({
+        "type": "object",
+        "required": ["event"],
+        "properties": {
+            "event": { "enum": ends },
+            "data": { "type": "string" },
+        },
+    }));
+    json!({
+        "description": format!("One event of the `{}` stream.", s.name),
+        "oneOf": events,
+    })
 }
 
 fn stream(model: &Model, index: usize) -> Value {
