@@ -24,6 +24,7 @@ mod pool;
 mod probe;
 mod rate;
 mod reply;
+mod spans;
 pub mod sse;
 mod telemetry;
 #[cfg(test)]
