@@ -34,9 +34,9 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
         http.request.resend_count = Empty,
         sdk.service = e.service,
         sdk.operation = e.operation,
-        sdk.timeout_class = policy.timeouts[call.timeout.unwrap_or(e.timeout)].name,
-        sdk.retry_class = policy.retries[e.retry].name,
-        sdk.budget = policy.throttle.budgets[e.budget].name,
+        sdk.timeout_class = name(policy.timeouts.get(call.timeout.unwrap_or(e.timeout)).map(|t| t.name)),
+        sdk.retry_class = name(policy.retries.get(e.retry).map(|r| r.name)),
+        sdk.budget = name(policy.throttle.budgets.get(e.budget).map(|b| b.name)),
         sdk.idempotent = e.idempotent,
         sdk.stream = Empty,
         sdk.taxonomy_row = Empty,
@@ -57,6 +57,12 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
         }
     }
     span
+}
+
+/// A class or budget name; an endpoint made by hand outside the policy
+/// (refused by the scope check right after) has none.
+fn name(name: Option<&'static str>) -> &'static str {
+    name.unwrap_or("-")
 }
 
 /// The span of attempt `n` (1 for the first), a child of the call's.
