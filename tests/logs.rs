@@ -175,8 +175,13 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
     assert_eq!(post["error_class"], "validation");
     assert_eq!(post["row"], "T10");
     assert_eq!(post["kb_id"], "kb-1");
-    assert_eq!(post["span"]["analyse_id"], "a-42", "{post}");
-    assert_eq!(post["span"]["ai_run_id"], "run-7", "{post}");
+    // The backend's context span is around the call's own (`spans`, the
+    // OpenTelemetry fields): the JSON formatter lists both, outermost first.
+    let spans = post["spans"].as_array().expect("the span list");
+    assert_eq!(spans[0]["analyse_id"], "a-42", "{post}");
+    assert_eq!(spans[0]["ai_run_id"], "run-7", "{post}");
+    assert_eq!(post["span"]["name"], "call", "{post}");
+    assert_eq!(post["span"]["url.template"], post["path"], "{post}");
     assert!(
         put.get("kb_id").is_none(),
         "no kb in the entity route: {put}"

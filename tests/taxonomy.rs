@@ -594,7 +594,13 @@ async fn t10_422_is_validation_alerts_contract_drift_once_more_for_get_inside_th
     let env = Env::start().await;
     let faults = env.sim.faults();
 
-    // The platform's own 422 (FastAPI validation) on a POST.
+    // A FastAPI validation 422 on a POST (the spec states no rule the
+    // simulator could refuse a typed body by, so the answer is scripted).
+    faults.push(
+        Rule::new(status(422, "name must not be empty"))
+            .on("create_kb")
+            .once(),
+    );
     let e = env
         .grag
         .workspaces()
@@ -641,12 +647,14 @@ async fn t10_422_is_validation_alerts_contract_drift_once_more_for_get_inside_th
         env.alert_names()
     );
 
+    let rule = faults.push(Rule::new(status(422, "name must not be empty")).on("create_kb"));
     let e = env
         .grag
         .workspaces()
         .create_kb(&create_kb_body("kb-1", " "))
         .await
         .unwrap_err();
+    faults.remove(rule);
     assert_row(&e, "T10", "validation", MSG_VALIDATION);
     assert_eq!(env.count("create_kb"), 2, "a POST is not retried by R2");
 }

@@ -75,6 +75,8 @@ pub struct Model {
     /// Raise the retry-exhaustion alert only at this rate (count, window).
     pub retry_exhausted_rate: Option<(u32, Duration)>,
     pub retry_exhausted_alert: String,
+    /// How long a rule over the raised-alerts counter fires after a raise.
+    pub alert_look_back: Duration,
     pub features: Vec<Feature>,
     pub types: Vec<TypeDef>,
     pub services: Vec<Service>,
@@ -188,6 +190,8 @@ pub struct MetricNames {
     pub circuit_open_seconds: Option<String>,
     pub sse_fallback: Option<String>,
     pub sse_buffered: Option<String>,
+    /// Alerts raised, by name.
+    pub alerts: String,
 }
 
 #[derive(Debug)]

@@ -256,6 +256,9 @@ pub struct PolicyAlerts {
     /// Raise `retry_exhausted` only at this rate, not for every exhausted call.
     #[serde(default)]
     pub retry_exhausted_rate: Option<Rate>,
+    /// How long a Prometheus rule over the raised-alerts counter keeps firing
+    /// after the client raised the alert (`generated/<crate>/alerts.rules.yml`).
+    pub look_back: Duration,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -339,6 +342,8 @@ pub struct Metrics {
     pub sse_fallback: Option<Text>,
     #[serde(default)]
     pub sse_buffered: Option<Text>,
+    /// Alerts the client raised, by name (`{alert}`).
+    pub alerts: Text,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

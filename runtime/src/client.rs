@@ -338,10 +338,12 @@ impl Client {
         self.breaker().deploy_suspected(tokio::time::Instant::now())
     }
 
-    /// Sends `alert` to this client's sink: a layer on top (the replay queue)
-    /// raises its alerts where the client's go. Its severity is the policy's
-    /// for its name, whatever the caller set.
+    /// Sends `alert` to this client's sink and counts it in the raised-alerts
+    /// metric: a layer on top (the replay queue) raises its alerts where the
+    /// client's go. Every alert of the client goes through here; its
+    /// severity is the policy's for its name, whatever the caller set.
     pub fn alert(&self, mut alert: crate::alerts::Alert) {
+        self.shared.metrics.alert(alert.name);
         if let Some(severity) = self.shared.policy.severity(alert.name) {
             alert.severity = severity;
         }
@@ -643,9 +645,15 @@ fn fleet(
     #[cfg(feature = "redis")]
     {
         let names = metrics.register_fleet(&fleet_policy.metrics);
-        Fleet::new(tenant, url, policy, Some(names), Arc::clone(alerts))
-            .map(Some)
-            .map_err(|reason| ConfigError::Fleet(format!("invalid Redis URL: {reason}")))
+        Fleet::new(
+            tenant,
+            url,
+            policy,
+            Some(names),
+            metrics.counting(Arc::clone(alerts)),
+        )
+        .map(Some)
+        .map_err(|reason| ConfigError::Fleet(format!("invalid Redis URL: {reason}")))
     }
     #[cfg(not(feature = "redis"))]
     {

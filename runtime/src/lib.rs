@@ -26,6 +26,7 @@ mod probe;
 mod rate;
 mod refs;
 mod reply;
+mod spans;
 pub mod sse;
 mod telemetry;
 #[cfg(test)]

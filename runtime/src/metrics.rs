@@ -11,6 +11,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[cfg(feature = "redis")]
+#[cfg(feature = "redis")]
+use crate::alerts::AlertSink;
 use crate::policy::FleetMetricNames;
 use crate::policy::MetricNames;
 
@@ -102,6 +104,11 @@ struct StreamLabels {
     stream: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabels {
+    alert: &'static str,
+}
+
 /// A call's labels by the addresses of their `&'static str`s: comparing and
 /// hashing two pointers is what makes the per-call lookup cheap. Two equal
 /// strings at different addresses get two cache entries that share one
@@ -164,6 +171,23 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 16))
 }
 
+/// An alert sink that counts before it passes an alert on ([`Metrics::counting`]).
+#[cfg(feature = "redis")]
+struct Counting {
+    alerts: Family<AlertLabels, Counter>,
+    sink: std::sync::Arc<dyn AlertSink>,
+}
+
+#[cfg(feature = "redis")]
+impl AlertSink for Counting {
+    fn alert(&self, alert: crate::alerts::Alert) {
+        self.alerts
+            .get_or_create(&AlertLabels { alert: alert.name })
+            .inc();
+        self.sink.alert(alert);
+    }
+}
+
 /// Every metric of one client (shared by its clones).
 pub(crate) struct Metrics {
     registry: Registry,
@@ -174,6 +198,7 @@ pub(crate) struct Metrics {
     open_seconds_counted: Mutex<Duration>,
     sse_fallbacks: Family<StreamLabels, Counter>,
     sse_buffered: Family<StreamLabels, Counter>,
+    alerts: Family<AlertLabels, Counter>,
     /// Open addressing over write-once slots: a hit is a few atomic loads,
     /// no lock and no string hashing.
     calls: Box<[OnceLock<CallSeries>]>,
@@ -228,6 +253,12 @@ impl Metrics {
                 sse_buffered.clone(),
             );
         }
+        let alerts = Family::<AlertLabels, Counter>::default();
+        registry.register(
+            names.alerts,
+            "Alerts the client raised, by name, whatever sink they went to",
+            alerts.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -237,6 +268,7 @@ impl Metrics {
             open_seconds_counted: Mutex::new(Duration::ZERO),
             sse_fallbacks,
             sse_buffered,
+            alerts,
             calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
         }
     }
@@ -326,6 +358,22 @@ impl Metrics {
         FleetMetrics::register(&mut self.registry, names)
     }
 
+    /// One alert raised.
+    pub fn alert(&self, alert: &'static str) {
+        self.alerts.get_or_create(&AlertLabels { alert }).inc();
+    }
+
+    /// `sink`, counting each alert in the raised-alerts metric first: for a
+    /// part that raises alerts before its client exists (the fleet), so the
+    /// generated alert rules see its alerts too.
+    #[cfg(feature = "redis")]
+    pub fn counting(&self, sink: std::sync::Arc<dyn AlertSink>) -> std::sync::Arc<dyn AlertSink> {
+        std::sync::Arc::new(Counting {
+            alerts: self.alerts.clone(),
+            sink,
+        })
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -346,6 +394,7 @@ mod tests {
         circuit_open_seconds: Some("api_circuit_open_seconds"),
         sse_fallback: Some("api_sse_fallback"),
         sse_buffered: Some("api_sse_buffered"),
+        alerts: "api_alerts",
     };
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
@@ -382,6 +431,23 @@ mod tests {
                 r#"api_request_duration_seconds_count{service="workspaces"}"#
             ),
             Some(r#"api_request_duration_seconds_count{service="workspaces"} 3"#)
+        );
+    }
+
+    #[test]
+    fn raised_alerts_are_counted_by_name() {
+        let metrics = Metrics::new(&NAMES);
+        metrics.alert("budget_exhausted");
+        metrics.alert("budget_exhausted");
+        metrics.alert("contract_drift");
+        let text = metrics.encode();
+        assert_eq!(
+            line(&text, r#"api_alerts_total{alert="budget_exhausted"}"#),
+            Some(r#"api_alerts_total{alert="budget_exhausted"} 2"#)
+        );
+        assert_eq!(
+            line(&text, r#"api_alerts_total{alert="contract_drift"}"#),
+            Some(r#"api_alerts_total{alert="contract_drift"} 1"#)
         );
     }
 

@@ -99,8 +99,17 @@ impl Client {
         Ok(self.run(&call, false).await?.reply)
     }
 
-    /// The attempt loop shared by plain calls and stream openings.
+    /// The attempt loop shared by plain calls and stream openings, in the
+    /// call's span (`spans`).
     pub(crate) async fn run(&self, call: &Call<'_>, stream: bool) -> Result<Opened, Error> {
+        use tracing::Instrument;
+        let span = crate::spans::call(self, call);
+        let result = self.attempts(call, stream).instrument(span.clone()).await;
+        crate::spans::finished(&span, &result);
+        result
+    }
+
+    async fn attempts(&self, call: &Call<'_>, stream: bool) -> Result<Opened, Error> {
         let policy = self.shared.policy;
         let endpoint = call.endpoint;
         self.check_scope(call)?;
@@ -139,6 +148,7 @@ impl Client {
         let mut rendered: Option<String> = None;
         loop {
             run.attempt += 1;
+            crate::spans::resent(run.attempt);
             let now = Instant::now();
             let mut admission = self.breaker().admit(now, false);
             // A breaker no live loop probes is probed by the call itself.
@@ -182,7 +192,11 @@ impl Client {
             let request = self.request(call, path, &request_id);
             telemetry::sent(self, call, &request_id, run.attempt);
             let limits = Limits::of(policy, endpoint);
-            let performed = perform(&self.shared.pool, request, stream, limits);
+            let attempt_span = crate::spans::attempt(run.attempt);
+            let performed = tracing::Instrument::instrument(
+                perform(&self.shared.pool, request, stream, limits),
+                attempt_span.clone(),
+            );
             let mut head_withheld = false;
             let (mut result, response) = match tokio::time::timeout_at(attempt_deadline, performed)
                 .await
@@ -251,6 +265,7 @@ impl Client {
                 };
                 run.escalate(classify(policy, endpoint, &outcome), &detail)
             };
+            crate::spans::attempt_done(&attempt_span, status, row);
             // A request that could not be built, or never left a connection
             // that closed under it, says nothing about the origin.
             if !matches!(result, Attempt::Unbuildable { .. } | Attempt::Stale { .. }) {

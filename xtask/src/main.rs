@@ -1,7 +1,9 @@
-//! `cargo xtask codegen [--check]`, `cargo xtask demo` and `cargo xtask bench [--quick]`.
+//! `cargo xtask codegen [--check]`, `cargo xtask demo`, `cargo xtask bench [--quick]` and
+//! `cargo xtask conformance`.
 
 mod bench;
 mod codegen_bench;
+mod conformance;
 mod summary;
 
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ fn main() -> ExitCode {
         ["codegen"] => codegen(false),
         ["codegen", "--check"] => codegen(true),
         ["demo"] => demo(),
+        ["conformance"] => conformance::run(&root()),
         ["bench"] => bench::run(&root(), false),
         ["bench", "--quick"] => bench::run(&root(), true),
         // Run by `bench` in release: the generator's own row.
@@ -25,7 +28,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask codegen [--check] | cargo xtask demo | cargo xtask bench [--quick]"
+                "usage: cargo xtask codegen [--check] | cargo xtask demo | cargo xtask bench [--quick] | cargo xtask conformance"
             );
             ExitCode::from(2)
         }

@@ -1,12 +1,14 @@
 //! Emits the generated crate: Rust files (quote, formatted by prettyplease)
 //! and a readable `POLICY.md`. Output is a pure function of the model.
 
+mod alerts;
 mod client;
 pub(crate) mod docs;
 mod error;
 mod ids;
 mod log;
 mod markdown;
+mod openapi;
 mod policy;
 pub mod services;
 mod types;
@@ -81,6 +83,18 @@ pub fn files(model: &Model) -> Result<Vec<File>, SpecErrors> {
     files.push(File {
         path: "POLICY.md".into(),
         contents: markdown::policy_md(model),
+    });
+    files.push(File {
+        path: "alerts.rules.yml".into(),
+        contents: alerts::rules_yml(model),
+    });
+    files.push(File {
+        path: "alerts.test.yml".into(),
+        contents: alerts::tests_yml(model),
+    });
+    files.push(File {
+        path: "openapi.json".into(),
+        contents: openapi::openapi_json(model),
     });
     Ok(files)
 }

@@ -49,7 +49,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         .iter()
         .map(|(field, names)| quote!((#field, &[#(#names),*])));
     let m = &model.metrics;
-    let (requests, duration_metric) = (&m.requests, &m.duration);
+    let (requests, duration_metric, alerts_metric) = (&m.requests, &m.duration, &m.alerts);
     let text = |s: &Option<String>| option(s.as_ref(), |s| quote!(#s));
     let (circuit_state, circuit_open, sse_fallback, sse_buffered) = (
         text(&m.circuit_state),
@@ -441,6 +441,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 circuit_open_seconds: #circuit_open,
                 sse_fallback: #sse_fallback,
                 sse_buffered: #sse_buffered,
+                alerts: #alerts_metric,
             },
             timeouts: &TIMEOUTS,
             deadline: #deadline,

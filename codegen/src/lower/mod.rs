@@ -182,6 +182,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         let within = cx.duration(&r.within, "alerts.retry_exhausted_rate.within")?;
         Some((at_least, within))
     });
+    let alert_look_back = cx.duration(&policy_alerts.look_back, "alerts.look_back");
     let features = cx.features(&raw.degradation, &services);
     let replay = raw
         .policy
@@ -239,6 +240,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| a.to_string()),
         retry_exhausted_rate,
         retry_exhausted_alert: policy_alerts.retry_exhausted.to_string(),
+        alert_look_back: alert_look_back?,
         features,
         types,
         services,
@@ -448,6 +450,7 @@ impl Cx<'_> {
             circuit_open_seconds,
             sse_fallback,
             sse_buffered,
+            alerts: name(self, &m.alerts, "alerts"),
         }
     }
 

@@ -133,6 +133,7 @@ pub static POLICY: Policy = Policy {
         circuit_open_seconds: None,
         sse_fallback: None,
         sse_buffered: None,
+        alerts: "core_client_alerts",
     },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(65),

@@ -258,6 +258,7 @@ pub static POLICY: Policy = Policy {
         circuit_open_seconds: Some("grag_client_circuit_open_seconds"),
         sse_fallback: Some("knoll_sse_fallback"),
         sse_buffered: Some("knoll_sse_buffered"),
+        alerts: "grag_client_alerts",
     },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),

@@ -365,11 +365,13 @@ impl<'de> Deserialize<'de> for ChatStage {
     }
 }
 
-/// How a chat stage went. The policy names only `failed` (a stage but `generate` reports it and the stream goes on); the value of a stage that went well is not named, so it arrives as `Unknown`.
+/// How a chat stage went. The policy names only `failed` (a stage but `generate` reports it and the stream goes on); any other value arrives as `Unknown`.
 ///
 /// Service `bff`, policy §6.2.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum StageStatus {
+    /// The stage went well. Policy §6.2 (inferred).
+    Ok,
     /// The stage failed; the turn goes on degraded unless the stage is `generate`.
     Failed,
     /// A value this client version does not know yet, kept verbatim so nothing is lost.
@@ -380,6 +382,7 @@ impl StageStatus {
     /// The value as the platform spells it.
     pub fn as_str(&self) -> &str {
         match self {
+            StageStatus::Ok => "ok",
             StageStatus::Failed => "failed",
             StageStatus::Unknown(value) => value,
         }
@@ -387,6 +390,7 @@ impl StageStatus {
 
     fn known(value: &str) -> Option<Self> {
         Some(match value {
+            "ok" => StageStatus::Ok,
             "failed" => StageStatus::Failed,
             _ => return None,
         })

@@ -166,6 +166,9 @@ pub struct MetricNames {
     pub sse_fallback: Option<&'static str>,
     /// Streams a proxy held back and delivered in one burst (§6.4).
     pub sse_buffered: Option<&'static str>,
+    /// Alerts the client raised, by name (`{alert}`): what the generated
+    /// Prometheus rules read where the client's own context decides.
+    pub alerts: &'static str,
 }
 
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per

@@ -31,6 +31,11 @@ pub struct SimConfig {
     /// The API key Key-lane routes accept; `None` accepts any bearer token (but
     /// a missing `Authorization` header is still a 401).
     pub api_key: Option<String>,
+    /// `allow_default_tenant`: whether a scoped request without
+    /// `X-Tenant-ID` is served as tenant `default` (the platform-wide default,
+    /// policy §3: the hazard the client guards against) or refused with a 400
+    /// like a missing workspace (the platform's strict setting).
+    pub allow_default_tenant: bool,
     /// `: keepalive` comment interval of the orchestrator stream (KEEPALIVE_MS).
     pub keepalive: Duration,
     /// Hard ceiling of the orchestrator and agent streams (STREAM_TIMEOUT_MS);
@@ -98,6 +103,7 @@ impl Default for SimConfig {
         SimConfig {
             port: 0,
             api_key: None,
+            allow_default_tenant: true,
             keepalive: orchestrator.keepalive.unwrap_or(Duration::from_secs(20)),
             stream_ceiling: orchestrator.ceiling.unwrap_or(Duration::from_secs(30 * 60)),
             churn_refused: Duration::from_secs(20),
@@ -171,6 +177,13 @@ impl SimConfig {
     /// The same configuration accepting only `key`.
     pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
+        self
+    }
+
+    /// The same configuration refusing a scoped request without `X-Tenant-ID`
+    /// (`allow_default_tenant=false`).
+    pub fn with_strict_tenant(mut self) -> Self {
+        self.allow_default_tenant = false;
         self
     }
 

@@ -1,4 +1,4 @@
-//! `cargo run -p grag-sim -- [--port 8080] [--scenario NAME] [--scale F] [--api-key KEY]`
+//! `cargo run -p grag-sim -- [--port 8080] [--scenario NAME] [--scale F] [--api-key KEY] [--strict-tenant]`
 //!
 //! The simulator as a stand-alone server, until Ctrl-C.
 
@@ -34,7 +34,7 @@ const SCENARIOS: &[(&str, &str)] = &[
 
 fn usage() -> String {
     let mut s = String::from(
-        "usage: grag-sim [--port N] [--scenario NAME] [--scale F] [--every SECS] [--api-key KEY]\n\nscenarios:\n",
+        "usage: grag-sim [--port N] [--scenario NAME] [--scale F] [--every SECS] [--api-key KEY] [--strict-tenant]\n\nscenarios:\n",
     );
     for (name, doc) in SCENARIOS {
         s.push_str(&format!("  {name:<13} {doc}\n"));
@@ -52,6 +52,7 @@ struct Args {
     scale: f64,
     every: u64,
     api_key: Option<String>,
+    strict_tenant: bool,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -61,6 +62,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         scale: 1.0,
         every: 120,
         api_key: None,
+        strict_tenant: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -80,6 +82,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             }
             "--every" => out.every = value()?.parse().map_err(|e| format!("--every: {e}"))?,
             "--api-key" => out.api_key = Some(value()?),
+            "--strict-tenant" => out.strict_tenant = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -105,6 +108,7 @@ async fn main() -> ExitCode {
     };
     let mut config = SimConfig::scaled(args.scale).with_port(args.port);
     config.api_key = args.api_key;
+    config.allow_default_tenant = !args.strict_tenant;
     let sim = match Sim::start(config).await {
         Ok(s) => s,
         Err(e) => {

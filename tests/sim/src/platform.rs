@@ -104,8 +104,13 @@ impl Ctx {
     }
 
     /// The body decoded into the route's request type, or the 422 FastAPI gives.
+    /// A number with a zero fraction (`3.0`) is an integer, as JSON Schema
+    /// and pydantic's lax mode read it.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Response> {
-        serde_json::from_slice(&self.body).map_err(|e| unprocessable(&["body"], e.to_string()))
+        let fail = |e: serde_json::Error| unprocessable(&["body"], e.to_string());
+        let mut value: Value = serde_json::from_slice(&self.body).map_err(fail)?;
+        integral_floats_as_integers(&mut value);
+        serde_json::from_value(value).map_err(fail)
     }
 }
 
@@ -249,6 +254,14 @@ async fn serve(
         Ok(r) => r,
         Err(response) => return response,
     };
+    // No ID of the platform is longer than the longest opaque one.
+    let max = grag_client::policy::POLICY.ids.opaque_max_len;
+    if let Some((name, _)) = params.iter().find(|(_, v)| v.len() > max) {
+        return unprocessable(
+            &["path", name],
+            format!("String should have at most {max} characters"),
+        );
+    }
 
     // Deploy churn: containers coming up behind the proxy.
     let public = endpoint.scope == ScopeNeed::Public;
@@ -316,7 +329,8 @@ async fn serve(
             }
         }
         let tenant = match headers.get("x-tenant-id") {
-            None => DEFAULT_TENANT.to_owned(),
+            None if shared.config.allow_default_tenant => DEFAULT_TENANT.to_owned(),
+            None => return detail(400, "X-Tenant-ID header is required"),
             Some(v) => match v.to_str() {
                 Ok(t) if is_label(t) => t.to_owned(),
                 _ => return detail(400, "invalid X-Tenant-ID header"),
@@ -335,14 +349,17 @@ async fn serve(
         return detail(400, "X-Workspace-ID header is required");
     }
 
+    // A pipeline id that is no label is refused like a bad scope header.
+    let pipeline_id = match headers.get("x-pipeline-id").map(|v| v.to_str()) {
+        Some(Ok(p)) if is_label(p) => Some(p.to_owned()),
+        Some(_) => return detail(400, "invalid X-Pipeline-Id header"),
+        None => None,
+    };
     let ctx = Ctx {
         endpoint,
         params,
         query: parse_query(uri.query().unwrap_or("")),
-        pipeline_id: headers
-            .get("x-pipeline-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
+        pipeline_id,
         body,
         tenant: meta.tenant.clone().unwrap_or_default(),
         workspace,
@@ -477,7 +494,8 @@ pub(crate) fn resolve(method: &Method, path: &str) -> Resolved {
 /// a path it has no route for (`{"detail": "Not Found"}`), or a method it
 /// has none for on a known path (405).
 pub(crate) fn resolve_without(method: &Method, path: &str, absent: &[String]) -> Resolved {
-    let mut path_matched = false;
+    // The methods the path has, for the `Allow` header of a 405 (RFC 9110).
+    let mut allowed: Vec<&'static str> = Vec::new();
     for endpoint in ENDPOINTS.iter().copied() {
         if absent.iter().any(|op| op == endpoint.operation) {
             continue;
@@ -485,15 +503,19 @@ pub(crate) fn resolve_without(method: &Method, path: &str, absent: &[String]) ->
         let Some(params) = match_template(endpoint.path, path) else {
             continue;
         };
-        path_matched = true;
         if endpoint.method.as_str() == method.as_str() {
             return Ok((endpoint, params));
         }
+        allowed.push(endpoint.method.as_str());
     }
-    Err(if path_matched {
-        detail(405, "Method Not Allowed")
-    } else {
+    Err(if allowed.is_empty() {
         detail(404, "Not Found")
+    } else {
+        let mut response = detail(405, "Method Not Allowed");
+        if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
+            response.headers_mut().insert(header::ALLOW, v);
+        }
+        response
     })
 }
 
@@ -551,6 +573,21 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
 }
 
 /// `^[a-z0-9][a-z0-9-]{0,62}$`, the platform's ID charset.
+/// Turns every float with a zero fraction within `i64` into that integer.
+fn integral_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            if f.fract() == 0.0 && f > i64::MIN as f64 && f < i64::MAX as f64 {
+                *value = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(integral_floats_as_integers),
+        _ => {}
+    }
+}
+
 pub(crate) fn is_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()

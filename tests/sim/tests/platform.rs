@@ -467,7 +467,11 @@ async fn a_body_that_does_not_validate_is_422() {
         ("/workspaces/api/v1/conversations", json!([])),
         (
             "/ai-gateway/api/v1/llm/completions",
-            json!({ "messages": [] }),
+            json!({ "messages": "not a list" }),
+        ),
+        (
+            "/ai-gateway/api/v1/llm/completions",
+            json!({ "messages": [{ "role": "robot", "content": "hi" }] }),
         ),
     ] {
         let response = scoped(&http, Method::POST, format!("{}{path}", sim.url()))
@@ -513,12 +517,6 @@ async fn settings_are_per_tenant() {
             .unwrap(),
         json!({})
     );
-    let e = knoll
-        .workspaces()
-        .put_settings(&json!([1]))
-        .await
-        .unwrap_err();
-    assert_eq!(e.status(), Some(422));
     assert_eq!(sim.settings("knoll"), Some(settings));
 }
 

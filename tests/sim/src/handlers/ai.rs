@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::{Answer, charge};
-use crate::platform::{Ctx, detail, json_status, unprocessable};
+use crate::platform::{Ctx, detail, json_status};
 use crate::state::{Platform, Tenant, chunks, overlap, words};
 
 /// Hits for `query` in the given KBs: chunks of indexed documents and points
@@ -83,36 +83,46 @@ pub(super) fn search(
 
 pub(super) fn search_rerank(p: &mut Platform, ctx: &Ctx) -> Answer {
     let body: SearchRequest = ctx.json()?;
-    if !(1..=100).contains(&body.top_k) {
-        return Err(unprocessable(
-            &["body", "top_k"],
-            "top_k must be between 1 and 100",
-        ));
-    }
+    // The spec types `top_k` as any integer: the simulator answers at most
+    // 100 hits, and none for a `top_k` below 1.
+    let top_k = body.top_k.clamp(0, 100);
     let kb = ctx.param("kb").to_owned();
     let tenant = p.tenant(&ctx.tenant);
     if !tenant.kbs.contains_key(&kb) {
         return Err(detail(404, format!("collection '{kb}' not found")));
     }
-    let results = search(tenant, &[kb], &body.query_text, body.top_k as usize);
+    let results = search(tenant, &[kb], &body.query_text, top_k as usize);
     charge(tenant, ctx, "ai-gateway", "sim-rerank", 0.0004);
     Ok(json_status(200, &SearchResults { results }))
 }
 
 pub(super) fn complete(p: &mut Platform, ctx: &Ctx) -> Answer {
     let body: CompletionRequest = ctx.json()?;
-    let Some(last) = body
+    // pydantic refuses a role outside its enum.
+    if let Some(m) = body
+        .messages
+        .iter()
+        .find(|m| matches!(m.role, ChatRole::Unknown(_)))
+    {
+        return Err(crate::platform::unprocessable(
+            &["body", "messages", "role"],
+            format!(
+                "Input should be 'system', 'user' or 'assistant', not '{}'",
+                m.role.as_str()
+            ),
+        ));
+    }
+    // Without a user message (the spec allows none) the prompt is empty.
+    let last = body
         .messages
         .iter()
         .rev()
-        .find(|m| m.role == ChatRole::User)
-    else {
-        return Err(unprocessable(
-            &["body", "messages"],
-            "at least one user message is required",
-        ));
-    };
-    let prompt: String = last.content.chars().take(200).collect();
+        .find(|m| m.role == ChatRole::User);
+    let prompt: String = last
+        .map_or("", |m| m.content.as_str())
+        .chars()
+        .take(200)
+        .collect();
     let content = format!("(simulated completion) You asked: {prompt}");
     let model = body.model.clone().unwrap_or_else(|| "sim-llm".into());
     let prompt_tokens: usize = body.messages.iter().map(|m| words(&m.content).len()).sum();

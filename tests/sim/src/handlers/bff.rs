@@ -11,7 +11,7 @@ use super::Answer;
 use super::ai::search;
 use crate::Shared;
 use crate::faults::Fault;
-use crate::platform::{Ctx, detail, json_status, unprocessable};
+use crate::platform::{Ctx, detail, json_status};
 use crate::sse::{SseOut, sse_response};
 use crate::state::{Charge, Job, Platform, overlap, words};
 
@@ -133,12 +133,6 @@ struct Turn {
 
 pub(super) fn chat_stream(shared: &Arc<Shared>, ctx: Ctx) -> Answer {
     let body: grag_client::types::ChatRequest = ctx.json()?;
-    if body.message.trim().is_empty() {
-        return Err(unprocessable(
-            &["body", "message"],
-            "message must not be empty",
-        ));
-    }
     let failing = match &ctx.fault {
         Some(Fault::StageFails { stage }) => Some(stage.clone()),
         _ => None,

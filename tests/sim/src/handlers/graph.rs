@@ -47,16 +47,11 @@ pub(super) fn link(p: &mut Platform, ctx: &Ctx) -> Answer {
 
 pub(super) fn upsert_entity(p: &mut Platform, ctx: &Ctx) -> Answer {
     let body: Entity = ctx.json()?;
+    // The path names the MERGE key; the body's own id follows it.
     let id = ctx.param("entity_id");
-    if body.entity_id.as_str() != id {
-        return Err(unprocessable(
-            &["body", "entity_id"],
-            format!(
-                "entity_id {} does not match the path ({id})",
-                body.entity_id
-            ),
-        ));
-    }
+    let entity_id = serde_json::from_value(json!(id))
+        .map_err(|e| unprocessable(&["path", "entity_id"], e.to_string()))?;
+    let body = Entity { entity_id, ..body };
     let key = (ctx.workspace.clone().unwrap_or_default(), id.to_owned());
     let entities = &mut p.tenant(&ctx.tenant).entities;
     // MERGE: properties of an existing entity are kept unless overwritten.
@@ -93,13 +88,11 @@ pub(super) fn get_entity(p: &mut Platform, ctx: &Ctx) -> Answer {
 
 pub(super) fn upsert_edge(p: &mut Platform, ctx: &Ctx) -> Answer {
     let body: Edge = ctx.json()?;
+    // The path names the MERGE key; the body's own id follows it.
     let id = ctx.param("edge_id");
-    if body.edge_id.as_str() != id {
-        return Err(unprocessable(
-            &["body", "edge_id"],
-            format!("edge_id {} does not match the path ({id})", body.edge_id),
-        ));
-    }
+    let edge_id = serde_json::from_value(json!(id))
+        .map_err(|e| unprocessable(&["path", "edge_id"], e.to_string()))?;
+    let body = Edge { edge_id, ..body };
     let key = (ctx.workspace.clone().unwrap_or_default(), id.to_owned());
     p.tenant(&ctx.tenant).edges.insert(key, body.clone());
     Ok(json_status(200, &body))

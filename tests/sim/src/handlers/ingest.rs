@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::{Answer, charge};
 use crate::Shared;
-use crate::platform::{Ctx, detail, json_status, unprocessable};
+use crate::platform::{Ctx, detail, json_status};
 use crate::state::{Conversion, Platform};
 
 pub(super) fn upsert_points(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
@@ -45,9 +45,11 @@ pub(super) fn upsert_points(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Ans
 
 pub(super) fn convert(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
     let body: ConvertRequest = ctx.json()?;
+    // The spec types `content_base64` as a string: one that is not base64 is
+    // kept as its own bytes rather than refused.
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(body.content_base64.as_bytes())
-        .map_err(|e| unprocessable(&["body", "content_base64"], e.to_string()))?;
+        .unwrap_or_else(|_| body.content_base64.clone().into_bytes());
     let n = p.next_id();
     let id = format!("conv-{n}");
     let tenant = p.tenant(&ctx.tenant);

@@ -13,6 +13,12 @@ pub(super) fn totals(p: &mut Platform, ctx: &Ctx) -> Answer {
     let Some(pipeline) = ctx.query("pipeline_id").filter(|v| !v.is_empty()) else {
         return Err(unprocessable(&["query", "pipeline_id"], "Field required"));
     };
+    if !crate::platform::is_label(pipeline) {
+        return Err(unprocessable(
+            &["query", "pipeline_id"],
+            "String should match the pipeline id pattern",
+        ));
+    }
     let tenant = p.tenant(&ctx.tenant);
     let mut breakdown = BTreeMap::<&str, f64>::new();
     let mut total = 0.0;

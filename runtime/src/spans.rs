@@ -1,0 +1,114 @@
+//! One `tracing` span per call (a stream's opening included) and one per
+//! attempt inside it, named as OpenTelemetry's HTTP client semantic
+//! conventions name them (`http.request.method`, `url.template`,
+//! `server.address`, `http.response.status_code`, `error.type`,
+//! `http.request.resend_count`), plus the policy's own fields under `sdk.`.
+//! A backend that installs `tracing-opentelemetry` gets a trace per call
+//! with its attempts; without a subscriber that wants them, no field is
+//! computed.
+
+use tracing::field::Empty;
+use tracing::{Span, info_span};
+
+use crate::call::Call;
+use crate::client::Client;
+use crate::error::Error;
+use crate::pipeline::Opened;
+use crate::policy::TaxonomyRow;
+
+/// The span of one call: open until its answer (or its stream's head).
+pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
+    let e = call.endpoint;
+    let policy = client.shared.policy;
+    let span = info_span!(
+        "call",
+        otel.name = %format_args!("{} {}", e.method.as_str(), e.path),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        http.request.method = e.method.as_str(),
+        url.template = e.path,
+        server.address = Empty,
+        server.port = Empty,
+        http.response.status_code = Empty,
+        error.type = Empty,
+        http.request.resend_count = Empty,
+        sdk.service = e.service,
+        sdk.operation = e.operation,
+        sdk.timeout_class = name(policy.timeouts.get(call.timeout.unwrap_or(e.timeout)).map(|t| t.name)),
+        sdk.retry_class = name(policy.retries.get(e.retry).map(|r| r.name)),
+        sdk.budget = name(policy.throttle.budgets.get(e.budget).map(|b| b.name)),
+        sdk.idempotent = e.idempotent,
+        sdk.stream = Empty,
+        sdk.taxonomy_row = Empty,
+        sdk.attempts = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    if let Some(stream) = e.stream.and_then(|i| policy.streams.get(i)) {
+        span.record("sdk.stream", stream.name);
+    }
+    if let Ok(url) = reqwest::Url::parse(&client.shared.base_url) {
+        if let Some(host) = url.host_str() {
+            span.record("server.address", host);
+        }
+        if let Some(port) = url.port_or_known_default() {
+            span.record("server.port", port);
+        }
+    }
+    span
+}
+
+/// A class or budget name; an endpoint made by hand outside the policy
+/// (refused by the scope check right after) has none.
+fn name(name: Option<&'static str>) -> &'static str {
+    name.unwrap_or("-")
+}
+
+/// The span of attempt `n` (1 for the first), a child of the call's.
+pub(crate) fn attempt(n: u32) -> Span {
+    info_span!(
+        "attempt",
+        http.request.resend_count = n.saturating_sub(1),
+        http.response.status_code = Empty,
+        error.type = Empty,
+        sdk.taxonomy_row = Empty,
+    )
+}
+
+/// What attempt `span` got: a status, and the row unless it succeeded.
+pub(crate) fn attempt_done(span: &Span, status: Option<u16>, row: Option<&TaxonomyRow>) {
+    if let Some(status) = status {
+        span.record("http.response.status_code", status);
+    }
+    if let Some(row) = row.filter(|r| !r.is_success()) {
+        span.record("error.type", row.class);
+        span.record("sdk.taxonomy_row", row.row);
+    }
+}
+
+/// Attempt `n` starts: the call has been re-sent `n - 1` times.
+pub(crate) fn resent(n: u32) {
+    let span = Span::current();
+    span.record("http.request.resend_count", n.saturating_sub(1));
+    span.record("sdk.attempts", n);
+}
+
+/// How the call ended.
+pub(crate) fn finished(span: &Span, result: &Result<Opened, Error>) {
+    match result {
+        Ok(opened) => {
+            span.record("http.response.status_code", opened.reply.status());
+        }
+        Err(e) => {
+            span.record("otel.status_code", "ERROR");
+            span.record("error.type", e.class_name());
+            span.record("sdk.taxonomy_row", e.row());
+            span.record("sdk.attempts", e.attempts());
+            span.record("http.request.resend_count", e.attempts().saturating_sub(1));
+            if let Some(status) = e.status() {
+                span.record("http.response.status_code", status);
+            }
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Every call is a `tracing` span with OpenTelemetry's HTTP client field
+//! names and the policy's own, every attempt a span inside it: read here by
+//! a subscriber layer of our own against the simulator, on a call retried
+//! after a 502 and on one that fails for good.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use grag_sim::testkit;
+use grag_sim::{Fault, Rule};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// One span as the layer saw it: name, fields, parent.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    name: String,
+    fields: BTreeMap<String, String>,
+    parent: Option<u64>,
+}
+
+/// Keeps every span and every field recorded on it.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<BTreeMap<u64, Seen>>>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Spans {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut seen = Seen {
+            name: attrs.metadata().name().to_owned(),
+            parent: ctx
+                .span(id)
+                .and_then(|s| s.parent())
+                .map(|p| p.id().into_u64()),
+            ..Seen::default()
+        };
+        attrs.record(&mut Fields(&mut seen.fields));
+        self.0.lock().unwrap().insert(id.into_u64(), seen);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+        if let Some(seen) = self.0.lock().unwrap().get_mut(&id.into_u64()) {
+            values.record(&mut Fields(&mut seen.fields));
+        }
+    }
+}
+
+impl Spans {
+    /// The call spans, in the order they were made, each with its attempts.
+    fn calls(&self) -> Vec<(Seen, Vec<Seen>)> {
+        let all = self.0.lock().unwrap().clone();
+        all.iter()
+            .filter(|(_, s)| s.name == "call")
+            .map(|(id, call)| {
+                let attempts = all
+                    .values()
+                    .filter(|s| s.name == "attempt" && s.parent == Some(*id))
+                    .cloned()
+                    .collect();
+                (call.clone(), attempts)
+            })
+            .collect()
+    }
+}
+
+fn field<'a>(span: &'a Seen, name: &str) -> Option<&'a str> {
+    span.fields.get(name).map(String::as_str)
+}
+
+#[tokio::test]
+async fn a_retried_call_is_one_span_with_an_attempt_span_per_try() {
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let sim = testkit::start(testkit::sim_config(100)).await;
+    let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
+    // One 502 (T12, bad_gateway, R1): retried, then answered.
+    sim.faults()
+        .push(Rule::new(Fault::BadGateway).on("list_kbs").once());
+    grag.workspaces().list_kbs().await.unwrap();
+
+    let calls = spans.calls();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    let (call, attempts) = &calls[0];
+    let port = sim.url().rsplit(':').next().unwrap().to_owned();
+    for (name, want) in [
+        ("otel.name", "GET /workspaces/api/v1/kbs"),
+        ("otel.kind", "client"),
+        ("http.request.method", "GET"),
+        ("url.template", "/workspaces/api/v1/kbs"),
+        ("server.address", "127.0.0.1"),
+        ("server.port", port.as_str()),
+        ("http.response.status_code", "200"),
+        ("http.request.resend_count", "1"),
+        ("sdk.service", "workspaces"),
+        ("sdk.operation", "list_kbs"),
+        ("sdk.timeout_class", "default"),
+        ("sdk.retry_class", "R1"),
+        ("sdk.budget", "global"),
+        ("sdk.idempotent", "true"),
+        ("sdk.attempts", "2"),
+    ] {
+        assert_eq!(field(call, name), Some(want), "{name}: {call:#?}");
+    }
+    assert_eq!(field(call, "error.type"), None, "it succeeded: {call:#?}");
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    let first = &attempts[0];
+    assert_eq!(field(first, "http.request.resend_count"), Some("0"));
+    assert_eq!(field(first, "http.response.status_code"), Some("502"));
+    assert_eq!(field(first, "error.type"), Some("bad_gateway"));
+    assert_eq!(field(first, "sdk.taxonomy_row"), Some("T12"));
+    let second = &attempts[1];
+    assert_eq!(field(second, "http.request.resend_count"), Some("1"));
+    assert_eq!(field(second, "http.response.status_code"), Some("200"));
+    assert_eq!(field(second, "error.type"), None);
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_call_names_its_taxonomy_class_as_error_type() {
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let sim = testkit::start(testkit::sim_config(100)).await;
+    let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
+    // A 402 (T5): never retried.
+    sim.faults()
+        .push(Rule::new(Fault::Budget).on("get_settings"));
+    let error = grag.workspaces().get_settings().await.unwrap_err();
+    assert_eq!(error.class_name(), "budget_exhausted");
+
+    let calls = spans.calls();
+    let (call, attempts) = &calls[0];
+    for (name, want) in [
+        ("otel.status_code", "ERROR"),
+        ("error.type", "budget_exhausted"),
+        ("sdk.taxonomy_row", "T5"),
+        ("http.response.status_code", "402"),
+        ("http.request.resend_count", "0"),
+        ("sdk.attempts", "1"),
+        ("sdk.retry_class", "R1"),
+    ] {
+        assert_eq!(field(call, name), Some(want), "{name}: {call:#?}");
+    }
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(field(&attempts[0], "error.type"), Some("budget_exhausted"));
+    sim.stop().await;
+}
