@@ -23,6 +23,7 @@ use std::time::Duration;
 use grag_client::policy::{POLICY, budget};
 use grag_client::types::{CreateKb, SearchRequest, UploadDocument};
 use grag_client::{Config, DocumentId, Grag, KbId, TenantId};
+use grag_sim::testkit::{arrivals, max_in_any_window};
 use grag_sim::{Fault, LoggedRequest, PlatformLimits, Rule, Sim, testkit};
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
@@ -527,26 +528,6 @@ async fn logged(sim: &Sim, n: usize, guard: Duration) -> usize {
         assert!(Instant::now() < deadline, "only {len} of {n} requests");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-fn max_in_any_window(times: &[Instant], width: Duration) -> usize {
-    times
-        .iter()
-        .enumerate()
-        .map(|(i, &start)| {
-            times[i..]
-                .iter()
-                .take_while(|&&t| t.duration_since(start) < width)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-fn arrivals<'a>(entries: impl IntoIterator<Item = &'a LoggedRequest>) -> Vec<Instant> {
-    let mut times: Vec<Instant> = entries.into_iter().map(|e| e.arrived).collect();
-    times.sort();
-    times
 }
 
 /// The most requests among `entries` in flight at one instant at the

@@ -27,8 +27,8 @@ use grag_client::types::{
     ConvertRequest, CreateKb, Point, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
 use grag_client::{Config, Created, DocumentId, Grag, KbId, PipelineId, TenantId};
-use grag_sim::testkit;
-use grag_sim::{Fault, LoggedRequest, Rule, Sim};
+use grag_sim::testkit::{self, arrivals, max_in_any_window};
+use grag_sim::{Fault, Rule, Sim};
 use sdk_runtime::Policy;
 use sdk_runtime::policy::ThrottlePolicy;
 use tokio::task::JoinHandle;
@@ -74,28 +74,6 @@ fn second(policy: &Policy) -> Duration {
 
 fn minute(policy: &Policy) -> Duration {
     policy.throttle.budget_period
-}
-
-/// The most arrivals in any half-open window `[t, t + width)`; only windows
-/// starting at an arrival can hold a maximum. `times` must be sorted.
-fn max_in_any_window(times: &[Instant], width: Duration) -> usize {
-    times
-        .iter()
-        .enumerate()
-        .map(|(i, &start)| {
-            times[i..]
-                .iter()
-                .take_while(|&&t| t.duration_since(start) < width)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-fn arrivals<'a>(entries: impl IntoIterator<Item = &'a LoggedRequest>) -> Vec<Instant> {
-    let mut times: Vec<Instant> = entries.into_iter().map(|e| e.arrived).collect();
-    times.sort();
-    times
 }
 
 async fn join_all<T>(tasks: Vec<JoinHandle<Result<T, grag_client::Error>>>) -> Vec<T> {

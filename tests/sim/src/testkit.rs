@@ -152,3 +152,28 @@ pub async fn follow(
     .await
     .expect("the job is followed to its end")
 }
+
+/// The most arrivals in any half-open window `[t, t + width)`; only windows
+/// starting at an arrival can hold a maximum. `times` must be sorted.
+pub fn max_in_any_window(times: &[tokio::time::Instant], width: std::time::Duration) -> usize {
+    times
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| {
+            times[i..]
+                .iter()
+                .take_while(|&&t| t.duration_since(start) < width)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// When each of `entries` arrived, in order.
+pub fn arrivals<'a>(
+    entries: impl IntoIterator<Item = &'a crate::LoggedRequest>,
+) -> Vec<tokio::time::Instant> {
+    let mut times: Vec<tokio::time::Instant> = entries.into_iter().map(|e| e.arrived).collect();
+    times.sort();
+    times
+}
