@@ -11,8 +11,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[cfg(feature = "redis")]
-#[cfg(feature = "redis")]
 use crate::alerts::AlertSink;
+#[cfg(feature = "redis")]
 use crate::policy::FleetMetricNames;
 use crate::policy::MetricNames;
 
