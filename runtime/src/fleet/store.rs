@@ -489,8 +489,15 @@ mod tests {
 
     /// A store on `server` with a deadline generous for a loaded machine
     /// (the deadline's own test sets a short one).
-    fn store(server: &RedisServer) -> Store {
-        Store::open(&server.url(), Duration::from_millis(500)).unwrap()
+    /// A redis-server of this test's own, a store on it and tenant `t1`'s
+    /// keys; `None` (the suite skipped) where redis-server is not installed.
+    fn started() -> Option<(RedisServer, Store, Keys)> {
+        if !available("fleet store") {
+            return None;
+        }
+        let server = RedisServer::start();
+        let store = Store::open(&server.url(), Duration::from_millis(500)).unwrap();
+        Some((server, store, Keys::new("api", "t1")))
     }
 
     async fn ask(
@@ -524,12 +531,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_bucket_lets_a_burst_go_then_reserves_one_slot_per_interval() {
-        if !available("fleet store") {
+        let Some((_server, store, keys)) = started() else {
             return;
-        }
-        let server = RedisServer::start();
-        let store = store(&server);
-        let keys = Keys::new("api", "t1");
+        };
         // One token every 10 s, a burst of 3: the waits are seconds, far
         // above any machine's call time.
         let shape = shape(10 * S, 3, 60 * S, 60 * S);
@@ -550,12 +554,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_rolling_window_admits_its_limit_then_reserves_slots_in_arrival_order() {
-        if !available("fleet store") {
+        let Some((_server, store, keys)) = started() else {
             return;
-        }
-        let server = RedisServer::start();
-        let store = store(&server);
-        let keys = Keys::new("api", "t1");
+        };
         let shape = shape(Duration::from_micros(1), 1_000, 600 * S, 60 * S);
         let all = [(None, 100)];
         let window = [(2, 3)];
@@ -590,12 +591,9 @@ mod tests {
 
     #[tokio::test]
     async fn leases_cap_the_fleet_s_requests_and_come_back_on_release_or_expiry() {
-        if !available("fleet store") {
+        let Some((_server, store, keys)) = started() else {
             return;
-        }
-        let server = RedisServer::start();
-        let store = store(&server);
-        let keys = Keys::new("api", "t1");
+        };
         let lease = Duration::from_millis(300);
         let shape = shape(Duration::from_micros(1), 1_000, 60 * S, lease);
         let ingest = [(Some(1), 2), (None, 8)];
@@ -633,12 +631,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_pause_holds_every_admission_until_its_latest_instant() {
-        if !available("fleet store") {
+        let Some((_server, store, keys)) = started() else {
             return;
-        }
-        let server = RedisServer::start();
-        let store = store(&server);
-        let keys = Keys::new("api", "t1");
+        };
         let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
         let one = [(None, 1)];
         store.pause(&keys, 20 * S).await.unwrap();
@@ -655,12 +650,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_dark_mark_answers_before_anything_is_taken() {
-        if !available("fleet store") {
+        let Some((_server, store, keys)) = started() else {
             return;
-        }
-        let server = RedisServer::start();
-        let store = store(&server);
-        let keys = Keys::new("api", "t1");
+        };
         let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
         store.set_dark(&keys, "/r", "7 503", 30 * S).await.unwrap();
         match ask(&store, &keys, &shape, "a", &[(None, 1)], &[]).await {
@@ -682,12 +674,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_flushed_script_is_loaded_again_and_one_prober_holds_the_probe() {
-        if !available("fleet store") {
+        let Some((_server, store, keys)) = started() else {
             return;
-        }
-        let server = RedisServer::start();
-        let store = store(&server);
-        let keys = Keys::new("api", "t1");
+        };
         let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
         go(&ask(&store, &keys, &shape, "a", &[(None, 8)], &[]).await);
         let mut connection = store.connection().await.unwrap();
