@@ -5,6 +5,7 @@ use std::time::Duration;
 
 pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Lane, ScopeNeed};
+pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -351,6 +352,8 @@ pub struct Row {
     pub remember_for: Option<Duration>,
     /// Index into [`Model::rows`].
     pub escalate_to: Option<usize>,
+    /// What the row means for a queued write; `Never` without a replay queue.
+    pub replay: RowReplay,
     pub action: String,
     pub source: Source,
 }

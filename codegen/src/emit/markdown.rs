@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::docs::{duration_text, source};
 use super::services::returns_text;
-use crate::model::{Conflict, Model, RetrySchedule, ScopeNeed};
+use crate::model::{Conflict, Model, RetrySchedule, RowReplay, ScopeNeed};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
@@ -450,6 +450,40 @@ fn replay_section(md: &mut String, model: &Model) {
         r.failures_metric,
         r.failure_alert,
     );
+    replay_rows(md, model);
+}
+
+/// What a failed step means for its job: the taxonomy's `replay` column,
+/// row by row.
+fn replay_rows(md: &mut String, model: &Model) {
+    let _ = writeln!(
+        md,
+        "\nA job whose step failed is settled by the `replay` column of the row that classified the error:\n"
+    );
+    for value in RowReplay::ALL {
+        let rows: Vec<&str> = model
+            .rows
+            .iter()
+            .filter(|r| r.replay == value)
+            .map(|r| r.row.as_str())
+            .collect();
+        let meaning = match value {
+            RowReplay::Outage => {
+                "the platform or the way to it is down: replayed after the pause (or the platform's wait), never while the breaker is open; for the deploy-suspected window after it, a `deploy` row is the deploy's"
+            }
+            RowReplay::Later => {
+                "not now, not an outage: replayed after the platform's `Retry-After`, or the pause"
+            }
+            RowReplay::Deploy => "replayed while a deploy is suspected, failed otherwise",
+            RowReplay::Never => "the job fails and keeps its error",
+        };
+        let rows = if rows.is_empty() {
+            "none".to_owned()
+        } else {
+            rows.join(", ")
+        };
+        let _ = writeln!(md, "- `{}` ({rows}): {meaning}.", value.as_str());
+    }
 }
 
 fn yes(b: bool) -> &'static str {

@@ -654,7 +654,7 @@ fn taxonomy(model: &Model) -> Value {
             .rows
             .iter()
             .map(|r| {
-                json!({
+                let mut row = json!({
                     "row": r.row,
                     "outcome": r.outcome.as_str(),
                     "status": r.status.map(|(lo, hi)| if lo == hi { json!(lo) } else { json!([lo, hi]) }),
@@ -666,7 +666,12 @@ fn taxonomy(model: &Model) -> Value {
                     "alert": r.alert,
                     "action": r.action.trim(),
                     "source": source(&r.source),
-                })
+                });
+                // What it means for a queued write, where writes are queued.
+                if model.replay.is_some() {
+                    row["replay"] = json!(r.replay.as_str());
+                }
+                row
             })
             .collect(),
     )
