@@ -356,7 +356,7 @@ impl Jobs {
     /// Whether a job met an outage within the breaker's deploy-suspected
     /// window: the platform may be deploying although the breaker never
     /// opened (fewer endpoints failed than it counts), so its transient
-    /// 404/422 are the deploy's, not the job's.
+    /// 401/404/422 (`replay: deploy` rows) are the deploy's, not the job's.
     fn in_outage(&self) -> bool {
         let policy = self.inner.grag.runtime().policy();
         let window = policy.breaker.as_ref().map(|b| b.deploy_suspected);
