@@ -111,6 +111,10 @@ pub struct Api {
     pub pipeline_services: Vec<String>,
     /// Where the policy asks for the workspace (`None` without workspace services).
     pub workspace_source: Option<Source>,
+    /// Where the policy asks for the tenant (`auth`).
+    pub tenant_source: Source,
+    /// Where the policy states the ID rules (`ids`).
+    pub ids_source: Source,
     pub source: Source,
 }
 

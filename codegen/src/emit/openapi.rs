@@ -662,11 +662,13 @@ fn taxonomy(model: &Model) -> Value {
                     "retry_after": r.retry_after,
                     "class": r.class,
                     "retry": r.retry.map(|i| model.retries[i].name.clone()),
-                    "feeds_breaker": r.feeds_breaker,
                     "alert": r.alert,
                     "action": r.action.trim(),
                     "source": source(&r.source),
                 });
+                if model.breaker.is_some() {
+                    row["feeds_breaker"] = json!(r.feeds_breaker);
+                }
                 // What it means for a queued write, where writes are queued.
                 if model.replay.is_some() {
                     row["replay"] = json!(r.replay.as_str());
@@ -683,14 +685,15 @@ fn timeouts(model: &Model) -> Value {
             .timeouts
             .iter()
             .map(|t| {
-                (
-                    t.name.clone(),
-                    json!({
-                        "per_attempt_ms": millis(t.per_attempt),
-                        "deploy_suspected_ms": t.deploy_suspected.map(millis),
-                        "doc": t.doc,
-                    }),
-                )
+                let mut timeout = json!({
+                    "per_attempt_ms": millis(t.per_attempt),
+                    "doc": t.doc,
+                });
+                // A deploy window exists only behind a breaker.
+                if model.breaker.is_some() {
+                    timeout["deploy_suspected_ms"] = json!(t.deploy_suspected.map(millis));
+                }
+                (t.name.clone(), timeout)
             })
             .collect(),
     )
