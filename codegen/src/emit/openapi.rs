@@ -153,7 +153,7 @@ fn components(model: &Model) -> Components {
     }
     let mut error = typed(SchemaType::Object);
     error.description = Some(
-        "An error answer as the platform gives it (FastAPI): `detail` is a string or a list of \
+        "An error answer: `detail` is a string or a list of \
          validation errors; an edge proxy may answer plain text instead. The taxonomy row is \
          chosen by status and detail (`x-taxonomy`)."
             .into(),
@@ -296,9 +296,10 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             object(tenant),
             Some(format!(
                 "The tenant, from `${}`; never defaulted, and never one of the reserved tenants \
-                 ({}), which the platform would serve silently.",
+                 ({}) (policy {}).",
                 api.tenant_env,
-                api.reserved_tenants.join(", ")
+                api.reserved_tenants.join(", "),
+                super::docs::source(&api.tenant_source)
             )),
         ));
     }
