@@ -380,22 +380,17 @@ pub fn client_rs(model: &Model) -> TokenStream {
         "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}.",
         fleet.env_doc
     ));
-    let breaker = if model.breaker.is_some() {
-        "the breaker, "
-    } else {
-        ""
+    // The breaker only for an API that has one.
+    let (shared, underneath) = match model.breaker {
+        Some(_) => ("the breaker, ", "breaker state, "),
+        None => ("", ""),
     };
     let client_doc = doc(&format!(
-        "The {} client. Cheap to clone: clones share {breaker}the throttle and the telemetry.",
+        "The {} client. Cheap to clone: clones share {shared}the throttle and the telemetry.",
         model.api.title
     ));
     let runtime_doc = doc(&format!(
-        "The runtime underneath: {breaker}throttle, telemetry.",
-        breaker = if model.breaker.is_some() {
-            "breaker state, "
-        } else {
-            ""
-        }
+        "The runtime underneath: {underneath}throttle, telemetry."
     ));
     let warm = WarmUpKnob::of(model);
     let (warm_field, warm_init, warm_method, warm_debug, warm_apply) = (
