@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use grag_client::policy::{POLICY as GRAG, budget, retry, stream, timeout};
-use sdk_runtime::policy::{Policy, RetrySchedule, StreamPolicy};
+use sdk_runtime::policy::{Policy, Replay, RetrySchedule, StreamPolicy};
 
 const fn s(secs: u64) -> Duration {
     Duration::from_secs(secs)
@@ -168,6 +168,44 @@ fn the_replay_queue_keeps_the_core_documents_lock_rule() {
             step: replay.lock_step,
         }
     );
+}
+
+#[test]
+fn the_replay_column_keeps_the_documents_queue_rules() {
+    let replay = |row: &str| {
+        GRAG.taxonomy
+            .iter()
+            .find(|r| r.row == row)
+            .unwrap_or_else(|| panic!("row {row}"))
+            .replay
+    };
+    // §5.3.2: "on breaker-open or terminal connection failure, the job flips
+    // to pending_replay"; §5.2 counts 502/503 with the connection-level ones.
+    assert_eq!(replay("T21"), Replay::Outage, "§5.3.2 breaker open");
+    assert_eq!(replay("T1"), Replay::Outage, "§5.3.2 connection failure");
+    for row in ["T12", "T14", "T16"] {
+        assert_eq!(replay(row), Replay::Outage, "{row}: §5.2 a 502/503");
+    }
+    // App. A: "503 + Retry-After (WAL) → honor Retry-After / re-queue ingest".
+    assert_eq!(replay("T15"), Replay::Later, "App. A re-queue ingest");
+    // §5.1: "transient 401/404/422 answers can occur while containers come up".
+    for row in ["T3", "T6", "T10"] {
+        assert_eq!(replay(row), Replay::Deploy, "{row}: §5.1 deploy churn");
+    }
+    // Verdicts: 402 hard stop, 413 split, 400 client bug, admin runbook, a
+    // scope refused before sending (App. A, §3).
+    for row in ["T5", "T9", "T2", "T4", "T22"] {
+        assert_eq!(replay(row), Replay::Never, "{row}: App. A / §3");
+    }
+    // The Core document queues nothing: no row replays.
+    for r in core_client::policy::POLICY.taxonomy {
+        assert_eq!(
+            r.replay,
+            Replay::Never,
+            "{}: Core has no replay queue",
+            r.row
+        );
+    }
 }
 
 #[test]

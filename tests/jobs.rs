@@ -780,6 +780,28 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
     assert!(q.jobs.rerun("no-such-job").await.unwrap().is_none());
 }
 
+/// T3 says `replay: deploy`: a 401 while no deploy is suspected is a verdict
+/// on the write, kept for the UI; inside the window (the churn above) the
+/// same answer is the deploy's and the job is replayed.
+#[tokio::test]
+async fn a_401_outside_a_deploy_fails_the_job_instead_of_queueing_it() {
+    let q = Queue::start().await;
+    q.env.sim.faults().push(
+        Rule::new(Fault::Status {
+            status: 401,
+            detail: "invalid api key".into(),
+            retry_after: None,
+        })
+        .on("upload_document"),
+    );
+    let job = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(job.state, JobState::Failed, "{job:?}");
+    let error = job.last_error.as_ref().expect("the error is kept");
+    assert_eq!((error.class.as_str(), error.status), ("auth", Some(401)));
+    assert_eq!(q.replay().await, 0, "nothing waits for a replay");
+    assert_eq!(q.env.count("upload_document"), 1, "sent once, never again");
+}
+
 #[tokio::test]
 async fn a_replay_that_fails_after_the_close_raises_replay_failures() {
     // degradation.yaml `replay_failures`: a job that waited through an outage

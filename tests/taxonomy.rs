@@ -77,6 +77,15 @@ fn assert_row(e: &Error, row: &str, class: &str, message: &str) {
     assert_eq!(e.class_name(), class, "class of {e}");
     assert_eq!(e.class().as_str(), class, "the generated class of {e}");
     assert_eq!(e.message(), Some(message), "German message of {e}");
+    let spec = grag_client::policy::POLICY
+        .taxonomy
+        .iter()
+        .find(|r| r.row == row);
+    assert_eq!(
+        Some(e.replay()),
+        spec.map(|r| r.replay),
+        "the queue reads the row's `replay` from {e}"
+    );
 }
 
 #[test]

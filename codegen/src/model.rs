@@ -5,6 +5,7 @@ use std::time::Duration;
 
 pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Lane, ScopeNeed};
+pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -110,6 +111,10 @@ pub struct Api {
     pub pipeline_services: Vec<String>,
     /// Where the policy asks for the workspace (`None` without workspace services).
     pub workspace_source: Option<Source>,
+    /// Where the policy asks for the tenant (`auth`).
+    pub tenant_source: Source,
+    /// Where the policy states the ID rules (`ids`).
+    pub ids_source: Source,
     pub source: Source,
 }
 
@@ -351,6 +356,8 @@ pub struct Row {
     pub remember_for: Option<Duration>,
     /// Index into [`Model::rows`].
     pub escalate_to: Option<usize>,
+    /// What the row means for a queued write; `Never` without a replay queue.
+    pub replay: RowReplay,
     pub action: String,
     pub source: Source,
 }

@@ -551,6 +551,10 @@ pub struct Row {
     /// by this row instead (an unknown 503 twice means dark).
     #[serde(default)]
     pub escalate_to: Option<Text>,
+    /// What the row means for a queued write: `outage`, `later`, `deploy` or
+    /// `never` (`Replay`). Every row says it when the API has a replay queue.
+    #[serde(default)]
+    pub replay: Option<Text>,
     pub action: Text,
     pub source: Text,
     #[serde(default)]

@@ -1727,3 +1727,53 @@ fn a_fleet_metric_name_is_checked() {
         "fleet.metrics.degraded",
     );
 }
+
+#[test]
+fn with_a_replay_queue_every_row_says_what_it_means_for_a_queued_write() {
+    let file = "taxonomy.yaml";
+    let line = line_of(file, "row: T21", 0);
+    let e = one(
+        broken(
+            file,
+            "class: circuit_open\n    replay: outage",
+            "class: circuit_open",
+            0,
+        ),
+        file,
+        line,
+        "rows.T21.replay",
+    );
+    assert!(e.message.contains("outage | later | deploy | never"), "{e}");
+}
+
+#[test]
+fn a_replay_value_outside_the_four_is_refused() {
+    let file = "taxonomy.yaml";
+    let line = line_of(file, "replay: later", 0);
+    let e = one(
+        broken(file, "replay: later", "replay: soon", 0),
+        file,
+        line,
+        "rows.T11.replay",
+    );
+    assert!(e.message.contains("unknown replay `soon`"), "{e}");
+}
+
+#[test]
+fn without_a_replay_queue_a_row_has_no_replay() {
+    let file = "taxonomy.yaml";
+    let line = line_of_in("core", file, "class: transport", 0) + 1;
+    let e = one(
+        broken_in(
+            "core",
+            file,
+            "class: transport",
+            "class: transport\n    replay: outage",
+            0,
+        ),
+        file,
+        line,
+        "rows.C1.replay",
+    );
+    assert!(e.message.contains("no replay queue"), "{e}");
+}

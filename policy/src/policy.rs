@@ -546,6 +546,8 @@ pub struct TaxonomyRow {
     pub remember_for: Option<Duration>,
     /// Index of the row that applies when the retry brings back the same detail.
     pub escalate_to: Option<usize>,
+    /// What this row means for a queued write: replayed, or failed.
+    pub replay: Replay,
     pub action: &'static str,
     /// The German message of `class`, resolved by the generator (the same as
     /// [`Policy::message`], without a lookup on the error path).
@@ -559,6 +561,51 @@ impl TaxonomyRow {
     /// Whether this row turns the outcome into a success.
     pub fn is_success(&self) -> bool {
         self.class == "success"
+    }
+}
+
+/// What a failure means for a queued write (a job of the replay queue,
+/// GRAG §5.3): whether the job waits and is sent again, or fails for a
+/// person to decide. The taxonomy row says it, so the queue keeps no status
+/// list of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Replay {
+    /// The platform, or the way to it, is down: the job is replayed once
+    /// the breaker closes, and a deploy is suspected meanwhile.
+    Outage,
+    /// Not now, but not an outage either (the platform asked for time with
+    /// `Retry-After`, a feature is switched off): the job is replayed after
+    /// the platform's wait, or the queue's pause.
+    Later,
+    /// Transient while a deploy is suspected (containers coming up behind
+    /// the proxy): replayed then, a verdict on the job otherwise.
+    Deploy,
+    /// A verdict on the write: the job fails and keeps its error.
+    Never,
+}
+
+impl Replay {
+    /// Every value, in the order the spec documents them.
+    pub const ALL: [Replay; 4] = [Replay::Outage, Replay::Later, Replay::Deploy, Replay::Never];
+
+    /// The spec's spelling (`outage`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replay::Outage => "outage",
+            Replay::Later => "later",
+            Replay::Deploy => "deploy",
+            Replay::Never => "never",
+        }
+    }
+
+    /// Whether a job that failed on this row is replayed, given whether a
+    /// deploy is suspected.
+    pub fn replays(self, deploy_suspected: bool) -> bool {
+        match self {
+            Replay::Outage | Replay::Later => true,
+            Replay::Deploy => deploy_suspected,
+            Replay::Never => false,
+        }
     }
 }
 

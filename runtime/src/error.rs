@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::policy::OutcomeKind;
+use crate::policy::{OutcomeKind, Replay};
 
 /// A failed call, with the taxonomy row that classified it.
 pub struct Error {
@@ -25,6 +25,8 @@ struct Inner {
     attempts: u32,
     message: Option<&'static str>,
     replayable: bool,
+    /// The row's `replay`: what the failure means for a queued write.
+    replay: Replay,
     outcome_unknown: bool,
     answer_lost: bool,
     /// A stream's opening timed out before its head: something between holds it.
@@ -52,6 +54,7 @@ impl Error {
                 attempts: 0,
                 message: None,
                 replayable: false,
+                replay: Replay::Never,
                 outcome_unknown: false,
                 answer_lost: false,
                 head_withheld: false,
@@ -101,6 +104,11 @@ impl Error {
 
     pub(crate) fn with_replayable(mut self, replayable: bool) -> Self {
         self.inner.replayable = replayable;
+        self
+    }
+
+    pub(crate) fn with_replay(mut self, replay: Replay) -> Self {
+        self.inner.replay = replay;
         self
     }
 
@@ -177,6 +185,14 @@ impl Error {
     /// again once the breaker closes (the replay queue does).
     pub fn replayable(&self) -> bool {
         self.inner.replayable
+    }
+
+    /// What the row that classified the error means for a queued write
+    /// (its `replay` column): replayed after an outage, later, only while a
+    /// deploy is suspected, or never. [`Error::replayable`] says whether the
+    /// route may be queued at all; this says whether this failure waits.
+    pub fn replay(&self) -> Replay {
+        self.inner.replay
     }
 
     /// The outcome that ended the call: the taxonomy's `outcome` its row matched.

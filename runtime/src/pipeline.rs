@@ -669,7 +669,9 @@ impl Client {
                 self.shared.policy.message("unclassified"),
             ),
         };
-        Error::new(kind, name, class, endpoint.operation).with_message(message)
+        Error::new(kind, name, class, endpoint.operation)
+            .with_message(message)
+            .with_replay(row.map_or(crate::policy::Replay::Never, |r| r.replay))
     }
 
     /// An error of `endpoint` classified by the row of `kind`: for outcomes

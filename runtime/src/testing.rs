@@ -115,6 +115,7 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
         feature_state: None,
         remember_for: None,
         escalate_to: None,
+        replay: Replay::Never,
         action: "",
         message: None,
         unknown_message: None,

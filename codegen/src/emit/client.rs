@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::docs::{doc, ident, inner_doc};
+use super::docs::{doc, ident, inner_doc, source};
 use super::services::{handle_type, module_name};
 use crate::model::{Model, ScopeNeed};
 
@@ -380,10 +380,26 @@ pub fn client_rs(model: &Model) -> TokenStream {
         "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}.",
         fleet.env_doc
     ));
+    // The breaker only for an API that has one.
+    let (shared, underneath) = match model.breaker {
+        Some(_) => ("the breaker, ", "breaker state, "),
+        None => ("", ""),
+    };
     let client_doc = doc(&format!(
-        "The {} client. Cheap to clone: clones share the breaker, the throttle and the telemetry.",
+        "The {} client. Cheap to clone: clones share {shared}the throttle and the telemetry.",
         model.api.title
     ));
+    let runtime_doc = doc(&format!(
+        "The runtime underneath: {underneath}throttle, telemetry."
+    ));
+    let warm = WarmUpKnob::of(model);
+    let (warm_field, warm_init, warm_method, warm_debug, warm_apply) = (
+        &warm.field,
+        &warm.init,
+        &warm.method,
+        &warm.debug,
+        &warm.apply,
+    );
     quote! {
         #module_doc
 
@@ -403,7 +419,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
             api_key: String,
             tenant: TenantId,
             alerts: Option<Arc<dyn AlertSink>>,
-            warm_up: bool,
+            #warm_field
             pool_idle: Option<std::time::Duration>,
             #retry_fields
             #fleet_field
@@ -411,24 +427,20 @@ pub fn client_rs(model: &Model) -> TokenStream {
 
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, warm_up: false, pool_idle: None, #retry_init #fleet_init }
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, #warm_init pool_idle: None, #retry_init #fleet_init }
             }
 
             #retry_methods
 
             #fleet_method
 
-            /// Where alerts go (policy §10.4); by default a `warn` log event.
+            /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
             pub fn alerts(mut self, sink: impl AlertSink) -> Self {
                 self.alerts = Some(Arc::new(sink));
                 self
             }
 
-            /// Fire the spec's warm-up calls once after every breaker close (policy §7).
-            pub fn warm_up(mut self, enabled: bool) -> Self {
-                self.warm_up = enabled;
-                self
-            }
+            #warm_method
 
             /// How long an idle pooled connection is kept (the spec's `connections.pool_idle` by
             /// default): below the keep-alive of a proxy in front that closes sooner. Below the
@@ -458,7 +470,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                     .field("base_url", &self.base_url)
                     .field("api_key", &"<redacted>")
                     .field("tenant", &self.tenant)
-                    .field("warm_up", &self.warm_up)
+                    #warm_debug
                     .field("pool_idle", &self.pool_idle)
                     .finish_non_exhaustive()
             }
@@ -481,7 +493,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
             /// the route table is refused.
             pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
                 let mut runtime = ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
-                    .warm_up(config.warm_up);
+                    #warm_apply;
                 if let Some(alerts) = config.alerts {
                     runtime = runtime.alerts(alerts);
                 }
@@ -497,8 +509,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
             #with_pipeline
 
             /// The same client, noting the request ID of every call that reaches
-            /// the platform in `refs` (for `ai_runs.refs`, policy §10.1), while
-            /// every method returns what it always returns:
+            /// the server in `refs`, while every method returns what it always returns:
             /// `let refs = RequestRefs::new(); client.noting_requests(&refs)...; refs.take()`.
             pub fn noting_requests(&self, refs: &RequestRefs) -> Self {
                 Self { client: self.client.noting_requests(refs) }
@@ -506,7 +517,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
 
                 #for_queue
 
-            /// The runtime underneath: breaker state, throttle, telemetry.
+            #runtime_doc
             pub fn runtime(&self) -> &Client {
                 &self.client
             }
@@ -514,6 +525,45 @@ pub fn client_rs(model: &Model) -> TokenStream {
             #(#accessors)*
 
             #(#modes)*
+        }
+    }
+}
+
+/// The `warm_up` knob of `Config`, for an API whose spec has warm-up calls;
+/// nothing for one without (a knob that could do nothing is not offered).
+#[derive(Default)]
+struct WarmUpKnob {
+    field: TokenStream,
+    init: TokenStream,
+    method: TokenStream,
+    debug: TokenStream,
+    apply: TokenStream,
+}
+
+impl WarmUpKnob {
+    fn of(model: &Model) -> Self {
+        let calls: Vec<_> = model.breaker.iter().flat_map(|b| &b.warm_up).collect();
+        if calls.is_empty() {
+            return Self::default();
+        }
+        let mut sources: Vec<String> = calls.iter().map(|c| source(&c.source)).collect();
+        sources.dedup();
+        let method_doc = doc(&format!(
+            "Fire the spec's warm-up calls once after every breaker close (policy {}).",
+            sources.join(", ")
+        ));
+        Self {
+            field: quote!(warm_up: bool,),
+            init: quote!(warm_up: false,),
+            method: quote! {
+                #method_doc
+                pub fn warm_up(mut self, enabled: bool) -> Self {
+                    self.warm_up = enabled;
+                    self
+                }
+            },
+            debug: quote!(.field("warm_up", &self.warm_up)),
+            apply: quote!(.warm_up(config.warm_up)),
         }
     }
 }

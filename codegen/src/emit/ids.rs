@@ -17,8 +17,9 @@ pub fn ids_rs(model: &Model) -> Result<String, String> {
         "IdKind::Tenant",
         &format!(
             "The tenant every request is sent for (`{}`).\n\nRequired to build a client; never defaulted. \
-             The platform's own tenants (`{reserved}`) are refused (policy §3).",
-            model.api.headers.tenant
+             The platform's own tenants (`{reserved}`) are refused (policy {}).",
+            model.api.headers.tenant,
+            super::docs::source(&model.api.tenant_source)
         ),
     );
     let workspace = model
@@ -50,8 +51,9 @@ pub fn ids_rs(model: &Model) -> Result<String, String> {
         )
     });
     let module_doc = inner_doc(&format!(
-        "Validated identifiers. The IDs the client chooses match `{pattern}` (policy §3.3); \
-         those the platform mints are only checked to be path-safe. The only way to get one is `parse`."
+        "Validated identifiers. The IDs the client chooses match `{pattern}` (policy {}); \
+         those the platform mints are only checked to be path-safe. The only way to get one is `parse`.",
+        super::docs::source(&model.api.ids_source)
     ));
     let existing = model
         .routes()

@@ -30,10 +30,9 @@ pub fn log_rs(model: &Model) -> String {
         );
     }
     let (service, workspace) = (&log.service_field, &log.workspace_field);
+    let module_doc = module_doc(model, [&alert, &breaker, &retry, &stream]);
     format!(
-        r#"//! The {title} client's log lines: attempts on target `{target}`, alerts on `{alert}`,
-//! breaker transitions and warm-ups on `{breaker}`, spent retries on `{retry}`,
-//! streams that failed after their head on `{stream}`.
+        r#"{module_doc}
 //! Never a body: only its length and sha256.
 
 use sdk_runtime::log::{{AlertLine, AttemptLine, ExhaustedLine, LogLines, SentLine, StreamFailedLine}};
@@ -141,6 +140,47 @@ impl LogLines for Lines {{
     }}
 }}
 "#,
-        title = model.api.title,
     )
+}
+
+/// The module's first lines: the targets of the lines this API can write
+/// (no breaker line without a breaker, no stream line without streams).
+fn module_doc(model: &Model, [alert, breaker, retry, stream]: [&String; 4]) -> String {
+    let mut lines = vec![
+        format!("attempts on target `{}`", model.log.target),
+        format!("alerts on `{alert}`"),
+    ];
+    if let Some(b) = &model.breaker {
+        let warm_ups = if b.warm_up.is_empty() {
+            ""
+        } else {
+            " and warm-ups"
+        };
+        lines.push(format!("breaker transitions{warm_ups} on `{breaker}`"));
+    }
+    lines.push(format!("spent retries on `{retry}`"));
+    if !model.streams.is_empty() {
+        lines.push(format!(
+            "streams that failed after their head on `{stream}`"
+        ));
+    }
+    let text = format!(
+        "The {} client's log lines: {}.",
+        model.api.title,
+        lines.join(", ")
+    );
+    // Wrapped as a person would, at about 100 columns.
+    let mut out = String::new();
+    let mut line = String::from("//!");
+    for word in text.split(' ') {
+        if line.len() + 1 + word.len() > 100 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("//!");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out
 }

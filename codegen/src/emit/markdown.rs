@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::docs::{duration_text, source};
 use super::services::returns_text;
-use crate::model::{Conflict, Model, RetrySchedule, ScopeNeed};
+use crate::model::{Conflict, Model, RetrySchedule, RowReplay, ScopeNeed};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
@@ -77,21 +77,25 @@ pub fn policy_md(model: &Model) -> String {
         );
     }
 
+    // The deploy-suspected column only for an API whose spec has one.
+    let deploy = model.timeouts.iter().any(|t| t.deploy_suspected.is_some());
     let _ = writeln!(
         md,
-        "\n## Timeout classes\n\n| class | per attempt | deploy-suspected | source |\n|---|---|---|---|"
+        "\n## Timeout classes\n\n| class | per attempt |{} source |\n|---|---|{}---|",
+        if deploy { " deploy-suspected |" } else { "" },
+        if deploy { "---|" } else { "" },
     );
     for t in &model.timeouts {
-        let longer = t
-            .deploy_suspected
-            .map(duration_text)
-            .unwrap_or_else(|| "—".into());
+        let longer = match (deploy, t.deploy_suspected) {
+            (false, _) => String::new(),
+            (true, Some(d)) => format!(" {} |", duration_text(d)),
+            (true, None) => " — |".into(),
+        };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {} |{longer} {} |",
             t.name,
             duration_text(t.per_attempt),
-            longer,
             source(&t.source)
         );
     }
@@ -117,9 +121,13 @@ pub fn policy_md(model: &Model) -> String {
         );
     }
 
+    // The breaker column only for an API with a breaker.
+    let breaker = model.breaker.is_some();
     let _ = writeln!(
         md,
-        "\n## Error taxonomy (first matching row wins)\n\n| row | matches | class | retry | breaker | outcome unknown | alert | action | source |\n|---|---|---|---|---|---|---|---|---|"
+        "\n## Error taxonomy (first matching row wins)\n\n| row | matches | class | retry |{} outcome unknown | alert | action | source |\n|---|---|---|---|{}---|---|---|---|",
+        if breaker { " breaker |" } else { "" },
+        if breaker { "---|" } else { "" },
     );
     for row in &model.rows {
         let mut matches = row.outcome.as_str().to_owned();
@@ -157,24 +165,30 @@ pub fn policy_md(model: &Model) -> String {
             .retry
             .map(|i| model.retries[i].name.as_str())
             .unwrap_or("—");
+        let feeds = if breaker {
+            format!(" {} |", yes(row.feeds_breaker))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} |{feeds} {} | {} | {} | {} |",
             row.row,
             matches,
             row.class,
             retry,
-            yes(row.feeds_breaker),
             yes(row.outcome_unknown),
             row.alert.as_deref().unwrap_or("—"),
             row.action.replace('|', "/").replace('\n', " "),
             source(&row.source)
         );
     }
-    let _ = writeln!(
-        md,
-        "\nDetail sets (case-insensitive substrings of `detail`):\n"
-    );
+    if !model.details.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nDetail sets (case-insensitive substrings of `detail`):\n"
+        );
+    }
     for d in &model.details {
         let _ = writeln!(
             md,
@@ -228,7 +242,12 @@ pub fn policy_md(model: &Model) -> String {
 
     let _ = writeln!(
         md,
-        "\n## Streams\n\n| stream | watchdog | keepalive | ceiling | fallback | resend | first event | terminal events | clean end before one | source |\n|---|---|---|---|---|---|---|---|---|---|"
+        "\n## Streams\n\n{}",
+        if model.streams.is_empty() {
+            "None: no route streams."
+        } else {
+            "| stream | watchdog | keepalive | ceiling | fallback | resend | first event | terminal events | clean end before one | source |\n|---|---|---|---|---|---|---|---|---|---|"
+        }
     );
     for s in &model.streams {
         let fallback = s
@@ -313,7 +332,12 @@ pub fn policy_md(model: &Model) -> String {
 
     let _ = writeln!(
         md,
-        "\n## Feature states\n\n| state | German copy | meaning | source |\n|---|---|---|---|"
+        "\n## Feature states\n\n{}",
+        if model.states.is_empty() {
+            "None: no feature is shown degraded."
+        } else {
+            "| state | German copy | meaning | source |\n|---|---|---|---|"
+        }
     );
     for s in &model.states {
         let _ = writeln!(
@@ -450,6 +474,40 @@ fn replay_section(md: &mut String, model: &Model) {
         r.failures_metric,
         r.failure_alert,
     );
+    replay_rows(md, model);
+}
+
+/// What a failed step means for its job: the taxonomy's `replay` column,
+/// row by row.
+fn replay_rows(md: &mut String, model: &Model) {
+    let _ = writeln!(
+        md,
+        "\nA job whose step failed is settled by the `replay` column of the row that classified the error:\n"
+    );
+    for value in RowReplay::ALL {
+        let rows: Vec<&str> = model
+            .rows
+            .iter()
+            .filter(|r| r.replay == value)
+            .map(|r| r.row.as_str())
+            .collect();
+        let meaning = match value {
+            RowReplay::Outage => {
+                "the platform or the way to it is down: replayed after the pause (or the platform's wait), never while the breaker is open; for the deploy-suspected window after it, a `deploy` row is the deploy's"
+            }
+            RowReplay::Later => {
+                "not now, not an outage: replayed after the platform's `Retry-After`, or the pause"
+            }
+            RowReplay::Deploy => "replayed while a deploy is suspected, failed otherwise",
+            RowReplay::Never => "the job fails and keeps its error",
+        };
+        let rows = if rows.is_empty() {
+            "none".to_owned()
+        } else {
+            rows.join(", ")
+        };
+        let _ = writeln!(md, "- `{}` ({rows}): {meaning}.", value.as_str());
+    }
 }
 
 fn yes(b: bool) -> &'static str {

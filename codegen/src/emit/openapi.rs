@@ -153,7 +153,7 @@ fn components(model: &Model) -> Components {
     }
     let mut error = typed(SchemaType::Object);
     error.description = Some(
-        "An error answer as the platform gives it (FastAPI): `detail` is a string or a list of \
+        "An error answer: `detail` is a string or a list of \
          validation errors; an edge proxy may answer plain text instead. The taxonomy row is \
          chosen by status and detail (`x-taxonomy`)."
             .into(),
@@ -296,9 +296,10 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             object(tenant),
             Some(format!(
                 "The tenant, from `${}`; never defaulted, and never one of the reserved tenants \
-                 ({}), which the platform would serve silently.",
+                 ({}) (policy {}).",
                 api.tenant_env,
-                api.reserved_tenants.join(", ")
+                api.reserved_tenants.join(", "),
+                super::docs::source(&api.tenant_source)
             )),
         ));
     }
@@ -654,7 +655,7 @@ fn taxonomy(model: &Model) -> Value {
             .rows
             .iter()
             .map(|r| {
-                json!({
+                let mut row = json!({
                     "row": r.row,
                     "outcome": r.outcome.as_str(),
                     "status": r.status.map(|(lo, hi)| if lo == hi { json!(lo) } else { json!([lo, hi]) }),
@@ -662,11 +663,18 @@ fn taxonomy(model: &Model) -> Value {
                     "retry_after": r.retry_after,
                     "class": r.class,
                     "retry": r.retry.map(|i| model.retries[i].name.clone()),
-                    "feeds_breaker": r.feeds_breaker,
                     "alert": r.alert,
                     "action": r.action.trim(),
                     "source": source(&r.source),
-                })
+                });
+                if model.breaker.is_some() {
+                    row["feeds_breaker"] = json!(r.feeds_breaker);
+                }
+                // What it means for a queued write, where writes are queued.
+                if model.replay.is_some() {
+                    row["replay"] = json!(r.replay.as_str());
+                }
+                row
             })
             .collect(),
     )
@@ -678,14 +686,15 @@ fn timeouts(model: &Model) -> Value {
             .timeouts
             .iter()
             .map(|t| {
-                (
-                    t.name.clone(),
-                    json!({
-                        "per_attempt_ms": millis(t.per_attempt),
-                        "deploy_suspected_ms": t.deploy_suspected.map(millis),
-                        "doc": t.doc,
-                    }),
-                )
+                let mut timeout = json!({
+                    "per_attempt_ms": millis(t.per_attempt),
+                    "doc": t.doc,
+                });
+                // A deploy window exists only behind a breaker.
+                if model.breaker.is_some() {
+                    timeout["deploy_suspected_ms"] = json!(t.deploy_suspected.map(millis));
+                }
+                (t.name.clone(), timeout)
             })
             .collect(),
     )

@@ -133,6 +133,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         });
         let feeds = r.feeds_breaker;
         let unknown = r.outcome_unknown;
+        let replay = row_replay(r.replay);
         let unknown_message = option(model.unknown_outcome.as_ref().filter(|_| unknown), |m| {
             let copy = &m.copy;
             quote!(#copy)
@@ -181,6 +182,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 feature_state: #feature_state,
                 remember_for: #remember,
                 escalate_to: #escalate,
+                replay: #replay,
                 action: #action,
                 message: #message,
                 unknown_message: #unknown_message,
@@ -640,6 +642,11 @@ fn schedule(s: &RetrySchedule) -> TokenStream {
             quote!(RetrySchedule::Linear { attempts: #attempts, step: #step })
         }
     }
+}
+
+fn row_replay(r: crate::model::RowReplay) -> TokenStream {
+    let name = ident(&format!("{r:?}"));
+    quote!(Replay::#name)
 }
 
 fn outcome(o: OutcomeKind) -> TokenStream {

@@ -154,6 +154,8 @@ impl Cx<'_> {
                 .workspace_services
                 .as_ref()
                 .map(|w| self.source(&w.source, w.inferred)),
+            tenant_source: self.source(&api.auth.source, api.auth.inferred),
+            ids_source: self.source(&api.ids.source, api.ids.inferred),
             source: self.source(&api.origin.source, api.origin.inferred),
         }
     }

@@ -111,6 +111,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
             breaker: raw.policy.breaker.is_some(),
             streams: !raw.streams.streams.is_empty(),
             jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
+            replay: raw.policy.replay.is_some(),
         },
         &services,
     );

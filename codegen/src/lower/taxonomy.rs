@@ -14,6 +14,8 @@ pub(super) struct Sections {
     pub streams: bool,
     /// A stream follows a job (it has a `fallback`): a job can end failed.
     pub jobs: bool,
+    /// Writes are queued for replay: every row says what it means for one.
+    pub replay: bool,
 }
 
 /// Statuses a 2xx route answers with: decoded by the route's shape, never classified.
@@ -258,6 +260,7 @@ impl Cx<'_> {
                     ),
                 );
             }
+            let replay = self.replay_of(r, has.replay);
             let remember_for = r
                 .remember_for
                 .as_ref()
@@ -280,6 +283,7 @@ impl Cx<'_> {
                 feature_state,
                 remember_for,
                 escalate_to: None, // resolved below, once every row is known
+                replay,
                 action: r.action.to_string(),
                 source: self.source(&r.source, r.inferred),
             });
@@ -314,6 +318,54 @@ impl Cx<'_> {
             }
         }
         out
+    }
+}
+
+impl Cx<'_> {
+    /// The row's `replay`: required with a replay queue (a new row cannot
+    /// leave the queue guessing), refused without one (nothing to decide).
+    fn replay_of(&mut self, r: &spec::Row, queue: bool) -> RowReplay {
+        let field = format!("rows.{}.replay", &*r.row);
+        let Some(text) = &r.replay else {
+            if queue {
+                self.error(
+                    &r.row,
+                    field,
+                    format!(
+                        "policy.yaml has a replay queue: say what this row means for a queued write (`replay: {}`)",
+                        RowReplay::ALL.map(RowReplay::as_str).join(" | ")
+                    ),
+                );
+            }
+            return RowReplay::Never;
+        };
+        if !queue {
+            self.error(
+                text,
+                field,
+                "policy.yaml has no replay queue: no write is queued, drop `replay`",
+            );
+            return RowReplay::Never;
+        }
+        match RowReplay::ALL
+            .into_iter()
+            .find(|v| v.as_str() == text.as_str())
+        {
+            Some(replay) => replay,
+            None => {
+                let known = RowReplay::ALL.map(RowReplay::as_str);
+                self.error(
+                    text,
+                    field,
+                    format!(
+                        "unknown replay `{}`: expected one of {}",
+                        &**text,
+                        one_of(&known)
+                    ),
+                );
+                RowReplay::Never
+            }
+        }
     }
 }
 

@@ -15,7 +15,6 @@ pub struct Config {
     api_key: String,
     tenant: TenantId,
     alerts: Option<Arc<dyn AlertSink>>,
-    warm_up: bool,
     pool_idle: Option<std::time::Duration>,
     retry_attempts: Option<u32>,
     retry_backoff: Option<std::time::Duration>,
@@ -28,7 +27,6 @@ impl Config {
             api_key: api_key.into(),
             tenant,
             alerts: None,
-            warm_up: false,
             pool_idle: None,
             retry_attempts: None,
             retry_backoff: None,
@@ -47,15 +45,9 @@ impl Config {
         self
     }
 
-    /// Where alerts go (policy §10.4); by default a `warn` log event.
+    /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
     pub fn alerts(mut self, sink: impl AlertSink) -> Self {
         self.alerts = Some(Arc::new(sink));
-        self
-    }
-
-    /// Fire the spec's warm-up calls once after every breaker close (policy §7).
-    pub fn warm_up(mut self, enabled: bool) -> Self {
-        self.warm_up = enabled;
         self
     }
 
@@ -91,13 +83,12 @@ impl fmt::Debug for Config {
             .field("base_url", &self.base_url)
             .field("api_key", &"<redacted>")
             .field("tenant", &self.tenant)
-            .field("warm_up", &self.warm_up)
             .field("pool_idle", &self.pool_idle)
             .finish_non_exhaustive()
     }
 }
 
-/// The Core API client. Cheap to clone: clones share the breaker, the throttle and the telemetry.
+/// The Core API client. Cheap to clone: clones share the throttle and the telemetry.
 #[derive(Clone)]
 pub struct Core {
     client: Client,
@@ -114,8 +105,7 @@ impl Core {
     /// the route table is refused.
     pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
         let mut runtime =
-            ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
-                .warm_up(config.warm_up);
+            ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone());
         if let Some(alerts) = config.alerts {
             runtime = runtime.alerts(alerts);
         }
@@ -137,8 +127,7 @@ impl Core {
     }
 
     /// The same client, noting the request ID of every call that reaches
-    /// the platform in `refs` (for `ai_runs.refs`, policy §10.1), while
-    /// every method returns what it always returns:
+    /// the server in `refs`, while every method returns what it always returns:
     /// `let refs = RequestRefs::new(); client.noting_requests(&refs)...; refs.take()`.
     pub fn noting_requests(&self, refs: &RequestRefs) -> Self {
         Self {
@@ -146,7 +135,7 @@ impl Core {
         }
     }
 
-    /// The runtime underneath: breaker state, throttle, telemetry.
+    /// The runtime underneath: throttle, telemetry.
     pub fn runtime(&self) -> &Client {
         &self.client
     }

@@ -39,13 +39,13 @@ impl Config {
         self
     }
 
-    /// Where alerts go (policy §10.4); by default a `warn` log event.
+    /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
     pub fn alerts(mut self, sink: impl AlertSink) -> Self {
         self.alerts = Some(Arc::new(sink));
         self
     }
 
-    /// Fire the spec's warm-up calls once after every breaker close (policy §7).
+    /// Fire the spec's warm-up calls once after every breaker close (policy §7.3).
     pub fn warm_up(mut self, enabled: bool) -> Self {
         self.warm_up = enabled;
         self
@@ -135,8 +135,7 @@ impl Grag {
     }
 
     /// The same client, noting the request ID of every call that reaches
-    /// the platform in `refs` (for `ai_runs.refs`, policy §10.1), while
-    /// every method returns what it always returns:
+    /// the server in `refs`, while every method returns what it always returns:
     /// `let refs = RequestRefs::new(); client.noting_requests(&refs)...; refs.take()`.
     pub fn noting_requests(&self, refs: &RequestRefs) -> Self {
         Self {

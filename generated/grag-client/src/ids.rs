@@ -7,7 +7,7 @@ use sdk_runtime::{Id, IdKind, id_newtype};
 id_newtype! {
     /// The tenant every request is sent for (`X-Tenant-ID`).
     ///
-    /// Required to build a client; never defaulted. The platform's own tenants (`default`, `system`, `canary`) are refused (policy §3).
+    /// Required to build a client; never defaulted. The platform's own tenants (`default`, `system`, `canary`) are refused (policy §1, §3).
     pub struct TenantId(Id) {
         kind: IdKind::Tenant,
         rules: POLICY.ids,

@@ -310,6 +310,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "Invalid or reserved tenant, or an ID outside the charset; refused before a byte is sent.",
             message: Some(
                 "Interner Fehler: ungültiger Mandant oder ungültige Kennung. Das Team wurde benachrichtigt.",
@@ -336,6 +337,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Outage,
             action: "Fail fast with „wird gerade aktualisiert“; on replay routes the error says `replayable()`, and a job of the replay queue waits for the close (`policy.yaml replay`).",
             message: Some("Wird gerade aktualisiert"),
             unknown_message: None,
@@ -360,6 +362,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "A request the HTTP client could not even build (nothing was sent); a client bug, never an outage: it does not feed the breaker.",
             message: Some(
                 "Interner Fehler bei der Anfrage an die KI-Dienste. Das Team wurde benachrichtigt.",
@@ -386,6 +389,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Outage,
             action: "The overall interactive deadline (180 s) ran out; fail with the mapped German message.",
             message: Some("Die Anfrage hat zu lange gedauert. Bitte erneut versuchen."),
             unknown_message: Some(
@@ -412,6 +416,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Outage,
             action: "Connection refused/reset/TLS error or attempt timeout (the runtime maps attempt timeouts to this outcome). Retried only when idempotent; feeds the breaker; queued ops go to replay, interactive calls fail fast; after a send whose outcome is unknown, re-poll by ID before re-submitting.",
             message: Some(
                 "Die KI-Dienste sind gerade nicht erreichbar. Bitte in Kürze erneut versuchen.",
@@ -440,6 +445,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "A redirect; never followed, so the scope headers and the body never leave the origin. The route moved or a proxy is misconfigured: page as contract drift.",
             message: Some(
                 "Die KI-Dienste haben unerwartet geantwortet. Das Team wurde benachrichtigt.",
@@ -466,6 +472,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "Client bug, unreachable while §3 holds; page as contract drift.",
             message: Some(
                 "Interner Fehler bei der Anfrage an die KI-Dienste. Das Team wurde benachrichtigt.",
@@ -492,6 +499,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "A 400 without a scope detail; like a 422 a contract bug, never retried; page as contract drift.",
             message: Some(
                 "Die Anfrage wurde von den KI-Diensten abgelehnt. Das Team wurde benachrichtigt.",
@@ -518,6 +526,7 @@ pub static POLICY: Policy = Policy {
             feature_state: Some("paused"),
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "Budget exhausted; hard stop, show „KI pausiert“, page.",
             message: Some("KI pausiert"),
             unknown_message: None,
@@ -542,6 +551,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Deploy,
             action: "401/403 on a lane without a key of ours: the platform refused its own server-side key (or a deploy is under way); one extra attempt for a GET inside the deploy-suspected window (R2), no auth alert.",
             message: Some(
                 "Die KI-Dienste sind gerade nicht bereit. Bitte in Kürze erneut versuchen.",
@@ -568,6 +578,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "Admin-gated route; follow the operator runbook (04-provisioning-runbook.md).",
             message: Some("Diese Aktion erfordert eine Freigabe durch den Betrieb."),
             unknown_message: None,
@@ -592,6 +603,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Deploy,
             action: "Auth refused; not retried, except one extra attempt for a GET inside the deploy-suspected window (R2); ops alert when it happens outside that window.",
             message: Some(
                 "Die Anmeldung bei den KI-Diensten ist fehlgeschlagen. Bitte später erneut versuchen.",
@@ -618,6 +630,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Deploy,
             action: "Does not exist in our tenant (cross-tenant access is 404, never 403); reconcile grag_refs. One extra attempt for a GET inside the deploy-suspected window (R2).",
             message: Some("Der angeforderte Eintrag wurde nicht gefunden."),
             unknown_message: None,
@@ -642,6 +655,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "409 on a create route means already provisioned (deterministic IDs); return as success.",
             message: None,
             unknown_message: None,
@@ -666,6 +680,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "409 on the docfold result means still processing; poll again.",
             message: None,
             unknown_message: None,
@@ -690,6 +705,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "Payload too large; split the batch (at most 256 points per upsert) and send again.",
             message: Some("Die Datenmenge ist zu groß für eine Anfrage."),
             unknown_message: None,
@@ -714,6 +730,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Deploy,
             action: "Contract bug, never retried, except one extra attempt for a GET inside the deploy-suspected window (R2); page as contract drift.",
             message: Some(
                 "Die Anfrage wurde von den KI-Diensten abgelehnt. Das Team wurde benachrichtigt.",
@@ -740,6 +757,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Later,
             action: "Wait Retry-After plus jitter (2 s floor when absent); polling ×2 while hot.",
             message: Some(
                 "Gerade sind zu viele Anfragen unterwegs. Bitte einen Moment warten und erneut versuchen.",
@@ -766,6 +784,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Outage,
             action: "Retried when idempotent; otherwise surface the error (its outcome is unknown: re-poll by ID before re-submitting) and offer the re-upload path. Feeds the breaker.",
             message: Some("Die KI-Dienste haben nicht geantwortet. Bitte erneut versuchen."),
             unknown_message: Some(
@@ -792,6 +811,7 @@ pub static POLICY: Policy = Policy {
             feature_state: Some("dark"),
             remember_for: Some(::std::time::Duration::from_secs(300)),
             escalate_to: None,
+            replay: Replay::Later,
             action: "A 503 on the agent session relay means the agent plane is dark (profile not running); hide the feature.",
             message: Some("Diese Funktion ist derzeit nicht verfügbar."),
             unknown_message: None,
@@ -816,6 +836,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Later,
             action: "WAL backpressure; honor Retry-After; ingest (replay) jobs re-queue instead of waiting.",
             message: Some(
                 "Die KI-Dienste sind ausgelastet; die Verarbeitung wird später fortgesetzt.",
@@ -842,6 +863,7 @@ pub static POLICY: Policy = Policy {
             feature_state: Some("dark"),
             remember_for: Some(::std::time::Duration::from_secs(300)),
             escalate_to: None,
+            replay: Replay::Later,
             action: "Stable dark-flag answer; cache the unavailability and hide the feature.",
             message: Some("Diese Funktion ist derzeit nicht verfügbar."),
             unknown_message: None,
@@ -866,6 +888,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Outage,
             action: "Transient fail-closed safety/admission answer; exactly one retry, then fail.",
             message: Some(
                 "Die Anfrage wurde vorübergehend nicht angenommen. Bitte später erneut versuchen.",
@@ -892,6 +915,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: Some(21),
+            replay: Replay::Outage,
             action: "Unknown 503 detail; retry once. If the second answer carries the identical detail, treat the route as dark (T13) and cache it.",
             message: Some(
                 "Die KI-Dienste sind vorübergehend nicht verfügbar. Bitte später erneut versuchen.",
@@ -918,6 +942,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Outage,
             action: "Other server error (500, 504, ...); retried when idempotent. Not idempotent: the outcome is unknown, read the state before sending again (§5.3.3).",
             message: Some(
                 "Bei den KI-Diensten ist ein Fehler aufgetreten. Bitte erneut versuchen.",
@@ -946,6 +971,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "Other client error; not retried, surfaced with its status and detail.",
             message: Some("Die Anfrage konnte nicht verarbeitet werden."),
             unknown_message: None,
@@ -970,6 +996,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "A status outside every contract (1xx as a final answer, 600–999); never retried; page as contract drift.",
             message: Some(
                 "Die KI-Dienste haben unerwartet geantwortet. Das Team wurde benachrichtigt.",
@@ -996,6 +1023,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "A 2xx body larger than the route's cap (policy.yaml `limits`); reading stopped at the cap, nothing larger is held in memory. The same answer would come again: never retried; page as contract drift.",
             message: Some("Die Antwort der KI-Dienste war zu groß. Das Team wurde benachrichtigt."),
             unknown_message: None,
@@ -1020,6 +1048,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "A 2xx body that does not decode; contract drift, never retried.",
             message: Some(
                 "Die Antwort der KI-Dienste war unverständlich. Das Team wurde benachrichtigt.",
@@ -1046,6 +1075,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "SSE `event: error`. Chat: fail the turn (never resent). Jobs: the client falls back to polling the status route (counted in knoll_sse_fallback_total).",
             message: Some("Die Antwort konnte nicht erstellt werden. „Erneut senden“?"),
             unknown_message: None,
@@ -1070,6 +1100,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "SSE `event: timeout` at the 30 min ceiling; the job is NOT failed: the client switches to polling the status route.",
             message: Some("Die Live-Anzeige ist beendet; der Fortschritt wird weiter abgefragt."),
             unknown_message: None,
@@ -1094,6 +1125,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "No byte past the stream's watchdog. Jobs: the client falls back to polling. Chat: abort, show the error state, never resend automatically.",
             message: Some("Die Antwort ist ausgeblieben. „Erneut senden“?"),
             unknown_message: None,
@@ -1118,6 +1150,7 @@ pub static POLICY: Policy = Policy {
             feature_state: None,
             remember_for: None,
             escalate_to: None,
+            replay: Replay::Never,
             action: "A followed job ended failed or cancelled (its terminal event or status). The UI keeps the checklist item at „Angefordert“ with the error visible and offers the re-upload path (§6.1); nothing is retried.",
             message: Some(
                 "Die Verarbeitung ist fehlgeschlagen. Das Dokument bleibt „Angefordert“; bitte erneut hochladen.",

@@ -20,7 +20,8 @@
 //! Hand-written on top of the generated client: the steps of a job are a
 //! workflow of several routes, not one route, so they are not in the spec;
 //! the numbers they run by (budget, lease, split, lock retry, metric and alert
-//! names) are, in `policy.yaml replay`.
+//! names) are, in `policy.yaml replay`, and which failures a job waits out
+//! is the `replay` column of `taxonomy.yaml` ([`settle`]).
 
 mod job;
 mod kg;

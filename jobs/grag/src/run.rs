@@ -249,16 +249,38 @@ impl Jobs {
     /// records the outcome. A store error leaves the job as it is: its lease
     /// runs out and a worker takes it over.
     pub(crate) async fn run_claimed(&self, job: Job) -> Result<JobState, JobsError> {
+        let (finish, state) = match self.run_steps(&job).await {
+            Ok(()) => (Finish::Done, JobState::Done),
+            Err(StepError::Store(e)) => return Err(e.into()),
+            Err(StepError::Unknown {
+                step,
+                request_id,
+                read,
+            }) => self.verdict(&job, unknown_error(step, request_id, &read), None),
+            // It can never run: keep it, failed, with the reason.
+            Err(StepError::Corrupt { what, reason }) => {
+                self.verdict(&job, corrupt_error(what, &reason), None)
+            }
+            Err(StepError::PointTooLarge { error, point }) => {
+                self.verdict(&job, too_large_error(&error, &point), Some(&error))
+            }
+            Err(StepError::Platform(e)) => self.platform_failed(&job, &e),
+        };
+        self.record(&job, finish, state).await
+    }
+
+    /// The steps of the job's kind, from its checkpoint on.
+    async fn run_steps(&self, job: &Job) -> Result<(), StepError> {
         let step = Step {
             jobs: self,
             key: &job.key,
         };
-        let result = match job.kind.as_str() {
-            INGEST => match (decode("payload", &job.payload), progress(&job)) {
+        match job.kind.as_str() {
+            INGEST => match (decode("payload", &job.payload), progress(job)) {
                 (Ok(upload), Ok(mut progress)) => upload::run(&step, &upload, &mut progress).await,
                 (Err(e), _) | (_, Err(e)) => Err(e),
             },
-            KG => match (decode("payload", &job.payload), progress(&job)) {
+            KG => match (decode("payload", &job.payload), progress(job)) {
                 (Ok(batch), Ok(mut progress)) => kg::run(&step, &batch, &mut progress).await,
                 (Err(e), _) | (_, Err(e)) => Err(e),
             },
@@ -266,81 +288,56 @@ impl Jobs {
                 what: "kind",
                 reason: format!("`{other}` is no job kind of this queue"),
             }),
-        };
-        let (finish, state) = match result {
-            Ok(()) => (Finish::Done, JobState::Done),
-            Err(StepError::Store(e)) => return Err(e.into()),
-            Err(StepError::Unknown {
-                step,
-                request_id,
-                read,
-            }) => {
-                let detail = format!(
-                    "{step} may have been applied (request {}); the platform cannot say: {read}. Not sent again: check the platform before running it again",
-                    request_id
-                        .as_deref()
-                        .unwrap_or("unknown: no answer was read")
-                );
-                let error = JobError {
-                    class: "outcome_unknown".into(),
-                    row: None,
-                    status: None,
-                    request_id,
-                    detail,
-                };
-                self.failed_alert(&job, None, &error.detail);
-                (Finish::Failed(error), JobState::Failed)
-            }
-            // It can never run: keep it, failed, with the reason.
-            Err(StepError::Corrupt { what, reason }) => {
-                let error = JobError {
-                    class: "corrupt_job".into(),
-                    row: None,
-                    status: None,
-                    request_id: None,
-                    detail: format!("its {what} does not decode: {reason}"),
-                };
-                self.failed_alert(&job, None, &error.detail);
-                (Finish::Failed(error), JobState::Failed)
-            }
-            Err(StepError::PointTooLarge { error: e, point }) => {
-                let mut error = job_error(&e);
-                error.detail = format!(
-                    "point `{point}` alone is refused as too large ({}), after the batch was split down to single points: {}",
-                    e.status()
-                        .map_or_else(|| "no status".to_owned(), |s| s.to_string()),
-                    error.detail
-                );
-                self.failed_alert(&job, Some(&e), &error.detail);
-                (Finish::Failed(error), JobState::Failed)
-            }
-            Err(StepError::Platform(e)) => {
-                let deploy = self.inner.grag.runtime().deploy_suspected() || self.in_outage();
-                let error = job_error(&e);
-                match settle(&e, deploy) {
-                    Settle::Replay { after } => {
-                        if is_outage(&e) {
-                            self.saw_outage();
-                        }
-                        let wait = after.unwrap_or(self.inner.policy.pause);
-                        let not_before = Some(self.now() + wait);
-                        (
-                            Finish::Replay { error, not_before },
-                            JobState::PendingReplay,
-                        )
-                    }
-                    Settle::Fail => {
-                        // A first run's refusal is the job's own error (its row
-                        // alerts where the taxonomy says); a replay that fails
-                        // after the close is what `replay_failures` is for.
-                        if job.attempts > 1 {
-                            self.failed_alert(&job, Some(&e), e.class_name());
-                        }
-                        (Finish::Failed(error), JobState::Failed)
-                    }
+        }
+    }
+
+    /// A job that can never succeed: failed with `error`, and its alert.
+    fn verdict(
+        &self,
+        job: &Job,
+        error: JobError,
+        cause: Option<&grag_client::Error>,
+    ) -> (Finish, JobState) {
+        self.failed_alert(job, cause, &error.detail);
+        (Finish::Failed(error), JobState::Failed)
+    }
+
+    /// The platform call failed: [`settle`] decides between a replay and a
+    /// failure.
+    fn platform_failed(&self, job: &Job, e: &grag_client::Error) -> (Finish, JobState) {
+        let deploy = self.inner.grag.runtime().deploy_suspected() || self.in_outage();
+        let error = job_error(e);
+        match settle(e, deploy) {
+            Settle::Replay { after } => {
+                if is_outage(e) {
+                    self.saw_outage();
                 }
+                let wait = after.unwrap_or(self.inner.policy.pause);
+                let not_before = Some(self.now() + wait);
+                (
+                    Finish::Replay { error, not_before },
+                    JobState::PendingReplay,
+                )
             }
-        };
+            Settle::Fail => {
+                // A first run's refusal is the job's own error (its row
+                // alerts where the taxonomy says); a replay that fails
+                // after the close is what `replay_failures` is for.
+                if job.attempts > 1 {
+                    self.failed_alert(job, Some(e), e.class_name());
+                }
+                (Finish::Failed(error), JobState::Failed)
+            }
+        }
+    }
+
+    /// Writes the job's end (or its next replay) to the store.
+    async fn record(
+        &self,
+        job: &Job,
+        finish: Finish,
+        state: JobState,
+    ) -> Result<JobState, JobsError> {
         let now = self.now();
         self.inner
             .store
@@ -356,7 +353,7 @@ impl Jobs {
     /// Whether a job met an outage within the breaker's deploy-suspected
     /// window: the platform may be deploying although the breaker never
     /// opened (fewer endpoints failed than it counts), so its transient
-    /// 404/422 are the deploy's, not the job's.
+    /// 401/404/422 (`replay: deploy` rows) are the deploy's, not the job's.
     fn in_outage(&self) -> bool {
         let policy = self.inner.grag.runtime().policy();
         let window = policy.breaker.as_ref().map(|b| b.deploy_suspected);
@@ -543,6 +540,46 @@ fn progress<T: DeserializeOwned + Default>(job: &Job) -> Result<T, StepError> {
         return Ok(T::default());
     }
     decode("progress", &job.progress)
+}
+
+/// A write in doubt that no read can settle: never sent again.
+fn unknown_error(step: &str, request_id: Option<String>, read: &str) -> JobError {
+    let detail = format!(
+        "{step} may have been applied (request {}); the platform cannot say: {read}. Not sent again: check the platform before running it again",
+        request_id
+            .as_deref()
+            .unwrap_or("unknown: no answer was read")
+    );
+    JobError {
+        class: "outcome_unknown".into(),
+        row: None,
+        status: None,
+        request_id,
+        detail,
+    }
+}
+
+/// A payload or checkpoint that does not decode.
+fn corrupt_error(what: &str, reason: &str) -> JobError {
+    JobError {
+        class: "corrupt_job".into(),
+        row: None,
+        status: None,
+        request_id: None,
+        detail: format!("its {what} does not decode: {reason}"),
+    }
+}
+
+/// A single point refused as too large, after every split.
+fn too_large_error(e: &grag_client::Error, point: &str) -> JobError {
+    let mut error = job_error(e);
+    error.detail = format!(
+        "point `{point}` alone is refused as too large ({}), after the batch was split down to single points: {}",
+        e.status()
+            .map_or_else(|| "no status".to_owned(), |s| s.to_string()),
+        error.detail
+    );
+    error
 }
 
 /// The error a job keeps (§10.1 `grag_refs.last_error`): class, row, status,

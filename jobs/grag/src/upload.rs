@@ -48,122 +48,161 @@ pub(crate) enum UploadStep {
     Done,
 }
 
+/// Runs the job's steps from its checkpoint to the end.
 pub(crate) async fn run(
     step: &Step<'_>,
     upload: &Upload,
     progress: &mut UploadProgress,
 ) -> Result<(), StepError> {
-    let grag = step.grag();
-    let doc = &upload.document;
     loop {
         match progress.step.clone() {
-            UploadStep::Upload => {
-                // 409 is success too (deterministic id), but a read first
-                // keeps the retry from looking like a second upload.
-                if (progress.sent || progress.reconcile) && document_exists(step, upload).await? {
-                    step.advance(progress, UploadStep::Convert).await?;
-                    continue;
-                }
-                step.sending(progress).await?;
-                let sent = grag.workspaces().upload_document(&upload.kb, doc).await;
-                step.settled(progress, true, sent).await?;
-                step.advance(progress, UploadStep::Convert).await?;
-            }
-            UploadStep::Convert => {
-                // No 409 guarantee: a second convert is a second, billed conversion.
-                if progress.sent || progress.reconcile {
-                    match conversion_of(step, upload).await? {
-                        Started::Yes(conversion_id) => {
-                            step.advance(progress, UploadStep::Converting { conversion_id })
-                                .await?;
-                            continue;
-                        }
-                        Started::No => {}
-                        // Sending again could start (and bill) a second conversion.
-                        Started::Unknowable(read) if progress.sent => {
-                            return Err(StepError::Unknown {
-                                step: "docfold.convert",
-                                request_id: progress.unknown_request.clone(),
-                                read,
-                            });
-                        }
-                        // A rerun whose convert is long done and answered: the
-                        // same holds, it may still exist.
-                        Started::Unknowable(read) => {
-                            return Err(StepError::Unknown {
-                                step: "docfold.convert",
-                                request_id: None,
-                                read,
-                            });
-                        }
-                    }
-                }
-                step.sending(progress).await?;
-                let sent = grag
-                    .docfold()
-                    .convert(&ConvertRequest {
-                        document_id: doc.document_id.clone(),
-                        filename: doc.filename.clone(),
-                        content_type: doc.content_type.clone(),
-                        content_base64: doc.content_base64.clone(),
-                        kb_id: Some(upload.kb.clone()),
-                    })
-                    .await;
-                let job = step.settled(progress, false, sent).await?;
-                let conversion_id = job.conversion_id;
-                step.advance(progress, UploadStep::Converting { conversion_id })
-                    .await?;
-            }
+            UploadStep::Upload => upload_document(step, upload, progress).await?,
+            UploadStep::Convert => convert(step, upload, progress).await?,
             UploadStep::Converting { conversion_id } => {
-                match grag
-                    .docfold()
-                    .result(&conversion_id)
-                    .await
-                    .map_err(StepError::Platform)?
-                {
-                    Progress::Ready(_) => {
-                        let next = UploadStep::Ingest {
-                            next: 0,
-                            batch: None,
-                        };
-                        step.advance(progress, next).await?;
-                    }
-                    Progress::Processing => step.poll_later(progress).await?,
-                }
+                follow_conversion(step, progress, &conversion_id).await?
             }
             UploadStep::Ingest { next, batch } => {
-                let points = &upload.points;
-                if next >= points.len() {
-                    step.advance(progress, UploadStep::Done).await?;
-                    continue;
-                }
-                let size = batch.unwrap_or(points.len()).max(1);
-                let end = next.saturating_add(size).min(points.len());
-                let body = UpsertPoints {
-                    points: points[next..end].to_vec(),
-                };
-                // Point ids are chunk-derived: a repeated upsert changes nothing.
-                match grag.voyager().upsert_points(&upload.kb, &body).await {
-                    Ok(_) => {
-                        let next = UploadStep::Ingest { next: end, batch };
-                        step.advance(progress, next).await?;
-                    }
-                    Err(e) if e.status() == Some(413) => {
-                        let Some(batch) = smaller_batch(end - next, step.split()) else {
-                            let point = points[next].id.clone();
-                            return Err(StepError::PointTooLarge { error: e, point });
-                        };
-                        let next = UploadStep::Ingest {
-                            next,
-                            batch: Some(batch),
-                        };
-                        step.advance(progress, next).await?;
-                    }
-                    Err(e) => return Err(StepError::Platform(e)),
-                }
+                ingest(step, upload, progress, next, batch).await?
             }
             UploadStep::Done => return Ok(()),
         }
+    }
+}
+
+/// Uploads the document. A 409 is success too (deterministic id), but a
+/// read first keeps the retry from looking like a second upload.
+async fn upload_document(
+    step: &Step<'_>,
+    upload: &Upload,
+    progress: &mut UploadProgress,
+) -> Result<(), StepError> {
+    if (progress.sent || progress.reconcile) && document_exists(step, upload).await? {
+        return step.advance(progress, UploadStep::Convert).await;
+    }
+    step.sending(progress).await?;
+    let sent = step
+        .grag()
+        .workspaces()
+        .upload_document(&upload.kb, &upload.document)
+        .await;
+    step.settled(progress, true, sent).await?;
+    step.advance(progress, UploadStep::Convert).await
+}
+
+/// Starts the conversion, unless a convert sent before already did: no 409
+/// guarantee, a second convert is a second, billed conversion.
+async fn convert(
+    step: &Step<'_>,
+    upload: &Upload,
+    progress: &mut UploadProgress,
+) -> Result<(), StepError> {
+    if let Some(conversion_id) = started_before(step, upload, progress).await? {
+        return step
+            .advance(progress, UploadStep::Converting { conversion_id })
+            .await;
+    }
+    step.sending(progress).await?;
+    let doc = &upload.document;
+    let sent = step
+        .grag()
+        .docfold()
+        .convert(&ConvertRequest {
+            document_id: doc.document_id.clone(),
+            filename: doc.filename.clone(),
+            content_type: doc.content_type.clone(),
+            content_base64: doc.content_base64.clone(),
+            kb_id: Some(upload.kb.clone()),
+        })
+        .await;
+    let job = step.settled(progress, false, sent).await?;
+    let conversion_id = job.conversion_id;
+    step.advance(progress, UploadStep::Converting { conversion_id })
+        .await
+}
+
+/// The conversion a convert sent before (or the done job a rerun repeats)
+/// started, if any; when nobody can tell, the job fails rather than send a
+/// convert that could start (and bill) a second one.
+async fn started_before(
+    step: &Step<'_>,
+    upload: &Upload,
+    progress: &UploadProgress,
+) -> Result<Option<ConversionId>, StepError> {
+    if !(progress.sent || progress.reconcile) {
+        return Ok(None);
+    }
+    match conversion_of(step, upload).await? {
+        Started::Yes(conversion_id) => Ok(Some(conversion_id)),
+        Started::No => Ok(None),
+        // A rerun whose convert is long done and answered has no send in
+        // doubt, but the same holds: the conversion may still exist.
+        Started::Unknowable(read) => Err(StepError::Unknown {
+            step: "docfold.convert",
+            request_id: if progress.sent {
+                progress.unknown_request.clone()
+            } else {
+                None
+            },
+            read,
+        }),
+    }
+}
+
+/// Polls the conversion until its result is ready.
+async fn follow_conversion(
+    step: &Step<'_>,
+    progress: &mut UploadProgress,
+    conversion_id: &ConversionId,
+) -> Result<(), StepError> {
+    let result = step.grag().docfold().result(conversion_id).await;
+    match result.map_err(StepError::Platform)? {
+        Progress::Ready(_) => {
+            let next = UploadStep::Ingest {
+                next: 0,
+                batch: None,
+            };
+            step.advance(progress, next).await
+        }
+        Progress::Processing => step.poll_later(progress).await,
+    }
+}
+
+/// Upserts the points from `next` on, `batch` at a time (all at once
+/// until a 413 split them). Point ids are chunk-derived: a repeated upsert
+/// changes nothing.
+async fn ingest(
+    step: &Step<'_>,
+    upload: &Upload,
+    progress: &mut UploadProgress,
+    next: usize,
+    batch: Option<usize>,
+) -> Result<(), StepError> {
+    let points = &upload.points;
+    if next >= points.len() {
+        return step.advance(progress, UploadStep::Done).await;
+    }
+    let size = batch.unwrap_or(points.len()).max(1);
+    let end = next.saturating_add(size).min(points.len());
+    let body = UpsertPoints {
+        points: points[next..end].to_vec(),
+    };
+    match step.grag().voyager().upsert_points(&upload.kb, &body).await {
+        Ok(_) => {
+            let next = UploadStep::Ingest { next: end, batch };
+            step.advance(progress, next).await
+        }
+        Err(e) if e.status() == Some(413) => {
+            let Some(batch) = smaller_batch(end - next, step.split()) else {
+                let point = points[next].id.clone();
+                return Err(StepError::PointTooLarge { error: e, point });
+            };
+            let next = UploadStep::Ingest {
+                next,
+                batch: Some(batch),
+            };
+            step.advance(progress, next).await
+        }
+        Err(e) => Err(StepError::Platform(e)),
     }
 }
 
