@@ -1,18 +1,18 @@
 //! Rows 3 and 4: admission alone, and a call refused by an open breaker.
 //!
 //! Admission is what the pipeline runs before a request leaves: the
-//! breaker's check (under its lock) and the throttle's stages for the
+//! breaker's check (its state word) and the throttle's stages for the
 //! retrieval budget (its rolling window and semaphore, the token bucket
 //! with its rolling second, the global semaphore). The peer is what a
 //! hand-written client would use: a governor check and a tokio semaphore.
 
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use grag_client::policy::POLICY;
 use grag_client::{Config, Grag, KbId, TenantId};
-use sdk_runtime::breaker::{Admission, Breaker, CircuitState};
+use sdk_runtime::breaker::{Admission, Breaker, CircuitState, SharedBreaker};
 use sdk_runtime::policy::{BudgetPolicy, ThrottlePolicy};
 use sdk_runtime::throttle::Throttle;
 
@@ -54,7 +54,7 @@ fn retrieval(policy: &sdk_runtime::Policy) -> usize {
 
 /// Ours: the breaker's check and the throttle's stages, as the pipeline runs them.
 pub struct Ours {
-    breaker: Mutex<Breaker>,
+    breaker: SharedBreaker,
     throttle: Throttle,
     budget: usize,
 }
@@ -65,18 +65,14 @@ impl Ours {
     pub fn new() -> Self {
         let policy = unpaced();
         Self {
-            breaker: Mutex::new(Breaker::of(policy.breaker.as_ref())),
+            breaker: SharedBreaker::new(Breaker::of(policy.breaker.as_ref())),
             throttle: Throttle::new(&policy.throttle),
             budget: retrieval(policy),
         }
     }
 
     pub async fn admit(&self) {
-        let admission = self
-            .breaker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .admit(tokio::time::Instant::now(), false);
+        let admission = self.breaker.admit(tokio::time::Instant::now, false);
         assert!(matches!(admission, Admission::Allowed(_)));
         drop(std::hint::black_box(
             self.throttle.admit_all(&[self.budget]).await,

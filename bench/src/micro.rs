@@ -10,7 +10,7 @@ use sdk_runtime::sse::MAX_LINE_BYTES;
 use crate::admission;
 
 /// The targets, as `sdk-bench micro <target> <n>` takes them.
-pub const TARGETS: [&str; 9] = [
+pub const TARGETS: [&str; 12] = [
     "admission-ours",
     "admission-peer",
     "fail-fast-ours",
@@ -19,7 +19,10 @@ pub const TARGETS: [&str; 9] = [
     "sse-job-eventsource-stream",
     "sse-job-sseer",
     "sse-line-128k-ours",
+    "sse-line-256k-ours",
+    "sse-line-256k-sseer",
     "sse-line-1m-ours",
+    "sse-line-1m-sseer",
 ];
 
 /// The function callgrind counts: runs `operations` once.
@@ -100,7 +103,10 @@ fn sse_input(target: &str) -> (Vec<Bytes>, &'static str) {
         "sse-job-eventsource-stream" => (job(), "eventsource-stream"),
         "sse-job-sseer" => (job(), "sseer"),
         "sse-line-128k-ours" => ((one_line(128 << 10), 1 << 10), "ours"),
+        "sse-line-256k-ours" => ((one_line(256 << 10), 1 << 10), "ours"),
+        "sse-line-256k-sseer" => ((one_line(256 << 10), 1 << 10), "sseer"),
         "sse-line-1m-ours" => ((one_line(MAX_LINE_BYTES), 1 << 10), "ours"),
+        "sse-line-1m-sseer" => ((one_line(MAX_LINE_BYTES), 1 << 10), "sseer"),
         other => panic!("unknown micro target {other}; one of {TARGETS:?}"),
     };
     (

@@ -61,7 +61,7 @@ impl Sql {
             ),
             quarantine: format!(
                 "UPDATE {t} SET state = 'failed', last_error = $1, lease_owner = NULL, lease_until = NULL, \
-                 updated_at = $2 WHERE seq = $3"
+                 updated_at = $2 WHERE seq = $3 AND state = 'in_flight' AND lease_owner = $4 AND lease_until = $5"
             ),
             checkpoint: format!(
                 "UPDATE {t} SET progress = $1, lease_until = $2, updated_at = $3 \
@@ -200,22 +200,23 @@ impl PgStore {
         rows.iter().map(|r| RawRow::read(r)?.decode()).collect()
     }
 
-    /// Runs a claiming `UPDATE ... RETURNING` in a transaction: a row that does not decode is
-    /// failed (`corrupt_row`) in it and left out.
+    /// Runs a claiming `UPDATE ... RETURNING` (one statement, one round trip: no transaction
+    /// around it): a row that does not decode is then failed (`corrupt_row`) and left out, by an
+    /// update that holds only while the row is still under this claim's lease (`owner`,
+    /// `until`). A crash in between leaves it claimed; its lease expires and the next claim
+    /// fails it the same way.
     async fn claiming(
         &self,
         op: &'static str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-        now: i64,
+        (owner, until, now): (&str, i64, i64),
     ) -> Result<Vec<Job>, StoreError> {
         let db = |e| StoreError::database(op, e);
-        let mut client = self.client(op).await?;
-        let tx = client.transaction().await.map_err(db)?;
-        let stmt = tx.prepare_cached(sql).await.map_err(db)?;
-        let rows = tx.query(&stmt, params).await.map_err(db)?;
-        // A row that does not decode is failed in this transaction
-        // (`corrupt_row`) and left out: one damaged row cannot stop the queue.
+        let client = self.client(op).await?;
+        let stmt = client.prepare_cached(sql).await.map_err(db)?;
+        let rows = client.query(&stmt, params).await.map_err(db)?;
+        // One damaged row cannot stop the queue.
         let mut jobs = Vec::with_capacity(rows.len());
         for r in &rows {
             let seq: i64 = r.try_get(1).map_err(db)?;
@@ -223,14 +224,18 @@ impl PgStore {
                 Ok(job) => jobs.push(job),
                 Err(e) => {
                     tracing::warn!(target: "sdk_queue", seq, error = %e, "a claimed job row does not decode: failed as corrupt_row");
-                    let quarantine = tx.prepare_cached(&self.sql.quarantine).await.map_err(db)?;
-                    tx.execute(&quarantine, &[&crate::row::corrupt_error(&e), &now, &seq])
+                    let quarantine = client
+                        .prepare_cached(&self.sql.quarantine)
+                        .await
+                        .map_err(db)?;
+                    let reason = crate::row::corrupt_error(&e);
+                    client
+                        .execute(&quarantine, &[&reason, &now, &seq, &owner, &until])
                         .await
                         .map_err(db)?;
                 }
             }
         }
-        tx.commit().await.map_err(db)?;
         jobs.sort_by_key(|j| j.seq);
         Ok(jobs)
     }
@@ -318,7 +323,7 @@ impl JobStore for PgStore {
             "claim",
             &self.sql.claim,
             &[&claim.owner, &until, &now, &claim.kinds, &limit],
-            now,
+            (claim.owner, until, now),
         )
         .await
     }
@@ -336,7 +341,7 @@ impl JobStore for PgStore {
                 "claim_key",
                 &self.sql.claim_key,
                 &[&owner, &until, &now, &key],
-                now,
+                (owner, until, now),
             )
             .await?;
         Ok(claimed.into_iter().next())

@@ -1,7 +1,7 @@
 //! The embedded store: one SQLite file in WAL mode, the default (nothing to install).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use rusqlite::limits::Limit;
@@ -36,8 +36,37 @@ CREATE INDEX IF NOT EXISTS jobs_state_seq ON jobs (state, seq);
 const ELIGIBLE: &str = "((state IN ('pending', 'pending_replay') AND (not_before IS NULL OR not_before <= ?3)) \
      OR (state = 'in_flight' AND lease_until < ?3))";
 
+/// The statements that splice [`COLUMNS`] or [`ELIGIBLE`] in, spliced once:
+/// each is prepared once per connection (`prepare_cached`) and found again
+/// by its text, never parsed again per call.
+struct Sql {
+    select: String,
+    claim: String,
+    claim_key: String,
+    list: String,
+}
+
+static SQL: LazyLock<Sql> = LazyLock::new(|| Sql {
+    select: format!("SELECT {COLUMNS} FROM jobs WHERE key = ?1"),
+    claim: format!(
+        "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
+         attempts = attempts + 1, updated_at = ?3 \
+         WHERE seq IN (SELECT seq FROM jobs WHERE kind IN (SELECT value FROM json_each(?4)) \
+         AND {ELIGIBLE} ORDER BY seq LIMIT ?5) RETURNING {COLUMNS}"
+    ),
+    claim_key: format!(
+        "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
+         attempts = attempts + 1, updated_at = ?3 WHERE key = ?4 AND {ELIGIBLE} RETURNING {COLUMNS}"
+    ),
+    list: format!("SELECT {COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2"),
+});
+
 /// A job store in one SQLite file. Every operation runs on a blocking thread, one at a time on
 /// the store's connection; several stores (or processes) may share the file.
+///
+/// A blocking task, not a thread of the store's own with a channel: tokio counts a blocking task
+/// as work in progress, so under paused time (the tests) the clock does not jump ahead while an
+/// operation runs; it would while the runtime only awaited a channel.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -208,11 +237,11 @@ fn claimed(
     }
     for (seq, e) in bad {
         tracing::warn!(target: "sdk_queue", seq, error = %e, "a claimed job row does not decode: failed as corrupt_row");
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE jobs SET state = 'failed', last_error = ?1, lease_owner = NULL, lease_until = NULL, \
              updated_at = ?2 WHERE seq = ?3",
-            params![crate::row::corrupt_error(&e), now, seq],
-        )?;
+        )?
+        .execute(params![crate::row::corrupt_error(&e), now, seq])?;
     }
     good.sort_by_key(|j| j.seq);
     Ok(good)
@@ -245,13 +274,13 @@ impl JobStore for SqliteStore {
         let payload = payload_text(&job.payload);
         self.run("submit", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at) \
                  VALUES (?1, ?2, ?3, 'pending', 0, 'null', ?4, ?4) ON CONFLICT (key) DO NOTHING",
-                params![job.key, job.kind, payload, to_ms(now)],
-            )?;
+            )?
+            .execute(params![job.key, job.kind, payload, to_ms(now)])?;
             let stored = {
-                let mut stmt = tx.prepare(&format!("SELECT {COLUMNS} FROM jobs WHERE key = ?1"))?;
+                let mut stmt = tx.prepare_cached(&SQL.select)?;
                 jobs(&mut stmt, [&job.key])?.pop()
             };
             tx.commit()?;
@@ -273,13 +302,12 @@ impl JobStore for SqliteStore {
         );
         self.run("claim", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let sql = format!(
-                "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
-                 attempts = attempts + 1, updated_at = ?3 \
-                 WHERE seq IN (SELECT seq FROM jobs WHERE kind IN (SELECT value FROM json_each(?4)) \
-                 AND {ELIGIBLE} ORDER BY seq LIMIT ?5) RETURNING {COLUMNS}"
-            );
-            let jobs = claimed(&tx, &sql, params![owner, until, now, kinds, limit], now)?;
+            let jobs = claimed(
+                &tx,
+                &SQL.claim,
+                params![owner, until, now, kinds, limit],
+                now,
+            )?;
             tx.commit()?;
             Ok(jobs)
         })
@@ -301,11 +329,7 @@ impl JobStore for SqliteStore {
         );
         self.run("claim_key", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let sql = format!(
-                "UPDATE jobs SET state = 'in_flight', lease_owner = ?1, lease_until = ?2, \
-                 attempts = attempts + 1, updated_at = ?3 WHERE key = ?4 AND {ELIGIBLE} RETURNING {COLUMNS}"
-            );
-            let job = claimed(&tx, &sql, params![owner, until, now, key], now)?.pop();
+            let job = claimed(&tx, &SQL.claim_key, params![owner, until, now, key], now)?.pop();
             tx.commit()?;
             Ok(job)
         })
@@ -324,11 +348,12 @@ impl JobStore for SqliteStore {
         let (until, now) = (expiry_ms(now, lease), to_ms(now));
         self.run("checkpoint", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let changed = tx.execute(
-                "UPDATE jobs SET progress = ?1, lease_until = ?2, updated_at = ?3 \
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE jobs SET progress = ?1, lease_until = ?2, updated_at = ?3 \
                  WHERE key = ?4 AND state = 'in_flight' AND lease_owner = ?5",
-                params![progress, until, now, key, owner],
-            )?;
+                )?
+                .execute(params![progress, until, now, key, owner])?;
             tx.commit()?;
             held(changed, &key)
         })
@@ -353,12 +378,12 @@ impl JobStore for SqliteStore {
         let now = to_ms(now);
         self.run("finish", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let changed = tx.execute(
+            let changed = tx.prepare_cached(
                 "UPDATE jobs SET state = ?1, last_error = COALESCE(?2, last_error), not_before = ?3, \
                  lease_owner = NULL, lease_until = NULL, updated_at = ?4 \
                  WHERE key = ?5 AND state = 'in_flight' AND lease_owner = ?6",
-                params![state, error, not_before, now, key, owner],
-            )?;
+            )?
+            .execute(params![state, error, not_before, now, key, owner])?;
             tx.commit()?;
             held(changed, &key)
         })
@@ -368,8 +393,7 @@ impl JobStore for SqliteStore {
     async fn get(&self, key: &str) -> Result<Option<Job>, StoreError> {
         let key = key.to_owned();
         self.run("get", move |conn| {
-            let mut stmt =
-                conn.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs WHERE key = ?1"))?;
+            let mut stmt = conn.prepare_cached(&SQL.select)?;
             Ok(jobs(&mut stmt, [&key])?.pop())
         })
         .await
@@ -378,9 +402,7 @@ impl JobStore for SqliteStore {
     async fn list(&self, state: JobState, limit: usize) -> Result<Vec<Job>, StoreError> {
         let limit = to_i64(limit);
         self.run("list", move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2"
-            ))?;
+            let mut stmt = conn.prepare_cached(&SQL.list)?;
             let mut rows = stmt.query(params![state.as_str(), limit])?;
             let mut decoded = Vec::new();
             while let Some(r) = rows.next()? {
@@ -412,11 +434,12 @@ impl JobStore for SqliteStore {
         let (key, now) = (key.to_owned(), to_ms(now));
         self.run("requeue", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let changed = tx.execute(
-                "UPDATE jobs SET state = 'pending', not_before = NULL, updated_at = ?1 \
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE jobs SET state = 'pending', not_before = NULL, updated_at = ?1 \
                  WHERE key = ?2 AND state = 'failed'",
-                params![now, key],
-            )?;
+                )?
+                .execute(params![now, key])?;
             tx.commit()?;
             Ok(changed == 1)
         })
@@ -432,11 +455,11 @@ impl JobStore for SqliteStore {
         let (key, now, progress) = (key.to_owned(), to_ms(now), payload_text(progress));
         self.run("rerun", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let changed = tx.execute(
+            let changed = tx.prepare_cached(
                 "UPDATE jobs SET state = 'pending', progress = ?1, not_before = NULL, updated_at = ?2 \
                  WHERE key = ?3 AND state = 'done'",
-                params![progress, now, key],
-            )?;
+            )?
+            .execute(params![progress, now, key])?;
             tx.commit()?;
             Ok(changed == 1)
         })

@@ -9,6 +9,9 @@
 //! are ignored, so a slow attempt that started before a state change cannot
 //! reopen or close the breaker afterwards (Polly issue 216).
 
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -28,6 +31,14 @@ pub enum CircuitState {
 }
 
 impl CircuitState {
+    fn from_metric(value: u8) -> Self {
+        match value {
+            0 => CircuitState::Closed,
+            1 => CircuitState::HalfOpen,
+            _ => CircuitState::Open,
+        }
+    }
+
     /// The gauge value GRAG §10 prescribes: 0 closed, 1 half-open, 2 open.
     pub fn metric(self) -> u8 {
         match self {
@@ -428,6 +439,88 @@ impl Breaker {
     }
 }
 
+/// One origin's breaker behind its mutex, with its state and generation
+/// published in a word read without the lock: admission while closed (the
+/// generation is all it hands out) and refusal while open (nothing at all)
+/// are one load, no lock and no clock read. Only half-open, where one caller
+/// takes the canary slot, needs the breaker itself.
+///
+/// The word is written by the guard as it unlocks, so it always holds what
+/// the last holder of the lock left; a reader that sees an older word saw it
+/// an instant before that holder's change, as a caller queued behind the
+/// lock would have.
+#[derive(Debug)]
+pub struct SharedBreaker {
+    /// `generation << 2 | state.metric()` (the generation wraps after 2^62 changes).
+    word: AtomicU64,
+    breaker: Mutex<Breaker>,
+}
+
+fn word_of(breaker: &Breaker) -> u64 {
+    breaker.generation.0 << 2 | u64::from(breaker.state().metric())
+}
+
+impl SharedBreaker {
+    pub fn new(breaker: Breaker) -> Self {
+        Self {
+            word: AtomicU64::new(word_of(&breaker)),
+            breaker: Mutex::new(breaker),
+        }
+    }
+
+    /// [`Breaker::admit`] at `now()`, read only when the breaker is half-open.
+    pub fn admit(&self, now: impl FnOnce() -> Instant, canary_eligible: bool) -> Admission {
+        let word = self.word.load(Ordering::Acquire);
+        match CircuitState::from_metric((word & 3) as u8) {
+            CircuitState::Closed => Admission::Allowed(Generation(word >> 2)),
+            CircuitState::Open => Admission::Rejected(CircuitState::Open),
+            CircuitState::HalfOpen => self.lock().admit(now(), canary_eligible),
+        }
+    }
+
+    /// The breaker itself; its state is published when the guard drops.
+    pub fn lock(&self) -> BreakerGuard<'_> {
+        BreakerGuard {
+            word: &self.word,
+            breaker: self.breaker.lock().unwrap_or_else(PoisonError::into_inner),
+        }
+    }
+
+    /// The state as the last holder of the lock left it, without the lock.
+    pub fn state(&self) -> CircuitState {
+        CircuitState::from_metric((self.word.load(Ordering::Acquire) & 3) as u8)
+    }
+}
+
+/// The locked breaker of a [`SharedBreaker`].
+#[derive(Debug)]
+pub struct BreakerGuard<'a> {
+    word: &'a AtomicU64,
+    breaker: MutexGuard<'a, Breaker>,
+}
+
+impl Deref for BreakerGuard<'_> {
+    type Target = Breaker;
+
+    fn deref(&self) -> &Breaker {
+        &self.breaker
+    }
+}
+
+impl DerefMut for BreakerGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Breaker {
+        &mut self.breaker
+    }
+}
+
+impl Drop for BreakerGuard<'_> {
+    /// Before the mutex unlocks (fields drop after this), so the word never
+    /// lags a state another holder of the lock could see.
+    fn drop(&mut self) {
+        self.word.store(word_of(&self.breaker), Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,6 +601,53 @@ mod tests {
             Admission::Canary(g) => g,
             other => panic!("expected Canary, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_shared_word_follows_every_change_made_under_the_lock() {
+        let t0 = Instant::now();
+        let shared = SharedBreaker::new(Breaker::new(&POLICY));
+        assert_eq!(shared.state(), CircuitState::Closed);
+        for ep in [KBS, DOCS, SEARCH] {
+            let mut b = shared.lock();
+            let g = allowed(&mut b, t0);
+            b.record_failure(g, ep, t0);
+        }
+        assert_eq!(shared.state(), CircuitState::Open);
+        let t = half_open(&mut shared.lock(), t0 + secs(5));
+        assert_eq!(shared.state(), CircuitState::HalfOpen);
+        {
+            let mut b = shared.lock();
+            let g = canary(&mut b, t);
+            b.record_canary(g, true, t);
+            // Published as the guard unlocks, not before.
+            assert_eq!(shared.state(), CircuitState::HalfOpen);
+        }
+        assert_eq!(shared.state(), CircuitState::Closed);
+    }
+
+    #[test]
+    fn admission_through_the_word_answers_as_the_breaker_does() {
+        let t0 = Instant::now();
+        let never = || -> Instant { panic!("no clock read outside half-open") };
+        let shared = SharedBreaker::new(opened(t0));
+        assert_eq!(
+            shared.admit(never, true),
+            Admission::Rejected(CircuitState::Open)
+        );
+        let t = half_open(&mut shared.lock(), t0 + secs(5));
+        assert_eq!(
+            shared.admit(|| t, false),
+            Admission::Rejected(CircuitState::HalfOpen)
+        );
+        let Admission::Canary(g) = shared.admit(|| t, true) else {
+            panic!("the first eligible caller is the canary");
+        };
+        shared.lock().record_canary(g, true, t);
+        let closed = shared.lock().generation();
+        assert_ne!(closed, g);
+        assert_eq!(shared.admit(never, false), Admission::Allowed(closed));
+        assert_eq!(shared.lock().admit(t, false), Admission::Allowed(closed));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::alerts::{AlertSink, LogAlerts};
-use crate::breaker::Breaker;
+use crate::breaker::{Breaker, BreakerGuard, SharedBreaker};
 use crate::error::ConfigError;
 use crate::fleet::Fleet;
 use crate::memory::Memory;
@@ -122,7 +122,7 @@ pub(crate) struct Shared {
     /// The fleet stage after the throttle; `None`: this replica alone.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fleet: Option<Fleet>,
-    pub(crate) breaker: Mutex<Breaker>,
+    pub(crate) breaker: SharedBreaker,
     pub(crate) memory: Mutex<Memory>,
     pub(crate) metrics: Metrics,
     pub(crate) alerts: Arc<dyn AlertSink>,
@@ -191,7 +191,7 @@ impl Client {
                 tenant: config.tenant,
                 throttle: Throttle::new(&policy.throttle),
                 fleet,
-                breaker: Mutex::new(Breaker::of(policy.breaker.as_ref())),
+                breaker: SharedBreaker::new(Breaker::of(policy.breaker.as_ref())),
                 memory: Mutex::new(Memory::default()),
                 metrics,
                 alerts,
@@ -440,11 +440,8 @@ impl Client {
         self.shared.metrics.encode()
     }
 
-    pub(crate) fn breaker(&self) -> MutexGuard<'_, Breaker> {
-        self.shared
-            .breaker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn breaker(&self) -> BreakerGuard<'_> {
+        self.shared.breaker.lock()
     }
 
     pub(crate) fn memory(&self) -> MutexGuard<'_, Memory> {

@@ -104,6 +104,9 @@ impl Client {
                 .error_of(OutcomeKind::InvalidScope, &call)
                 .with_detail(format!("{} is not a stream route", endpoint.path)));
         };
+        if let Some(error) = self.refused_at_once(&call) {
+            return Err(error);
+        }
         let opened = self.run(&call, true).await?;
         let started = opened.started;
         let reply = opened.reply;

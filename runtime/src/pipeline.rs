@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::alerts::Alert;
 use crate::backoff::{Attempted, Next, RetryCase, next, parse_retry_after};
-use crate::breaker::{Admission, Generation};
+use crate::breaker::{Admission, CircuitState, Generation};
 use crate::call::Call;
 use crate::classify::{Outcome, classify};
 use crate::client::Client;
@@ -96,6 +96,9 @@ pub(crate) struct Opened {
 impl Client {
     /// Runs a call through the pipeline and returns the successful answer.
     pub async fn send(&self, call: Call<'_>) -> Result<Reply, Error> {
+        if let Some(error) = self.refused_at_once(&call) {
+            return Err(error);
+        }
         Ok(self.run(&call, false).await?.reply)
     }
 
@@ -107,6 +110,37 @@ impl Client {
         let result = self.attempts(call, stream).instrument(span.clone()).await;
         crate::spans::finished(&span, &result);
         result
+    }
+
+    /// The open breaker's refusal without the attempt loop: what `attempts`
+    /// decides for a call the breaker refuses while a live loop probes it
+    /// (so the call has nothing to catch up), read from the breaker's state
+    /// word, not its lock. `None` for everything else: a call the scope
+    /// check, its body or a remembered answer refuses first goes the long way.
+    /// Called before the attempt loop's future is even built: a refusal
+    /// moves nothing but the error. The call's span is made and closed here.
+    pub(crate) fn refused_at_once(&self, call: &Call<'_>) -> Option<Error> {
+        let error = self.refused_while_open(call)?;
+        crate::spans::failed(&crate::spans::call(self, call), &error);
+        Some(error)
+    }
+
+    fn refused_while_open(&self, call: &Call<'_>) -> Option<Error> {
+        let shared = &self.shared;
+        if shared.breaker.state() == CircuitState::Closed
+            || !shared.probing.load(std::sync::atomic::Ordering::Acquire)
+            || call.unencodable.is_some()
+            || self.check_scope(call).is_err()
+        {
+            return None;
+        }
+        let started = Instant::now();
+        if self.memory().fail_fast(call.endpoint, started).is_some() {
+            return None;
+        }
+        let error = self.circuit_open_error(call);
+        self.count_call(call.endpoint, error.class_name(), false, started);
+        Some(error)
     }
 
     async fn attempts(&self, call: &Call<'_>, stream: bool) -> Result<Opened, Error> {
@@ -149,11 +183,10 @@ impl Client {
         loop {
             run.attempt += 1;
             crate::spans::resent(run.attempt);
-            let now = Instant::now();
-            let mut admission = self.breaker().admit(now, false);
+            let mut admission = self.shared.breaker.admit(Instant::now, false);
             // A breaker no live loop probes is probed by the call itself.
             if matches!(admission, Admission::Rejected(_)) && self.catch_up().await {
-                admission = self.breaker().admit(Instant::now(), false);
+                admission = self.shared.breaker.admit(Instant::now, false);
             }
             let generation = match admission {
                 Admission::Allowed(g) | Admission::Canary(g) => g,

@@ -90,6 +90,9 @@ pub(crate) fn attempt_done(span: &Span, status: Option<u16>, row: Option<&Taxono
 /// Attempt `n` starts: the call has been re-sent `n - 1` times.
 pub(crate) fn resent(n: u32) {
     let span = Span::current();
+    if span.is_disabled() {
+        return;
+    }
     span.record("http.request.resend_count", n.saturating_sub(1));
     span.record("sdk.attempts", n);
 }
@@ -97,18 +100,26 @@ pub(crate) fn resent(n: u32) {
 /// How the call ended.
 pub(crate) fn finished(span: &Span, result: &Result<Opened, Error>) {
     match result {
+        // Nobody wants the fields: not even the records are built.
+        Ok(_) if span.is_disabled() => {}
         Ok(opened) => {
             span.record("http.response.status_code", opened.reply.status());
         }
-        Err(e) => {
-            span.record("otel.status_code", "ERROR");
-            span.record("error.type", e.class_name());
-            span.record("sdk.taxonomy_row", e.row());
-            span.record("sdk.attempts", e.attempts());
-            span.record("http.request.resend_count", e.attempts().saturating_sub(1));
-            if let Some(status) = e.status() {
-                span.record("http.response.status_code", status);
-            }
-        }
+        Err(e) => failed(span, e),
+    }
+}
+
+/// How a call that failed ended.
+pub(crate) fn failed(span: &Span, e: &Error) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("otel.status_code", "ERROR");
+    span.record("error.type", e.class_name());
+    span.record("sdk.taxonomy_row", e.row());
+    span.record("sdk.attempts", e.attempts());
+    span.record("http.request.resend_count", e.attempts().saturating_sub(1));
+    if let Some(status) = e.status() {
+        span.record("http.response.status_code", status);
     }
 }

@@ -20,6 +20,7 @@
 //! stream alive. Time comes from `tokio::time`, so tests run under a paused
 //! clock without sleeping.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::error::Error as StdError;
 use std::future::Future;
@@ -118,9 +119,29 @@ impl<E: Extend<SseEvent>> Sink for EventsOnly<'_, E> {
 /// Appends `bytes` with U+FFFD for invalid UTF-8; valid text (nearly all of
 /// it) skips the slower replacing decoder.
 fn push_lossy(to: &mut String, bytes: &[u8]) {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => to.push_str(text),
-        Err(_) => to.push_str(&String::from_utf8_lossy(bytes)),
+    to.push_str(&text_of(bytes));
+}
+
+/// Up to this length an ASCII check decides valid text before a UTF-8
+/// validator is asked: short values (event names, small JSON) are nearly
+/// always ASCII, and the check costs a fraction of a validator's setup
+/// (simdutf8 hands inputs this short to `std` anyway). Longer ones go
+/// straight to simdutf8, faster per byte.
+const SHORT: usize = 64;
+
+fn is_short_ascii(bytes: &[u8]) -> bool {
+    bytes.len() <= SHORT && bytes.is_ascii()
+}
+
+/// `bytes` as text, U+FFFD for invalid UTF-8.
+fn text_of(bytes: &[u8]) -> Cow<'_, str> {
+    if is_short_ascii(bytes) {
+        // SAFETY: ASCII is valid UTF-8.
+        return Cow::Borrowed(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
+    match simdutf8::basic::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
     }
 }
 
@@ -464,8 +485,14 @@ impl SseParser {
                 self.data.push(b'\n');
             }
             b"event" => {
-                self.event.clear();
-                push_lossy(&mut self.event, value);
+                // The last event took the buffer: allocated at its size at once.
+                let name = text_of(value);
+                if self.event.capacity() == 0 {
+                    self.event = name.into_owned();
+                } else {
+                    self.event.clear();
+                    self.event.push_str(&name);
+                }
             }
             b"id" if memchr::memchr(0, value).is_none() => {
                 self.id_buffer.clear();
@@ -498,8 +525,8 @@ impl SseParser {
         let data = std::mem::take(&mut self.data);
         // Validation is the largest cost of a long event after the copy;
         // simdutf8 does it several times faster than `String::from_utf8`,
-        // which would then repeat it.
-        let data = if simdutf8::basic::from_utf8(&data).is_ok() {
+        // which would then repeat it; a short one is decided by its ASCII check.
+        let data = if is_short_ascii(&data) || simdutf8::basic::from_utf8(&data).is_ok() {
             // SAFETY: the line above validated exactly these bytes as UTF-8.
             unsafe { String::from_utf8_unchecked(data) }
         } else {

@@ -43,7 +43,8 @@ use crate::policy::ThrottlePolicy;
 pub struct RollingWindow {
     limit: usize,
     window: Duration,
-    /// When released requests ended; each counts until `end + window`.
+    /// Until when each released request counts (its end + `window`), oldest
+    /// first: expiry is a comparison, not a subtraction per check.
     log: VecDeque<Instant>,
     /// Admitted requests that have not ended yet.
     open: usize,
@@ -85,15 +86,19 @@ impl RollingWindow {
     /// The request admitted earlier ended at `now`.
     pub fn release(&mut self, now: Instant) {
         self.open = self.open.saturating_sub(1);
-        let at = self.log.back().map_or(now, |&last| last.max(now));
-        self.log.push_back(at);
+        // A window too long to add counts for as good as ever.
+        let until = now
+            .checked_add(self.window)
+            .unwrap_or_else(|| now + Duration::from_secs(1 << 30));
+        let until = self.log.back().map_or(until, |&last| last.max(until));
+        self.log.push_back(until);
     }
 
     /// Whether a slot is free at `now`, without taking it. When every slot is
     /// held by an open request, none can free before a full `window`.
     pub fn check(&mut self, now: Instant) -> Result<(), Duration> {
-        while let Some(&oldest) = self.log.front() {
-            if now.saturating_duration_since(oldest) >= self.window {
+        while let Some(&until) = self.log.front() {
+            if until <= now {
                 self.log.pop_front();
             } else {
                 break;
@@ -103,7 +108,7 @@ impl RollingWindow {
             return Ok(());
         }
         match self.log.front() {
-            Some(&oldest) => Err(self.window - now.saturating_duration_since(oldest)),
+            Some(&until) => Err(until.saturating_duration_since(now)),
             None => Err(self.window),
         }
     }
@@ -305,13 +310,25 @@ pub struct Throttle {
 #[derive(Debug)]
 pub struct Permit<'a> {
     throttle: &'a Throttle,
-    /// The budgets whose window slot this permit holds.
-    windows: [Option<usize>; MAX_BUDGETS],
+    slots: Slots,
+}
+
+/// The slots one request holds, as flags and budget indices: a permit is a
+/// few words, moved without a copy of a semaphore permit per stage, and its
+/// drop and [`Throttle::give_back`] free them the same way.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slots {
+    /// The budgets whose window slot is held.
+    windows: [Option<u8>; MAX_BUDGETS],
     per_period: bool,
-    _budgets: [Option<SemaphorePermit<'a>>; MAX_BUDGETS],
-    /// The budget whose semaphore each of `_budgets` came from.
-    semaphores: [Option<usize>; MAX_BUDGETS],
-    _global: Option<SemaphorePermit<'a>>,
+    /// The budgets whose semaphore permit is held.
+    semaphores: [Option<u8>; MAX_BUDGETS],
+    global: bool,
+}
+
+/// A budget index as [`Slots`] keeps it (the policy has far fewer than 256).
+fn slot(budget: usize) -> u8 {
+    u8::try_from(budget).expect("fewer than 256 budgets")
 }
 
 /// What a [`Permit`] holds, detached from the borrow of its throttle, for a
@@ -320,10 +337,7 @@ pub struct Permit<'a> {
 #[derive(Debug)]
 #[must_use = "held slots are only freed by Throttle::give_back"]
 pub struct HeldSlots {
-    windows: [Option<usize>; MAX_BUDGETS],
-    per_period: bool,
-    semaphores: [Option<usize>; MAX_BUDGETS],
-    global: bool,
+    slots: Slots,
     /// The fleet's leases of the same request, given back with these.
     fleet: Option<crate::fleet::FleetSlots>,
 }
@@ -340,15 +354,8 @@ impl Permit<'_> {
     /// The slots of this permit, to be given back later with
     /// [`Throttle::give_back`] on the same throttle.
     pub fn detach(mut self) -> HeldSlots {
-        for permit in self._budgets.iter_mut().filter_map(Option::take) {
-            permit.forget();
-        }
-        let global = self._global.take().map(SemaphorePermit::forget).is_some();
         HeldSlots {
-            windows: std::mem::take(&mut self.windows),
-            per_period: std::mem::take(&mut self.per_period),
-            semaphores: self.semaphores,
-            global,
+            slots: std::mem::take(&mut self.slots),
             fleet: None,
         }
     }
@@ -356,18 +363,7 @@ impl Permit<'_> {
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        if !self.per_period && self.windows.iter().all(Option::is_none) {
-            return;
-        }
-        let now = Instant::now();
-        for &budget in self.windows.iter().flatten() {
-            if let Some(window) = &self.throttle.lanes[budget].window {
-                window.lock().release(now);
-            }
-        }
-        if self.per_period {
-            self.throttle.per_period.lock().release(now);
-        }
+        self.throttle.release(self.slots);
     }
 }
 
@@ -412,22 +408,30 @@ impl Throttle {
     /// Frees what a detached permit held, as dropping the permit would have.
     pub fn give_back(&self, mut held: HeldSlots) {
         drop(held.fleet.take());
-        for &budget in held.semaphores.iter().flatten() {
-            if let Some(semaphore) = &self.lanes[budget].semaphore {
+        self.release(held.slots);
+    }
+
+    /// Frees `slots`: the windows' (ending their requests now), then the
+    /// semaphores'.
+    fn release(&self, slots: Slots) {
+        if slots.per_period || slots.windows.iter().any(Option::is_some) {
+            let now = Instant::now();
+            for &budget in slots.windows.iter().flatten() {
+                if let Some(window) = &self.lanes[usize::from(budget)].window {
+                    window.lock().release(now);
+                }
+            }
+            if slots.per_period {
+                self.per_period.lock().release(now);
+            }
+        }
+        for &budget in slots.semaphores.iter().flatten() {
+            if let Some(semaphore) = &self.lanes[usize::from(budget)].semaphore {
                 semaphore.add_permits(1);
             }
         }
-        if held.global {
+        if slots.global {
             self.global.add_permits(1);
-        }
-        let now = Instant::now();
-        for &budget in held.windows.iter().flatten() {
-            if let Some(window) = &self.lanes[budget].window {
-                window.lock().release(now);
-            }
-        }
-        if held.per_period {
-            self.per_period.lock().release(now);
         }
     }
 
@@ -469,11 +473,7 @@ impl Throttle {
         async move {
             let mut permit = Permit {
                 throttle: self,
-                windows: [None; MAX_BUDGETS],
-                per_period: false,
-                _budgets: [None, None],
-                semaphores: [None; MAX_BUDGETS],
-                _global: None,
+                slots: Slots::default(),
             };
             match self.pass_free_stages(set, &mut permit) {
                 Stage::Done => permit,
@@ -520,13 +520,16 @@ impl Throttle {
 
     /// Takes every stage that is free now and nobody queues for, in order;
     /// returns the first one that is not.
-    fn pass_free_stages<'a>(&'a self, set: BudgetSet, permit: &mut Permit<'a>) -> Stage {
+    /// The stages decide at one instant, read once.
+    fn pass_free_stages(&self, set: BudgetSet, permit: &mut Permit<'_>) -> Stage {
+        let now = Instant::now();
+        let slots = &mut permit.slots;
         for (i, budget) in set.by_tightness().enumerate() {
             if let Some(window) = &self.lanes[budget].window {
-                if !(window.queue_empty() && window.lock().acquire(Instant::now()).is_ok()) {
+                if !(window.queue_empty() && window.lock().acquire(now).is_ok()) {
                     return Stage::Window(i);
                 }
-                permit.windows[i] = Some(budget);
+                slots.windows[i] = Some(slot(budget));
             }
         }
         for (i, budget) in set.iter().enumerate() {
@@ -534,20 +537,21 @@ impl Throttle {
                 // A free permit means nobody waits: waiters are handed theirs.
                 match semaphore.try_acquire() {
                     Ok(p) => {
-                        permit._budgets[i] = Some(p);
-                        permit.semaphores[i] = Some(budget);
+                        p.forget();
+                        slots.semaphores[i] = Some(slot(budget));
                     }
                     Err(_) => return Stage::Budget(i),
                 }
             }
         }
-        if !(self.per_period.queue_empty() && self.try_token(Instant::now()).is_ok()) {
+        if !(self.per_period.queue_empty() && self.try_token(now).is_ok()) {
             return Stage::Token;
         }
-        permit.per_period = true;
+        slots.per_period = true;
         match self.global.try_acquire() {
             Ok(p) => {
-                permit._global = Some(p);
+                p.forget();
+                slots.global = true;
                 Stage::Done
             }
             Err(_) => Stage::Global,
@@ -567,20 +571,23 @@ impl Throttle {
             Stage::Token => (MAX_BUDGETS, MAX_BUDGETS, true),
             Stage::Global | Stage::Done => (MAX_BUDGETS, MAX_BUDGETS, false),
         };
-        self.take_windows(set, windows_from, &mut permit.windows)
+        self.take_windows(set, windows_from, &mut permit.slots.windows)
             .await;
+        // Each permit is counted in the slots as it is taken, with no await
+        // between: a cancelled wait frees exactly what it held.
         for (i, budget) in set.iter().enumerate().skip(budgets_from) {
             if let Some(semaphore) = &self.lanes[budget].semaphore {
-                permit._budgets[i] = Some(acquire(semaphore).await);
-                permit.semaphores[i] = Some(budget);
+                acquire(semaphore).await.forget();
+                permit.slots.semaphores[i] = Some(slot(budget));
             }
         }
         if token {
             self.take_token().await;
-            permit.per_period = true;
+            permit.slots.per_period = true;
         }
-        if permit._global.is_none() {
-            permit._global = Some(acquire(&self.global).await);
+        if !permit.slots.global {
+            acquire(&self.global).await.forget();
+            permit.slots.global = true;
         }
         permit
     }
@@ -595,7 +602,7 @@ impl Throttle {
         &self,
         set: BudgetSet,
         from: usize,
-        taken: &mut [Option<usize>; MAX_BUDGETS],
+        taken: &mut [Option<u8>; MAX_BUDGETS],
     ) {
         for (i, budget) in set.by_tightness().enumerate().skip(from) {
             let Some(window) = &self.lanes[budget].window else {
@@ -606,7 +613,7 @@ impl Throttle {
                 let _turn = window.turn().await;
                 when_paced(attempt).await;
             }
-            taken[i] = Some(budget);
+            taken[i] = Some(slot(budget));
         }
     }
 
