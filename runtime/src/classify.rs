@@ -57,10 +57,7 @@ fn matches(policy: &Policy, row: &TaxonomyRow, endpoint: &Endpoint, outcome: &Ou
         return false;
     }
     if let Some(set) = m.detail {
-        let Some(set) = policy.detail_sets.get(set) else {
-            return false;
-        };
-        if !detail.is_some_and(|d| set.matches(d)) {
+        if !detail.is_some_and(|d| policy.detail_sets[set].matches(d)) {
             return false;
         }
     }

@@ -296,6 +296,8 @@ pub enum ConfigError {
     ApiKey(&'static str),
     #[error("the policy override changes {0}, which no override may change")]
     Override(&'static str),
+    #[error("the policy does not hold together: {0}")]
+    Policy(&'static str),
     #[error("the HTTP client could not be built: {0}")]
     Http(String),
     #[error("invalid retry configuration: {0}")]

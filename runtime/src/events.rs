@@ -96,10 +96,7 @@ impl Client {
     /// Opens an SSE route through the same admission and headers as any call.
     pub async fn open_stream(&self, call: Call<'_>) -> Result<Events, Error> {
         let endpoint = call.endpoint;
-        let Some(policy) = endpoint
-            .stream
-            .and_then(|i| self.shared.policy.streams.get(i))
-        else {
+        let Some(policy) = endpoint.stream.map(|i| &self.shared.policy.streams[i]) else {
             return Err(self
                 .error_of(OutcomeKind::InvalidScope, &call)
                 .with_detail(format!("{} is not a stream route", endpoint.path)));

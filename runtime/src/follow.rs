@@ -200,9 +200,7 @@ impl Client {
         S: DeserializeOwned + Send + 'static,
     {
         let endpoint = call.endpoint;
-        let policy = endpoint
-            .stream
-            .and_then(|i| self.shared.policy.streams.get(i));
+        let policy = endpoint.stream.map(|i| &self.shared.policy.streams[i]);
         let Some((policy, fallback)) = policy.and_then(|p| Some((p, p.fallback.as_ref()?))) else {
             let error = self
                 .failure(OutcomeKind::InvalidScope, endpoint)

@@ -17,7 +17,7 @@ use crate::client::Client;
 use crate::clock;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
 use crate::error::{Error, bounded, error_chain};
-use crate::policy::{OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRow};
+use crate::policy::{BudgetIx, OutcomeKind, Policy, RetrySchedule, StateTrigger, TaxonomyRow};
 use crate::pool::Pool;
 use crate::reply::{Ledger, Reply};
 use crate::scope::IdKind;
@@ -173,6 +173,7 @@ impl Client {
             }
             let path = rendered.as_deref().unwrap_or_default();
             let (budgets, n) = self.budgets(endpoint);
+            let budgets = budgets.map(BudgetIx::get);
             let permit = self.shared.throttle.admit_all(&budgets[..n]);
             let Ok(permit) = tokio::time::timeout_at(run.deadline, permit).await else {
                 return Err(run.deadline_error(None, false));
@@ -337,8 +338,7 @@ impl Client {
             );
             let schedule = row
                 .and_then(|r| r.retry)
-                .and_then(|i| retries.get(i))
-                .map(|c| c.schedule)
+                .map(|i| retries[i].schedule)
                 .unwrap_or(RetrySchedule::Never);
             let case = RetryCase {
                 row: schedule,
@@ -407,13 +407,12 @@ impl Client {
     fn falls_back(&self, endpoint: &Endpoint) -> bool {
         endpoint
             .stream
-            .and_then(|i| self.shared.policy.streams.get(i))
-            .is_some_and(|s| s.fallback.is_some())
+            .is_some_and(|i| self.shared.policy.streams[i].fallback.is_some())
     }
 
     /// The budgets a call of `endpoint` draws from: its route's, and the
     /// caller's mode (a bulk backfill, the fan-out) if the client has one.
-    fn budgets(&self, endpoint: &Endpoint) -> ([usize; 2], usize) {
+    fn budgets(&self, endpoint: &Endpoint) -> ([BudgetIx; 2], usize) {
         match self.extra_budget {
             Some(extra) if extra != endpoint.budget => ([endpoint.budget, extra], 2),
             _ => ([endpoint.budget, endpoint.budget], 1),
@@ -456,15 +455,7 @@ impl Client {
         let invalid = |reason: String| self.invalid_scope(call, reason);
         let policy = self.shared.policy;
         let known = policy.routes.iter().any(|r| std::ptr::eq(*r, endpoint));
-        let in_range = endpoint.timeout < policy.timeouts.len()
-            && call.timeout.is_none_or(|t| t < policy.timeouts.len())
-            && endpoint.retry < policy.retries.len()
-            && endpoint.budget < policy.throttle.budgets.len()
-            && self
-                .extra_budget
-                .is_none_or(|b| b < policy.throttle.budgets.len())
-            && endpoint.stream.is_none_or(|s| s < policy.streams.len());
-        if !known || !in_range {
+        if !known {
             return Err(invalid(format!(
                 "{} is not a route of the {} policy: only its generated route table is sent",
                 endpoint.path, policy.api
@@ -731,7 +722,7 @@ impl Run<'_, '_> {
             (Some(target), Some((previous, previous_detail)))
                 if std::ptr::eq(*previous, row) && previous_detail == detail =>
             {
-                self.client.shared.policy.taxonomy.get(target).or(Some(row))
+                Some(&self.client.shared.policy.taxonomy[target])
             }
             _ => Some(row),
         }

@@ -34,9 +34,9 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
         http.request.resend_count = Empty,
         sdk.service = e.service,
         sdk.operation = e.operation,
-        sdk.timeout_class = name(policy.timeouts.get(call.timeout.unwrap_or(e.timeout)).map(|t| t.name)),
-        sdk.retry_class = name(policy.retries.get(e.retry).map(|r| r.name)),
-        sdk.budget = name(policy.throttle.budgets.get(e.budget).map(|b| b.name)),
+        sdk.timeout_class = name(policy.timeouts.get(call.timeout.unwrap_or(e.timeout).get()).map(|t| t.name)),
+        sdk.retry_class = name(policy.retries.get(e.retry.get()).map(|r| r.name)),
+        sdk.budget = name(policy.throttle.budgets.get(e.budget.get()).map(|b| b.name)),
         sdk.idempotent = e.idempotent,
         sdk.stream = Empty,
         sdk.taxonomy_row = Empty,
@@ -45,7 +45,7 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
     if span.is_disabled() {
         return span;
     }
-    if let Some(stream) = e.stream.and_then(|i| policy.streams.get(i)) {
+    if let Some(stream) = e.stream.and_then(|i| policy.streams.get(i.get())) {
         span.record("sdk.stream", stream.name);
     }
     if let Ok(url) = reqwest::Url::parse(&client.shared.base_url) {
