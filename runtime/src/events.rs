@@ -97,20 +97,12 @@ impl Client {
     pub async fn open_stream(&self, call: Call<'_>) -> Result<Events, Error> {
         let endpoint = call.endpoint;
         let Some(policy) = endpoint.stream.map(|i| &self.shared.policy.streams[i]) else {
-            return Err(self
-                .error_of(OutcomeKind::InvalidScope, &call)
-                .with_detail(format!("{} is not a stream route", endpoint.path)));
+            let reason = format!("{} is not a stream route", endpoint.path);
+            return Err(self.refused(endpoint, reason));
         };
-        let opened = self.run(&call, true).await?;
-        let started = opened.started;
-        let reply = opened.reply;
-        // A 2xx keeps its body for the stream; a 409 answer (a create route) has none.
-        let Some((response, slots)) = opened.stream else {
-            return Err(self.error_of(OutcomeKind::Decode, &call).with_status(
-                reply.status(),
-                Some("the answer has no event stream".into()),
-            ));
-        };
+        let opened = self.open(&call).await?;
+        let (started, reply, response, slots) =
+            (opened.started, opened.reply, opened.response, opened.slots);
         // Built first: from here on, dropping it gives the slots back.
         let mut events = Events::over(
             self.clone(),
@@ -347,7 +339,7 @@ impl Events {
     }
 
     fn error(&self, outcome: OutcomeKind) -> Error {
-        let error = self.client.failure(outcome, self.endpoint);
+        let error = self.client.error(outcome, self.endpoint);
         match &self.request_id {
             Some(id) => error.with_request_id(id.clone()),
             None => error,

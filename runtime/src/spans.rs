@@ -13,7 +13,6 @@ use tracing::{Span, info_span};
 use crate::call::Call;
 use crate::client::Client;
 use crate::error::Error;
-use crate::pipeline::Opened;
 use crate::policy::TaxonomyRow;
 
 /// The span of one call: open until its answer (or its stream's head).
@@ -95,10 +94,10 @@ pub(crate) fn resent(n: u32) {
 }
 
 /// How the call ended.
-pub(crate) fn finished(span: &Span, result: &Result<Opened, Error>) {
+pub(crate) fn finished(span: &Span, result: Result<u16, &Error>) {
     match result {
-        Ok(opened) => {
-            span.record("http.response.status_code", opened.reply.status());
+        Ok(status) => {
+            span.record("http.response.status_code", status);
         }
         Err(e) => {
             span.record("otel.status_code", "ERROR");
