@@ -274,7 +274,7 @@ mod tests {
             limit: 10,
         };
         // (attempt, endpoint, row, answered, breaker, maybe_sent, unknown)
-        let table: [(Attempt, &Endpoint, &str, bool, Option<bool>, bool, bool); 11] = [
+        let table = [
             (
                 answer(200, "{}", None),
                 &read,
