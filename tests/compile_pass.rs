@@ -42,6 +42,7 @@ fn every_pass_case_is_compiled() {
         [
             "scope_types.rs",
             "tenant_scoped_calls.rs",
+            "two_clients.rs",
             "workspace_scoped_calls.rs"
         ]
     );

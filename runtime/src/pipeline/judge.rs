@@ -273,105 +273,53 @@ mod tests {
             status: 200,
             limit: 10,
         };
-        // (attempt, endpoint, row, answered, breaker, maybe_sent, unknown)
+        // The row, then what holds: answered, what the breaker hears, sent, unknown.
         let table = [
-            (
-                answer(200, "{}", None),
-                &read,
-                "-",
-                true,
-                Some(false),
-                true,
-                false,
-            ),
+            (answer(200, "{}", None), &read, "- answered breaker:ok sent"),
             (
                 answer(409, "", None),
                 &write,
-                "exists",
-                true,
-                Some(false),
-                true,
-                false,
+                "exists answered breaker:ok sent",
             ),
-            (
-                answer(409, "", None),
-                &read,
-                "client_error",
-                false,
-                Some(false),
-                true,
-                false,
-            ),
+            (answer(409, "", None), &read, "client_error breaker:ok sent"),
             (
                 answer(500, "", None),
                 &write,
-                "server_error",
-                false,
-                Some(true),
-                true,
-                true,
+                "server_error breaker:fail sent unknown",
             ),
             (
                 answer(500, "", None),
                 &read,
-                "server_error",
-                false,
-                Some(true),
-                true,
-                false,
+                "server_error breaker:fail sent",
             ),
             (
                 answer(404, "", None),
                 &write,
-                "client_error",
-                false,
-                Some(false),
-                true,
-                false,
+                "client_error breaker:ok sent",
             ),
-            (
-                failed(true),
-                &write,
-                "connection",
-                false,
-                Some(true),
-                true,
-                true,
-            ),
-            (
-                failed(false),
-                &write,
-                "connection",
-                false,
-                Some(true),
-                false,
-                false,
-            ),
-            (stale, &write, "connection", false, None, false, false),
-            (
-                unbuildable,
-                &write,
-                "invalid_request",
-                false,
-                None,
-                false,
-                false,
-            ),
-            (
-                too_large,
-                &read,
-                "too_large",
-                false,
-                Some(false),
-                true,
-                false,
-            ),
+            (failed(true), &write, "connection breaker:fail sent unknown"),
+            (failed(false), &write, "connection breaker:fail"),
+            (stale, &write, "connection"),
+            (unbuildable, &write, "invalid_request"),
+            (too_large, &read, "too_large breaker:ok sent"),
         ];
-        for (attempt, endpoint, row, answered, breaker, maybe_sent, unknown) in table {
+        for (attempt, endpoint, expected) in table {
             let v = judge(policy(), endpoint, None, &attempt);
-            let got = (name(&v), v.answered, v.breaker, v.maybe_sent, v.unknown);
-            assert_eq!(got, (row, answered, breaker, maybe_sent, unknown), "{v:?}");
+            assert_eq!(summary(&v), expected, "{v:?}");
         }
+    }
+
+    /// The verdict in the words of the table above.
+    fn summary(v: &Verdict) -> String {
+        let mut words = vec![name(v)];
+        words.extend(v.answered.then_some("answered"));
+        words.extend(
+            v.breaker
+                .map(|f| if f { "breaker:fail" } else { "breaker:ok" }),
+        );
+        words.extend(v.maybe_sent.then_some("sent"));
+        words.extend(v.unknown.then_some("unknown"));
+        words.join(" ")
     }
 
     #[test]
