@@ -20,6 +20,7 @@ macro_rules! pass_case {
 
 pass_case!(scope_types);
 pass_case!(tenant_scoped_calls);
+pass_case!(two_clients);
 pass_case!(workspace_scoped_calls);
 
 /// Every file under `ui/pass/` is one of the cases above.
@@ -41,6 +42,7 @@ fn every_pass_case_is_compiled() {
         [
             "scope_types.rs",
             "tenant_scoped_calls.rs",
+            "two_clients.rs",
             "workspace_scoped_calls.rs"
         ]
     );

@@ -19,7 +19,7 @@ const fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
 }
 
-fn stream_of(policy: &Policy, index: usize) -> &StreamPolicy {
+fn stream_of(policy: &Policy, index: sdk_runtime::policy::StreamIx) -> &StreamPolicy {
     &policy.streams[index]
 }
 

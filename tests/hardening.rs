@@ -630,7 +630,10 @@ async fn open_streams_hold_their_slots_and_are_bounded_by_their_budget() {
         limit,
         "open streams count as in flight"
     );
-    assert_eq!(throttle.budget_in_flight(budget::STREAMS), Some(limit));
+    assert_eq!(
+        throttle.budget_in_flight(budget::STREAMS.get()),
+        Some(limit)
+    );
     let waiting = {
         let grag = grag.clone();
         let job = job.clone();

@@ -434,7 +434,7 @@ async fn a_path_value_cannot_leave_its_placeholder() {
 #[tokio::test]
 async fn a_hand_made_endpoint_outside_the_policy_is_refused() {
     static STRAY: sdk_runtime::Endpoint = sdk_runtime::Endpoint {
-        budget: 99,
+        budget: sdk_runtime::policy::BudgetIx::new(99),
         ..grag_client::workspaces::LIST_KBS
     };
     let server = Recorder::start(|_| axum::Json(json!([])).into_response()).await;

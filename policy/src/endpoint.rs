@@ -1,5 +1,6 @@
 //! The static descriptor of one route, emitted by the generator.
 
+use crate::index::{BudgetIx, RetryIx, StreamIx, TimeoutIx};
 use crate::policy::Conflict;
 
 /// HTTP method of a route.
@@ -57,20 +58,17 @@ pub struct Endpoint {
     pub path: &'static str,
     pub scope: ScopeNeed,
     pub lane: Lane,
-    /// Index into [`crate::Policy::timeouts`].
-    pub timeout: usize,
-    /// Index into [`crate::Policy::retries`].
-    pub retry: usize,
+    pub timeout: TimeoutIx,
+    pub retry: RetryIx,
     pub idempotent: bool,
-    /// Index into the policy's throttle budgets.
-    pub budget: usize,
+    pub budget: BudgetIx,
     /// A write the caller may queue for replay while the breaker is open (`Error::replayable`).
     pub replay: bool,
     pub conflict: Conflict,
     /// Stamp the pipeline id header when the client has one.
     pub pipeline_id: bool,
-    /// Index into [`crate::Policy::streams`] for SSE routes.
-    pub stream: Option<usize>,
+    /// The stream contract of an SSE route.
+    pub stream: Option<StreamIx>,
     /// Largest 2xx body read, in bytes: reading stops there with a typed error.
     pub max_response: usize,
 }

@@ -4,11 +4,13 @@
 //! the generated crates.
 
 pub mod endpoint;
+pub mod index;
 pub mod log;
 pub mod policy;
 mod scaled;
 pub mod scope;
 
 pub use endpoint::{Endpoint, Lane, Method, ScopeNeed};
+pub use index::{BudgetIx, DetailIx, RetryIx, RowIx, StreamIx, TimeoutIx};
 pub use policy::{OutcomeKind, Policy};
 pub use scope::{Id, IdKind, InvalidId};

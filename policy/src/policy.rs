@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::Endpoint;
+pub use crate::index::{BudgetIx, DetailIx, RetryIx, RowIx, StreamIx, TimeoutIx};
 use crate::log::{LogLines, LogNames};
 
 /// The whole policy of one API.
@@ -96,7 +97,7 @@ pub struct FleetPolicy {
     /// What a replica does while the store is away.
     pub degraded: Degraded,
     /// Indices of the budgets each replica keeps on its own.
-    pub per_replica: &'static [usize],
+    pub per_replica: &'static [BudgetIx],
     pub metrics: FleetMetricNames,
     /// Raised when a replica goes degraded.
     pub alert: &'static str,
@@ -127,9 +128,9 @@ pub struct FleetMetricNames {
 /// How queued writes are replayed (GRAG §5.3): the numbers a job queue reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplayPolicy {
-    /// Index of the throttle budget replays run in; its `max_in_flight` is
-    /// how many jobs a worker runs at once.
-    pub budget: usize,
+    /// The throttle budget replays run in; its `max_in_flight` is how many
+    /// jobs a worker runs at once.
+    pub budget: BudgetIx,
     /// How long a claimed job stays its worker's without a checkpoint;
     /// after it, another worker (a replica) takes the job over.
     pub lease: Duration,
@@ -222,7 +223,7 @@ pub struct WarmUpCall {
     /// JSON text.
     pub body: Option<&'static str>,
     /// A timeout class instead of the route's own (§7.3: `-m 150` for the pair).
-    pub timeout: Option<usize>,
+    pub timeout: Option<TimeoutIx>,
 }
 
 /// A UI feature and the routes it depends on.
@@ -512,8 +513,8 @@ pub struct RowMatch {
     pub outcome: OutcomeKind,
     /// Inclusive status range (a single status is `(s, s)`).
     pub status: Option<(u16, u16)>,
-    /// Index into [`Policy::detail_sets`].
-    pub detail: Option<usize>,
+    /// The detail set the answer's `detail` must match.
+    pub detail: Option<DetailIx>,
     pub retry_after: Option<bool>,
     pub conflict: Option<Conflict>,
     /// `Some(true)`: only routes that present no key (an unauthenticated lane).
@@ -525,12 +526,16 @@ pub struct RowMatch {
 /// One row of the error taxonomy.
 #[derive(Debug, Clone)]
 pub struct TaxonomyRow {
+    /// This row's own position in [`Policy::taxonomy`]: an error keeps it,
+    /// and a generated crate reads its class from it.
+    pub index: RowIx,
     pub row: &'static str,
     pub matches: RowMatch,
-    /// Error class (snake_case); `success` makes the outcome a success.
+    /// Error class (snake_case), for logs and metrics.
     pub class: &'static str,
-    /// Index into [`Policy::retries`].
-    pub retry: Option<usize>,
+    /// The row turns the outcome into a success (the spec's `success` class).
+    pub success: bool,
+    pub retry: Option<RetryIx>,
     pub feeds_breaker: bool,
     /// A call that is not idempotent and ends here after its request may
     /// have reached the server has an unknown outcome: the server may have
@@ -544,8 +549,8 @@ pub struct TaxonomyRow {
     pub feature_state: Option<&'static str>,
     /// A stable answer: remembered per route this long, failing fast meanwhile.
     pub remember_for: Option<Duration>,
-    /// Index of the row that applies when the retry brings back the same detail.
-    pub escalate_to: Option<usize>,
+    /// The row that applies when the retry brings back the same detail.
+    pub escalate_to: Option<RowIx>,
     /// What this row means for a queued write: replayed, or failed.
     pub replay: Replay,
     pub action: &'static str,
@@ -560,7 +565,7 @@ pub struct TaxonomyRow {
 impl TaxonomyRow {
     /// Whether this row turns the outcome into a success.
     pub fn is_success(&self) -> bool {
-        self.class == "success"
+        self.success
     }
 }
 
@@ -742,6 +747,49 @@ pub struct ClassMessage {
 }
 
 impl Policy {
+    /// Whether every typed index of this policy's routes, rows and warm-up
+    /// calls is inside its table, and every row sits at its own index: a
+    /// generated policy always is, a hand-made copy may not be. A client
+    /// refuses a policy that is not, once, so no call checks it again.
+    pub fn check_indices(&self) -> Result<(), &'static str> {
+        let timeouts = self.timeouts.len();
+        let budgets = self.throttle.budgets.len();
+        let routes = self.routes.iter().all(|e| {
+            e.timeout.get() < timeouts
+                && e.retry.get() < self.retries.len()
+                && e.budget.get() < budgets
+                && e.stream.is_none_or(|s| s.get() < self.streams.len())
+        });
+        if !routes {
+            return Err("a route's timeout, retry, budget or stream index is outside its table");
+        }
+        let rows = self.taxonomy.iter().enumerate().all(|(i, r)| {
+            r.index.get() == i
+                && r.retry.is_none_or(|x| x.get() < self.retries.len())
+                && r.escalate_to.is_none_or(|x| x.get() < self.taxonomy.len())
+                && r.matches
+                    .detail
+                    .is_none_or(|x| x.get() < self.detail_sets.len())
+        });
+        if !rows {
+            return Err(
+                "a taxonomy row's index, retry, escalation or detail set is outside its table",
+            );
+        }
+        let warm_up = self
+            .warm_up
+            .iter()
+            .all(|w| w.timeout.is_none_or(|t| t.get() < timeouts));
+        let replay = self
+            .replay
+            .as_ref()
+            .is_none_or(|r| r.budget.get() < budgets);
+        if !warm_up || !replay {
+            return Err("a warm-up timeout class or the replay budget is outside its table");
+        }
+        Ok(())
+    }
+
     /// The German message for an error class, if the spec has one.
     pub fn message(&self, class: &str) -> Option<&'static str> {
         self.messages

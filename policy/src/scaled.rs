@@ -176,6 +176,8 @@ impl Scale {
     fn row(self, r: &TaxonomyRow) -> TaxonomyRow {
         let TaxonomyRow {
             row,
+            index,
+            success,
             matches,
             class,
             retry,
@@ -193,6 +195,8 @@ impl Scale {
         } = r;
         TaxonomyRow {
             row,
+            index: *index,
+            success: *success,
             matches: matches.clone(),
             class,
             retry: *retry,

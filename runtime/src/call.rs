@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use serde::Serialize;
 
+use crate::policy::TimeoutIx;
 use crate::{Endpoint, Id};
 
 /// One call of a route, before it becomes a request.
@@ -17,7 +18,7 @@ pub struct Call<'a> {
     /// (the taxonomy's `invalid_request` row) before anything is sent.
     pub(crate) unencodable: Option<String>,
     /// A timeout class instead of the route's own (the warm-up pair).
-    pub(crate) timeout: Option<usize>,
+    pub(crate) timeout: Option<TimeoutIx>,
 }
 
 impl<'a> Call<'a> {
@@ -75,9 +76,9 @@ impl<'a> Call<'a> {
         self
     }
 
-    /// Runs every attempt under the timeout class `timeout` (an index into
-    /// the policy's classes) instead of the route's own.
-    pub(crate) fn timeout_class(mut self, timeout: Option<usize>) -> Self {
+    /// Runs every attempt under the timeout class `timeout` instead of the
+    /// route's own.
+    pub(crate) fn timeout_class(mut self, timeout: Option<TimeoutIx>) -> Self {
         self.timeout = timeout;
         self
     }

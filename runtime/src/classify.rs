@@ -56,13 +56,10 @@ fn matches(policy: &Policy, row: &TaxonomyRow, endpoint: &Endpoint, outcome: &Ou
     {
         return false;
     }
-    if let Some(set) = m.detail {
-        let Some(set) = policy.detail_sets.get(set) else {
-            return false;
-        };
-        if !detail.is_some_and(|d| set.matches(d)) {
-            return false;
-        }
+    if let Some(set) = m.detail
+        && !detail.is_some_and(|d| policy.detail_sets[set].matches(d))
+    {
+        return false;
     }
     if m.retry_after.is_some_and(|want| want != retry_after) {
         return false;

@@ -10,7 +10,7 @@ use crate::error::ConfigError;
 use crate::fleet::Fleet;
 use crate::memory::Memory;
 use crate::metrics::Metrics;
-use crate::policy::{Policy, RetryClass, RetrySchedule};
+use crate::policy::{BudgetIx, Policy, RetryClass, RetrySchedule};
 use crate::pool::Pool;
 use crate::rate::RateAlarm;
 use crate::throttle::Throttle;
@@ -99,7 +99,7 @@ pub struct Client {
     pub(crate) shared: Arc<Shared>,
     pub(crate) pipeline_id: Option<Arc<str>>,
     /// A caller's mode (a bulk backfill): every call also draws from this budget.
-    pub(crate) extra_budget: Option<usize>,
+    pub(crate) extra_budget: Option<BudgetIx>,
     /// A job queue's client: a wait the server asks for ends the call.
     pub(crate) defer_server_waits: bool,
     /// Where the request ID of every call is noted, if the caller asked.
@@ -145,6 +145,9 @@ impl Client {
     /// work (a key no header can carry, a base URL with a query, fragment or
     /// userinfo) is refused here, so it never looks like an outage later.
     pub fn new(policy: &'static Policy, config: ClientConfig) -> Result<Client, ConfigError> {
+        // The indices of the routes and rows are checked here, once: no call
+        // checks them again.
+        policy.check_indices().map_err(ConfigError::Policy)?;
         if config.tenant.kind() != IdKind::Tenant {
             return Err(ConfigError::NotATenant(kind_name(config.tenant.kind())));
         }
@@ -261,12 +264,13 @@ impl Client {
         }
     }
 
-    /// The same client, every call of it also drawing from `budget` (an index
-    /// into the policy's budgets): a caller's mode such as a bulk backfill,
-    /// on top of each route's own budget.
-    pub fn within_budget(&self, budget: usize) -> Client {
+    /// The same client, every call of it also drawing from `budget`: a
+    /// caller's mode such as a bulk backfill, on top of each route's own
+    /// budget. A budget outside this policy's table (another API's) adds none.
+    pub fn within_budget(&self, budget: BudgetIx) -> Client {
+        let known = budget.get() < self.shared.policy.throttle.budgets.len();
         Client {
-            extra_budget: Some(budget),
+            extra_budget: known.then_some(budget),
             ..self.clone()
         }
     }
@@ -516,8 +520,8 @@ pub(crate) fn overall_deadline(policy: &Policy, retries: &[RetryClass]) -> Durat
         let slowest = policy
             .routes
             .iter()
-            .filter(|r| r.retry == index)
-            .filter_map(|r| policy.timeouts.get(r.timeout))
+            .filter(|r| r.retry.get() == index)
+            .map(|r| &policy.timeouts[r.timeout])
             .map(|t| t.per_attempt.max(t.budget(true)))
             .max()
             .unwrap_or_default();

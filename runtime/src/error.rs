@@ -4,7 +4,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-use crate::policy::{OutcomeKind, Replay};
+use crate::client::Client;
+use crate::endpoint::Endpoint;
+use crate::policy::{OutcomeKind, Replay, RowIx, TaxonomyRow};
 
 /// A failed call, with the taxonomy row that classified it.
 pub struct Error {
@@ -13,8 +15,10 @@ pub struct Error {
 
 struct Inner {
     kind: OutcomeKind,
-    row: &'static str,
-    class: &'static str,
+    /// `None`: no row of the taxonomy matched (unclassified).
+    row: Option<&'static TaxonomyRow>,
+    /// The API whose policy classified it (`Policy::api`).
+    api: &'static str,
     endpoint: &'static str,
     status: Option<u16>,
     /// Bounded: server text is cut to the policy's `limits.detail` before it gets here.
@@ -34,27 +38,52 @@ struct Inner {
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
-impl Error {
-    pub(crate) fn new(
-        kind: OutcomeKind,
-        row: &'static str,
-        class: &'static str,
-        endpoint: &'static str,
-    ) -> Self {
+/// The row an error is classified by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Class {
+    /// The first row of an outcome the client decides alone (a connection
+    /// failure, the deadline, a refusal): the kind is all there is to match.
+    Of(OutcomeKind),
+    /// The row the judge found for an outcome of this kind; `None`: none
+    /// matched, the error is unclassified.
+    Judged(OutcomeKind, Option<&'static TaxonomyRow>),
+}
+
+impl From<OutcomeKind> for Class {
+    fn from(kind: OutcomeKind) -> Self {
+        Class::Of(kind)
+    }
+}
+
+impl Client {
+    /// The one error builder: a failure of `endpoint` classified by `class`,
+    /// with the class's German message, marked replayable on a replay route.
+    /// One allocation, the error's box: everything else it starts with is
+    /// static (the open breaker's refusal is built here on every refused call).
+    pub(crate) fn error(&self, class: impl Into<Class>, endpoint: &Endpoint) -> Error {
+        let policy = self.shared.policy;
+        let (kind, row) = match class.into() {
+            Class::Of(kind) => (kind, self.row_of(kind)),
+            Class::Judged(kind, row) => (kind, row),
+        };
+        let message = match row {
+            Some(r) => r.message,
+            None => policy.message("unclassified"),
+        };
         Error {
             inner: Box::new(Inner {
                 kind,
                 row,
-                class,
-                endpoint,
+                api: policy.api,
+                endpoint: endpoint.operation,
                 status: None,
                 detail: None,
                 request_id: None,
                 retry_after: None,
                 attempts: 0,
-                message: None,
-                replayable: false,
-                replay: Replay::Never,
+                message,
+                replayable: endpoint.replay,
+                replay: row.map_or(Replay::Never, |r| r.replay),
                 outcome_unknown: false,
                 answer_lost: false,
                 head_withheld: false,
@@ -63,6 +92,15 @@ impl Error {
         }
     }
 
+    /// The first row of `kind`: how an outcome with no status or detail to
+    /// match is classified (what [`crate::classify::classify`] finds for it).
+    pub(crate) fn row_of(&self, kind: OutcomeKind) -> Option<&'static TaxonomyRow> {
+        let rows = self.shared.policy.taxonomy;
+        rows.iter().find(|r| r.matches.outcome == kind)
+    }
+}
+
+impl Error {
     pub(crate) fn with_status(mut self, status: u16, detail: Option<String>) -> Self {
         self.inner.status = Some(status);
         self.inner.detail = detail.map(Cow::Owned);
@@ -102,16 +140,6 @@ impl Error {
         self
     }
 
-    pub(crate) fn with_replayable(mut self, replayable: bool) -> Self {
-        self.inner.replayable = replayable;
-        self
-    }
-
-    pub(crate) fn with_replay(mut self, replay: Replay) -> Self {
-        self.inner.replay = replay;
-        self
-    }
-
     pub(crate) fn with_detail_prefix(mut self, prefix: &str) -> Self {
         self.inner.detail = Some(match self.inner.detail.take() {
             Some(d) => Cow::Owned(format!("{prefix}: {d}")),
@@ -131,24 +159,15 @@ impl Error {
         self.inner.outcome_unknown
     }
 
+    /// Marks an unknown outcome, with the row's copy for it (check the
+    /// current state before trying again) in place of the class's.
     pub(crate) fn with_outcome_unknown(mut self, unknown: bool) -> Self {
         self.inner.outcome_unknown = unknown;
-        self
-    }
-
-    /// Marks an unknown outcome with the row's copy for it (check the
-    /// current state before trying again), in place of the class's.
-    pub(crate) fn with_outcome_unknown_row(
-        self,
-        unknown: bool,
-        row: Option<&'static crate::policy::TaxonomyRow>,
-    ) -> Self {
-        let copy = row.and_then(|r| r.unknown_message).filter(|_| unknown);
-        let error = self.with_outcome_unknown(unknown);
-        match copy {
-            Some(copy) => error.with_message(Some(copy)),
-            None => error,
+        let copy = self.inner.row.and_then(|r| r.unknown_message);
+        if let Some(copy) = copy.filter(|_| unknown) {
+            self.inner.message = Some(copy);
         }
+        self
     }
 
     /// A chat turn ended without its answer (a failed `generate`, the
@@ -200,15 +219,27 @@ impl Error {
         self.inner.kind
     }
 
-    /// The taxonomy row (`T13`).
+    /// The taxonomy row (`T13`); `-` when none matched.
     pub fn row(&self) -> &'static str {
-        self.inner.row
+        self.inner.row.map_or("-", |r| r.row)
     }
 
-    /// The error class as the spec spells it (`feature_dark`); a generated
-    /// crate's `ErrorExt::class` gives it as that API's `ErrorClass` enum.
+    /// The row's position in its policy's taxonomy; `None` when none matched.
+    /// A generated crate reads its `ErrorClass` from it.
+    pub fn row_index(&self) -> Option<RowIx> {
+        self.inner.row.map(|r| r.index)
+    }
+
+    /// The API whose policy classified the error (`Policy::api`: `grag`).
+    pub fn api(&self) -> &'static str {
+        self.inner.api
+    }
+
+    /// The error class as the spec spells it (`feature_dark`), for logs and
+    /// metrics; a generated crate's error gives it as that API's
+    /// `ErrorClass` enum.
     pub fn class_name(&self) -> &'static str {
-        self.inner.class
+        self.inner.row.map_or("unclassified", |r| r.class)
     }
 
     /// `service.operation` of the call.
@@ -251,7 +282,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.inner;
-        write!(f, "{}: {} ({})", i.endpoint, i.class, i.row)?;
+        write!(f, "{}: {} ({})", i.endpoint, self.class_name(), self.row())?;
         if let Some(status) = i.status {
             write!(f, ", status {status}")?;
         }
@@ -276,8 +307,8 @@ impl fmt::Debug for Error {
         let i = &self.inner;
         f.debug_struct("Error")
             .field("kind", &i.kind)
-            .field("row", &i.row)
-            .field("class", &i.class)
+            .field("row", &self.row())
+            .field("class", &self.class_name())
             .field("endpoint", &i.endpoint)
             .field("status", &i.status)
             .field("detail", &i.detail)
@@ -312,6 +343,8 @@ pub enum ConfigError {
     ApiKey(&'static str),
     #[error("the policy override changes {0}, which no override may change")]
     Override(&'static str),
+    #[error("the policy does not hold together: {0}")]
+    Policy(&'static str),
     #[error("the HTTP client could not be built: {0}")]
     Http(String),
     #[error("invalid retry configuration: {0}")]

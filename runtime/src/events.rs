@@ -96,27 +96,13 @@ impl Client {
     /// Opens an SSE route through the same admission and headers as any call.
     pub async fn open_stream(&self, call: Call<'_>) -> Result<Events, Error> {
         let endpoint = call.endpoint;
-        let Some(policy) = endpoint
-            .stream
-            .and_then(|i| self.shared.policy.streams.get(i))
-        else {
-            return Err(self
-                .error_of(OutcomeKind::InvalidScope, &call)
-                .with_detail(format!("{} is not a stream route", endpoint.path)));
+        let Some(policy) = endpoint.stream.map(|i| &self.shared.policy.streams[i]) else {
+            let reason = format!("{} is not a stream route", endpoint.path);
+            return Err(self.refused(endpoint, reason));
         };
-        if let Some(error) = self.refused_at_once(&call) {
-            return Err(error);
-        }
-        let opened = self.run(&call, true).await?;
-        let started = opened.started;
-        let reply = opened.reply;
-        // A 2xx keeps its body for the stream; a 409 answer (a create route) has none.
-        let Some((response, slots)) = opened.stream else {
-            return Err(self.error_of(OutcomeKind::Decode, &call).with_status(
-                reply.status(),
-                Some("the answer has no event stream".into()),
-            ));
-        };
+        let opened = self.open(&call).await?;
+        let (started, reply, response, slots) =
+            (opened.started, opened.reply, opened.response, opened.slots);
         // Built first: from here on, dropping it gives the slots back.
         let mut events = Events::over(
             self.clone(),
@@ -353,7 +339,7 @@ impl Events {
     }
 
     fn error(&self, outcome: OutcomeKind) -> Error {
-        let error = self.client.failure(outcome, self.endpoint);
+        let error = self.client.error(outcome, self.endpoint);
         match &self.request_id {
             Some(id) => error.with_request_id(id.clone()),
             None => error,

@@ -200,16 +200,10 @@ impl Client {
         S: DeserializeOwned + Send + 'static,
     {
         let endpoint = call.endpoint;
-        let policy = endpoint
-            .stream
-            .and_then(|i| self.shared.policy.streams.get(i));
+        let policy = endpoint.stream.map(|i| &self.shared.policy.streams[i]);
         let Some((policy, fallback)) = policy.and_then(|p| Some((p, p.fallback.as_ref()?))) else {
-            let error = self
-                .failure(OutcomeKind::InvalidScope, endpoint)
-                .with_detail(format!(
-                    "{} is not a job stream with a fallback",
-                    endpoint.path
-                ));
+            let reason = format!("{} is not a job stream with a fallback", endpoint.path);
+            let error = self.refused(endpoint, reason);
             return JobProgress {
                 start: None,
                 expected: None,
@@ -389,7 +383,7 @@ where
                         // here; the job is not over, so it is polled.
                         None => self.fall_back(
                             self.client
-                                .failure(OutcomeKind::Connection, self.endpoint)
+                                .error(OutcomeKind::Connection, self.endpoint)
                                 .with_detail("the stream ended before the job did"),
                         ),
                     }
@@ -557,10 +551,10 @@ where
         detail: String,
         source: Option<serde_json::Error>,
     ) -> Error {
-        let row = self.client.row(OutcomeKind::Decode);
+        let row = self.client.row_of(OutcomeKind::Decode);
         let mut error = self
             .client
-            .classified(OutcomeKind::Decode, row, endpoint)
+            .error(OutcomeKind::Decode, endpoint)
             .with_detail(detail);
         if let Some(e) = source {
             error = error.with_source(e);
@@ -574,7 +568,7 @@ where
     /// T32: the job ended failed or cancelled.
     fn job_failed(&self, detail: String) -> Error {
         self.client
-            .failure(OutcomeKind::JobFailed, self.endpoint)
+            .error(OutcomeKind::JobFailed, self.endpoint)
             .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))
     }
 
@@ -640,9 +634,11 @@ mod tests {
             else {
                 return Err(self
                     .client
-                    .classified(
-                        OutcomeKind::Status,
-                        self.client.row(OutcomeKind::Connection),
+                    .error(
+                        crate::error::Class::Judged(
+                            OutcomeKind::Status,
+                            self.client.row_of(OutcomeKind::Connection),
+                        ),
                         endpoint(),
                     )
                     .with_detail("scripted: not opened"));

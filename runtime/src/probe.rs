@@ -11,7 +11,7 @@ use crate::breaker::{Admission, CircuitState, Transition};
 use crate::call::Call;
 use crate::client::{Client, Shared};
 use crate::endpoint::Endpoint;
-use crate::pipeline::{Attempt, Limits, perform};
+use crate::pipeline::{Attempt, Limits, Wire, perform};
 use crate::telemetry::{self, AttemptLog};
 
 impl Client {
@@ -186,8 +186,11 @@ impl Client {
         let request = self.request(&call, &path, &request_id);
         telemetry::sent(self, &call, &request_id, 1);
         let limits = Limits::of(self.shared.policy, endpoint);
-        let result =
-            tokio::time::timeout(timeout, perform(&self.shared.pool, request, false, limits)).await;
+        let result = tokio::time::timeout(
+            timeout,
+            perform(&self.shared.pool, request, Wire::Read, limits),
+        )
+        .await;
         let (status, echoed) = match result {
             Ok((
                 Attempt::Answer {

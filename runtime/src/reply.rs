@@ -158,10 +158,10 @@ impl Reply {
     /// request was sent and answered: its attempts are never 0 (0 is "refused
     /// before sending"), so a caller never takes an applied write for unsent.
     fn decode_error(&self, e: serde_json::Error) -> Error {
-        let row = self.client.row(OutcomeKind::Decode);
+        let row = self.client.row_of(OutcomeKind::Decode);
         let error = self
             .client
-            .classified(OutcomeKind::Decode, row, self.endpoint)
+            .error(OutcomeKind::Decode, self.endpoint)
             .with_status(self.status, None)
             .with_request_id(self.request_id.clone())
             .with_attempts(self.ledger.attempts)

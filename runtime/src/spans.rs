@@ -13,7 +13,6 @@ use tracing::{Span, info_span};
 use crate::call::Call;
 use crate::client::Client;
 use crate::error::Error;
-use crate::pipeline::Opened;
 use crate::policy::TaxonomyRow;
 
 /// The span of one call: open until its answer (or its stream's head).
@@ -34,9 +33,9 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
         http.request.resend_count = Empty,
         sdk.service = e.service,
         sdk.operation = e.operation,
-        sdk.timeout_class = name(policy.timeouts.get(call.timeout.unwrap_or(e.timeout)).map(|t| t.name)),
-        sdk.retry_class = name(policy.retries.get(e.retry).map(|r| r.name)),
-        sdk.budget = name(policy.throttle.budgets.get(e.budget).map(|b| b.name)),
+        sdk.timeout_class = name(policy.timeouts.get(call.timeout.unwrap_or(e.timeout).get()).map(|t| t.name)),
+        sdk.retry_class = name(policy.retries.get(e.retry.get()).map(|r| r.name)),
+        sdk.budget = name(policy.throttle.budgets.get(e.budget.get()).map(|b| b.name)),
         sdk.idempotent = e.idempotent,
         sdk.stream = Empty,
         sdk.taxonomy_row = Empty,
@@ -45,7 +44,7 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
     if span.is_disabled() {
         return span;
     }
-    if let Some(stream) = e.stream.and_then(|i| policy.streams.get(i)) {
+    if let Some(stream) = e.stream.and_then(|i| policy.streams.get(i.get())) {
         span.record("sdk.stream", stream.name);
     }
     if let Ok(url) = reqwest::Url::parse(&client.shared.base_url) {
@@ -98,12 +97,12 @@ pub(crate) fn resent(n: u32) {
 }
 
 /// How the call ended.
-pub(crate) fn finished(span: &Span, result: &Result<Opened, Error>) {
+pub(crate) fn finished(span: &Span, result: Result<u16, &Error>) {
     match result {
         // Nobody wants the fields: not even the records are built.
         Ok(_) if span.is_disabled() => {}
-        Ok(opened) => {
-            span.record("http.response.status_code", opened.reply.status());
+        Ok(status) => {
+            span.record("http.response.status_code", status);
         }
         Err(e) => failed(span, e),
     }

@@ -19,8 +19,8 @@ use crate::policy::*;
 use crate::{Endpoint, Method, Policy, ScopeNeed};
 
 /// Indexes into [`POLICY`]'s streams.
-pub const PROGRESS: usize = 0;
-pub const CHAT: usize = 1;
+pub const PROGRESS: StreamIx = StreamIx::new(0);
+pub const CHAT: StreamIx = StreamIx::new(1);
 
 /// A job's progress events; falls back to [`JOB_STATUS`].
 pub static JOB_EVENTS: Endpoint = Endpoint {
@@ -61,10 +61,10 @@ const ROUTE: Endpoint = Endpoint {
     path: "",
     scope: ScopeNeed::Tenant,
     lane: crate::Lane::Key,
-    timeout: 0,
-    retry: 0,
+    timeout: TimeoutIx::new(0),
+    retry: RetryIx::new(0),
     idempotent: false,
-    budget: 0,
+    budget: BudgetIx::new(0),
     replay: false,
     conflict: Conflict::Error,
     pipeline_id: false,
@@ -93,9 +93,15 @@ impl LogLines for Quiet {
     fn warm_up(&self, _: &str, _: bool) {}
 }
 
-/// A taxonomy row matching every outcome of `outcome`, never retried.
-const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> TaxonomyRow {
+/// Taxonomy row `index`, matching every outcome of `outcome`, never retried.
+const fn row(
+    index: u16,
+    row: &'static str,
+    outcome: OutcomeKind,
+    class: &'static str,
+) -> TaxonomyRow {
     TaxonomyRow {
+        index: RowIx::new(index),
         row,
         matches: RowMatch {
             outcome,
@@ -107,7 +113,8 @@ const fn row(row: &'static str, outcome: OutcomeKind, class: &'static str) -> Ta
             routes: None,
         },
         class,
-        retry: Some(0),
+        success: false,
+        retry: Some(RetryIx::new(0)),
         feeds_breaker: false,
         outcome_unknown: false,
         alert: None,
@@ -175,16 +182,16 @@ pub static POLICY: Policy = Policy {
         },
     },
     taxonomy: &[
-        row("T1", OutcomeKind::Connection, "connection"),
-        row("T20", OutcomeKind::Deadline, "deadline"),
+        row(0, "T1", OutcomeKind::Connection, "connection"),
+        row(1, "T20", OutcomeKind::Deadline, "deadline"),
         TaxonomyRow {
             alert: Some("contract_drift"),
-            ..row("T24", OutcomeKind::Decode, "decode")
+            ..row(2, "T24", OutcomeKind::Decode, "decode")
         },
-        row("T17", OutcomeKind::StreamError, "stream_error"),
-        row("T18", OutcomeKind::StreamTimeout, "stream_timeout"),
-        row("T19", OutcomeKind::StreamStalled, "stream_stalled"),
-        row("T32", OutcomeKind::JobFailed, "job_failed"),
+        row(3, "T17", OutcomeKind::StreamError, "stream_error"),
+        row(4, "T18", OutcomeKind::StreamTimeout, "stream_timeout"),
+        row(5, "T19", OutcomeKind::StreamStalled, "stream_stalled"),
+        row(6, "T32", OutcomeKind::JobFailed, "job_failed"),
     ],
     detail_sets: &[],
     streams: &[

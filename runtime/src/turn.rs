@@ -161,7 +161,7 @@ impl<E: StreamEvent> Turn<E> {
                     Some(Stage::FailedClosed(failed)) => {
                         let error = self
                             .client()
-                            .failure(OutcomeKind::StreamError, self.events.endpoint)
+                            .error(OutcomeKind::StreamError, self.events.endpoint)
                             .with_detail(match &failed.detail {
                                 Some(d) => format!("stage {} failed: {d}", failed.stage),
                                 None => format!("stage {} failed", failed.stage),
@@ -177,7 +177,7 @@ impl<E: StreamEvent> Turn<E> {
                         }
                         Err(e) => Err(self
                             .client()
-                            .failure(OutcomeKind::Decode, self.events.endpoint)
+                            .error(OutcomeKind::Decode, self.events.endpoint)
                             .with_detail("a turn event does not decode")
                             .with_source(e)),
                     },
@@ -219,7 +219,7 @@ impl<E: StreamEvent> Turn<E> {
     fn deadline_error(&self) -> Error {
         let secs = self.client().shared.policy.deadline.as_secs();
         self.client()
-            .failure(OutcomeKind::Deadline, self.events.endpoint)
+            .error(OutcomeKind::Deadline, self.events.endpoint)
             .with_detail(format!(
                 "the {secs} s overall deadline ended the turn, not the platform"
             ))

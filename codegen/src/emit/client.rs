@@ -61,11 +61,11 @@ pub fn lib_rs(model: &Model) -> TokenStream {
         #(#modules)*
 
         pub use client::{#client, Config};
-        pub use error::{ErrorClass, ErrorExt};
+        pub use error::{Error, ErrorClass};
         pub use ids::{#scope_ids, #(#ids),*};
         #existing
         #(#handles)*
-        pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
+        pub use sdk_runtime::{Created, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
         #streams
     }
 }

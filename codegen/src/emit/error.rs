@@ -1,5 +1,6 @@
-//! `src/error.rs`: the taxonomy's error classes as an enum, so a caller
-//! matches `error.class()` against a variant the compiler checks, not a string.
+//! `src/error.rs`: the API's own error type and the taxonomy's error classes
+//! as an enum, so a caller matches `error.class()` against a variant the
+//! compiler checks, read from the row's index, not from a string.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -8,7 +9,7 @@ use super::docs::{camel, doc, ident, inner_doc, int};
 use crate::model::Model;
 
 /// The class of an error no row classified: the runtime's fallback, present
-/// in every API so the conversion from a class name is total.
+/// in every API so the class of every error is one of its variants.
 const UNCLASSIFIED: &str = "unclassified";
 
 /// Every error class of the taxonomy, in row order, each once, with its rows;
@@ -48,27 +49,39 @@ pub fn error_rs(model: &Model) -> TokenStream {
         let variant = ident(&camel(class));
         quote!(ErrorClass::#variant => #class,)
     });
-    let parse = classes
-        .iter()
-        .filter(|(class, ..)| *class != UNCLASSIFIED)
-        .map(|(class, ..)| {
-            let variant = ident(&camel(class));
-            quote!(#class => ErrorClass::#variant,)
-        });
     let all = classes.iter().map(|(class, ..)| {
         let variant = ident(&camel(class));
         quote!(ErrorClass::#variant)
     });
-    let count = int(classes.len() as u64);
-    let module_doc = inner_doc(
-        "The error classes of the taxonomy (`POLICY.md`, Taxonomy), as a type: \
-         `error.class()` is matched against a variant, not a string.",
-    );
-    let enum_doc = doc(&format!(
-        "The class of a failed call of the {}: the taxonomy row that classified it decides it.",
-        model.api.title
-    ));
     let unclassified = ident(&camel(UNCLASSIFIED));
+    // A success row never ends a call in an error: it reads as unclassified.
+    let by_row = model.rows.iter().map(|r| {
+        let class = if r.class == "success" {
+            UNCLASSIFIED
+        } else {
+            &r.class
+        };
+        let variant = ident(&camel(class));
+        quote!(ErrorClass::#variant)
+    });
+    let count = int(classes.len() as u64);
+    let n_rows = int(model.rows.len() as u64);
+    let api = &model.api.name;
+    let title = &model.api.title;
+    let module_doc = inner_doc(&format!(
+        "The error of a call of the {title}, and the taxonomy's error classes (`POLICY.md`, \
+         Taxonomy) as a type: `error.class()` is matched against a variant, read from the \
+         row that classified the error, never from a string."
+    ));
+    let enum_doc = doc(&format!(
+        "The class of a failed call of the {title}: the taxonomy row that classified it \
+         decides it. A new taxonomy row may bring a new class: a `match` needs a `_` arm."
+    ));
+    let error_doc = doc(&format!(
+        "A failed call of the {title}: the runtime's [`sdk_runtime::Error`] (every accessor \
+         through `Deref`), with its class as this API's [`ErrorClass`]. Another API's error \
+         is another type: it is never read as one of these classes."
+    ));
     quote! {
         #module_doc
 
@@ -76,6 +89,7 @@ pub fn error_rs(model: &Model) -> TokenStream {
 
         #enum_doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum ErrorClass {
             #(#variants)*
         }
@@ -90,14 +104,6 @@ pub fn error_rs(model: &Model) -> TokenStream {
                     #(#names)*
                 }
             }
-
-            /// The class named `name`; a name outside the taxonomy is `Unclassified`.
-            pub fn from_name(name: &str) -> ErrorClass {
-                match name {
-                    #(#parse)*
-                    _ => ErrorClass::#unclassified,
-                }
-            }
         }
 
         impl fmt::Display for ErrorClass {
@@ -106,15 +112,69 @@ pub fn error_rs(model: &Model) -> TokenStream {
             }
         }
 
-        /// The class of an [`Error`](sdk_runtime::Error) as this API's [`ErrorClass`].
-        pub trait ErrorExt {
-            /// The taxonomy class of the error.
-            fn class(&self) -> ErrorClass;
+        /// The class of each taxonomy row, by the row's index.
+        const ROW_CLASSES: [ErrorClass; #n_rows] = [#(#by_row),*];
+
+        #error_doc
+        pub struct Error(sdk_runtime::Error);
+
+        impl Error {
+            /// The taxonomy class: the class of the row that classified the
+            /// error (by its index), `Unclassified` when none did. An error
+            /// another API's policy classified (a runtime error converted by
+            /// hand) is `Unclassified` too, never one of this API's classes.
+            pub fn class(&self) -> ErrorClass {
+                match self.0.row_index() {
+                    Some(row) if self.0.api() == #api => ROW_CLASSES
+                        .get(row.get())
+                        .copied()
+                        .unwrap_or(ErrorClass::#unclassified),
+                    _ => ErrorClass::#unclassified,
+                }
+            }
+
+            /// The runtime's error.
+            pub fn into_inner(self) -> sdk_runtime::Error {
+                self.0
+            }
         }
 
-        impl ErrorExt for sdk_runtime::Error {
-            fn class(&self) -> ErrorClass {
-                ErrorClass::from_name(self.class_name())
+        impl std::ops::Deref for Error {
+            type Target = sdk_runtime::Error;
+
+            fn deref(&self) -> &sdk_runtime::Error {
+                &self.0
+            }
+        }
+
+        /// A runtime error of a call of this API (a stream's, a raw call's).
+        impl From<sdk_runtime::Error> for Error {
+            fn from(error: sdk_runtime::Error) -> Self {
+                Error(error)
+            }
+        }
+
+        impl From<Error> for sdk_runtime::Error {
+            fn from(error: Error) -> Self {
+                error.0
+            }
+        }
+
+        impl fmt::Display for Error {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Debug for Error {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl std::error::Error for Error {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                std::error::Error::source(&self.0)
             }
         }
     }

@@ -114,8 +114,10 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let contains = &d.contains;
         quote!(DetailSet { name: #name, contains: &[#(#contains),*] })
     });
-    let rows = model.rows.iter().map(|r| {
+    let rows = model.rows.iter().enumerate().map(|(index, r)| {
         let (row, class, action) = (&r.row, &r.class, &r.action);
+        let index = int(index as u64);
+        let success = r.class == "success";
         let outcome = outcome(r.outcome);
         let status = option(r.status, |(lo, hi)| {
             let (lo, hi) = (int(lo), int(hi));
@@ -123,7 +125,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         });
         let detail = option(r.detail, |d| {
             let d = int(d as u64);
-            quote!(#d)
+            quote!(DetailIx::new(#d))
         });
         let retry_after = option(r.retry_after, |b| quote!(#b));
         let conflict = option(r.conflict, conflict);
@@ -146,7 +148,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         let remember = option(r.remember_for, duration);
         let escalate = option(r.escalate_to, |i| {
             let i = int(i as u64);
-            quote!(#i)
+            quote!(RowIx::new(#i))
         });
         let alert = option(r.alert.as_ref(), |a| quote!(#a));
         let keyless = option(r.keyless, |b| quote!(#b));
@@ -163,6 +165,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         });
         quote! {
             TaxonomyRow {
+                index: RowIx::new(#index),
                 row: #row,
                 matches: RowMatch {
                     outcome: #outcome,
@@ -174,6 +177,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                     routes: #routes,
                 },
                 class: #class,
+                success: #success,
                 retry: #retry,
                 feeds_breaker: #feeds,
                 outcome_unknown: #unknown,
@@ -303,22 +307,28 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         (
             "timeout",
             "Timeout classes, by name.",
-            names(model.timeouts.iter().map(|t| (&t.name, &t.doc))),
+            names(
+                "TimeoutIx",
+                model.timeouts.iter().map(|t| (&t.name, &t.doc)),
+            ),
         ),
         (
             "retry",
             "Retry classes, by name.",
-            names(model.retries.iter().map(|r| (&r.name, &r.doc))),
+            names("RetryIx", model.retries.iter().map(|r| (&r.name, &r.doc))),
         ),
         (
             "budget",
             "Throttle budgets, by name.",
-            names(model.throttle.budgets.iter().map(|b| (&b.name, &b.doc))),
+            names(
+                "BudgetIx",
+                model.throttle.budgets.iter().map(|b| (&b.name, &b.doc)),
+            ),
         ),
         (
             "stream",
             "Stream contracts, by name.",
-            names(model.streams.iter().map(|s| (&s.name, &s.doc))),
+            names("StreamIx", model.streams.iter().map(|s| (&s.name, &s.doc))),
         ),
     ]
     .map(|(module, text, consts)| {
@@ -593,18 +603,27 @@ fn endpoint_path(service: &crate::model::Service, route: &str) -> TokenStream {
     quote!(&crate::#module::#name)
 }
 
-/// `pub const NAME: usize = i;` for each named item.
-fn names<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStream {
+/// `pub const NAME: TimeoutIx = TimeoutIx::new(i);` for each named item, typed by its table.
+fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStream {
+    let ty = ident(ty);
     let consts = items.enumerate().map(|(i, (name, text))| {
         let docs = doc(text);
         let name = ident(&screaming(name));
         let i = int(i as u64);
         quote! {
             #docs
-            pub const #name: usize = #i;
+            pub const #name: #ty = #ty::new(#i);
         }
     });
-    quote!(#(#consts)*)
+    let consts: Vec<_> = consts.collect();
+    if consts.is_empty() {
+        return TokenStream::new();
+    }
+    quote! {
+        use sdk_runtime::policy::#ty;
+
+        #(#consts)*
+    }
 }
 
 fn schedule(s: &RetrySchedule) -> TokenStream {

@@ -92,7 +92,8 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         #module_doc
 
         use sdk_runtime::policy::Conflict;
-        use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+        use crate::Error;
+        use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
         #id_import
 
         #policy_import
@@ -307,7 +308,7 @@ fn method(model: &Model, r: &Route) -> TokenStream {
         args.push(quote!(#arg: &crate::ids::Existing<crate::ids::#id>));
         quote! {
             if body.#field != *#arg.id() {
-                return Err(self.client.refused(&#endpoint, #detail));
+                return Err(self.client.refused(&#endpoint, #detail).into());
             }
         }
     });
@@ -318,7 +319,10 @@ fn method(model: &Model, r: &Route) -> TokenStream {
     });
     let build = quote!(#proof let call = Call::new(&#endpoint) #(#steps)* #body;);
     let (ret, finish) = match &r.returns {
-        Returns::Nothing => (quote!(()), quote!(self.client.send(call).await?.empty())),
+        Returns::Nothing => (
+            quote!(()),
+            quote!(Ok(self.client.send(call).await?.empty()?)),
+        ),
         Returns::Stream(i) => {
             let stream = &model.streams[*i];
             let event = if stream.events.is_empty() {
@@ -345,7 +349,7 @@ fn method(model: &Model, r: &Route) -> TokenStream {
                 ),
                 _ => (
                     quote!(sdk_runtime::Events),
-                    quote!(self.client.open_stream(call).await),
+                    quote!(Ok(self.client.open_stream(call).await?)),
                 ),
             }
         }
@@ -354,13 +358,13 @@ fn method(model: &Model, r: &Route) -> TokenStream {
             match r.conflict {
                 Conflict::Success => (
                     quote!(sdk_runtime::Created<#ty>),
-                    quote!(self.client.send(call).await?.created()),
+                    quote!(Ok(self.client.send(call).await?.created()?)),
                 ),
                 Conflict::Poll => (
                     quote!(sdk_runtime::Progress<#ty>),
-                    quote!(self.client.send(call).await?.progress()),
+                    quote!(Ok(self.client.send(call).await?.progress()?)),
                 ),
-                Conflict::Error => (ty, quote!(self.client.send(call).await?.json())),
+                Conflict::Error => (ty, quote!(Ok(self.client.send(call).await?.json()?))),
             }
         }
     };

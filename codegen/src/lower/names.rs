@@ -37,7 +37,6 @@ const TAKEN_TYPES: &[&str] = &[
     "Deserialize",
     "Config",
     "ErrorClass",
-    "ErrorExt",
     "TenantId",
     "WorkspaceId",
     "AsWorkspace",

@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/core`. Policy Transport, Idempotency (inferred).
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `GET /core/health`
 pub static HEALTH: Endpoint = Endpoint {
@@ -85,7 +86,7 @@ impl<'c> Engine<'c> {
     /// - Policy: Transport (inferred)
     pub async fn health(&self) -> Result<crate::types::Health, Error> {
         let call = Call::new(&HEALTH);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Analyse one document. Stateless, so a replay after a lost answer is safe (at-least-once).
@@ -101,7 +102,7 @@ impl<'c> Engine<'c> {
         body: &crate::types::AnalyseRequest,
     ) -> Result<crate::types::Analysis, Error> {
         let call = Call::new(&ANALYSE).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Extract the findings of one text. Stateless, so a replay after a lost answer is safe (at-least-once).
@@ -117,6 +118,6 @@ impl<'c> Engine<'c> {
         body: &crate::types::ExtractRequest,
     ) -> Result<crate::types::Findings, Error> {
         let call = Call::new(&EXTRACT_FINDINGS).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

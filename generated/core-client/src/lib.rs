@@ -28,7 +28,7 @@ pub mod types;
 
 pub use client::{Config, Core};
 pub use engine::Engine;
-pub use error::{ErrorClass, ErrorExt};
+pub use error::{Error, ErrorClass};
 pub use ids::{DocumentId, FindingId, SessionId, TenantId};
-pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
+pub use sdk_runtime::{Created, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
 pub use sessions::Sessions;

@@ -7,24 +7,30 @@ use sdk_runtime::policy::*;
 
 /// Timeout classes, by name.
 pub mod timeout {
+    use sdk_runtime::policy::TimeoutIx;
+
     /// Per-attempt budget of every Core and Platform route.
-    pub const DEFAULT: usize = 0;
+    pub const DEFAULT: TimeoutIx = TimeoutIx::new(0);
     /// The public liveness route.
-    pub const HEALTH: usize = 1;
+    pub const HEALTH: TimeoutIx = TimeoutIx::new(1);
 }
 
 /// Retry classes, by name.
 pub mod retry {
+    use sdk_runtime::policy::RetryIx;
+
     /// Never retried by the client (4xx, invalid JSON, and workflow actions once sent).
-    pub const C0: usize = 0;
+    pub const C0: RetryIx = RetryIx::new(0);
     /// CoreClient's bounded retry: 5xx answers and transport failures (connection, timeout); `retry_attempts` attempts in all (default 2), waiting `retry_backoff_seconds × attempt` (default 0.25 s) before each retry.
-    pub const C1: usize = 1;
+    pub const C1: RetryIx = RetryIx::new(1);
 }
 
 /// Throttle budgets, by name.
 pub mod budget {
+    use sdk_runtime::policy::BudgetIx;
+
     /// The global limits only.
-    pub const GLOBAL: usize = 0;
+    pub const GLOBAL: BudgetIx = BudgetIx::new(0);
 }
 
 /// Stream contracts, by name.
@@ -153,6 +159,7 @@ pub static POLICY: Policy = Policy {
     },
     taxonomy: &[
         TaxonomyRow {
+            index: RowIx::new(0),
             row: "C22",
             matches: RowMatch {
                 outcome: OutcomeKind::InvalidScope,
@@ -164,6 +171,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "invalid_scope",
+            success: false,
             retry: Some(retry::C0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -178,6 +186,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(1),
             row: "C23",
             matches: RowMatch {
                 outcome: OutcomeKind::InvalidRequest,
@@ -189,6 +198,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "invalid_request",
+            success: false,
             retry: Some(retry::C0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -203,6 +213,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(2),
             row: "C20",
             matches: RowMatch {
                 outcome: OutcomeKind::Deadline,
@@ -214,6 +225,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "deadline",
+            success: false,
             retry: Some(retry::C0),
             feeds_breaker: false,
             outcome_unknown: true,
@@ -232,6 +244,7 @@ pub static POLICY: Policy = Policy {
             ),
         },
         TaxonomyRow {
+            index: RowIx::new(3),
             row: "C1",
             matches: RowMatch {
                 outcome: OutcomeKind::Connection,
@@ -243,6 +256,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "transport",
+            success: false,
             retry: Some(retry::C1),
             feeds_breaker: false,
             outcome_unknown: true,
@@ -259,6 +273,7 @@ pub static POLICY: Policy = Policy {
             ),
         },
         TaxonomyRow {
+            index: RowIx::new(4),
             row: "C2",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -270,6 +285,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "server_error",
+            success: false,
             retry: Some(retry::C1),
             feeds_breaker: false,
             outcome_unknown: true,
@@ -288,6 +304,7 @@ pub static POLICY: Policy = Policy {
             ),
         },
         TaxonomyRow {
+            index: RowIx::new(5),
             row: "C3",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -299,6 +316,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "http_error",
+            success: false,
             retry: Some(retry::C0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -313,6 +331,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(6),
             row: "C4",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -324,6 +343,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "unexpected_status",
+            success: false,
             retry: Some(retry::C0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -338,6 +358,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(7),
             row: "C5",
             matches: RowMatch {
                 outcome: OutcomeKind::Decode,
@@ -349,6 +370,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "invalid_json",
+            success: false,
             retry: Some(retry::C0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -365,6 +387,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(8),
             row: "C6",
             matches: RowMatch {
                 outcome: OutcomeKind::TooLarge,
@@ -376,6 +399,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "too_large",
+            success: false,
             retry: Some(retry::C0),
             feeds_breaker: false,
             outcome_unknown: false,

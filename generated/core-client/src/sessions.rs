@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/platform`. Policy Idempotency (inferred).
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `GET /platform/v1/sessions/{session_id}`
 pub static GET_SESSION: Endpoint = Endpoint {
@@ -145,7 +146,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&GET_SESSION).path(session_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// The findings of a session with their decisions.
@@ -161,7 +162,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
     ) -> Result<Vec<crate::types::SessionFinding>, Error> {
         let call = Call::new(&LIST_FINDINGS).path(session_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Accept a finding of the session.
@@ -179,7 +180,7 @@ impl<'c> Sessions<'c> {
         body: &crate::types::Decision,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&ACCEPT).path(session_id.as_str()).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Reject a finding of the session.
@@ -197,7 +198,7 @@ impl<'c> Sessions<'c> {
         body: &crate::types::Decision,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&REJECT).path(session_id.as_str()).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Move the session to its next workflow step.
@@ -214,7 +215,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&ADVANCE).path(session_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Post a reviewer's message on the session.
@@ -232,6 +233,6 @@ impl<'c> Sessions<'c> {
         body: &crate::types::Discussion,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&DISCUSS).path(session_id.as_str()).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/ai-gateway/api/v1`. Policy §7, §8, §10.1.
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `POST /ai-gateway/api/v1/retrieval/collections/{kb}/search/rerank`
 pub static SEARCH_RERANK: Endpoint = Endpoint {
@@ -71,7 +72,7 @@ impl<'c> AiGateway<'c> {
         body: &crate::types::SearchRequest,
     ) -> Result<crate::types::SearchResults, Error> {
         let call = Call::new(&SEARCH_RERANK).path(kb.as_str()).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// An LLM completion; not idempotent (it spends budget), never retried once sent.
@@ -89,6 +90,6 @@ impl<'c> AiGateway<'c> {
         body: &crate::types::CompletionRequest,
     ) -> Result<crate::types::Completion, Error> {
         let call = Call::new(&COMPLETE).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

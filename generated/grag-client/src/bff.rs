@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/next/api`. Policy §2, §6.
 
+use crate::Error;
 use crate::policy::{budget, retry, stream, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `GET /next/api/orchestrator/events/{job_id}`
 pub static ORCHESTRATOR_EVENTS: Endpoint = Endpoint {
@@ -123,7 +124,7 @@ impl<'c> Bff<'c> {
         job_id: &crate::ids::JobId,
     ) -> Result<crate::types::JobStatus, Error> {
         let call = Call::new(&PIPELINE_STATUS).path(job_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// One chat turn as POST-body SSE, typed. Stage traces are read by the client: a failed stage other than `generate` marks the turn and the chat feature degraded and the answer goes on; a failed `generate`, the 150 s watchdog, `event: error` or a drop end the turn with an error whose `answer_lost()` is set (the user message is saved, the answer likely not; the UI offers „Erneut senden“). Never resent automatically.
@@ -142,10 +143,13 @@ impl<'c> Bff<'c> {
         body: &crate::types::ChatRequest,
     ) -> Result<sdk_runtime::Turn<crate::types::ChatEvent>, Error> {
         if body.conversation_id != *conversation.id() {
-            return Err(self.client.refused(
-                &CHAT_STREAM,
-                "the body's `conversation_id` is not the one proven to exist",
-            ));
+            return Err(self
+                .client
+                .refused(
+                    &CHAT_STREAM,
+                    "the body's `conversation_id` is not the one proven to exist",
+                )
+                .into());
         }
 
         let call = Call::new(&CHAT_STREAM).json(body);

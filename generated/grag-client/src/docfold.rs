@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/docfold/api/v1`. Policy §5.3, App. A (inferred).
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `POST /docfold/api/v1/convert`
 pub static CONVERT: Endpoint = Endpoint {
@@ -90,7 +91,7 @@ impl<'c> Docfold<'c> {
         body: &crate::types::ConvertRequest,
     ) -> Result<crate::types::ConversionJob, Error> {
         let call = Call::new(&CONVERT).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// The latest conversion started for a document; a 404 means none. The read that settles a convert whose outcome is unknown.
@@ -106,7 +107,7 @@ impl<'c> Docfold<'c> {
         document_id: &crate::ids::DocumentId,
     ) -> Result<crate::types::ConversionJob, Error> {
         let call = Call::new(&CONVERSION_OF).path(document_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// The result of a conversion; a 409 means still processing (T8): poll again at the polling interval (5 s, ×2 while a 429 is hot).
@@ -123,6 +124,6 @@ impl<'c> Docfold<'c> {
         conversion_id: &crate::ids::ConversionId,
     ) -> Result<sdk_runtime::Progress<crate::types::ConversionResult>, Error> {
         let call = Call::new(&RESULT).path(conversion_id.as_str());
-        self.client.send(call).await?.progress()
+        Ok(self.client.send(call).await?.progress()?)
     }
 }

@@ -3,10 +3,11 @@
 //!
 //! Every path starts with `/entity-linking/api/v1`. Policy §3.2 (inferred).
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::Id;
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `POST /entity-linking/api/v1/link`
 pub static LINK: Endpoint = Endpoint {
@@ -52,6 +53,6 @@ impl<'c> EntityLinking<'c> {
         body: &crate::types::LinkRequest,
     ) -> Result<Vec<crate::types::EntityLink>, Error> {
         let call = Call::new(&LINK).workspace(self.workspace).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/groundedness/api/v1`. Policy §7.
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `POST /groundedness/api/v1/score`
 pub static SCORE: Endpoint = Endpoint {
@@ -50,6 +51,6 @@ impl<'c> Groundedness<'c> {
         body: &crate::types::ScoreRequest,
     ) -> Result<crate::types::Score, Error> {
         let call = Call::new(&SCORE).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

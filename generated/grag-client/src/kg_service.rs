@@ -3,10 +3,11 @@
 //!
 //! Every path starts with `/kg-service/api/v1`. Policy §3.2, §5.3 (inferred).
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::Id;
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `PUT /kg-service/api/v1/entities/{entity_id}`
 pub static UPSERT_ENTITY: Endpoint = Endpoint {
@@ -114,7 +115,7 @@ impl<'c> Kg<'c> {
             .workspace(self.workspace)
             .path(entity_id.as_str())
             .json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// One entity by id.
@@ -132,7 +133,7 @@ impl<'c> Kg<'c> {
         let call = Call::new(&GET_ENTITY)
             .workspace(self.workspace)
             .path(entity_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Create or merge an edge (MERGE semantics, safe to replay).
@@ -153,7 +154,7 @@ impl<'c> Kg<'c> {
             .workspace(self.workspace)
             .path(edge_id.as_str())
             .json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Edges touching one entity.
@@ -171,6 +172,6 @@ impl<'c> Kg<'c> {
         let call = Call::new(&LIST_EDGES)
             .workspace(self.workspace)
             .path(entity_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/ledger/api/v1`. Policy §10.1.
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `GET /ledger/api/v1/ledger/totals`
 pub static TOTALS: Endpoint = Endpoint {
@@ -69,7 +70,7 @@ impl<'c> Ledger<'c> {
         pipeline_id: &crate::ids::PipelineId,
     ) -> Result<crate::types::LedgerTotals, Error> {
         let call = Call::new(&TOTALS).query("pipeline_id", pipeline_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Tenant-level spend for the budget display, grouped by service or provider.
@@ -85,6 +86,6 @@ impl<'c> Ledger<'c> {
         group_by: &crate::types::SpendGrouping,
     ) -> Result<crate::types::Spend, Error> {
         let call = Call::new(&SPEND).query("group_by", group_by);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

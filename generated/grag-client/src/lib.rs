@@ -36,7 +36,7 @@ pub mod voyager;
 pub mod workspaces;
 
 pub use client::{Config, Grag};
-pub use error::{ErrorClass, ErrorExt};
+pub use error::{Error, ErrorClass};
 pub use ids::{
     AsWorkspace, ConversationId, ConversionId, DocumentId, EdgeId, EntityId, JobId, KbId,
     PipelineId, SessionId, TenantId, WorkspaceId,
@@ -50,7 +50,7 @@ pub use groundedness::Groundedness;
 pub use ids::Existing;
 pub use kg_service::Kg;
 pub use ledger::Ledger;
-pub use sdk_runtime::{Created, Error, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
+pub use sdk_runtime::{Created, InvalidId, OutcomeKind, Progress, RequestRef, RequestRefs};
 pub use voyager::Voyager;
 pub use workspaces::Workspaces;
 

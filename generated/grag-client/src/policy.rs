@@ -7,58 +7,66 @@ use sdk_runtime::policy::*;
 
 /// Timeout classes, by name.
 pub mod timeout {
+    use sdk_runtime::policy::TimeoutIx;
+
     /// Per-attempt budget of every route without a more specific class.
-    pub const DEFAULT: usize = 0;
+    pub const DEFAULT: TimeoutIx = TimeoutIx::new(0);
     /// LLM completions and groundedness; covers the BFF's own 120 s completion timeout and cold starts.
-    pub const LLM: usize = 1;
+    pub const LLM: TimeoutIx = TimeoutIx::new(1);
     /// Search / rerank; the first call after a deploy may have to load the rerank model.
-    pub const SEARCH: usize = 2;
+    pub const SEARCH: TimeoutIx = TimeoutIx::new(2);
     /// The public liveness probe (`curl -m 3 $GRAG_URL/workspaces/health`).
-    pub const PROBE: usize = 3;
+    pub const PROBE: TimeoutIx = TimeoutIx::new(3);
     /// The one authenticated canary read sent while the breaker is half-open.
-    pub const CANARY: usize = 4;
+    pub const CANARY: TimeoutIx = TimeoutIx::new(4);
 }
 
 /// Retry classes, by name.
 pub mod retry {
+    use sdk_runtime::policy::RetryIx;
+
     /// Never retried: 400, 402, 403 admin gate, 409 docfold, 413, 422, chat SSE turns, and non-idempotent calls once the request was sent.
-    pub const R0: usize = 0;
+    pub const R0: RetryIx = RetryIx::new(0);
     /// Idempotent calls after a connection error, attempt timeout, 502 or other 5xx: exponential backoff with full jitter, inside the overall deadline.
-    pub const R1: usize = 1;
+    pub const R1: RetryIx = RetryIx::new(1);
     /// GET answered 401/404/422 inside the deploy-suspected window: exactly one extra attempt (containers still coming up behind Traefik).
-    pub const R2: usize = 2;
+    pub const R2: RetryIx = RetryIx::new(2);
     /// 429: wait Retry-After (seconds or HTTP date), 2 s floor when the header is absent, plus jitter; polling slows ×2 while a 429 is hot.
-    pub const R3: usize = 3;
+    pub const R3: RetryIx = RetryIx::new(3);
     /// 503 with Retry-After (WAL backpressure): honor Retry-After; ingest jobs re-queue instead of waiting in the call.
-    pub const R4: usize = 4;
+    pub const R4: RetryIx = RetryIx::new(4);
     /// 503 fail-closed safety/admission or unknown detail: exactly one retry, then fail (an identical unknown detail twice means dark, T16 → T13).
-    pub const R5: usize = 5;
+    pub const R5: RetryIx = RetryIx::new(5);
 }
 
 /// Throttle budgets, by name.
 pub mod budget {
+    use sdk_runtime::policy::BudgetIx;
+
     /// Only the global limits above (8 in flight, 50 req/s); no extra budget.
-    pub const GLOBAL: usize = 0;
+    pub const GLOBAL: BudgetIx = BudgetIx::new(0);
     /// Separate semaphore for ingest pipelines (upload, convert, point upserts, KG writes).
-    pub const INGEST: usize = 1;
+    pub const INGEST: BudgetIx = BudgetIx::new(1);
     /// Retrieval calls, headroom under the gateway's 120 rpm bucket; at most half the global slots.
-    pub const RETRIEVAL: usize = 2;
+    pub const RETRIEVAL: BudgetIx = BudgetIx::new(2);
     /// Bulk migration / backfill (e.g. the initial kb-methodik ingest); run outside business hours.
-    pub const BACKFILL: usize = 3;
+    pub const BACKFILL: BudgetIx = BudgetIx::new(3);
     /// The Gutachten step 2 per-document fan-out: sequential, at most 2 documents in flight. No route draws from it: the caller enters it with `grag.fanout()`.
-    pub const FANOUT: usize = 4;
+    pub const FANOUT: BudgetIx = BudgetIx::new(4);
     /// Open SSE streams; each holds its slot (and a global one) until it ends.
-    pub const STREAMS: usize = 5;
+    pub const STREAMS: BudgetIx = BudgetIx::new(5);
 }
 
 /// Stream contracts, by name.
 pub mod stream {
+    use sdk_runtime::policy::StreamIx;
+
     /// Ingest progress of one orchestrator job: `subscribed` first, then the orchestrator's events verbatim (node_start, node_complete, node_fail, completed, failed, cancelled, ...). Redis pub/sub behind it: missed events are never replayed, so every reconnect is followed by one status poll.
-    pub const ORCHESTRATOR: usize = 0;
+    pub const ORCHESTRATOR: StreamIx = StreamIx::new(0);
     /// One chat turn as a POST-body SSE stream: stage trace events, long silences are normal (the upstream completion is not streamed). Every stage but `generate` fails open (degraded state, stream continues). Never resent automatically: the user turn is already persisted and the LLM may have partially run.
-    pub const CHAT: usize = 1;
+    pub const CHAT: StreamIx = StreamIx::new(1);
     /// Agent session relay (only if the plan 5.6 spike happens): surface `event: error` frames to the caller; a 503 on opening means the agent plane is dark (T13).
-    pub const AGENT: usize = 2;
+    pub const AGENT: StreamIx = StreamIx::new(2);
 }
 
 /// Every timeout class, indexed by [`timeout`].
@@ -291,6 +299,7 @@ pub static POLICY: Policy = Policy {
     },
     taxonomy: &[
         TaxonomyRow {
+            index: RowIx::new(0),
             row: "T22",
             matches: RowMatch {
                 outcome: OutcomeKind::InvalidScope,
@@ -302,6 +311,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "invalid_scope",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -318,6 +328,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(1),
             row: "T21",
             matches: RowMatch {
                 outcome: OutcomeKind::CircuitOpen,
@@ -329,6 +340,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "circuit_open",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -343,6 +355,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(2),
             row: "T31",
             matches: RowMatch {
                 outcome: OutcomeKind::InvalidRequest,
@@ -354,6 +367,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "invalid_request",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -370,6 +384,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(3),
             row: "T20",
             matches: RowMatch {
                 outcome: OutcomeKind::Deadline,
@@ -381,6 +396,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "deadline",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: true,
@@ -397,6 +413,7 @@ pub static POLICY: Policy = Policy {
             ),
         },
         TaxonomyRow {
+            index: RowIx::new(4),
             row: "T1",
             matches: RowMatch {
                 outcome: OutcomeKind::Connection,
@@ -408,6 +425,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "connection",
+            success: false,
             retry: Some(retry::R1),
             feeds_breaker: true,
             outcome_unknown: true,
@@ -426,6 +444,7 @@ pub static POLICY: Policy = Policy {
             ),
         },
         TaxonomyRow {
+            index: RowIx::new(5),
             row: "T26",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -437,6 +456,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "redirect",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -453,17 +473,19 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(6),
             row: "T2",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
                 status: Some((400, 400)),
-                detail: Some(0),
+                detail: Some(DetailIx::new(0)),
                 retry_after: None,
                 conflict: None,
                 keyless: None,
                 routes: None,
             },
             class: "client_contract",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -480,6 +502,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(7),
             row: "T27",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -491,6 +514,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "bad_request",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -507,6 +531,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(8),
             row: "T5",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -518,6 +543,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "budget_exhausted",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -532,6 +558,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(9),
             row: "T28",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -543,6 +570,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "platform_auth",
+            success: false,
             retry: Some(retry::R2),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -559,17 +587,19 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(10),
             row: "T4",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
                 status: Some((403, 403)),
-                detail: Some(1),
+                detail: Some(DetailIx::new(1)),
                 retry_after: None,
                 conflict: None,
                 keyless: None,
                 routes: None,
             },
             class: "admin_gate",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -584,6 +614,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(11),
             row: "T3",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -595,6 +626,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "auth",
+            success: false,
             retry: Some(retry::R2),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -611,6 +643,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(12),
             row: "T6",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -622,6 +655,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "not_found",
+            success: false,
             retry: Some(retry::R2),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -636,6 +670,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(13),
             row: "T7",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -647,6 +682,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "success",
+            success: true,
             retry: None,
             feeds_breaker: false,
             outcome_unknown: false,
@@ -661,6 +697,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(14),
             row: "T8",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -672,6 +709,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "still_processing",
+            success: false,
             retry: None,
             feeds_breaker: false,
             outcome_unknown: false,
@@ -686,6 +724,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(15),
             row: "T9",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -697,6 +736,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "payload_too_large",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -711,6 +751,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(16),
             row: "T10",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -722,6 +763,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "validation",
+            success: false,
             retry: Some(retry::R2),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -738,6 +780,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(17),
             row: "T11",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -749,6 +792,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "rate_limited",
+            success: false,
             retry: Some(retry::R3),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -765,6 +809,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(18),
             row: "T12",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -776,6 +821,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "bad_gateway",
+            success: false,
             retry: Some(retry::R1),
             feeds_breaker: true,
             outcome_unknown: true,
@@ -792,6 +838,7 @@ pub static POLICY: Policy = Policy {
             ),
         },
         TaxonomyRow {
+            index: RowIx::new(19),
             row: "T33",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -803,6 +850,7 @@ pub static POLICY: Policy = Policy {
                 routes: Some(&[&crate::bff::AGENT_SESSION_STREAM]),
             },
             class: "feature_dark",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -817,6 +865,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(20),
             row: "T15",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -828,6 +877,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "backpressure",
+            success: false,
             retry: Some(retry::R4),
             feeds_breaker: true,
             outcome_unknown: false,
@@ -844,17 +894,19 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(21),
             row: "T13",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
                 status: Some((503, 503)),
-                detail: Some(2),
+                detail: Some(DetailIx::new(2)),
                 retry_after: None,
                 conflict: None,
                 keyless: None,
                 routes: None,
             },
             class: "feature_dark",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -869,17 +921,19 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(22),
             row: "T14",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
                 status: Some((503, 503)),
-                detail: Some(3),
+                detail: Some(DetailIx::new(3)),
                 retry_after: None,
                 conflict: None,
                 keyless: None,
                 routes: None,
             },
             class: "safety_closed",
+            success: false,
             retry: Some(retry::R5),
             feeds_breaker: true,
             outcome_unknown: false,
@@ -896,6 +950,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(23),
             row: "T16",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -907,6 +962,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "ambiguous",
+            success: false,
             retry: Some(retry::R5),
             feeds_breaker: true,
             outcome_unknown: false,
@@ -914,7 +970,7 @@ pub static POLICY: Policy = Policy {
             alert_outside_deploy: false,
             feature_state: None,
             remember_for: None,
-            escalate_to: Some(21),
+            escalate_to: Some(RowIx::new(21)),
             replay: Replay::Outage,
             action: "Unknown 503 detail; retry once. If the second answer carries the identical detail, treat the route as dark (T13) and cache it.",
             message: Some(
@@ -923,6 +979,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(24),
             row: "T23",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -934,6 +991,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "server_error",
+            success: false,
             retry: Some(retry::R1),
             feeds_breaker: false,
             outcome_unknown: true,
@@ -952,6 +1010,7 @@ pub static POLICY: Policy = Policy {
             ),
         },
         TaxonomyRow {
+            index: RowIx::new(25),
             row: "T25",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -963,6 +1022,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "client_error",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -977,6 +1037,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(26),
             row: "T29",
             matches: RowMatch {
                 outcome: OutcomeKind::Status,
@@ -988,6 +1049,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "unexpected_status",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -1004,6 +1066,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(27),
             row: "T30",
             matches: RowMatch {
                 outcome: OutcomeKind::TooLarge,
@@ -1015,6 +1078,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "response_too_large",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -1029,6 +1093,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(28),
             row: "T24",
             matches: RowMatch {
                 outcome: OutcomeKind::Decode,
@@ -1040,6 +1105,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "decode",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -1056,6 +1122,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(29),
             row: "T17",
             matches: RowMatch {
                 outcome: OutcomeKind::StreamError,
@@ -1067,6 +1134,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "stream_error",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -1081,6 +1149,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(30),
             row: "T18",
             matches: RowMatch {
                 outcome: OutcomeKind::StreamTimeout,
@@ -1092,6 +1161,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "stream_timeout",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -1106,6 +1176,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(31),
             row: "T19",
             matches: RowMatch {
                 outcome: OutcomeKind::StreamStalled,
@@ -1117,6 +1188,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "stream_stalled",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,
@@ -1131,6 +1203,7 @@ pub static POLICY: Policy = Policy {
             unknown_message: None,
         },
         TaxonomyRow {
+            index: RowIx::new(32),
             row: "T32",
             matches: RowMatch {
                 outcome: OutcomeKind::JobFailed,
@@ -1142,6 +1215,7 @@ pub static POLICY: Policy = Policy {
                 routes: None,
             },
             class: "job_failed",
+            success: false,
             retry: Some(retry::R0),
             feeds_breaker: false,
             outcome_unknown: false,

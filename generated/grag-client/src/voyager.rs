@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/voyager/api/v1`. Policy §5.3, App. A (inferred).
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `PUT /voyager/api/v1/collections/{kb}/points`
 pub static UPSERT_POINTS: Endpoint = Endpoint {
@@ -52,6 +53,6 @@ impl<'c> Voyager<'c> {
         body: &crate::types::UpsertPoints,
     ) -> Result<crate::types::UpsertResult, Error> {
         let call = Call::new(&UPSERT_POINTS).path(kb.as_str()).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! Every path starts with `/workspaces`. Policy §1, §5.2.
 
+use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Error, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
 
 /// `GET /workspaces/health`
 pub static HEALTH: Endpoint = Endpoint {
@@ -199,7 +200,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §5.2
     pub async fn health(&self) -> Result<crate::types::Health, Error> {
         let call = Call::new(&HEALTH);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Knowledge bases of the tenant. Also the breaker's half-open canary read: it catches the deploy 401-window that /health cannot see.
@@ -212,7 +213,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §1, §5.2
     pub async fn list_kbs(&self) -> Result<Vec<crate::types::Kb>, Error> {
         let call = Call::new(&LIST_KBS);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Create a knowledge base under a deterministic id. A 409 means it already exists and counts as success (T7): the call then returns `Created::Existing`.
@@ -230,7 +231,7 @@ impl<'c> Workspaces<'c> {
         body: &crate::types::CreateKb,
     ) -> Result<sdk_runtime::Created<crate::types::Kb>, Error> {
         let call = Call::new(&CREATE_KB).json(body);
-        self.client.send(call).await?.created()
+        Ok(self.client.send(call).await?.created()?)
     }
 
     /// Documents of a knowledge base. Used to re-poll after a send whose outcome is unknown, before re-submitting an upload.
@@ -246,7 +247,7 @@ impl<'c> Workspaces<'c> {
         kb: &crate::ids::KbId,
     ) -> Result<Vec<crate::types::Document>, Error> {
         let call = Call::new(&LIST_DOCUMENTS).path(kb.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Upload a document under a deterministic id. A 409 means it is already there and counts as success (T7): the call then returns `Created::Existing`.
@@ -265,7 +266,7 @@ impl<'c> Workspaces<'c> {
         body: &crate::types::UploadDocument,
     ) -> Result<sdk_runtime::Created<crate::types::Document>, Error> {
         let call = Call::new(&UPLOAD_DOCUMENT).path(kb.as_str()).json(body);
-        self.client.send(call).await?.created()
+        Ok(self.client.send(call).await?.created()?)
     }
 
     /// Create a conversation; required before the first chat stream call, since the BFF does not create conversations. A 409 means it already exists (returns `Created::Existing`).
@@ -282,7 +283,7 @@ impl<'c> Workspaces<'c> {
         body: &crate::types::CreateConversation,
     ) -> Result<sdk_runtime::Created<crate::types::Conversation>, Error> {
         let call = Call::new(&CREATE_CONVERSATION).json(body);
-        self.client.send(call).await?.created()
+        Ok(self.client.send(call).await?.created()?)
     }
 
     /// The saved messages of a conversation, oldest first; a 404 means no such conversation. The read that settles a chat turn that ended without its answer: the user message is saved first, the assistant message only at the end (§6.2).
@@ -298,7 +299,7 @@ impl<'c> Workspaces<'c> {
         conversation_id: &crate::ids::ConversationId,
     ) -> Result<Vec<crate::types::ChatMessage>, Error> {
         let call = Call::new(&CONVERSATION_MESSAGES).path(conversation_id.as_str());
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Tenant settings (shape not documented in the policy).
@@ -311,7 +312,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §3 (inferred)
     pub async fn get_settings(&self) -> Result<serde_json::Value, Error> {
         let call = Call::new(&GET_SETTINGS);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// Replace the tenant settings; a write without the tenant header would land in tenant default.
@@ -324,7 +325,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §3 (inferred)
     pub async fn put_settings(&self, body: &serde_json::Value) -> Result<serde_json::Value, Error> {
         let call = Call::new(&PUT_SETTINGS).json(body);
-        self.client.send(call).await?.json()
+        Ok(self.client.send(call).await?.json()?)
     }
 
     /// [`Self::create_conversation`], and the proof that the `conversation_id` exists (created now, or already there: a 409), which the routes that need an existing one take.

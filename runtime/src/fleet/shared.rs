@@ -208,7 +208,7 @@ impl Fleet {
         let mut windows: [(usize, u32); MAX_BUDGETS] = [(0, 0); MAX_BUDGETS];
         let (mut n_sets, mut n_windows) = (0, 0);
         for &b in budgets {
-            if inner.policy.per_replica.contains(&b) {
+            if inner.policy.per_replica.iter().any(|r| r.get() == b) {
                 continue;
             }
             let budget = &inner.throttle.budgets[b];
@@ -483,7 +483,8 @@ impl Inner {
         drop(state);
         let margin = self.policy.margin_percent;
         throttle.set_window_limits(&|budget, limit| {
-            let fleet_wide = budget.is_none_or(|b| !self.policy.per_replica.contains(&b));
+            let fleet_wide =
+                budget.is_none_or(|b| !self.policy.per_replica.iter().any(|r| r.get() == b));
             if degraded && fleet_wide {
                 rate_share(limit, live, margin)
             } else {
@@ -551,7 +552,7 @@ impl Inner {
         )];
         for (b, budget) in self.throttle.budgets.iter().enumerate() {
             if let Some(cap) = budget.max_in_flight
-                && !self.policy.per_replica.contains(&b)
+                && !self.policy.per_replica.iter().any(|r| r.get() == b)
             {
                 let share = cap_share(cap.max(1), count, rank) as usize;
                 gates.push((Some(b), Arc::new(Semaphore::new(share))));

@@ -1,9 +1,7 @@
 // kg-service and entity-linking calls behind a parsed workspace. Built, never
 // awaited: nothing here touches a network.
 use grag_client::types::{Edge, Entity, LinkRequest};
-use grag_client::{
-    Config, EdgeId, EntityId, Error, ErrorClass, ErrorExt, Grag, Kg, TenantId, WorkspaceId,
-};
+use grag_client::{Config, EdgeId, EntityId, Error, ErrorClass, Grag, Kg, TenantId, WorkspaceId};
 
 async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     let workspace = WorkspaceId::parse("ws-7")?;

@@ -1,0 +1,199 @@
+//! Before a byte is sent. The prelude, once per call: the route and scope
+//! check, the body check and remembered answers. Admission, before every
+//! attempt: the breaker, the path, the budgets, the throttle and the fleet.
+
+use std::borrow::Cow;
+
+use super::Run;
+use crate::breaker::{Admission, CircuitState, Generation};
+use crate::call::Call;
+use crate::client::Client;
+use crate::endpoint::{Endpoint, ScopeNeed};
+use crate::error::{Class, Error};
+use crate::memory::Remembered;
+use crate::policy::{BudgetIx, OutcomeKind, StateTrigger};
+use crate::scope::IdKind;
+use crate::throttle::Permit;
+
+/// What admission hands the attempt: the breaker's generation it reports
+/// to, and the throttle's and the fleet's slots, held while it is in flight.
+pub(super) struct Admitted<'c> {
+    pub generation: Generation,
+    pub permit: Permit<'c>,
+    pub fleet: Option<crate::fleet::FleetSlots>,
+}
+
+impl Client {
+    /// Refuses a call whose scope does not fit its route, before a byte is
+    /// sent (T22): a descriptor that is not one of the policy's own routes
+    /// (§3.4: a hand-made one could drop the tenant and the key; the
+    /// client checked the indices of its own when it was built), a missing
+    /// workspace, an ID of another kind as the workspace, a workspace on a
+    /// route that takes none. Path values are checked when the path is rendered.
+    pub(super) fn check_scope(&self, call: &Call<'_>) -> Result<(), Error> {
+        let endpoint = call.endpoint;
+        let policy = self.shared.policy;
+        let reason = if !policy.routes.iter().any(|r| std::ptr::eq(*r, endpoint)) {
+            format!(
+                "{} is not a route of the {} policy: only its generated route table is sent",
+                endpoint.path, policy.api
+            )
+        } else {
+            match (endpoint.scope, call.workspace) {
+                (ScopeNeed::Workspace, None) => {
+                    format!("{} needs a workspace (X-Workspace-ID)", endpoint.path)
+                }
+                (ScopeNeed::Workspace, Some(id)) if id.kind() != IdKind::Workspace => {
+                    format!("{id:?} is not a workspace")
+                }
+                (ScopeNeed::Public | ScopeNeed::Tenant, Some(_)) => {
+                    format!("{} takes no workspace", endpoint.path)
+                }
+                _ => return Ok(()),
+            }
+        };
+        Err(self.refused(endpoint, reason))
+    }
+
+    /// The prelude's refusals: a body serde refused is a client bug (T31),
+    /// whatever the origin's state, refused before the breaker or the
+    /// throttle; a stable answer (a dark feature) fails fast without
+    /// sending a byte.
+    pub(super) fn prelude(&self, call: &Call<'_>, run: &Run<'_, '_>) -> Option<Error> {
+        let endpoint = call.endpoint;
+        if let Some(reason) = &call.unencodable {
+            let error = self
+                .error(OutcomeKind::InvalidRequest, endpoint)
+                .with_detail(reason.clone());
+            let row = self.row_of(OutcomeKind::InvalidRequest);
+            self.finish_row(row, &error, endpoint, None, Some(reason.clone()), false);
+            return Some(error);
+        }
+        let remembered = self.memory().fail_fast(endpoint, run.started)?;
+        Some(self.remembered(remembered, endpoint))
+    }
+
+    /// A call refused before a byte is sent (T22), for `reason`: a scope
+    /// that does not fit the route, or (from a generated method) an argument
+    /// that contradicts its proof.
+    pub fn refused(&self, endpoint: &Endpoint, reason: impl Into<Cow<'static, str>>) -> Error {
+        self.error(OutcomeKind::InvalidScope, endpoint)
+            .with_detail(reason)
+    }
+
+    /// The open breaker's refusal without the attempt loop: what `attempts`
+    /// decides for a call the breaker refuses while a live loop probes it
+    /// (so the call has nothing to catch up), read from the breaker's state
+    /// word, not its lock. `None` for everything else: a call the scope
+    /// check, its body or a remembered answer refuses first goes the long way.
+    /// Called before the attempt loop's future is even built: a refusal
+    /// moves nothing but the error. The call's span is made and closed here.
+    pub(super) fn refused_at_once(&self, call: &Call<'_>) -> Option<Error> {
+        let error = self.refused_while_open(call)?;
+        crate::spans::failed(&crate::spans::call(self, call), &error);
+        Some(error)
+    }
+
+    fn refused_while_open(&self, call: &Call<'_>) -> Option<Error> {
+        let shared = &self.shared;
+        if shared.breaker.state() == CircuitState::Closed
+            || !shared.probing.load(std::sync::atomic::Ordering::Acquire)
+            || call.unencodable.is_some()
+            || self.check_scope(call).is_err()
+        {
+            return None;
+        }
+        let started = tokio::time::Instant::now();
+        if self.memory().fail_fast(call.endpoint, started).is_some() {
+            return None;
+        }
+        let error = self.circuit_open(call.endpoint);
+        self.count_call(call.endpoint, error.class_name(), false, started);
+        Some(error)
+    }
+
+    /// A call that fails fast with what the route answered before.
+    pub(super) fn remembered(&self, r: Remembered, endpoint: &Endpoint) -> Error {
+        self.error(Class::Judged(OutcomeKind::Status, Some(r.row)), endpoint)
+            .with_status_opt(r.status, r.detail)
+            .with_detail_prefix("remembered")
+    }
+
+    /// Admission of attempt `run.attempt`: the breaker first (an open one
+    /// refuses before anything is allocated but the error), then the path,
+    /// rendered once, then the route's budgets and the caller's, locally
+    /// and across the fleet, within the call's deadline.
+    pub(super) async fn admit(&self, run: &mut Run<'_, '_>) -> Result<Admitted<'_>, Error> {
+        let call = run.call;
+        let generation = self.admit_breaker(call.endpoint, run.attempt).await?;
+        if run.path.is_none() {
+            let path = call.render_path();
+            run.path = Some(path.map_err(|reason| self.refused(call.endpoint, reason))?);
+        }
+        let budgets = self.budgets(call.endpoint).map(BudgetIx::get);
+        let budgets = &budgets[..if budgets[0] == budgets[1] { 1 } else { 2 }];
+        let permit = self.shared.throttle.admit_all(budgets);
+        let Ok(permit) = tokio::time::timeout_at(run.deadline, permit).await else {
+            return Err(run.deadline_error(None, false));
+        };
+        // The fleet's share, after this replica's own (issue 17).
+        let fleet = match self.fleet_stage(call, budgets, run.deadline).await {
+            Ok(slots) => slots,
+            Err(None) => return Err(run.deadline_error(None, false)),
+            Err(Some(error)) => return Err(error),
+        };
+        Ok(Admitted {
+            generation,
+            permit,
+            fleet,
+        })
+    }
+
+    /// The breaker's word on attempt `attempt`; a breaker no live loop
+    /// probes is probed by the call itself first.
+    async fn admit_breaker(&self, endpoint: &Endpoint, attempt: u32) -> Result<Generation, Error> {
+        let breaker = &self.shared.breaker;
+        let mut admission = breaker.admit(tokio::time::Instant::now, false);
+        if matches!(admission, Admission::Rejected(_)) && self.catch_up().await {
+            admission = breaker.admit(tokio::time::Instant::now, false);
+        }
+        match admission {
+            Admission::Allowed(g) | Admission::Canary(g) => Ok(g),
+            Admission::Rejected(_) => {
+                // Never open without a live probe loop (it may have died
+                // with the runtime it was spawned on).
+                self.ensure_probe_loop();
+                Err(self.circuit_open(endpoint).with_attempts(attempt - 1))
+            }
+        }
+    }
+
+    /// The budgets a call of `endpoint` draws from: its route's, and the
+    /// caller's mode (a bulk backfill, the fan-out) if the client has one
+    /// (the route's twice when it has none).
+    fn budgets(&self, endpoint: &Endpoint) -> [BudgetIx; 2] {
+        [
+            endpoint.budget,
+            self.extra_budget.unwrap_or(endpoint.budget),
+        ]
+    }
+
+    /// The refusal of an open breaker (T21), with the German text of the
+    /// breaker-open feature state.
+    pub(super) fn circuit_open(&self, endpoint: &Endpoint) -> Error {
+        let copy = self
+            .shared
+            .policy
+            .states
+            .iter()
+            .find(|s| s.when == StateTrigger::BreakerOpen)
+            .and_then(|s| s.copy);
+        let error = self
+            .error(OutcomeKind::CircuitOpen, endpoint)
+            .with_detail("the origin breaker is open: failing fast without sending");
+        match copy {
+            Some(copy) => error.with_message(Some(copy)),
+            None => error,
+        }
+    }
+}
