@@ -44,11 +44,18 @@ impl Drop for FleetSlots {
 /// The store's own breaker: `threshold` failed calls in a row open it; after
 /// `retry` the next call tries again (and one more failure reopens it).
 /// Open means degraded.
+///
+/// "In a row" is in time: a failed call counts only if it started after the
+/// last counted failure ended. Calls in flight together fail together when
+/// one moment goes wrong (a stall of this process, a lost packet): eight
+/// concurrent admissions timing out at once are one failure, not a broken
+/// store. A dead store fails every call, one after another.
 #[derive(Debug, Clone)]
 pub struct StoreBreaker {
     threshold: u32,
     retry: Duration,
     failures: u32,
+    last_failure: Option<Instant>,
     open_until: Option<Instant>,
 }
 
@@ -67,6 +74,7 @@ impl StoreBreaker {
             threshold: threshold.max(1),
             retry,
             failures: 0,
+            last_failure: None,
             open_until: None,
         }
     }
@@ -86,7 +94,12 @@ impl StoreBreaker {
         self.open_until.take().map(|_| Switch::Shared)
     }
 
-    pub fn failure(&mut self, now: Instant) -> Option<Switch> {
+    /// A call started at `started` failed at `now`.
+    pub fn failure(&mut self, started: Instant, now: Instant) -> Option<Switch> {
+        if self.last_failure.is_some_and(|last| started < last) {
+            return None; // in flight with the last counted failure
+        }
+        self.last_failure = Some(now);
         self.failures = self.failures.saturating_add(1);
         if self.failures < self.threshold {
             return None;
@@ -124,25 +137,47 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_store_breaker_opens_after_threshold_failures_and_retries_after_its_pause() {
         let mut breaker = StoreBreaker::new(3, Duration::from_secs(1));
+        let ms = Duration::from_millis;
         let t0 = Instant::now();
-        assert_eq!(breaker.failure(t0), None);
-        assert_eq!(breaker.failure(t0), None);
+        // Each call starts as the one before failed: in a row.
+        assert_eq!(breaker.failure(t0, t0 + ms(5)), None);
+        assert_eq!(breaker.failure(t0 + ms(5), t0 + ms(10)), None);
         assert!(!breaker.degraded());
-        assert_eq!(breaker.failure(t0), Some(Switch::Degraded));
+        let t1 = t0 + ms(15);
+        assert_eq!(breaker.failure(t0 + ms(10), t1), Some(Switch::Degraded));
         assert!(breaker.degraded());
-        assert!(!breaker.allows(t0 + Duration::from_millis(999)));
-        assert!(breaker.allows(t0 + Duration::from_secs(1)));
+        assert!(!breaker.allows(t1 + ms(999)));
+        assert!(breaker.allows(t1 + Duration::from_secs(1)));
         // The retry fails: open again, no second alert.
-        assert_eq!(breaker.failure(t0 + Duration::from_secs(1)), None);
-        assert!(!breaker.allows(t0 + Duration::from_millis(1500)));
+        let t2 = t1 + Duration::from_secs(1);
+        assert_eq!(breaker.failure(t2, t2 + ms(5)), None);
+        assert!(!breaker.allows(t2 + ms(500)));
         assert_eq!(breaker.success(), Some(Switch::Shared));
         assert!(!breaker.degraded());
         assert_eq!(breaker.success(), None);
         // A success in between resets the count.
-        breaker.failure(t0);
-        breaker.failure(t0);
+        let t3 = t2 + Duration::from_secs(5);
+        breaker.failure(t3, t3 + ms(5));
+        breaker.failure(t3 + ms(5), t3 + ms(10));
         breaker.success();
-        assert_eq!(breaker.failure(t0), None);
+        assert_eq!(breaker.failure(t3 + ms(10), t3 + ms(15)), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_that_fail_together_count_as_one_failure() {
+        let mut breaker = StoreBreaker::new(3, Duration::from_secs(1));
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // Eight admissions in flight over one bad moment.
+        let us = Duration::from_micros;
+        for i in 0..8 {
+            assert_eq!(breaker.failure(t0 + us(i), t0 + ms(5) + us(i)), None);
+        }
+        assert!(!breaker.degraded());
+        // Two more, each started after the last failed: three in a row.
+        assert_eq!(breaker.failure(t0 + ms(6), t0 + ms(11)), None);
+        let open = breaker.failure(t0 + ms(11), t0 + ms(16));
+        assert_eq!(open, Some(Switch::Degraded));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
-use super::store::{Answer, Ask, Keys, Shape, Store};
+use super::store::{Answer, Ask, Keys, Shape, Store, StoreError};
 use super::{StoreBreaker, Switch, cap_share, rate_share};
 use crate::alerts::{Alert, AlertSink};
 use crate::metrics::FleetMetrics;
@@ -66,6 +66,64 @@ type LeaseSet = Option<usize>;
 /// Leases to give back: the admission's number and its lease sets.
 type Release = (u64, Vec<LeaseSet>);
 
+/// What one admission asks the store for: its lease sets (in-flight caps)
+/// and its rolling windows, the fleet's budgets among its `budgets`.
+struct Question {
+    sets: [(LeaseSet, u32); MAX_BUDGETS + 1],
+    n_sets: usize,
+    windows: [(usize, u32); MAX_BUDGETS],
+    n_windows: usize,
+}
+
+impl Question {
+    fn of(inner: &Inner, budgets: &[usize]) -> Question {
+        let mut question = Question {
+            sets: [(None, 0); MAX_BUDGETS + 1],
+            n_sets: 0,
+            windows: [(0, 0); MAX_BUDGETS],
+            n_windows: 0,
+        };
+        for &b in budgets {
+            if inner.policy.per_replica.contains(&b) {
+                continue;
+            }
+            let budget = &inner.throttle.budgets[b];
+            if let Some(cap) = budget.max_in_flight {
+                question.sets[question.n_sets] = (Some(b), cap.max(1));
+                question.n_sets += 1;
+            }
+            if let Some(limit) = budget.per_minute {
+                question.windows[question.n_windows] = (b, limit.max(1));
+                question.n_windows += 1;
+            }
+        }
+        question.sets[question.n_sets] = (None, inner.throttle.max_in_flight.max(1));
+        question.n_sets += 1;
+        question
+    }
+
+    fn sets(&self) -> &[(LeaseSet, u32)] {
+        &self.sets[..self.n_sets]
+    }
+
+    fn windows(&self) -> &[(usize, u32)] {
+        &self.windows[..self.n_windows]
+    }
+}
+
+/// What an admission still has to reserve: its windows and its token, until
+/// an answer reserved them for it.
+struct Left<'a> {
+    windows: &'a [(usize, u32)],
+    token: bool,
+}
+
+/// A slot at most this far ahead is taken with its leases, and the caller
+/// sleeps the rest holding them: a caller back for its reserved slot finds
+/// Redis's clock a little behind its own sleep, and one more round trip for
+/// a few microseconds would cost more than it keeps.
+const GRACE: Duration = Duration::from_millis(1);
+
 /// One API client's membership of the fleet.
 #[derive(Debug, Clone)]
 pub(crate) struct Fleet {
@@ -114,6 +172,8 @@ struct State {
     live: Vec<String>,
     /// The in-flight shares while degraded, by lease set.
     gates: Option<Vec<(Option<usize>, Arc<Semaphore>)>>,
+    /// The longest a failed store call took.
+    slowest_failure: Duration,
 }
 
 impl Fleet {
@@ -144,6 +204,7 @@ impl Fleet {
             burst,
             window: throttle.budget_period,
             horizon: (interval * burst).max(policy.deadline * 4),
+            grace: GRACE,
         };
         let (releases, receiver) = mpsc::unbounded_channel();
         let fleet = Fleet {
@@ -159,6 +220,7 @@ impl Fleet {
                     breaker: StoreBreaker::new(policy.breaker_failures, policy.breaker_retry),
                     live: Vec::new(),
                     gates: None,
+                    slowest_failure: Duration::ZERO,
                 }),
                 held: Mutex::new(HashMap::new()),
                 releases,
@@ -193,9 +255,15 @@ impl Fleet {
         self.inner.lock_held().len()
     }
 
+    /// The longest a failed store call took, from its start to its error.
+    pub fn slowest_failed_call(&self) -> Duration {
+        self.inner.lock_state().slowest_failure
+    }
+
     /// The fleet stage of one request of `route` drawing from `budgets`
-    /// (after the local throttle admitted it): one store round trip in the
-    /// common case.
+    /// (after the local throttle admitted it): one store round trip when
+    /// its slot is free, two when it waits for it (the slot reserved in the
+    /// first, the leases taken in the second).
     pub async fn admit(
         &self,
         throttle: &Throttle,
@@ -204,108 +272,23 @@ impl Fleet {
     ) -> Result<FleetSlots, Refusal> {
         let inner = &self.inner;
         inner.start();
-        let mut sets: [(Option<usize>, u32); MAX_BUDGETS + 1] = [(None, 0); MAX_BUDGETS + 1];
-        let mut windows: [(usize, u32); MAX_BUDGETS] = [(0, 0); MAX_BUDGETS];
-        let (mut n_sets, mut n_windows) = (0, 0);
-        for &b in budgets {
-            if inner.policy.per_replica.contains(&b) {
-                continue;
-            }
-            let budget = &inner.throttle.budgets[b];
-            if let Some(cap) = budget.max_in_flight {
-                sets[n_sets] = (Some(b), cap.max(1));
-                n_sets += 1;
-            }
-            if let Some(limit) = budget.per_minute {
-                windows[n_windows] = (b, limit.max(1));
-                n_windows += 1;
-            }
-        }
-        sets[n_sets] = (None, inner.throttle.max_in_flight.max(1));
-        n_sets += 1;
-        let sets = &sets[..n_sets];
-        let number = inner.next.fetch_add(1, Ordering::Relaxed);
-        let member = format!("{}:{number}", inner.replica);
-        let mut windows_left = &windows[..n_windows];
-        let mut token = true;
+        let question = Question::of(inner, budgets);
+        let mut left = Left {
+            windows: question.windows(),
+            token: true,
+        };
         let started = Instant::now();
         loop {
             inner.follow_mode(throttle);
-            let now = Instant::now();
-            let allowed = inner.lock_state().breaker.allows(now);
-            if !allowed {
-                match inner.admit_degraded(sets, started).await? {
+            if !inner.lock_state().breaker.allows(Instant::now()) {
+                match inner.admit_degraded(question.sets(), started).await? {
                     Some(slots) => return Ok(slots),
                     None => continue,
                 }
             }
-            // Registered before the call: a caller cancelled mid-call still
-            // gives back what the script may have taken.
-            let mut slots = FleetSlots {
-                held: Held::Leases {
-                    fleet: Arc::clone(inner),
-                    number,
-                    sets: sets.iter().map(|&(set, _)| set).collect(),
-                },
-            };
-            inner
-                .lock_held()
-                .insert(number, sets.iter().map(|&(s, _)| s).collect());
-            let ask = Ask {
-                route,
-                member: &member,
-                leases: sets,
-                windows: windows_left,
-                token,
-            };
-            let answer = inner.store.admit(&inner.keys, &inner.shape, &ask).await;
-            let answer = match answer {
-                Ok(answer) => {
-                    inner.succeeded(None);
-                    answer
-                }
-                Err(e) => {
-                    inner.failed(&e.to_string());
-                    inner.decision("redis", "error");
-                    continue;
-                }
-            };
-            match answer {
-                Answer::Go(wait) => {
-                    inner.decision("redis", if wait.is_zero() { "go" } else { "go_later" });
-                    inner.observe("redis", started);
-                    if !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
-                    }
-                    return Ok(slots);
-                }
-                Answer::Reserved(wait) => {
-                    slots.forget_leases();
-                    inner.decision("redis", "window");
-                    windows_left = &[];
-                    tokio::time::sleep(wait).await;
-                }
-                Answer::Queued(wait) => {
-                    slots.forget_leases();
-                    inner.decision("redis", "queued");
-                    windows_left = &[];
-                    token = false;
-                    tokio::time::sleep(wait).await;
-                }
-                Answer::Busy(wait) => {
-                    slots.forget_leases();
-                    inner.decision("redis", "busy");
-                    tokio::time::sleep(
-                        wait.min(inner.policy.deadline)
-                            .max(Duration::from_millis(1)),
-                    )
-                    .await;
-                }
-                Answer::Dark { left, mark } => {
-                    slots.forget_leases();
-                    inner.decision("redis", "dark");
-                    return Err(Refusal::Dark { left, mark });
-                }
+            let asked = inner.ask(route, question.sets(), &mut left, started);
+            if let Some(slots) = asked.await? {
+                return Ok(slots);
             }
         }
     }
@@ -315,8 +298,9 @@ impl Fleet {
     pub fn pause(&self, wait: Duration) {
         let inner = Arc::clone(&self.inner);
         self.inner.spawn(async move {
+            let called = Instant::now();
             let result = inner.store.pause(&inner.keys, wait).await;
-            inner.account(result);
+            inner.account(result, called);
         });
     }
 
@@ -325,8 +309,9 @@ impl Fleet {
     pub fn share_dark(&self, route: &'static str, mark: String, for_: Duration) {
         let inner = Arc::clone(&self.inner);
         self.inner.spawn(async move {
+            let called = Instant::now();
             let result = inner.store.set_dark(&inner.keys, route, &mark, for_).await;
-            inner.account(result);
+            inner.account(result, called);
         });
     }
 
@@ -338,11 +323,12 @@ impl Fleet {
         if !inner.lock_state().breaker.allows(Instant::now()) {
             return true;
         }
+        let called = Instant::now();
         let result = inner
             .store
             .own_probe(&inner.keys, &inner.replica, for_)
             .await;
-        inner.account(result).unwrap_or(true)
+        inner.account(result, called).unwrap_or(true)
     }
 
     /// The last shared probe result (`true`: healthy), if one is fresh.
@@ -351,8 +337,9 @@ impl Fleet {
         if !inner.lock_state().breaker.allows(Instant::now()) {
             return None;
         }
+        let called = Instant::now();
         let result = inner.store.probe_result(&inner.keys).await;
-        inner.account(result).flatten()
+        inner.account(result, called).flatten()
     }
 
     /// Shares what this replica's probe saw, for `for_`.
@@ -361,11 +348,12 @@ impl Fleet {
         if !inner.lock_state().breaker.allows(Instant::now()) {
             return;
         }
+        let called = Instant::now();
         let result = inner
             .store
             .set_probe_result(&inner.keys, healthy, for_)
             .await;
-        inner.account(result);
+        inner.account(result, called);
     }
 }
 
@@ -411,15 +399,15 @@ impl Inner {
         }
     }
 
-    /// Books a store call's outcome with the breaker.
-    fn account<T, E: std::fmt::Display>(&self, result: Result<T, E>) -> Option<T> {
+    /// Books the outcome of a store call made at `called` with the breaker.
+    fn account<T>(&self, result: Result<T, StoreError>, called: Instant) -> Option<T> {
         match result {
             Ok(value) => {
                 self.succeeded(None);
                 Some(value)
             }
             Err(e) => {
-                self.failed(&e.to_string());
+                self.failed(&e, called);
                 None
             }
         }
@@ -444,8 +432,19 @@ impl Inner {
         }
     }
 
-    fn failed(&self, reason: &str) {
-        let switched = self.lock_state().breaker.failure(Instant::now());
+    /// A store call made at `called` failed. One whose deadline this
+    /// process saw late says nothing about the store: not counted.
+    fn failed(&self, error: &StoreError, called: Instant) {
+        let now = Instant::now();
+        let switched = {
+            let mut state = self.lock_state();
+            let took = now.duration_since(called);
+            state.slowest_failure = state.slowest_failure.max(took);
+            if matches!(error, StoreError::Late(..)) {
+                return;
+            }
+            state.breaker.failure(called, now)
+        };
         if switched == Some(Switch::Degraded) {
             self.epoch.fetch_add(1, Ordering::Release);
             let live = self.lock_state().live.len().max(1);
@@ -463,7 +462,7 @@ impl Inner {
                 endpoint: None,
                 row: None,
                 detail: Some(format!(
-                    "the fleet's Redis is unreachable ({reason}); {rule}"
+                    "the fleet's Redis is unreachable ({error}); {rule}"
                 )),
                 request_id: None,
             });
@@ -490,6 +489,90 @@ impl Inner {
                 limit
             }
         });
+    }
+
+    /// One round trip: `Some` slots to send with, `None` to ask again
+    /// (what is reserved already is struck from `left`). Every round trip
+    /// has a member of its own: the release of one that failed (it may have
+    /// taken leases before its answer was lost) never meets the next's.
+    async fn ask(
+        self: &Arc<Self>,
+        route: &str,
+        leases: &[(LeaseSet, u32)],
+        left: &mut Left<'_>,
+        started: Instant,
+    ) -> Result<Option<FleetSlots>, Refusal> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let member = format!("{}:{number}", self.replica);
+        let ask = Ask {
+            route,
+            member: &member,
+            leases,
+            windows: left.windows,
+            token: left.token,
+        };
+        // Registered before the call: a caller cancelled mid-call still
+        // gives back what the script may have taken.
+        let sets: Vec<LeaseSet> = leases.iter().map(|&(set, _)| set).collect();
+        self.lock_held().insert(number, sets.clone());
+        let mut slots = FleetSlots {
+            held: Held::Leases {
+                fleet: Arc::clone(self),
+                number,
+                sets,
+            },
+        };
+        let called = Instant::now();
+        let answer = match self.store.admit(&self.keys, &self.shape, &ask).await {
+            Ok(answer) => {
+                self.succeeded(None);
+                answer
+            }
+            Err(e) => {
+                // `slots` dropped: what the call may have taken is given back.
+                self.failed(&e, called);
+                self.decision("redis", "error");
+                return Ok(None);
+            }
+        };
+        if let Answer::Go(wait) = answer {
+            self.decision("redis", if wait.is_zero() { "go" } else { "go_later" });
+            self.observe("redis", started);
+            tokio::time::sleep(wait).await;
+            return Ok(Some(slots));
+        }
+        // Nothing held: no release to send.
+        slots.forget_leases();
+        self.wait_for(answer, left).await.map(|()| None)
+    }
+
+    /// Follows an answer that sends nothing now: sleeps until the slot it
+    /// reserved (or an in-flight slot may be free), or refuses (dark).
+    async fn wait_for(&self, answer: Answer, left: &mut Left<'_>) -> Result<(), Refusal> {
+        let wait = match answer {
+            Answer::Go(_) => return Ok(()),
+            Answer::Reserved(wait) => {
+                self.decision("redis", "window");
+                left.windows = &[];
+                wait
+            }
+            Answer::Queued(wait) => {
+                self.decision("redis", "queued");
+                left.windows = &[];
+                left.token = false;
+                wait
+            }
+            Answer::Busy(wait) => {
+                self.decision("redis", "busy");
+                wait.min(self.policy.deadline).max(Duration::from_millis(1))
+            }
+            Answer::Dark { left, mark } => {
+                self.decision("redis", "dark");
+                return Err(Refusal::Dark { left, mark });
+            }
+        };
+        tokio::time::sleep(wait).await;
+        Ok(())
     }
 
     /// The in-flight caps while the store is away: this replica's share of
@@ -595,8 +678,9 @@ impl Inner {
                         let Some(inner) = weak.upgrade() else { break };
                         if inner.lock_state().breaker.allows(Instant::now()) {
                             let member = format!("{}:{number}", inner.replica);
+                            let called = Instant::now();
                             let result = inner.store.release(&inner.keys, &member, &sets).await;
-                            inner.account(result);
+                            inner.account(result, called);
                         }
                     }
                 }
@@ -622,6 +706,7 @@ impl Inner {
             if !self.lock_state().breaker.allows(Instant::now()) {
                 return;
             }
+            let called = Instant::now();
             let renewed = self
                 .store
                 .renew(&self.keys, &self.replica, self.policy.lease, &grouped)
@@ -636,7 +721,7 @@ impl Inner {
                     self.succeeded(Some(live));
                     return;
                 }
-                Err(e) => self.failed(&e.to_string()),
+                Err(e) => self.failed(&e, called),
             }
         }
     }
