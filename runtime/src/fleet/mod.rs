@@ -21,17 +21,21 @@ mod shared;
 mod store;
 
 #[cfg(feature = "redis")]
-pub(crate) use shared::{Fleet, FleetSlots, Refusal};
+pub(crate) use shared::TurnTimes;
+#[cfg(feature = "redis")]
+pub use shared::{Fleet, FleetSlots, Refusal};
+#[cfg(feature = "redis")]
+pub(crate) use store::Turn;
 
 /// Without the `redis` feature there is no fleet: a client given a store
 /// URL is refused when it is built, so no value of these types exists.
 #[cfg(not(feature = "redis"))]
 #[derive(Debug)]
-pub(crate) enum Fleet {}
+pub enum Fleet {}
 
 #[cfg(not(feature = "redis"))]
 #[derive(Debug)]
-pub(crate) enum FleetSlots {}
+pub enum FleetSlots {}
 
 /// With the backend, dropping the slots gives them back; the same shape here.
 #[cfg(not(feature = "redis"))]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
-use super::store::{Answer, Ask, Keys, Shape, Store, StoreError};
+use super::store::{Answer, Ask, Keys, Shape, Store, StoreError, Turn};
 use super::{StoreBreaker, Switch, cap_share, rate_share};
 use crate::alerts::{Alert, AlertSink};
 use crate::metrics::FleetMetrics;
@@ -18,7 +18,7 @@ use crate::throttle::{MAX_BUDGETS, Throttle};
 
 /// Why the fleet stage sent nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// The store is away and the policy fails closed.
     Closed,
     /// Another replica saw the route dark: `mark` is what it saw
@@ -30,7 +30,7 @@ pub(crate) enum Refusal {
 /// its slots of the degraded share. Dropping it (the request ended, or its
 /// caller gave up) gives them back.
 #[derive(Debug)]
-pub(crate) struct FleetSlots {
+pub struct FleetSlots {
     held: Held,
 }
 
@@ -42,20 +42,36 @@ enum Held {
         sets: Vec<Option<usize>>,
     },
     Local(#[allow(dead_code)] Vec<OwnedSemaphorePermit>),
+    /// The degraded share's permits, and the booking of the same request in
+    /// the store (given back in the background, outside the breaker).
+    Booked {
+        fleet: Arc<Inner>,
+        number: u64,
+        sets: Vec<LeaseSet>,
+        _permits: Vec<OwnedSemaphorePermit>,
+    },
 }
 
 impl Drop for FleetSlots {
     fn drop(&mut self) {
-        if let Held::Leases {
-            fleet,
-            number,
-            sets,
-        } = &mut self.held
-        {
-            fleet.lock_held().remove(number);
-            // The background task gives them back; if it is gone, they
-            // expire within one lease.
-            let _ = fleet.releases.send((*number, std::mem::take(sets)));
+        match &mut self.held {
+            Held::Leases {
+                fleet,
+                number,
+                sets,
+            } => {
+                fleet.lock_held().remove(number);
+                // The background task gives them back; if it is gone, they
+                // expire within one lease.
+                let _ = fleet.releases.send((*number, std::mem::take(sets)));
+            }
+            Held::Booked {
+                fleet,
+                number,
+                sets,
+                ..
+            } => fleet.unbook(*number, std::mem::take(sets)),
+            Held::Local(_) => {}
         }
     }
 }
@@ -124,9 +140,11 @@ struct Left<'a> {
 /// a few microseconds would cost more than it keeps.
 const GRACE: Duration = Duration::from_millis(1);
 
-/// One API client's membership of the fleet.
+/// One API client's membership of the fleet. A client given a store URL
+/// makes its own; [`Fleet::alone`] makes one without a client (the bench
+/// measures the fleet stage by itself).
 #[derive(Debug, Clone)]
-pub(crate) struct Fleet {
+pub struct Fleet {
     inner: Arc<Inner>,
 }
 
@@ -181,7 +199,7 @@ impl Fleet {
     /// throttle and alert severities), sharing through the Redis at `url`.
     /// A URL redis-rs cannot use is refused here; an unreachable Redis is
     /// found on the first call (degraded mode, with the alert).
-    pub fn new(
+    pub(crate) fn new(
         tenant: &str,
         url: &str,
         whole: &'static Policy,
@@ -239,6 +257,13 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// A fleet member of `policy`'s API for `tenant` on the Redis at `url`,
+    /// outside any client: no metrics, alerts logged.
+    pub fn alone(tenant: &str, url: &str, policy: &'static Policy) -> Result<Fleet, String> {
+        let alerts = Arc::new(crate::alerts::LogAlerts::new(policy.log_lines));
+        Fleet::new(tenant, url, policy, None, alerts)
+    }
+
     /// Degraded: the store is away (its breaker is open).
     pub fn degraded(&self) -> bool {
         self.inner.lock_state().breaker.degraded()
@@ -272,6 +297,7 @@ impl Fleet {
     ) -> Result<FleetSlots, Refusal> {
         let inner = &self.inner;
         inner.start();
+        inner.store.ready().await;
         let question = Question::of(inner, budgets);
         let mut left = Left {
             windows: question.windows(),
@@ -281,7 +307,7 @@ impl Fleet {
         loop {
             inner.follow_mode(throttle);
             if !inner.lock_state().breaker.allows(Instant::now()) {
-                match inner.admit_degraded(question.sets(), started).await? {
+                match inner.admit_degraded(&question, started).await? {
                     Some(slots) => return Ok(slots),
                     None => continue,
                 }
@@ -315,47 +341,66 @@ impl Fleet {
         });
     }
 
-    /// Whether this replica runs the breaker's probe now: one replica at a
-    /// time holds it, for `for_` (one probe interval). Without the store
-    /// every replica probes for itself.
-    pub async fn own_probe(&self, for_: Duration) -> bool {
+    /// The breaker's probe or canary (`turn`), run by one replica at a time
+    /// for the whole fleet. The replica holding the turn (for `times.hold`)
+    /// runs `check` and shares what it saw for `times.fresh`; the others
+    /// take that result, waiting for it up to `times.wait` (none by then:
+    /// not healthy this round). Without the store every replica runs its own.
+    pub(crate) async fn one_at_a_time(
+        &self,
+        turn: Turn,
+        times: TurnTimes,
+        check: impl Future<Output = bool>,
+    ) -> bool {
+        let TurnTimes { hold, fresh, wait } = times;
         let inner = &self.inner;
-        if !inner.lock_state().breaker.allows(Instant::now()) {
-            return true;
+        if !inner.store_allowed() {
+            return check.await;
         }
         let called = Instant::now();
-        let result = inner
+        let owned = inner
             .store
-            .own_probe(&inner.keys, &inner.replica, for_)
+            .own(&inner.keys, turn, &inner.replica, hold)
             .await;
-        inner.account(result, called).unwrap_or(true)
-    }
-
-    /// The last shared probe result (`true`: healthy), if one is fresh.
-    pub async fn probe_result(&self) -> Option<bool> {
-        let inner = &self.inner;
-        if !inner.lock_state().breaker.allows(Instant::now()) {
-            return None;
+        if inner.account(owned, called).unwrap_or(true) {
+            let healthy = check.await;
+            if inner.store_allowed() {
+                let called = Instant::now();
+                let shared = inner
+                    .store
+                    .set_result(&inner.keys, turn, healthy, fresh)
+                    .await;
+                inner.account(shared, called);
+            }
+            return healthy;
         }
-        let called = Instant::now();
-        let result = inner.store.probe_result(&inner.keys).await;
-        inner.account(result, called).flatten()
-    }
-
-    /// Shares what this replica's probe saw, for `for_`.
-    pub async fn share_probe_result(&self, healthy: bool, for_: Duration) {
-        let inner = &self.inner;
-        if !inner.lock_state().breaker.allows(Instant::now()) {
-            return;
+        let until = crate::clock::after(called, wait);
+        loop {
+            let called = Instant::now();
+            let seen = inner.store.result(&inner.keys, turn).await;
+            if let Some(healthy) = inner.account(seen, called).flatten() {
+                return healthy;
+            }
+            if Instant::now() >= until || !inner.store_allowed() {
+                return false;
+            }
+            tokio::time::sleep(inner.policy.deadline * RESULT_POLL_DEADLINES).await;
         }
-        let called = Instant::now();
-        let result = inner
-            .store
-            .set_probe_result(&inner.keys, healthy, for_)
-            .await;
-        inner.account(result, called);
     }
 }
+
+/// How long a replica holds a turn, how long what it saw is taken by the
+/// others, and how long they wait for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TurnTimes {
+    pub hold: Duration,
+    pub fresh: Duration,
+    pub wait: Duration,
+}
+
+/// A replica waiting for another's canary looks for its result every this
+/// many store deadlines (50 ms at 5 ms): one GET each, while half-open only.
+const RESULT_POLL_DEADLINES: u32 = 10;
 
 impl FleetSlots {
     /// The script took nothing (or will not be asked again with these
@@ -371,6 +416,11 @@ impl FleetSlots {
 impl Inner {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a call may go to the store now (its breaker is not open).
+    fn store_allowed(&self) -> bool {
+        self.lock_state().breaker.allows(Instant::now())
     }
 
     fn lock_held(&self) -> MutexGuard<'_, HashMap<u64, Vec<LeaseSet>>> {
@@ -580,13 +630,14 @@ impl Inner {
     /// meanwhile.
     async fn admit_degraded(
         self: &Arc<Self>,
-        sets: &[(Option<usize>, u32)],
+        question: &Question,
         started: Instant,
     ) -> Result<Option<FleetSlots>, Refusal> {
         if self.policy.degraded == Degraded::Closed {
             self.decision("local", "refused");
             return Err(Refusal::Closed);
         }
+        let sets = question.sets();
         let gates: Vec<Arc<Semaphore>> = {
             let mut state = self.lock_state();
             let live = state.live.clone();
@@ -610,9 +661,51 @@ impl Inner {
         }
         self.decision("local", "go");
         self.observe("local", started);
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let sets: Vec<LeaseSet> = sets.iter().map(|&(set, _)| set).collect();
+        self.book(number, &sets, question.windows());
         Ok(Some(FleetSlots {
-            held: Held::Local(permits),
+            held: Held::Booked {
+                fleet: Arc::clone(self),
+                number,
+                sets,
+                _permits: permits,
+            },
         }))
+    }
+
+    /// Books a request sent on the degraded share in the shared budgets, in
+    /// the background and outside the store's breaker: a Redis that is only
+    /// slow for this replica (the others still reach it) takes it, so the
+    /// others leave room for it and the fleet stays one tenant; a dead
+    /// Redis loses nothing that counts.
+    fn book(self: &Arc<Self>, number: u64, sets: &[LeaseSet], windows: &[(usize, u32)]) {
+        let inner = Arc::clone(self);
+        let (sets, windows) = (sets.to_vec(), windows.to_vec());
+        self.background(async move {
+            let member = format!("{}:{number}", inner.replica);
+            let (keys, shape) = (&inner.keys, &inner.shape);
+            let _ = inner
+                .store
+                .book(keys, shape, &member, &sets, &windows)
+                .await;
+        });
+    }
+
+    /// Gives back a booked request's leases (see [`Inner::book`]).
+    fn unbook(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
+        let inner = Arc::clone(self);
+        self.background(async move {
+            let member = format!("{}:{number}", inner.replica);
+            let _ = inner.store.release(&inner.keys, &member, &sets).await;
+        });
+    }
+
+    /// Runs `work` on the current runtime, if there is one.
+    fn background(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(work);
+        }
     }
 
     /// This replica's share of every in-flight cap, from the last live list.
@@ -662,8 +755,7 @@ impl Inner {
         tokio::spawn(async move {
             if let Some(inner) = weak.upgrade() {
                 // Bounded: an unreachable Redis is found by the calls themselves.
-                let loading = inner.store.load_scripts();
-                let _ = tokio::time::timeout(Duration::from_secs(1), loading).await;
+                inner.store.ready().await;
             }
             let mut tick = tokio::time::interval(heartbeat);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -1,5 +1,5 @@
 //! The fleet's shared store: Redis, through redis-rs's connection manager
-//! (it reconnects on its own) and three Lua scripts, each loaded once and
+//! (it reconnects on its own) and four Lua scripts, each loaded once and
 //! sent with EVALSHA (redis-rs loads it again on NOSCRIPT).
 //!
 //! Every call is bounded by the policy's deadline: an admission never waits
@@ -119,13 +119,31 @@ impl Keys {
         format!("{}:dark:{route}", self.tag)
     }
 
-    /// Who runs the breaker's probe, and what it last saw.
-    pub fn prober(&self) -> String {
-        format!("{}:prober", self.tag)
+    /// Who runs the breaker's probe (or canary) now.
+    pub fn owner(&self, turn: Turn) -> String {
+        format!("{}:{}:owner", self.tag, turn.name())
     }
 
-    pub fn probe_result(&self) -> String {
-        format!("{}:probe", self.tag)
+    /// What the last probe (or canary) saw.
+    pub fn result(&self, turn: Turn) -> String {
+        format!("{}:{}", self.tag, turn.name())
+    }
+}
+
+/// What one replica at a time does for the whole fleet, and the others
+/// take the result of: the breaker's `/health` probe and its canary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    Probe,
+    Canary,
+}
+
+impl Turn {
+    fn name(self) -> &'static str {
+        match self {
+            Turn::Probe => "probe",
+            Turn::Canary => "canary",
+        }
     }
 }
 
@@ -133,10 +151,13 @@ impl Keys {
 pub struct Store {
     client: Client,
     connection: OnceCell<ConnectionManager>,
+    /// The first connection and script load were waited for (see [`Store::ready`]).
+    ready: OnceCell<()>,
     deadline: Duration,
     admit: Script,
     renew: Script,
     pause: Script,
+    book: Script,
 }
 
 impl std::fmt::Debug for Store {
@@ -164,10 +185,12 @@ impl Store {
         Ok(Self {
             client,
             connection: OnceCell::new(),
+            ready: OnceCell::new(),
             deadline,
             admit: Script::new(include_str!("admit.lua")),
             renew: Script::new(include_str!("renew.lua")),
             pause: Script::new(include_str!("pause.lua")),
+            book: Script::new(include_str!("book.lua")),
         })
     }
 
@@ -180,7 +203,7 @@ impl Store {
             .get_or_try_init(|| async {
                 // Each call is bounded by `bounded`; these only free what a
                 // hung Redis would hold.
-                let slack = self.deadline.max(Duration::from_millis(100));
+                let slack = self.connect_timeout();
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(slack))
                     .set_response_timeout(Some(slack))
@@ -231,13 +254,32 @@ impl Store {
         }
     }
 
-    /// Loads the three scripts (SCRIPT LOAD), so that the first admission,
+    /// How long a connection may take: a TCP and RESP handshake is more than
+    /// a call's deadline, once.
+    fn connect_timeout(&self) -> Duration {
+        self.deadline.max(Duration::from_millis(100))
+    }
+
+    /// Waits once, for the first caller and those beside it, until the
+    /// connection is up and the scripts loaded, or the connect timeout
+    /// passes (a refused connection ends it at once). Without it every call
+    /// of a starting process would meet the handshake within its deadline,
+    /// and a reachable Redis look dead to a replica just started.
+    pub async fn ready(&self) {
+        self.ready
+            .get_or_init(|| async {
+                let _ = tokio::time::timeout(self.connect_timeout(), self.load_scripts()).await;
+            })
+            .await;
+    }
+
+    /// Loads the scripts (SCRIPT LOAD), so that the first admission,
     /// heartbeat or pause is one EVALSHA, not a NOSCRIPT and a reload within
     /// the deadline. Done once in the background; a script Redis forgot
     /// since (a restart) is loaded again by redis-rs on NOSCRIPT.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
-        for script in [&self.admit, &self.renew, &self.pause] {
+        for script in [&self.admit, &self.renew, &self.pause, &self.book] {
             script
                 .prepare_invoke()
                 .load_async(&mut connection)
@@ -297,6 +339,35 @@ impl Store {
             },
             (_, wait, _) => Answer::Busy(from_micros(wait)),
         })
+    }
+
+    /// Books a request sent without asking (degraded) in the shared token
+    /// bucket, its `leases` (until [`release`](Self::release)d or one lease
+    /// passes) and the `windows` of its budgets, at Redis's now.
+    pub async fn book(
+        &self,
+        keys: &Keys,
+        shape: &Shape,
+        member: &str,
+        leases: &[Option<usize>],
+        windows: &[(usize, u32)],
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = self.book.key(keys.bucket());
+        for &budget in leases {
+            invocation.key(keys.leases(budget));
+        }
+        for &(budget, _) in windows {
+            invocation.key(keys.window(budget));
+        }
+        invocation
+            .arg(member)
+            .arg(micros(shape.interval))
+            .arg(micros(shape.window))
+            .arg(micros(shape.lease))
+            .arg(leases.len());
+        self.bounded(invocation.invoke_async::<()>(&mut connection))
+            .await
     }
 
     /// Gives back the leases of one admission.
@@ -368,18 +439,19 @@ impl Store {
         self.bounded(cmd.query_async::<()>(&mut connection)).await
     }
 
-    /// Takes the probe for `for_` unless another replica holds it; true
+    /// Takes the `turn` for `for_` unless another replica holds it; true
     /// when this one (`replica`) holds it now.
-    pub async fn own_probe(
+    pub async fn own(
         &self,
         keys: &Keys,
+        turn: Turn,
         replica: &str,
         for_: Duration,
     ) -> Result<bool, StoreError> {
         let mut connection = self.connection().await?;
         let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
         let cmd = redis::cmd("SET")
-            .arg(keys.prober())
+            .arg(keys.owner(turn))
             .arg(replica)
             .arg("NX")
             .arg("PX")
@@ -389,22 +461,23 @@ impl Store {
         if set.is_some() {
             return Ok(true);
         }
-        let get = redis::cmd("GET").arg(keys.prober()).to_owned();
+        let get = redis::cmd("GET").arg(keys.owner(turn)).to_owned();
         let owner: Option<String> = self.bounded(get.query_async(&mut connection)).await?;
         Ok(owner.as_deref() == Some(replica))
     }
 
-    /// What the last probe saw (`true` healthy), shared for `for_`.
-    pub async fn set_probe_result(
+    /// What this replica's `turn` saw (`true`: healthy), shared for `for_`.
+    pub async fn set_result(
         &self,
         keys: &Keys,
+        turn: Turn,
         healthy: bool,
         for_: Duration,
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
         let cmd = redis::cmd("SET")
-            .arg(keys.probe_result())
+            .arg(keys.result(turn))
             .arg(u8::from(healthy))
             .arg("PX")
             .arg(ms)
@@ -412,9 +485,10 @@ impl Store {
         self.bounded(cmd.query_async::<()>(&mut connection)).await
     }
 
-    pub async fn probe_result(&self, keys: &Keys) -> Result<Option<bool>, StoreError> {
+    /// What the last `turn` saw, if it is still fresh.
+    pub async fn result(&self, keys: &Keys, turn: Turn) -> Result<Option<bool>, StoreError> {
         let mut connection = self.connection().await?;
-        let cmd = redis::cmd("GET").arg(keys.probe_result()).to_owned();
+        let cmd = redis::cmd("GET").arg(keys.result(turn)).to_owned();
         let v: Option<u8> = self.bounded(cmd.query_async(&mut connection)).await?;
         Ok(v.map(|v| v == 1))
     }
@@ -576,6 +650,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_booked_request_counts_in_the_bucket_and_the_windows() {
+        let Some((_server, store, keys)) = started() else {
+            return;
+        };
+        let shape = shape(10 * S, 1, 600 * S, 60 * S);
+        let window = [(2, 2)];
+        // Two sent while degraded: the window of 2 is full, the bucket's
+        // next token two intervals ahead.
+        let all = [None];
+        store
+            .book(&keys, &shape, "x1", &all, &window)
+            .await
+            .unwrap();
+        store
+            .book(&keys, &shape, "x2", &all, &window)
+            .await
+            .unwrap();
+        match ask(&store, &keys, &shape, "a", &[(None, 8)], &window).await {
+            Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
+            other => panic!("{other:?}"),
+        }
+        match ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await {
+            Answer::Queued(wait) => between(wait, 10 * S, 20 * S),
+            other => panic!("{other:?}"),
+        }
+        // Their leases hold the in-flight cap until released.
+        let fast = Shape {
+            interval: Duration::from_micros(1),
+            ..shape
+        };
+        let other = Keys::new("api", "t2");
+        store.book(&other, &fast, "y1", &all, &[]).await.unwrap();
+        store.book(&other, &fast, "y2", &all, &[]).await.unwrap();
+        let cap = [(None, 2)];
+        let busy = ask(&store, &other, &fast, "c", &cap, &[]).await;
+        assert!(matches!(busy, Answer::Busy(_)), "{busy:?}");
+        store.release(&other, "y1", &all).await.unwrap();
+        go(&ask(&store, &other, &fast, "c", &cap, &[]).await);
+    }
+
+    #[tokio::test]
     async fn leases_cap_the_fleet_s_requests_and_come_back_on_release_or_expiry() {
         let Some((_server, store, keys)) = started() else {
             return;
@@ -659,7 +774,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_flushed_script_is_loaded_again_and_one_prober_holds_the_probe() {
+    async fn a_flushed_script_is_loaded_again_and_one_replica_holds_each_turn() {
         let Some((_server, store, keys)) = started() else {
             return;
         };
@@ -673,11 +788,19 @@ mod tests {
             .unwrap();
         // NOSCRIPT: redis-rs loads it again and sends it once more.
         go(&ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await);
-        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
-        assert!(!store.own_probe(&keys, "r2", 30 * S).await.unwrap());
-        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
-        store.set_probe_result(&keys, true, 30 * S).await.unwrap();
-        assert_eq!(store.probe_result(&keys).await.unwrap(), Some(true));
+        for turn in [Turn::Probe, Turn::Canary] {
+            assert!(store.own(&keys, turn, "r1", 30 * S).await.unwrap());
+            assert!(!store.own(&keys, turn, "r2", 30 * S).await.unwrap());
+            assert!(store.own(&keys, turn, "r1", 30 * S).await.unwrap());
+            assert_eq!(store.result(&keys, turn).await.unwrap(), None);
+            store.set_result(&keys, turn, true, 30 * S).await.unwrap();
+            assert_eq!(store.result(&keys, turn).await.unwrap(), Some(true));
+        }
+        // The two turns are held apart: r2 may hold the canary of a fleet
+        // whose probe r1 holds.
+        let other = Keys::new("api", "t2");
+        assert!(store.own(&other, Turn::Probe, "r1", 30 * S).await.unwrap());
+        assert!(store.own(&other, Turn::Canary, "r2", 30 * S).await.unwrap());
     }
 
     #[tokio::test]
