@@ -43,7 +43,9 @@ fn the_fleet_numbers_are_the_issue_s() {
     // "Detected within 1 s": the breaker opens after its failures, each
     // bounded by the deadline.
     assert!(fleet.deadline * fleet.breaker_failures <= Duration::from_secs(1));
+    assert!(fleet.breaker_over + fleet.deadline < Duration::from_secs(1));
     assert_eq!(fleet.breaker_failures, 3);
+    assert_eq!(fleet.breaker_over, Duration::from_millis(250));
     // "back to shared within 2 s after Redis returns".
     assert_eq!(fleet.breaker_retry, Duration::from_secs(1));
     assert!(fleet.breaker_retry + fleet.heartbeat < Duration::from_secs(2));

@@ -50,15 +50,19 @@ impl Drop for FleetSlots {
 /// Open means degraded.
 ///
 /// "In a row" is in time: a failed call counts only if it started after the
-/// last counted failure ended. Calls in flight together fail together when
-/// one moment goes wrong (a stall of this process, a lost packet): eight
-/// concurrent admissions timing out at once are one failure, not a broken
-/// store. A dead store fails every call, one after another.
+/// last counted failure ended, and the streak opens the breaker only once
+/// its first and last failures are `over` apart. Calls in flight together
+/// fail together when one moment goes wrong (a stall of this process or of
+/// Redis on a loaded machine, a lost packet): eight concurrent admissions
+/// timing out at once are one failure, and a stall shorter than `over` is
+/// no outage. A dead store fails every call, one after another, for good.
 #[derive(Debug, Clone)]
 pub struct StoreBreaker {
     threshold: u32,
+    over: Duration,
     retry: Duration,
     failures: u32,
+    first_failure: Option<Instant>,
     last_failure: Option<Instant>,
     open_until: Option<Instant>,
 }
@@ -73,11 +77,13 @@ pub enum Switch {
 }
 
 impl StoreBreaker {
-    pub fn new(threshold: u32, retry: Duration) -> Self {
+    pub fn new(threshold: u32, over: Duration, retry: Duration) -> Self {
         Self {
             threshold: threshold.max(1),
+            over,
             retry,
             failures: 0,
+            first_failure: None,
             last_failure: None,
             open_until: None,
         }
@@ -95,6 +101,7 @@ impl StoreBreaker {
 
     pub fn success(&mut self) -> Option<Switch> {
         self.failures = 0;
+        self.first_failure = None;
         self.open_until.take().map(|_| Switch::Shared)
     }
 
@@ -105,7 +112,9 @@ impl StoreBreaker {
         }
         self.last_failure = Some(now);
         self.failures = self.failures.saturating_add(1);
-        if self.failures < self.threshold {
+        let first = *self.first_failure.get_or_insert(now);
+        let open = self.open_until.is_some();
+        if !open && (self.failures < self.threshold || now.duration_since(first) < self.over) {
             return None;
         }
         let was_open = self.open_until.is_some();
@@ -140,7 +149,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_store_breaker_opens_after_threshold_failures_and_retries_after_its_pause() {
-        let mut breaker = StoreBreaker::new(3, Duration::from_secs(1));
+        let mut breaker = StoreBreaker::new(3, Duration::ZERO, Duration::from_secs(1));
         let ms = Duration::from_millis;
         let t0 = Instant::now();
         // Each call starts as the one before failed: in a row.
@@ -169,7 +178,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn calls_that_fail_together_count_as_one_failure() {
-        let mut breaker = StoreBreaker::new(3, Duration::from_secs(1));
+        let mut breaker = StoreBreaker::new(3, Duration::ZERO, Duration::from_secs(1));
         let ms = Duration::from_millis;
         let t0 = Instant::now();
         // Eight admissions in flight over one bad moment.
@@ -182,6 +191,30 @@ mod tests {
         assert_eq!(breaker.failure(t0 + ms(6), t0 + ms(11)), None);
         let open = breaker.failure(t0 + ms(11), t0 + ms(16));
         assert_eq!(open, Some(Switch::Degraded));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_shorter_than_over_is_waited_out_a_longer_one_opens() {
+        let ms = Duration::from_millis;
+        let mut breaker = StoreBreaker::new(3, ms(250), Duration::from_secs(1));
+        let t0 = Instant::now();
+        // Ten calls in a row fail over 50 ms: a stall, not an outage.
+        for i in 0..10 {
+            assert_eq!(breaker.failure(t0 + ms(5 * i), t0 + ms(5 * i + 5)), None);
+        }
+        assert!(!breaker.degraded());
+        breaker.success();
+        // Failing on for 250 ms from the first failure: an outage.
+        let t1 = t0 + Duration::from_secs(10);
+        let mut opened = None;
+        for i in 0..60 {
+            if let Some(switch) = breaker.failure(t1 + ms(5 * i), t1 + ms(5 * i + 5)) {
+                opened = Some((i, switch));
+                break;
+            }
+        }
+        // The first failure at 5 ms, the one 250 ms after it at 255 ms.
+        assert_eq!(opened, Some((50, Switch::Degraded)));
     }
 
     #[test]

@@ -235,7 +235,11 @@ impl Fleet {
                 shape,
                 next: AtomicU64::new(0),
                 state: Mutex::new(State {
-                    breaker: StoreBreaker::new(policy.breaker_failures, policy.breaker_retry),
+                    breaker: StoreBreaker::new(
+                        policy.breaker_failures,
+                        policy.breaker_over,
+                        policy.breaker_retry,
+                    ),
                     live: Vec::new(),
                     gates: None,
                     slowest_failure: Duration::ZERO,
@@ -781,8 +785,8 @@ impl Inner {
     }
 
     /// One heartbeat: renews the held leases and says this replica is live;
-    /// a failed beat is tried again at once, so a dead store is seen within
-    /// one heartbeat even without traffic.
+    /// a failed beat is tried again, so a dead store is seen within one
+    /// heartbeat even without traffic.
     async fn beat(&self) {
         let mut grouped: Vec<(Option<usize>, Vec<String>)> = Vec::new();
         for (number, sets) in self.lock_held().iter() {
@@ -794,8 +798,12 @@ impl Inner {
                 }
             }
         }
-        for _ in 0..self.policy.breaker_failures.max(1) {
-            if !self.lock_state().breaker.allows(Instant::now()) {
+        // A failed beat is tried again, `failures` times over the breaker's
+        // `over`: a dead store opens the breaker within this one heartbeat.
+        let tries = self.policy.breaker_failures.max(1);
+        let pause = self.policy.breaker_over / tries;
+        for _ in 0..=tries {
+            if !self.store_allowed() {
                 return;
             }
             let called = Instant::now();
@@ -815,6 +823,7 @@ impl Inner {
                 }
                 Err(e) => self.failed(&e, called),
             }
+            tokio::time::sleep(pause).await;
         }
     }
 }
