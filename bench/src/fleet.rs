@@ -153,7 +153,6 @@ fn added_latency(opts: &Opts, rt: &tokio::runtime::Runtime, url: &str) {
         &mut [&mut || calls(&shared), &mut || calls(&local)],
     )
     .try_into()
-    .ok()
     .expect("two contenders");
     let at = |rounds: &[Vec<f64>], q: f64| {
         rounds
