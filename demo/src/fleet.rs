@@ -49,7 +49,7 @@ pub(super) async fn three_replicas() -> Result<()> {
     step(
         10,
         "Three replicas, one tenant: the budgets kept through Redis, then without it",
-        "policy fleet: one EVALSHA per admission (rate, rolling windows, leases, pauses)",
+        "policy fleet: one EVALSHA per free admission (rate, rolling windows, leases, pauses)",
     );
     let Some(mut redis) = Redis::find(fleet.url_env) else {
         println!("   skipped: no Redis here. To see this scene, install redis-server (the demo");
@@ -114,9 +114,14 @@ pub(super) async fn three_replicas() -> Result<()> {
     };
     server.kill();
     println!(
-        "   {} Redis is killed (SIGKILL); each replica notices within its {} ms deadline",
+        "   {} Redis is killed (SIGKILL): every call still ends within its {} ms deadline, and a",
         stamp(since),
         fleet.deadline.as_millis()
+    );
+    println!(
+        "   replica goes on its share once Redis has failed it {} times over {} ms",
+        fleet.breaker_failures,
+        fleet.breaker_over.as_millis()
     );
     let gone_end = logged(&sim, shared_end + PHASE).await?;
     let gone: Vec<usize> = snapshot(&counts)
