@@ -13,7 +13,6 @@
 //! Phases are driven by request counts in the simulator's log, never by
 //! wall-clock windows; the bounds are checked over every window of the log.
 
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -23,11 +22,14 @@ use std::time::Duration;
 use grag_client::policy::{POLICY, budget};
 use grag_client::types::{CreateKb, SearchRequest, UploadDocument};
 use grag_client::{Config, DocumentId, Grag, KbId, TenantId};
+use grag_jobs::{JobState, JobStore, Jobs, Upload};
 use grag_sim::testkit::{arrivals, max_in_any_window};
 use grag_sim::{Fault, LoggedRequest, PlatformLimits, Rule, Sim, testkit};
+use sdk_queue::PgStore;
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::policy::Degraded;
+use sdk_runtime::redis_server::{self, RedisServer, free_port};
 use tokio::time::Instant;
 
 #[test]
@@ -41,7 +43,9 @@ fn the_fleet_numbers_are_the_issue_s() {
     // "Detected within 1 s": the breaker opens after its failures, each
     // bounded by the deadline.
     assert!(fleet.deadline * fleet.breaker_failures <= Duration::from_secs(1));
+    assert!(fleet.breaker_over + fleet.deadline < Duration::from_secs(1));
     assert_eq!(fleet.breaker_failures, 3);
+    assert_eq!(fleet.breaker_over, Duration::from_millis(250));
     // "back to shared within 2 s after Redis returns".
     assert_eq!(fleet.breaker_retry, Duration::from_secs(1));
     assert!(fleet.breaker_retry + fleet.heartbeat < Duration::from_secs(2));
@@ -128,92 +132,14 @@ async fn fail_closed_refuses_while_redis_is_away_and_sends_nothing() {
 
 // ---------------------------------------------------------------- Redis
 
-/// Set (as `.ci/run` does) to fail instead of skipping without redis-server.
-const REQUIRED: &str = "SDK_FLEET_REDIS_REQUIRED";
-
 fn redis_available() -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var_os(REQUIRED).is_none(),
-            "{REQUIRED} is set but redis-server is not installed"
-        );
-        eprintln!(
-            "fleet: skipped, redis-server is not installed (apt-get install redis-server; \
-             set {REQUIRED}=1 to make this suite required)"
-        );
-    }
-    found
+    redis_server::available("fleet")
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// A `redis-server` of this test's own, on a free loopback port.
-struct RedisServer {
-    child: Option<Child>,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        let mut server = Self {
-            child: None,
-            port: free_port(),
-        };
-        server.restart();
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--dir", &std::env::temp_dir().display().to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        for _ in 0..500 {
-            if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not listen on {}", self.port);
-    }
-
-    /// SIGKILL.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(self.url()).unwrap();
-        client.get_multiplexed_async_connection().await.unwrap()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// A connection of the test's own, to look at what the replicas shared.
+async fn connection(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(redis.url()).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
 }
 
 /// The policy in real time: a second is a second (57 per window), a minute
@@ -222,33 +148,10 @@ impl Drop for RedisServer {
 /// fleet's own numbers (lease, heartbeat) are not scaled either way.
 const DIVISOR: u32 = 1;
 
-/// The Redis deadline of the multi-process tests. The spec's 5 ms holds on
-/// a quiet machine; on a shared 2-core CI box (three replica processes, the
-/// simulator and Redis beside other builds) a call now and then takes
-/// longer, and three in a row would send one replica into degraded mode,
-/// where its share comes on top of the others' shared budget. What these
-/// tests measure is the fleet's bound, so they give Redis 100 ms.
-const LOADED_MACHINE_DEADLINE: Duration = Duration::from_millis(100);
-
-/// `scaled` with the loaded machine's Redis deadline.
-fn loaded(scaled: &'static Policy) -> &'static Policy {
-    let fleet = scaled
-        .fleet
-        .clone()
-        .map(|f| sdk_runtime::policy::FleetPolicy {
-            deadline: LOADED_MACHINE_DEADLINE,
-            ..f
-        });
-    Box::leak(Box::new(Policy {
-        fleet,
-        ..scaled.clone()
-    }))
-}
-
+/// The spec's policy, its Redis deadline (5 ms) included: a replica on a
+/// loaded machine must not take its own late timers for a dead Redis.
 fn policy() -> &'static Policy {
-    static POLICY: std::sync::LazyLock<&'static Policy> =
-        std::sync::LazyLock::new(|| loaded(testkit::policy(DIVISOR)));
-    *POLICY
+    testkit::policy(DIVISOR)
 }
 
 /// The Redis tests run one at a time: each wants both cores.
@@ -295,17 +198,26 @@ const MODE: &str = "FLEET_TEST_MODE";
 const DIR: &str = "FLEET_TEST_DIR";
 const NAME: &str = "FLEET_TEST_NAME";
 const REPLICAS: &str = "FLEET_TEST_REPLICAS";
+/// `jobs` mode: the PostgreSQL schema of the shared replay queue.
+const PG_SCHEMA: &str = "FLEET_TEST_PG_SCHEMA";
+const PG_URL: &str = "SDK_QUEUE_PG_URL";
 
 /// What a load replica did, read from its report file.
 #[derive(Debug, Default, Clone, Copy)]
 struct Report {
     list: usize,
     search: usize,
+    /// Uploads sent (`load`) or submitted as durable jobs (`jobs`).
     upload: usize,
     errors: usize,
     degraded: bool,
     /// Times the replica went degraded (its `fleet_degraded` alerts).
     degradations: usize,
+    /// The longest a failed Redis call took, in µs.
+    slowest_failed_us: u64,
+    /// Requests admitted when the test killed Redis, and when it restarted it.
+    at_kill: usize,
+    at_restart: usize,
 }
 
 impl Report {
@@ -321,18 +233,78 @@ impl Report {
                 "errors" => r.errors = n(),
                 "degraded" => r.degraded = value == "true",
                 "degradations" => r.degradations = n(),
+                "slowest_failed_us" => r.slowest_failed_us = n() as u64,
+                "at_kill" => r.at_kill = n(),
+                "at_restart" => r.at_restart = n(),
                 _ => panic!("unknown report field {key}"),
             }
         }
         r
     }
+
+    /// Every request this replica had admitted: its share of the fleet.
+    fn total(&self) -> usize {
+        self.list + self.search + self.upload
+    }
+}
+
+/// The kinds of load loop: how many of each a replica runs.
+const LIST: usize = 0;
+const SEARCH: usize = 1;
+const UPLOAD: usize = 2;
+const LOOPS: [(usize, usize); 3] = [(LIST, 6), (SEARCH, 3), (UPLOAD, 2)];
+
+fn upload_of(name: &str, l: usize, n: usize) -> UploadDocument {
+    let doc = format!("doc-{name}-{l}-{n}");
+    UploadDocument {
+        document_id: DocumentId::parse(&doc).unwrap(),
+        filename: format!("{doc}.txt"),
+        content_type: "text/plain".into(),
+        content_base64: testkit::TEXT_B64.into(),
+        metadata: None,
+    }
+}
+
+/// One request of a load loop of `kind`; `jobs`: an upload is a durable job.
+async fn one_request(
+    grag: &Grag,
+    jobs: Option<&Jobs>,
+    kind: usize,
+    document: UploadDocument,
+) -> bool {
+    match (kind, jobs) {
+        (LIST, _) => grag.workspaces().list_kbs().await.is_ok(),
+        (SEARCH, _) => {
+            let query = SearchRequest {
+                query_text: "Prüffristen".into(),
+                top_k: 1,
+            };
+            grag.ai_gateway().search_rerank(&kb(), &query).await.is_ok()
+        }
+        (_, None) => grag
+            .workspaces()
+            .upload_document(&kb(), &document)
+            .await
+            .is_ok(),
+        // Persisted first: whatever happens next, the worker finishes it.
+        (_, Some(jobs)) => {
+            let upload = Upload {
+                kb: kb(),
+                document,
+                points: Vec::new(),
+            };
+            jobs.submit_upload(upload).await.is_ok()
+        }
+    }
 }
 
 /// The child: one replica on the simulator and Redis its environment names.
 /// `load`: 6 list, 3 search and 2 upload loops, far over the fleet's limits,
-/// from the `go` file until the `stop` file, then a report. `hold`: 8 calls
-/// that the simulator holds, until the process is killed. One worker
-/// thread: three replicas share two cores with the simulator and Redis.
+/// from the `go` file until the `stop` file, then a report. `jobs`: the
+/// same, its uploads durable jobs on the shared PostgreSQL queue, which it
+/// also works until the `exit` file. `hold`: 8 calls that the simulator
+/// holds, until the process is killed. One worker thread: three replicas
+/// share two cores with the simulator and Redis.
 #[tokio::test]
 #[ignore = "a replica process of the fleet tests, started by them"]
 async fn replica_process() {
@@ -346,6 +318,14 @@ async fn replica_process() {
     let dir = PathBuf::from(var(DIR));
     let name = var(NAME);
     let replicas: usize = var(REPLICAS).parse().unwrap();
+    let wait_for = |file: &'static str| {
+        let path = dir.join(file);
+        async move {
+            while !path.exists() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
     // A first call starts the heartbeat; the load starts once every
     // replica is counted live.
     let _ = grag.workspaces().list_kbs().await;
@@ -356,11 +336,21 @@ async fn replica_process() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    if var(MODE) == "hold" {
-        std::fs::write(dir.join(format!("ready-{name}")), "").unwrap();
-        while !dir.join("go").exists() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
+    let mode = var(MODE);
+    let jobs = match mode.as_str() {
+        "jobs" => {
+            let store = PgStore::connect(&var(PG_URL), &var(PG_SCHEMA))
+                .await
+                .expect("PostgreSQL");
+            let jobs = Jobs::new(grag.clone(), Arc::new(store), name.clone()).expect("replay");
+            tokio::spawn(jobs.clone().work());
+            Some(jobs)
         }
+        _ => None,
+    };
+    std::fs::write(dir.join(format!("ready-{name}")), "").unwrap();
+    wait_for("go").await;
+    if mode == "hold" {
         let calls: Vec<_> = (0..8)
             .map(|_| {
                 let grag = grag.clone();
@@ -372,69 +362,77 @@ async fn replica_process() {
         }
         return;
     }
-    std::fs::write(dir.join(format!("ready-{name}")), "").unwrap();
-    while !dir.join("go").exists() {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[AtomicUsize; 4]> = Arc::new(Default::default());
     let mut tasks = Vec::new();
-    for (kind, loops) in [(0, 6), (1, 3), (2, 2)] {
+    for (kind, loops) in LOOPS {
         for l in 0..loops {
-            let (grag, stop, counts, name) =
-                (grag.clone(), stop.clone(), counts.clone(), name.clone());
+            let (grag, jobs, stop, counts, name) = (
+                grag.clone(),
+                jobs.clone(),
+                stop.clone(),
+                counts.clone(),
+                name.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
                     n += 1;
-                    let result = match kind {
-                        0 => grag.workspaces().list_kbs().await.map(drop),
-                        1 => {
-                            let query = SearchRequest {
-                                query_text: "Prüffristen".into(),
-                                top_k: 1,
-                            };
-                            grag.ai_gateway()
-                                .search_rerank(&kb(), &query)
-                                .await
-                                .map(drop)
-                        }
-                        _ => {
-                            let doc = format!("doc-{name}-{l}-{n}");
-                            let upload = UploadDocument {
-                                document_id: DocumentId::parse(&doc).unwrap(),
-                                filename: format!("{doc}.txt"),
-                                content_type: "text/plain".into(),
-                                content_base64: testkit::TEXT_B64.into(),
-                                metadata: None,
-                            };
-                            grag.workspaces()
-                                .upload_document(&kb(), &upload)
-                                .await
-                                .map(drop)
-                        }
-                    };
-                    let slot = if result.is_ok() { kind } else { 3 };
-                    counts[slot].fetch_add(1, Ordering::Relaxed);
+                    let document = upload_of(&name, l, n);
+                    let ok = one_request(&grag, jobs.as_ref(), kind, document).await;
+                    counts[if ok { kind } else { 3 }].fetch_add(1, Ordering::Relaxed);
                 }
             }));
         }
     }
-    while !dir.join("stop").exists() {
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    // The admitted requests at each of the test's marks, then at `stop`.
+    let admitted = || {
+        counts[..3]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum::<usize>()
+    };
+    let mut marks = [0; 2];
+    for (mark, file) in marks.iter_mut().zip(["killed", "restarted"]) {
+        let (mark_file, stop_file) = (dir.join(file), dir.join("stop"));
+        while !mark_file.exists() && !stop_file.exists() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        *mark = admitted();
     }
+    wait_for("stop").await;
     stop.store(true, Ordering::Relaxed);
     let snapshot: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    // A durable job is let finish (a job cut off mid-run would wait out its
+    // lease); plain requests are cut off.
     for task in tasks {
-        task.abort();
+        if jobs.is_some() {
+            let _ = task.await;
+        } else {
+            task.abort();
+        }
     }
-    let degraded = grag.runtime().fleet_status().unwrap().degraded;
-    let degradations = alerts.names().len();
+    let status = grag.runtime().fleet_status().unwrap();
     let report = format!(
-        "list={} search={} upload={} errors={} degraded={degraded} degradations={degradations}",
-        snapshot[0], snapshot[1], snapshot[2], snapshot[3]
+        "list={} search={} upload={} errors={} degraded={} degradations={} slowest_failed_us={} \
+         at_kill={} at_restart={}",
+        snapshot[LIST],
+        snapshot[SEARCH],
+        snapshot[UPLOAD],
+        snapshot[3],
+        status.degraded,
+        alerts.names().len(),
+        status.slowest_failed_call.as_micros(),
+        marks[0],
+        marks[1],
     );
+    for alert in alerts.taken() {
+        eprintln!("replica {name}: {}", alert.detail.unwrap_or_default());
+    }
     std::fs::write(dir.join(format!("report-{name}")), report).unwrap();
+    if jobs.is_some() {
+        wait_for("exit").await;
+    }
 }
 
 struct Replicas {
@@ -444,6 +442,16 @@ struct Replicas {
 
 impl Replicas {
     fn spawn(sim: &Sim, redis: &RedisServer, mode: &str, n: usize) -> Replicas {
+        Self::spawn_with(sim, redis, mode, n, &[])
+    }
+
+    fn spawn_with(
+        sim: &Sim,
+        redis: &RedisServer,
+        mode: &str,
+        n: usize,
+        env: &[(&str, &str)],
+    ) -> Replicas {
         let dir = tempfile::tempdir().unwrap();
         let children = (0..n)
             .map(|i| {
@@ -456,6 +464,7 @@ impl Replicas {
                     .env(DIR, dir.path())
                     .env(NAME, &name)
                     .env(REPLICAS, n.to_string())
+                    .envs(env.iter().copied())
                     .stdout(Stdio::null())
                     .spawn()
                     .expect("the replica process starts");
@@ -470,35 +479,54 @@ impl Replicas {
     }
 
     async fn all_ready(&self) {
-        for _ in 0..3000 {
+        self.all_wrote("ready").await;
+    }
+
+    /// Waits until every replica wrote its `prefix-<name>` file.
+    async fn all_wrote(&self, prefix: &str) {
+        for _ in 0..30_000 {
             if self
                 .children
                 .iter()
-                .all(|(name, _)| self.path(&format!("ready-{name}")).exists())
+                .all(|(name, _)| self.path(&format!("{prefix}-{name}")).exists())
             {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("the replicas never got ready");
+        panic!("the replicas never wrote {prefix}");
     }
 
     fn go(&self) {
-        std::fs::write(self.path("go"), "").unwrap();
+        self.mark("go");
     }
 
-    /// Stops the load and reads every replica's report.
-    async fn stop(mut self) -> Vec<Report> {
+    /// Tells every replica to note its counts (`killed`, `restarted`).
+    fn mark(&self, file: &str) {
+        std::fs::write(self.path(file), "").unwrap();
+    }
+
+    /// Stops the load and reads every replica's report; `jobs` replicas go
+    /// on working the queue until [`exit`](Self::exit).
+    async fn stop(&self) -> Vec<Report> {
         std::fs::write(self.path("stop"), "").unwrap();
-        let mut reports = Vec::new();
-        let dir = self.dir.path().to_path_buf();
+        self.all_wrote("report").await;
+        self.children
+            .iter()
+            .map(|(name, _)| {
+                let text = std::fs::read_to_string(self.path(&format!("report-{name}"))).unwrap();
+                Report::parse(&text)
+            })
+            .collect()
+    }
+
+    /// Ends every replica, which must exit cleanly.
+    async fn exit(mut self) {
+        std::fs::write(self.path("exit"), "").unwrap();
         for (name, mut child) in std::mem::take(&mut self.children) {
             let status = tokio::task::block_in_place(|| child.wait()).unwrap();
             assert!(status.success(), "replica {name} failed: {status}");
-            let text = std::fs::read_to_string(dir.join(format!("report-{name}"))).unwrap();
-            reports.push(Report::parse(&text));
         }
-        reports
     }
 
     fn kill(&mut self, i: usize) {
@@ -595,21 +623,29 @@ fn check_limits(entries: &[LoggedRequest], margin: f64) {
     );
 }
 
-/// Every replica's count within `percent` of the mean. Issue 17 asks for
-/// ±10 %; on a 2-core machine shared with other builds the three replica
-/// processes do not get equal CPU, and one the scheduler runs late comes
-/// back to the queue late: spreads up to 11 % were seen there. The test
-/// holds ±25 % (no replica starved, none taking the others' share) and
-/// prints the spread.
-fn within_percent(reports: &[Report], percent: f64, of: impl Fn(&Report) -> usize) {
+/// Every replica's count within `percent` of the mean (issue 17: ±10 %
+/// under equal demand). Waiters are served in the order they reached Redis
+/// and hold nothing while they wait, so a replica the scheduler runs late
+/// loses only its own lateness, not its place.
+fn within_percent(what: &str, reports: &[Report], percent: f64, of: impl Fn(&Report) -> usize) {
     let counts: Vec<usize> = reports.iter().map(of).collect();
     let mean = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
     let spread = counts
         .iter()
         .map(|&c| (c as f64 - mean).abs() / mean * 100.0)
         .fold(0.0, f64::max);
-    eprintln!("shares {counts:?}: at most {spread:.1} % from the mean");
-    assert!(spread <= percent, "shares {counts:?} (mean {mean:.1})");
+    eprintln!("{what} shares {counts:?}: at most {spread:.1} % from the mean");
+    assert!(
+        spread <= percent,
+        "{what} shares {counts:?} (mean {mean:.1})"
+    );
+}
+
+/// The fleet's shares: every replica's requests, and its list calls (the
+/// loops that never wait on a budget of their own), within ±10 %.
+fn equal_shares(reports: &[Report]) {
+    within_percent("request", reports, 10.0, Report::total);
+    within_percent("list", reports, 10.0, |r| r.list);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -626,6 +662,7 @@ async fn three_replicas_keep_the_platform_s_limits_as_one_polite_tenant() {
     replicas.go();
     logged(&sim, before + 900, Duration::from_secs(120)).await;
     let reports = replicas.stop().await;
+    replicas.exit().await;
     let entries: Vec<LoggedRequest> = sim.log().entries().split_off(before);
     eprintln!("reports: {reports:?}, {} requests", entries.len());
     assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
@@ -634,11 +671,65 @@ async fn three_replicas_keep_the_platform_s_limits_as_one_polite_tenant() {
     // second full, not three replicas' worth of it.
     let per_second = max_in_any_window(&arrivals(&entries), second());
     assert!(per_second >= 50, "only {per_second} per rolling second");
-    within_percent(&reports, 25.0, |r| r.list);
-    assert!(
-        reports.iter().all(|r| !r.degraded && r.degradations == 0),
-        "{reports:?}"
-    );
+    equal_shares(&reports);
+    // A replica may find Redis slower than the 5 ms deadline on a loaded
+    // machine and run a while on its share; what it sends then is booked
+    // in the shared budgets, so the bounds above hold either way.
+    let degradations: Vec<usize> = reports.iter().map(|r| r.degradations).collect();
+    eprintln!("degradations per replica {degradations:?}");
+    assert!(reports.iter().all(|r| !r.degraded), "{reports:?}");
+}
+
+/// A schema of the shared replay queue, dropped at the end.
+struct Queue {
+    url: String,
+    schema: String,
+    store: PgStore,
+}
+
+impl Queue {
+    async fn new() -> Option<Queue> {
+        let Ok(url) = std::env::var(PG_URL) else {
+            eprintln!("fleet: skipped, set {PG_URL}=postgres://postgres@127.0.0.1:5432/test");
+            return None;
+        };
+        let schema = format!("fleet_{}", uuid::Uuid::new_v4().simple());
+        let store = PgStore::connect(&url, &schema).await.expect("PostgreSQL");
+        Some(Queue { url, schema, store })
+    }
+
+    async fn count(&self, state: JobState) -> usize {
+        self.store.list(state, 100_000).await.unwrap().len()
+    }
+
+    /// Waits until no job is pending or in flight; returns the done ones.
+    async fn settled(&self, guard: Duration) -> Vec<grag_jobs::Job> {
+        let deadline = Instant::now() + guard;
+        loop {
+            let mut open = 0;
+            for state in [
+                JobState::Pending,
+                JobState::InFlight,
+                JobState::PendingReplay,
+            ] {
+                open += self.count(state).await;
+            }
+            if open == 0 {
+                return self.store.list(JobState::Done, 100_000).await.unwrap();
+            }
+            assert!(Instant::now() < deadline, "{open} jobs still open");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn drop_schema(self) {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let drop = format!("DROP SCHEMA \"{}\" CASCADE", self.schema);
+        client.batch_execute(&drop).await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -647,20 +738,31 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
     if !redis_available() {
         return;
     }
+    let Some(queue) = Queue::new().await else {
+        return;
+    };
     let mut redis = RedisServer::start();
     let sim = sim().await;
-    let replicas = Replicas::spawn(&sim, &redis, "load", 3);
+    let env = [(PG_SCHEMA, queue.schema.as_str())];
+    let replicas = Replicas::spawn_with(&sim, &redis, "jobs", 3, &env);
     replicas.all_ready().await;
     let start = sim.log().entries().len();
     replicas.go();
     let killed_at = logged(&sim, start + 400, Duration::from_secs(120)).await;
+    replicas.mark("killed");
     redis.kill();
     let restarted_at = logged(&sim, killed_at + 600, Duration::from_secs(120)).await;
+    replicas.mark("restarted");
     redis.restart();
     // Back to shared within 2 s (the breaker's retry): another 600 requests
-    // at 228 req/s last longer than that.
+    // at 57 req/s last longer than that.
     logged(&sim, restarted_at + 600, Duration::from_secs(120)).await;
     let reports = replicas.stop().await;
+    // Every upload was a durable job: all of them end done, each document
+    // sent and converted once, whichever replica ran it and whether Redis
+    // was there.
+    let done = queue.settled(Duration::from_secs(120)).await;
+    replicas.exit().await;
     let entries = sim.log().entries();
     eprintln!("reports: {reports:?}, {} requests", entries.len());
     assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
@@ -669,14 +771,45 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
     // the limits (the spec's 5 % margin is the headroom for a stale count).
     check_limits(&entries[killed_at..restarted_at], 1.05);
     assert!(reports.iter().all(|r| !r.degraded), "{reports:?}");
+    assert!(reports.iter().all(|r| r.degradations >= 1), "{reports:?}");
+    // Before the kill the fleet shares through Redis: ±10 % as ever. While
+    // degraded each replica runs its own share (by construction); the
+    // switches are a replica's own heartbeat and retry apart, so the run
+    // as a whole is printed, not held to ±10 %.
+    within_percent("shared-phase request", &reports, 10.0, |r| r.at_kill);
+    let degraded: Vec<usize> = reports.iter().map(|r| r.at_restart - r.at_kill).collect();
+    eprintln!("degraded-phase requests per replica {degraded:?}");
+    let totals: Vec<usize> = reports.iter().map(Report::total).collect();
+    eprintln!("whole-run requests per replica {totals:?}");
+    // No admission waited on the dead Redis past its deadline (the slack
+    // is the scheduler's, as in the store's own deadline test).
+    let deadline = policy().fleet.as_ref().unwrap().deadline;
+    for r in &reports {
+        let slowest = Duration::from_micros(r.slowest_failed_us);
+        assert!(slowest <= deadline + Duration::from_millis(100), "{r:?}");
+    }
+    let submitted: usize = reports.iter().map(|r| r.upload + r.errors).sum();
+    assert!(submitted > 0);
+    assert_eq!(queue.count(JobState::Failed).await, 0);
+    for job in &done {
+        let doc = job.key.rsplit(':').next().unwrap();
+        assert_eq!(
+            sim.conversions_of(testkit::TENANT, doc).len(),
+            1,
+            "{doc} converted exactly once"
+        );
+    }
+    let documents = sim.documents(testkit::TENANT, KB).len();
+    assert_eq!(documents, done.len(), "one document per job");
     // Shared again: the restarted Redis holds this fleet's keys.
-    let mut connection = redis.connection().await;
+    let mut connection = connection(&redis).await;
     let replicas_live: usize = redis::cmd("ZCARD")
         .arg("{grag:knoll}:replicas")
         .query_async(&mut connection)
         .await
         .unwrap();
     assert_eq!(replicas_live, 3);
+    queue.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -735,18 +868,16 @@ async fn a_replica_killed_holding_leases_gives_them_back_within_one_lease() {
 
 /// Two replicas in this process: separate clients, separate fleet members.
 fn two_replicas(sim: &Sim, redis: &RedisServer) -> (Grag, Grag) {
-    static POLICY: std::sync::LazyLock<&'static Policy> =
-        std::sync::LazyLock::new(|| loaded(testkit::policy(20)));
     let make = || {
         let config = testkit::config(sim, testkit::TENANT).redis_url(redis.url());
-        testkit::client_with(config, *POLICY)
+        testkit::client_with(config, testkit::policy(20))
     };
     (make(), make())
 }
 
 /// Waits until `key` exists in Redis (what a replica shares in the background).
 async fn key_set(redis: &RedisServer, key: &str) {
-    let mut connection = redis.connection().await;
+    let mut connection = connection(redis).await;
     for _ in 0..500 {
         let exists: bool = redis::cmd("EXISTS")
             .arg(key)
@@ -856,4 +987,43 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
         span >= interval * 8,
         "12 probes within {span:?} ({interval:?} interval)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_sends_one_canary_when_its_breakers_half_open_not_one_per_replica() {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let sim = testkit::start(testkit::sim_config(20)).await;
+    let (a, b) = two_replicas(&sim, &redis);
+    for route in ["list_kbs", "list_documents", "get_settings", "health"] {
+        sim.faults().push(Rule::new(Fault::BadGateway).on(route));
+    }
+    for grag in [&a, &b] {
+        let _ = grag.workspaces().list_kbs().await;
+        let _ = grag.workspaces().list_documents(&kb()).await;
+        let _ = grag.workspaces().get_settings().await;
+        assert_eq!(
+            grag.runtime().circuit_state(),
+            sdk_runtime::breaker::CircuitState::Open
+        );
+    }
+    // The platform is back: the probes see it, both breakers half-open.
+    let breaker = testkit::policy(20).breaker.as_ref().unwrap();
+    let canary = breaker.canary.operation;
+    let before = sim.log().count(canary);
+    sim.faults().clear();
+    let closed =
+        |grag: &Grag| grag.runtime().circuit_state() == sdk_runtime::breaker::CircuitState::Closed;
+    for _ in 0..3000 {
+        if closed(&a) && closed(&b) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(closed(&a) && closed(&b), "both breakers close");
+    // One canary closed both: the other replica took its answer.
+    assert_eq!(sim.log().count(canary) - before, 1, "canaries sent");
 }

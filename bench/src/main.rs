@@ -3,13 +3,14 @@
 //! samples of every round); xtask makes the table and the summary.
 //!
 //! ```text
-//! sdk-bench <group> [--quick]     groups: pipeline admission fairness sse sse-memory job-store
+//! sdk-bench <group> [--quick]     groups: pipeline admission fairness sse sse-memory job-store fleet
 //! sdk-bench micro <target> <n>    one micro-path n times, for callgrind
 //! ```
 
 mod admission;
 mod alloc;
 mod fairness;
+mod fleet;
 mod job_store;
 mod micro;
 mod pipeline;
@@ -30,13 +31,14 @@ pub struct Opts {
     pub rounds: usize,
 }
 
-pub const GROUPS: [&str; 6] = [
+pub const GROUPS: [&str; 7] = [
     "pipeline",
     "admission",
     "fairness",
     "sse",
     "sse-memory",
     "job-store",
+    "fleet",
 ];
 
 fn main() -> ExitCode {
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
         ["sse", ..] => sse::run(&opts),
         ["sse-memory", ..] => sse_memory::run(&opts),
         ["job-store", ..] => job_store::run(&opts),
+        ["fleet", ..] => fleet::run(&opts),
         ["sse-memory-child", case, total] => match total.parse() {
             Ok(total) => sse_memory::child(case, total),
             Err(_) => return usage(),

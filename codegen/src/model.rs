@@ -289,6 +289,8 @@ pub struct Fleet {
     pub url_env: String,
     pub deadline: Duration,
     pub breaker_failures: u32,
+    /// The failures in a row must span this long: a shorter stall is not an outage.
+    pub breaker_over: Duration,
     pub breaker_retry: Duration,
     pub lease: Duration,
     pub heartbeat: Duration,

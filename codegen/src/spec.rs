@@ -195,6 +195,7 @@ pub struct Fleet {
 #[serde(deny_unknown_fields)]
 pub struct FleetBreaker {
     pub failures: Spanned<u32>,
+    pub over: Duration,
     pub retry: Duration,
 }
 

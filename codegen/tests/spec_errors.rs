@@ -1676,6 +1676,12 @@ fn a_redis_deadline_that_hides_an_outage_past_1_s_is_refused() {
 }
 
 #[test]
+fn a_redis_breaker_span_that_hides_an_outage_past_1_s_is_refused() {
+    let e = fleet_refused("over: 250ms", "over: 1s", "fleet.breaker.over");
+    assert!(e.message.contains("within 1 s"), "{e}");
+}
+
+#[test]
 fn a_redis_retry_of_2_s_or_more_is_refused() {
     let e = fleet_refused("retry: 1s", "retry: 2s", "fleet.breaker.retry");
     assert!(e.message.contains("within 2 s"), "{e}");

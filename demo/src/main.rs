@@ -3,11 +3,14 @@
 //! Without `GRAG_URL` it starts the GRAG simulator in-process (time running
 //! ten times faster than the platform's) and walks the whole flow: KB, upload
 //! and ingest progress, documents, search, chat, ledger, and a deploy churn
-//! that takes the breaker through open, probes, canary and close. With `GRAG_URL`,
+//! that takes the breaker through open, probes, canary and close; then, when
+//! Redis is reachable (`GRAG_REDIS_URL`, or a `redis-server` it starts),
+//! three replicas sharing one budget, before and after Redis stops. With `GRAG_URL`,
 //! `GRAG_API_KEY` and `GRAG_TENANT` it runs only the read-only part against
 //! that platform.
 
 mod churn;
+mod fleet;
 mod live;
 mod replay;
 mod walk;

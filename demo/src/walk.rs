@@ -310,6 +310,7 @@ pub(super) async fn simulated() -> Result<()> {
 
     let churned = deploy_churn(&sim, &kb).await?;
     super::replay::queued_through_a_deploy(&sim, &kb).await?;
+    super::fleet::three_replicas().await?;
 
     println!();
     println!("Metrics of the deploy-churn client (Prometheus text, excerpt):");

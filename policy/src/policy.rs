@@ -84,8 +84,11 @@ pub struct FleetPolicy {
     pub url_env: &'static str,
     /// Every call to the store ends within this, answered or not.
     pub deadline: Duration,
-    /// Failed store calls in a row that open the store's breaker.
+    /// Failed store calls in a row that open the store's breaker...
     pub breaker_failures: u32,
+    /// ...the first and the last at least this far apart: a stall shorter
+    /// than this (a loaded machine, a slow fork) is not an outage.
+    pub breaker_over: Duration,
     /// How long the store's breaker stays open before one call tries again.
     pub breaker_retry: Duration,
     /// How long an in-flight slot (a lease) lives without renewal.

@@ -324,6 +324,7 @@ impl Client {
                 degraded: f.degraded(),
                 live_replicas: f.live_replicas(),
                 leases_held: f.leases_held(),
+                slowest_failed_call: f.slowest_failed_call(),
             })
         }
         #[cfg(not(feature = "redis"))]
@@ -613,6 +614,8 @@ pub struct FleetStatus {
     pub live_replicas: usize,
     /// In-flight leases this replica holds in the store.
     pub leases_held: usize,
+    /// The longest a failed store call took (bounded by the fleet's deadline).
+    pub slowest_failed_call: Duration,
 }
 
 /// The fleet stage of a client given a store URL; a policy that needs one

@@ -24,6 +24,8 @@ mod pipeline;
 mod pool;
 mod probe;
 mod rate;
+#[cfg(any(test, feature = "redis-server"))]
+pub mod redis_server;
 mod refs;
 mod reply;
 mod spans;

@@ -146,21 +146,25 @@ impl Client {
         let Some(b) = &self.shared.policy.breaker else {
             return false;
         };
+        let probe = async {
+            let status = self.bare_attempt(b.probe, b.probe_timeout).await;
+            status.is_some_and(|s| (200..300).contains(&s))
+        };
         // A fleet sends one probe per interval, not one per replica: the
         // replica holding the probe sends it and shares what it saw, the
         // others take that (nothing fresh yet: not healthy this round).
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.shared.fleet {
-            if !fleet.own_probe(b.probe_interval).await {
-                return fleet.probe_result().await.unwrap_or(false);
-            }
-            let status = self.bare_attempt(b.probe, b.probe_timeout).await;
-            let healthy = status.is_some_and(|s| (200..300).contains(&s));
-            fleet.share_probe_result(healthy, b.probe_interval).await;
-            return healthy;
+            let times = crate::fleet::TurnTimes {
+                hold: b.probe_interval,
+                fresh: b.probe_interval,
+                wait: std::time::Duration::ZERO,
+            };
+            return fleet
+                .one_at_a_time(crate::fleet::Turn::Probe, times, probe)
+                .await;
         }
-        let status = self.bare_attempt(b.probe, b.probe_timeout).await;
-        status.is_some_and(|s| (200..300).contains(&s))
+        probe.await
     }
 
     /// The authenticated canary read: only a 200 closes the breaker.
@@ -168,8 +172,23 @@ impl Client {
         let Some(b) = &self.shared.policy.breaker else {
             return false;
         };
-        let status = self.bare_attempt(b.canary, b.canary_timeout).await;
-        status == Some(200)
+        let canary = async { self.bare_attempt(b.canary, b.canary_timeout).await == Some(200) };
+        // One canary for the fleet, like the probe: the others wait for its
+        // answer (up to its timeout) instead of sending their own. What it
+        // saw is taken for one probe interval: a breaker that opened since
+        // needs its healthy probes, an interval apart, before a canary.
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            let times = crate::fleet::TurnTimes {
+                hold: b.canary_timeout,
+                fresh: b.probe_interval,
+                wait: b.canary_timeout,
+            };
+            return fleet
+                .one_at_a_time(crate::fleet::Turn::Canary, times, canary)
+                .await;
+        }
+        canary.await
     }
 
     /// One attempt outside the retry loop (probe and canary), still assembled

@@ -16,21 +16,29 @@ use crate::summary::{self, Goal, Measurement, On, Op, Row};
 /// carry, its unit and why it is missing. When a group prints a measurement
 /// with the prefix, the row is measured instead: for the job store, a
 /// `job-store` group in `sdk-bench`, named in [`GROUPS`].
-const PLANNED: [(&str, &str, &str); 1] = [(
-    "job store postgres",
-    "jobs/s",
-    "SDK_QUEUE_PG_URL is not set: the PostgreSQL store needs a server \
-     (SDK_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test)",
-)];
+const PLANNED: [(&str, &str, &str); 2] = [
+    (
+        "job store postgres",
+        "jobs/s",
+        "SDK_QUEUE_PG_URL is not set: the PostgreSQL store needs a server \
+         (SDK_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test)",
+    ),
+    (
+        "fleet",
+        "µs",
+        "no Redis: set GRAG_REDIS_URL or install redis-server (the bench starts its own)",
+    ),
+];
 
 /// The groups of `sdk-bench`, in the order they run and print.
-const GROUPS: [&str; 6] = [
+const GROUPS: [&str; 7] = [
     "pipeline",
     "admission",
     "fairness",
     "sse",
     "sse-memory",
     "job-store",
+    "fleet",
 ];
 
 /// The callgrind rows: ours and the peer as `sdk-bench micro` names them,

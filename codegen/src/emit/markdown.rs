@@ -405,7 +405,7 @@ fn fleet_section(md: &mut String, model: &Model) {
          dark features and the `/health` probe. Per replica: the budgets {} and the breaker's counters.\n\n\
          | rule | value |\n|---|---|\n\
          | deadline of every Redis call | {} |\n\
-         | Redis breaker | opens after {} failed calls in a row, tries again after {} |\n\
+         | Redis breaker | opens after {} failed calls in a row over at least {}, tries again after {} |\n\
          | in-flight lease (a crashed replica's slots come back within it) | {} |\n\
          | heartbeat | {} |\n\
          | while degraded | {} |\n\
@@ -424,6 +424,7 @@ fn fleet_section(md: &mut String, model: &Model) {
         },
         duration_text(f.deadline),
         f.breaker_failures,
+        duration_text(f.breaker_over),
         duration_text(f.breaker_retry),
         duration_text(f.lease),
         duration_text(f.heartbeat),

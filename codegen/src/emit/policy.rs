@@ -526,6 +526,7 @@ fn fleet(model: &Model, f: &crate::model::Fleet) -> TokenStream {
         duration(f.heartbeat),
     );
     let (failures, margin) = (int(f.breaker_failures), int(f.margin_percent));
+    let over = duration(f.breaker_over);
     let degraded = if f.fail_closed {
         quote!(Degraded::Closed)
     } else {
@@ -548,6 +549,7 @@ fn fleet(model: &Model, f: &crate::model::Fleet) -> TokenStream {
             url_env: #url_env,
             deadline: #deadline,
             breaker_failures: #failures,
+            breaker_over: #over,
             breaker_retry: #retry,
             lease: #lease,
             heartbeat: #heartbeat,

@@ -531,6 +531,16 @@ impl Cx<'_> {
                 "`breaker.failures` calls of this deadline take over 1 s: a Redis outage must be seen within 1 s",
             );
         }
+        let over = self.duration(&f.breaker.over, "fleet.breaker.over");
+        if let (Some(o), Some(d)) = (over, deadline)
+            && o + d >= second
+        {
+            self.error(
+                &f.breaker.over,
+                "fleet.breaker.over",
+                "with the deadline, must be under 1 s: a Redis outage must be seen within 1 s",
+            );
+        }
         let retry = self.duration(&f.breaker.retry, "fleet.breaker.retry");
         if let Some(r) = retry
             && r >= 2 * second
@@ -607,6 +617,7 @@ impl Cx<'_> {
             url_env: f.url_env.to_string(),
             deadline: deadline?,
             breaker_failures: failures,
+            breaker_over: over?,
             breaker_retry: retry?,
             lease: lease?,
             heartbeat: heartbeat?,

@@ -1627,6 +1627,7 @@ pub static POLICY: Policy = Policy {
         url_env: "GRAG_REDIS_URL",
         deadline: ::std::time::Duration::from_millis(5),
         breaker_failures: 3,
+        breaker_over: ::std::time::Duration::from_millis(250),
         breaker_retry: ::std::time::Duration::from_secs(1),
         lease: ::std::time::Duration::from_secs(5),
         heartbeat: ::std::time::Duration::from_millis(500),

@@ -3,10 +3,12 @@
 -- KEYS[3] the route's dark mark, then `nl` lease sets (in-flight caps), then
 -- `nw` rolling windows.
 -- ARGV: member, lease_us, interval_us, tolerance_us, window_us, horizon_us,
---       token (1: take one, 0: reserved already), nl, caps..., nw, limits...
+--       token (1: take one, 0: reserved already), grace_us, nl, caps..., nw,
+--       limits...
 -- Every instant is in microseconds of Redis time; numbers written back are
 -- formatted with %.0f (Lua would round them to 14 digits).
--- Answers {0, wait, ''}: go in `wait` µs, leases taken, token and windows reserved;
+-- Answers {0, wait, ''}: go in `wait` µs (at most the grace), leases taken,
+--                        token and windows reserved;
 --         {1, wait, ''}: windows reserved `wait` µs ahead, nothing else taken:
 --                        come back then without the windows;
 --         {4, wait, ''}: windows and token reserved `wait` µs ahead, no lease
@@ -14,6 +16,10 @@
 --         {2, wait, ''}: an in-flight cap is full, nothing taken: ask again;
 --         {3, left, mark}: another replica saw the route dark, for `left` µs
 --                        more; nothing taken.
+-- Leases are taken only for a request that goes now: a caller whose slot is
+-- ahead holds no in-flight slot while it sleeps, so the in-flight caps never
+-- make callers of one replica poll against another's sleepers, and the
+-- rate's order is the order of arrival at this script, whichever replica.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local member = ARGV[1]
@@ -23,8 +29,9 @@ local tolerance = tonumber(ARGV[4])
 local window = tonumber(ARGV[5])
 local horizon = tonumber(ARGV[6])
 local token = ARGV[7] == '1'
-local nl = tonumber(ARGV[8])
-local nw = tonumber(ARGV[9 + nl])
+local grace = tonumber(ARGV[8])
+local nl = tonumber(ARGV[9])
+local nw = tonumber(ARGV[10 + nl])
 local function num(x) return string.format('%.0f', x) end
 local function ms(us) return math.ceil(us / 1000) end
 
@@ -40,7 +47,7 @@ if pause > at then at = pause end
 -- after the limit-th newest reservation.
 for i = 1, nw do
   local key = KEYS[3 + nl + i]
-  local limit = tonumber(ARGV[9 + nl + i])
+  local limit = tonumber(ARGV[10 + nl + i])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now - window))
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   if newest[2] and tonumber(newest[2]) > at then at = tonumber(newest[2]) end
@@ -69,11 +76,11 @@ local function reserve_token()
   if tat < at then tat = at end
   redis.call('SET', KEYS[2], num(tat + interval), 'PX', ms(tat + interval - now) + 1000)
 end
--- A token behind a queue of waiters further ahead than the horizon is
--- reserved (with the windows) and no lease taken: waiters hold no in-flight
--- slot while they wait, and are served in the order they asked, whichever
--- replica they are on.
-if at - now > horizon then
+-- A slot further ahead than the grace (a token behind a queue of waiters,
+-- a window slot or a pause within the horizon) is reserved with the token
+-- and no lease taken: waiters hold no in-flight slot while they wait, and
+-- are served in the order they asked, whichever replica they are on.
+if at - now > grace then
   reserve_windows()
   reserve_token()
   return {4, at - now, ''}
@@ -81,7 +88,7 @@ end
 for i = 1, nl do
   local key = KEYS[3 + i]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
-  if redis.call('ZCARD', key) >= tonumber(ARGV[8 + i]) then
+  if redis.call('ZCARD', key) >= tonumber(ARGV[9 + i]) then
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     return {2, tonumber(first[2]) - now, ''}
   end

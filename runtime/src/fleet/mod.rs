@@ -21,17 +21,21 @@ mod shared;
 mod store;
 
 #[cfg(feature = "redis")]
-pub(crate) use shared::{Fleet, FleetSlots, Refusal};
+pub(crate) use shared::TurnTimes;
+#[cfg(feature = "redis")]
+pub use shared::{Fleet, FleetSlots, Refusal};
+#[cfg(feature = "redis")]
+pub(crate) use store::Turn;
 
 /// Without the `redis` feature there is no fleet: a client given a store
 /// URL is refused when it is built, so no value of these types exists.
 #[cfg(not(feature = "redis"))]
 #[derive(Debug)]
-pub(crate) enum Fleet {}
+pub enum Fleet {}
 
 #[cfg(not(feature = "redis"))]
 #[derive(Debug)]
-pub(crate) enum FleetSlots {}
+pub enum FleetSlots {}
 
 /// With the backend, dropping the slots gives them back; the same shape here.
 #[cfg(not(feature = "redis"))]
@@ -44,11 +48,22 @@ impl Drop for FleetSlots {
 /// The store's own breaker: `threshold` failed calls in a row open it; after
 /// `retry` the next call tries again (and one more failure reopens it).
 /// Open means degraded.
+///
+/// "In a row" is in time: a failed call counts only if it started after the
+/// last counted failure ended, and the streak opens the breaker only once
+/// its first and last failures are `over` apart. Calls in flight together
+/// fail together when one moment goes wrong (a stall of this process or of
+/// Redis on a loaded machine, a lost packet): eight concurrent admissions
+/// timing out at once are one failure, and a stall shorter than `over` is
+/// no outage. A dead store fails every call, one after another, for good.
 #[derive(Debug, Clone)]
 pub struct StoreBreaker {
     threshold: u32,
+    over: Duration,
     retry: Duration,
     failures: u32,
+    first_failure: Option<Instant>,
+    last_failure: Option<Instant>,
     open_until: Option<Instant>,
 }
 
@@ -62,11 +77,14 @@ pub enum Switch {
 }
 
 impl StoreBreaker {
-    pub fn new(threshold: u32, retry: Duration) -> Self {
+    pub fn new(threshold: u32, over: Duration, retry: Duration) -> Self {
         Self {
             threshold: threshold.max(1),
+            over,
             retry,
             failures: 0,
+            first_failure: None,
+            last_failure: None,
             open_until: None,
         }
     }
@@ -83,12 +101,20 @@ impl StoreBreaker {
 
     pub fn success(&mut self) -> Option<Switch> {
         self.failures = 0;
+        self.first_failure = None;
         self.open_until.take().map(|_| Switch::Shared)
     }
 
-    pub fn failure(&mut self, now: Instant) -> Option<Switch> {
+    /// A call started at `started` failed at `now`.
+    pub fn failure(&mut self, started: Instant, now: Instant) -> Option<Switch> {
+        if self.last_failure.is_some_and(|last| started < last) {
+            return None; // in flight with the last counted failure
+        }
+        self.last_failure = Some(now);
         self.failures = self.failures.saturating_add(1);
-        if self.failures < self.threshold {
+        let first = *self.first_failure.get_or_insert(now);
+        let open = self.open_until.is_some();
+        if !open && (self.failures < self.threshold || now.duration_since(first) < self.over) {
             return None;
         }
         let was_open = self.open_until.is_some();
@@ -123,26 +149,72 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_store_breaker_opens_after_threshold_failures_and_retries_after_its_pause() {
-        let mut breaker = StoreBreaker::new(3, Duration::from_secs(1));
+        let mut breaker = StoreBreaker::new(3, Duration::ZERO, Duration::from_secs(1));
+        let ms = Duration::from_millis;
         let t0 = Instant::now();
-        assert_eq!(breaker.failure(t0), None);
-        assert_eq!(breaker.failure(t0), None);
+        // Each call starts as the one before failed: in a row.
+        assert_eq!(breaker.failure(t0, t0 + ms(5)), None);
+        assert_eq!(breaker.failure(t0 + ms(5), t0 + ms(10)), None);
         assert!(!breaker.degraded());
-        assert_eq!(breaker.failure(t0), Some(Switch::Degraded));
+        let t1 = t0 + ms(15);
+        assert_eq!(breaker.failure(t0 + ms(10), t1), Some(Switch::Degraded));
         assert!(breaker.degraded());
-        assert!(!breaker.allows(t0 + Duration::from_millis(999)));
-        assert!(breaker.allows(t0 + Duration::from_secs(1)));
+        assert!(!breaker.allows(t1 + ms(999)));
+        assert!(breaker.allows(t1 + Duration::from_secs(1)));
         // The retry fails: open again, no second alert.
-        assert_eq!(breaker.failure(t0 + Duration::from_secs(1)), None);
-        assert!(!breaker.allows(t0 + Duration::from_millis(1500)));
+        let t2 = t1 + Duration::from_secs(1);
+        assert_eq!(breaker.failure(t2, t2 + ms(5)), None);
+        assert!(!breaker.allows(t2 + ms(500)));
         assert_eq!(breaker.success(), Some(Switch::Shared));
         assert!(!breaker.degraded());
         assert_eq!(breaker.success(), None);
         // A success in between resets the count.
-        breaker.failure(t0);
-        breaker.failure(t0);
+        let t3 = t2 + Duration::from_secs(5);
+        breaker.failure(t3, t3 + ms(5));
+        breaker.failure(t3 + ms(5), t3 + ms(10));
         breaker.success();
-        assert_eq!(breaker.failure(t0), None);
+        assert_eq!(breaker.failure(t3 + ms(10), t3 + ms(15)), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_that_fail_together_count_as_one_failure() {
+        let mut breaker = StoreBreaker::new(3, Duration::ZERO, Duration::from_secs(1));
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        // Eight admissions in flight over one bad moment.
+        let us = Duration::from_micros;
+        for i in 0..8 {
+            assert_eq!(breaker.failure(t0 + us(i), t0 + ms(5) + us(i)), None);
+        }
+        assert!(!breaker.degraded());
+        // Two more, each started after the last failed: three in a row.
+        assert_eq!(breaker.failure(t0 + ms(6), t0 + ms(11)), None);
+        let open = breaker.failure(t0 + ms(11), t0 + ms(16));
+        assert_eq!(open, Some(Switch::Degraded));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_shorter_than_over_is_waited_out_a_longer_one_opens() {
+        let ms = Duration::from_millis;
+        let mut breaker = StoreBreaker::new(3, ms(250), Duration::from_secs(1));
+        let t0 = Instant::now();
+        // Ten calls in a row fail over 50 ms: a stall, not an outage.
+        for i in 0..10 {
+            assert_eq!(breaker.failure(t0 + ms(5 * i), t0 + ms(5 * i + 5)), None);
+        }
+        assert!(!breaker.degraded());
+        breaker.success();
+        // Failing on for 250 ms from the first failure: an outage.
+        let t1 = t0 + Duration::from_secs(10);
+        let mut opened = None;
+        for i in 0..60 {
+            if let Some(switch) = breaker.failure(t1 + ms(5 * i), t1 + ms(5 * i + 5)) {
+                opened = Some((i, switch));
+                break;
+            }
+        }
+        // The first failure at 5 ms, the one 250 ms after it at 255 ms.
+        assert_eq!(opened, Some((50, Switch::Degraded)));
     }
 
     #[test]

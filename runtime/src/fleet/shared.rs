@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
-use super::store::{Answer, Ask, Keys, Shape, Store};
+use super::store::{Answer, Ask, Keys, Shape, Store, StoreError, Turn};
 use super::{StoreBreaker, Switch, cap_share, rate_share};
 use crate::alerts::{Alert, AlertSink};
 use crate::metrics::FleetMetrics;
@@ -18,7 +18,7 @@ use crate::throttle::{MAX_BUDGETS, Throttle};
 
 /// Why the fleet stage sent nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     /// The store is away and the policy fails closed.
     Closed,
     /// Another replica saw the route dark: `mark` is what it saw
@@ -30,7 +30,7 @@ pub(crate) enum Refusal {
 /// its slots of the degraded share. Dropping it (the request ended, or its
 /// caller gave up) gives them back.
 #[derive(Debug)]
-pub(crate) struct FleetSlots {
+pub struct FleetSlots {
     held: Held,
 }
 
@@ -42,20 +42,36 @@ enum Held {
         sets: Vec<Option<usize>>,
     },
     Local(#[allow(dead_code)] Vec<OwnedSemaphorePermit>),
+    /// The degraded share's permits, and the booking of the same request in
+    /// the store (given back in the background, outside the breaker).
+    Booked {
+        fleet: Arc<Inner>,
+        number: u64,
+        sets: Vec<LeaseSet>,
+        _permits: Vec<OwnedSemaphorePermit>,
+    },
 }
 
 impl Drop for FleetSlots {
     fn drop(&mut self) {
-        if let Held::Leases {
-            fleet,
-            number,
-            sets,
-        } = &mut self.held
-        {
-            fleet.lock_held().remove(number);
-            // The background task gives them back; if it is gone, they
-            // expire within one lease.
-            let _ = fleet.releases.send((*number, std::mem::take(sets)));
+        match &mut self.held {
+            Held::Leases {
+                fleet,
+                number,
+                sets,
+            } => {
+                fleet.lock_held().remove(number);
+                // The background task gives them back; if it is gone, they
+                // expire within one lease.
+                let _ = fleet.releases.send((*number, std::mem::take(sets)));
+            }
+            Held::Booked {
+                fleet,
+                number,
+                sets,
+                ..
+            } => fleet.unbook(*number, std::mem::take(sets)),
+            Held::Local(_) => {}
         }
     }
 }
@@ -66,9 +82,69 @@ type LeaseSet = Option<usize>;
 /// Leases to give back: the admission's number and its lease sets.
 type Release = (u64, Vec<LeaseSet>);
 
-/// One API client's membership of the fleet.
+/// What one admission asks the store for: its lease sets (in-flight caps)
+/// and its rolling windows, the fleet's budgets among its `budgets`.
+struct Question {
+    sets: [(LeaseSet, u32); MAX_BUDGETS + 1],
+    n_sets: usize,
+    windows: [(usize, u32); MAX_BUDGETS],
+    n_windows: usize,
+}
+
+impl Question {
+    fn of(inner: &Inner, budgets: &[usize]) -> Question {
+        let mut question = Question {
+            sets: [(None, 0); MAX_BUDGETS + 1],
+            n_sets: 0,
+            windows: [(0, 0); MAX_BUDGETS],
+            n_windows: 0,
+        };
+        for &b in budgets {
+            if inner.policy.per_replica.iter().any(|r| r.get() == b) {
+                continue;
+            }
+            let budget = &inner.throttle.budgets[b];
+            if let Some(cap) = budget.max_in_flight {
+                question.sets[question.n_sets] = (Some(b), cap.max(1));
+                question.n_sets += 1;
+            }
+            if let Some(limit) = budget.per_minute {
+                question.windows[question.n_windows] = (b, limit.max(1));
+                question.n_windows += 1;
+            }
+        }
+        question.sets[question.n_sets] = (None, inner.throttle.max_in_flight.max(1));
+        question.n_sets += 1;
+        question
+    }
+
+    fn sets(&self) -> &[(LeaseSet, u32)] {
+        &self.sets[..self.n_sets]
+    }
+
+    fn windows(&self) -> &[(usize, u32)] {
+        &self.windows[..self.n_windows]
+    }
+}
+
+/// What an admission still has to reserve: its windows and its token, until
+/// an answer reserved them for it.
+struct Left<'a> {
+    windows: &'a [(usize, u32)],
+    token: bool,
+}
+
+/// A slot at most this far ahead is taken with its leases, and the caller
+/// sleeps the rest holding them: a caller back for its reserved slot finds
+/// Redis's clock a little behind its own sleep, and one more round trip for
+/// a few microseconds would cost more than it keeps.
+const GRACE: Duration = Duration::from_millis(1);
+
+/// One API client's membership of the fleet. A client given a store URL
+/// makes its own; [`Fleet::alone`] makes one without a client (the bench
+/// measures the fleet stage by itself).
 #[derive(Debug, Clone)]
-pub(crate) struct Fleet {
+pub struct Fleet {
     inner: Arc<Inner>,
 }
 
@@ -114,6 +190,8 @@ struct State {
     live: Vec<String>,
     /// The in-flight shares while degraded, by lease set.
     gates: Option<Vec<(Option<usize>, Arc<Semaphore>)>>,
+    /// The longest a failed store call took.
+    slowest_failure: Duration,
 }
 
 impl Fleet {
@@ -121,7 +199,7 @@ impl Fleet {
     /// throttle and alert severities), sharing through the Redis at `url`.
     /// A URL redis-rs cannot use is refused here; an unreachable Redis is
     /// found on the first call (degraded mode, with the alert).
-    pub fn new(
+    pub(crate) fn new(
         tenant: &str,
         url: &str,
         whole: &'static Policy,
@@ -144,6 +222,7 @@ impl Fleet {
             burst,
             window: throttle.budget_period,
             horizon: (interval * burst).max(policy.deadline * 4),
+            grace: GRACE,
         };
         let (releases, receiver) = mpsc::unbounded_channel();
         let fleet = Fleet {
@@ -156,9 +235,14 @@ impl Fleet {
                 shape,
                 next: AtomicU64::new(0),
                 state: Mutex::new(State {
-                    breaker: StoreBreaker::new(policy.breaker_failures, policy.breaker_retry),
+                    breaker: StoreBreaker::new(
+                        policy.breaker_failures,
+                        policy.breaker_over,
+                        policy.breaker_retry,
+                    ),
                     live: Vec::new(),
                     gates: None,
+                    slowest_failure: Duration::ZERO,
                 }),
                 held: Mutex::new(HashMap::new()),
                 releases,
@@ -177,6 +261,13 @@ impl Fleet {
         Ok(fleet)
     }
 
+    /// A fleet member of `policy`'s API for `tenant` on the Redis at `url`,
+    /// outside any client: no metrics, alerts logged.
+    pub fn alone(tenant: &str, url: &str, policy: &'static Policy) -> Result<Fleet, String> {
+        let alerts = Arc::new(crate::alerts::LogAlerts::new(policy.log_lines));
+        Fleet::new(tenant, url, policy, None, alerts)
+    }
+
     /// Degraded: the store is away (its breaker is open).
     pub fn degraded(&self) -> bool {
         self.inner.lock_state().breaker.degraded()
@@ -193,9 +284,15 @@ impl Fleet {
         self.inner.lock_held().len()
     }
 
+    /// The longest a failed store call took, from its start to its error.
+    pub fn slowest_failed_call(&self) -> Duration {
+        self.inner.lock_state().slowest_failure
+    }
+
     /// The fleet stage of one request of `route` drawing from `budgets`
-    /// (after the local throttle admitted it): one store round trip in the
-    /// common case.
+    /// (after the local throttle admitted it): one store round trip when
+    /// its slot is free, two when it waits for it (the slot reserved in the
+    /// first, the leases taken in the second).
     pub async fn admit(
         &self,
         throttle: &Throttle,
@@ -204,108 +301,24 @@ impl Fleet {
     ) -> Result<FleetSlots, Refusal> {
         let inner = &self.inner;
         inner.start();
-        let mut sets: [(Option<usize>, u32); MAX_BUDGETS + 1] = [(None, 0); MAX_BUDGETS + 1];
-        let mut windows: [(usize, u32); MAX_BUDGETS] = [(0, 0); MAX_BUDGETS];
-        let (mut n_sets, mut n_windows) = (0, 0);
-        for &b in budgets {
-            if inner.policy.per_replica.iter().any(|r| r.get() == b) {
-                continue;
-            }
-            let budget = &inner.throttle.budgets[b];
-            if let Some(cap) = budget.max_in_flight {
-                sets[n_sets] = (Some(b), cap.max(1));
-                n_sets += 1;
-            }
-            if let Some(limit) = budget.per_minute {
-                windows[n_windows] = (b, limit.max(1));
-                n_windows += 1;
-            }
-        }
-        sets[n_sets] = (None, inner.throttle.max_in_flight.max(1));
-        n_sets += 1;
-        let sets = &sets[..n_sets];
-        let number = inner.next.fetch_add(1, Ordering::Relaxed);
-        let member = format!("{}:{number}", inner.replica);
-        let mut windows_left = &windows[..n_windows];
-        let mut token = true;
+        inner.store.ready().await;
+        let question = Question::of(inner, budgets);
+        let mut left = Left {
+            windows: question.windows(),
+            token: true,
+        };
         let started = Instant::now();
         loop {
             inner.follow_mode(throttle);
-            let now = Instant::now();
-            let allowed = inner.lock_state().breaker.allows(now);
-            if !allowed {
-                match inner.admit_degraded(sets, started).await? {
+            if !inner.lock_state().breaker.allows(Instant::now()) {
+                match inner.admit_degraded(&question, started).await? {
                     Some(slots) => return Ok(slots),
                     None => continue,
                 }
             }
-            // Registered before the call: a caller cancelled mid-call still
-            // gives back what the script may have taken.
-            let mut slots = FleetSlots {
-                held: Held::Leases {
-                    fleet: Arc::clone(inner),
-                    number,
-                    sets: sets.iter().map(|&(set, _)| set).collect(),
-                },
-            };
-            inner
-                .lock_held()
-                .insert(number, sets.iter().map(|&(s, _)| s).collect());
-            let ask = Ask {
-                route,
-                member: &member,
-                leases: sets,
-                windows: windows_left,
-                token,
-            };
-            let answer = inner.store.admit(&inner.keys, &inner.shape, &ask).await;
-            let answer = match answer {
-                Ok(answer) => {
-                    inner.succeeded(None);
-                    answer
-                }
-                Err(e) => {
-                    inner.failed(&e.to_string());
-                    inner.decision("redis", "error");
-                    continue;
-                }
-            };
-            match answer {
-                Answer::Go(wait) => {
-                    inner.decision("redis", if wait.is_zero() { "go" } else { "go_later" });
-                    inner.observe("redis", started);
-                    if !wait.is_zero() {
-                        tokio::time::sleep(wait).await;
-                    }
-                    return Ok(slots);
-                }
-                Answer::Reserved(wait) => {
-                    slots.forget_leases();
-                    inner.decision("redis", "window");
-                    windows_left = &[];
-                    tokio::time::sleep(wait).await;
-                }
-                Answer::Queued(wait) => {
-                    slots.forget_leases();
-                    inner.decision("redis", "queued");
-                    windows_left = &[];
-                    token = false;
-                    tokio::time::sleep(wait).await;
-                }
-                Answer::Busy(wait) => {
-                    slots.forget_leases();
-                    inner.decision("redis", "busy");
-                    tokio::time::sleep(
-                        wait.min(inner.policy.deadline)
-                            .max(Duration::from_millis(1)),
-                    )
-                    .await;
-                }
-                Answer::Dark { left, mark } => {
-                    slots.forget_leases();
-                    inner.decision("redis", "dark");
-                    return Err(Refusal::Dark { left, mark });
-                }
+            let asked = inner.ask(route, question.sets(), &mut left, started);
+            if let Some(slots) = asked.await? {
+                return Ok(slots);
             }
         }
     }
@@ -315,8 +328,9 @@ impl Fleet {
     pub fn pause(&self, wait: Duration) {
         let inner = Arc::clone(&self.inner);
         self.inner.spawn(async move {
+            let called = Instant::now();
             let result = inner.store.pause(&inner.keys, wait).await;
-            inner.account(result);
+            inner.account(result, called);
         });
     }
 
@@ -325,49 +339,72 @@ impl Fleet {
     pub fn share_dark(&self, route: &'static str, mark: String, for_: Duration) {
         let inner = Arc::clone(&self.inner);
         self.inner.spawn(async move {
+            let called = Instant::now();
             let result = inner.store.set_dark(&inner.keys, route, &mark, for_).await;
-            inner.account(result);
+            inner.account(result, called);
         });
     }
 
-    /// Whether this replica runs the breaker's probe now: one replica at a
-    /// time holds it, for `for_` (one probe interval). Without the store
-    /// every replica probes for itself.
-    pub async fn own_probe(&self, for_: Duration) -> bool {
+    /// The breaker's probe or canary (`turn`), run by one replica at a time
+    /// for the whole fleet. The replica holding the turn (for `times.hold`)
+    /// runs `check` and shares what it saw for `times.fresh`; the others
+    /// take that result, waiting for it up to `times.wait` (none by then:
+    /// not healthy this round). Without the store every replica runs its own.
+    pub(crate) async fn one_at_a_time(
+        &self,
+        turn: Turn,
+        times: TurnTimes,
+        check: impl Future<Output = bool>,
+    ) -> bool {
+        let TurnTimes { hold, fresh, wait } = times;
         let inner = &self.inner;
-        if !inner.lock_state().breaker.allows(Instant::now()) {
-            return true;
+        if !inner.store_allowed() {
+            return check.await;
         }
-        let result = inner
+        let called = Instant::now();
+        let owned = inner
             .store
-            .own_probe(&inner.keys, &inner.replica, for_)
+            .own(&inner.keys, turn, &inner.replica, hold)
             .await;
-        inner.account(result).unwrap_or(true)
-    }
-
-    /// The last shared probe result (`true`: healthy), if one is fresh.
-    pub async fn probe_result(&self) -> Option<bool> {
-        let inner = &self.inner;
-        if !inner.lock_state().breaker.allows(Instant::now()) {
-            return None;
+        if inner.account(owned, called).unwrap_or(true) {
+            let healthy = check.await;
+            if inner.store_allowed() {
+                let called = Instant::now();
+                let shared = inner
+                    .store
+                    .set_result(&inner.keys, turn, healthy, fresh)
+                    .await;
+                inner.account(shared, called);
+            }
+            return healthy;
         }
-        let result = inner.store.probe_result(&inner.keys).await;
-        inner.account(result).flatten()
-    }
-
-    /// Shares what this replica's probe saw, for `for_`.
-    pub async fn share_probe_result(&self, healthy: bool, for_: Duration) {
-        let inner = &self.inner;
-        if !inner.lock_state().breaker.allows(Instant::now()) {
-            return;
+        let until = crate::clock::after(called, wait);
+        loop {
+            let called = Instant::now();
+            let seen = inner.store.result(&inner.keys, turn).await;
+            if let Some(healthy) = inner.account(seen, called).flatten() {
+                return healthy;
+            }
+            if Instant::now() >= until || !inner.store_allowed() {
+                return false;
+            }
+            tokio::time::sleep(inner.policy.deadline * RESULT_POLL_DEADLINES).await;
         }
-        let result = inner
-            .store
-            .set_probe_result(&inner.keys, healthy, for_)
-            .await;
-        inner.account(result);
     }
 }
+
+/// How long a replica holds a turn, how long what it saw is taken by the
+/// others, and how long they wait for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TurnTimes {
+    pub hold: Duration,
+    pub fresh: Duration,
+    pub wait: Duration,
+}
+
+/// A replica waiting for another's canary looks for its result every this
+/// many store deadlines (50 ms at 5 ms): one GET each, while half-open only.
+const RESULT_POLL_DEADLINES: u32 = 10;
 
 impl FleetSlots {
     /// The script took nothing (or will not be asked again with these
@@ -383,6 +420,11 @@ impl FleetSlots {
 impl Inner {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a call may go to the store now (its breaker is not open).
+    fn store_allowed(&self) -> bool {
+        self.lock_state().breaker.allows(Instant::now())
     }
 
     fn lock_held(&self) -> MutexGuard<'_, HashMap<u64, Vec<LeaseSet>>> {
@@ -411,15 +453,15 @@ impl Inner {
         }
     }
 
-    /// Books a store call's outcome with the breaker.
-    fn account<T, E: std::fmt::Display>(&self, result: Result<T, E>) -> Option<T> {
+    /// Books the outcome of a store call made at `called` with the breaker.
+    fn account<T>(&self, result: Result<T, StoreError>, called: Instant) -> Option<T> {
         match result {
             Ok(value) => {
                 self.succeeded(None);
                 Some(value)
             }
             Err(e) => {
-                self.failed(&e.to_string());
+                self.failed(&e, called);
                 None
             }
         }
@@ -444,8 +486,19 @@ impl Inner {
         }
     }
 
-    fn failed(&self, reason: &str) {
-        let switched = self.lock_state().breaker.failure(Instant::now());
+    /// A store call made at `called` failed. One whose deadline this
+    /// process saw late says nothing about the store: not counted.
+    fn failed(&self, error: &StoreError, called: Instant) {
+        let now = Instant::now();
+        let switched = {
+            let mut state = self.lock_state();
+            let took = now.duration_since(called);
+            state.slowest_failure = state.slowest_failure.max(took);
+            if matches!(error, StoreError::Late(..)) {
+                return;
+            }
+            state.breaker.failure(called, now)
+        };
         if switched == Some(Switch::Degraded) {
             self.epoch.fetch_add(1, Ordering::Release);
             let live = self.lock_state().live.len().max(1);
@@ -463,7 +516,7 @@ impl Inner {
                 endpoint: None,
                 row: None,
                 detail: Some(format!(
-                    "the fleet's Redis is unreachable ({reason}); {rule}"
+                    "the fleet's Redis is unreachable ({error}); {rule}"
                 )),
                 request_id: None,
             });
@@ -493,18 +546,107 @@ impl Inner {
         });
     }
 
+    /// One round trip: `Some` slots to send with, `None` to ask again
+    /// (what is reserved already is struck from `left`). Every round trip
+    /// has a member of its own: the release of one that failed (it may have
+    /// taken leases before its answer was lost) never meets the next's.
+    async fn ask(
+        self: &Arc<Self>,
+        route: &str,
+        leases: &[(LeaseSet, u32)],
+        left: &mut Left<'_>,
+        started: Instant,
+    ) -> Result<Option<FleetSlots>, Refusal> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let member = format!("{}:{number}", self.replica);
+        let ask = Ask {
+            route,
+            member: &member,
+            leases,
+            windows: left.windows,
+            token: left.token,
+        };
+        // Registered before the call: a caller cancelled mid-call still
+        // gives back what the script may have taken.
+        let sets: Vec<LeaseSet> = leases.iter().map(|&(set, _)| set).collect();
+        self.lock_held().insert(number, sets.clone());
+        let mut slots = FleetSlots {
+            held: Held::Leases {
+                fleet: Arc::clone(self),
+                number,
+                sets,
+            },
+        };
+        let called = Instant::now();
+        let answer = match self.store.admit(&self.keys, &self.shape, &ask).await {
+            Ok(answer) => {
+                self.succeeded(None);
+                answer
+            }
+            Err(e) => {
+                // `slots` dropped: what the call may have taken is given back.
+                self.failed(&e, called);
+                self.decision("redis", "error");
+                return Ok(None);
+            }
+        };
+        if let Answer::Go(wait) = answer {
+            self.decision("redis", if wait.is_zero() { "go" } else { "go_later" });
+            self.observe("redis", started);
+            // Not `sleep(0)`: a timer waits for the next tick of tokio's
+            // 1 ms wheel, which would be most of an admission's cost.
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            return Ok(Some(slots));
+        }
+        // Nothing held: no release to send.
+        slots.forget_leases();
+        self.wait_for(answer, left).await.map(|()| None)
+    }
+
+    /// Follows an answer that sends nothing now: sleeps until the slot it
+    /// reserved (or an in-flight slot may be free), or refuses (dark).
+    async fn wait_for(&self, answer: Answer, left: &mut Left<'_>) -> Result<(), Refusal> {
+        let wait = match answer {
+            Answer::Go(_) => return Ok(()),
+            Answer::Reserved(wait) => {
+                self.decision("redis", "window");
+                left.windows = &[];
+                wait
+            }
+            Answer::Queued(wait) => {
+                self.decision("redis", "queued");
+                left.windows = &[];
+                left.token = false;
+                wait
+            }
+            Answer::Busy(wait) => {
+                self.decision("redis", "busy");
+                wait.min(self.policy.deadline).max(Duration::from_millis(1))
+            }
+            Answer::Dark { left, mark } => {
+                self.decision("redis", "dark");
+                return Err(Refusal::Dark { left, mark });
+            }
+        };
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
     /// The in-flight caps while the store is away: this replica's share of
     /// each, or a refusal (`fail: closed`). `None`: the store came back
     /// meanwhile.
     async fn admit_degraded(
         self: &Arc<Self>,
-        sets: &[(Option<usize>, u32)],
+        question: &Question,
         started: Instant,
     ) -> Result<Option<FleetSlots>, Refusal> {
         if self.policy.degraded == Degraded::Closed {
             self.decision("local", "refused");
             return Err(Refusal::Closed);
         }
+        let sets = question.sets();
         let gates: Vec<Arc<Semaphore>> = {
             let mut state = self.lock_state();
             let live = state.live.clone();
@@ -528,9 +670,51 @@ impl Inner {
         }
         self.decision("local", "go");
         self.observe("local", started);
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let sets: Vec<LeaseSet> = sets.iter().map(|&(set, _)| set).collect();
+        self.book(number, &sets, question.windows());
         Ok(Some(FleetSlots {
-            held: Held::Local(permits),
+            held: Held::Booked {
+                fleet: Arc::clone(self),
+                number,
+                sets,
+                _permits: permits,
+            },
         }))
+    }
+
+    /// Books a request sent on the degraded share in the shared budgets, in
+    /// the background and outside the store's breaker: a Redis that is only
+    /// slow for this replica (the others still reach it) takes it, so the
+    /// others leave room for it and the fleet stays one tenant; a dead
+    /// Redis loses nothing that counts.
+    fn book(self: &Arc<Self>, number: u64, sets: &[LeaseSet], windows: &[(usize, u32)]) {
+        let inner = Arc::clone(self);
+        let (sets, windows) = (sets.to_vec(), windows.to_vec());
+        self.background(async move {
+            let member = format!("{}:{number}", inner.replica);
+            let (keys, shape) = (&inner.keys, &inner.shape);
+            let _ = inner
+                .store
+                .book(keys, shape, &member, &sets, &windows)
+                .await;
+        });
+    }
+
+    /// Gives back a booked request's leases (see [`Inner::book`]).
+    fn unbook(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
+        let inner = Arc::clone(self);
+        self.background(async move {
+            let member = format!("{}:{number}", inner.replica);
+            let _ = inner.store.release(&inner.keys, &member, &sets).await;
+        });
+    }
+
+    /// Runs `work` on the current runtime, if there is one.
+    fn background(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(work);
+        }
     }
 
     /// This replica's share of every in-flight cap, from the last live list.
@@ -580,8 +764,7 @@ impl Inner {
         tokio::spawn(async move {
             if let Some(inner) = weak.upgrade() {
                 // Bounded: an unreachable Redis is found by the calls themselves.
-                let loading = inner.store.load_scripts();
-                let _ = tokio::time::timeout(Duration::from_secs(1), loading).await;
+                inner.store.ready().await;
             }
             let mut tick = tokio::time::interval(heartbeat);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -596,8 +779,9 @@ impl Inner {
                         let Some(inner) = weak.upgrade() else { break };
                         if inner.lock_state().breaker.allows(Instant::now()) {
                             let member = format!("{}:{number}", inner.replica);
+                            let called = Instant::now();
                             let result = inner.store.release(&inner.keys, &member, &sets).await;
-                            inner.account(result);
+                            inner.account(result, called);
                         }
                     }
                 }
@@ -606,8 +790,8 @@ impl Inner {
     }
 
     /// One heartbeat: renews the held leases and says this replica is live;
-    /// a failed beat is tried again at once, so a dead store is seen within
-    /// one heartbeat even without traffic.
+    /// a failed beat is tried again, so a dead store is seen within one
+    /// heartbeat even without traffic.
     async fn beat(&self) {
         let mut grouped: Vec<(Option<usize>, Vec<String>)> = Vec::new();
         for (number, sets) in self.lock_held().iter() {
@@ -619,10 +803,15 @@ impl Inner {
                 }
             }
         }
-        for _ in 0..self.policy.breaker_failures.max(1) {
-            if !self.lock_state().breaker.allows(Instant::now()) {
+        // A failed beat is tried again, `failures` times over the breaker's
+        // `over`: a dead store opens the breaker within this one heartbeat.
+        let tries = self.policy.breaker_failures.max(1);
+        let pause = self.policy.breaker_over / tries;
+        for _ in 0..=tries {
+            if !self.store_allowed() {
                 return;
             }
+            let called = Instant::now();
             let renewed = self
                 .store
                 .renew(&self.keys, &self.replica, self.policy.lease, &grouped)
@@ -637,8 +826,9 @@ impl Inner {
                     self.succeeded(Some(live));
                     return;
                 }
-                Err(e) => self.failed(&e.to_string()),
+                Err(e) => self.failed(&e, called),
             }
+            tokio::time::sleep(pause).await;
         }
     }
 }

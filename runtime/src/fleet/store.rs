@@ -1,5 +1,5 @@
 //! The fleet's shared store: Redis, through redis-rs's connection manager
-//! (it reconnects on its own) and three Lua scripts, each loaded once and
+//! (it reconnects on its own) and four Lua scripts, each loaded once and
 //! sent with EVALSHA (redis-rs loads it again on NOSCRIPT).
 //!
 //! Every call is bounded by the policy's deadline: an admission never waits
@@ -51,6 +51,10 @@ pub struct Ask<'a> {
 pub enum StoreError {
     #[error("no answer within the {0} ms deadline")]
     Deadline(u128),
+    /// The deadline's timer fired late (this process did not run for a
+    /// while): whether Redis would have answered in time is unknown.
+    #[error("no answer within the {0} ms deadline, seen {1} ms late")]
+    Late(u128, u128),
     #[error("{0}")]
     Redis(String),
 }
@@ -67,6 +71,10 @@ pub struct Shape {
     pub window: Duration,
     /// A window slot further ahead than this is reserved alone.
     pub horizon: Duration,
+    /// A slot at most this far ahead goes with its leases (the caller
+    /// sleeps the rest holding them); further ahead, it is reserved and the
+    /// caller comes back for the leases.
+    pub grace: Duration,
 }
 
 /// The keys of one tenant of one API, under one hash tag.
@@ -111,13 +119,31 @@ impl Keys {
         format!("{}:dark:{route}", self.tag)
     }
 
-    /// Who runs the breaker's probe, and what it last saw.
-    pub fn prober(&self) -> String {
-        format!("{}:prober", self.tag)
+    /// Who runs the breaker's probe (or canary) now.
+    pub fn owner(&self, turn: Turn) -> String {
+        format!("{}:{}:owner", self.tag, turn.name())
     }
 
-    pub fn probe_result(&self) -> String {
-        format!("{}:probe", self.tag)
+    /// What the last probe (or canary) saw.
+    pub fn result(&self, turn: Turn) -> String {
+        format!("{}:{}", self.tag, turn.name())
+    }
+}
+
+/// What one replica at a time does for the whole fleet, and the others
+/// take the result of: the breaker's `/health` probe and its canary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    Probe,
+    Canary,
+}
+
+impl Turn {
+    fn name(self) -> &'static str {
+        match self {
+            Turn::Probe => "probe",
+            Turn::Canary => "canary",
+        }
     }
 }
 
@@ -125,10 +151,13 @@ impl Keys {
 pub struct Store {
     client: Client,
     connection: OnceCell<ConnectionManager>,
+    /// The first connection and script load were waited for (see [`Store::ready`]).
+    ready: OnceCell<()>,
     deadline: Duration,
     admit: Script,
     renew: Script,
     pause: Script,
+    book: Script,
 }
 
 impl std::fmt::Debug for Store {
@@ -156,10 +185,12 @@ impl Store {
         Ok(Self {
             client,
             connection: OnceCell::new(),
+            ready: OnceCell::new(),
             deadline,
             admit: Script::new(include_str!("admit.lua")),
             renew: Script::new(include_str!("renew.lua")),
             pause: Script::new(include_str!("pause.lua")),
+            book: Script::new(include_str!("book.lua")),
         })
     }
 
@@ -170,9 +201,12 @@ impl Store {
         let manager = self
             .connection
             .get_or_try_init(|| async {
+                // Each call is bounded by `bounded`; these only free what a
+                // hung Redis would hold.
+                let slack = self.connect_timeout();
                 let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.deadline.max(Duration::from_millis(100))))
-                    .set_response_timeout(Some(self.deadline))
+                    .set_connection_timeout(Some(slack))
+                    .set_response_timeout(Some(slack))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(200));
                 ConnectionManager::new_lazy_with_config(self.client.clone(), config)
@@ -182,24 +216,70 @@ impl Store {
         Ok(manager.clone())
     }
 
+    /// `call`, answered within the deadline or failed at it. At the
+    /// deadline the connection's own task may have read the answer in the
+    /// same scheduler turn (this process ran late, on a loaded machine) and
+    /// not handed it over yet: it runs once more before the call is given
+    /// up. A timer that fired more than a deadline late says this process
+    /// was not running, not that Redis was slow: [`StoreError::Late`].
     async fn bounded<T>(
         &self,
         call: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.deadline, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(StoreError::Redis(e.to_string())),
-            Err(_) => Err(StoreError::Deadline(self.deadline.as_millis())),
+        let started = tokio::time::Instant::now();
+        let mut call = std::pin::pin!(call);
+        let answered = match tokio::time::timeout(self.deadline, call.as_mut()).await {
+            Ok(answered) => Some(answered),
+            Err(_) => {
+                // Woken after the I/O driver ran: the connection's task first.
+                tokio::task::yield_now().await;
+                tokio::task::yield_now().await;
+                futures_util::FutureExt::now_or_never(call.as_mut())
+            }
+        };
+        match answered {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(e)) => Err(StoreError::Redis(e.to_string())),
+            None => {
+                let late = started.elapsed().saturating_sub(self.deadline);
+                if late > self.deadline {
+                    Err(StoreError::Late(
+                        self.deadline.as_millis(),
+                        late.as_millis(),
+                    ))
+                } else {
+                    Err(StoreError::Deadline(self.deadline.as_millis()))
+                }
+            }
         }
     }
 
-    /// Loads the three scripts (SCRIPT LOAD), so that the first admission,
+    /// How long a connection may take: a TCP and RESP handshake is more than
+    /// a call's deadline, once.
+    fn connect_timeout(&self) -> Duration {
+        self.deadline.max(Duration::from_millis(100))
+    }
+
+    /// Waits once, for the first caller and those beside it, until the
+    /// connection is up and the scripts loaded, or the connect timeout
+    /// passes (a refused connection ends it at once). Without it every call
+    /// of a starting process would meet the handshake within its deadline,
+    /// and a reachable Redis look dead to a replica just started.
+    pub async fn ready(&self) {
+        self.ready
+            .get_or_init(|| async {
+                let _ = tokio::time::timeout(self.connect_timeout(), self.load_scripts()).await;
+            })
+            .await;
+    }
+
+    /// Loads the scripts (SCRIPT LOAD), so that the first admission,
     /// heartbeat or pause is one EVALSHA, not a NOSCRIPT and a reload within
     /// the deadline. Done once in the background; a script Redis forgot
     /// since (a restart) is loaded again by redis-rs on NOSCRIPT.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
-        for script in [&self.admit, &self.renew, &self.pause] {
+        for script in [&self.admit, &self.renew, &self.pause, &self.book] {
             script
                 .prepare_invoke()
                 .load_async(&mut connection)
@@ -237,6 +317,7 @@ impl Store {
             .arg(micros(shape.window))
             .arg(micros(shape.horizon))
             .arg(u8::from(ask.token))
+            .arg(micros(shape.grace))
             .arg(ask.leases.len());
         for &(_, cap) in ask.leases {
             invocation.arg(cap);
@@ -258,6 +339,35 @@ impl Store {
             },
             (_, wait, _) => Answer::Busy(from_micros(wait)),
         })
+    }
+
+    /// Books a request sent without asking (degraded) in the shared token
+    /// bucket, its `leases` (until [`release`](Self::release)d or one lease
+    /// passes) and the `windows` of its budgets, at Redis's now.
+    pub async fn book(
+        &self,
+        keys: &Keys,
+        shape: &Shape,
+        member: &str,
+        leases: &[Option<usize>],
+        windows: &[(usize, u32)],
+    ) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = self.book.key(keys.bucket());
+        for &budget in leases {
+            invocation.key(keys.leases(budget));
+        }
+        for &(budget, _) in windows {
+            invocation.key(keys.window(budget));
+        }
+        invocation
+            .arg(member)
+            .arg(micros(shape.interval))
+            .arg(micros(shape.window))
+            .arg(micros(shape.lease))
+            .arg(leases.len());
+        self.bounded(invocation.invoke_async::<()>(&mut connection))
+            .await
     }
 
     /// Gives back the leases of one admission.
@@ -329,18 +439,19 @@ impl Store {
         self.bounded(cmd.query_async::<()>(&mut connection)).await
     }
 
-    /// Takes the probe for `for_` unless another replica holds it; true
+    /// Takes the `turn` for `for_` unless another replica holds it; true
     /// when this one (`replica`) holds it now.
-    pub async fn own_probe(
+    pub async fn own(
         &self,
         keys: &Keys,
+        turn: Turn,
         replica: &str,
         for_: Duration,
     ) -> Result<bool, StoreError> {
         let mut connection = self.connection().await?;
         let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
         let cmd = redis::cmd("SET")
-            .arg(keys.prober())
+            .arg(keys.owner(turn))
             .arg(replica)
             .arg("NX")
             .arg("PX")
@@ -350,22 +461,23 @@ impl Store {
         if set.is_some() {
             return Ok(true);
         }
-        let get = redis::cmd("GET").arg(keys.prober()).to_owned();
+        let get = redis::cmd("GET").arg(keys.owner(turn)).to_owned();
         let owner: Option<String> = self.bounded(get.query_async(&mut connection)).await?;
         Ok(owner.as_deref() == Some(replica))
     }
 
-    /// What the last probe saw (`true` healthy), shared for `for_`.
-    pub async fn set_probe_result(
+    /// What this replica's `turn` saw (`true`: healthy), shared for `for_`.
+    pub async fn set_result(
         &self,
         keys: &Keys,
+        turn: Turn,
         healthy: bool,
         for_: Duration,
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
         let cmd = redis::cmd("SET")
-            .arg(keys.probe_result())
+            .arg(keys.result(turn))
             .arg(u8::from(healthy))
             .arg("PX")
             .arg(ms)
@@ -373,107 +485,19 @@ impl Store {
         self.bounded(cmd.query_async::<()>(&mut connection)).await
     }
 
-    pub async fn probe_result(&self, keys: &Keys) -> Result<Option<bool>, StoreError> {
+    /// What the last `turn` saw, if it is still fresh.
+    pub async fn result(&self, keys: &Keys, turn: Turn) -> Result<Option<bool>, StoreError> {
         let mut connection = self.connection().await?;
-        let cmd = redis::cmd("GET").arg(keys.probe_result()).to_owned();
+        let cmd = redis::cmd("GET").arg(keys.result(turn)).to_owned();
         let v: Option<u8> = self.bounded(cmd.query_async(&mut connection)).await?;
         Ok(v.map(|v| v == 1))
     }
 }
 
-/// A `redis-server` of the tests' own on a free loopback port, so it can be
-/// killed (SIGKILL) and started again on the same port. Shared by the
-/// runtime's script tests; the integration suites keep a copy.
-#[cfg(test)]
-pub(crate) mod server {
-    use std::net::{Ipv4Addr, TcpListener, TcpStream};
-    use std::process::{Child, Command, Stdio};
-    use std::time::Duration;
-
-    /// Set (as `.ci/run` does) to fail instead of skipping without redis-server.
-    pub const REQUIRED: &str = "SDK_FLEET_REDIS_REQUIRED";
-
-    pub struct RedisServer {
-        child: Option<Child>,
-        pub port: u16,
-    }
-
-    /// Whether redis-server can run here; without it, says how to run the
-    /// suite (and fails when `REQUIRED` is set).
-    pub fn available(suite: &str) -> bool {
-        let found = Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            assert!(
-                std::env::var_os(REQUIRED).is_none(),
-                "{REQUIRED} is set but redis-server is not installed"
-            );
-            eprintln!(
-                "{suite}: skipped, redis-server is not installed (apt-get install redis-server; \
-                 set {REQUIRED}=1 to make this suite required)"
-            );
-        }
-        found
-    }
-
-    impl RedisServer {
-        pub fn start() -> Self {
-            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            let mut server = Self { child: None, port };
-            server.restart();
-            server
-        }
-
-        pub fn url(&self) -> String {
-            format!("redis://127.0.0.1:{}/", self.port)
-        }
-
-        /// Starts it again on the same port (after [`kill`](Self::kill)).
-        pub fn restart(&mut self) {
-            let child = Command::new("redis-server")
-                .args(["--port", &self.port.to_string()])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--dir", &std::env::temp_dir().display().to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server starts");
-            self.child = Some(child);
-            for _ in 0..500 {
-                if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            panic!("redis-server did not listen on {}", self.port);
-        }
-
-        /// SIGKILL: no goodbye to any client.
-        pub fn kill(&mut self) {
-            if let Some(mut child) = self.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-
-    impl Drop for RedisServer {
-        fn drop(&mut self) {
-            self.kill();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::server::{RedisServer, available};
     use super::*;
+    use crate::redis_server::{RedisServer, available};
 
     const S: Duration = Duration::from_secs(1);
 
@@ -484,6 +508,7 @@ mod tests {
             burst,
             window,
             horizon: Duration::from_millis(200),
+            grace: Duration::from_millis(1),
         }
     }
 
@@ -553,6 +578,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_caller_whose_slot_is_ahead_holds_no_lease_while_it_waits() {
+        let Some((_server, store, keys)) = started() else {
+            return;
+        };
+        // One token every 10 s, no burst: the second and third callers'
+        // slots are 10 and 20 s ahead, within no grace.
+        let shape = shape(10 * S, 1, 60 * S, 60 * S);
+        let two = [(None, 2)];
+        go(&ask(&store, &keys, &shape, "a", &two, &[]).await);
+        for (member, n) in [("b", 1), ("c", 2)] {
+            match ask(&store, &keys, &shape, member, &two, &[]).await {
+                Answer::Queued(wait) => between(wait, 10 * S * n - S, 10 * S * n),
+                other => panic!("{member}: {other:?}"),
+            }
+        }
+        // Only the caller that went holds a lease: the cap of 2 still has
+        // room for a caller back for its reserved slot.
+        let mut connection = store.connection().await.unwrap();
+        let held: usize = redis::cmd("ZCARD")
+            .arg(keys.leases(None))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(held, 1);
+        let back = Ask {
+            route: "/r",
+            member: "b",
+            leases: &two,
+            windows: &[],
+            token: false,
+        };
+        go(&store.admit(&keys, &shape, &back).await.unwrap());
+    }
+
+    #[tokio::test]
     async fn a_rolling_window_admits_its_limit_then_reserves_slots_in_arrival_order() {
         let Some((_server, store, keys)) = started() else {
             return;
@@ -587,6 +647,47 @@ mod tests {
         );
         // A call back for its reserved slot asks without the window.
         go(&ask(&store, &keys, &shape, "m3", &all, &[]).await);
+    }
+
+    #[tokio::test]
+    async fn a_booked_request_counts_in_the_bucket_and_the_windows() {
+        let Some((_server, store, keys)) = started() else {
+            return;
+        };
+        let shape = shape(10 * S, 1, 600 * S, 60 * S);
+        let window = [(2, 2)];
+        // Two sent while degraded: the window of 2 is full, the bucket's
+        // next token two intervals ahead.
+        let all = [None];
+        store
+            .book(&keys, &shape, "x1", &all, &window)
+            .await
+            .unwrap();
+        store
+            .book(&keys, &shape, "x2", &all, &window)
+            .await
+            .unwrap();
+        match ask(&store, &keys, &shape, "a", &[(None, 8)], &window).await {
+            Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
+            other => panic!("{other:?}"),
+        }
+        match ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await {
+            Answer::Queued(wait) => between(wait, 10 * S, 20 * S),
+            other => panic!("{other:?}"),
+        }
+        // Their leases hold the in-flight cap until released.
+        let fast = Shape {
+            interval: Duration::from_micros(1),
+            ..shape
+        };
+        let other = Keys::new("api", "t2");
+        store.book(&other, &fast, "y1", &all, &[]).await.unwrap();
+        store.book(&other, &fast, "y2", &all, &[]).await.unwrap();
+        let cap = [(None, 2)];
+        let busy = ask(&store, &other, &fast, "c", &cap, &[]).await;
+        assert!(matches!(busy, Answer::Busy(_)), "{busy:?}");
+        store.release(&other, "y1", &all).await.unwrap();
+        go(&ask(&store, &other, &fast, "c", &cap, &[]).await);
     }
 
     #[tokio::test]
@@ -673,7 +774,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_flushed_script_is_loaded_again_and_one_prober_holds_the_probe() {
+    async fn a_flushed_script_is_loaded_again_and_one_replica_holds_each_turn() {
         let Some((_server, store, keys)) = started() else {
             return;
         };
@@ -687,11 +788,19 @@ mod tests {
             .unwrap();
         // NOSCRIPT: redis-rs loads it again and sends it once more.
         go(&ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await);
-        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
-        assert!(!store.own_probe(&keys, "r2", 30 * S).await.unwrap());
-        assert!(store.own_probe(&keys, "r1", 30 * S).await.unwrap());
-        store.set_probe_result(&keys, true, 30 * S).await.unwrap();
-        assert_eq!(store.probe_result(&keys).await.unwrap(), Some(true));
+        for turn in [Turn::Probe, Turn::Canary] {
+            assert!(store.own(&keys, turn, "r1", 30 * S).await.unwrap());
+            assert!(!store.own(&keys, turn, "r2", 30 * S).await.unwrap());
+            assert!(store.own(&keys, turn, "r1", 30 * S).await.unwrap());
+            assert_eq!(store.result(&keys, turn).await.unwrap(), None);
+            store.set_result(&keys, turn, true, 30 * S).await.unwrap();
+            assert_eq!(store.result(&keys, turn).await.unwrap(), Some(true));
+        }
+        // The two turns are held apart: r2 may hold the canary of a fleet
+        // whose probe r1 holds.
+        let other = Keys::new("api", "t2");
+        assert!(store.own(&other, Turn::Probe, "r1", 30 * S).await.unwrap());
+        assert!(store.own(&other, Turn::Canary, "r2", 30 * S).await.unwrap());
     }
 
     #[tokio::test]
