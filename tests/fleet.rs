@@ -947,6 +947,23 @@ async fn a_dark_feature_seen_by_one_replica_is_not_asked_by_the_other() {
     assert_eq!(sim.log().count("list_kbs"), sent, "b asked the platform");
 }
 
+/// Every route fails, /health too, so the breakers stay open; three
+/// distinct endpoints fail on each replica, so each one's own breaker opens.
+async fn open_both_breakers(sim: &Sim, replicas: [&Grag; 2]) {
+    for route in ["list_kbs", "list_documents", "get_settings", "health"] {
+        sim.faults().push(Rule::new(Fault::BadGateway).on(route));
+    }
+    for grag in replicas {
+        let _ = grag.workspaces().list_kbs().await;
+        let _ = grag.workspaces().list_documents(&kb()).await;
+        let _ = grag.workspaces().get_settings().await;
+        assert_eq!(
+            grag.runtime().circuit_state(),
+            sdk_runtime::breaker::CircuitState::Open
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
     let _serial = SERIAL.lock().await;
@@ -956,20 +973,7 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
     let redis = RedisServer::start();
     let sim = testkit::start(testkit::sim_config(20)).await;
     let (a, b) = two_replicas(&sim, &redis);
-    // Every route fails, /health too: both breakers open and stay open.
-    for route in ["list_kbs", "list_documents", "get_settings", "health"] {
-        sim.faults().push(Rule::new(Fault::BadGateway).on(route));
-    }
-    // Three distinct endpoints fail: each replica's own breaker opens.
-    for grag in [&a, &b] {
-        let _ = grag.workspaces().list_kbs().await;
-        let _ = grag.workspaces().list_documents(&kb()).await;
-        let _ = grag.workspaces().get_settings().await;
-        assert_eq!(
-            grag.runtime().circuit_state(),
-            sdk_runtime::breaker::CircuitState::Open
-        );
-    }
+    open_both_breakers(&sim, [&a, &b]).await;
     let probes = |sim: &Sim| sim.log().count("health");
     for _ in 0..2000 {
         if probes(&sim) >= 12 {
@@ -998,18 +1002,7 @@ async fn the_fleet_sends_one_canary_when_its_breakers_half_open_not_one_per_repl
     let redis = RedisServer::start();
     let sim = testkit::start(testkit::sim_config(20)).await;
     let (a, b) = two_replicas(&sim, &redis);
-    for route in ["list_kbs", "list_documents", "get_settings", "health"] {
-        sim.faults().push(Rule::new(Fault::BadGateway).on(route));
-    }
-    for grag in [&a, &b] {
-        let _ = grag.workspaces().list_kbs().await;
-        let _ = grag.workspaces().list_documents(&kb()).await;
-        let _ = grag.workspaces().get_settings().await;
-        assert_eq!(
-            grag.runtime().circuit_state(),
-            sdk_runtime::breaker::CircuitState::Open
-        );
-    }
+    open_both_breakers(&sim, [&a, &b]).await;
     // The platform is back: the probes see it, both breakers half-open.
     let breaker = testkit::policy(20).breaker.as_ref().unwrap();
     let canary = breaker.canary.operation;
