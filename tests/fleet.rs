@@ -866,13 +866,36 @@ async fn a_replica_killed_holding_leases_gives_them_back_within_one_lease() {
     );
 }
 
-/// Two replicas in this process: separate clients, separate fleet members.
-fn two_replicas(sim: &Sim, redis: &RedisServer) -> (Grag, Grag) {
+/// Two replicas in this process (separate clients, separate fleet members)
+/// on a Redis and a simulator of their own, while the test holds `SERIAL`.
+struct TwoReplicas {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    redis: RedisServer,
+    sim: Sim,
+    a: Grag,
+    b: Grag,
+}
+
+/// [`TwoReplicas`], or `None` where no redis-server can be started.
+async fn two_replicas() -> Option<TwoReplicas> {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return None;
+    }
+    let redis = RedisServer::start();
+    let sim = testkit::start(testkit::sim_config(20)).await;
     let make = || {
-        let config = testkit::config(sim, testkit::TENANT).redis_url(redis.url());
+        let config = testkit::config(&sim, testkit::TENANT).redis_url(redis.url());
         testkit::client_with(config, testkit::policy(20))
     };
-    (make(), make())
+    let (a, b) = (make(), make());
+    Some(TwoReplicas {
+        _serial,
+        redis,
+        sim,
+        a,
+        b,
+    })
 }
 
 /// Waits until `key` exists in Redis (what a replica shares in the background).
@@ -894,13 +917,16 @@ async fn key_set(redis: &RedisServer, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_seen_by_one_replica_pauses_the_other() {
-    let _serial = SERIAL.lock().await;
-    if !redis_available() {
+    let Some(TwoReplicas {
+        _serial,
+        redis,
+        sim,
+        a,
+        b,
+    }) = two_replicas().await
+    else {
         return;
-    }
-    let redis = RedisServer::start();
-    let sim = testkit::start(testkit::sim_config(20)).await;
-    let (a, b) = two_replicas(&sim, &redis);
+    };
     sim.faults().push(
         Rule::new(Fault::RateLimited {
             retry_after: Some(grag_sim::RetryAfter::Seconds(1)),
@@ -931,13 +957,16 @@ async fn a_retry_after_seen_by_one_replica_pauses_the_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dark_feature_seen_by_one_replica_is_not_asked_by_the_other() {
-    let _serial = SERIAL.lock().await;
-    if !redis_available() {
+    let Some(TwoReplicas {
+        _serial,
+        redis,
+        sim,
+        a,
+        b,
+    }) = two_replicas().await
+    else {
         return;
-    }
-    let redis = RedisServer::start();
-    let sim = testkit::start(testkit::sim_config(20)).await;
-    let (a, b) = two_replicas(&sim, &redis);
+    };
     sim.faults().push(Rule::new(Fault::Dark).on("list_kbs"));
     let seen = a.workspaces().list_kbs().await.expect_err("dark");
     let sent = sim.log().count("list_kbs");
@@ -966,13 +995,16 @@ async fn open_both_breakers(sim: &Sim, replicas: [&Grag; 2]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
-    let _serial = SERIAL.lock().await;
-    if !redis_available() {
+    let Some(TwoReplicas {
+        _serial,
+        redis: _redis,
+        sim,
+        a,
+        b,
+    }) = two_replicas().await
+    else {
         return;
-    }
-    let redis = RedisServer::start();
-    let sim = testkit::start(testkit::sim_config(20)).await;
-    let (a, b) = two_replicas(&sim, &redis);
+    };
     open_both_breakers(&sim, [&a, &b]).await;
     let probes = |sim: &Sim| sim.log().count("health");
     for _ in 0..2000 {
@@ -995,13 +1027,16 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_sends_one_canary_when_its_breakers_half_open_not_one_per_replica() {
-    let _serial = SERIAL.lock().await;
-    if !redis_available() {
+    let Some(TwoReplicas {
+        _serial,
+        redis: _redis,
+        sim,
+        a,
+        b,
+    }) = two_replicas().await
+    else {
         return;
-    }
-    let redis = RedisServer::start();
-    let sim = testkit::start(testkit::sim_config(20)).await;
-    let (a, b) = two_replicas(&sim, &redis);
+    };
     open_both_breakers(&sim, [&a, &b]).await;
     // The platform is back: the probes see it, both breakers half-open.
     let breaker = testkit::policy(20).breaker.as_ref().unwrap();
