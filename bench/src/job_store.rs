@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use sdk_queue::{Finish, JobStore, LockRetry, NewJob, PgStore, SqliteStore};
 
 use crate::Opts;
-use crate::report::Measurement;
+use crate::report::{Goal, Measurement};
 use crate::rounds::pair;
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -115,6 +115,7 @@ pub fn run(opts: &Opts) {
     );
     Measurement::new("job store sqlite: submit, claim, finish", "jobs/s", samples)
         .note("SqliteStore (WAL, tmpfs) vs the same three rusqlite transactions on one connection")
+        .goal(Goal::ratio(">=", 0.5))
         .print();
     drop(store);
     drop(bare);
@@ -142,6 +143,7 @@ pub fn run(opts: &Opts) {
     );
     Measurement::new("job store postgres: submit, claim, finish", "jobs/s", samples)
         .note("PgStore (pool, synchronous_commit=off) vs the same three statements on one tokio-postgres connection")
+        .goal(Goal::ratio(">=", 0.75))
         .print();
     let _ = rt.block_on(
         bare.client
