@@ -22,10 +22,13 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::policy::ThrottlePolicy;
+
+mod semaphore;
+
+use semaphore::Semaphore;
 
 /// At most `limit` requests in any rolling `window`, as the platform counts
 /// them: a slot is taken at admission and held until one `window` after the
@@ -195,7 +198,7 @@ type Bucket = RateLimiter<NotKeyed, InMemoryState, DecisionClock, NoOpMiddleware
 /// and everyone behind it keeps their place. Without it every waiter slept
 /// on its own and retried: they woke together and raced (on two worker
 /// threads, in any order), and a timer fires on the millisecond tick after
-/// the slot frees, so a newcomer in that gap took the slot first. tokio's
+/// the slot frees, so a newcomer in that gap took the slot first. The
 /// semaphore is fair, so its single permit is the queue. A caller who finds
 /// nobody queued tests the state at once without taking the turn.
 #[derive(Debug)]
@@ -219,12 +222,22 @@ impl<T> Paced<T> {
     /// Nobody holds or waits for the turn (waiters are handed the permit
     /// directly, so it is never free while anyone waits).
     fn queue_empty(&self) -> bool {
-        self.turn.available_permits() > 0
+        self.turn.available() > 0
     }
 
     /// Waits for the turn.
-    async fn turn(&self) -> SemaphorePermit<'_> {
-        acquire(&self.turn).await
+    async fn turn(&self) -> Turn<'_> {
+        self.turn.acquire().await;
+        Turn(&self.turn)
+    }
+}
+
+/// The turn of a [`Paced`] queue, passed on to the next in line on drop.
+struct Turn<'a>(&'a Semaphore);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 
@@ -427,11 +440,11 @@ impl Throttle {
         }
         for &budget in slots.semaphores.iter().flatten() {
             if let Some(semaphore) = &self.lanes[usize::from(budget)].semaphore {
-                semaphore.add_permits(1);
+                semaphore.release();
             }
         }
         if slots.global {
-            self.global.add_permits(1);
+            self.global.release();
         }
     }
 
@@ -535,27 +548,21 @@ impl Throttle {
         for (i, budget) in set.iter().enumerate() {
             if let Some(semaphore) = &self.lanes[budget].semaphore {
                 // A free permit means nobody waits: waiters are handed theirs.
-                match semaphore.try_acquire() {
-                    Ok(p) => {
-                        p.forget();
-                        slots.semaphores[i] = Some(slot(budget));
-                    }
-                    Err(_) => return Stage::Budget(i),
+                if !semaphore.try_acquire() {
+                    return Stage::Budget(i);
                 }
+                slots.semaphores[i] = Some(slot(budget));
             }
         }
         if !(self.per_period.queue_empty() && self.try_token(now).is_ok()) {
             return Stage::Token;
         }
         slots.per_period = true;
-        match self.global.try_acquire() {
-            Ok(p) => {
-                p.forget();
-                slots.global = true;
-                Stage::Done
-            }
-            Err(_) => Stage::Global,
+        if !self.global.try_acquire() {
+            return Stage::Global;
         }
+        slots.global = true;
+        Stage::Done
     }
 
     /// Queues for the stages from `from` on.
@@ -577,7 +584,7 @@ impl Throttle {
         // between: a cancelled wait frees exactly what it held.
         for (i, budget) in set.iter().enumerate().skip(budgets_from) {
             if let Some(semaphore) = &self.lanes[budget].semaphore {
-                acquire(semaphore).await.forget();
+                semaphore.acquire().await;
                 permit.slots.semaphores[i] = Some(slot(budget));
             }
         }
@@ -586,7 +593,7 @@ impl Throttle {
             permit.slots.per_period = true;
         }
         if !permit.slots.global {
-            acquire(&self.global).await.forget();
+            self.global.acquire().await;
             permit.slots.global = true;
         }
         permit
@@ -656,7 +663,7 @@ impl Throttle {
 
     /// Requests admitted and not yet finished, over all budgets.
     pub fn in_flight(&self) -> usize {
-        self.max_in_flight - self.global.available_permits()
+        self.max_in_flight - self.global.available()
     }
 
     /// Requests of `budget` holding its semaphore; `None` without one.
@@ -664,7 +671,7 @@ impl Throttle {
         let lane = self.lanes.get(budget)?;
         let semaphore = lane.semaphore.as_ref()?;
         let max = self.policy.budgets[budget].max_in_flight?.max(1) as usize;
-        Some(max - semaphore.available_permits())
+        Some(max - semaphore.available())
     }
 
     /// Admissions of `budget` in its current rolling window; `None` without one.
@@ -682,19 +689,6 @@ impl Throttle {
 
     pub fn policy(&self) -> &'static ThrottlePolicy {
         self.policy
-    }
-}
-
-/// The semaphores are never closed, so acquiring cannot fail. A free permit
-/// is taken without building a waiter (a waiter queued before us would
-/// already hold it).
-async fn acquire(semaphore: &Semaphore) -> SemaphorePermit<'_> {
-    match semaphore.try_acquire() {
-        Ok(permit) => permit,
-        Err(_) => semaphore
-            .acquire()
-            .await
-            .expect("throttle semaphores are never closed"),
     }
 }
 
