@@ -115,9 +115,7 @@ impl Semaphore {
     fn hand_over(&self, queue: &mut VecDeque<Arc<Waiter>>) -> Option<Arc<Waiter>> {
         match queue.pop_front() {
             Some(head) => {
-                if queue.is_empty() {
-                    self.state.fetch_and(!QUEUED, Ordering::Release);
-                }
+                self.unflag_if_empty(queue);
                 head.granted.store(true, Ordering::Release);
                 Some(head)
             }
@@ -125,6 +123,14 @@ impl Semaphore {
                 self.state.fetch_add(ONE, Ordering::Release);
                 None
             }
+        }
+    }
+
+    /// Under the lock: once the last waiter has left `queue`, releases take
+    /// the fast path again.
+    fn unflag_if_empty(&self, queue: &VecDeque<Arc<Waiter>>) {
+        if queue.is_empty() {
+            self.state.fetch_and(!QUEUED, Ordering::Release);
         }
     }
 
@@ -215,9 +221,7 @@ impl Drop for Acquire<'_> {
             if let Some(at) = queue.iter().position(|w| Arc::ptr_eq(w, &waiter)) {
                 queue.remove(at);
             }
-            if queue.is_empty() {
-                semaphore.state.fetch_and(!QUEUED, Ordering::Release);
-            }
+            semaphore.unflag_if_empty(&queue);
             None
         };
         drop(queue);
@@ -238,6 +242,16 @@ mod tests {
         Pin::new(acquire).poll(&mut Context::from_waker(noop_waker_ref()))
     }
 
+    /// Takes the only permit of `semaphore` and queues two waiters behind it.
+    fn two_queued(semaphore: &Semaphore) -> (Acquire<'_>, Acquire<'_>) {
+        assert!(semaphore.try_acquire());
+        let mut first = semaphore.acquire();
+        let mut second = semaphore.acquire();
+        assert!(poll(&mut first).is_pending());
+        assert!(poll(&mut second).is_pending());
+        (first, second)
+    }
+
     #[test]
     fn permits_are_taken_and_given_back_without_waiting() {
         let semaphore = Semaphore::new(2);
@@ -254,11 +268,7 @@ mod tests {
     #[test]
     fn a_released_permit_goes_to_the_oldest_waiter_not_a_newcomer() {
         let semaphore = Semaphore::new(1);
-        assert!(semaphore.try_acquire());
-        let mut first = semaphore.acquire();
-        let mut second = semaphore.acquire();
-        assert!(poll(&mut first).is_pending());
-        assert!(poll(&mut second).is_pending());
+        let (mut first, mut second) = two_queued(&semaphore);
         semaphore.release();
         // Handed over, not freed: a newcomer finds nothing.
         assert_eq!(semaphore.available(), 0);
@@ -276,11 +286,7 @@ mod tests {
     #[test]
     fn a_cancelled_waiter_leaves_the_queue_and_loses_no_permit() {
         let semaphore = Semaphore::new(1);
-        assert!(semaphore.try_acquire());
-        let mut first = semaphore.acquire();
-        let mut second = semaphore.acquire();
-        assert!(poll(&mut first).is_pending());
-        assert!(poll(&mut second).is_pending());
+        let (first, mut second) = two_queued(&semaphore);
         drop(first);
         semaphore.release();
         assert!(poll(&mut second).is_ready());
@@ -305,11 +311,7 @@ mod tests {
     #[test]
     fn a_permit_handed_to_a_cancelled_waiter_goes_on_to_the_next() {
         let semaphore = Semaphore::new(1);
-        assert!(semaphore.try_acquire());
-        let mut first = semaphore.acquire();
-        let mut second = semaphore.acquire();
-        assert!(poll(&mut first).is_pending());
-        assert!(poll(&mut second).is_pending());
+        let (first, mut second) = two_queued(&semaphore);
         semaphore.release();
         // `first` was granted the permit but gives up before it sees it.
         drop(first);
