@@ -12,16 +12,9 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::ops::Add;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use governor::clock::{Clock, Reference};
-use governor::middleware::NoOpMiddleware;
-use governor::nanos::Nanos;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
 use tokio::time::Instant;
 
 use crate::policy::ThrottlePolicy;
@@ -29,6 +22,18 @@ use crate::policy::ThrottlePolicy;
 mod semaphore;
 
 use semaphore::Semaphore;
+
+/// Nanoseconds since a throttle was built, on tokio time (so paused-time
+/// tests drive every stage). Each stage keeps its instants as these plain
+/// integers: a check is a comparison and a release an addition, where an
+/// `Instant` costs a carry-checked seconds-and-nanoseconds pair per step.
+type Tick = u64;
+
+fn ticks(d: Duration) -> Tick {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
+}
 
 /// At most `limit` requests in any rolling `window`, as the platform counts
 /// them: a slot is taken at admission and held until one `window` after the
@@ -40,42 +45,62 @@ use semaphore::Semaphore;
 ///
 /// A sliding log, not a GCRA: a GCRA quota of 100/min still lets a full burst
 /// through on top of the steady rate, so "≤ 100 per rolling minute" would not
-/// hold against a gateway that counts per rolling minute. The log holds at
-/// most `limit` instants.
+/// hold against a gateway that counts per rolling minute.
+///
+/// Expiries are rounded up to the millisecond, the resolution of tokio's
+/// timers (a slot counts a little longer, never shorter), so requests that
+/// end in the same millisecond share one log entry: the log holds at most
+/// `limit` entries and at most one per millisecond of `window`, however
+/// large an override makes the limit.
 #[derive(Debug)]
-pub struct RollingWindow {
+struct RollingWindow {
     limit: usize,
-    window: Duration,
-    /// Until when each released request counts (its end + `window`), oldest
-    /// first: expiry is a comparison, not a subtraction per check.
-    log: VecDeque<Instant>,
+    window: Tick,
+    /// Until when released requests count (their end + `window`) and how
+    /// many, oldest first: expiry is a comparison, not a subtraction per
+    /// check.
+    log: VecDeque<Expiry>,
+    /// Released requests in `log`.
+    logged: usize,
     /// Admitted requests that have not ended yet.
     open: usize,
 }
 
+/// Requests that stop counting against a window at `until`.
+#[derive(Debug, Clone, Copy)]
+struct Expiry {
+    until: Tick,
+    count: usize,
+}
+
+/// The grid expiries are rounded up to: a millisecond.
+const EXPIRY_GRID: Tick = 1_000_000;
+
 impl RollingWindow {
     /// A zero `limit` would block forever; it is treated as 1.
-    pub fn new(limit: u32, window: Duration) -> Self {
+    fn new(limit: u32, window: Duration) -> Self {
         let limit = limit.max(1) as usize;
         Self {
             limit,
-            window,
+            window: ticks(window),
             // A huge limit (an override that means "unpaced") must not reserve it all.
             log: VecDeque::with_capacity(limit.min(1024)),
+            logged: 0,
             open: 0,
         }
     }
 
     /// An instantaneous request at `now` (admitted and ended at once), or how
     /// long until the next slot frees.
-    pub fn try_acquire(&mut self, now: Instant) -> Result<(), Duration> {
+    #[cfg(test)]
+    fn try_acquire(&mut self, now: Tick) -> Result<(), Duration> {
         self.acquire(now)?;
         self.release(now);
         Ok(())
     }
 
     /// Admits a request at `now`; [`release`](Self::release) it when it ends.
-    pub fn acquire(&mut self, now: Instant) -> Result<(), Duration> {
+    fn acquire(&mut self, now: Tick) -> Result<(), Duration> {
         self.check(now)?;
         self.hold();
         Ok(())
@@ -87,111 +112,100 @@ impl RollingWindow {
     }
 
     /// The request admitted earlier ended at `now`.
-    pub fn release(&mut self, now: Instant) {
+    fn release(&mut self, now: Tick) {
         self.open = self.open.saturating_sub(1);
         // A window too long to add counts for as good as ever.
-        let until = now
-            .checked_add(self.window)
-            .unwrap_or_else(|| now + Duration::from_secs(1 << 30));
-        let until = self.log.back().map_or(until, |&last| last.max(until));
-        self.log.push_back(until);
+        let until = now.saturating_add(self.window);
+        self.logged += 1;
+        match self.log.back_mut() {
+            // Within the millisecond the last entry was rounded up to.
+            Some(last) if last.until >= until => last.count += 1,
+            _ => self.log.push_back(Expiry {
+                until: until.div_ceil(EXPIRY_GRID).saturating_mul(EXPIRY_GRID),
+                count: 1,
+            }),
+        }
     }
 
     /// Whether a slot is free at `now`, without taking it. When every slot is
     /// held by an open request, none can free before a full `window`.
-    pub fn check(&mut self, now: Instant) -> Result<(), Duration> {
-        while let Some(&until) = self.log.front() {
-            if until <= now {
-                self.log.pop_front();
-            } else {
+    fn check(&mut self, now: Tick) -> Result<(), Duration> {
+        while let Some(&Expiry { until, count }) = self.log.front() {
+            if until > now {
                 break;
             }
+            self.log.pop_front();
+            self.logged -= count;
         }
         if self.used() < self.limit {
             return Ok(());
         }
-        match self.log.front() {
-            Some(&until) => Err(until.saturating_duration_since(now)),
-            None => Err(self.window),
-        }
+        Err(Duration::from_nanos(
+            self.log
+                .front()
+                .map_or(self.window, |first| first.until - now),
+        ))
     }
 
     /// Slots held at the last check: open requests and recent ones.
-    pub fn used(&self) -> usize {
-        self.open + self.log.len()
-    }
-
-    pub fn limit(&self) -> usize {
-        self.limit
+    fn used(&self) -> usize {
+        self.open + self.logged
     }
 
     /// A new limit (a replica's share while the fleet is degraded); slots
     /// already held count against it.
-    pub fn set_limit(&mut self, limit: u32) {
+    fn set_limit(&mut self, limit: u32) {
         self.limit = limit.max(1) as usize;
     }
 }
 
-/// A tokio instant for governor (newtype: `Add<Nanos>` on a foreign type is
-/// not allowed). Following tokio time lets paused-time tests drive the bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct TokioInstant(Instant);
-
-impl Add<Nanos> for TokioInstant {
-    type Output = Self;
-
-    fn add(self, other: Nanos) -> Self {
-        Self(self.0 + Duration::from(other))
-    }
+/// The token bucket as a GCRA, the algorithm governor implements: one
+/// token every `interval`, up to `burst` at once. It lives under the rolling
+/// second's lock, so both decide at the same instant and neither is taken
+/// unless both are free; a bucket of its own (an atomic, a clock of its own)
+/// would only repeat what that lock already gives.
+#[derive(Debug)]
+struct TokenBucket {
+    interval: Tick,
+    /// How far ahead of now the next token may be promised: `burst - 1`
+    /// intervals.
+    tolerance: Tick,
+    /// The theoretical arrival time of the next token.
+    tat: Tick,
 }
 
-impl Reference for TokioInstant {
-    fn duration_since(&self, earlier: Self) -> Nanos {
-        self.0.saturating_duration_since(earlier.0).into()
-    }
-
-    fn saturating_sub(&self, duration: Nanos) -> Self {
-        Self(self.0.checked_sub(duration.into()).unwrap_or(self.0))
-    }
-}
-
-/// governor's clock: the instant [`Throttle::try_token`] decides at, read
-/// once from tokio time (so paused-time tests drive the bucket) and shared
-/// with the rolling second the token is taken with. The bucket is consulted
-/// only there, under the rolling second's lock, right after the instant is
-/// stored. governor's `until_ready` would sleep on real time
-/// (futures-timer), so waiting is done with `tokio::time::sleep` instead.
-#[derive(Debug, Clone)]
-struct DecisionClock {
-    origin: Instant,
-    /// Nanoseconds from `origin`.
-    at: Arc<AtomicU64>,
-}
-
-impl DecisionClock {
-    fn new() -> Self {
+impl TokenBucket {
+    fn new(period: Duration, burst: u32) -> Self {
+        let interval = ticks(period).max(1);
         Self {
-            origin: Instant::now(),
-            at: Arc::new(AtomicU64::new(0)),
+            interval,
+            tolerance: interval.saturating_mul(u64::from(burst.max(1) - 1)),
+            tat: 0,
         }
     }
 
-    fn set(&self, now: Instant) {
-        let nanos = now.saturating_duration_since(self.origin).as_nanos();
-        self.at
-            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
+    /// Whether a token is free at `now`, or how long until one is.
+    fn check(&self, now: Tick) -> Result<(), Duration> {
+        let earliest = self.tat.saturating_sub(self.tolerance);
+        if now < earliest {
+            return Err(Duration::from_nanos(earliest - now));
+        }
+        Ok(())
+    }
+
+    /// Takes the token a [`check`](Self::check) at `now` just found free.
+    fn take(&mut self, now: Tick) {
+        self.tat = self.tat.max(now).saturating_add(self.interval);
     }
 }
 
-impl Clock for DecisionClock {
-    type Instant = TokioInstant;
-
-    fn now(&self) -> TokioInstant {
-        TokioInstant(self.origin + Duration::from_nanos(self.at.load(Ordering::Relaxed)))
-    }
+/// The rolling second and the token bucket every request passes, under one
+/// lock.
+#[derive(Debug)]
+struct Second {
+    window: RollingWindow,
+    bucket: TokenBucket,
 }
-
-type Bucket = RateLimiter<NotKeyed, InMemoryState, DecisionClock, NoOpMiddleware<TokioInstant>>;
 
 /// A FIFO queue in front of a paced `state` (a rolling window): only the
 /// caller holding the turn tests the state, sleeping until the pace allows,
@@ -244,12 +258,24 @@ impl Drop for Turn<'_> {
 /// Waits at the head of the queue(s) until `attempt` passes at the current
 /// instant, sleeping as long as it says; `attempt` takes what it needs only
 /// when everything it needs is free.
-async fn when_paced(mut attempt: impl FnMut(Instant) -> Result<(), Duration>) {
+async fn when_paced(clock: Clock, mut attempt: impl FnMut(Tick) -> Result<(), Duration>) {
     loop {
-        match attempt(Instant::now()) {
+        match attempt(clock.now()) {
             Ok(()) => return,
             Err(wait) => tokio::time::sleep(wait).await,
         }
+    }
+}
+
+/// The throttle's time: [`Tick`]s from the instant it was built.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    fn now(self) -> Tick {
+        ticks(Instant::now().saturating_duration_since(self.origin))
     }
 }
 
@@ -308,10 +334,10 @@ pub struct Throttle {
     max_in_flight: usize,
     global: Semaphore,
     lanes: Vec<Lane>,
-    bucket: Bucket,
-    /// The bucket's bound per rolling second, as the platform counts it; its
-    /// queue is the one every request passes, in arrival order.
-    per_period: Paced<RollingWindow>,
+    clock: Clock,
+    /// The bucket and its bound per rolling second, as the platform counts
+    /// it; its queue is the one every request passes, in arrival order.
+    per_period: Paced<Second>,
     burst: u32,
 }
 
@@ -388,9 +414,6 @@ impl Throttle {
         let burst =
             NonZeroU32::new(policy.max_in_flight.min(per_second.get())).unwrap_or(NonZeroU32::MIN);
         let period = (policy.rate_period / per_second.get()).max(Duration::from_nanos(1));
-        let quota = Quota::with_period(period)
-            .expect("a non-zero period")
-            .allow_burst(burst);
         let lanes = policy
             .budgets
             .iter()
@@ -408,12 +431,17 @@ impl Throttle {
             max_in_flight,
             global: Semaphore::new(max_in_flight),
             lanes,
-            bucket: RateLimiter::direct_with_clock(quota, DecisionClock::new()),
-            // What the bucket admits in any rolling second, held as the platform counts.
-            per_period: Paced::new(RollingWindow::new(
-                burst.get().saturating_add(per_second.get() - 1),
-                policy.rate_period,
-            )),
+            clock: Clock {
+                origin: Instant::now(),
+            },
+            per_period: Paced::new(Second {
+                bucket: TokenBucket::new(period, burst.get()),
+                // What the bucket admits in any rolling second, held as the platform counts.
+                window: RollingWindow::new(
+                    burst.get().saturating_add(per_second.get() - 1),
+                    policy.rate_period,
+                ),
+            }),
             burst: burst.get(),
         }
     }
@@ -428,14 +456,14 @@ impl Throttle {
     /// semaphores'.
     fn release(&self, slots: Slots) {
         if slots.per_period || slots.windows.iter().any(Option::is_some) {
-            let now = Instant::now();
+            let now = self.clock.now();
             for &budget in slots.windows.iter().flatten() {
                 if let Some(window) = &self.lanes[usize::from(budget)].window {
                     window.lock().release(now);
                 }
             }
             if slots.per_period {
-                self.per_period.lock().release(now);
+                self.per_period.lock().window.release(now);
             }
         }
         for &budget in slots.semaphores.iter().flatten() {
@@ -535,7 +563,7 @@ impl Throttle {
     /// returns the first one that is not.
     /// The stages decide at one instant, read once.
     fn pass_free_stages(&self, set: BudgetSet, permit: &mut Permit<'_>) -> Stage {
-        let now = Instant::now();
+        let now = self.clock.now();
         let slots = &mut permit.slots;
         for (i, budget) in set.by_tightness().enumerate() {
             if let Some(window) = &self.lanes[budget].window {
@@ -616,9 +644,9 @@ impl Throttle {
                 continue;
             };
             let attempt = |now| window.lock().acquire(now);
-            if !(window.queue_empty() && attempt(Instant::now()).is_ok()) {
+            if !(window.queue_empty() && attempt(self.clock.now()).is_ok()) {
                 let _turn = window.turn().await;
-                when_paced(attempt).await;
+                when_paced(self.clock, attempt).await;
             }
             taken[i] = Some(slot(budget));
         }
@@ -627,23 +655,21 @@ impl Throttle {
     /// A bucket token and a slot of the rolling second, in the one FIFO
     /// queue every request passes.
     async fn take_token(&self) {
-        if self.per_period.queue_empty() && self.try_token(Instant::now()).is_ok() {
+        if self.per_period.queue_empty() && self.try_token(self.clock.now()).is_ok() {
             return;
         }
         let _turn = self.per_period.turn().await;
-        when_paced(|now| self.try_token(now)).await;
+        when_paced(self.clock, |now| self.try_token(now)).await;
     }
 
     /// Both at one instant, under the rolling second's lock: neither is
     /// taken unless both are free.
-    fn try_token(&self, now: Instant) -> Result<(), Duration> {
-        let mut per_period = self.per_period.lock();
-        per_period.check(now)?;
-        self.bucket.clock().set(now);
-        self.bucket
-            .check()
-            .map_err(|not_until| not_until.wait_time_from(TokioInstant(now)))?;
-        per_period.hold();
+    fn try_token(&self, now: Tick) -> Result<(), Duration> {
+        let mut second = self.per_period.lock();
+        second.window.check(now)?;
+        second.bucket.check(now)?;
+        second.bucket.take(now);
+        second.window.hold();
         Ok(())
     }
 
@@ -658,7 +684,10 @@ impl Throttle {
         }
         let per_second = self.policy.per_second.max(1);
         let per_period = self.burst.saturating_add(per_second - 1);
-        self.per_period.lock().set_limit(limit_of(None, per_period));
+        self.per_period
+            .lock()
+            .window
+            .set_limit(limit_of(None, per_period));
     }
 
     /// Requests admitted and not yet finished, over all budgets.
@@ -678,7 +707,7 @@ impl Throttle {
     pub fn budget_window_used(&self, budget: usize) -> Option<usize> {
         let window = self.lanes.get(budget)?.window.as_ref()?;
         let mut window = window.lock();
-        let _ = window.check(Instant::now());
+        let _ = window.check(self.clock.now());
         Some(window.used())
     }
 
@@ -838,7 +867,7 @@ mod tests {
         assert_eq!(windows_used(&throttle), 1);
         tokio::time::advance(MINUTE).await;
         let window = throttle.lanes[RETRIEVAL].window.as_ref().unwrap();
-        assert!(window.lock().check(Instant::now()).is_ok());
+        assert!(window.lock().check(throttle.clock.now()).is_ok());
         assert_eq!(
             windows_used(&throttle),
             0,
@@ -1113,9 +1142,9 @@ mod tests {
         let waiting = tokio::time::timeout(Duration::from_millis(100), throttle.admit(RETRIEVAL));
         assert!(waiting.await.is_err());
         assert_eq!(throttle.budget_window_used(RETRIEVAL), Some(1));
-        assert_eq!(throttle.per_period.lock().open, 8);
+        assert_eq!(throttle.per_period.lock().window.open, 8);
         drop(held);
-        assert_eq!(throttle.per_period.lock().open, 0);
+        assert_eq!(throttle.per_period.lock().window.open, 0);
         assert_eq!(throttle.in_flight(), 0);
     }
 
@@ -1136,21 +1165,21 @@ mod tests {
     #[test]
     fn an_open_request_holds_its_slot_until_a_window_after_it_ends() {
         let s = Duration::from_secs;
-        let t0 = Instant::now();
+        let t0: Tick = 0;
         let mut window = RollingWindow::new(2, MINUTE);
         window.acquire(t0).unwrap();
         window.acquire(t0).unwrap();
         // Both still open: no slot can free before a full window.
-        assert_eq!(window.check(t0 + s(90)), Err(MINUTE));
-        window.release(t0 + s(100));
-        assert_eq!(window.check(t0 + s(130)), Err(s(30)));
-        assert_eq!(window.acquire(t0 + s(160)), Ok(()));
+        assert_eq!(window.check(ticks(s(90))), Err(MINUTE));
+        window.release(ticks(s(100)));
+        assert_eq!(window.check(ticks(s(130))), Err(s(30)));
+        assert_eq!(window.acquire(ticks(s(160))), Ok(()));
         assert_eq!(window.used(), 2);
     }
 
     #[test]
     fn rolling_window_admits_exactly_limit() {
-        let t0 = Instant::now();
+        let t0: Tick = 0;
         let mut window = RollingWindow::new(3, MINUTE);
         for _ in 0..3 {
             assert_eq!(window.try_acquire(t0), Ok(()));
@@ -1161,37 +1190,65 @@ mod tests {
 
     #[test]
     fn rolling_window_reports_exact_wait() {
-        let t0 = Instant::now();
+        let t0: Tick = 0;
         let s = Duration::from_secs;
         let mut window = RollingWindow::new(3, MINUTE);
         for at in [0, 10, 20] {
-            assert_eq!(window.try_acquire(t0 + s(at)), Ok(()));
+            assert_eq!(window.try_acquire(t0 + ticks(s(at))), Ok(()));
         }
-        assert_eq!(window.try_acquire(t0 + s(30)), Err(s(30)));
-        let almost = t0 + MINUTE - Duration::from_millis(1);
+        assert_eq!(window.try_acquire(ticks(s(30))), Err(s(30)));
+        let almost = ticks(MINUTE - Duration::from_millis(1));
         assert_eq!(window.try_acquire(almost), Err(Duration::from_millis(1)));
-        assert_eq!(window.check(t0 + s(59)), Err(s(1)));
+        assert_eq!(window.check(ticks(s(59))), Err(s(1)));
     }
 
     #[test]
     fn rolling_window_frees_slots_as_time_slides() {
-        let t0 = Instant::now();
+        let t0: Tick = 0;
         let s = Duration::from_secs;
         let mut window = RollingWindow::new(3, MINUTE);
         for at in [0, 10, 20] {
-            window.try_acquire(t0 + s(at)).unwrap();
+            window.try_acquire(t0 + ticks(s(at))).unwrap();
         }
         // The first slot frees at exactly t0 + 60 s (half-open window).
-        assert_eq!(window.try_acquire(t0 + s(60)), Ok(()));
-        assert_eq!(window.try_acquire(t0 + s(60)), Err(s(10)));
-        assert_eq!(window.try_acquire(t0 + s(70)), Ok(()));
-        assert_eq!(window.try_acquire(t0 + s(80)), Ok(()));
-        assert_eq!(window.try_acquire(t0 + s(80)), Err(s(40)));
+        assert_eq!(window.try_acquire(ticks(s(60))), Ok(()));
+        assert_eq!(window.try_acquire(ticks(s(60))), Err(s(10)));
+        assert_eq!(window.try_acquire(ticks(s(70))), Ok(()));
+        assert_eq!(window.try_acquire(ticks(s(80))), Ok(()));
+        assert_eq!(window.try_acquire(ticks(s(80))), Err(s(40)));
         // A long pause frees everything.
         for _ in 0..3 {
-            assert_eq!(window.try_acquire(t0 + s(500)), Ok(()));
+            assert_eq!(window.try_acquire(ticks(s(500))), Ok(()));
         }
-        assert_eq!(window.try_acquire(t0 + s(500)), Err(MINUTE));
+        assert_eq!(window.try_acquire(ticks(s(500))), Err(MINUTE));
+    }
+
+    #[test]
+    fn requests_ending_in_one_millisecond_share_a_log_entry() {
+        let mut window = RollingWindow::new(u32::MAX, MINUTE);
+        let us = |n: u64| ticks(Duration::from_micros(n));
+        // 10 000 requests over 5 ms: five entries, every request still counted.
+        for i in 0..10_000 {
+            window.try_acquire(us(1 + i / 2)).unwrap();
+        }
+        assert_eq!(window.used(), 10_000);
+        assert_eq!(window.log.len(), 5);
+        // The first millisecond's 2 000 expire together, a minute after it ends.
+        assert_eq!(window.check(ticks(MINUTE) + us(999)), Ok(()));
+        assert_eq!(window.used(), 10_000);
+        assert_eq!(window.check(ticks(MINUTE) + us(1000)), Ok(()));
+        assert_eq!(window.used(), 8_000);
+    }
+
+    #[test]
+    fn an_expiry_is_rounded_up_to_the_millisecond_never_down() {
+        let mut window = RollingWindow::new(1, MINUTE);
+        let half = ticks(Duration::from_micros(500));
+        window.try_acquire(half).unwrap();
+        // Released at 0.5 ms, it counts until 60.001 s: half a millisecond longer.
+        let at = ticks(MINUTE) + half;
+        assert_eq!(window.check(at), Err(Duration::from_micros(500)));
+        assert_eq!(window.check(at + half), Ok(()));
     }
 
     #[test]
@@ -1201,18 +1258,18 @@ mod tests {
             ..POLICY.clone()
         }));
         let throttle = Throttle::new(unpaced);
-        let window = throttle.per_period.lock();
+        let window = &throttle.per_period.lock().window;
         // burst (8) + u32::MAX - 1 saturates instead of wrapping to 6.
-        assert_eq!(window.limit(), u32::MAX as usize);
+        assert_eq!(window.limit, u32::MAX as usize);
         assert!(window.log.capacity() <= 1024);
     }
 
     #[test]
     fn zero_limit_is_treated_as_one() {
-        let t0 = Instant::now();
+        let t0: Tick = 0;
         let mut window = RollingWindow::new(0, MINUTE);
         assert_eq!(window.try_acquire(t0), Ok(()));
         assert_eq!(window.try_acquire(t0), Err(MINUTE));
-        assert_eq!(window.limit(), 1);
+        assert_eq!(window.limit, 1);
     }
 }
