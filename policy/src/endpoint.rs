@@ -1,6 +1,6 @@
 //! The static descriptor of one route, emitted by the generator.
 
-use crate::index::{BudgetIx, RetryIx, StreamIx, TimeoutIx};
+use crate::index::{BudgetIx, RetryIx, RouteIx, StreamIx, TimeoutIx};
 use crate::policy::Conflict;
 
 /// HTTP method of a route.
@@ -71,4 +71,8 @@ pub struct Endpoint {
     pub stream: Option<StreamIx>,
     /// Largest 2xx body read, in bytes: reading stops there with a typed error.
     pub max_response: usize,
+    /// Its position in its policy's `routes` (checked when a client is
+    /// built): a call's descriptor is one of the policy's own when that
+    /// entry is this very descriptor.
+    pub route: RouteIx,
 }

@@ -1,6 +1,6 @@
 //! Typed positions in a policy's tables. A route names its timeout class,
-//! retry class, budget and stream, a taxonomy row its retry class, escalation
-//! and detail set, each by the index of a table of one kind: a retry index
+//! retry class, budget and stream (and its own place among the routes), a
+//! taxonomy row its retry class, escalation and detail set, each by the index of a table of one kind: a retry index
 //! can never be read as a budget. The generator emits them as named
 //! constants (`policy::timeout::LLM`); a client checks once, when it is
 //! built, that every index of its policy's routes and rows is in range
@@ -8,6 +8,7 @@
 
 use std::ops::Index;
 
+use crate::endpoint::Endpoint;
 use crate::policy::{BudgetPolicy, DetailSet, RetryClass, StreamPolicy, TaxonomyRow, TimeoutClass};
 
 macro_rules! index {
@@ -53,6 +54,12 @@ index!(
 index!(
     /// A stream contract: an index into [`crate::Policy::streams`].
     StreamIx => StreamPolicy
+);
+index!(
+    /// A route: its position in [`crate::Policy::routes`], carried by its
+    /// own descriptor ([`crate::Endpoint::route`]) so that telling a route
+    /// of the policy from a hand-made descriptor compares one entry.
+    RouteIx => &'static Endpoint
 );
 index!(
     /// A taxonomy row: an index into [`crate::Policy::taxonomy`].

@@ -11,6 +11,6 @@ mod scaled;
 pub mod scope;
 
 pub use endpoint::{Endpoint, Lane, Method, ScopeNeed};
-pub use index::{BudgetIx, DetailIx, RetryIx, RowIx, StreamIx, TimeoutIx};
+pub use index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 pub use policy::{OutcomeKind, Policy};
 pub use scope::{Id, IdKind, InvalidId};

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::Endpoint;
-pub use crate::index::{BudgetIx, DetailIx, RetryIx, RowIx, StreamIx, TimeoutIx};
+pub use crate::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 use crate::log::{LogLines, LogNames};
 
 /// The whole policy of one API.
@@ -757,14 +757,17 @@ impl Policy {
     pub fn check_indices(&self) -> Result<(), &'static str> {
         let timeouts = self.timeouts.len();
         let budgets = self.throttle.budgets.len();
-        let routes = self.routes.iter().all(|e| {
-            e.timeout.get() < timeouts
+        let routes = self.routes.iter().enumerate().all(|(i, e)| {
+            e.route.get() == i
+                && e.timeout.get() < timeouts
                 && e.retry.get() < self.retries.len()
                 && e.budget.get() < budgets
                 && e.stream.is_none_or(|s| s.get() < self.streams.len())
         });
         if !routes {
-            return Err("a route's timeout, retry, budget or stream index is outside its table");
+            return Err(
+                "a route is not at its own position, or its timeout, retry, budget or stream index is outside its table",
+            );
         }
         let rows = self.taxonomy.iter().enumerate().all(|(i, r)| {
             r.index.get() == i

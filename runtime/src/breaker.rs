@@ -543,6 +543,7 @@ mod tests {
         pipeline_id: false,
         stream: None,
         max_response: 1024,
+        route: crate::RouteIx::new(0),
     };
 
     static POLICY: BreakerPolicy = BreakerPolicy {

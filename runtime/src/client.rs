@@ -123,6 +123,8 @@ pub(crate) struct Shared {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fleet: Option<Fleet>,
     pub(crate) breaker: SharedBreaker,
+    /// The open breaker's row and copy, for its refusals.
+    pub(crate) circuit_open: crate::pipeline::CircuitOpen,
     pub(crate) memory: Mutex<Memory>,
     pub(crate) metrics: Metrics,
     pub(crate) alerts: Arc<dyn AlertSink>,
@@ -175,7 +177,7 @@ impl Client {
         let alerts = config
             .alerts
             .unwrap_or_else(|| Arc::new(LogAlerts::new(policy.log_lines)));
-        let mut metrics = Metrics::new(&policy.metrics);
+        let mut metrics = Metrics::new(&policy.metrics, policy.routes.len());
         let fleet = fleet(
             policy,
             config.tenant.as_str(),
@@ -195,6 +197,7 @@ impl Client {
                 throttle: Throttle::new(&policy.throttle),
                 fleet,
                 breaker: SharedBreaker::new(Breaker::of(policy.breaker.as_ref())),
+                circuit_open: crate::pipeline::CircuitOpen::of(policy),
                 memory: Mutex::new(Memory::default()),
                 metrics,
                 alerts,

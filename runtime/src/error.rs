@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
@@ -10,9 +11,13 @@ use crate::policy::{OutcomeKind, Replay, RowIx, TaxonomyRow};
 
 /// A failed call, with the taxonomy row that classified it.
 pub struct Error {
-    inner: Box<Inner>,
+    /// Shared only by the open breaker's refusals of one route, which are
+    /// the same error every time ([`Error::shared`]); a builder method on
+    /// a shared one copies it first.
+    inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     kind: OutcomeKind,
     /// `None`: no row of the taxonomy matched (unclassified).
@@ -35,7 +40,7 @@ struct Inner {
     answer_lost: bool,
     /// A stream's opening timed out before its head: something between holds it.
     head_withheld: bool,
-    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 /// The row an error is classified by.
@@ -58,8 +63,9 @@ impl From<OutcomeKind> for Class {
 impl Client {
     /// The one error builder: a failure of `endpoint` classified by `class`,
     /// with the class's German message, marked replayable on a replay route.
-    /// One allocation, the error's box: everything else it starts with is
-    /// static (the open breaker's refusal is built here on every refused call).
+    /// One allocation, the error's `Arc`: everything else it starts with is
+    /// static (the open breaker's refusal of a route is built here once and
+    /// shared after).
     pub(crate) fn error(&self, class: impl Into<Class>, endpoint: &Endpoint) -> Error {
         let policy = self.shared.policy;
         let (kind, row) = match class.into() {
@@ -71,7 +77,7 @@ impl Client {
             None => policy.message("unclassified"),
         };
         Error {
-            inner: Box::new(Inner {
+            inner: Arc::new(Inner {
                 kind,
                 row,
                 api: policy.api,
@@ -101,29 +107,43 @@ impl Client {
 }
 
 impl Error {
+    /// The error itself, to change: copied first if it is shared.
+    fn inner_mut(&mut self) -> &mut Inner {
+        Arc::make_mut(&mut self.inner)
+    }
+
+    /// The same error again without building it: for a refusal that is
+    /// identical every time (the open breaker's of one route).
+    pub(crate) fn shared(&self) -> Error {
+        Error {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
     pub(crate) fn with_status(mut self, status: u16, detail: Option<String>) -> Self {
-        self.inner.status = Some(status);
-        self.inner.detail = detail.map(Cow::Owned);
+        let inner = self.inner_mut();
+        inner.status = Some(status);
+        inner.detail = detail.map(Cow::Owned);
         self
     }
 
     pub(crate) fn with_retry_after(mut self, wait: Duration) -> Self {
-        self.inner.retry_after = Some(wait);
+        self.inner_mut().retry_after = Some(wait);
         self
     }
 
     pub(crate) fn with_request_id(mut self, id: impl Into<String>) -> Self {
-        self.inner.request_id = Some(id.into());
+        self.inner_mut().request_id = Some(id.into());
         self
     }
 
     pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {
-        self.inner.attempts = attempts;
+        self.inner_mut().attempts = attempts;
         self
     }
 
     pub(crate) fn with_message(mut self, message: Option<&'static str>) -> Self {
-        self.inner.message = message;
+        self.inner_mut().message = message;
         self
     }
 
@@ -131,17 +151,18 @@ impl Error {
         mut self,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Self {
-        self.inner.source = Some(source.into());
+        self.inner_mut().source = Some(Arc::from(source.into()));
         self
     }
 
     pub(crate) fn with_detail(mut self, detail: impl Into<Cow<'static, str>>) -> Self {
-        self.inner.detail = Some(detail.into());
+        self.inner_mut().detail = Some(detail.into());
         self
     }
 
     pub(crate) fn with_detail_prefix(mut self, prefix: &str) -> Self {
-        self.inner.detail = Some(match self.inner.detail.take() {
+        let inner = self.inner_mut();
+        inner.detail = Some(match inner.detail.take() {
             Some(d) => Cow::Owned(format!("{prefix}: {d}")),
             None => Cow::Owned(prefix.to_owned()),
         });
@@ -162,10 +183,11 @@ impl Error {
     /// Marks an unknown outcome, with the row's copy for it (check the
     /// current state before trying again) in place of the class's.
     pub(crate) fn with_outcome_unknown(mut self, unknown: bool) -> Self {
-        self.inner.outcome_unknown = unknown;
-        let copy = self.inner.row.and_then(|r| r.unknown_message);
+        let inner = self.inner_mut();
+        inner.outcome_unknown = unknown;
+        let copy = inner.row.and_then(|r| r.unknown_message);
         if let Some(copy) = copy.filter(|_| unknown) {
-            self.inner.message = Some(copy);
+            inner.message = Some(copy);
         }
         self
     }
@@ -188,14 +210,15 @@ impl Error {
     }
 
     pub(crate) fn with_head_withheld(mut self, withheld: bool) -> Self {
-        self.inner.head_withheld = withheld;
+        self.inner_mut().head_withheld = withheld;
         self
     }
 
     pub(crate) fn with_answer_lost(mut self, copy: Option<&'static str>) -> Self {
-        self.inner.answer_lost = true;
+        let inner = self.inner_mut();
+        inner.answer_lost = true;
         if copy.is_some() {
-            self.inner.message = copy;
+            inner.message = copy;
         }
         self
     }

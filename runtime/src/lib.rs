@@ -45,7 +45,7 @@ pub use follow::{JobDone, JobProgress, JobUpdate, StreamEvent};
 pub use refs::{RequestRef, RequestRefs};
 pub use reply::{Created, Progress, Reply};
 pub use sdk_policy::Policy;
-pub use sdk_policy::{Endpoint, Lane, Method, OutcomeKind, ScopeNeed};
+pub use sdk_policy::{Endpoint, Lane, Method, OutcomeKind, RouteIx, ScopeNeed};
 pub use sdk_policy::{Id, IdKind, InvalidId};
 pub use sdk_policy::{endpoint, log, policy, scope};
 pub use turn::{FailedStage, Turn, TurnUpdate};

@@ -31,15 +31,20 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
-    /// The remembered answer a call of `endpoint` must fail fast with, if any.
-    pub fn fail_fast(&mut self, endpoint: &Endpoint, now: Instant) -> Option<Remembered> {
-        // The common case, nothing remembered: no hashing on the call path.
+    /// The remembered answer a call of `endpoint` must fail fast with, if
+    /// any; `now` is read only when one is remembered.
+    pub fn fail_fast(
+        &mut self,
+        endpoint: &Endpoint,
+        now: impl FnOnce() -> Instant,
+    ) -> Option<Remembered> {
+        // The common case, nothing remembered: no hashing and no clock on the call path.
         if self.routes.is_empty() {
             return None;
         }
         let entry = self.routes.get(endpoint.path)?;
         match entry.until {
-            Some(until) if now < until => Some(entry.clone()),
+            Some(until) if now() < until => Some(entry.clone()),
             Some(_) => {
                 self.routes.remove(endpoint.path);
                 None

@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 use crate::alerts::AlertSink;
 #[cfg(feature = "redis")]
 use crate::policy::FleetMetricNames;
-use crate::policy::MetricNames;
+use crate::policy::{MetricNames, RouteIx};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -202,10 +202,14 @@ pub(crate) struct Metrics {
     /// Open addressing over write-once slots: a hit is a few atomic loads,
     /// no lock and no string hashing.
     calls: Box<[OnceLock<CallSeries>]>,
+    /// The counter of calls the open breaker refused at once, by route
+    /// (`Endpoint::route`): a refusal is one atomic add.
+    refusals: Box<[OnceLock<Counter>]>,
 }
 
 impl Metrics {
-    pub fn new(names: &MetricNames) -> Self {
+    /// The metrics `names` names, for a policy of `routes` routes.
+    pub fn new(names: &MetricNames, routes: usize) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<CallLabels, Counter>::default();
         registry.register(
@@ -270,6 +274,7 @@ impl Metrics {
             sse_buffered,
             alerts,
             calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
+            refusals: (0..routes).map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -299,6 +304,24 @@ impl Metrics {
         };
         series.requests.inc();
         series.duration.observe(took.as_secs_f64());
+    }
+
+    /// A call of route `route` the open breaker refused before its attempt
+    /// loop: counted like every call, by its service and class, not retried.
+    /// It sent nothing and ended within the microsecond it began, so it has
+    /// no duration to observe: the histogram holds the calls that ran.
+    pub fn refused(&self, route: RouteIx, service: &'static str, error_class: &'static str) {
+        let series = || {
+            self.requests.get_or_create_owned(&CallLabels {
+                service,
+                error_class,
+                retried: "false",
+            })
+        };
+        match self.refusals.get(route.get()) {
+            Some(slot) => slot.get_or_init(series).inc(),
+            None => series().inc(),
+        };
     }
 
     /// The labelled series of one call, created in the families on first use.
@@ -403,7 +426,7 @@ mod tests {
 
     #[test]
     fn calls_are_counted_per_label_set_whatever_the_string_addresses() {
-        let metrics = Metrics::new(&NAMES);
+        let metrics = Metrics::new(&NAMES, 1);
         let ms = Duration::from_millis(7);
         // The same labels, once from a leaked copy at another address.
         let copy: &'static str = String::from("workspaces").leak();
@@ -435,8 +458,43 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_is_counted_with_the_calls_of_its_class_and_has_no_duration() {
+        let metrics = Metrics::new(&NAMES, 2);
+        let route = RouteIx::new(1);
+        metrics.refused(route, "workspaces", "circuit_open");
+        metrics.refused(route, "workspaces", "circuit_open");
+        // A position outside the cache (a hand-made descriptor) still counts.
+        metrics.refused(RouteIx::new(7), "workspaces", "circuit_open");
+        metrics.call(
+            "workspaces",
+            "circuit_open",
+            false,
+            Duration::from_millis(3),
+        );
+        let text = metrics.encode();
+        assert_eq!(
+            line(
+                &text,
+                r#"api_requests_total{service="workspaces",error_class="circuit_open",retried="false"}"#
+            ),
+            Some(
+                r#"api_requests_total{service="workspaces",error_class="circuit_open",retried="false"} 4"#
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            line(
+                &text,
+                r#"api_request_duration_seconds_count{service="workspaces"}"#
+            ),
+            Some(r#"api_request_duration_seconds_count{service="workspaces"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn raised_alerts_are_counted_by_name() {
-        let metrics = Metrics::new(&NAMES);
+        let metrics = Metrics::new(&NAMES, 1);
         metrics.alert("budget_exhausted");
         metrics.alert("budget_exhausted");
         metrics.alert("contract_drift");
@@ -453,7 +511,7 @@ mod tests {
 
     #[test]
     fn combinations_beyond_the_cache_are_still_counted() {
-        let metrics = Metrics::new(&NAMES);
+        let metrics = Metrics::new(&NAMES, 1);
         let classes: Vec<&'static str> = (0..600)
             .map(|i| format!("class_{i}").leak() as &'static str)
             .collect();

@@ -5,7 +5,7 @@
 //! `http.request.resend_count`), plus the policy's own fields under `sdk.`.
 //! A backend that installs `tracing-opentelemetry` gets a trace per call
 //! with its attempts; without a subscriber that wants them, no field is
-//! computed.
+//! computed: [`recorded`] is asked before a span is built.
 
 use tracing::field::Empty;
 use tracing::{Span, info_span};
@@ -15,8 +15,24 @@ use crate::client::Client;
 use crate::error::Error;
 use crate::policy::TaxonomyRow;
 
+/// Whether anything would record a span at INFO: a `tracing` subscriber
+/// that wants INFO, or, with no subscriber set at all, a `log` logger at
+/// INFO (`tracing`'s `log` bridge, which axum in a build turns on, writes
+/// a disabled span's fields to `log` then). Two loads: without it the
+/// bridge evaluates every field of a span nobody records.
+pub(crate) fn recorded() -> bool {
+    if tracing::dispatcher::has_been_set() {
+        tracing::level_enabled!(tracing::Level::INFO)
+    } else {
+        ::log::max_level() >= ::log::LevelFilter::Info
+    }
+}
+
 /// The span of one call: open until its answer (or its stream's head).
 pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
+    if !recorded() {
+        return Span::none();
+    }
     let e = call.endpoint;
     let policy = client.shared.policy;
     let span = info_span!(
@@ -66,6 +82,9 @@ fn name(name: Option<&'static str>) -> &'static str {
 
 /// The span of attempt `n` (1 for the first), a child of the call's.
 pub(crate) fn attempt(n: u32) -> Span {
+    if !recorded() {
+        return Span::none();
+    }
     info_span!(
         "attempt",
         http.request.resend_count = n.saturating_sub(1),

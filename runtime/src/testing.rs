@@ -30,6 +30,7 @@ pub static JOB_EVENTS: Endpoint = Endpoint {
     path: "/jobs/{job_id}/events",
     stream: Some(PROGRESS),
     idempotent: true,
+    route: RouteIx::new(0),
     ..ROUTE
 };
 
@@ -40,6 +41,7 @@ pub static JOB_STATUS: Endpoint = Endpoint {
     method: Method::Get,
     path: "/jobs/{job_id}",
     idempotent: true,
+    route: RouteIx::new(1),
     ..ROUTE
 };
 
@@ -50,6 +52,7 @@ pub static CHAT_STREAM: Endpoint = Endpoint {
     method: Method::Post,
     path: "/chat/stream",
     stream: Some(CHAT),
+    route: RouteIx::new(2),
     ..ROUTE
 };
 
@@ -70,6 +73,7 @@ const ROUTE: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16 << 20,
+    route: RouteIx::new(0),
 };
 
 /// A tenant name these rules accept.

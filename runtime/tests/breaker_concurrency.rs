@@ -26,6 +26,7 @@ static HEALTH: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 1024,
+    route: sdk_runtime::RouteIx::new(0),
 };
 
 static POLICY: BreakerPolicy = BreakerPolicy {

@@ -23,7 +23,10 @@ pub fn handle_type(service: &Service) -> String {
 
 pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
-    let endpoints = service.routes.iter().map(|r| endpoint(model, service, r));
+    // The routes' positions in `ENDPOINTS`: every route of the services before, in spec order.
+    let first: usize = model.services[..index].iter().map(|s| s.routes.len()).sum();
+    let endpoints =
+        (service.routes.iter().enumerate()).map(|(i, r)| endpoint(model, service, r, first + i));
     let methods = service.routes.iter().map(|r| method(model, r));
     let mut proofs: Vec<&Existence> = model
         .routes()
@@ -93,7 +96,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
 
         use sdk_runtime::policy::Conflict;
         use crate::Error;
-        use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+        use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
         #id_import
 
         #policy_import
@@ -115,7 +118,8 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     }
 }
 
-fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
+/// The descriptor of `r`, at position `route` of the policy's routes.
+fn endpoint(model: &Model, service: &Service, r: &Route, route: usize) -> TokenStream {
     let name = ident(&screaming(&r.name));
     let (svc, op, path) = (&service.name, &r.name, &r.path);
     let method = ident(&camel(&r.method.as_str().to_ascii_lowercase()));
@@ -138,6 +142,7 @@ fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
         _ => quote!(None),
     };
     let text = format!(" `{} {}`", r.method.as_str(), r.path);
+    let route = super::docs::int(route as u64);
     quote! {
         #[doc = #text]
         pub static #name: Endpoint = Endpoint {
@@ -156,6 +161,7 @@ fn endpoint(model: &Model, service: &Service, r: &Route) -> TokenStream {
             pipeline_id: #pipeline,
             stream: #stream,
             max_response: #max_response,
+            route: RouteIx::new(#route),
         };
     }
 }
@@ -372,6 +378,7 @@ fn method(model: &Model, r: &Route) -> TokenStream {
         #docs
         pub async fn #name(&self, #(#args),*) -> Result<#ret, Error> {
             #build
+            self.client.fail_fast(&call)?;
             #finish
         }
     }

@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `GET /core/health`
 pub static HEALTH: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static HEALTH: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(0),
 };
 
 /// `POST /core/v1/analyse`
@@ -44,6 +45,7 @@ pub static ANALYSE: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(1),
 };
 
 /// `POST /core/v1/findings/extract`
@@ -63,6 +65,7 @@ pub static EXTRACT_FINDINGS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(2),
 };
 
 /// Calls of `engine`.
@@ -86,6 +89,7 @@ impl<'c> Engine<'c> {
     /// - Policy: Transport (inferred)
     pub async fn health(&self) -> Result<crate::types::Health, Error> {
         let call = Call::new(&HEALTH);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -102,6 +106,7 @@ impl<'c> Engine<'c> {
         body: &crate::types::AnalyseRequest,
     ) -> Result<crate::types::Analysis, Error> {
         let call = Call::new(&ANALYSE).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -118,6 +123,7 @@ impl<'c> Engine<'c> {
         body: &crate::types::ExtractRequest,
     ) -> Result<crate::types::Findings, Error> {
         let call = Call::new(&EXTRACT_FINDINGS).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `GET /platform/v1/sessions/{session_id}`
 pub static GET_SESSION: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static GET_SESSION: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(3),
 };
 
 /// `GET /platform/v1/sessions/{session_id}/findings`
@@ -44,6 +45,7 @@ pub static LIST_FINDINGS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(4),
 };
 
 /// `POST /platform/v1/sessions/{session_id}/accept`
@@ -63,6 +65,7 @@ pub static ACCEPT: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(5),
 };
 
 /// `POST /platform/v1/sessions/{session_id}/reject`
@@ -82,6 +85,7 @@ pub static REJECT: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(6),
 };
 
 /// `POST /platform/v1/sessions/{session_id}/advance`
@@ -101,6 +105,7 @@ pub static ADVANCE: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(7),
 };
 
 /// `POST /platform/v1/sessions/{session_id}/discuss`
@@ -120,6 +125,7 @@ pub static DISCUSS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(8),
 };
 
 /// Calls of `sessions`.
@@ -146,6 +152,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&GET_SESSION).path(session_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -162,6 +169,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
     ) -> Result<Vec<crate::types::SessionFinding>, Error> {
         let call = Call::new(&LIST_FINDINGS).path(session_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -180,6 +188,7 @@ impl<'c> Sessions<'c> {
         body: &crate::types::Decision,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&ACCEPT).path(session_id.as_str()).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -198,6 +207,7 @@ impl<'c> Sessions<'c> {
         body: &crate::types::Decision,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&REJECT).path(session_id.as_str()).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -215,6 +225,7 @@ impl<'c> Sessions<'c> {
         session_id: &crate::ids::SessionId,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&ADVANCE).path(session_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -233,6 +244,7 @@ impl<'c> Sessions<'c> {
         body: &crate::types::Discussion,
     ) -> Result<crate::types::Session, Error> {
         let call = Call::new(&DISCUSS).path(session_id.as_str()).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `POST /ai-gateway/api/v1/retrieval/collections/{kb}/search/rerank`
 pub static SEARCH_RERANK: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static SEARCH_RERANK: Endpoint = Endpoint {
     pipeline_id: true,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(0),
 };
 
 /// `POST /ai-gateway/api/v1/llm/completions`
@@ -44,6 +45,7 @@ pub static COMPLETE: Endpoint = Endpoint {
     pipeline_id: true,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(1),
 };
 
 /// Calls of `ai-gateway`.
@@ -72,6 +74,7 @@ impl<'c> AiGateway<'c> {
         body: &crate::types::SearchRequest,
     ) -> Result<crate::types::SearchResults, Error> {
         let call = Call::new(&SEARCH_RERANK).path(kb.as_str()).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -90,6 +93,7 @@ impl<'c> AiGateway<'c> {
         body: &crate::types::CompletionRequest,
     ) -> Result<crate::types::Completion, Error> {
         let call = Call::new(&COMPLETE).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

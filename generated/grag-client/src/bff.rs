@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, stream, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `GET /next/api/orchestrator/events/{job_id}`
 pub static ORCHESTRATOR_EVENTS: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static ORCHESTRATOR_EVENTS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: Some(stream::ORCHESTRATOR),
     max_response: 16777216,
+    route: RouteIx::new(2),
 };
 
 /// `GET /next/api/pipeline/status/{job_id}`
@@ -44,6 +45,7 @@ pub static PIPELINE_STATUS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(3),
 };
 
 /// `POST /next/api/chat/stream`
@@ -63,6 +65,7 @@ pub static CHAT_STREAM: Endpoint = Endpoint {
     pipeline_id: false,
     stream: Some(stream::CHAT),
     max_response: 16777216,
+    route: RouteIx::new(4),
 };
 
 /// `GET /next/api/agents/sessions/{session_id}/stream`
@@ -82,6 +85,7 @@ pub static AGENT_SESSION_STREAM: Endpoint = Endpoint {
     pipeline_id: false,
     stream: Some(stream::AGENT),
     max_response: 16777216,
+    route: RouteIx::new(5),
 };
 
 /// Calls of `bff`.
@@ -124,6 +128,7 @@ impl<'c> Bff<'c> {
         job_id: &crate::ids::JobId,
     ) -> Result<crate::types::JobStatus, Error> {
         let call = Call::new(&PIPELINE_STATUS).path(job_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -153,6 +158,7 @@ impl<'c> Bff<'c> {
         }
 
         let call = Call::new(&CHAT_STREAM).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.turn(self.client.open_stream(call).await?))
     }
 
@@ -169,6 +175,7 @@ impl<'c> Bff<'c> {
         session_id: &crate::ids::SessionId,
     ) -> Result<sdk_runtime::Turn<crate::types::AgentEvent>, Error> {
         let call = Call::new(&AGENT_SESSION_STREAM).path(session_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.turn(self.client.open_stream(call).await?))
     }
 }

@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `POST /docfold/api/v1/convert`
 pub static CONVERT: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static CONVERT: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(6),
 };
 
 /// `GET /docfold/api/v1/documents/{document_id}/conversion`
@@ -44,6 +45,7 @@ pub static CONVERSION_OF: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(7),
 };
 
 /// `GET /docfold/api/v1/convert/{conversion_id}/result`
@@ -63,6 +65,7 @@ pub static RESULT: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(8),
 };
 
 /// Calls of `docfold`.
@@ -91,6 +94,7 @@ impl<'c> Docfold<'c> {
         body: &crate::types::ConvertRequest,
     ) -> Result<crate::types::ConversionJob, Error> {
         let call = Call::new(&CONVERT).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -107,6 +111,7 @@ impl<'c> Docfold<'c> {
         document_id: &crate::ids::DocumentId,
     ) -> Result<crate::types::ConversionJob, Error> {
         let call = Call::new(&CONVERSION_OF).path(document_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -124,6 +129,7 @@ impl<'c> Docfold<'c> {
         conversion_id: &crate::ids::ConversionId,
     ) -> Result<sdk_runtime::Progress<crate::types::ConversionResult>, Error> {
         let call = Call::new(&RESULT).path(conversion_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.progress()?)
     }
 }

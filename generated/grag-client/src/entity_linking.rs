@@ -7,7 +7,7 @@ use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::Id;
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `POST /entity-linking/api/v1/link`
 pub static LINK: Endpoint = Endpoint {
@@ -26,6 +26,7 @@ pub static LINK: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(9),
 };
 
 /// Calls of `entity-linking`, bound to one workspace: every request carries `X-Workspace-ID` (policy §3.2).
@@ -53,6 +54,7 @@ impl<'c> EntityLinking<'c> {
         body: &crate::types::LinkRequest,
     ) -> Result<Vec<crate::types::EntityLink>, Error> {
         let call = Call::new(&LINK).workspace(self.workspace).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

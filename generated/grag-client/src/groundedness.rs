@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `POST /groundedness/api/v1/score`
 pub static SCORE: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static SCORE: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(10),
 };
 
 /// Calls of `groundedness`.
@@ -51,6 +52,7 @@ impl<'c> Groundedness<'c> {
         body: &crate::types::ScoreRequest,
     ) -> Result<crate::types::Score, Error> {
         let call = Call::new(&SCORE).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

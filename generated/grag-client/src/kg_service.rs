@@ -7,7 +7,7 @@ use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::Id;
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `PUT /kg-service/api/v1/entities/{entity_id}`
 pub static UPSERT_ENTITY: Endpoint = Endpoint {
@@ -26,6 +26,7 @@ pub static UPSERT_ENTITY: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(11),
 };
 
 /// `GET /kg-service/api/v1/entities/{entity_id}`
@@ -45,6 +46,7 @@ pub static GET_ENTITY: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(12),
 };
 
 /// `PUT /kg-service/api/v1/edges/{edge_id}`
@@ -64,6 +66,7 @@ pub static UPSERT_EDGE: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(13),
 };
 
 /// `GET /kg-service/api/v1/entities/{entity_id}/edges`
@@ -83,6 +86,7 @@ pub static LIST_EDGES: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(14),
 };
 
 /// Calls of `kg-service`, bound to one workspace: every request carries `X-Workspace-ID` (policy §3.2).
@@ -115,6 +119,7 @@ impl<'c> Kg<'c> {
             .workspace(self.workspace)
             .path(entity_id.as_str())
             .json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -133,6 +138,7 @@ impl<'c> Kg<'c> {
         let call = Call::new(&GET_ENTITY)
             .workspace(self.workspace)
             .path(entity_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -154,6 +160,7 @@ impl<'c> Kg<'c> {
             .workspace(self.workspace)
             .path(edge_id.as_str())
             .json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -172,6 +179,7 @@ impl<'c> Kg<'c> {
         let call = Call::new(&LIST_EDGES)
             .workspace(self.workspace)
             .path(entity_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `GET /ledger/api/v1/ledger/totals`
 pub static TOTALS: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static TOTALS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(15),
 };
 
 /// `GET /ledger/api/v1/ledger/spend`
@@ -44,6 +45,7 @@ pub static SPEND: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(16),
 };
 
 /// Calls of `ledger`.
@@ -70,6 +72,7 @@ impl<'c> Ledger<'c> {
         pipeline_id: &crate::ids::PipelineId,
     ) -> Result<crate::types::LedgerTotals, Error> {
         let call = Call::new(&TOTALS).query("pipeline_id", pipeline_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -86,6 +89,7 @@ impl<'c> Ledger<'c> {
         group_by: &crate::types::SpendGrouping,
     ) -> Result<crate::types::Spend, Error> {
         let call = Call::new(&SPEND).query("group_by", group_by);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

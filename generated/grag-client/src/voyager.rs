@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `PUT /voyager/api/v1/collections/{kb}/points`
 pub static UPSERT_POINTS: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static UPSERT_POINTS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(17),
 };
 
 /// Calls of `voyager`.
@@ -53,6 +54,7 @@ impl<'c> Voyager<'c> {
         body: &crate::types::UpsertPoints,
     ) -> Result<crate::types::UpsertResult, Error> {
         let call = Call::new(&UPSERT_POINTS).path(kb.as_str()).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 }

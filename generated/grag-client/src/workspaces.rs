@@ -6,7 +6,7 @@
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
 use sdk_runtime::policy::Conflict;
-use sdk_runtime::{Call, Client, Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
 /// `GET /workspaces/health`
 pub static HEALTH: Endpoint = Endpoint {
@@ -25,6 +25,7 @@ pub static HEALTH: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(18),
 };
 
 /// `GET /workspaces/api/v1/kbs`
@@ -44,6 +45,7 @@ pub static LIST_KBS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(19),
 };
 
 /// `POST /workspaces/api/v1/kbs`
@@ -63,6 +65,7 @@ pub static CREATE_KB: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(20),
 };
 
 /// `GET /workspaces/api/v1/kbs/{kb}/documents`
@@ -82,6 +85,7 @@ pub static LIST_DOCUMENTS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(21),
 };
 
 /// `POST /workspaces/api/v1/kbs/{kb}/documents`
@@ -101,6 +105,7 @@ pub static UPLOAD_DOCUMENT: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(22),
 };
 
 /// `POST /workspaces/api/v1/conversations`
@@ -120,6 +125,7 @@ pub static CREATE_CONVERSATION: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(23),
 };
 
 /// `GET /workspaces/api/v1/conversations/{conversation_id}/messages`
@@ -139,6 +145,7 @@ pub static CONVERSATION_MESSAGES: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(24),
 };
 
 /// `GET /workspaces/api/v1/settings`
@@ -158,6 +165,7 @@ pub static GET_SETTINGS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(25),
 };
 
 /// `PUT /workspaces/api/v1/settings`
@@ -177,6 +185,7 @@ pub static PUT_SETTINGS: Endpoint = Endpoint {
     pipeline_id: false,
     stream: None,
     max_response: 16777216,
+    route: RouteIx::new(26),
 };
 
 /// Calls of `workspaces`.
@@ -200,6 +209,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §5.2
     pub async fn health(&self) -> Result<crate::types::Health, Error> {
         let call = Call::new(&HEALTH);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -213,6 +223,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §1, §5.2
     pub async fn list_kbs(&self) -> Result<Vec<crate::types::Kb>, Error> {
         let call = Call::new(&LIST_KBS);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -231,6 +242,7 @@ impl<'c> Workspaces<'c> {
         body: &crate::types::CreateKb,
     ) -> Result<sdk_runtime::Created<crate::types::Kb>, Error> {
         let call = Call::new(&CREATE_KB).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.created()?)
     }
 
@@ -247,6 +259,7 @@ impl<'c> Workspaces<'c> {
         kb: &crate::ids::KbId,
     ) -> Result<Vec<crate::types::Document>, Error> {
         let call = Call::new(&LIST_DOCUMENTS).path(kb.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -266,6 +279,7 @@ impl<'c> Workspaces<'c> {
         body: &crate::types::UploadDocument,
     ) -> Result<sdk_runtime::Created<crate::types::Document>, Error> {
         let call = Call::new(&UPLOAD_DOCUMENT).path(kb.as_str()).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.created()?)
     }
 
@@ -283,6 +297,7 @@ impl<'c> Workspaces<'c> {
         body: &crate::types::CreateConversation,
     ) -> Result<sdk_runtime::Created<crate::types::Conversation>, Error> {
         let call = Call::new(&CREATE_CONVERSATION).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.created()?)
     }
 
@@ -299,6 +314,7 @@ impl<'c> Workspaces<'c> {
         conversation_id: &crate::ids::ConversationId,
     ) -> Result<Vec<crate::types::ChatMessage>, Error> {
         let call = Call::new(&CONVERSATION_MESSAGES).path(conversation_id.as_str());
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -312,6 +328,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §3 (inferred)
     pub async fn get_settings(&self) -> Result<serde_json::Value, Error> {
         let call = Call::new(&GET_SETTINGS);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 
@@ -325,6 +342,7 @@ impl<'c> Workspaces<'c> {
     /// - Policy: §3 (inferred)
     pub async fn put_settings(&self, body: &serde_json::Value) -> Result<serde_json::Value, Error> {
         let call = Call::new(&PUT_SETTINGS).json(body);
+        self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
 

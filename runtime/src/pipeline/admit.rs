@@ -3,6 +3,7 @@
 //! attempt: the breaker, the path, the budgets, the throttle and the fleet.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use super::Run;
 use crate::breaker::{Admission, CircuitState, Generation};
@@ -11,7 +12,7 @@ use crate::client::Client;
 use crate::endpoint::{Endpoint, ScopeNeed};
 use crate::error::{Class, Error};
 use crate::memory::Remembered;
-use crate::policy::{BudgetIx, OutcomeKind, StateTrigger};
+use crate::policy::{BudgetIx, OutcomeKind, Policy, StateTrigger, TaxonomyRow};
 use crate::scope::IdKind;
 use crate::throttle::Permit;
 
@@ -27,13 +28,15 @@ impl Client {
     /// Refuses a call whose scope does not fit its route, before a byte is
     /// sent (T22): a descriptor that is not one of the policy's own routes
     /// (§3.4: a hand-made one could drop the tenant and the key; the
-    /// client checked the indices of its own when it was built), a missing
+    /// client checked the indices of its own when it was built, so the
+    /// entry at the descriptor's own position is the one to compare), a missing
     /// workspace, an ID of another kind as the workspace, a workspace on a
     /// route that takes none. Path values are checked when the path is rendered.
     pub(super) fn check_scope(&self, call: &Call<'_>) -> Result<(), Error> {
         let endpoint = call.endpoint;
         let policy = self.shared.policy;
-        let reason = if !policy.routes.iter().any(|r| std::ptr::eq(*r, endpoint)) {
+        let own = policy.routes.get(endpoint.route.get());
+        let reason = if !own.is_some_and(|r| std::ptr::eq(*r, endpoint)) {
             format!(
                 "{} is not a route of the {} policy: only its generated route table is sent",
                 endpoint.path, policy.api
@@ -69,7 +72,7 @@ impl Client {
             self.finish_row(row, &error, endpoint, None, Some(reason.clone()), false);
             return Some(error);
         }
-        let remembered = self.memory().fail_fast(endpoint, run.started)?;
+        let remembered = self.memory().fail_fast(endpoint, || run.started)?;
         Some(self.remembered(remembered, endpoint))
     }
 
@@ -87,11 +90,25 @@ impl Client {
     /// word, not its lock. `None` for everything else: a call the scope
     /// check, its body or a remembered answer refuses first goes the long way.
     /// Called before the attempt loop's future is even built: a refusal
-    /// moves nothing but the error. The call's span is made and closed here.
+    /// moves nothing but the error, which is the route's shared one. The
+    /// call's span is made and closed here, when anything records it.
     pub(super) fn refused_at_once(&self, call: &Call<'_>) -> Option<Error> {
         let error = self.refused_while_open(call)?;
-        crate::spans::failed(&crate::spans::call(self, call), &error);
+        if crate::spans::recorded() {
+            crate::spans::failed(&crate::spans::call(self, call), &error);
+        }
         Some(error)
+    }
+
+    /// `Err` with the open breaker's refusal when [`Client::send`] would
+    /// refuse `call` at once (the same decision). A generated method asks
+    /// before it builds the send future, so a refusal moves nothing but the
+    /// error; `send` asks again for a call that did not.
+    pub fn fail_fast(&self, call: &Call<'_>) -> Result<(), Error> {
+        match self.refused_at_once(call) {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
     }
 
     fn refused_while_open(&self, call: &Call<'_>) -> Option<Error> {
@@ -103,12 +120,19 @@ impl Client {
         {
             return None;
         }
-        let started = tokio::time::Instant::now();
-        if self.memory().fail_fast(call.endpoint, started).is_some() {
+        if (self.memory())
+            .fail_fast(call.endpoint, tokio::time::Instant::now)
+            .is_some()
+        {
             return None;
         }
-        let error = self.circuit_open(call.endpoint);
-        self.count_call(call.endpoint, error.class_name(), false, started);
+        let e = call.endpoint;
+        // The scope check found `e` at its own position: its slot is its own.
+        let error = match self.shared.circuit_open.refusals.get(e.route.get()) {
+            Some(slot) => slot.get_or_init(|| self.circuit_open(e)).shared(),
+            None => self.circuit_open(e),
+        };
+        (self.shared.metrics).refused(e.route, e.service, error.class_name());
         Some(error)
     }
 
@@ -181,19 +205,64 @@ impl Client {
     /// The refusal of an open breaker (T21), with the German text of the
     /// breaker-open feature state.
     pub(super) fn circuit_open(&self, endpoint: &Endpoint) -> Error {
-        let copy = self
-            .shared
-            .policy
-            .states
-            .iter()
-            .find(|s| s.when == StateTrigger::BreakerOpen)
-            .and_then(|s| s.copy);
+        let CircuitOpen { row, copy, .. } = self.shared.circuit_open;
         let error = self
-            .error(OutcomeKind::CircuitOpen, endpoint)
+            .error(Class::Judged(OutcomeKind::CircuitOpen, row), endpoint)
             .with_detail("the origin breaker is open: failing fast without sending");
         match copy {
             Some(copy) => error.with_message(Some(copy)),
             None => error,
         }
+    }
+}
+
+/// The open breaker's refusal as the policy words it, looked up once per
+/// client: its row (T21) and the breaker-open feature state's copy, and
+/// the refusal of each route, built at its first and shared after: a call
+/// refused at once is the same error every time.
+pub(crate) struct CircuitOpen {
+    row: Option<&'static TaxonomyRow>,
+    copy: Option<&'static str>,
+    refusals: Box<[OnceLock<Error>]>,
+}
+
+impl CircuitOpen {
+    pub(crate) fn of(policy: &'static Policy) -> Self {
+        let row = (policy.taxonomy.iter()).find(|r| r.matches.outcome == OutcomeKind::CircuitOpen);
+        let state = (policy.states.iter()).find(|s| s.when == StateTrigger::BreakerOpen);
+        CircuitOpen {
+            row,
+            copy: state.and_then(|s| s.copy),
+            refusals: policy.routes.iter().map(|_| OnceLock::new()).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{JOB_EVENTS, JOB_STATUS, POLICY, TENANT};
+    use crate::{Client, ClientConfig, ConfigError, Id, IdKind, Policy};
+
+    fn build(policy: &'static Policy) -> Result<Client, ConfigError> {
+        let tenant = Id::parse(&policy.ids, IdKind::Tenant, TENANT).unwrap();
+        Client::new(
+            policy,
+            ClientConfig::new("http://127.0.0.1:9", "key", tenant),
+        )
+    }
+
+    #[test]
+    fn a_route_table_whose_routes_are_not_at_their_own_positions_is_refused() {
+        assert!(build(&POLICY).is_ok());
+        // The scope check reads a descriptor's entry by its own position:
+        // a table in another order would refuse its own routes.
+        let swapped: &'static Policy = Box::leak(Box::new(Policy {
+            routes: Box::leak(Box::new([&JOB_STATUS, &JOB_EVENTS])),
+            ..POLICY.clone()
+        }));
+        assert!(
+            matches!(build(swapped), Err(ConfigError::Policy(what)) if what.contains("own position")),
+            "accepted"
+        );
     }
 }

@@ -15,6 +15,7 @@ mod judge;
 
 use tokio::time::Instant;
 
+pub(crate) use admit::CircuitOpen;
 pub(crate) use attempt::{Attempt, Limits, Wire, perform};
 pub(crate) use detail::operator_view;
 
