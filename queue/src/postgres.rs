@@ -11,7 +11,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
-use crate::row::{COLUMNS, Columns, RawRow, encode_error, expiry_ms, to_ms};
+use crate::row::{
+    COLUMNS, Columns, RawRow, encode_error, expiry_ms, inserted, payload_text, to_ms,
+};
 use crate::{Claim, Finish, Job, JobState, JobStore, NewJob, StoreError};
 
 /// Eligible to claim at `$3` (now, ms): see [`JobStore`].
@@ -49,11 +51,11 @@ impl Sql {
         Sql {
             insert: format!(
                 "INSERT INTO {t} (key, kind, payload, state, attempts, progress, created_at, updated_at) \
-                 VALUES ($1, $2, $3, 'pending', 0, 'null', $4, $4) ON CONFLICT (key) DO NOTHING RETURNING {COLUMNS}"
+                 VALUES ($1, $2, $3, 'pending', 0, 'null', $4, $4) ON CONFLICT (key) DO NOTHING RETURNING seq"
             ),
             select: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
             claim: format!(
-                "UPDATE {t} SET {claimed} WHERE seq IN (SELECT seq FROM {t} WHERE kind = ANY($4) AND {ELIGIBLE} \
+                "UPDATE {t} SET {claimed} WHERE seq IN (SELECT seq FROM {t} WHERE live AND kind = ANY($4) AND {ELIGIBLE} \
                  ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}"
             ),
             claim_key: format!(
@@ -88,6 +90,11 @@ impl Sql {
     }
 }
 
+/// The table, and the one index a claim needs beside the keys: `seq` of the jobs still live
+/// (pending, in flight or waiting to replay), through a stored column that stays `true` while a
+/// claim takes a job and a replay puts it back. No index holds `state` itself, so those updates
+/// are HOT (PostgreSQL rewrites no index entry): only ending a job done or failed touches an index.
+/// A table made with the earlier `(state, seq)` index gains the column and loses that index.
 fn schema_ddl(schema: &str) -> String {
     format!(
         "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
@@ -106,7 +113,10 @@ fn schema_ddl(schema: &str) -> String {
              created_at  BIGINT NOT NULL,
              updated_at  BIGINT NOT NULL
          );
-         CREATE INDEX IF NOT EXISTS jobs_state_seq ON \"{schema}\".jobs (state, seq);"
+         ALTER TABLE \"{schema}\".jobs ADD COLUMN IF NOT EXISTS live BOOLEAN
+             GENERATED ALWAYS AS (state IN ('pending', 'pending_replay', 'in_flight')) STORED;
+         CREATE INDEX IF NOT EXISTS jobs_live_seq ON \"{schema}\".jobs (seq) WHERE live;
+         DROP INDEX IF EXISTS \"{schema}\".jobs_state_seq;"
     )
 }
 
@@ -288,26 +298,26 @@ fn to_i64(n: usize) -> i64 {
 #[async_trait::async_trait]
 impl JobStore for PgStore {
     async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError> {
-        let (payload, now) = (job.payload.to_string(), to_ms(now));
-        let inserted = self
-            .query(
-                "submit",
-                &self.sql.insert,
-                &[&job.key, &job.kind, &payload, &now],
-            )
-            .await?;
-        // An existing key inserts nothing: the stored job is the answer.
-        match inserted.into_iter().next() {
-            Some(job) => Ok(job),
-            None => self
-                .get(&job.key)
-                .await?
-                .ok_or_else(|| StoreError::Corrupt {
-                    key: job.key.clone(),
-                    field: "key",
-                    reason: "refused as a duplicate, yet absent".into(),
-                }),
+        let db = |e| StoreError::database("submit", e);
+        let (payload, now) = (payload_text(&job)?, to_ms(now));
+        let client = self.client("submit").await?;
+        let stmt = client.prepare_cached(&self.sql.insert).await.map_err(db)?;
+        let row = client
+            .query_opt(&stmt, &[&job.key, &job.kind, &payload, &now])
+            .await
+            .map_err(db)?;
+        drop(client);
+        if let Some(row) = row {
+            return Ok(inserted(row.try_get(0).map_err(db)?, job, now));
         }
+        // An existing key inserts nothing: the stored job is the answer.
+        self.get(&job.key)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt {
+                key: job.key.clone(),
+                field: "key",
+                reason: "refused as a duplicate, yet absent".into(),
+            })
     }
 
     async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Job>, StoreError> {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Job, JobError, JobState, Lease, StoreError};
+use crate::{Job, JobError, JobState, Lease, NewJob, StoreError};
 
 /// The columns every `SELECT` and `RETURNING` lists, in [`RawRow`] order.
 pub(crate) const COLUMNS: &str = "key, seq, kind, payload, state, attempts, progress, last_error, \
@@ -130,6 +130,51 @@ impl RawRow {
             updated_at: time("updated_at", self.updated_at)?,
             key,
         })
+    }
+}
+
+/// The stored text of a new job's payload. A value nested deeper than the JSON reader
+/// accepts would be stored yet never read back, so it is refused (`Corrupt`, field
+/// `payload`) before anything is written.
+pub(crate) fn payload_text(job: &NewJob) -> Result<String, StoreError> {
+    let text = job.payload.to_string();
+    if nested_deeper_than(&job.payload, 64) {
+        serde_json::from_str::<serde_json::Value>(&text).map_err(|e| StoreError::Corrupt {
+            key: clip(&job.key, 128).to_owned(),
+            field: "payload",
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(text)
+}
+
+/// Whether `v` has arrays or objects nested more than `levels` deep (walks at most that far).
+fn nested_deeper_than(v: &serde_json::Value, levels: usize) -> bool {
+    let deeper = |c: &serde_json::Value| nested_deeper_than(c, levels - 1);
+    match v {
+        serde_json::Value::Array(a) => levels == 0 || a.iter().any(deeper),
+        serde_json::Value::Object(o) => levels == 0 || o.values().any(deeper),
+        _ => false,
+    }
+}
+
+/// The job a submit just inserted, from what it wrote and the `seq` the database gave it:
+/// the job a `get` would read back, without reading and decoding it again.
+pub(crate) fn inserted(seq: i64, job: NewJob, now_ms: i64) -> Job {
+    let at = from_ms(now_ms).unwrap_or(UNIX_EPOCH);
+    Job {
+        key: job.key,
+        seq,
+        kind: job.kind,
+        payload: job.payload,
+        state: JobState::Pending,
+        attempts: 0,
+        progress: serde_json::Value::Null,
+        last_error: None,
+        not_before: None,
+        lease: None,
+        created_at: at,
+        updated_at: at,
     }
 }
 
@@ -318,6 +363,53 @@ mod tests {
             }),
             "payload"
         );
+    }
+
+    #[test]
+    fn a_payload_too_deep_to_read_back_is_refused_before_it_is_stored() {
+        let nested = |depth: usize| NewJob {
+            key: "k".into(),
+            kind: "ingest".into(),
+            payload: serde_json::from_str(&format!("{}{}", "[".repeat(depth), "]".repeat(depth)))
+                .unwrap(),
+        };
+        for depth in [1, 64, 65, 127] {
+            let text = payload_text(&nested(depth)).unwrap();
+            assert_eq!(
+                serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+                nested(depth).payload
+            );
+        }
+        let mut deep = serde_json::Value::Null;
+        for _ in 0..200 {
+            deep = serde_json::json!({ "a": [deep] });
+        }
+        let job = NewJob {
+            payload: deep,
+            ..nested(1)
+        };
+        assert!(matches!(
+            payload_text(&job),
+            Err(StoreError::Corrupt {
+                field: "payload",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn an_inserted_job_is_the_row_a_get_decodes() {
+        let job = NewJob {
+            key: "k".into(),
+            kind: "upload".into(),
+            payload: serde_json::json!({ "doc": "d-1" }),
+        };
+        let read = RawRow {
+            created_at: 1_000,
+            updated_at: 1_000,
+            ..raw()
+        };
+        assert_eq!(inserted(1, job, 1_000), read.decode().unwrap());
     }
 
     #[test]

@@ -7,8 +7,11 @@ use std::time::{Duration, SystemTime};
 use rusqlite::limits::Limit;
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use tokio::runtime::RuntimeFlavor;
 
-use crate::row::{COLUMNS, Columns, RawRow, encode_error, expiry_ms, to_ms};
+use crate::row::{
+    COLUMNS, Columns, RawRow, encode_error, expiry_ms, inserted, payload_text, to_ms,
+};
 use crate::{
     Claim, Finish, Job, JobState, JobStore, LockRetry, NewJob, StoreError, lock_retry_delay,
 };
@@ -61,12 +64,13 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| Sql {
     list: format!("SELECT {COLUMNS} FROM jobs WHERE state = ?1 ORDER BY seq LIMIT ?2"),
 });
 
-/// A job store in one SQLite file. Every operation runs on a blocking thread, one at a time on
-/// the store's connection; several stores (or processes) may share the file.
+/// A job store in one SQLite file. Operations run one at a time on the store's connection, never
+/// on an async worker (see `off_worker`); several stores (or processes) may share the file.
 ///
-/// A blocking task, not a thread of the store's own with a channel: tokio counts a blocking task
-/// as work in progress, so under paused time (the tests) the clock does not jump ahead while an
-/// operation runs; it would while the runtime only awaited a channel.
+/// Not a thread of the store's own fed by a channel: an operation would still wait for that
+/// thread to be scheduled and for its answer to wake the caller, two wake-ups as with a blocking
+/// task, and under paused time (the tests) the clock would jump ahead while the runtime only
+/// awaited the channel.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -149,7 +153,7 @@ impl SqliteStore {
         })
     }
 
-    /// Runs `work` on a blocking thread, again after the rule's delay while the database is locked.
+    /// Runs `work` off the async workers, again after the rule's delay while the database is locked.
     async fn run<T, F>(&self, op: &'static str, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -158,13 +162,7 @@ impl SqliteStore {
         let work = Arc::new(work);
         let mut attempt = 1;
         loop {
-            let (inner, work) = (self.inner.clone(), work.clone());
-            let outcome = tokio::task::spawn_blocking(move || {
-                let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
-                work(&mut conn)
-            })
-            .await
-            .map_err(|e| StoreError::database(op, e))?;
+            let outcome = self.off_worker(op, &work).await?;
             let error = match outcome {
                 Ok(value) => return Ok(value),
                 Err(Fail::Store(e)) => return Err(e),
@@ -188,6 +186,39 @@ impl SqliteStore {
                 None => return Err(StoreError::database(op, error)),
             }
         }
+    }
+}
+
+impl SqliteStore {
+    /// Runs `work` once on the store's connection where it does not block an async worker. On a
+    /// multi-thread runtime in place: `block_in_place` first hands this worker's other tasks to
+    /// another thread (without waiting for it), so an operation costs no thread hop. A
+    /// current-thread runtime refuses that (it has no other thread), so there it runs on a
+    /// blocking thread; tokio counts that as work in progress, so under paused time (the tests)
+    /// the clock does not jump ahead while an operation runs.
+    async fn off_worker<T, F>(
+        &self,
+        op: &'static str,
+        work: &Arc<F>,
+    ) -> Result<Result<T, Fail>, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> Result<T, Fail> + Send + Sync + 'static,
+    {
+        let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+        if matches!(flavor, Ok(RuntimeFlavor::MultiThread) | Err(_)) {
+            return Ok(tokio::task::block_in_place(|| work(&mut self.inner.conn())));
+        }
+        let (inner, work) = (self.inner.clone(), work.clone());
+        tokio::task::spawn_blocking(move || work(&mut inner.conn()))
+            .await
+            .map_err(|e| StoreError::database(op, e))
+    }
+}
+
+impl Inner {
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -264,29 +295,40 @@ fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn payload_text(v: &serde_json::Value) -> String {
-    v.to_string()
-}
-
 #[async_trait::async_trait]
 impl JobStore for SqliteStore {
     async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError> {
-        let payload = payload_text(&job.payload);
-        self.run("submit", move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.prepare_cached(
-                "INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, 'pending', 0, 'null', ?4, ?4) ON CONFLICT (key) DO NOTHING",
-            )?
-            .execute(params![job.key, job.kind, payload, to_ms(now)])?;
-            let stored = {
-                let mut stmt = tx.prepare_cached(&SQL.select)?;
-                jobs(&mut stmt, [&job.key])?.pop()
-            };
-            tx.commit()?;
-            stored.ok_or_else(|| StoreError::database("submit", rusqlite::Error::QueryReturnedNoRows).into())
-        })
-        .await
+        let (payload, now) = (payload_text(&job)?, to_ms(now));
+        let (key, kind) = (job.key.clone(), job.kind.clone());
+        let known = self
+            .run("submit", move |conn| {
+                // One statement is one transaction: a new key gets its seq back, a known key
+                // nothing, and then the stored job is the answer.
+                let mut insert = conn.prepare_cached(
+                    "INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at) \
+                     VALUES (?1, ?2, ?3, 'pending', 0, 'null', ?4, ?4) ON CONFLICT (key) DO NOTHING RETURNING seq",
+                )?;
+                let mut rows = insert.query(params![key, kind, payload, now])?;
+                let seq: Option<i64> = rows.next()?.map(|r| r.get(0)).transpose()?;
+                // The statement's last step commits: a failure there is this submit's.
+                while rows.next()?.is_some() {}
+                drop(rows);
+                let Some(seq) = seq else {
+                    let mut stmt = conn.prepare_cached(&SQL.select)?;
+                    return Ok(Err(jobs(&mut stmt, [&key])?.pop()));
+                };
+                Ok(Ok(seq))
+            })
+            .await?;
+        match known {
+            Ok(seq) => Ok(inserted(seq, job, now)),
+            Err(Some(stored)) => Ok(stored),
+            Err(None) => Err(StoreError::Corrupt {
+                key: job.key,
+                field: "key",
+                reason: "refused as a duplicate, yet absent".into(),
+            }),
+        }
     }
 
     async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Job>, StoreError> {
@@ -344,7 +386,7 @@ impl JobStore for SqliteStore {
         lease: Duration,
         now: SystemTime,
     ) -> Result<(), StoreError> {
-        let (key, owner, progress) = (key.to_owned(), owner.to_owned(), payload_text(progress));
+        let (key, owner, progress) = (key.to_owned(), owner.to_owned(), progress.to_string());
         let (until, now) = (expiry_ms(now, lease), to_ms(now));
         self.run("checkpoint", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -452,7 +494,7 @@ impl JobStore for SqliteStore {
         progress: &serde_json::Value,
         now: SystemTime,
     ) -> Result<bool, StoreError> {
-        let (key, now, progress) = (key.to_owned(), to_ms(now), payload_text(progress));
+        let (key, now, progress) = (key.to_owned(), to_ms(now), progress.to_string());
         self.run("rerun", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.prepare_cached(

@@ -1,8 +1,12 @@
-//! What only the PostgreSQL store has: input it refuses before anything runs. These need no
-//! server: the refusals come before (a bad name or URL) or from the connection itself (a port
-//! nobody listens on).
+//! What only the PostgreSQL store has: input it refuses before anything runs (these need no
+//! server: the refusals come before, a bad name or URL, or from the connection itself, a port
+//! nobody listens on); and its indexes, on a table of its own or of an earlier version.
 
-use sdk_queue::{PgStore, StoreError};
+mod support;
+
+use std::time::Duration;
+
+use sdk_queue::{Claim, JobState, JobStore, PgStore, StoreError};
 
 async fn refusal(url: &str, schema: &str) -> String {
     match PgStore::connect(url, schema).await {
@@ -49,4 +53,74 @@ async fn a_server_that_does_not_answer_is_refused_at_connect() {
         refused.starts_with("PostgreSQL schema \"jobs\""),
         "{refused}"
     );
+}
+
+/// A table made before the `live` column, with its `(state, seq)` index and a job waiting.
+const EARLIER: &str = "
+    CREATE TABLE jobs (
+        seq BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, payload TEXT NOT NULL,
+        state TEXT NOT NULL, attempts BIGINT NOT NULL, progress TEXT NOT NULL, last_error TEXT,
+        not_before BIGINT, lease_owner TEXT, lease_until BIGINT, created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL);
+    CREATE INDEX jobs_state_seq ON jobs (state, seq);
+    INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at)
+        VALUES ('waiting', 'ingest', '{}', 'pending', 0, 'null', 1, 1);";
+
+/// No index holds `state`, so a claim's and a replay's updates can be HOT; an earlier table
+/// is brought to the same indexes, its jobs kept and claimable.
+#[tokio::test]
+async fn no_index_holds_the_state_and_an_earlier_table_is_brought_to_the_same() {
+    let Some(url) = support::pg_url() else { return };
+    let (fresh, earlier) = (
+        support::fresh_schema("sdk_queue_fresh"),
+        support::fresh_schema("sdk_queue_earlier"),
+    );
+    let raw = support::pg_raw(&url, &earlier).await;
+    raw.batch_execute(&format!(
+        "CREATE SCHEMA \"{earlier}\"; SET search_path TO \"{earlier}\"; {EARLIER}"
+    ))
+    .await
+    .unwrap();
+    for schema in [&fresh, &earlier] {
+        let store = PgStore::connect(&url, schema).await.unwrap();
+        let indexes = raw
+            .query(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname",
+                &[schema],
+            )
+            .await
+            .unwrap();
+        let names: Vec<String> = indexes.iter().map(|r| r.get(0)).collect();
+        assert_eq!(
+            names,
+            ["jobs_key_key", "jobs_live_seq", "jobs_pkey"],
+            "{schema}"
+        );
+        for r in &indexes {
+            let def: String = r.get(1);
+            assert!(!def.contains("state"), "{def}");
+        }
+        if schema == &earlier {
+            let claimed = store
+                .claim(Claim {
+                    owner: "w",
+                    kinds: &["ingest"],
+                    limit: 5,
+                    lease: Duration::from_secs(30),
+                    now: support::at(0),
+                })
+                .await
+                .unwrap();
+            assert_eq!(claimed.len(), 1);
+            assert_eq!(
+                (claimed[0].key.as_str(), claimed[0].state),
+                ("waiting", JobState::InFlight)
+            );
+        }
+    }
+    for schema in [&fresh, &earlier] {
+        raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+    }
 }

@@ -1,6 +1,7 @@
 //! What only the SQLite store has. The Core policy's lock rule on a real file: another
 //! connection holds the write lock, and paused tokio time shows each delay exactly (3 attempts,
-//! 20 ms then 40 ms); other errors at once; files it refuses at open; the cap on a value.
+//! 20 ms then 40 ms); other errors at once; files it refuses at open; the cap on a value; an
+//! operation that waits never holds up its async worker.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -337,4 +338,29 @@ async fn an_oversize_value_in_the_file_is_refused_not_read() {
         matches!(&refused, Err(StoreError::Database { op: "submit", .. })),
         "{refused:?}"
     );
+}
+
+/// On a multi-thread runtime an operation runs on the caller's thread, never blocking the async
+/// worker it was on: while a submit waits inside SQLite for another connection's lock, a task
+/// queued behind it on the same (single) worker runs, and it is what lets the lock go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_waiting_operation_leaves_its_worker_to_the_other_tasks() {
+    let (_dir, path) = temp();
+    // SQLite's own busy wait, long enough that only a released lock ends it, and no retry: a
+    // submit that blocked the worker would fail `Locked` after it.
+    let once = LockRetry {
+        attempts: 1,
+        step: Duration::ZERO,
+    };
+    let store = SqliteStore::open_with(&path, once, Duration::from_secs(60)).unwrap();
+    let holder = hold_write_lock(&path);
+    let submitted = tokio::spawn(async move {
+        // Queued on this task's worker, which is busy with this task until the submit blocks.
+        let release = tokio::spawn(async move { holder.execute_batch("COMMIT").unwrap() });
+        let job = store.submit(job("a"), now()).await;
+        release.await.unwrap();
+        job
+    });
+    let job = submitted.await.unwrap().unwrap();
+    assert_eq!(job.key, "a");
 }
