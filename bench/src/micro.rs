@@ -3,14 +3,23 @@
 //! (quanta, governor's clock, calibrates the TSC for a while). `cargo xtask
 //! bench` runs each twice (n and 2n) and takes the difference, so entering
 //! the loop cancels out and what remains is instructions per operation.
+//!
+//! `toggle-collect` counts the measured function's own thread only, so
+//! every target runs on one current-thread runtime: the `get-*` pair runs
+//! the bench server there too, and a call's count is the whole call, both
+//! ends of the loopback (the same server for both contenders).
 
 use bytes::Bytes;
 use sdk_runtime::sse::MAX_LINE_BYTES;
 
 use crate::admission;
+use crate::pipeline::{self, SmallGet};
+use crate::server;
 
 /// The targets, as `sdk-bench micro <target> <n>` takes them.
-pub const TARGETS: [&str; 12] = [
+pub const TARGETS: [&str; 14] = [
+    "get-ours",
+    "get-peer",
     "admission-ours",
     "admission-peer",
     "fail-fast-ours",
@@ -37,6 +46,22 @@ pub fn run(target: &str, n: u64) {
         .build()
         .expect("a runtime");
     match target {
+        "get-ours" | "get-peer" => {
+            let addr = rt.block_on(server::listen());
+            let _guard = rt.enter();
+            let get = &SmallGet::new(&format!("http://{addr}"));
+            let ours = target == "get-ours";
+            let calls = |n| async move {
+                if ours {
+                    pipeline::in_flight(n, || get.ours()).await
+                } else {
+                    pipeline::in_flight(n, || get.peer()).await
+                }
+            };
+            // Every connection of the pool opened before counting starts.
+            rt.block_on(calls(64));
+            measured(&|| rt.block_on(calls(n)));
+        }
         "admission-ours" => {
             let ours = admission::Ours::new();
             measured(&|| {

@@ -59,6 +59,50 @@ fn bare(http: &reqwest::Client, method: reqwest::Method, url: &str) -> reqwest::
         .header("X-Tenant-ID", "knoll")
 }
 
+/// The small GET of row 1, through our client and through bare reqwest:
+/// shared by the wall-time row and its callgrind pair (`micro`).
+pub struct SmallGet {
+    grag: Grag,
+    http: reqwest::Client,
+    url: String,
+}
+
+impl SmallGet {
+    /// Both contenders against the bench server at `base`.
+    pub fn new(base: &str) -> Self {
+        SmallGet {
+            grag: grag(base),
+            http: bare_client(),
+            url: format!("{base}{KBS}"),
+        }
+    }
+
+    pub async fn ours(&self) {
+        self.grag.workspaces().list_kbs().await.expect("list_kbs");
+    }
+
+    pub async fn peer(&self) {
+        bare_json::<Vec<Kb>>(bare(&self.http, reqwest::Method::GET, &self.url)).await;
+    }
+}
+
+/// `calls` calls of `one`, [`IN_FLIGHT`] at a time, as a row runs them
+/// but unmeasured (the callgrind pairs count instructions around it).
+pub async fn in_flight<F, Fut>(calls: u64, one: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let next = std::cell::Cell::new(0);
+    join_all((0..IN_FLIGHT).map(|_| async {
+        while next.get() < calls {
+            next.set(next.get() + 1);
+            one().await;
+        }
+    }))
+    .await;
+}
+
 async fn bare_json<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {
     let response = request.send().await.expect("the bench server answers");
     assert!(response.status().is_success(), "{}", response.status());
@@ -140,31 +184,19 @@ pub fn run(opts: &Opts) {
         .build()
         .expect("a runtime");
     let _guard = rt.enter();
-    let grag = grag(&base);
-    let http = bare_client();
+    let small_get = SmallGet::new(&base);
+    let (grag, http) = (&small_get.grag, &small_get.http);
     let kb = KbId::parse("kb-1").expect("a KB id");
     let settings = server::settings_body();
-    let (kbs, documents, put) = (
-        format!("{base}{KBS}"),
-        format!("{base}{DOCUMENTS}"),
-        format!("{base}{SETTINGS}"),
-    );
+    let (documents, put) = (format!("{base}{DOCUMENTS}"), format!("{base}{SETTINGS}"));
     let scale = |n: usize| if opts.quick { n / 4 } else { n / 2 };
     let rounds = opts.rounds;
 
     let results = rotate(
         rounds,
         &mut [
-            &mut || {
-                batch(&rt, scale(2000), || async {
-                    grag.workspaces().list_kbs().await.expect("list_kbs");
-                })
-            },
-            &mut || {
-                batch(&rt, scale(2000), || async {
-                    bare_json::<Vec<Kb>>(bare(&http, reqwest::Method::GET, &kbs)).await;
-                })
-            },
+            &mut || batch(&rt, scale(2000), || small_get.ours()),
+            &mut || batch(&rt, scale(2000), || small_get.peer()),
         ],
     );
     rows("small GET", results)
@@ -184,7 +216,7 @@ pub fn run(opts: &Opts) {
             },
             &mut || {
                 batch(&rt, scale(400), || async {
-                    bare_json::<Vec<Document>>(bare(&http, reqwest::Method::GET, &documents)).await;
+                    bare_json::<Vec<Document>>(bare(http, reqwest::Method::GET, &documents)).await;
                 })
             },
         ],
@@ -208,7 +240,7 @@ pub fn run(opts: &Opts) {
                 batch(&rt, scale(80), || async {
                     let body = serde_json::to_vec(&settings).expect("JSON");
                     bare_json::<serde_json::Value>(
-                        bare(&http, reqwest::Method::PUT, &put)
+                        bare(http, reqwest::Method::PUT, &put)
                             .header(reqwest::header::CONTENT_TYPE, "application/json")
                             .body(body),
                     )
@@ -221,18 +253,12 @@ pub fn run(opts: &Opts) {
         .iter()
         .for_each(Measurement::print);
 
-    allocations(&rt, &grag, &http, &kbs, rounds);
+    allocations(&rt, &small_get, rounds);
 }
 
 /// Row 2: allocations per small GET on this thread (the client's runtime),
 /// one call at a time so the count is the call's own.
-fn allocations(
-    rt: &tokio::runtime::Runtime,
-    grag: &Grag,
-    http: &reqwest::Client,
-    kbs: &str,
-    rounds: usize,
-) {
+fn allocations(rt: &tokio::runtime::Runtime, small_get: &SmallGet, rounds: usize) {
     const CALLS: u64 = 200;
     let per_call = |f: &dyn Fn()| {
         let before = alloc::count();
@@ -241,14 +267,8 @@ fn allocations(
         }
         (alloc::count() - before) as f64 / CALLS as f64
     };
-    let ours = || {
-        rt.block_on(async {
-            grag.workspaces().list_kbs().await.expect("list_kbs");
-        })
-    };
-    let peer = || {
-        rt.block_on(bare_json::<Vec<Kb>>(bare(http, reqwest::Method::GET, kbs)));
-    };
+    let ours = || rt.block_on(small_get.ours());
+    let peer = || rt.block_on(small_get.peer());
     let samples = crate::rounds::pair(rounds, || per_call(&ours), || per_call(&peer));
     Measurement::new("allocations per small GET", "allocs", samples)
         .note(format!(

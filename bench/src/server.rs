@@ -55,36 +55,41 @@ pub fn start() -> Server {
         .enable_all()
         .build()
         .expect("a runtime");
-    let small = Bytes::from_static(br#"[{"kb_id":"kb-1","name":"Methodik"}]"#);
-    let documents = documents_body();
-    let addr = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("an address");
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let (small, documents) = (small.clone(), documents.clone());
-                let service = hyper::service::service_fn(move |request| {
-                    answer(request, small.clone(), documents.clone())
-                });
-                tokio::spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        addr
-    });
+    let addr = runtime.block_on(listen());
     Server {
         addr,
         _runtime: runtime,
     }
+}
+
+/// Binds 127.0.0.1 port 0 and serves it on the current runtime, until the
+/// runtime stops: on a thread of its own ([`start`]), or beside the client
+/// on one current-thread runtime, where callgrind counts both.
+pub async fn listen() -> SocketAddr {
+    let small = Bytes::from_static(br#"[{"kb_id":"kb-1","name":"Methodik"}]"#);
+    let documents = documents_body();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let (small, documents) = (small.clone(), documents.clone());
+            let service = hyper::service::service_fn(move |request| {
+                answer(request, small.clone(), documents.clone())
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
 }
 
 async fn answer(

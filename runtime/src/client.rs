@@ -115,6 +115,8 @@ pub(crate) struct Shared {
     pub(crate) deadline: Duration,
     pub(crate) pool: Pool,
     pub(crate) base_url: String,
+    /// The base URL parsed and the header names made, once.
+    pub(crate) origin: crate::origin::Origin,
     /// `<scheme> <key>` (`Bearer`), built once and marked sensitive (never in a debug print).
     pub(crate) authorization: reqwest::header::HeaderValue,
     pub(crate) tenant: Id,
@@ -169,6 +171,8 @@ impl Client {
             .map_err(ConfigError::Tenant)?;
         let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
+        let origin =
+            crate::origin::Origin::new(&base_url, &policy.headers, config.tenant.as_str())?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let deadline = overall_deadline(policy, &retries);
         let idle = configured_idle(policy, config.pool_idle)?;
@@ -192,6 +196,7 @@ impl Client {
                 deadline,
                 pool,
                 base_url,
+                origin,
                 authorization,
                 tenant: config.tenant,
                 throttle: Throttle::new(&policy.throttle),

@@ -20,6 +20,7 @@ mod follow;
 mod ids;
 mod memory;
 mod metrics;
+mod origin;
 mod pipeline;
 mod pool;
 mod probe;

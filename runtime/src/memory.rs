@@ -98,7 +98,10 @@ impl Memory {
 
     /// A success: whatever was remembered about the route no longer holds.
     pub fn record_success(&mut self, endpoint: &Endpoint) {
-        self.routes.remove(endpoint.path);
+        // Nothing remembered (the usual case): not even the path is hashed.
+        if !self.routes.is_empty() {
+            self.routes.remove(endpoint.path);
+        }
     }
 
     /// The remembered answer of a route that still holds at `now`.

@@ -204,7 +204,7 @@ impl Client {
         let started = Instant::now();
         let request = self.request(&call, &path, &request_id);
         telemetry::sent(self, &call, &request_id, 1);
-        let limits = Limits::of(self.shared.policy, endpoint);
+        let limits = Limits::of(self, endpoint);
         let result = tokio::time::timeout(
             timeout,
             perform(&self.shared.pool, request, Wire::Read, limits),

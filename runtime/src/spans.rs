@@ -96,6 +96,9 @@ pub(crate) fn attempt(n: u32) -> Span {
 
 /// What attempt `span` got: a status, and the row unless it succeeded.
 pub(crate) fn attempt_done(span: &Span, status: Option<u16>, row: Option<&TaxonomyRow>) {
+    if span.is_disabled() {
+        return;
+    }
     if let Some(status) = status {
         span.record("http.response.status_code", status);
     }

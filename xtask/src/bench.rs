@@ -43,7 +43,14 @@ const GROUPS: [&str; 7] = [
 
 /// The callgrind rows: ours and the peer as `sdk-bench micro` names them,
 /// what the peer is, and operations per run (the second run does twice as many).
-const CALLGRIND: [(&str, &str, &str, &str, u64); 7] = [
+const CALLGRIND: [(&str, &str, &str, &str, u64); 8] = [
+    (
+        "pipeline small GET, 8 in flight, server on the same thread",
+        "get-ours",
+        "get-peer",
+        "bare reqwest, same headers/pool/decode",
+        500,
+    ),
     (
         "admission, uncontended",
         "admission-ours",

@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
+use reqwest::header::HeaderName;
 use tokio::time::Instant;
 
 use super::Run;
@@ -13,7 +14,7 @@ use crate::client::Client;
 use crate::clock;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
 use crate::error::{bounded, error_chain};
-use crate::policy::{OutcomeKind, Policy};
+use crate::policy::OutcomeKind;
 use crate::pool::Pool;
 use crate::telemetry;
 
@@ -57,7 +58,7 @@ impl Client {
         let attempt_deadline = clock::after(started, budget).min(run.deadline);
         let request = self.request(call, path, &request_id);
         telemetry::sent(self, call, &request_id, run.attempt);
-        let limits = Limits::of(self.shared.policy, endpoint);
+        let limits = Limits::of(self, endpoint);
         let span = crate::spans::attempt(run.attempt);
         let performed = tracing::Instrument::instrument(
             perform(&self.shared.pool, request, wire, limits),
@@ -97,38 +98,35 @@ impl Client {
     ) -> reqwest::RequestBuilder {
         let shared = &self.shared;
         let endpoint = call.endpoint;
-        let names = &shared.policy.headers;
-        let mut url = format!("{}{}", shared.base_url, path);
-        for (i, (name, value)) in call.query.iter().enumerate() {
-            url.push(if i == 0 { '?' } else { '&' });
-            crate::call::encode_segment(name, &mut url);
-            url.push('=');
-            crate::call::encode_segment(value, &mut url);
-        }
+        let origin = &shared.origin;
         let mut request = shared
             .pool
             .client()
-            .request(method(endpoint), url)
-            .header(names.request_id, request_id);
+            .request(method(endpoint), origin.url(path, &call.query))
+            .header(origin.request_id.clone(), request_id);
         if endpoint.scope != ScopeNeed::Public {
             if endpoint.lane == Lane::Key {
-                request = request.header(names.authorization, shared.authorization.clone());
+                let key = shared.authorization.clone();
+                request = request.header(origin.authorization.clone(), key);
             }
-            request = request.header(names.tenant, shared.tenant.as_str());
+            request = request.header(origin.tenant.clone(), origin.tenant_value.clone());
         }
         // The generator gives a workspace route and a pipeline route only to
         // an API that names the header.
-        if let (Some(workspace), Some(name)) = (call.workspace, names.workspace) {
-            request = request.header(name, workspace.as_str());
+        if let (Some(workspace), Some(name)) = (call.workspace, &origin.workspace) {
+            request = request.header(name.clone(), workspace.as_str());
         }
         if endpoint.pipeline_id
-            && let (Some(pipeline), Some(name)) = (&self.pipeline_id, names.pipeline)
+            && let (Some(pipeline), Some(name)) = (&self.pipeline_id, &origin.pipeline)
         {
-            request = request.header(name, pipeline.as_ref());
+            request = request.header(name.clone(), pipeline.as_ref());
         }
         if let Some(body) = &call.body {
             request = request
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    reqwest::header::HeaderValue::from_static("application/json"),
+                )
                 .body(body.clone());
         }
         request
@@ -221,23 +219,24 @@ fn never_written(e: &reqwest::Error) -> bool {
 
 /// What reading one answer needs: its size caps and the headers it reads.
 #[derive(Clone, Copy)]
-pub(crate) struct Limits {
+pub(crate) struct Limits<'c> {
     /// Largest 2xx body.
     response: usize,
     /// Bytes of an error body read for its detail.
     error_body: usize,
     /// The answer headers read: the echoed request ID and the server's wait.
-    request_id: &'static str,
-    retry_after: &'static str,
+    request_id: &'c HeaderName,
+    retry_after: &'c HeaderName,
 }
 
-impl Limits {
-    pub(crate) fn of(policy: &Policy, endpoint: &Endpoint) -> Self {
+impl<'c> Limits<'c> {
+    pub(crate) fn of(client: &'c Client, endpoint: &Endpoint) -> Self {
+        let origin = &client.shared.origin;
         Limits {
             response: endpoint.max_response,
-            error_body: policy.limits.error_body,
-            request_id: policy.headers.request_id,
-            retry_after: policy.headers.retry_after,
+            error_body: client.shared.policy.limits.error_body,
+            request_id: &origin.request_id,
+            retry_after: &origin.retry_after,
         }
     }
 }
@@ -257,7 +256,7 @@ pub(crate) async fn perform(
     pool: &Pool,
     request: reqwest::RequestBuilder,
     wire: Wire,
-    limits: Limits,
+    limits: Limits<'_>,
 ) -> (Attempt, Option<reqwest::Response>) {
     let mut response = match request.send().await {
         Ok(r) => r,
