@@ -898,12 +898,14 @@ async fn two_replicas() -> Option<TwoReplicas> {
     })
 }
 
-/// Waits until `key` exists in Redis (what a replica shares in the background).
-async fn key_set(redis: &RedisServer, key: &str) {
+/// Waits until `field` of the tenant's state hash is set in Redis (what a
+/// replica shares in the background).
+async fn state_set(redis: &RedisServer, field: &str) {
     let mut connection = connection(redis).await;
     for _ in 0..500 {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(key)
+        let exists: bool = redis::cmd("HEXISTS")
+            .arg("{grag:knoll}:state")
+            .arg(field)
             .query_async(&mut connection)
             .await
             .unwrap();
@@ -912,7 +914,7 @@ async fn key_set(redis: &RedisServer, key: &str) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    panic!("{key} never set");
+    panic!("{field} never set");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -935,7 +937,7 @@ async fn a_retry_after_seen_by_one_replica_pauses_the_other() {
         .times(1),
     );
     let first = tokio::spawn(async move { a.workspaces().list_kbs().await.map(drop) });
-    key_set(&redis, "{grag:knoll}:pause").await;
+    state_set(&redis, "pause").await;
     b.workspaces()
         .list_kbs()
         .await
@@ -970,7 +972,7 @@ async fn a_dark_feature_seen_by_one_replica_is_not_asked_by_the_other() {
     sim.faults().push(Rule::new(Fault::Dark).on("list_kbs"));
     let seen = a.workspaces().list_kbs().await.expect_err("dark");
     let sent = sim.log().count("list_kbs");
-    key_set(&redis, "{grag:knoll}:dark:/workspaces/api/v1/kbs").await;
+    state_set(&redis, "dark:/workspaces/api/v1/kbs").await;
     let told = b.workspaces().list_kbs().await.expect_err("dark for b too");
     assert_eq!(told.class_name(), seen.class_name(), "{told}");
     assert_eq!(sim.log().count("list_kbs"), sent, "b asked the platform");

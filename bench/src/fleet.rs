@@ -1,8 +1,9 @@
 //! The fleet rows (issue 17): what sharing the budgets through Redis costs.
 //!
 //! - Admission through Redis (the fleet stage alone: its EVALSHA of the
-//!   admission script, the release of its leases) against the floor, one
-//!   bare EVALSHA of a minimal script on the same Redis and connection kind.
+//!   admission script, whose lease the next admission gives back by taking
+//!   its member again) against the floor, one bare EVALSHA of a minimal
+//!   script on the same Redis and connection kind.
 //! - The latency a call gains: the same client call with the fleet stage
 //!   against local admission only, p50 and p99, one call at a time.
 //!
@@ -116,8 +117,8 @@ fn admission_floor(opts: &Opts, rt: &tokio::runtime::Runtime, url: &str) {
         samples,
     )
     .note(format!(
-        "ours: Fleet::admit (the admission script by EVALSHA, the release of its \
-             leases) on the spec's fleet section [{OVERRIDE}]; peer: EVALSHA of `return 1` \
+        "ours: Fleet::admit (the admission script by EVALSHA; its lease given back by \
+             the next admission) on the spec's fleet section [{OVERRIDE}]; peer: EVALSHA of `return 1` \
              on the same Redis; both one at a time"
     ))
     .goal(Goal::ratio("<=", 1.3))

@@ -1,23 +1,43 @@
 -- The heartbeat of one replica (issue 17): says it is live for one lease,
--- renews the leases it holds, and answers the live replicas' ids.
--- KEYS[1] the replicas, KEYS[2..] lease sets.
--- ARGV: replica, lease_us, then for each lease set: n, members...
+-- renews the leases it holds, answers the live replicas' ids, and keeps the
+-- tenant's keys tidy (the admissions do not trim): ended leases, window
+-- slots older than one window and dark marks that ended go.
+-- KEYS[1] the state hash, KEYS[2] the replicas, then every lease set and
+-- every window of the fleet, told apart by name.
+-- ARGV: replica, then for each lease set in KEYS' order: n, members...
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local lease = tonumber(ARGV[2])
-local function num(x) return string.format('%.0f', x) end
-local expiry = num(now + lease)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', num(now))
-redis.call('ZADD', KEYS[1], expiry, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(lease / 1000) * 2)
-local a = 3
-for k = 2, #KEYS do
-  local n = tonumber(ARGV[a])
-  a = a + 1
-  for _ = 1, n do
-    redis.call('ZADD', KEYS[k], 'XX', expiry, ARGV[a])
-    a = a + 1
+local now = t[1] * 1000000 + t[2]
+local s, names = read('pause')
+local writes = {}
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
+redis.call('PEXPIRE', KEYS[2], math.ceil(lease / 1000) * 2)
+local a = 2
+for i = 3, #KEYS do
+  if caps[names[i]] then
+    local n = ARGV[a] + 0
+    local renewed = false
+    for m = a + 1, a + n do
+      -- A lease ended meanwhile (given back) stays ended.
+      local score = redis.call('ZSCORE', KEYS[i], ARGV[m])
+      if score and score + 0 > now then
+        redis.call('ZADD', KEYS[i], 'XX', now + lease, ARGV[m])
+        renewed = true
+      end
+    end
+    a = a + 1 + n
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+    if renewed then keep(writes, s, names, i, now + lease) end
+  elseif limits[names[i]] then
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window)
   end
-  if n > 0 then redis.call('PEXPIRE', KEYS[k], math.ceil(lease / 1000) * 2) end
 end
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+local state = redis.call('HGETALL', KEYS[1])
+for f = 1, #state, 2 do
+  local field = state[f]
+  if field:sub(1, 5) == 'dark:' and not dark_left(state[f + 1], now) then
+    redis.call('HDEL', KEYS[1], field)
+  end
+end
+finish(writes, s, names, now)
+return redis.call('ZRANGE', KEYS[2], 0, -1)

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::store::{Answer, Ask, Keys, Shape, Store, StoreError, Turn};
+use super::store::{Answer, Ask, Keys, LeaseSet, Shape, Store, StoreError, Turn};
 use super::{StoreBreaker, Switch, cap_share, rate_share};
 use crate::alerts::{Alert, AlertSink};
 use crate::metrics::FleetMetrics;
@@ -61,9 +61,10 @@ impl Drop for FleetSlots {
                 sets,
             } => {
                 fleet.lock_held().remove(number);
-                // The background task gives them back; if it is gone, they
-                // expire within one lease.
-                let _ = fleet.releases.send((*number, std::mem::take(sets)));
+                // The next admission takes the member again (which ends
+                // this lease), or the background task gives it back; if it
+                // is gone, it expires within one lease.
+                fleet.end(*number, std::mem::take(sets));
             }
             Held::Booked {
                 fleet,
@@ -76,27 +77,24 @@ impl Drop for FleetSlots {
     }
 }
 
-/// A lease set: a budget's in-flight cap, or `None`: every request's.
-type LeaseSet = Option<usize>;
-
 /// Leases to give back: the admission's number and its lease sets.
 type Release = (u64, Vec<LeaseSet>);
 
 /// What one admission asks the store for: its lease sets (in-flight caps)
 /// and its rolling windows, the fleet's budgets among its `budgets`.
 struct Question {
-    sets: [(LeaseSet, u32); MAX_BUDGETS + 1],
+    sets: [LeaseSet; MAX_BUDGETS + 1],
     n_sets: usize,
-    windows: [(usize, u32); MAX_BUDGETS],
+    windows: [usize; MAX_BUDGETS],
     n_windows: usize,
 }
 
 impl Question {
     fn of(inner: &Inner, budgets: &[usize]) -> Question {
         let mut question = Question {
-            sets: [(None, 0); MAX_BUDGETS + 1],
+            sets: [None; MAX_BUDGETS + 1],
             n_sets: 0,
-            windows: [(0, 0); MAX_BUDGETS],
+            windows: [0; MAX_BUDGETS],
             n_windows: 0,
         };
         for &b in budgets {
@@ -104,25 +102,25 @@ impl Question {
                 continue;
             }
             let budget = &inner.throttle.budgets[b];
-            if let Some(cap) = budget.max_in_flight {
-                question.sets[question.n_sets] = (Some(b), cap.max(1));
+            if budget.max_in_flight.is_some() {
+                question.sets[question.n_sets] = Some(b);
                 question.n_sets += 1;
             }
-            if let Some(limit) = budget.per_minute {
-                question.windows[question.n_windows] = (b, limit.max(1));
+            if budget.per_minute.is_some() {
+                question.windows[question.n_windows] = b;
                 question.n_windows += 1;
             }
         }
-        question.sets[question.n_sets] = (None, inner.throttle.max_in_flight.max(1));
+        question.sets[question.n_sets] = None;
         question.n_sets += 1;
         question
     }
 
-    fn sets(&self) -> &[(LeaseSet, u32)] {
+    fn sets(&self) -> &[LeaseSet] {
         &self.sets[..self.n_sets]
     }
 
-    fn windows(&self) -> &[(usize, u32)] {
+    fn windows(&self) -> &[usize] {
         &self.windows[..self.n_windows]
     }
 }
@@ -130,7 +128,7 @@ impl Question {
 /// What an admission still has to reserve: its windows and its token, until
 /// an answer reserved them for it.
 struct Left<'a> {
-    windows: &'a [(usize, u32)],
+    windows: &'a [usize],
     token: bool,
 }
 
@@ -155,14 +153,19 @@ struct Inner {
     keys: Keys,
     /// This replica's id in the store (leases, heartbeat).
     replica: String,
-    shape: Shape,
+    /// Every lease set and window of the fleet (the heartbeat's).
+    sets: Vec<LeaseSet>,
+    windows: Vec<usize>,
     next: AtomicU64,
     state: Mutex<State>,
     /// Leases taken and not given back: renewed with every heartbeat.
     held: Mutex<HashMap<u64, Vec<LeaseSet>>>,
-    releases: mpsc::UnboundedSender<Release>,
-    /// Taken by the background task when it starts (on the first admission).
-    receiver: Mutex<Option<mpsc::UnboundedReceiver<Release>>>,
+    /// Leases whose request ended, not given back yet: the next admission
+    /// takes one's member again (which ends it in Redis), the background
+    /// task gives back the rest.
+    ended: Mutex<Vec<Release>>,
+    /// Wakes the background task when a lease ends.
+    ending: Arc<Notify>,
     started: AtomicBool,
     /// Bumped on every switch; the throttle's windows follow it.
     epoch: AtomicU64,
@@ -212,10 +215,23 @@ impl Fleet {
             .ok_or("the policy has no fleet section")?;
         let throttle = &whole.throttle;
         let severity = whole.severity(policy.alert).unwrap_or_default();
-        let store = Store::open(url, policy.deadline)?;
         let per_second = throttle.per_second.max(1);
         let burst = throttle.max_in_flight.min(per_second).max(1);
         let interval = throttle.rate_period / per_second;
+        let fleet_wide = |b: usize| !policy.per_replica.iter().any(|r| r.get() == b);
+        let mut caps = vec![(None, throttle.max_in_flight.max(1))];
+        let mut limits = Vec::new();
+        for (b, budget) in throttle.budgets.iter().enumerate() {
+            if !fleet_wide(b) {
+                continue;
+            }
+            if let Some(cap) = budget.max_in_flight {
+                caps.push((Some(b), cap.max(1)));
+            }
+            if let Some(limit) = budget.per_minute {
+                limits.push((b, limit.max(1)));
+            }
+        }
         let shape = Shape {
             lease: policy.lease,
             interval,
@@ -223,8 +239,10 @@ impl Fleet {
             window: throttle.budget_period,
             horizon: (interval * burst).max(policy.deadline * 4),
             grace: GRACE,
+            caps,
+            limits,
         };
-        let (releases, receiver) = mpsc::unbounded_channel();
+        let store = Store::open(url, policy.deadline, &shape)?;
         let fleet = Fleet {
             inner: Arc::new(Inner {
                 policy,
@@ -232,7 +250,8 @@ impl Fleet {
                 store,
                 keys: Keys::new(whole.api, tenant),
                 replica: uuid::Uuid::new_v4().simple().to_string(),
-                shape,
+                sets: shape.caps.iter().map(|&(set, _)| set).collect(),
+                windows: shape.limits.iter().map(|&(b, _)| b).collect(),
                 next: AtomicU64::new(0),
                 state: Mutex::new(State {
                     breaker: StoreBreaker::new(
@@ -245,8 +264,8 @@ impl Fleet {
                     slowest_failure: Duration::ZERO,
                 }),
                 held: Mutex::new(HashMap::new()),
-                releases,
-                receiver: Mutex::new(Some(receiver)),
+                ended: Mutex::new(Vec::new()),
+                ending: Arc::new(Notify::new()),
                 started: AtomicBool::new(false),
                 epoch: AtomicU64::new(0),
                 applied: AtomicU64::new(0),
@@ -547,28 +566,38 @@ impl Inner {
     }
 
     /// One round trip: `Some` slots to send with, `None` to ask again
-    /// (what is reserved already is struck from `left`). Every round trip
-    /// has a member of its own: the release of one that failed (it may have
-    /// taken leases before its answer was lost) never meets the next's.
+    /// (what is reserved already is struck from `left`). The lease member
+    /// is that of a lease of this replica that ended, when one in no other
+    /// sets is there: taking it again ends that lease in the same script.
+    /// A round trip that fails leaves its member ended (it may have taken
+    /// the lease before its answer was lost): given back later, never lost.
     async fn ask(
         self: &Arc<Self>,
         route: &str,
-        leases: &[(LeaseSet, u32)],
+        leases: &[LeaseSet],
         left: &mut Left<'_>,
         started: Instant,
     ) -> Result<Option<FleetSlots>, Refusal> {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let fresh = self.next.fetch_add(1, Ordering::Relaxed);
+        let number = self.take_ended(leases).unwrap_or(fresh);
         let member = format!("{}:{number}", self.replica);
+        // Each window reservation is a member of its own.
+        let slot = if left.windows.is_empty() {
+            String::new()
+        } else {
+            format!("{}:{fresh}", self.replica)
+        };
         let ask = Ask {
             route,
             member: &member,
+            slot: &slot,
             leases,
             windows: left.windows,
             token: left.token,
         };
         // Registered before the call: a caller cancelled mid-call still
         // gives back what the script may have taken.
-        let sets: Vec<LeaseSet> = leases.iter().map(|&(set, _)| set).collect();
+        let sets = leases.to_vec();
         self.lock_held().insert(number, sets.clone());
         let mut slots = FleetSlots {
             held: Held::Leases {
@@ -578,7 +607,7 @@ impl Inner {
             },
         };
         let called = Instant::now();
-        let answer = match self.store.admit(&self.keys, &self.shape, &ask).await {
+        let answer = match self.store.admit(&self.keys, &ask).await {
             Ok(answer) => {
                 self.succeeded(None);
                 answer
@@ -600,7 +629,7 @@ impl Inner {
             }
             return Ok(Some(slots));
         }
-        // Nothing held: no release to send.
+        // Nothing held (the script ended the member's lease): no release.
         slots.forget_leases();
         self.wait_for(answer, left).await.map(|()| None)
     }
@@ -652,7 +681,7 @@ impl Inner {
             let live = state.live.clone();
             let gates = state.gates.get_or_insert_with(|| self.gates(&live));
             sets.iter()
-                .filter_map(|(set, _)| {
+                .filter_map(|set| {
                     gates
                         .iter()
                         .find(|(s, _)| s == set)
@@ -671,7 +700,7 @@ impl Inner {
         self.decision("local", "go");
         self.observe("local", started);
         let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let sets: Vec<LeaseSet> = sets.iter().map(|&(set, _)| set).collect();
+        let sets = sets.to_vec();
         self.book(number, &sets, question.windows());
         Ok(Some(FleetSlots {
             held: Held::Booked {
@@ -688,16 +717,13 @@ impl Inner {
     /// slow for this replica (the others still reach it) takes it, so the
     /// others leave room for it and the fleet stays one tenant; a dead
     /// Redis loses nothing that counts.
-    fn book(self: &Arc<Self>, number: u64, sets: &[LeaseSet], windows: &[(usize, u32)]) {
+    fn book(self: &Arc<Self>, number: u64, sets: &[LeaseSet], windows: &[usize]) {
         let inner = Arc::clone(self);
         let (sets, windows) = (sets.to_vec(), windows.to_vec());
         self.background(async move {
             let member = format!("{}:{number}", inner.replica);
-            let (keys, shape) = (&inner.keys, &inner.shape);
-            let _ = inner
-                .store
-                .book(keys, shape, &member, &sets, &windows)
-                .await;
+            let keys = &inner.keys;
+            let _ = inner.store.book(keys, &member, &sets, &windows).await;
         });
     }
 
@@ -705,7 +731,7 @@ impl Inner {
     fn unbook(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
         let inner = Arc::clone(self);
         self.background(async move {
-            let member = format!("{}:{number}", inner.replica);
+            let member = [format!("{}:{number}", inner.replica)];
             let _ = inner.store.release(&inner.keys, &member, &sets).await;
         });
     }
@@ -745,22 +771,57 @@ impl Inner {
         gates
     }
 
-    /// Starts the background task (heartbeat, renewals, releases) once, on
-    /// the runtime of the first admission.
+    /// A lease of `sets` ended (its request did): the next admission may
+    /// take its member again, else the background task gives it back.
+    fn end(&self, number: u64, sets: Vec<LeaseSet>) {
+        self.lock_ended().push((number, sets));
+        self.ending.notify_one();
+    }
+
+    /// The number of an ended lease whose sets are all among `sets` (the
+    /// script takes it again in each, which ends it), if there is one.
+    fn take_ended(&self, sets: &[LeaseSet]) -> Option<u64> {
+        let mut ended = self.lock_ended();
+        let at = ended
+            .iter()
+            .position(|(_, of)| of.iter().all(|set| sets.contains(set)))?;
+        Some(ended.swap_remove(at).0)
+    }
+
+    fn lock_ended(&self) -> MutexGuard<'_, Vec<Release>> {
+        self.ended.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Gives back the ended leases no admission took again, in one call.
+    async fn give_back(&self) {
+        let ended = std::mem::take(&mut *self.lock_ended());
+        if ended.is_empty() || !self.store_allowed() {
+            return; // without the store they expire within one lease
+        }
+        let mut sets: Vec<LeaseSet> = Vec::new();
+        let mut members = Vec::with_capacity(ended.len());
+        for (number, of) in ended {
+            members.push(format!("{}:{number}", self.replica));
+            for set in of {
+                if !sets.contains(&set) {
+                    sets.push(set);
+                }
+            }
+        }
+        let called = Instant::now();
+        let result = self.store.release(&self.keys, &members, &sets).await;
+        self.account(result, called);
+    }
+
+    /// Starts the background task (heartbeat, renewals, give-backs) once,
+    /// on the runtime of the first admission.
     fn start(self: &Arc<Self>) {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let Some(mut receiver) = self
-            .receiver
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        else {
-            return;
-        };
         let weak: Weak<Inner> = Arc::downgrade(self);
         let heartbeat = self.policy.heartbeat;
+        let ending = Arc::clone(&self.ending);
         tokio::spawn(async move {
             if let Some(inner) = weak.upgrade() {
                 // Bounded: an unreachable Redis is found by the calls themselves.
@@ -774,15 +835,12 @@ impl Inner {
                         let Some(inner) = weak.upgrade() else { break };
                         inner.beat().await;
                     }
-                    released = receiver.recv() => {
-                        let Some((number, sets)) = released else { break };
+                    () = ending.notified() => {
+                        // A caller that ends a request and admits the next
+                        // one at once takes the member again first.
+                        tokio::task::yield_now().await;
                         let Some(inner) = weak.upgrade() else { break };
-                        if inner.lock_state().breaker.allows(Instant::now()) {
-                            let member = format!("{}:{number}", inner.replica);
-                            let called = Instant::now();
-                            let result = inner.store.release(&inner.keys, &member, &sets).await;
-                            inner.account(result, called);
-                        }
+                        inner.give_back().await;
                     }
                 }
             }
@@ -791,15 +849,15 @@ impl Inner {
 
     /// One heartbeat: renews the held leases and says this replica is live;
     /// a failed beat is tried again, so a dead store is seen within one
-    /// heartbeat even without traffic.
+    /// heartbeat even without traffic. Every lease set and window of the
+    /// fleet is named, for the trimming.
     async fn beat(&self) {
-        let mut grouped: Vec<(Option<usize>, Vec<String>)> = Vec::new();
+        let mut grouped: Vec<(LeaseSet, Vec<String>)> =
+            self.sets.iter().map(|&set| (set, Vec::new())).collect();
         for (number, sets) in self.lock_held().iter() {
             for set in sets {
-                let member = format!("{}:{number}", self.replica);
-                match grouped.iter_mut().find(|(s, _)| s == set) {
-                    Some((_, members)) => members.push(member),
-                    None => grouped.push((*set, vec![member])),
+                if let Some((_, members)) = grouped.iter_mut().find(|(s, _)| s == set) {
+                    members.push(format!("{}:{number}", self.replica));
                 }
             }
         }
@@ -814,7 +872,7 @@ impl Inner {
             let called = Instant::now();
             let renewed = self
                 .store
-                .renew(&self.keys, &self.replica, self.policy.lease, &grouped)
+                .renew(&self.keys, &self.replica, &grouped, &self.windows)
                 .await;
             match renewed {
                 Ok(live) => {

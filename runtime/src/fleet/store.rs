@@ -1,15 +1,24 @@
 //! The fleet's shared store: Redis, through redis-rs's connection manager
-//! (it reconnects on its own) and four Lua scripts, each loaded once and
+//! (it reconnects on its own) and six Lua scripts, each loaded once and
 //! sent with EVALSHA (redis-rs loads it again on NOSCRIPT).
 //!
 //! Every call is bounded by the policy's deadline: an admission never waits
 //! on a dead Redis longer than that. All keys of one tenant share one hash
 //! tag, `{<api>:<tenant>}`, so every script runs on Redis Cluster too.
+//!
+//! An admission is the one call on every request's path, so its script is
+//! kept to a few Redis commands: the policy's numbers are rendered into the
+//! scripts' text (none is sent with each call), the tenant's pause, token
+//! bucket and dark marks are fields of one hash read with one HMGET, the
+//! answer is one integer, a lease that ended is given back by the next
+//! admission taking its member again, and trimming is the heartbeat's.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script};
+use redis::{Client, Script, Value};
 use tokio::sync::OnceCell;
 
 /// What the admission script answered.
@@ -31,17 +40,23 @@ pub enum Answer {
     Dark { left: Duration, mark: String },
 }
 
+/// A lease set: a budget's in-flight cap, or `None`: every request's.
+pub type LeaseSet = Option<usize>;
+
 /// One admission's question to the script.
 #[derive(Debug, Clone)]
 pub struct Ask<'a> {
     /// The route's templated path: its dark mark.
     pub route: &'a str,
-    /// Unique per admission: the lease and window members.
+    /// The lease member: unique among this replica's live leases (it may be
+    /// that of an admission that ended: taking it again gives that back).
     pub member: &'a str,
-    /// Lease sets (a budget's, or `None`: every request's) and their caps.
-    pub leases: &'a [(Option<usize>, u32)],
-    /// Window sets and their limits; empty once they are reserved.
-    pub windows: &'a [(usize, u32)],
+    /// The window member: unique per round trip.
+    pub slot: &'a str,
+    /// The lease sets to take.
+    pub leases: &'a [LeaseSet],
+    /// The windows to reserve; empty once they are reserved.
+    pub windows: &'a [usize],
     /// A token is still to take (false once it is reserved).
     pub token: bool,
 }
@@ -59,8 +74,8 @@ pub enum StoreError {
     Redis(String),
 }
 
-/// The numbers every admission sends along.
-#[derive(Debug, Clone, Copy)]
+/// The policy's numbers, rendered into every script.
+#[derive(Debug, Clone)]
 pub struct Shape {
     pub lease: Duration,
     /// One token every `interval`...
@@ -75,48 +90,88 @@ pub struct Shape {
     /// sleeps the rest holding them); further ahead, it is reserved and the
     /// caller comes back for the leases.
     pub grace: Duration,
+    /// The in-flight cap of every lease set.
+    pub caps: Vec<(LeaseSet, u32)>,
+    /// The limit of every rolling window, by budget.
+    pub limits: Vec<(usize, u32)>,
+}
+
+impl Shape {
+    /// The Lua that defines the numbers (µs) and the caps and limits by
+    /// key name. A key lives one lease longer than what it holds needs
+    /// (`margin`), so that its expiry is set once a lease, not every write.
+    fn constants(&self) -> String {
+        let tolerance = self.interval * self.burst.saturating_sub(1);
+        let mut lua = format!(
+            "local lease, interval, tolerance, window, horizon, grace, margin = \
+             {}, {}, {}, {}, {}, {}, {}\nlocal caps = {{",
+            micros(self.lease),
+            micros(self.interval),
+            micros(tolerance),
+            micros(self.window),
+            micros(self.horizon),
+            micros(self.grace),
+            micros(self.lease),
+        );
+        for &(set, cap) in &self.caps {
+            let _ = write!(lua, "['{}'] = {}, ", lease_name(set), cap.max(1));
+        }
+        lua.push_str("}\nlocal limits = {");
+        for &(budget, limit) in &self.limits {
+            let _ = write!(lua, "['window:{budget}'] = {}, ", limit.max(1));
+        }
+        lua.push_str("}\n");
+        lua
+    }
+}
+
+fn lease_name(set: LeaseSet) -> Cow<'static, str> {
+    match set {
+        Some(b) => Cow::Owned(format!("leases:{b}")),
+        None => Cow::Borrowed("leases:all"),
+    }
 }
 
 /// The keys of one tenant of one API, under one hash tag.
 #[derive(Debug, Clone)]
 pub struct Keys {
     tag: String,
+    state: String,
+    replicas: String,
+    all: String,
 }
 
 impl Keys {
     pub fn new(api: &str, tenant: &str) -> Self {
+        let tag = format!("{{{api}:{tenant}}}");
         Self {
-            tag: format!("{{{api}:{tenant}}}"),
+            state: format!("{tag}:state"),
+            replicas: format!("{tag}:replicas"),
+            all: format!("{tag}:leases:all"),
+            tag,
         }
     }
 
-    pub fn pause(&self) -> String {
-        format!("{}:pause", self.tag)
+    /// The tenant's state: the pause, the token bucket, the dark marks and
+    /// how long each key is known to live (see prelude.lua).
+    pub fn state(&self) -> &str {
+        &self.state
     }
 
-    pub fn bucket(&self) -> String {
-        format!("{}:bucket", self.tag)
-    }
-
-    pub fn replicas(&self) -> String {
-        format!("{}:replicas", self.tag)
+    pub fn replicas(&self) -> &str {
+        &self.replicas
     }
 
     /// The in-flight leases of budget `b`, or of all requests (`None`).
-    pub fn leases(&self, budget: Option<usize>) -> String {
-        match budget {
-            Some(b) => format!("{}:leases:{b}", self.tag),
-            None => format!("{}:leases:all", self.tag),
+    pub fn leases(&self, set: LeaseSet) -> Cow<'_, str> {
+        match set {
+            Some(b) => Cow::Owned(format!("{}:leases:{b}", self.tag)),
+            None => Cow::Borrowed(&self.all),
         }
     }
 
     pub fn window(&self, budget: usize) -> String {
         format!("{}:window:{budget}", self.tag)
-    }
-
-    /// A dark feature's mark, by route.
-    pub fn dark(&self, route: &str) -> String {
-        format!("{}:dark:{route}", self.tag)
     }
 
     /// Who runs the breaker's probe (or canary) now.
@@ -128,6 +183,11 @@ impl Keys {
     pub fn result(&self, turn: Turn) -> String {
         format!("{}:{}", self.tag, turn.name())
     }
+}
+
+/// A route's dark mark: its field in the state hash.
+fn dark_field(route: &str) -> String {
+    format!("dark:{route}")
 }
 
 /// What one replica at a time does for the whole fleet, and the others
@@ -158,6 +218,8 @@ pub struct Store {
     renew: Script,
     pause: Script,
     book: Script,
+    dark: Script,
+    release: Script,
 }
 
 impl std::fmt::Debug for Store {
@@ -177,23 +239,54 @@ fn from_micros(us: i64) -> Duration {
     Duration::from_micros(us.max(0).unsigned_abs())
 }
 
+/// The admission script's integer answer, `4 * wait + kind` (admit.lua).
+fn answer(value: Value) -> Result<Answer, StoreError> {
+    match value {
+        Value::Int(n) => {
+            let wait = from_micros(n >> 2);
+            Ok(match n & 3 {
+                0 => Answer::Go(wait),
+                1 => Answer::Reserved(wait),
+                2 => Answer::Queued(wait),
+                _ => Answer::Busy(wait),
+            })
+        }
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(left), Value::BulkString(mark)] => Ok(Answer::Dark {
+                left: from_micros(*left),
+                mark: String::from_utf8_lossy(mark).into_owned(),
+            }),
+            _ => Err(StoreError::Redis(
+                "an admission answer of an unknown shape".into(),
+            )),
+        },
+        other => Err(StoreError::Redis(format!(
+            "an admission answer of an unknown shape: {other:?}"
+        ))),
+    }
+}
+
 impl Store {
     /// Refuses a URL redis-rs cannot use (a clear error when the client is
-    /// built); connects only on the first call.
-    pub fn open(url: &str, deadline: Duration) -> Result<Self, String> {
+    /// built); connects only on the first call. `shape`'s numbers are
+    /// rendered into the scripts.
+    pub fn open(url: &str, deadline: Duration, shape: &Shape) -> Result<Self, String> {
         let client = Client::open(url).map_err(|e| e.to_string())?;
+        let head = format!("{}{}", shape.constants(), include_str!("prelude.lua"));
+        let script = |body: &str| Script::new(&format!("{head}{body}"));
         Ok(Self {
             client,
             connection: OnceCell::new(),
             ready: OnceCell::new(),
             deadline,
-            admit: Script::new(include_str!("admit.lua")),
-            renew: Script::new(include_str!("renew.lua")),
-            pause: Script::new(include_str!("pause.lua")),
-            book: Script::new(include_str!("book.lua")),
+            admit: script(include_str!("admit.lua")),
+            renew: script(include_str!("renew.lua")),
+            pause: script(include_str!("pause.lua")),
+            book: script(include_str!("book.lua")),
+            dark: script(include_str!("dark.lua")),
+            release: script(include_str!("release.lua")),
         })
     }
-
     /// The connection manager, made on the first call (it needs a runtime).
     /// It connects in the background and reconnects after a failure; a call
     /// meanwhile fails at once (or at its deadline).
@@ -279,7 +372,14 @@ impl Store {
     /// since (a restart) is loaded again by redis-rs on NOSCRIPT.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
-        for script in [&self.admit, &self.renew, &self.pause, &self.book] {
+        for script in [
+            &self.admit,
+            &self.renew,
+            &self.pause,
+            &self.book,
+            &self.dark,
+            &self.release,
+        ] {
             script
                 .prepare_invoke()
                 .load_async(&mut connection)
@@ -290,55 +390,27 @@ impl Store {
     }
 
     /// One admission: one EVALSHA.
-    pub async fn admit(
-        &self,
-        keys: &Keys,
-        shape: &Shape,
-        ask: &Ask<'_>,
-    ) -> Result<Answer, StoreError> {
+    pub async fn admit(&self, keys: &Keys, ask: &Ask<'_>) -> Result<Answer, StoreError> {
         let mut connection = self.connection().await?;
         let mut invocation = self.admit.prepare_invoke();
-        invocation
-            .key(keys.pause())
-            .key(keys.bucket())
-            .key(keys.dark(ask.route));
-        for &(budget, _) in ask.leases {
-            invocation.key(keys.leases(budget));
+        invocation.key(keys.state());
+        for &set in ask.leases {
+            invocation.key(keys.leases(set).as_ref());
         }
-        for &(budget, _) in ask.windows {
+        for &budget in ask.windows {
             invocation.key(keys.window(budget));
         }
-        let tolerance = shape.interval * shape.burst.saturating_sub(1);
         invocation
             .arg(ask.member)
-            .arg(micros(shape.lease))
-            .arg(micros(shape.interval))
-            .arg(micros(tolerance))
-            .arg(micros(shape.window))
-            .arg(micros(shape.horizon))
-            .arg(u8::from(ask.token))
-            .arg(micros(shape.grace))
-            .arg(ask.leases.len());
-        for &(_, cap) in ask.leases {
-            invocation.arg(cap);
+            .arg(if ask.token { "1" } else { "0" })
+            .arg(dark_field(ask.route));
+        if !ask.windows.is_empty() {
+            invocation.arg(ask.slot);
         }
-        invocation.arg(ask.windows.len());
-        for &(_, limit) in ask.windows {
-            invocation.arg(limit);
-        }
-        let answer: (i64, i64, String) = self
+        let value: Value = self
             .bounded(invocation.invoke_async(&mut connection))
             .await?;
-        Ok(match answer {
-            (0, wait, _) => Answer::Go(from_micros(wait)),
-            (1, wait, _) => Answer::Reserved(from_micros(wait)),
-            (4, wait, _) => Answer::Queued(from_micros(wait)),
-            (3, left, mark) => Answer::Dark {
-                left: from_micros(left),
-                mark,
-            },
-            (_, wait, _) => Answer::Busy(from_micros(wait)),
-        })
+        answer(value)
     }
 
     /// Books a request sent without asking (degraded) in the shared token
@@ -347,60 +419,64 @@ impl Store {
     pub async fn book(
         &self,
         keys: &Keys,
-        shape: &Shape,
         member: &str,
-        leases: &[Option<usize>],
-        windows: &[(usize, u32)],
+        leases: &[LeaseSet],
+        windows: &[usize],
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
-        let mut invocation = self.book.key(keys.bucket());
-        for &budget in leases {
-            invocation.key(keys.leases(budget));
+        let mut invocation = self.book.key(keys.state());
+        for &set in leases {
+            invocation.key(keys.leases(set).as_ref());
         }
-        for &(budget, _) in windows {
+        for &budget in windows {
             invocation.key(keys.window(budget));
         }
-        invocation
-            .arg(member)
-            .arg(micros(shape.interval))
-            .arg(micros(shape.window))
-            .arg(micros(shape.lease))
-            .arg(leases.len());
+        invocation.arg(member);
         self.bounded(invocation.invoke_async::<()>(&mut connection))
             .await
     }
 
-    /// Gives back the leases of one admission.
+    /// Ends the leases of `members` in the lease sets `sets` (a member not
+    /// in a set is left alone there).
     pub async fn release(
         &self,
         keys: &Keys,
-        member: &str,
-        leases: &[Option<usize>],
+        members: &[String],
+        sets: &[LeaseSet],
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
-        let mut pipe = redis::pipe();
-        for &budget in leases {
-            pipe.zrem(keys.leases(budget), member).ignore();
+        let mut invocation = self.release.prepare_invoke();
+        for &set in sets {
+            invocation.key(keys.leases(set).as_ref());
         }
-        self.bounded(pipe.query_async::<()>(&mut connection)).await
+        for member in members {
+            invocation.arg(member);
+        }
+        self.bounded(invocation.invoke_async::<()>(&mut connection))
+            .await
     }
 
     /// The heartbeat: this replica is live for one lease, and so are the
-    /// leases it holds (by lease set). Answers the live replicas.
+    /// leases it holds (by lease set, every set of the fleet listed);
+    /// `windows` are every window of the fleet, trimmed here. Answers the
+    /// live replicas.
     pub async fn renew(
         &self,
         keys: &Keys,
         replica: &str,
-        lease: Duration,
-        held: &[(Option<usize>, Vec<String>)],
+        held: &[(LeaseSet, Vec<String>)],
+        windows: &[usize],
     ) -> Result<Vec<String>, StoreError> {
         let mut connection = self.connection().await?;
         let mut invocation = self.renew.prepare_invoke();
-        invocation.key(keys.replicas());
-        for (budget, _) in held {
-            invocation.key(keys.leases(*budget));
+        invocation.key(keys.state()).key(keys.replicas());
+        for (set, _) in held {
+            invocation.key(keys.leases(*set).as_ref());
         }
-        invocation.arg(replica).arg(micros(lease));
+        for &budget in windows {
+            invocation.key(keys.window(budget));
+        }
+        invocation.arg(replica);
         for (_, members) in held {
             invocation.arg(members.len());
             for member in members {
@@ -414,7 +490,7 @@ impl Store {
     /// longer pause is already set.
     pub async fn pause(&self, keys: &Keys, wait: Duration) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
-        let mut invocation = self.pause.key(keys.pause());
+        let mut invocation = self.pause.key(keys.state());
         invocation.arg(micros(wait));
         self.bounded(invocation.invoke_async::<()>(&mut connection))
             .await
@@ -429,16 +505,14 @@ impl Store {
         for_: Duration,
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
-        let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
-        let cmd = redis::cmd("SET")
-            .arg(keys.dark(route))
+        let mut invocation = self.dark.key(keys.state());
+        invocation
+            .arg(dark_field(route))
             .arg(mark)
-            .arg("PX")
-            .arg(ms)
-            .to_owned();
-        self.bounded(cmd.query_async::<()>(&mut connection)).await
+            .arg(micros(for_).max(1));
+        self.bounded(invocation.invoke_async::<()>(&mut connection))
+            .await
     }
-
     /// Takes the `turn` for `for_` unless another replica holds it; true
     /// when this one (`replica`) holds it now.
     pub async fn own(
@@ -501,7 +575,14 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
-    fn shape(interval: Duration, burst: u32, window: Duration, lease: Duration) -> Shape {
+    fn shape(
+        interval: Duration,
+        burst: u32,
+        window: Duration,
+        lease: Duration,
+        caps: &[(LeaseSet, u32)],
+        limits: &[(usize, u32)],
+    ) -> Shape {
         Shape {
             lease,
             interval,
@@ -509,38 +590,45 @@ mod tests {
             window,
             horizon: Duration::from_millis(200),
             grace: Duration::from_millis(1),
+            caps: caps.to_vec(),
+            limits: limits.to_vec(),
         }
     }
 
-    /// A store on `server` with a deadline generous for a loaded machine
-    /// (the deadline's own test sets a short one).
-    /// A redis-server of this test's own, a store on it and tenant `t1`'s
-    /// keys; `None` (the suite skipped) where redis-server is not installed.
-    fn started() -> Option<(RedisServer, Store, Keys)> {
+    /// A store of `shape` on `server` with a deadline generous for a loaded
+    /// machine (the deadline's own test sets a short one).
+    fn store(server: &RedisServer, shape: &Shape) -> Store {
+        Store::open(&server.url(), Duration::from_millis(500), shape).unwrap()
+    }
+
+    /// A redis-server of this test's own, a store of `shape` on it and
+    /// tenant `t1`'s keys; `None` (the suite skipped) where redis-server is
+    /// not installed.
+    fn started(shape: &Shape) -> Option<(RedisServer, Store, Keys)> {
         if !available("fleet store") {
             return None;
         }
         let server = RedisServer::start();
-        let store = Store::open(&server.url(), Duration::from_millis(500)).unwrap();
+        let store = store(&server, shape);
         Some((server, store, Keys::new("api", "t1")))
     }
 
     async fn ask(
         store: &Store,
         keys: &Keys,
-        shape: &Shape,
         member: &str,
-        leases: &[(Option<usize>, u32)],
-        windows: &[(usize, u32)],
+        leases: &[LeaseSet],
+        windows: &[usize],
     ) -> Answer {
         let ask = Ask {
             route: "/r",
             member,
+            slot: member,
             leases,
             windows,
             token: true,
         };
-        store.admit(keys, shape, &ask).await.unwrap()
+        store.admit(keys, &ask).await.unwrap()
     }
 
     fn go(answer: &Answer) -> Duration {
@@ -554,23 +642,33 @@ mod tests {
         assert!(lo <= d && d <= hi, "{d:?} not in {lo:?}..={hi:?}");
     }
 
+    async fn zcard(store: &Store, key: &str) -> usize {
+        let mut connection = store.connection().await.unwrap();
+        redis::cmd("ZCARD")
+            .arg(key)
+            .query_async(&mut connection)
+            .await
+            .unwrap()
+    }
+
+    const ALL: [LeaseSet; 1] = [None];
+
     #[tokio::test]
     async fn the_bucket_lets_a_burst_go_then_reserves_one_slot_per_interval() {
-        let Some((_server, store, keys)) = started() else {
-            return;
-        };
         // One token every 10 s, a burst of 3: the waits are seconds, far
         // above any machine's call time.
-        let shape = shape(10 * S, 3, 60 * S, 60 * S);
-        let all = [(None, 100)];
+        let shape = shape(10 * S, 3, 60 * S, 60 * S, &[(None, 100)], &[]);
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
         for i in 0..3 {
-            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await);
+            let wait = go(&ask(&store, &keys, &format!("m{i}"), &ALL, &[]).await);
             assert!(wait < S, "burst call {i} waits {wait:?}");
         }
         // Then one token every interval, each reserved for its caller in
         // arrival order, who holds no lease while it waits.
         for (i, n) in [(3, 1), (4, 2), (5, 3)] {
-            match ask(&store, &keys, &shape, &format!("m{i}"), &all, &[]).await {
+            match ask(&store, &keys, &format!("m{i}"), &ALL, &[]).await {
                 Answer::Queued(wait) => between(wait, 10 * S * n - S, 10 * S * n),
                 other => panic!("{other:?}"),
             }
@@ -579,57 +677,57 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_whose_slot_is_ahead_holds_no_lease_while_it_waits() {
-        let Some((_server, store, keys)) = started() else {
-            return;
-        };
         // One token every 10 s, no burst: the second and third callers'
         // slots are 10 and 20 s ahead, within no grace.
-        let shape = shape(10 * S, 1, 60 * S, 60 * S);
-        let two = [(None, 2)];
-        go(&ask(&store, &keys, &shape, "a", &two, &[]).await);
+        let shape = shape(10 * S, 1, 60 * S, 60 * S, &[(None, 2)], &[]);
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
+        go(&ask(&store, &keys, "a", &ALL, &[]).await);
         for (member, n) in [("b", 1), ("c", 2)] {
-            match ask(&store, &keys, &shape, member, &two, &[]).await {
+            match ask(&store, &keys, member, &ALL, &[]).await {
                 Answer::Queued(wait) => between(wait, 10 * S * n - S, 10 * S * n),
                 other => panic!("{member}: {other:?}"),
             }
         }
         // Only the caller that went holds a lease: the cap of 2 still has
         // room for a caller back for its reserved slot.
-        let mut connection = store.connection().await.unwrap();
-        let held: usize = redis::cmd("ZCARD")
-            .arg(keys.leases(None))
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        assert_eq!(held, 1);
+        assert_eq!(zcard(&store, &keys.leases(None)).await, 1);
         let back = Ask {
             route: "/r",
             member: "b",
-            leases: &two,
+            slot: "b",
+            leases: &ALL,
             windows: &[],
             token: false,
         };
-        go(&store.admit(&keys, &shape, &back).await.unwrap());
+        go(&store.admit(&keys, &back).await.unwrap());
     }
 
     #[tokio::test]
     async fn a_rolling_window_admits_its_limit_then_reserves_slots_in_arrival_order() {
-        let Some((_server, store, keys)) = started() else {
+        let shape = shape(
+            Duration::from_micros(1),
+            1_000,
+            600 * S,
+            60 * S,
+            &[(None, 100)],
+            &[(2, 3)],
+        );
+        let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
-        let shape = shape(Duration::from_micros(1), 1_000, 600 * S, 60 * S);
-        let all = [(None, 100)];
-        let window = [(2, 3)];
+        let window = [2];
         let started = tokio::time::Instant::now();
         for i in 0..3 {
-            let wait = go(&ask(&store, &keys, &shape, &format!("m{i}"), &all, &window).await);
+            let wait = go(&ask(&store, &keys, &format!("m{i}"), &ALL, &window).await);
             assert!(wait < S);
         }
         // "≤ 3 in any 600 s": the 4th and 5th are reserved one window after
         // the 1st and 2nd, the 7th one window after the 4th.
         let mut reserved = Vec::new();
         for i in 3..7 {
-            match ask(&store, &keys, &shape, &format!("m{i}"), &all, &window).await {
+            match ask(&store, &keys, &format!("m{i}"), &ALL, &window).await {
                 Answer::Reserved(wait) => reserved.push(tokio::time::Instant::now() + wait),
                 other => panic!("call {i}: {other:?}"),
             }
@@ -639,124 +737,211 @@ mod tests {
             between(from(*at), 600 * S - 5 * S, 600 * S + 5 * S);
         }
         between(from(reserved[3]), 1200 * S - 5 * S, 1200 * S + 5 * S);
-        // Never before an earlier reservation (1 ms: the two clocks' reading).
-        let ms = Duration::from_millis(1);
-        assert!(
-            reserved.windows(2).all(|w| w[0] <= w[1] + ms),
-            "{reserved:?}"
-        );
+        // Never before an earlier reservation, in Redis time (this side's
+        // reading of the waits is as late as each answer was read).
+        let mut connection = store.connection().await.unwrap();
+        let mut at = Vec::new();
+        for i in 3..7 {
+            let score: f64 = redis::cmd("ZSCORE")
+                .arg(keys.window(2))
+                .arg(format!("m{i}"))
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            at.push(score);
+        }
+        assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
         // A call back for its reserved slot asks without the window.
-        go(&ask(&store, &keys, &shape, "m3", &all, &[]).await);
+        go(&ask(&store, &keys, "m3", &ALL, &[]).await);
     }
 
     #[tokio::test]
     async fn a_booked_request_counts_in_the_bucket_and_the_windows() {
-        let Some((_server, store, keys)) = started() else {
+        let shape = shape(10 * S, 1, 600 * S, 60 * S, &[(None, 8)], &[(2, 2)]);
+        let Some((server, store, keys)) = started(&shape) else {
             return;
         };
-        let shape = shape(10 * S, 1, 600 * S, 60 * S);
-        let window = [(2, 2)];
+        let window = [2];
         // Two sent while degraded: the window of 2 is full, the bucket's
         // next token two intervals ahead.
-        let all = [None];
-        store
-            .book(&keys, &shape, "x1", &all, &window)
-            .await
-            .unwrap();
-        store
-            .book(&keys, &shape, "x2", &all, &window)
-            .await
-            .unwrap();
-        match ask(&store, &keys, &shape, "a", &[(None, 8)], &window).await {
+        store.book(&keys, "x1", &ALL, &window).await.unwrap();
+        store.book(&keys, "x2", &ALL, &window).await.unwrap();
+        match ask(&store, &keys, "a", &ALL, &window).await {
             Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
             other => panic!("{other:?}"),
         }
-        match ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await {
+        match ask(&store, &keys, "b", &ALL, &[]).await {
             Answer::Queued(wait) => between(wait, 10 * S, 20 * S),
             other => panic!("{other:?}"),
         }
         // Their leases hold the in-flight cap until released.
         let fast = Shape {
             interval: Duration::from_micros(1),
+            caps: vec![(None, 2)],
             ..shape
         };
+        let fast = store_of(&server, &fast);
         let other = Keys::new("api", "t2");
-        store.book(&other, &fast, "y1", &all, &[]).await.unwrap();
-        store.book(&other, &fast, "y2", &all, &[]).await.unwrap();
-        let cap = [(None, 2)];
-        let busy = ask(&store, &other, &fast, "c", &cap, &[]).await;
+        fast.book(&other, "y1", &ALL, &[]).await.unwrap();
+        fast.book(&other, "y2", &ALL, &[]).await.unwrap();
+        let busy = ask(&fast, &other, "c", &ALL, &[]).await;
         assert!(matches!(busy, Answer::Busy(_)), "{busy:?}");
-        store.release(&other, "y1", &all).await.unwrap();
-        go(&ask(&store, &other, &fast, "c", &cap, &[]).await);
+        fast.release(&other, &["y1".into()], &ALL).await.unwrap();
+        go(&ask(&fast, &other, "c", &ALL, &[]).await);
+    }
+
+    fn store_of(server: &RedisServer, shape: &Shape) -> Store {
+        store(server, shape)
     }
 
     #[tokio::test]
     async fn leases_cap_the_fleet_s_requests_and_come_back_on_release_or_expiry() {
-        let Some((_server, store, keys)) = started() else {
+        let lease = Duration::from_millis(300);
+        let shape = shape(
+            Duration::from_micros(1),
+            1_000,
+            60 * S,
+            lease,
+            &[(Some(1), 2), (None, 8)],
+            &[],
+        );
+        let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
-        let lease = Duration::from_millis(300);
-        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, lease);
-        let ingest = [(Some(1), 2), (None, 8)];
-        go(&ask(&store, &keys, &shape, "a", &ingest, &[]).await);
-        go(&ask(&store, &keys, &shape, "b", &ingest, &[]).await);
+        let ingest = [Some(1), None];
+        go(&ask(&store, &keys, "a", &ingest, &[]).await);
+        go(&ask(&store, &keys, "b", &ingest, &[]).await);
         assert!(matches!(
-            ask(&store, &keys, &shape, "c", &ingest, &[]).await,
+            ask(&store, &keys, "c", &ingest, &[]).await,
             Answer::Busy(_)
         ));
         // A call of another budget still has global slots.
-        go(&ask(&store, &keys, &shape, "d", &[(None, 8)], &[]).await);
-        store.release(&keys, "a", &[Some(1), None]).await.unwrap();
-        go(&ask(&store, &keys, &shape, "c", &ingest, &[]).await);
+        go(&ask(&store, &keys, "d", &ALL, &[]).await);
+        store.release(&keys, &["a".into()], &ingest).await.unwrap();
+        go(&ask(&store, &keys, "c", &ingest, &[]).await);
         assert!(matches!(
-            ask(&store, &keys, &shape, "e", &ingest, &[]).await,
+            ask(&store, &keys, "e", &ingest, &[]).await,
             Answer::Busy(_)
         ));
+        // Taking an ended lease's member again ends it: "c" asks again as
+        // the request after it, and the cap of 2 has room for it.
+        go(&ask(&store, &keys, "c", &ingest, &[]).await);
         // Kept alive by renewals past one lease...
         for _ in 0..4 {
             tokio::time::sleep(lease / 3).await;
             let held = [(Some(1), vec!["b".to_string(), "c".to_string()])];
-            let live = store.renew(&keys, "replica-1", lease, &held).await.unwrap();
+            let live = store.renew(&keys, "replica-1", &held, &[]).await.unwrap();
             assert_eq!(live, ["replica-1"]);
         }
         assert!(matches!(
-            ask(&store, &keys, &shape, "e", &ingest, &[]).await,
+            ask(&store, &keys, "e", &ingest, &[]).await,
             Answer::Busy(_)
         ));
-        // ...and taken back once one lease passes without one (a crash).
+        // ...but a released one is not renewed (the beat was on its way)...
+        store.release(&keys, &["b".into()], &ingest).await.unwrap();
+        let held = [(Some(1), vec!["b".to_string(), "c".to_string()])];
+        store.renew(&keys, "replica-1", &held, &[]).await.unwrap();
+        go(&ask(&store, &keys, "e", &ingest, &[]).await);
+        // ...and they are taken back once one lease passes without one (a crash).
         tokio::time::sleep(lease + Duration::from_millis(50)).await;
-        go(&ask(&store, &keys, &shape, "e", &ingest, &[]).await);
-        let live = store.renew(&keys, "replica-2", lease, &[]).await.unwrap();
+        go(&ask(&store, &keys, "f", &ingest, &[]).await);
+        go(&ask(&store, &keys, "g", &ingest, &[]).await);
+        let live = store.renew(&keys, "replica-2", &[], &[]).await.unwrap();
         assert_eq!(live, ["replica-2"], "replica-1 stopped beating");
     }
 
     #[tokio::test]
-    async fn a_pause_holds_every_admission_until_its_latest_instant() {
-        let Some((_server, store, keys)) = started() else {
+    async fn every_key_expires_even_one_emptied_and_made_again() {
+        // Short leases and windows: the heartbeat's trimming empties (and
+        // so deletes) the sets, the next admission makes them again.
+        let ms = Duration::from_millis;
+        let shape = shape(
+            ms(1),
+            1,
+            ms(300),
+            ms(300),
+            &[(Some(1), 2), (None, 8)],
+            &[(2, 5)],
+        );
+        let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
-        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
-        let one = [(None, 1)];
+        let (sets, windows) = ([Some(1), None], [2]);
+        let held = [(Some(1), Vec::new()), (None, Vec::new())];
+        let mut connection = store.connection().await.unwrap();
+        for round in 0..3 {
+            go(&ask(&store, &keys, &format!("a{round}"), &sets, &windows).await);
+            store
+                .book(&keys, &format!("b{round}"), &sets, &windows)
+                .await
+                .unwrap();
+            store.pause(&keys, ms(1)).await.unwrap();
+            store
+                .set_dark(&keys, "/dark", "7 503", ms(1))
+                .await
+                .unwrap();
+            let members = [format!("a{round}"), format!("b{round}")];
+            store.release(&keys, &members, &sets).await.unwrap();
+            let found: Vec<String> = redis::cmd("KEYS")
+                .arg("*")
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            assert!(found.len() >= 4, "{found:?}");
+            for key in found {
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                assert!(ttl > 0, "round {round}: {key} has no expiry ({ttl})");
+            }
+            // Everything ended: the beat trims the sets away.
+            tokio::time::sleep(ms(400)).await;
+            store.renew(&keys, "r1", &held, &windows).await.unwrap();
+            assert_eq!(zcard(&store, &keys.leases(None)).await, 0);
+            assert_eq!(zcard(&store, &keys.window(2)).await, 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pause_holds_every_admission_until_its_latest_instant() {
+        let shape = shape(
+            Duration::from_micros(1),
+            1_000,
+            60 * S,
+            60 * S,
+            &[(None, 1)],
+            &[],
+        );
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
         store.pause(&keys, 20 * S).await.unwrap();
         store.pause(&keys, 5 * S).await.unwrap();
-        match ask(&store, &keys, &shape, "a", &one, &[]).await {
+        match ask(&store, &keys, "a", &ALL, &[]).await {
             Answer::Reserved(wait) => between(wait, 19 * S, 20 * S),
             other => panic!("{other:?}"),
         }
         // Nothing was taken while paused: the cap of 1 is still free.
-        store.pause(&keys, Duration::ZERO).await.unwrap();
-        let other = Keys::new("api", "t2");
-        go(&ask(&store, &other, &shape, "b", &one, &[]).await);
+        assert_eq!(zcard(&store, &keys.leases(None)).await, 0);
     }
 
     #[tokio::test]
     async fn a_dark_mark_answers_before_anything_is_taken() {
-        let Some((_server, store, keys)) = started() else {
+        let shape = shape(
+            Duration::from_micros(1),
+            1_000,
+            60 * S,
+            60 * S,
+            &[(None, 1)],
+            &[],
+        );
+        let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
-        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
         store.set_dark(&keys, "/r", "7 503", 30 * S).await.unwrap();
-        match ask(&store, &keys, &shape, "a", &[(None, 1)], &[]).await {
+        match ask(&store, &keys, "a", &ALL, &[]).await {
             Answer::Dark { left, mark } => {
                 between(left, 29 * S, 30 * S);
                 assert_eq!(mark, "7 503");
@@ -766,20 +951,28 @@ mod tests {
         let ask_other = Ask {
             route: "/other",
             member: "b",
-            leases: &[(None, 1)],
+            slot: "b",
+            leases: &ALL,
             windows: &[],
             token: true,
         };
-        go(&store.admit(&keys, &shape, &ask_other).await.unwrap());
+        go(&store.admit(&keys, &ask_other).await.unwrap());
     }
 
     #[tokio::test]
     async fn a_flushed_script_is_loaded_again_and_one_replica_holds_each_turn() {
-        let Some((_server, store, keys)) = started() else {
+        let shape = shape(
+            Duration::from_micros(1),
+            1_000,
+            60 * S,
+            60 * S,
+            &[(None, 8)],
+            &[],
+        );
+        let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
-        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
-        go(&ask(&store, &keys, &shape, "a", &[(None, 8)], &[]).await);
+        go(&ask(&store, &keys, "a", &ALL, &[]).await);
         let mut connection = store.connection().await.unwrap();
         redis::cmd("SCRIPT")
             .arg("FLUSH")
@@ -787,7 +980,7 @@ mod tests {
             .await
             .unwrap();
         // NOSCRIPT: redis-rs loads it again and sends it once more.
-        go(&ask(&store, &keys, &shape, "b", &[(None, 8)], &[]).await);
+        go(&ask(&store, &keys, "b", &ALL, &[]).await);
         for turn in [Turn::Probe, Turn::Canary] {
             assert!(store.own(&keys, turn, "r1", 30 * S).await.unwrap());
             assert!(!store.own(&keys, turn, "r2", 30 * S).await.unwrap());
@@ -810,20 +1003,28 @@ mod tests {
         }
         let mut server = RedisServer::start();
         let deadline = Duration::from_millis(5);
-        let store = Store::open(&server.url(), deadline).unwrap();
+        let shape = shape(
+            Duration::from_micros(1),
+            1_000,
+            60 * S,
+            60 * S,
+            &[(None, 100)],
+            &[],
+        );
+        let store = Store::open(&server.url(), deadline, &shape).unwrap();
         let keys = Keys::new("api", "t1");
-        let shape = shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S);
         let ask = Ask {
             route: "/r",
             member: "a",
-            leases: &[(None, 100)],
+            slot: "a",
+            leases: &ALL,
             windows: &[],
             token: true,
         };
         // The first call connects; a loaded machine may need more than 5 ms.
         let mut up = false;
         for _ in 0..200 {
-            if store.admit(&keys, &shape, &ask).await.is_ok() {
+            if store.admit(&keys, &ask).await.is_ok() {
                 up = true;
                 break;
             }
@@ -833,7 +1034,7 @@ mod tests {
         server.kill();
         for _ in 0..20 {
             let started = tokio::time::Instant::now();
-            let result = store.admit(&keys, &shape, &ask).await;
+            let result = store.admit(&keys, &ask).await;
             assert!(result.is_err(), "a dead Redis answered");
             // The deadline bounds every call; the slack is the scheduler's.
             assert!(
@@ -845,7 +1046,7 @@ mod tests {
         server.restart();
         let mut back = false;
         for _ in 0..300 {
-            if store.admit(&keys, &shape, &ask).await.is_ok() {
+            if store.admit(&keys, &ask).await.is_ok() {
                 back = true;
                 break;
             }
