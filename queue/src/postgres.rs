@@ -94,7 +94,10 @@ impl Sql {
 /// (pending, in flight or waiting to replay), through a stored column that stays `true` while a
 /// claim takes a job and a replay puts it back. No index holds `state` itself, so those updates
 /// are HOT (PostgreSQL rewrites no index entry): only ending a job done or failed touches an index.
-/// A table made with the earlier `(state, seq)` index gains the column and loses that index.
+/// A table made with the earlier `(state, seq)` index gains the column and loses that index,
+/// once: each step runs only when the catalog says it is missing, because `ALTER TABLE` locks
+/// the table against every reader even when `IF NOT EXISTS` finds nothing to do, and every
+/// replica runs this at connect.
 fn schema_ddl(schema: &str) -> String {
     format!(
         "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
@@ -113,10 +116,20 @@ fn schema_ddl(schema: &str) -> String {
              created_at  BIGINT NOT NULL,
              updated_at  BIGINT NOT NULL
          );
-         ALTER TABLE \"{schema}\".jobs ADD COLUMN IF NOT EXISTS live BOOLEAN
-             GENERATED ALWAYS AS (state IN ('pending', 'pending_replay', 'in_flight')) STORED;
-         CREATE INDEX IF NOT EXISTS jobs_live_seq ON \"{schema}\".jobs (seq) WHERE live;
-         DROP INDEX IF EXISTS \"{schema}\".jobs_state_seq;"
+         DO $$ BEGIN
+             IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                            WHERE attrelid = '\"{schema}\".jobs'::regclass
+                              AND attname = 'live' AND NOT attisdropped) THEN
+                 ALTER TABLE \"{schema}\".jobs ADD COLUMN live BOOLEAN
+                     GENERATED ALWAYS AS (state IN ('pending', 'pending_replay', 'in_flight')) STORED;
+             END IF;
+             IF to_regclass('\"{schema}\".jobs_live_seq') IS NULL THEN
+                 CREATE INDEX jobs_live_seq ON \"{schema}\".jobs (seq) WHERE live;
+             END IF;
+             IF to_regclass('\"{schema}\".jobs_state_seq') IS NOT NULL THEN
+                 DROP INDEX \"{schema}\".jobs_state_seq;
+             END IF;
+         END $$;"
     )
 }
 

@@ -124,3 +124,32 @@ async fn no_index_holds_the_state_and_an_earlier_table_is_brought_to_the_same() 
             .unwrap();
     }
 }
+
+/// A replica's connect to a table that is already current changes nothing, so it takes no
+/// lock that waits for another replica's open transaction (an `ALTER TABLE` would, even one
+/// with nothing to do, and every query behind it would queue).
+#[tokio::test]
+async fn a_connect_to_a_current_table_waits_for_no_reader() {
+    let Some(url) = support::pg_url() else { return };
+    let schema = support::fresh_schema("sdk_queue_reconnect");
+    drop(PgStore::connect(&url, &schema).await.unwrap());
+    let mut reader = support::pg_raw(&url, &schema).await;
+    let tx = reader.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "LOCK TABLE \"{schema}\".jobs IN ACCESS SHARE MODE"
+    ))
+    .await
+    .unwrap();
+    // Far longer than a connect takes; a connect that waits for the reader never ends.
+    let again =
+        tokio::time::timeout(Duration::from_secs(30), PgStore::connect(&url, &schema)).await;
+    assert!(
+        matches!(again, Ok(Ok(_))),
+        "a second connect waited for the reader"
+    );
+    tx.rollback().await.unwrap();
+    reader
+        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+}
