@@ -595,6 +595,11 @@ mod tests {
         }
     }
 
+    /// A shape whose bucket and minute never bind: only the lease caps `caps` count.
+    fn caps_only(caps: &[(LeaseSet, u32)]) -> Shape {
+        shape(Duration::from_micros(1), 1_000, 60 * S, 60 * S, caps, &[])
+    }
+
     /// A store of `shape` on `server` with a deadline generous for a loaded
     /// machine (the deadline's own test sets a short one).
     fn store(server: &RedisServer, shape: &Shape) -> Store {
@@ -906,14 +911,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pause_holds_every_admission_until_its_latest_instant() {
-        let shape = shape(
-            Duration::from_micros(1),
-            1_000,
-            60 * S,
-            60 * S,
-            &[(None, 1)],
-            &[],
-        );
+        let shape = caps_only(&[(None, 1)]);
         let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
@@ -929,14 +927,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dark_mark_answers_before_anything_is_taken() {
-        let shape = shape(
-            Duration::from_micros(1),
-            1_000,
-            60 * S,
-            60 * S,
-            &[(None, 1)],
-            &[],
-        );
+        let shape = caps_only(&[(None, 1)]);
         let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
@@ -961,14 +952,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_flushed_script_is_loaded_again_and_one_replica_holds_each_turn() {
-        let shape = shape(
-            Duration::from_micros(1),
-            1_000,
-            60 * S,
-            60 * S,
-            &[(None, 8)],
-            &[],
-        );
+        let shape = caps_only(&[(None, 8)]);
         let Some((_server, store, keys)) = started(&shape) else {
             return;
         };
@@ -1003,14 +987,7 @@ mod tests {
         }
         let mut server = RedisServer::start();
         let deadline = Duration::from_millis(5);
-        let shape = shape(
-            Duration::from_micros(1),
-            1_000,
-            60 * S,
-            60 * S,
-            &[(None, 100)],
-            &[],
-        );
+        let shape = caps_only(&[(None, 100)]);
         let store = Store::open(&server.url(), deadline, &shape).unwrap();
         let keys = Keys::new("api", "t1");
         let ask = Ask {
