@@ -796,6 +796,12 @@ impl Policy {
         Ok(())
     }
 
+    /// The first taxonomy row of `kind`: how an outcome with no status or
+    /// detail to match is classified.
+    pub fn row_of(&self, kind: OutcomeKind) -> Option<&'static TaxonomyRow> {
+        self.taxonomy.iter().find(|r| r.matches.outcome == kind)
+    }
+
     /// The German message for an error class, if the spec has one.
     pub fn message(&self, class: &str) -> Option<&'static str> {
         self.messages

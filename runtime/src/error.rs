@@ -101,8 +101,7 @@ impl Client {
     /// The first row of `kind`: how an outcome with no status or detail to
     /// match is classified (what [`crate::classify::classify`] finds for it).
     pub(crate) fn row_of(&self, kind: OutcomeKind) -> Option<&'static TaxonomyRow> {
-        let rows = self.shared.policy.taxonomy;
-        rows.iter().find(|r| r.matches.outcome == kind)
+        self.shared.policy.row_of(kind)
     }
 }
 

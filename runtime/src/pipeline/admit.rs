@@ -228,7 +228,7 @@ pub(crate) struct CircuitOpen {
 
 impl CircuitOpen {
     pub(crate) fn of(policy: &'static Policy) -> Self {
-        let row = (policy.taxonomy.iter()).find(|r| r.matches.outcome == OutcomeKind::CircuitOpen);
+        let row = policy.row_of(OutcomeKind::CircuitOpen);
         let state = (policy.states.iter()).find(|s| s.when == StateTrigger::BreakerOpen);
         CircuitOpen {
             row,
