@@ -51,6 +51,11 @@ impl Origin {
         })
     }
 
+    /// The base URL, parsed.
+    pub(crate) fn base(&self) -> &Url {
+        &self.base
+    }
+
     /// The URL of a route's rendered (percent-encoded) `path` with `query`:
     /// what the base URL string, the path and the query joined would parse to.
     pub(crate) fn url(&self, path: &str, query: &[(&'static str, String)]) -> Url {
@@ -80,15 +85,13 @@ impl Origin {
 mod tests {
     use super::*;
 
-    const NAMES: HeaderNames = HeaderNames {
-        authorization: "Authorization",
-        auth_scheme: "Bearer",
-        tenant: "X-Tenant-ID",
-        workspace: Some("X-Workspace-ID"),
-        request_id: "X-Request-ID",
-        retry_after: "Retry-After",
-        pipeline: None,
-    };
+    /// The test policy's header names, with a workspace header.
+    fn names() -> HeaderNames {
+        HeaderNames {
+            workspace: Some("X-Workspace-ID"),
+            ..crate::testing::POLICY.headers.clone()
+        }
+    }
 
     /// The URL as it was built before: the strings joined, then parsed.
     fn joined(base: &str, path: &str, query: &[(&'static str, String)]) -> Url {
@@ -124,7 +127,7 @@ mod tests {
             &[("q", "a b&c=d#e".into()), ("after", "ä/..".into())],
         ];
         for base in bases {
-            let origin = Origin::new(base.trim_end_matches('/'), &NAMES, "knoll").unwrap();
+            let origin = Origin::new(base.trim_end_matches('/'), &names(), "knoll").unwrap();
             for path in paths {
                 for query in queries {
                     assert_eq!(
@@ -141,7 +144,7 @@ mod tests {
     fn names_that_are_not_header_names_are_refused() {
         let names = HeaderNames {
             tenant: "X Tenant",
-            ..NAMES
+            ..names()
         };
         assert!(matches!(
             Origin::new("http://h", &names, "knoll"),

@@ -63,13 +63,12 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
     if let Some(stream) = e.stream.and_then(|i| policy.streams.get(i.get())) {
         span.record("sdk.stream", stream.name);
     }
-    if let Ok(url) = reqwest::Url::parse(&client.shared.base_url) {
-        if let Some(host) = url.host_str() {
-            span.record("server.address", host);
-        }
-        if let Some(port) = url.port_or_known_default() {
-            span.record("server.port", port);
-        }
+    let base = client.shared.origin.base();
+    if let Some(host) = base.host_str() {
+        span.record("server.address", host);
+    }
+    if let Some(port) = base.port_or_known_default() {
+        span.record("server.port", port);
     }
     span
 }
