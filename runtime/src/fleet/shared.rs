@@ -565,6 +565,12 @@ impl Inner {
         });
     }
 
+    /// The store's name of this replica's admission `number`: its lease
+    /// member (and a window reservation's).
+    fn member(&self, number: u64) -> String {
+        format!("{}:{number}", self.replica)
+    }
+
     /// One round trip: `Some` slots to send with, `None` to ask again
     /// (what is reserved already is struck from `left`). The lease member
     /// is that of a lease of this replica that ended, when one in no other
@@ -580,12 +586,12 @@ impl Inner {
     ) -> Result<Option<FleetSlots>, Refusal> {
         let fresh = self.next.fetch_add(1, Ordering::Relaxed);
         let number = self.take_ended(leases).unwrap_or(fresh);
-        let member = format!("{}:{number}", self.replica);
+        let member = self.member(number);
         // Each window reservation is a member of its own.
         let slot = if left.windows.is_empty() {
             String::new()
         } else {
-            format!("{}:{fresh}", self.replica)
+            self.member(fresh)
         };
         let ask = Ask {
             route,
@@ -721,7 +727,7 @@ impl Inner {
         let inner = Arc::clone(self);
         let (sets, windows) = (sets.to_vec(), windows.to_vec());
         self.background(async move {
-            let member = format!("{}:{number}", inner.replica);
+            let member = inner.member(number);
             let keys = &inner.keys;
             let _ = inner.store.book(keys, &member, &sets, &windows).await;
         });
@@ -731,7 +737,7 @@ impl Inner {
     fn unbook(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
         let inner = Arc::clone(self);
         self.background(async move {
-            let member = [format!("{}:{number}", inner.replica)];
+            let member = [inner.member(number)];
             let _ = inner.store.release(&inner.keys, &member, &sets).await;
         });
     }
@@ -801,7 +807,7 @@ impl Inner {
         let mut sets: Vec<LeaseSet> = Vec::new();
         let mut members = Vec::with_capacity(ended.len());
         for (number, of) in ended {
-            members.push(format!("{}:{number}", self.replica));
+            members.push(self.member(number));
             for set in of {
                 if !sets.contains(&set) {
                     sets.push(set);
@@ -857,7 +863,7 @@ impl Inner {
         for (number, sets) in self.lock_held().iter() {
             for set in sets {
                 if let Some((_, members)) = grouped.iter_mut().find(|(s, _)| s == set) {
-                    members.push(format!("{}:{number}", self.replica));
+                    members.push(self.member(*number));
                 }
             }
         }
