@@ -12,7 +12,8 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use crate::row::{
-    COLUMNS, Columns, RawRow, encode_error, expiry_ms, inserted, payload_text, to_ms,
+    COLUMNS, Columns, RawRow, duplicate_yet_absent, encode_error, expiry_ms, inserted,
+    payload_text, to_ms,
 };
 use crate::{Claim, Finish, Job, JobState, JobStore, NewJob, StoreError};
 
@@ -324,13 +325,8 @@ impl JobStore for PgStore {
             return Ok(inserted(row.try_get(0).map_err(db)?, job, now));
         }
         // An existing key inserts nothing: the stored job is the answer.
-        self.get(&job.key)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt {
-                key: job.key.clone(),
-                field: "key",
-                reason: "refused as a duplicate, yet absent".into(),
-            })
+        let stored = self.get(&job.key).await?;
+        stored.ok_or_else(|| duplicate_yet_absent(job.key))
     }
 
     async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Job>, StoreError> {

@@ -178,6 +178,16 @@ pub(crate) fn inserted(seq: i64, job: NewJob, now_ms: i64) -> Job {
     }
 }
 
+/// A submit the key's uniqueness refused, yet no job has that key: the store contradicts
+/// itself.
+pub(crate) fn duplicate_yet_absent(key: String) -> StoreError {
+    StoreError::Corrupt {
+        key,
+        field: "key",
+        reason: "refused as a duplicate, yet absent".into(),
+    }
+}
+
 /// Milliseconds since the epoch, saturating (times before 1970 are 0).
 pub(crate) fn to_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)

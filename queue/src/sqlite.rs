@@ -10,7 +10,8 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
 use tokio::runtime::RuntimeFlavor;
 
 use crate::row::{
-    COLUMNS, Columns, RawRow, encode_error, expiry_ms, inserted, payload_text, to_ms,
+    COLUMNS, Columns, RawRow, duplicate_yet_absent, encode_error, expiry_ms, inserted,
+    payload_text, to_ms,
 };
 use crate::{
     Claim, Finish, Job, JobState, JobStore, LockRetry, NewJob, StoreError, lock_retry_delay,
@@ -323,11 +324,7 @@ impl JobStore for SqliteStore {
         match known {
             Ok(seq) => Ok(inserted(seq, job, now)),
             Err(Some(stored)) => Ok(stored),
-            Err(None) => Err(StoreError::Corrupt {
-                key: job.key,
-                field: "key",
-                reason: "refused as a duplicate, yet absent".into(),
-            }),
+            Err(None) => Err(duplicate_yet_absent(job.key)),
         }
     }
 
