@@ -437,6 +437,28 @@ fn configuration_that_can_never_work_is_refused_when_the_client_is_built() {
     assert!(build("https://grag.example:8443/base/", "key").is_none());
 }
 
+/// A base URL with text the URL parser drops or reads otherwise (a
+/// trailing space or newline from an environment file, a `\`): the client
+/// reports the base its requests go to, not the configured text.
+#[tokio::test]
+async fn the_reported_base_url_is_the_one_requests_go_to() {
+    let server = Recorder::start(|_| json!([]).to_string().into_response()).await;
+    for tail in ["/api/ ", "/api\n", "/api\\", "/api/"] {
+        let grag = client(&format!("{}{tail}", server.url()));
+        let reported = grag.runtime().base_url().to_owned();
+        assert_eq!(reported, format!("{}/api", server.url()), "{tail:?}");
+        grag.workspaces().list_kbs().await.unwrap();
+        let sent = server.take();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(
+            format!("{}{}", server.url(), sent[0].path),
+            format!("{reported}/workspaces/api/v1/kbs"),
+            "{tail:?}"
+        );
+    }
+    server.stop().await;
+}
+
 // ---- 7. §3.4 cannot be bypassed -----------------------------------------------------------
 
 #[tokio::test]

@@ -114,7 +114,6 @@ pub(crate) struct Shared {
     /// retries need more ([`overall_deadline`]).
     pub(crate) deadline: Duration,
     pub(crate) pool: Pool,
-    pub(crate) base_url: String,
     /// The base URL parsed and the header names made, once.
     pub(crate) origin: crate::origin::Origin,
     /// `<scheme> <key>` (`Bearer`), built once and marked sensitive (never in a debug print).
@@ -170,9 +169,8 @@ impl Client {
         Id::parse(&policy.ids, IdKind::Tenant, config.tenant.as_str())
             .map_err(ConfigError::Tenant)?;
         let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
-        let base_url = check_base_url(&config.base_url)?;
-        let origin =
-            crate::origin::Origin::new(&base_url, &policy.headers, config.tenant.as_str())?;
+        let base = check_base_url(&config.base_url)?;
+        let origin = crate::origin::Origin::new(base, &policy.headers, config.tenant.as_str())?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let deadline = overall_deadline(policy, &retries);
         let idle = configured_idle(policy, config.pool_idle)?;
@@ -195,7 +193,6 @@ impl Client {
                 retries,
                 deadline,
                 pool,
-                base_url,
                 origin,
                 authorization,
                 tenant: config.tenant,
@@ -308,8 +305,10 @@ impl Client {
         &self.shared.tenant
     }
 
+    /// The base URL every request goes to, as parsed (without a trailing
+    /// `/`): a route's path appended to it is the request's URL.
     pub fn base_url(&self) -> &str {
-        &self.shared.base_url
+        self.shared.origin.base_url()
     }
 
     pub fn throttle(&self) -> &Throttle {
@@ -577,7 +576,9 @@ fn check_api_key(scheme: &str, key: &str) -> Result<reqwest::header::HeaderValue
 
 /// The origin every path is appended to: http(s), a host, nothing a path
 /// cannot follow (query, fragment) and no credentials in the URL.
-fn check_base_url(raw: &str) -> Result<String, ConfigError> {
+/// The configured base URL, parsed, when every route's path can be appended
+/// to it.
+fn check_base_url(raw: &str) -> Result<reqwest::Url, ConfigError> {
     let refuse = |reason| ConfigError::BaseUrl {
         url: raw.to_owned(),
         reason,
@@ -602,7 +603,7 @@ fn check_base_url(raw: &str) -> Result<String, ConfigError> {
             "has a fragment: every route's path is appended to it",
         ));
     }
-    Ok(raw.trim_end_matches('/').to_owned())
+    Ok(url)
 }
 
 fn kind_name(kind: IdKind) -> &'static str {

@@ -27,11 +27,7 @@ pub(crate) struct Origin {
 
 impl Origin {
     /// `base`: a base URL `check_base_url` accepted.
-    pub(crate) fn new(base: &str, names: &HeaderNames, tenant: &str) -> Result<Self, ConfigError> {
-        let base = Url::parse(base).map_err(|_| ConfigError::BaseUrl {
-            url: base.to_owned(),
-            reason: "not a URL",
-        })?;
+    pub(crate) fn new(base: Url, names: &HeaderNames, tenant: &str) -> Result<Self, ConfigError> {
         let prefix = base.path().trim_end_matches('/').to_owned();
         let name = |n: &str| {
             HeaderName::from_bytes(n.as_bytes())
@@ -54,6 +50,14 @@ impl Origin {
     /// The base URL, parsed.
     pub(crate) fn base(&self) -> &Url {
         &self.base
+    }
+
+    /// The parsed base URL as text, without its trailing `/`: what the
+    /// client reports, and what a route's path is appended to. It comes from
+    /// the parsed URL, never the configured text, so the two cannot differ
+    /// (the parser drops a trailing space or newline and reads `\` as `/`).
+    pub(crate) fn base_url(&self) -> &str {
+        self.base.as_str().trim_end_matches('/')
     }
 
     /// The URL of a route's rendered (percent-encoded) `path` with `query`:
@@ -127,7 +131,7 @@ mod tests {
             &[("q", "a b&c=d#e".into()), ("after", "ä/..".into())],
         ];
         for base in bases {
-            let origin = Origin::new(base.trim_end_matches('/'), &names(), "knoll").unwrap();
+            let origin = Origin::new(Url::parse(base).unwrap(), &names(), "knoll").unwrap();
             for path in paths {
                 for query in queries {
                     assert_eq!(
@@ -140,6 +144,32 @@ mod tests {
         }
     }
 
+    /// Text the URL parser drops or reads otherwise (a trailing space, tab or
+    /// newline, a `\`): the base URL the client reports, with a route's path
+    /// appended, is still exactly where its requests go.
+    #[test]
+    fn the_reported_base_url_is_where_requests_go() {
+        let bases = [
+            ("http://h/api/ ", "http://h/api"),
+            ("http://h/api/\t", "http://h/api"),
+            ("http://h/api\n", "http://h/api"),
+            (" http://h/api", "http://h/api"),
+            ("http://h/api\\", "http://h/api"),
+            ("http://h/a%20b/", "http://h/a%20b"),
+            ("http://h", "http://h"),
+        ];
+        for (raw, reported) in bases {
+            let origin = Origin::new(Url::parse(raw).unwrap(), &names(), "knoll").unwrap();
+            assert_eq!(origin.base_url(), reported, "{raw:?}");
+            let query = [("limit", "10".to_owned())];
+            assert_eq!(
+                origin.url("/kbs/kb%2F1", &query),
+                joined(origin.base_url(), "/kbs/kb%2F1", &query),
+                "{raw:?}"
+            );
+        }
+    }
+
     #[test]
     fn names_that_are_not_header_names_are_refused() {
         let names = HeaderNames {
@@ -147,7 +177,7 @@ mod tests {
             ..names()
         };
         assert!(matches!(
-            Origin::new("http://h", &names, "knoll"),
+            Origin::new(Url::parse("http://h").unwrap(), &names, "knoll"),
             Err(ConfigError::Policy(_))
         ));
     }
