@@ -69,7 +69,11 @@ fn spawn_worker(queue: Queue<'_>, url: &str, owner: &str, ahead_s: u64) -> Child
     let mut command = Command::new(std::env::current_exe().expect("the test binary"));
     match queue {
         Queue::Sqlite(db) => command.env(DB, db),
-        Queue::Postgres(schema) => command.env(PG_SCHEMA, schema),
+        // Its sessions carry its name, so the test can tell when the server
+        // has ended them (`sessions_ended`).
+        Queue::Postgres(schema) => command
+            .env(PG_SCHEMA, schema)
+            .env(PG_URL, with_application_name(owner)),
     };
     command
         .args(["worker_process", "--exact", "--ignored", "--nocapture"])
@@ -177,6 +181,49 @@ fn assert_exactly_once(sim: &Sim) {
     assert_eq!(sim.points(testkit::TENANT, KB).len(), JOBS * 2);
 }
 
+/// `SDK_QUEUE_PG_URL` with `application_name=<owner>`.
+fn with_application_name(owner: &str) -> String {
+    let url = std::env::var(PG_URL).expect("a PostgreSQL test has its URL");
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}application_name={owner}")
+}
+
+/// A plain connection of the test's own, for what the server says about
+/// the workers' sessions.
+async fn observer(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("PostgreSQL answers");
+    tokio::spawn(connection);
+    client
+}
+
+/// How many sessions `owner`'s process has open on the server.
+async fn sessions_of(observer: &tokio_postgres::Client, owner: &str) -> i64 {
+    observer
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&owner],
+        )
+        .await
+        .expect("pg_stat_activity")
+        .get(0)
+}
+
+/// Waits until the server has ended every session of `owner`'s (killed)
+/// process. A statement the process wrote just before SIGKILL (a job's
+/// finish) is still carried out by its session, so until then what the dead
+/// process holds can still change.
+async fn sessions_ended(observer: &tokio_postgres::Client, owner: &str) -> bool {
+    for _ in 0..3000 {
+        if sessions_of(observer, owner).await == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
 /// Waits until `owner` holds a job, then returns the keys it holds.
 async fn held_by(store: &dyn JobStore, owner: &str) -> Vec<String> {
     for _ in 0..3000 {
@@ -277,8 +324,14 @@ async fn two_replicas_share_a_postgres_queue_and_take_over_a_dead_ones_jobs() {
     let b = spawn_worker(Queue::Postgres(&schema), &sim.url(), "replica-b", 0);
     assert!(converts_seen(&sim, 10).await, "the replicas work the queue");
     held_by(&store, "replica-a").await;
+    let observer = observer(&url).await;
+    assert!(sessions_of(&observer, "replica-a").await > 0);
     kill(a);
-    // What it held when it died, read after the kill.
+    assert!(
+        sessions_ended(&observer, "replica-a").await,
+        "the server ends the dead replica's sessions"
+    );
+    // What it held when it died, read once its last statement is done.
     let held_by_a = held_by(&store, "replica-a").await;
     assert!(!held_by_a.is_empty(), "replica-a died holding a job");
     let done = wait_done(&store, 120).await;
@@ -294,11 +347,7 @@ async fn two_replicas_share_a_postgres_queue_and_take_over_a_dead_ones_jobs() {
         );
     }
     drop(store);
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
+    observer
         .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
         .await
         .unwrap();
