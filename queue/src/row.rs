@@ -137,7 +137,12 @@ impl RawRow {
 /// accepts would be stored yet never read back, so it is refused (`Corrupt`, field
 /// `payload`) before anything is written.
 pub(crate) fn payload_text(job: &NewJob) -> Result<String, StoreError> {
-    let text = job.payload.to_string();
+    // Straight into a buffer: `Value`'s `Display` goes through `fmt` one piece at a time.
+    let text = serde_json::to_string(&job.payload).map_err(|e| StoreError::Corrupt {
+        key: clip(&job.key, 128).to_owned(),
+        field: "payload",
+        reason: e.to_string(),
+    })?;
     if nested_deeper_than(&job.payload, 64) {
         serde_json::from_str::<serde_json::Value>(&text).map_err(|e| StoreError::Corrupt {
             key: clip(&job.key, 128).to_owned(),
