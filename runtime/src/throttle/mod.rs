@@ -225,7 +225,12 @@ impl Second {
 /// instant and a release ends its request in all of them, each under one
 /// lock taken once; the queues in front of them stay one per window
 /// ([`Queue`]), so a backlog of one budget still waits in its own lane.
+///
+/// On cache lines of its own (the lock's word is beside it): every
+/// admission and release writes it, and the read-only fields of the
+/// throttle around it would otherwise move between cores with it.
 #[derive(Debug)]
+#[repr(align(128))]
 struct Windows {
     second: Second,
     /// The budgets' windows, at the positions their lanes name.
