@@ -10,7 +10,7 @@ use super::attempt::{Attempt, Sent};
 use super::judge::Verdict;
 use crate::alerts::Alert;
 use crate::backoff::{Attempted, Next, RetryCase, next};
-use crate::breaker::Generation;
+use crate::breaker::{CircuitState, Generation};
 use crate::call::Call;
 use crate::client::Client;
 use crate::endpoint::{Endpoint, Method};
@@ -222,6 +222,12 @@ impl Client {
         endpoint: &'static str,
         failed: bool,
     ) {
+        // A success changes nothing but a half-open breaker's canary: while
+        // the state word says closed there is nothing to record (a breaker
+        // that left closed since has another generation, which ignores it).
+        if !failed && self.shared.breaker.state() == CircuitState::Closed {
+            return;
+        }
         let now = Instant::now();
         let transition = {
             let mut breaker = self.breaker();
