@@ -171,8 +171,12 @@ impl Client {
             .map_err(ConfigError::Tenant)?;
         let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
         let base_url = check_base_url(&config.base_url)?;
-        let origin =
-            crate::origin::Origin::new(&base_url, &policy.headers, config.tenant.as_str())?;
+        let origin = crate::origin::Origin::new(
+            &base_url,
+            &policy.headers,
+            config.tenant.as_str(),
+            policy.routes,
+        )?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let deadline = overall_deadline(policy, &retries);
         let idle = configured_idle(policy, config.pool_idle)?;

@@ -102,7 +102,10 @@ impl Client {
         let mut request = shared
             .pool
             .client()
-            .request(method(endpoint), origin.url(path, &call.query))
+            .request(
+                method(endpoint),
+                origin.route_url(endpoint, path, &call.query),
+            )
             .header(origin.request_id.clone(), request_id);
         if endpoint.scope != ScopeNeed::Public {
             if endpoint.lane == Lane::Key {

@@ -41,7 +41,7 @@ pub(crate) struct Run<'c, 'a> {
     previous: Option<Previous>,
     /// The path, rendered once the breaker first admits the call: failing
     /// fast allocates nothing.
-    path: Option<String>,
+    path: Option<std::borrow::Cow<'static, str>>,
     /// The request body's digest, computed once per call and only when logged.
     body_digest: Option<String>,
 }
