@@ -66,6 +66,10 @@ struct RollingWindow {
     logged: usize,
     /// Admitted requests that have not ended yet.
     open: usize,
+    /// The last instant a release joins the last entry of `log` at (its
+    /// `until` less `window`), when there is one: such a release
+    /// ([`release_at`](Self::release_at)) compares instants and needs no tick.
+    joins_until: Option<Instant>,
 }
 
 /// Requests that stop counting against a window at `until`.
@@ -89,6 +93,7 @@ impl RollingWindow {
             log: VecDeque::with_capacity(limit.min(1024)),
             logged: 0,
             open: 0,
+            joins_until: None,
         }
     }
 
@@ -129,6 +134,33 @@ impl RollingWindow {
         }
     }
 
+    /// [`release`](Self::release) at `now`, an instant of `clock`: a release
+    /// that joins the last entry (most do: they share its millisecond) only
+    /// compares `now`, and `tick`, `now` in ticks, is computed at most once
+    /// for all the windows a request ends in.
+    #[inline]
+    fn release_at(&mut self, now: Instant, tick: &mut Option<Tick>, clock: Clock) {
+        if self.joins_until.is_some_and(|last| now <= last)
+            && let Some(last) = self.log.back_mut()
+        {
+            last.count += 1;
+            self.open = self.open.saturating_sub(1);
+            self.logged += 1;
+            return;
+        }
+        self.release_in_new_entry(now, tick, clock);
+    }
+
+    /// [`release_at`](Self::release_at) that needs the tick: out of line,
+    /// so the common case stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn release_in_new_entry(&mut self, now: Instant, tick: &mut Option<Tick>, clock: Clock) {
+        self.release(*tick.get_or_insert_with(|| clock.tick_of(now)));
+        self.joins_until = (self.log.back())
+            .and_then(|last| clock.instant_of(last.until.checked_sub(self.window)?));
+    }
+
     /// Whether a slot is free at `now`, without taking it. When every slot is
     /// held by an open request, none can free before a full `window`.
     fn check(&mut self, now: Tick) -> Result<(), Duration> {
@@ -138,6 +170,9 @@ impl RollingWindow {
             }
             self.log.pop_front();
             self.logged -= count;
+            if self.log.is_empty() {
+                self.joins_until = None;
+            }
         }
         if self.used() < self.limit {
             return Ok(());
@@ -211,6 +246,7 @@ struct Second {
 impl Second {
     /// A token and a slot of the rolling second, both at `now`: neither is
     /// taken unless both are free.
+    #[inline]
     fn try_token(&mut self, now: Tick) -> Result<(), Duration> {
         self.window.check(now)?;
         self.bucket.check(now)?;
@@ -300,7 +336,16 @@ struct Clock {
 
 impl Clock {
     fn now(self) -> Tick {
-        ticks(Instant::now().saturating_duration_since(self.origin))
+        self.tick_of(Instant::now())
+    }
+
+    fn tick_of(self, at: Instant) -> Tick {
+        ticks(at.saturating_duration_since(self.origin))
+    }
+
+    /// The instant of `tick`, if it is one.
+    fn instant_of(self, tick: Tick) -> Option<Instant> {
+        self.origin.checked_add(Duration::from_nanos(tick))
     }
 }
 
@@ -550,13 +595,14 @@ impl Throttle {
     /// lock), then the semaphores'.
     fn release(&self, slots: Slots) {
         if slots.per_period || slots.windows.iter().any(Option::is_some) {
-            let now = self.clock.now();
+            let now = Instant::now();
+            let mut tick = None;
             let mut windows = self.lock_windows();
             for &at in slots.windows.iter().flatten() {
-                windows.budgets[usize::from(at)].release(now);
+                windows.budgets[usize::from(at)].release_at(now, &mut tick, self.clock);
             }
             if slots.per_period {
-                windows.second.window.release(now);
+                windows.second.window.release_at(now, &mut tick, self.clock);
             }
         }
         for &budget in slots.semaphores.iter().flatten() {
@@ -1367,6 +1413,45 @@ mod tests {
         assert_eq!(window.used(), 10_000);
         assert_eq!(window.check(ticks(MINUTE) + us(1000)), Ok(()));
         assert_eq!(window.used(), 8_000);
+    }
+
+    #[test]
+    fn a_release_by_instant_logs_what_one_by_tick_does() {
+        let clock = Clock {
+            origin: Instant::now(),
+        };
+        let mut by_tick = RollingWindow::new(u32::MAX, Duration::from_millis(1500));
+        let mut by_instant = RollingWindow::new(u32::MAX, Duration::from_millis(1500));
+        let ns = |n: u64| Duration::from_nanos(n);
+        // Around millisecond edges: before, on and after them, and long gaps
+        // that expire the whole log between two releases.
+        let (mut at, mut longest) = (0, 0);
+        for step in [
+            1,
+            999_998,
+            1,
+            1,
+            1,
+            500_000,
+            499_999,
+            1,
+            3_000_000_001,
+            7,
+            1_000_000,
+        ] {
+            at += step;
+            for window in [&mut by_tick, &mut by_instant] {
+                window.acquire(at).unwrap();
+            }
+            by_tick.release(at);
+            by_instant.release_at(clock.origin + ns(at), &mut None, clock);
+            let log =
+                |w: &RollingWindow| w.log.iter().map(|e| (e.until, e.count)).collect::<Vec<_>>();
+            assert_eq!(log(&by_instant), log(&by_tick), "at {at} ns");
+            assert_eq!(by_instant.used(), by_tick.used());
+            longest = longest.max(by_tick.log.len());
+        }
+        assert!(longest >= 3, "the steps never left a millisecond");
     }
 
     #[test]
