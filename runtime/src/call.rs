@@ -1,6 +1,8 @@
 //! What a generated method hands the pipeline: a route and its arguments.
 //! Headers are not here: the pipeline alone assembles them.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use serde::Serialize;
 
@@ -90,8 +92,12 @@ impl<'a> Call<'a> {
     }
 
     /// The path with its placeholders filled in, each value percent-encoded.
-    pub(crate) fn render_path(&self) -> Result<String, String> {
+    pub(crate) fn render_path(&self) -> Result<Cow<'static, str>, String> {
         let template = self.endpoint.path;
+        // A path without parameters is its template: nothing to allocate.
+        if self.path.is_empty() && !template.contains('{') {
+            return Ok(Cow::Borrowed(template));
+        }
         let mut out = String::with_capacity(template.len() + 32);
         let mut values = self.path.iter();
         let mut rest = template;
@@ -117,7 +123,7 @@ impl<'a> Call<'a> {
         if values.next().is_some() {
             return Err(format!("more path values than placeholders in {template}"));
         }
-        Ok(out)
+        Ok(Cow::Owned(out))
     }
 }
 

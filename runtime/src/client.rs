@@ -10,6 +10,7 @@ use crate::error::ConfigError;
 use crate::fleet::Fleet;
 use crate::memory::Memory;
 use crate::metrics::Metrics;
+use crate::origin::Origin;
 use crate::policy::{BudgetIx, Policy, RetryClass, RetrySchedule};
 use crate::pool::Pool;
 use crate::rate::RateAlarm;
@@ -170,7 +171,8 @@ impl Client {
             .map_err(ConfigError::Tenant)?;
         let authorization = check_api_key(policy.headers.auth_scheme, &config.api_key)?;
         let base = check_base_url(&config.base_url)?;
-        let origin = crate::origin::Origin::new(base, &policy.headers, config.tenant.as_str())?;
+        let tenant = config.tenant.as_str();
+        let origin = Origin::new(base, &policy.headers, tenant, policy.routes)?;
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let deadline = overall_deadline(policy, &retries);
         let idle = configured_idle(policy, config.pool_idle)?;

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use reqwest::header::{CONNECTION, HeaderMap};
+use reqwest::header::{CONNECTION, HeaderMap, HeaderName};
+
+/// Made once: a name given as a string is parsed again on every lookup.
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// The HTTP client whose pool the calls share. After a status of the
 /// policy's `fresh_after` (uvicorn's 500 after an unhandled error, followed
@@ -135,7 +138,7 @@ fn millis(d: Duration) -> u64 {
 /// `margin`; `None` when it announced none that parses.
 fn announced_idle(headers: &HeaderMap, margin: Duration) -> Option<Duration> {
     let seconds = headers
-        .get_all("keep-alive")
+        .get_all(&KEEP_ALIVE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))

@@ -156,9 +156,13 @@ impl Client {
         }
         let budgets = self.budgets(call.endpoint).map(BudgetIx::get);
         let budgets = &budgets[..if budgets[0] == budgets[1] { 1 } else { 2 }];
-        let permit = self.shared.throttle.admit_all(budgets);
-        let Ok(permit) = tokio::time::timeout_at(run.deadline, permit).await else {
-            return Err(run.deadline_error(None, false));
+        // A free admission builds no timeout: only a wait needs the deadline.
+        let permit = match self.shared.throttle.try_admit_all(budgets) {
+            Ok(permit) => permit,
+            Err(waiting) => match tokio::time::timeout_at(run.deadline, waiting).await {
+                Ok(permit) => permit,
+                Err(_) => return Err(run.deadline_error(None, false)),
+            },
         };
         // The fleet's share, after this replica's own (issue 17).
         let fleet = match self.fleet_stage(call, budgets, run.deadline).await {

@@ -60,11 +60,14 @@ impl Client {
         telemetry::sent(self, call, &request_id, run.attempt);
         let limits = Limits::of(self, endpoint);
         let span = crate::spans::attempt(run.attempt);
-        let performed = tracing::Instrument::instrument(
-            perform(&self.shared.pool, request, wire, limits),
-            span.clone(),
-        );
-        let timed = tokio::time::timeout_at(attempt_deadline, performed).await;
+        let performed = perform(&self.shared.pool, request, wire, limits);
+        // As the call's loop: a `Span::none()` is not entered around it.
+        let timed = if span.is_none() {
+            tokio::time::timeout_at(attempt_deadline, performed).await
+        } else {
+            let performed = tracing::Instrument::instrument(performed, span.clone());
+            tokio::time::timeout_at(attempt_deadline, performed).await
+        };
         let overdue = timed.is_err() && attempt_deadline == run.deadline;
         let head_withheld = timed.is_err() && !overdue && wire == Wire::Stream;
         let (attempt, response) = timed.unwrap_or_else(|_| {
@@ -102,7 +105,10 @@ impl Client {
         let mut request = shared
             .pool
             .client()
-            .request(method(endpoint), origin.url(path, &call.query))
+            .request(
+                method(endpoint),
+                origin.route_url(endpoint, path, &call.query),
+            )
             .header(origin.request_id.clone(), request_id);
         if endpoint.scope != ScopeNeed::Public {
             if endpoint.lane == Lane::Key {

@@ -1,6 +1,8 @@
 //! Conclude: what a judged attempt does to the breaker, the memory and the
 //! telemetry, and whether the call is done, retried at an instant, or failed.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::Answered;
@@ -10,7 +12,7 @@ use super::attempt::{Attempt, Sent};
 use super::judge::Verdict;
 use crate::alerts::Alert;
 use crate::backoff::{Attempted, Next, RetryCase, next};
-use crate::breaker::Generation;
+use crate::breaker::{CircuitState, Generation};
 use crate::call::Call;
 use crate::client::Client;
 use crate::endpoint::{Endpoint, Method};
@@ -64,7 +66,12 @@ impl Client {
             row: verdict.row,
             attempt: run.attempt,
             retry_after: verdict.retry_after,
-            latency: sent.started.elapsed(),
+            // Only a line reads it: no clock read when none is written.
+            latency: if telemetry::enabled(self) {
+                sent.started.elapsed()
+            } else {
+                Duration::ZERO
+            },
         };
         if verdict.answered
             && let Attempt::Answer { status, body, .. } = sent.attempt
@@ -222,6 +229,12 @@ impl Client {
         endpoint: &'static str,
         failed: bool,
     ) {
+        // A success changes nothing but a half-open breaker's canary: while
+        // the state word says closed there is nothing to record (a breaker
+        // that left closed since has another generation, which ignores it).
+        if !failed && self.shared.breaker.state() == CircuitState::Closed {
+            return;
+        }
         let now = Instant::now();
         let transition = {
             let mut breaker = self.breaker();

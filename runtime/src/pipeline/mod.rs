@@ -41,7 +41,7 @@ pub(crate) struct Run<'c, 'a> {
     previous: Option<Previous>,
     /// The path, rendered once the breaker first admits the call: failing
     /// fast allocates nothing.
-    path: Option<String>,
+    path: Option<std::borrow::Cow<'static, str>>,
     /// The request body's digest, computed once per call and only when logged.
     body_digest: Option<String>,
 }
@@ -104,7 +104,13 @@ impl Client {
     async fn run(&self, call: &Call<'_>, wire: Wire) -> Result<Answered, Error> {
         use tracing::Instrument;
         let span = crate::spans::call(self, call);
-        let result = self.attempts(call, wire).instrument(span.clone()).await;
+        // `Span::none()` (nothing records spans): entering it does nothing,
+        // so the loop's future is not moved into a wrapper that would.
+        let result = if span.is_none() {
+            self.attempts(call, wire).await
+        } else {
+            self.attempts(call, wire).instrument(span.clone()).await
+        };
         crate::spans::finished(&span, result.as_ref().map(|a| a.reply.status()));
         result
     }

@@ -12,7 +12,9 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -64,6 +66,10 @@ struct RollingWindow {
     logged: usize,
     /// Admitted requests that have not ended yet.
     open: usize,
+    /// The last instant a release joins the last entry of `log` at (its
+    /// `until` less `window`), when there is one: such a release
+    /// ([`release_at`](Self::release_at)) compares instants and needs no tick.
+    joins_until: Option<Instant>,
 }
 
 /// Requests that stop counting against a window at `until`.
@@ -87,6 +93,7 @@ impl RollingWindow {
             log: VecDeque::with_capacity(limit.min(1024)),
             logged: 0,
             open: 0,
+            joins_until: None,
         }
     }
 
@@ -127,6 +134,33 @@ impl RollingWindow {
         }
     }
 
+    /// [`release`](Self::release) at `now`, an instant of `clock`: a release
+    /// that joins the last entry (most do: they share its millisecond) only
+    /// compares `now`, and `tick`, `now` in ticks, is computed at most once
+    /// for all the windows a request ends in.
+    #[inline]
+    fn release_at(&mut self, now: Instant, tick: &mut Option<Tick>, clock: Clock) {
+        if self.joins_until.is_some_and(|last| now <= last)
+            && let Some(last) = self.log.back_mut()
+        {
+            last.count += 1;
+            self.open = self.open.saturating_sub(1);
+            self.logged += 1;
+            return;
+        }
+        self.release_in_new_entry(now, tick, clock);
+    }
+
+    /// [`release_at`](Self::release_at) that needs the tick: out of line,
+    /// so the common case stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn release_in_new_entry(&mut self, now: Instant, tick: &mut Option<Tick>, clock: Clock) {
+        self.release(*tick.get_or_insert_with(|| clock.tick_of(now)));
+        self.joins_until = (self.log.back())
+            .and_then(|last| clock.instant_of(last.until.checked_sub(self.window)?));
+    }
+
     /// Whether a slot is free at `now`, without taking it. When every slot is
     /// held by an open request, none can free before a full `window`.
     fn check(&mut self, now: Tick) -> Result<(), Duration> {
@@ -136,6 +170,9 @@ impl RollingWindow {
             }
             self.log.pop_front();
             self.logged -= count;
+            if self.log.is_empty() {
+                self.joins_until = None;
+            }
         }
         if self.used() < self.limit {
             return Ok(());
@@ -199,43 +236,67 @@ impl TokenBucket {
     }
 }
 
-/// The rolling second and the token bucket every request passes, under one
-/// lock.
+/// The rolling second and the token bucket every request passes.
 #[derive(Debug)]
 struct Second {
     window: RollingWindow,
     bucket: TokenBucket,
 }
 
-/// A FIFO queue in front of a paced `state` (a rolling window): only the
-/// caller holding the turn tests the state, sleeping until the pace allows,
-/// and everyone behind it keeps their place. Without it every waiter slept
-/// on its own and retried: they woke together and raced (on two worker
-/// threads, in any order), and a timer fires on the millisecond tick after
-/// the slot frees, so a newcomer in that gap took the slot first. The
-/// semaphore is fair, so its single permit is the queue. A caller who finds
-/// nobody queued tests the state at once without taking the turn.
-#[derive(Debug)]
-struct Paced<T> {
-    turn: Semaphore,
-    state: Mutex<T>,
+impl Second {
+    /// A token and a slot of the rolling second, both at `now`: neither is
+    /// taken unless both are free.
+    #[inline]
+    fn try_token(&mut self, now: Tick) -> Result<(), Duration> {
+        self.window.check(now)?;
+        self.bucket.check(now)?;
+        self.bucket.take(now);
+        self.window.hold();
+        Ok(())
+    }
 }
 
-impl<T> Paced<T> {
-    fn new(state: T) -> Self {
+/// Every rolling window of a throttle under one lock: the rolling second
+/// and the budgets' windows. An admission decides all of them at one
+/// instant and a release ends its request in all of them, each under one
+/// lock taken once; the queues in front of them stay one per window
+/// ([`Queue`]), so a backlog of one budget still waits in its own lane.
+///
+/// On cache lines of its own (the lock's word is beside it): every
+/// admission and release writes it, and the read-only fields of the
+/// throttle around it would otherwise move between cores with it.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Windows {
+    second: Second,
+    /// The budgets' windows, at the positions their lanes name.
+    budgets: Box<[RollingWindow]>,
+}
+
+/// A FIFO queue in front of a paced window (a budget's, or the rolling
+/// second with the bucket): only the caller holding the turn tests the
+/// window, sleeping until the pace allows, and everyone behind it keeps
+/// their place. Without it every waiter slept on its own and retried: they
+/// woke together and raced (on two worker threads, in any order), and a
+/// timer fires on the millisecond tick after the slot frees, so a newcomer
+/// in that gap took the slot first. The semaphore is fair, so its single
+/// permit is the queue. A caller who finds nobody queued tests the window at
+/// once without taking the turn.
+#[derive(Debug)]
+struct Queue {
+    turn: Semaphore,
+}
+
+impl Queue {
+    fn new() -> Self {
         Self {
             turn: Semaphore::new(1),
-            state: Mutex::new(state),
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, T> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Nobody holds or waits for the turn (waiters are handed the permit
     /// directly, so it is never free while anyone waits).
-    fn queue_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.turn.available() > 0
     }
 
@@ -246,7 +307,7 @@ impl<T> Paced<T> {
     }
 }
 
-/// The turn of a [`Paced`] queue, passed on to the next in line on drop.
+/// The turn of a [`Queue`], passed on to the next in line on drop.
 struct Turn<'a>(&'a Semaphore);
 
 impl Drop for Turn<'_> {
@@ -275,7 +336,16 @@ struct Clock {
 
 impl Clock {
     fn now(self) -> Tick {
-        ticks(Instant::now().saturating_duration_since(self.origin))
+        self.tick_of(Instant::now())
+    }
+
+    fn tick_of(self, at: Instant) -> Tick {
+        ticks(at.saturating_duration_since(self.origin))
+    }
+
+    /// The instant of `tick`, if it is one.
+    fn instant_of(self, tick: Tick) -> Option<Instant> {
+        self.origin.checked_add(Duration::from_nanos(tick))
     }
 }
 
@@ -283,7 +353,15 @@ impl Clock {
 #[derive(Debug)]
 struct Lane {
     semaphore: Option<Semaphore>,
-    window: Option<Paced<RollingWindow>>,
+    window: Option<LaneWindow>,
+}
+
+/// A budget's rolling window: its queue, and where the window is in
+/// [`Windows::budgets`].
+#[derive(Debug)]
+struct LaneWindow {
+    queue: Queue,
+    at: u8,
 }
 
 /// At most this many distinct budgets per request: the route's and a
@@ -335,9 +413,11 @@ pub struct Throttle {
     global: Semaphore,
     lanes: Vec<Lane>,
     clock: Clock,
-    /// The bucket and its bound per rolling second, as the platform counts
-    /// it; its queue is the one every request passes, in arrival order.
-    per_period: Paced<Second>,
+    /// Every rolling window, the bucket's with it.
+    windows: Mutex<Windows>,
+    /// The queue for a token and a slot of the rolling second, the one
+    /// every request passes, in arrival order.
+    per_period: Queue,
     burst: u32,
 }
 
@@ -357,7 +437,7 @@ pub struct Permit<'a> {
 /// drop and [`Throttle::give_back`] free them the same way.
 #[derive(Debug, Clone, Copy, Default)]
 struct Slots {
-    /// The budgets whose window slot is held.
+    /// The windows (positions in [`Windows::budgets`]) whose slot is held.
     windows: [Option<u8>; MAX_BUDGETS],
     per_period: bool,
     /// The budgets whose semaphore permit is held.
@@ -406,6 +486,51 @@ impl Drop for Permit<'_> {
     }
 }
 
+/// The wait for the stages an admission could not pass at once.
+type Waiting<'a> = Pin<Box<dyn Future<Output = Permit<'a>> + Send + 'a>>;
+
+/// The future of [`Throttle::admit_all`]: it passes the free stages when
+/// first polled, and waits for the others only if one is not.
+#[must_use = "a future does nothing unless polled"]
+pub struct Admit<'a> {
+    throttle: &'a Throttle,
+    state: AdmitState<'a>,
+}
+
+enum AdmitState<'a> {
+    Start(BudgetSet),
+    Waiting(Waiting<'a>),
+    Done,
+}
+
+impl std::fmt::Debug for Admit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let waiting = matches!(self.state, AdmitState::Waiting(_));
+        f.debug_struct("Admit").field("waiting", &waiting).finish()
+    }
+}
+
+impl<'a> Future for Admit<'a> {
+    type Output = Permit<'a>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit<'a>> {
+        let this = self.get_mut();
+        if let AdmitState::Start(set) = this.state {
+            match this.throttle.admit_now(set) {
+                Ok(permit) => {
+                    this.state = AdmitState::Done;
+                    return Poll::Ready(permit);
+                }
+                Err(waiting) => this.state = AdmitState::Waiting(waiting),
+            }
+        }
+        match &mut this.state {
+            AdmitState::Waiting(waiting) => waiting.as_mut().poll(cx),
+            AdmitState::Start(_) | AdmitState::Done => panic!("Admit polled after it was ready"),
+        }
+    }
+}
+
 impl Throttle {
     /// Zero limits would block every call forever; they are treated as 1.
     pub fn new(policy: &'static ThrottlePolicy) -> Self {
@@ -414,6 +539,7 @@ impl Throttle {
         let burst =
             NonZeroU32::new(policy.max_in_flight.min(per_second.get())).unwrap_or(NonZeroU32::MIN);
         let period = (policy.rate_period / per_second.get()).max(Duration::from_nanos(1));
+        let mut budget_windows = Vec::new();
         let lanes = policy
             .budgets
             .iter()
@@ -421,11 +547,23 @@ impl Throttle {
                 semaphore: budget
                     .max_in_flight
                     .map(|n| Semaphore::new(n.max(1) as usize)),
-                window: budget
-                    .per_minute
-                    .map(|n| Paced::new(RollingWindow::new(n, policy.budget_period))),
+                window: budget.per_minute.map(|n| {
+                    budget_windows.push(RollingWindow::new(n, policy.budget_period));
+                    LaneWindow {
+                        queue: Queue::new(),
+                        at: slot(budget_windows.len() - 1),
+                    }
+                }),
             })
             .collect();
+        let second = Second {
+            bucket: TokenBucket::new(period, burst.get()),
+            // What the bucket admits in any rolling second, held as the platform counts.
+            window: RollingWindow::new(
+                burst.get().saturating_add(per_second.get() - 1),
+                policy.rate_period,
+            ),
+        };
         Self {
             policy,
             max_in_flight,
@@ -434,14 +572,11 @@ impl Throttle {
             clock: Clock {
                 origin: Instant::now(),
             },
-            per_period: Paced::new(Second {
-                bucket: TokenBucket::new(period, burst.get()),
-                // What the bucket admits in any rolling second, held as the platform counts.
-                window: RollingWindow::new(
-                    burst.get().saturating_add(per_second.get() - 1),
-                    policy.rate_period,
-                ),
+            windows: Mutex::new(Windows {
+                second,
+                budgets: budget_windows.into_boxed_slice(),
             }),
+            per_period: Queue::new(),
             burst: burst.get(),
         }
     }
@@ -452,18 +587,22 @@ impl Throttle {
         self.release(held.slots);
     }
 
-    /// Frees `slots`: the windows' (ending their requests now), then the
-    /// semaphores'.
+    fn lock_windows(&self) -> MutexGuard<'_, Windows> {
+        self.windows.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Frees `slots`: the windows' (ending their requests now, under one
+    /// lock), then the semaphores'.
     fn release(&self, slots: Slots) {
         if slots.per_period || slots.windows.iter().any(Option::is_some) {
-            let now = self.clock.now();
-            for &budget in slots.windows.iter().flatten() {
-                if let Some(window) = &self.lanes[usize::from(budget)].window {
-                    window.lock().release(now);
-                }
+            let now = Instant::now();
+            let mut tick = None;
+            let mut windows = self.lock_windows();
+            for &at in slots.windows.iter().flatten() {
+                windows.budgets[usize::from(at)].release_at(now, &mut tick, self.clock);
             }
             if slots.per_period {
-                self.per_period.lock().window.release(now);
+                windows.second.window.release_at(now, &mut tick, self.clock);
             }
         }
         for &budget in slots.semaphores.iter().flatten() {
@@ -478,7 +617,7 @@ impl Throttle {
 
     /// Waits until a request of `budget` (an index into `policy.budgets`) may
     /// be sent. See [`admit_all`](Self::admit_all).
-    pub fn admit(&self, budget: usize) -> impl Future<Output = Permit<'_>> + use<'_> {
+    pub fn admit(&self, budget: usize) -> Admit<'_> {
         self.admit_all(&[budget])
     }
 
@@ -503,40 +642,76 @@ impl Throttle {
     /// If a budget is out of range, or more than [`MAX_BUDGETS`] distinct
     /// budgets are given: the pipeline checks descriptors against the policy
     /// before it gets here.
-    pub fn admit_all<'a, B>(
-        &'a self,
-        budgets: &[B],
-    ) -> impl Future<Output = Permit<'a>> + use<'a, B>
+    pub fn admit_all<B>(&self, budgets: &[B]) -> Admit<'_>
     where
         B: Into<Option<usize>> + Copy,
     {
-        let set = self.budget_set(budgets);
-        async move {
-            let mut permit = Permit {
-                throttle: self,
-                slots: Slots::default(),
-            };
-            match self.pass_free_stages(set, &mut permit) {
-                Stage::Done => permit,
-                // Waiting is the rare case: its larger state goes on the
-                // heap, so the uncontended future stays small.
-                stage => Box::pin(self.wait_stages(set, permit, stage)).await,
-            }
+        Admit {
+            throttle: self,
+            state: AdmitState::Start(self.budget_set(budgets)),
         }
     }
 
+    /// [`admit_all`](Self::admit_all) at once: the permit when every stage
+    /// is free and nobody queues for it, else the wait for the rest, holding
+    /// what was free (as the future would, polled once).
+    pub fn try_admit_all<B>(&self, budgets: &[B]) -> Result<Permit<'_>, Admit<'_>>
+    where
+        B: Into<Option<usize>> + Copy,
+    {
+        self.admit_now(self.budget_set(budgets))
+            .map_err(|waiting| Admit {
+                throttle: self,
+                state: AdmitState::Waiting(waiting),
+            })
+    }
+
+    /// The free stages now, and the wait for the others.
+    fn admit_now(&self, set: BudgetSet) -> Result<Permit<'_>, Waiting<'_>> {
+        let mut permit = Permit {
+            throttle: self,
+            slots: Slots::default(),
+        };
+        match self.pass_free_stages(set, &mut permit.slots) {
+            Stage::Done => Ok(permit),
+            stage => Err(self.waiting(set, permit, stage)),
+        }
+    }
+
+    /// Waiting is the rare case: its larger state goes on the heap, so the
+    /// uncontended future stays small, and out of line.
+    #[cold]
+    #[inline(never)]
+    fn waiting<'a>(&'a self, set: BudgetSet, permit: Permit<'a>, from: Stage) -> Waiting<'a> {
+        Box::pin(self.wait_stages(set, permit, from))
+    }
+
     fn budget_set<B: Into<Option<usize>> + Copy>(&self, budgets: &[B]) -> BudgetSet {
+        let in_range = |budget: usize| {
+            assert!(
+                budget < self.lanes.len(),
+                "budget index {budget} out of range ({} budgets)",
+                self.lanes.len()
+            );
+        };
+        // One budget, the common case (a route with no caller's mode).
+        if let [one] = budgets
+            && let Some(budget) = (*one).into()
+        {
+            in_range(budget);
+            return BudgetSet {
+                ids: [budget; MAX_BUDGETS],
+                by_tightness: [budget; MAX_BUDGETS],
+                len: 1,
+            };
+        }
         let mut set = BudgetSet {
             ids: [0; MAX_BUDGETS],
             by_tightness: [0; MAX_BUDGETS],
             len: 0,
         };
         for budget in budgets.iter().filter_map(|&b| b.into()) {
-            assert!(
-                budget < self.lanes.len(),
-                "budget index {budget} out of range ({} budgets)",
-                self.lanes.len()
-            );
+            in_range(budget);
             if set.iter().any(|b| b == budget) {
                 continue;
             }
@@ -561,16 +736,18 @@ impl Throttle {
 
     /// Takes every stage that is free now and nobody queues for, in order;
     /// returns the first one that is not.
-    /// The stages decide at one instant, read once.
-    fn pass_free_stages(&self, set: BudgetSet, permit: &mut Permit<'_>) -> Stage {
+    /// The stages decide at one instant, read once, and the windows under
+    /// one lock, taken once.
+    fn pass_free_stages(&self, set: BudgetSet, slots: &mut Slots) -> Stage {
         let now = self.clock.now();
-        let slots = &mut permit.slots;
+        let mut windows = self.lock_windows();
         for (i, budget) in set.by_tightness().enumerate() {
             if let Some(window) = &self.lanes[budget].window {
-                if !(window.queue_empty() && window.lock().acquire(now).is_ok()) {
+                let at = usize::from(window.at);
+                if !(window.queue.is_empty() && windows.budgets[at].acquire(now).is_ok()) {
                     return Stage::Window(i);
                 }
-                slots.windows[i] = Some(slot(budget));
+                slots.windows[i] = Some(window.at);
             }
         }
         for (i, budget) in set.iter().enumerate() {
@@ -582,9 +759,10 @@ impl Throttle {
                 slots.semaphores[i] = Some(slot(budget));
             }
         }
-        if !(self.per_period.queue_empty() && self.try_token(now).is_ok()) {
+        if !(self.per_period.is_empty() && windows.second.try_token(now).is_ok()) {
             return Stage::Token;
         }
+        drop(windows);
         slots.per_period = true;
         if !self.global.try_acquire() {
             return Stage::Global;
@@ -643,51 +821,40 @@ impl Throttle {
             let Some(window) = &self.lanes[budget].window else {
                 continue;
             };
-            let attempt = |now| window.lock().acquire(now);
-            if !(window.queue_empty() && attempt(self.clock.now()).is_ok()) {
-                let _turn = window.turn().await;
+            let at = usize::from(window.at);
+            let attempt = |now| self.lock_windows().budgets[at].acquire(now);
+            if !(window.queue.is_empty() && attempt(self.clock.now()).is_ok()) {
+                let _turn = window.queue.turn().await;
                 when_paced(self.clock, attempt).await;
             }
-            taken[i] = Some(slot(budget));
+            taken[i] = Some(window.at);
         }
     }
 
     /// A bucket token and a slot of the rolling second, in the one FIFO
     /// queue every request passes.
     async fn take_token(&self) {
-        if self.per_period.queue_empty() && self.try_token(self.clock.now()).is_ok() {
+        let attempt = |now| self.lock_windows().second.try_token(now);
+        if self.per_period.is_empty() && attempt(self.clock.now()).is_ok() {
             return;
         }
         let _turn = self.per_period.turn().await;
-        when_paced(self.clock, |now| self.try_token(now)).await;
-    }
-
-    /// Both at one instant, under the rolling second's lock: neither is
-    /// taken unless both are free.
-    fn try_token(&self, now: Tick) -> Result<(), Duration> {
-        let mut second = self.per_period.lock();
-        second.window.check(now)?;
-        second.bucket.check(now)?;
-        second.bucket.take(now);
-        second.window.hold();
-        Ok(())
+        when_paced(self.clock, attempt).await;
     }
 
     /// Sets every rolling window's limit to `limit_of(budget, policy limit)`:
     /// a budget's window (`Some(index)`) and the rolling second (`None`).
     /// The fleet runs them at a replica's share while its store is away.
     pub fn set_window_limits(&self, limit_of: &dyn Fn(Option<usize>, u32) -> u32) {
+        let mut windows = self.lock_windows();
         for (b, lane) in self.lanes.iter().enumerate() {
             if let (Some(window), Some(limit)) = (&lane.window, self.policy.budgets[b].per_minute) {
-                window.lock().set_limit(limit_of(Some(b), limit));
+                windows.budgets[usize::from(window.at)].set_limit(limit_of(Some(b), limit));
             }
         }
         let per_second = self.policy.per_second.max(1);
         let per_period = self.burst.saturating_add(per_second - 1);
-        self.per_period
-            .lock()
-            .window
-            .set_limit(limit_of(None, per_period));
+        (windows.second.window).set_limit(limit_of(None, per_period));
     }
 
     /// Requests admitted and not yet finished, over all budgets.
@@ -705,8 +872,8 @@ impl Throttle {
 
     /// Admissions of `budget` in its current rolling window; `None` without one.
     pub fn budget_window_used(&self, budget: usize) -> Option<usize> {
-        let window = self.lanes.get(budget)?.window.as_ref()?;
-        let mut window = window.lock();
+        let at = usize::from(self.lanes.get(budget)?.window.as_ref()?.at);
+        let window = &mut self.lock_windows().budgets[at];
         let _ = window.check(self.clock.now());
         Some(window.used())
     }
@@ -848,6 +1015,14 @@ mod tests {
             .unwrap_or(0)
     }
 
+    impl Throttle {
+        /// `f` of `budget`'s rolling window.
+        fn window_of<R>(&self, budget: usize, f: impl FnOnce(&mut RollingWindow) -> R) -> R {
+            let at = usize::from(self.lanes[budget].window.as_ref().unwrap().at);
+            f(&mut self.lock_windows().budgets[at])
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn detached_slots_stay_taken_until_given_back() {
         let throttle = Throttle::new(&POLICY);
@@ -858,7 +1033,7 @@ mod tests {
             "a detached permit still holds its global slot"
         );
         assert_eq!(throttle.budget_in_flight(INGEST), Some(1));
-        let windows_used = |t: &Throttle| t.lanes[RETRIEVAL].window.as_ref().unwrap().lock().used();
+        let windows_used = |t: &Throttle| t.window_of(RETRIEVAL, |w| w.used());
         assert_eq!(windows_used(&throttle), 1);
         throttle.give_back(held);
         assert_eq!(throttle.in_flight(), 0);
@@ -866,8 +1041,8 @@ mod tests {
         // The window slot now counts from the end of the request, as on drop.
         assert_eq!(windows_used(&throttle), 1);
         tokio::time::advance(MINUTE).await;
-        let window = throttle.lanes[RETRIEVAL].window.as_ref().unwrap();
-        assert!(window.lock().check(throttle.clock.now()).is_ok());
+        let now = throttle.clock.now();
+        assert!(throttle.window_of(RETRIEVAL, |w| w.check(now)).is_ok());
         assert_eq!(
             windows_used(&throttle),
             0,
@@ -1142,9 +1317,9 @@ mod tests {
         let waiting = tokio::time::timeout(Duration::from_millis(100), throttle.admit(RETRIEVAL));
         assert!(waiting.await.is_err());
         assert_eq!(throttle.budget_window_used(RETRIEVAL), Some(1));
-        assert_eq!(throttle.per_period.lock().window.open, 8);
+        assert_eq!(throttle.lock_windows().second.window.open, 8);
         drop(held);
-        assert_eq!(throttle.per_period.lock().window.open, 0);
+        assert_eq!(throttle.lock_windows().second.window.open, 0);
         assert_eq!(throttle.in_flight(), 0);
     }
 
@@ -1241,6 +1416,45 @@ mod tests {
     }
 
     #[test]
+    fn a_release_by_instant_logs_what_one_by_tick_does() {
+        let clock = Clock {
+            origin: Instant::now(),
+        };
+        let mut by_tick = RollingWindow::new(u32::MAX, Duration::from_millis(1500));
+        let mut by_instant = RollingWindow::new(u32::MAX, Duration::from_millis(1500));
+        let ns = |n: u64| Duration::from_nanos(n);
+        // Around millisecond edges: before, on and after them, and long gaps
+        // that expire the whole log between two releases.
+        let (mut at, mut longest) = (0, 0);
+        for step in [
+            1,
+            999_998,
+            1,
+            1,
+            1,
+            500_000,
+            499_999,
+            1,
+            3_000_000_001,
+            7,
+            1_000_000,
+        ] {
+            at += step;
+            for window in [&mut by_tick, &mut by_instant] {
+                window.acquire(at).unwrap();
+            }
+            by_tick.release(at);
+            by_instant.release_at(clock.origin + ns(at), &mut None, clock);
+            let log =
+                |w: &RollingWindow| w.log.iter().map(|e| (e.until, e.count)).collect::<Vec<_>>();
+            assert_eq!(log(&by_instant), log(&by_tick), "at {at} ns");
+            assert_eq!(by_instant.used(), by_tick.used());
+            longest = longest.max(by_tick.log.len());
+        }
+        assert!(longest >= 3, "the steps never left a millisecond");
+    }
+
+    #[test]
     fn an_expiry_is_rounded_up_to_the_millisecond_never_down() {
         let mut window = RollingWindow::new(1, MINUTE);
         let half = ticks(Duration::from_micros(500));
@@ -1258,7 +1472,8 @@ mod tests {
             ..POLICY.clone()
         }));
         let throttle = Throttle::new(unpaced);
-        let window = &throttle.per_period.lock().window;
+        let windows = throttle.lock_windows();
+        let window = &windows.second.window;
         // burst (8) + u32::MAX - 1 saturates instead of wrapping to 6.
         assert_eq!(window.limit, u32::MAX as usize);
         assert!(window.log.capacity() <= 1024);

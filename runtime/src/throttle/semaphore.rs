@@ -28,7 +28,12 @@ const ONE: usize = 2;
 /// Permits carry no guard: the caller counts what it holds and gives each
 /// back with [`release`](Self::release) (the throttle keeps them as flags in
 /// its slots).
+///
+/// Each on cache lines of its own: admission on several threads writes
+/// every semaphore it passes, and a neighbour's line (another semaphore, a
+/// queue that is only read) would move between the cores with it.
 #[derive(Debug)]
+#[repr(align(128))]
 pub(crate) struct Semaphore {
     /// Free permits × [`ONE`], plus [`QUEUED`].
     state: AtomicUsize,
