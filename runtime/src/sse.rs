@@ -145,6 +145,27 @@ fn text_of(bytes: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// The capacity a data buffer of `capacity` grows to when it must hold
+/// `need` bytes and the line's `\n` (`check_caps` left room for it).
+///
+/// A line split across chunks may be long, and each growth the allocator
+/// cannot do in place moves every byte so far. The steps are the event cap
+/// divided by powers of 4, so a growth at least doubles (4× in a run of
+/// them: the bytes move 1.33 times at most instead of twice) and the last
+/// one lands on the cap itself: a step sequence that started elsewhere (4×
+/// from the first chunk's size) fell just short of the cap and moved a
+/// whole 1 MiB line once more for its last few KiB.
+fn data_room(capacity: usize, need: usize, max_event: usize) -> usize {
+    let want = need
+        .saturating_add(1)
+        .max(capacity.saturating_mul(2).min(max_event));
+    let mut room = max_event.max(want);
+    while room / 4 >= want {
+        room /= 4;
+    }
+    room
+}
+
 /// The line not yet terminated at the end of the last chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
@@ -400,14 +421,7 @@ impl SseParser {
             self.check_caps(len, Some((prefix, before)))?;
             let need = self.data.len() + bytes.len();
             if need > self.data.capacity() {
-                // A line split across chunks may be long: growing 4× instead
-                // of 2× moves its bytes 1.33 times instead of twice, and the
-                // cap bounds the spare room (`check_caps` left room for `\n`).
-                let room = self
-                    .data
-                    .capacity()
-                    .saturating_mul(4)
-                    .clamp(need + 1, self.max_event.max(need + 1));
+                let room = data_room(self.data.capacity(), need, self.max_event);
                 self.data.reserve_exact(room - self.data.len());
             }
             self.data.extend_from_slice(bytes);
@@ -1149,6 +1163,35 @@ mod tests {
                 "{}",
                 parser.data.capacity()
             );
+        }
+    }
+
+    #[test]
+    fn sse_a_long_data_line_grows_in_steps_that_end_at_the_event_cap() {
+        // Every capacity the data buffer takes is the cap over a power of 4,
+        // so no growth moves a line of nearly the cap's size for a few bytes.
+        for (cap, chunk) in [(MAX_EVENT_BYTES, 1024), (100_000, 777), (4096, 1)] {
+            let mut parser = SseParser::with_limits(usize::MAX, cap);
+            let input = [&b"data: "[..], &vec![b'x'; cap - 1], b"\n\n"].concat();
+            let mut steps = vec![];
+            let mut events = vec![];
+            for c in input.chunks(chunk) {
+                parser.push_events(c, &mut events).unwrap();
+                let capacity = parser.data.capacity();
+                if capacity > 0 && steps.last() != Some(&capacity) {
+                    steps.push(capacity);
+                }
+            }
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].data.len(), cap - 1);
+            assert_eq!(steps.last(), Some(&cap), "{steps:?}");
+            for step in &steps {
+                let mut at = cap;
+                while at > *step {
+                    at /= 4;
+                }
+                assert_eq!(at, *step, "cap {cap}: {steps:?}");
+            }
         }
     }
 
