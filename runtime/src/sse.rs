@@ -133,11 +133,13 @@ const SHORT: usize = 64;
 /// in the L1 cache, and many fewer calls than chunks of 1 KiB would make.
 const CHECK_AFTER: usize = 4096;
 
+#[inline]
 fn is_short_ascii(bytes: &[u8]) -> bool {
     bytes.len() <= SHORT && bytes.is_ascii()
 }
 
 /// `bytes` as text, U+FFFD for invalid UTF-8.
+#[inline]
 fn text_of(bytes: &[u8]) -> Cow<'_, str> {
     if is_short_ascii(bytes) {
         // SAFETY: ASCII is valid UTF-8.
@@ -526,7 +528,16 @@ impl SseParser {
             self.dispatch(sink);
             return Ok(());
         }
-        let (field, value, prefix) = match memchr::memchr(b':', line) {
+        // The fields nearly every event has: their colon is known without a
+        // search (neither name holds a colon, so it is the first one).
+        let colon = if line.starts_with(b"data:") {
+            Some(4)
+        } else if line.starts_with(b"event:") {
+            Some(5)
+        } else {
+            memchr::memchr(b':', line)
+        };
+        let (field, value, prefix) = match colon {
             Some(colon) => match line.get(colon + 1) {
                 Some(b' ') => (&line[..colon], &line[colon + 2..], colon + 2),
                 _ => (&line[..colon], &line[colon + 1..], colon + 1),
@@ -543,7 +554,12 @@ impl SseParser {
         self.in_block = true;
         match field {
             b"data" => {
-                self.data.reserve(value.len() + 1);
+                if self.data.capacity() == 0 {
+                    // The last event took the buffer: allocated at its size.
+                    self.data = Vec::with_capacity(value.len() + 1);
+                } else {
+                    self.data.reserve(value.len() + 1);
+                }
                 self.data.extend_from_slice(value);
                 self.data.push(b'\n');
             }
