@@ -129,11 +129,17 @@ fn push_lossy(to: &mut String, bytes: &[u8]) {
 /// straight to simdutf8, faster per byte.
 const SHORT: usize = 64;
 
+/// Unchecked data bytes of an open line validated at once: a few KiB, still
+/// in the L1 cache, and many fewer calls than chunks of 1 KiB would make.
+const CHECK_AFTER: usize = 4096;
+
+#[inline]
 fn is_short_ascii(bytes: &[u8]) -> bool {
     bytes.len() <= SHORT && bytes.is_ascii()
 }
 
 /// `bytes` as text, U+FFFD for invalid UTF-8.
+#[inline]
 fn text_of(bytes: &[u8]) -> Cow<'_, str> {
     if is_short_ascii(bytes) {
         // SAFETY: ASCII is valid UTF-8.
@@ -143,6 +149,47 @@ fn text_of(bytes: &[u8]) -> Cow<'_, str> {
         Ok(text) => Cow::Borrowed(text),
         Err(_) => String::from_utf8_lossy(bytes),
     }
+}
+
+/// The capacity a data buffer of `capacity` grows to when it must hold
+/// `need` bytes and the line's `\n` (`check_caps` left room for it).
+///
+/// A line split across chunks may be long, and each growth the allocator
+/// cannot do in place moves every byte so far. The steps are the event cap
+/// divided by powers of 4, so a growth at least doubles (4× in a run of
+/// them: the bytes move 1.33 times at most instead of twice) and the last
+/// one lands on the cap itself: a step sequence that started elsewhere (4×
+/// from the first chunk's size) fell just short of the cap and moved a
+/// whole 1 MiB line once more for its last few KiB.
+fn data_room(capacity: usize, need: usize, max_event: usize) -> usize {
+    let want = need
+        .saturating_add(1)
+        .max(capacity.saturating_mul(2).min(max_event));
+    let mut room = max_event.max(want);
+    while room / 4 >= want {
+        room /= 4;
+    }
+    room
+}
+
+/// The end of the last whole character of `bytes[from..]`, where `from`
+/// starts a character: `bytes.len()`, or the start of a multi-byte character
+/// whose last bytes have not arrived. Valid UTF-8 up to there, followed by
+/// valid UTF-8, is valid; and if `bytes[from..end]` is invalid, so is every
+/// continuation of `bytes`.
+fn whole_chars_end(bytes: &[u8], from: usize) -> usize {
+    let end = bytes.len();
+    for start in (from.max(end.saturating_sub(3))..end).rev() {
+        let width = match bytes[start] {
+            0x80..=0xBF => continue,
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if end - start < width { start } else { end };
+    }
+    end
 }
 
 /// The line not yet terminated at the end of the last chunk.
@@ -186,6 +233,12 @@ pub struct SseParser {
     /// decoded once per event (line breaks are ASCII, so this equals decoding
     /// the stream as a whole).
     data: Vec<u8>,
+    /// `data[..data_valid]` is valid UTF-8 that ends with a whole character:
+    /// a long line's bytes are validated as they arrive, while the cache
+    /// still holds them, instead of read again at the end of the event.
+    data_valid: usize,
+    /// `data` holds invalid UTF-8 (decoded with replacements at dispatch).
+    data_invalid: bool,
     /// `retry:` of the current block, for [`SseEvent::retry`].
     block_retry: Option<u64>,
     /// The stream's reconnection time.
@@ -225,6 +278,8 @@ impl SseParser {
             in_block: false,
             event: String::new(),
             data: Vec::new(),
+            data_valid: 0,
+            data_invalid: false,
             block_retry: None,
             retry: None,
             id_buffer: String::new(),
@@ -400,17 +455,13 @@ impl SseParser {
             self.check_caps(len, Some((prefix, before)))?;
             let need = self.data.len() + bytes.len();
             if need > self.data.capacity() {
-                // A line split across chunks may be long: growing 4× instead
-                // of 2× moves its bytes 1.33 times instead of twice, and the
-                // cap bounds the spare room (`check_caps` left room for `\n`).
-                let room = self
-                    .data
-                    .capacity()
-                    .saturating_mul(4)
-                    .clamp(need + 1, self.max_event.max(need + 1));
+                let room = data_room(self.data.capacity(), need, self.max_event);
                 self.data.reserve_exact(room - self.data.len());
             }
             self.data.extend_from_slice(bytes);
+            if self.data.len() - self.data_valid >= CHECK_AFTER {
+                self.check_data();
+            }
             self.open = Open::Data {
                 len,
                 prefix,
@@ -418,6 +469,20 @@ impl SseParser {
             };
         }
         Ok(())
+    }
+
+    /// Validates the data bytes after `data_valid` up to the last whole
+    /// character (a character split across chunks waits for its rest).
+    fn check_data(&mut self) {
+        if self.data_invalid {
+            return;
+        }
+        let end = whole_chars_end(&self.data, self.data_valid);
+        if simdutf8::basic::from_utf8(&self.data[self.data_valid..end]).is_ok() {
+            self.data_valid = end;
+        } else {
+            self.data_invalid = true;
+        }
     }
 
     /// The open line got its terminator.
@@ -463,7 +528,16 @@ impl SseParser {
             self.dispatch(sink);
             return Ok(());
         }
-        let (field, value, prefix) = match memchr::memchr(b':', line) {
+        // The fields nearly every event has: their colon is known without a
+        // search (neither name holds a colon, so it is the first one).
+        let colon = if line.starts_with(b"data:") {
+            Some(4)
+        } else if line.starts_with(b"event:") {
+            Some(5)
+        } else {
+            memchr::memchr(b':', line)
+        };
+        let (field, value, prefix) = match colon {
             Some(colon) => match line.get(colon + 1) {
                 Some(b' ') => (&line[..colon], &line[colon + 2..], colon + 2),
                 _ => (&line[..colon], &line[colon + 1..], colon + 1),
@@ -480,7 +554,12 @@ impl SseParser {
         self.in_block = true;
         match field {
             b"data" => {
-                self.data.reserve(value.len() + 1);
+                if self.data.capacity() == 0 {
+                    // The last event took the buffer: allocated at its size.
+                    self.data = Vec::with_capacity(value.len() + 1);
+                } else {
+                    self.data.reserve(value.len() + 1);
+                }
                 self.data.extend_from_slice(value);
                 self.data.push(b'\n');
             }
@@ -523,11 +602,17 @@ impl SseParser {
         }
         self.data.pop();
         let data = std::mem::take(&mut self.data);
+        let valid = std::mem::take(&mut self.data_valid);
+        let invalid = std::mem::take(&mut self.data_invalid);
         // Validation is the largest cost of a long event after the copy;
         // simdutf8 does it several times faster than `String::from_utf8`,
         // which would then repeat it; a short one is decided by its ASCII check.
-        let data = if is_short_ascii(&data) || simdutf8::basic::from_utf8(&data).is_ok() {
-            // SAFETY: the line above validated exactly these bytes as UTF-8.
+        // The bytes before `valid` were checked as they arrived.
+        let rest = &data[valid..];
+        let data = if !invalid && (is_short_ascii(rest) || simdutf8::basic::from_utf8(rest).is_ok())
+        {
+            // SAFETY: `data[..valid]` is valid UTF-8 ending with a whole
+            // character (`check_data`), and the line above validated the rest.
             unsafe { String::from_utf8_unchecked(data) }
         } else {
             String::from_utf8_lossy(&data).into_owned()
@@ -988,6 +1073,60 @@ mod tests {
     }
 
     #[test]
+    fn sse_long_data_lines_decode_alike_however_their_characters_are_cut() {
+        // Long lines are validated piece by piece as they arrive; a
+        // character cut by a chunk's end must wait for its rest (valid text
+        // is never taken for invalid, which would decode it again with
+        // replacements), and an invalid byte anywhere must still become
+        // U+FFFD.
+        let text = "Größe ✓ 🦀 und Gewicht. ".repeat(400);
+        let bad = |at: usize, byte: u8| {
+            let mut line = text.clone().into_bytes();
+            line[at] = byte;
+            line
+        };
+        let mut lines: Vec<Vec<u8>> = vec![
+            bad(4097, 0xFF),
+            bad(5, 0x80),
+            bad(text.len() - 1, 0xF0),
+            [text.as_bytes(), "€".as_bytes().get(..2).unwrap()].concat(),
+        ];
+        // Shifted by 0 to 3 bytes, so the pieces' ends fall at every place
+        // in a character of 2, 3 and 4 bytes.
+        for shift in 0..4 {
+            lines.push(["x".repeat(shift), text.clone()].concat().into_bytes());
+        }
+        for line in &lines {
+            let input = [&b"data: "[..], line, b"\ndata: ", line, b"\n\n"].concat();
+            let want = String::from_utf8_lossy(&[&line[..], b"\n", line].concat()).into_owned();
+            for chunk in [
+                1,
+                2,
+                3,
+                5,
+                7,
+                1000,
+                4093,
+                4094,
+                4095,
+                4096,
+                4097,
+                input.len(),
+            ] {
+                let mut parser = SseParser::new();
+                let mut events = vec![];
+                for c in input.chunks(chunk) {
+                    parser.push_events(c, &mut events).unwrap();
+                    assert!(!parser.data_invalid || want.contains('\u{FFFD}'));
+                }
+                parser.finish().unwrap();
+                assert_eq!(events.len(), 1);
+                assert!(events[0].data == want, "chunks of {chunk}");
+            }
+        }
+    }
+
+    #[test]
     fn sse_leading_bom_is_skipped_once() {
         type Want = Result<Vec<Frame>, SseError>;
         let table: &[(&[u8], Want)] = &[
@@ -1149,6 +1288,35 @@ mod tests {
                 "{}",
                 parser.data.capacity()
             );
+        }
+    }
+
+    #[test]
+    fn sse_a_long_data_line_grows_in_steps_that_end_at_the_event_cap() {
+        // Every capacity the data buffer takes is the cap over a power of 4,
+        // so no growth moves a line of nearly the cap's size for a few bytes.
+        for (cap, chunk) in [(MAX_EVENT_BYTES, 1024), (100_000, 777), (4096, 1)] {
+            let mut parser = SseParser::with_limits(usize::MAX, cap);
+            let input = [&b"data: "[..], &vec![b'x'; cap - 1], b"\n\n"].concat();
+            let mut steps = vec![];
+            let mut events = vec![];
+            for c in input.chunks(chunk) {
+                parser.push_events(c, &mut events).unwrap();
+                let capacity = parser.data.capacity();
+                if capacity > 0 && steps.last() != Some(&capacity) {
+                    steps.push(capacity);
+                }
+            }
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].data.len(), cap - 1);
+            assert_eq!(steps.last(), Some(&cap), "{steps:?}");
+            for step in &steps {
+                let mut at = cap;
+                while at > *step {
+                    at /= 4;
+                }
+                assert_eq!(at, *step, "cap {cap}: {steps:?}");
+            }
         }
     }
 
