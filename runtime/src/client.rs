@@ -576,10 +576,9 @@ fn check_api_key(scheme: &str, key: &str) -> Result<reqwest::header::HeaderValue
     Ok(value)
 }
 
-/// The origin every path is appended to: http(s), a host, nothing a path
-/// cannot follow (query, fragment) and no credentials in the URL.
 /// The configured base URL, parsed, when every route's path can be appended
-/// to it.
+/// to it: http(s), a host, nothing a path cannot follow (query, fragment)
+/// and no credentials in the URL.
 fn check_base_url(raw: &str) -> Result<reqwest::Url, ConfigError> {
     let refuse = |reason| ConfigError::BaseUrl {
         url: raw.to_owned(),

@@ -24,6 +24,8 @@ pub(crate) struct AttemptLog<'a> {
     pub row: Option<&'static TaxonomyRow>,
     pub attempt: u32,
     pub retry_after: Option<Duration>,
+    /// Read only for the log line: zero when no line is written (the clock
+    /// is not read for nothing).
     pub latency: Duration,
 }
 
