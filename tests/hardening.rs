@@ -429,6 +429,11 @@ fn configuration_that_can_never_work_is_refused_when_the_client_is_built() {
         "ftp://127.0.0.1:9",
         "127.0.0.1:9",
         "http://",
+        "http://127.0.0.1:9\n",
+        "http://127.0.0.1:9/api\r\n",
+        "\thttp://127.0.0.1:9",
+        "http://127.0.0.1:9/a\tb",
+        "http://127.0.0.1:9/\u{1b}[0m",
     ] {
         let refused = build(url, "key");
         assert!(
@@ -437,15 +442,25 @@ fn configuration_that_can_never_work_is_refused_when_the_client_is_built() {
         );
     }
     assert!(build("https://grag.example:8443/base/", "key").is_none());
+    let redis = |url: &str| {
+        let config = Config::new("http://127.0.0.1:9", "key", tenant()).redis_url(url);
+        Grag::new(config).err()
+    };
+    let refused = redis("redis://127.0.0.1:6379/0\n");
+    assert!(
+        matches!(&refused, Some(ConfigError::Fleet(m)) if m.contains("control character")),
+        "{refused:?}"
+    );
 }
 
 /// A base URL with text the URL parser drops or reads otherwise (a
-/// trailing space or newline from an environment file, a `\`): the client
-/// reports the base its requests go to, not the configured text.
+/// trailing space from an environment file, a `\`): the client reports the
+/// base its requests go to, not the configured text. (A newline or another
+/// control character is refused.)
 #[tokio::test]
 async fn the_reported_base_url_is_the_one_requests_go_to() {
     let server = Recorder::start(|_| json!([]).to_string().into_response()).await;
-    for tail in ["/api/ ", "/api\n", "/api\\", "/api/"] {
+    for tail in ["/api/ ", "/api\\", "/api/"] {
         let grag = client(&format!("{}{tail}", server.url()));
         let reported = grag.runtime().base_url().to_owned();
         assert_eq!(reported, format!("{}/api", server.url()), "{tail:?}");
