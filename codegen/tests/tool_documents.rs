@@ -86,7 +86,7 @@ fn the_openapi_document_is_3_1_and_has_every_route_of_the_spec() {
 }
 
 #[test]
-fn every_alert_has_a_rule_and_a_firing_and_a_silent_test() {
+fn every_alert_has_a_rule_and_a_firing_resolving_and_a_silent_test() {
     for (model, files) in apis() {
         let rules = file(&files, "alerts.rules.yml");
         let tests = file(&files, "alerts.test.yml");
@@ -98,11 +98,31 @@ fn every_alert_has_a_rule_and_a_firing_and_a_silent_test() {
             );
             for case in ["fires", "stays silent"] {
                 assert!(
-                    tests.contains(&format!("- name: \"{} {case}\"\n", alert.name)),
+                    tests.contains(&format!("- name: \"{} {case}", alert.name)),
                     "{} {case}",
                     alert.name
                 );
             }
+            assert!(
+                tests.contains(&format!("- name: \"{} fires", alert.name))
+                    && tests.lines().any(|l| l
+                        .starts_with(&format!("  - name: \"{} fires", alert.name))
+                        && l.contains("resolves")),
+                "{}: a case that shows it resolving",
+                alert.name
+            );
+        }
+        // The client exports every series a rule reads at 0 from its start:
+        // a test series starting above 0 would hide a first raise that
+        // `increase()` cannot see.
+        for values in tests
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("values: "))
+        {
+            assert!(
+                values.starts_with("\"0 ") || values.starts_with("\"0+"),
+                "a series starts at 0: {values}"
+            );
         }
         assert_eq!(
             rules.matches("- alert: ").count(),
