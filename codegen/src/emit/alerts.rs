@@ -30,22 +30,20 @@ struct Rule<'m> {
     cases: Vec<Case>,
 }
 
+/// At minute `.0`: firing with these labels beside the rule's own, or
+/// silent (`None`).
+type Check = (u64, Option<Vec<(&'static str, String)>>);
+
 /// One promtool test: input series sampled once a minute from the client's
 /// start, and what the rule shows at given minutes.
 struct Case {
     name: String,
     series: Vec<(String, String)>,
-    /// At minute `.0`: firing with these labels beside the rule's own, or
-    /// silent (`None`).
-    checks: Vec<(u64, Option<Vec<(&'static str, String)>>)>,
+    checks: Vec<Check>,
 }
 
 impl Case {
-    fn new(
-        name: &str,
-        series: Vec<(String, String)>,
-        checks: Vec<(u64, Option<Vec<(&'static str, String)>>)>,
-    ) -> Self {
+    fn new(name: &str, series: Vec<(String, String)>, checks: Vec<Check>) -> Self {
         Case {
             name: name.to_owned(),
             series,
@@ -67,7 +65,7 @@ impl Scale {
     /// As Prometheus writes a duration: `300s`, or `3500ms` below a second's step.
     fn text(self, d: Duration) -> String {
         let d = self.of(d);
-        if d.as_millis() % 1000 == 0 {
+        if d.as_millis().is_multiple_of(1000) {
             format!("{}s", d.as_secs())
         } else {
             format!("{}ms", d.as_millis())
