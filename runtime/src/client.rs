@@ -181,7 +181,11 @@ impl Client {
         let alerts = config
             .alerts
             .unwrap_or_else(|| Arc::new(LogAlerts::new(policy.log_lines)));
-        let mut metrics = Metrics::new(&policy.metrics, policy.routes.len());
+        let mut metrics = Metrics::new(
+            &policy.metrics,
+            policy.routes.len(),
+            crate::metrics::Known::of(policy),
+        );
         let fleet = fleet(
             policy,
             config.tenant.as_str(),
