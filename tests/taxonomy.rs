@@ -696,7 +696,11 @@ async fn t11_429_without_retry_after_waits_the_floor_and_gives_up_after_three() 
         env.grag.runtime().rate_limit_hot(),
         "polling slows while hot"
     );
-    assert_eq!(rate_limited(&env, "absent"), Some(3), "every 429 is counted");
+    assert_eq!(
+        rate_limited(&env, "absent"),
+        Some(3),
+        "every 429 is counted"
+    );
     assert_eq!(rate_limited(&env, "present"), None);
 }
 

@@ -1789,10 +1789,18 @@ fn an_openapi_document_path_with_a_placeholder_is_refused() {
     let file = "services/ledger.yaml";
     let line = line_of(file, "openapi: /ledger/openapi.json", 0);
     let e = one(
-        broken(file, "openapi: /ledger/openapi.json", "openapi: /{svc}/openapi.json", 0),
+        broken(
+            file,
+            "openapi: /ledger/openapi.json",
+            "openapi: /{svc}/openapi.json",
+            0,
+        ),
         file,
         line,
         "openapi",
     );
-    assert!(e.message.contains("no query, fragment or placeholder"), "{e}");
+    assert!(
+        e.message.contains("no query, fragment or placeholder"),
+        "{e}"
+    );
 }
