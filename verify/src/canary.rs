@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use grag_client::types::{
-    ChatEvent, ChatRequest, CreateConversation, CreateKb, SearchRequest, UploadDocument,
+    ChatEvent, ChatRequest, CreateConversation, CreateKb, JobState, SearchRequest, UploadDocument,
 };
 use grag_client::{
     ConversationId, Created, DocumentId, Error, Grag, JobDone, JobId, JobUpdate, KbId, PipelineId,
@@ -146,9 +146,8 @@ impl Flow<'_> {
             None => self.skip("upload", "no canary KB"),
         };
         match job {
-            Some(job) => {
-                self.ingest(&job).await;
-            }
+            Some((job, true)) => self.ingest(&job).await,
+            Some((job, false)) => self.ingested(&job).await,
             None => {
                 self.skip::<()>("ingest", "no ingest job to follow");
             }
@@ -216,9 +215,9 @@ impl Flow<'_> {
         }
     }
 
-    /// The fixture's upload; its ingest job when this upload started one,
-    /// else the job the listing still names.
-    async fn upload(&mut self, kb: &KbId, writes: bool) -> Option<JobId> {
+    /// The fixture's upload; its ingest job and `true` when this upload
+    /// started it, else the job the listing still names and `false`.
+    async fn upload(&mut self, kb: &KbId, writes: bool) -> Option<(JobId, bool)> {
         let grag = self.grag;
         let doc = DocumentId::parse(DOCUMENT).expect("a valid document id");
         let body = UploadDocument {
@@ -234,7 +233,7 @@ impl Flow<'_> {
                     "{DOCUMENT} uploaded, status {}",
                     d.status.as_deref().unwrap_or("?")
                 );
-                return Ok(done(d.job_id, detail));
+                return Ok(done(d.job_id.map(|j| (j, true)), detail));
             }
             let docs = grag.workspaces().list_documents(kb).await?;
             Ok(match docs.into_iter().find(|d| d.document_id == doc) {
@@ -243,7 +242,7 @@ impl Flow<'_> {
                         "{DOCUMENT} already there, status {}",
                         d.status.as_deref().unwrap_or("?")
                     );
-                    done(d.job_id, detail)
+                    done(d.job_id.map(|j| (j, false)), detail)
                 }
                 None => done(
                     None,
@@ -300,6 +299,32 @@ impl Flow<'_> {
             })
         })
         .await;
+    }
+
+    /// An earlier run's job: its status, and its stream only while it runs
+    /// (an ended job's stream replays nothing).
+    async fn ingested(&mut self, job: &JobId) {
+        let grag = self.grag;
+        let status = self
+            .step("ingest", async {
+                let s = grag.bff().pipeline_status(job).await?;
+                let state = s.status.as_str().to_owned();
+                let detail = format!(
+                    "job {job} of an earlier run: {state}{}",
+                    s.error.map(|e| format!(" ({e})")).unwrap_or_default()
+                );
+                let failed = matches!(s.status, JobState::Failed | JobState::Cancelled);
+                Ok(Done {
+                    value: s.status,
+                    detail,
+                    degraded: failed,
+                })
+            })
+            .await;
+        if matches!(status, Some(JobState::Running | JobState::Unknown(_))) {
+            self.steps.pop();
+            self.ingest(job).await;
+        }
     }
 
     async fn search(&mut self, kb: &KbId) -> Option<()> {
