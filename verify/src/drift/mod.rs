@@ -159,26 +159,7 @@ pub async fn run(
         };
         let ours = shape::read(&spec, "", Some(service))
             .map_err(|e| SetupError(format!("the generated document: {e}")))?;
-        let compared = theirs.and_then(|doc| {
-            let theirs = shape::read(&doc, mount, None).map_err(|e| e.to_string())?;
-            Ok(under(theirs, mount))
-        });
-        let drift = match compared {
-            Ok(theirs) => ServiceDrift {
-                service: service.to_string(),
-                document,
-                unavailable: None,
-                routes: ours.ops.len(),
-                findings: diff::compare(&ours, &theirs),
-            },
-            Err(why) => ServiceDrift {
-                service: service.to_string(),
-                document,
-                unavailable: Some(why),
-                routes: ours.ops.len(),
-                findings: Vec::new(),
-            },
-        };
+        let drift = compare(service, document, mount, &ours, theirs);
         step.done(&match &drift.unavailable {
             Some(why) => format!("not compared: {why}"),
             None => format!(
@@ -199,6 +180,31 @@ pub async fn run(
         origin: origin.to_owned(),
         services,
     })
+}
+
+/// One service's spec against its document (or why there is none to read).
+fn compare(
+    service: &str,
+    document: String,
+    mount: &str,
+    ours: &Api,
+    theirs: Result<Value, String>,
+) -> ServiceDrift {
+    let compared = theirs.and_then(|doc| {
+        let theirs = shape::read(&doc, mount, None).map_err(|e| e.to_string())?;
+        Ok(under(theirs, mount))
+    });
+    let (unavailable, findings) = match compared {
+        Ok(theirs) => (None, diff::compare(ours, &theirs)),
+        Err(why) => (Some(why), Vec::new()),
+    };
+    ServiceDrift {
+        service: service.to_owned(),
+        document,
+        unavailable,
+        routes: ours.ops.len(),
+        findings,
+    }
 }
 
 /// Only the routes under `mount`: one document for the whole platform holds every service.
