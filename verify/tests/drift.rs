@@ -295,6 +295,16 @@ fn answer_fields() {
         "answer.count",
         true,
     );
+    // The same in a 3.0 document's spelling.
+    twice(
+        drift_after(|d| {
+            d["openapi"] = json!("3.0.3");
+            schema(d, "Item")["properties"]["count"] = json!({"type": "integer", "nullable": true})
+        }),
+        Kind::NullableChanged,
+        "answer.count",
+        true,
+    );
     // An integer where the spec reads a number decodes; the other way not.
     assert_eq!(
         drift_after(|d| schema(d, "Item")["properties"]["score"] = json!({"type": "integer"})),
