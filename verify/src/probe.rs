@@ -177,7 +177,7 @@ async fn burst(grag: &Grag, n: u32, progress: &Progress) -> Burst {
             match answer {
                 Some((429, retry_after)) => {
                     let evidence = format!(
-                        "burst: the first 429 came after {sent} request(s), {header}: {}",
+                        "burst: a 429 within the first {sent} request(s), {header}: {}",
                         retry_after.as_deref().unwrap_or("absent")
                     );
                     step.done(&evidence);
