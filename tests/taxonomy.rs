@@ -696,6 +696,22 @@ async fn t11_429_without_retry_after_waits_the_floor_and_gives_up_after_three() 
         env.grag.runtime().rate_limit_hot(),
         "polling slows while hot"
     );
+    assert_eq!(
+        rate_limited(&env, "absent"),
+        Some(3),
+        "every 429 is counted"
+    );
+    assert_eq!(rate_limited(&env, "present"), None);
+}
+
+/// The 429 counter's value for `retry_after` (the metric's name from the spec).
+fn rate_limited(env: &Env, retry_after: &str) -> Option<u64> {
+    let name = grag_client::policy::POLICY.metrics.rate_limited;
+    let series = format!("{name}_total{{retry_after=\"{retry_after}\"}} ");
+    let text = env.grag.runtime().metrics_text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]
@@ -706,6 +722,8 @@ async fn t11_429_retry_after_in_seconds_is_honored() {
         .push(Rule::new(Fault::rate_limited_secs(1)).on("list_kbs").once());
     env.grag.workspaces().list_kbs().await.unwrap();
     assert_eq!(env.statuses("list_kbs"), [Some(429), Some(200)]);
+    assert_eq!(rate_limited(&env, "present"), Some(1));
+    assert_eq!(rate_limited(&env, "absent"), None);
     let gap = env.gaps("list_kbs")[0];
     // Retry-After is the server's word, never scaled: 1 s + up to 10 ms jitter.
     assert!(

@@ -201,6 +201,8 @@ pub struct MetricNames {
     pub sse_buffered: Option<String>,
     /// Alerts raised, by name.
     pub alerts: String,
+    /// 429s by whether they carried `Retry-After`.
+    pub rate_limited: String,
 }
 
 #[derive(Debug)]
@@ -507,6 +509,8 @@ pub struct Service {
     pub handle: String,
     pub doc: String,
     pub prefix: String,
+    /// The path of the service's own OpenAPI document on the platform.
+    pub openapi: Option<String>,
     pub scope: ScopeNeed,
     pub lane: Lane,
     pub routes: Vec<Route>,

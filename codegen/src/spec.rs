@@ -367,6 +367,8 @@ pub struct Metrics {
     pub sse_buffered: Option<Text>,
     /// Alerts the client raised, by name (`{alert}`).
     pub alerts: Text,
+    /// Every 429, by whether it carried `Retry-After` (`{retry_after}`).
+    pub rate_limited: Text,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -826,6 +828,10 @@ pub struct ServiceFile {
     pub doc: Text,
     /// Path prefix every route of the service starts with.
     pub prefix: Text,
+    /// Where the platform serves the service's own OpenAPI document (a
+    /// FastAPI app's `/openapi.json` under its mount), when it serves one.
+    #[serde(default)]
+    pub openapi: Option<Text>,
     /// `public`, `tenant` or `workspace`: what every route needs unless it says otherwise.
     pub scope: Text,
     /// `key` (Authorization + tenant) or a lane of `auth.lanes_authenticated`.

@@ -1783,3 +1783,24 @@ fn without_a_replay_queue_a_row_has_no_replay() {
     );
     assert!(e.message.contains("no replay queue"), "{e}");
 }
+
+#[test]
+fn an_openapi_document_path_with_a_placeholder_is_refused() {
+    let file = "services/ledger.yaml";
+    let line = line_of(file, "openapi: /ledger/openapi.json", 0);
+    let e = one(
+        broken(
+            file,
+            "openapi: /ledger/openapi.json",
+            "openapi: /{svc}/openapi.json",
+            0,
+        ),
+        file,
+        line,
+        "openapi",
+    );
+    assert!(
+        e.message.contains("no query, fragment or placeholder"),
+        "{e}"
+    );
+}

@@ -173,6 +173,9 @@ pub struct MetricNames {
     /// Alerts the client raised, by name (`{alert}`): what the generated
     /// Prometheus rules read where the client's own context decides.
     pub alerts: &'static str,
+    /// Every 429 the client saw, by whether it carried `Retry-After`
+    /// (`{retry_after}`: `present` or `absent`).
+    pub rate_limited: &'static str,
 }
 
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per

@@ -109,6 +109,11 @@ struct AlertLabels {
     alert: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RetryAfterLabels {
+    retry_after: &'static str,
+}
+
 /// A call's labels by the addresses of their `&'static str`s: comparing and
 /// hashing two pointers is what makes the per-call lookup cheap. Two equal
 /// strings at different addresses get two cache entries that share one
@@ -199,6 +204,7 @@ pub(crate) struct Metrics {
     sse_fallbacks: Family<StreamLabels, Counter>,
     sse_buffered: Family<StreamLabels, Counter>,
     alerts: Family<AlertLabels, Counter>,
+    rate_limited: Family<RetryAfterLabels, Counter>,
     /// Open addressing over write-once slots: a hit is a few atomic loads,
     /// no lock and no string hashing.
     calls: Box<[OnceLock<CallSeries>]>,
@@ -285,6 +291,12 @@ impl Metrics {
             "Alerts the client raised, by name, whatever sink they went to",
             alerts.clone(),
         );
+        let rate_limited = Family::<RetryAfterLabels, Counter>::default();
+        registry.register(
+            names.rate_limited,
+            "429 answers, by whether they carried a usable Retry-After",
+            rate_limited.clone(),
+        );
         for a in known.alerts {
             let _ = alerts.get_or_create(&AlertLabels { alert: a.alert });
         }
@@ -303,6 +315,7 @@ impl Metrics {
             sse_fallbacks,
             sse_buffered,
             alerts,
+            rate_limited,
             calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
             refusals: (0..routes).map(|_| OnceLock::new()).collect(),
         }
@@ -411,6 +424,16 @@ impl Metrics {
         FleetMetrics::register(&mut self.registry, names)
     }
 
+    /// One 429 answer; `retry_after` when it carried a wait the client
+    /// could read (seconds or an HTTP date), so production answers whether
+    /// the rate limiter sends one.
+    pub fn rate_limited(&self, retry_after: bool) {
+        let retry_after = if retry_after { "present" } else { "absent" };
+        self.rate_limited
+            .get_or_create(&RetryAfterLabels { retry_after })
+            .inc();
+    }
+
     /// One alert raised.
     pub fn alert(&self, alert: &'static str) {
         self.alerts.get_or_create(&AlertLabels { alert }).inc();
@@ -448,6 +471,7 @@ mod tests {
         sse_fallback: Some("api_sse_fallback"),
         sse_buffered: Some("api_sse_buffered"),
         alerts: "api_alerts",
+        rate_limited: "api_rate_limited",
     };
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
@@ -572,6 +596,23 @@ mod tests {
                 r#"api_alerts_total{alert="contract_drift"}"#
             ),
             Some(r#"api_alerts_total{alert="contract_drift"} 1"#)
+        );
+    }
+
+    #[test]
+    fn each_429_is_counted_by_whether_it_carried_retry_after() {
+        let metrics = Metrics::new(&NAMES, 1, Known::default());
+        metrics.rate_limited(true);
+        metrics.rate_limited(false);
+        metrics.rate_limited(false);
+        let text = metrics.encode();
+        assert_eq!(
+            line(&text, r#"api_rate_limited_total{retry_after="present"}"#),
+            Some(r#"api_rate_limited_total{retry_after="present"} 1"#)
+        );
+        assert_eq!(
+            line(&text, r#"api_rate_limited_total{retry_after="absent"}"#),
+            Some(r#"api_rate_limited_total{retry_after="absent"} 2"#)
         );
     }
 

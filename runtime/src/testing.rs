@@ -304,6 +304,7 @@ pub static POLICY: Policy = Policy {
         circuit_open_seconds: None,
         sse_fallback: Some("sdk_test_sse_fallback"),
         sse_buffered: Some("sdk_test_sse_buffered"),
+        rate_limited: "sdk_test_rate_limited",
         alerts: "sdk_test_alerts",
     },
     log: LogNames {

@@ -95,6 +95,10 @@ pub struct SimConfig {
     /// The platform's own limits per address and tenant (Traefik's ceiling,
     /// the gateway's retrieval bucket); `None` (the default) enforces none.
     pub platform_limits: Option<crate::PlatformLimits>,
+    /// Whether each service's OpenAPI document (`GET /<service>/openapi.json`)
+    /// has a few routes, fields and enum values moved (scenario `drifted`):
+    /// what a platform that moved on from the spec serves.
+    pub drifted_documents: bool,
 }
 
 impl Default for SimConfig {
@@ -128,6 +132,7 @@ impl Default for SimConfig {
             shutdown_grace: Duration::from_secs(2),
             without_routes: Vec::new(),
             platform_limits: None,
+            drifted_documents: false,
         }
     }
 }

@@ -74,6 +74,7 @@ mod faults;
 mod handlers;
 mod limits;
 mod log;
+pub mod openapi;
 mod platform;
 mod sse;
 mod state;
@@ -196,7 +197,7 @@ impl Sim {
             listener_closed: watch::channel(false).0,
             config,
         });
-        let router = admin::routes()
+        let router = openapi::routes(admin::routes())
             .fallback(platform::platform)
             .with_state(shared.clone());
         let task = tokio::spawn(accept_loop(shared.clone(), listener, addr, router));

@@ -30,6 +30,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "buffered",
         "every SSE stream is held back until it ends (proxy buffering)",
     ),
+    (
+        "drifted",
+        "each service's /<service>/openapi.json has routes, fields and enum values moved",
+    ),
 ];
 
 fn usage() -> String {
@@ -109,6 +113,7 @@ async fn main() -> ExitCode {
     let mut config = SimConfig::scaled(args.scale).with_port(args.port);
     config.api_key = args.api_key;
     config.allow_default_tenant = !args.strict_tenant;
+    config.drifted_documents = args.scenario == "drifted";
     let sim = match Sim::start(config).await {
         Ok(s) => s,
         Err(e) => {

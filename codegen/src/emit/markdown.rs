@@ -216,13 +216,14 @@ pub fn policy_md(model: &Model) -> String {
     let t = &model.throttle;
     let _ = writeln!(
         md,
-        "\n## Throttle ({})\n\nAt most {} requests in flight, {} per second sustained. Polling every {}, never below {}, ×{} while a 429 is hot.\n\n| budget | in flight | per rolling minute | meaning | source |\n|---|---|---|---|---|",
+        "\n## Throttle ({})\n\nAt most {} requests in flight, {} per second sustained. Polling every {}, never below {}, ×{} while a 429 is hot. Every 429 is counted in `{}_total{{retry_after}}` (`present` when it carried a `Retry-After` the client could read, else `absent`).\n\n| budget | in flight | per rolling minute | meaning | source |\n|---|---|---|---|---|",
         source(&t.source),
         t.max_in_flight,
         t.per_second,
         duration_text(t.polling_interval),
         duration_text(t.polling_floor),
-        t.polling_hot_factor
+        t.polling_hot_factor,
+        model.metrics.rate_limited
     );
     for b in &t.budgets {
         let _ = writeln!(

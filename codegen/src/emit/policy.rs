@@ -49,7 +49,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         .iter()
         .map(|(field, names)| quote!((#field, &[#(#names),*])));
     let m = &model.metrics;
-    let (requests, duration_metric, alerts_metric) = (&m.requests, &m.duration, &m.alerts);
+    let (requests, duration_metric, alerts_metric, rate_limited) =
+        (&m.requests, &m.duration, &m.alerts, &m.rate_limited);
     let text = |s: &Option<String>| option(s.as_ref(), |s| quote!(#s));
     let (circuit_state, circuit_open, sse_fallback, sse_buffered) = (
         text(&m.circuit_state),
@@ -298,6 +299,15 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let n_retries = int(model.retries.len() as u64);
     let n_budgets = int(model.throttle.budgets.len() as u64);
     let n_endpoints = int(model.routes().count() as u64);
+    let documents: Vec<TokenStream> = model
+        .services
+        .iter()
+        .filter_map(|s| {
+            let (name, path) = (&s.name, s.openapi.as_ref()?);
+            Some(quote!((#name, #path)))
+        })
+        .collect();
+    let n_documents = int(documents.len() as u64);
     let endpoints = model.routes().map(|(s, r)| {
         let module = ident(&super::services::module_name(s));
         let name = ident(&screaming(&r.name));
@@ -409,6 +419,13 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         /// Every route of the API, in spec order.
         pub static ENDPOINTS: [&Endpoint; #n_endpoints] = [#(#endpoints),*];
 
+        /// Where each service serves its own OpenAPI document on the platform
+        /// (`services/*.yaml openapi`): `(service, path)`.
+        pub static OPENAPI_DOCUMENTS: [(&str, &str); #n_documents] = [#(#documents),*];
+
+        /// The OpenAPI 3.1 document generated from the same spec, beside this crate.
+        pub const OPENAPI: &str = include_str!("../openapi.json");
+
         #breaker_statics
 
         #policy_doc
@@ -454,6 +471,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 sse_fallback: #sse_fallback,
                 sse_buffered: #sse_buffered,
                 alerts: #alerts_metric,
+                rate_limited: #rate_limited,
             },
             timeouts: &TIMEOUTS,
             deadline: #deadline,

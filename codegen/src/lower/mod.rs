@@ -452,6 +452,7 @@ impl Cx<'_> {
             sse_fallback,
             sse_buffered,
             alerts: name(self, &m.alerts, "alerts"),
+            rate_limited: name(self, &m.rate_limited, "rate_limited"),
         }
     }
 

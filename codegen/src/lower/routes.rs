@@ -320,6 +320,15 @@ impl Cx<'_> {
                     }
                 },
             };
+            if let Some(doc) = &s.openapi
+                && (!doc.starts_with('/') || doc.contains(['?', '#', '{']))
+            {
+                self.error(
+                    doc,
+                    "openapi",
+                    "the document's path starts with `/` and has no query, fragment or placeholder",
+                );
+            }
             if !s.prefix.starts_with('/') || s.prefix.ends_with('/') {
                 self.error(
                     &s.prefix,
@@ -359,6 +368,7 @@ impl Cx<'_> {
                 handle: s.handle.to_string(),
                 doc: s.doc.to_string(),
                 prefix: s.prefix.to_string(),
+                openapi: s.openapi.as_ref().map(|d| d.to_string()),
                 scope: scope.unwrap_or(ScopeNeed::Tenant),
                 lane,
                 routes,

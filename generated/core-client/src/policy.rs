@@ -89,6 +89,13 @@ pub static ENDPOINTS: [&Endpoint; 9] = [
     &crate::sessions::DISCUSS,
 ];
 
+/// Where each service serves its own OpenAPI document on the platform
+/// (`services/*.yaml openapi`): `(service, path)`.
+pub static OPENAPI_DOCUMENTS: [(&str, &str); 0] = [];
+
+/// The OpenAPI 3.1 document generated from the same spec, beside this crate.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
 /// The whole policy, handed to the runtime by [`crate::Core`].
 ///
 /// Deadline: policy Transport (inferred). Breaker: none. Throttle: policy Transport (inferred).
@@ -140,6 +147,7 @@ pub static POLICY: Policy = Policy {
         sse_fallback: None,
         sse_buffered: None,
         alerts: "core_client_alerts",
+        rate_limited: "core_client_rate_limited",
     },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(65),

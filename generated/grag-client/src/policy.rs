@@ -210,6 +210,22 @@ pub static ENDPOINTS: [&Endpoint; 27] = [
     &crate::workspaces::PUT_SETTINGS,
 ];
 
+/// Where each service serves its own OpenAPI document on the platform
+/// (`services/*.yaml openapi`): `(service, path)`.
+pub static OPENAPI_DOCUMENTS: [(&str, &str); 8] = [
+    ("ai-gateway", "/ai-gateway/openapi.json"),
+    ("docfold", "/docfold/openapi.json"),
+    ("entity-linking", "/entity-linking/openapi.json"),
+    ("groundedness", "/groundedness/openapi.json"),
+    ("kg-service", "/kg-service/openapi.json"),
+    ("ledger", "/ledger/openapi.json"),
+    ("voyager", "/voyager/openapi.json"),
+    ("workspaces", "/workspaces/openapi.json"),
+];
+
+/// The OpenAPI 3.1 document generated from the same spec, beside this crate.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
 /// The public liveness route the open breaker probes.
 pub static PROBE: &Endpoint = &crate::workspaces::HEALTH;
 
@@ -267,6 +283,7 @@ pub static POLICY: Policy = Policy {
         sse_fallback: Some("knoll_sse_fallback"),
         sse_buffered: Some("knoll_sse_buffered"),
         alerts: "grag_client_alerts",
+        rate_limited: "grag_client_rate_limited",
     },
     timeouts: &TIMEOUTS,
     deadline: ::std::time::Duration::from_secs(180),

@@ -113,6 +113,9 @@ impl Client {
             self.fleet_pause(wait);
         }
         if status == Some(429) {
+            self.shared
+                .metrics
+                .rate_limited(verdict.retry_after.is_some());
             let polling = &self.shared.policy.throttle.polling;
             let hot_for = polling.interval * polling.hot_factor;
             self.memory().saw_429(Instant::now(), hot_for);

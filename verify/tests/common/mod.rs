@@ -1,0 +1,89 @@
+//! What the canary and probe suites share: a simulator, optionally behind a
+//! real nginx of the test's own, and a client on it.
+
+#![allow(dead_code)]
+
+#[path = "../../../tests/nginx/harness.rs"]
+pub mod harness;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use grag_client::policy::POLICY;
+use grag_client::{Config, Grag, TenantId};
+use grag_sim::testkit::{self, KEY, TENANT};
+use grag_sim::{Sim, SimConfig};
+use harness::{Nginx, Setup};
+use sdk_runtime::Policy;
+use sdk_runtime::policy::BufferingRule;
+
+/// The spec's policy at 1/5 (buffering seen after 1 s of silence), the
+/// buffering rule's burst left at the spec's 250 ms: a proxy's burst is one
+/// write however fast the machine is.
+pub fn policy() -> &'static Policy {
+    static POLICY_5: OnceLock<&'static Policy> = OnceLock::new();
+    POLICY_5.get_or_init(|| {
+        let scaled = POLICY.scaled(5);
+        let rule = POLICY
+            .buffering
+            .as_ref()
+            .expect("GRAG has a buffering rule");
+        let buffering = Some(BufferingRule {
+            silent_for: scaled.buffering.as_ref().unwrap().silent_for,
+            ..rule.clone()
+        });
+        Box::leak(Box::new(Policy {
+            buffering,
+            ..scaled.clone()
+        }))
+    })
+}
+
+/// The simulator at 1/1000, each job held until its first subscriber and
+/// then queued `job` long, a chat's silence as long: the silence a
+/// buffering proxy turns into a late burst.
+pub fn sim_config(job: Duration) -> SimConfig {
+    let mut sim = testkit::sim_config(1000).with_held_jobs();
+    sim.job_queue = job;
+    sim.job_node_pace = Duration::from_millis(5);
+    sim.stream_ceiling = Duration::from_secs(600);
+    sim.chat_silence = job;
+    sim
+}
+
+/// A simulator, maybe an nginx in front, and a client of [`TENANT`] on the front.
+pub struct Stage {
+    pub sim: Sim,
+    pub nginx: Option<Nginx>,
+    pub grag: Grag,
+}
+
+impl Stage {
+    pub async fn direct(sim: SimConfig) -> Stage {
+        let sim = testkit::start(sim).await;
+        let grag = client(&sim.url());
+        Stage {
+            sim,
+            nginx: None,
+            grag,
+        }
+    }
+
+    /// `None` when nginx is absent and not required (the harness said so).
+    pub async fn behind(sim: SimConfig, setup: Setup) -> Option<Stage> {
+        let binary = harness::binary()?;
+        let sim = testkit::start(sim).await;
+        let nginx = Nginx::start(&binary, sim.addr(), &setup);
+        let grag = client(&nginx.url());
+        Some(Stage {
+            sim,
+            nginx: Some(nginx),
+            grag,
+        })
+    }
+}
+
+fn client(url: &str) -> Grag {
+    let config = Config::new(url, KEY, TenantId::parse(TENANT).unwrap());
+    Grag::with_policy(config, policy()).expect("a client")
+}
