@@ -354,7 +354,10 @@ impl Fleet {
         let started = Instant::now();
         loop {
             inner.follow_mode(throttle);
-            if !inner.lock_state().breaker.allows(Instant::now()) {
+            // Degraded, no admission asks the store: the heartbeat tries it
+            // again after the breaker's retry, so a Redis that refuses
+            // connections costs no admission a wait.
+            if inner.lock_state().breaker.degraded() {
                 match inner.admit_degraded(&question, started).await? {
                     Some(slots) => return Ok(slots),
                     None => continue,
