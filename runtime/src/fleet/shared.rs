@@ -429,14 +429,27 @@ impl Fleet {
         loop {
             let called = Instant::now();
             let seen = inner.store.result(&inner.keys, turn).await;
-            if let Some(healthy) = inner.account(seen, called).flatten() {
-                return healthy;
+            if let Some(seen) = inner.account(seen, called).flatten() {
+                return seen.healthy;
             }
             if Instant::now() >= until || !inner.store_allowed() {
                 return false;
             }
             tokio::time::sleep(inner.policy.deadline * RESULT_POLL_DEADLINES).await;
         }
+    }
+
+    /// How long ago (Redis time) a replica last saw `turn` healthy, while
+    /// that is still fresh; `None` without the store.
+    pub(crate) async fn healthy_since(&self, turn: Turn) -> Option<Duration> {
+        let inner = &self.inner;
+        if !inner.store_allowed() {
+            return None;
+        }
+        let called = Instant::now();
+        let seen = inner.store.result(&inner.keys, turn).await;
+        let seen = inner.account(seen, called).flatten()?;
+        seen.healthy.then_some(seen.age)
     }
 }
 

@@ -1,5 +1,5 @@
 //! The fleet's shared store: Redis, through redis-rs's connection manager
-//! (it reconnects on its own) and seven Lua scripts, each loaded once and
+//! (it reconnects on its own) and nine Lua scripts, each loaded once and
 //! sent with EVALSHA (redis-rs loads it again on NOSCRIPT).
 //!
 //! Every call is bounded by the policy's deadline: an admission never waits
@@ -247,6 +247,8 @@ pub struct Store {
     rebook: Script,
     dark: Script,
     release: Script,
+    set_result: Script,
+    result: Script,
 }
 
 impl std::fmt::Debug for Store {
@@ -314,6 +316,8 @@ impl Store {
             rebook: script(include_str!("rebook.lua")),
             dark: script(include_str!("dark.lua")),
             release: script(include_str!("release.lua")),
+            set_result: Script::new(SET_RESULT),
+            result: Script::new(GET_RESULT),
         })
     }
     /// The connection manager, made on the first call (it needs a runtime).
@@ -409,6 +413,8 @@ impl Store {
             &self.rebook,
             &self.dark,
             &self.release,
+            &self.set_result,
+            &self.result,
         ] {
             script
                 .prepare_invoke()
@@ -612,7 +618,8 @@ impl Store {
         Ok(owner.as_deref() == Some(replica))
     }
 
-    /// What this replica's `turn` saw (`true`: healthy), shared for `for_`.
+    /// What this replica's `turn` saw (`true`: healthy), shared for `for_`
+    /// with the Redis time it was seen at.
     pub async fn set_result(
         &self,
         keys: &Keys,
@@ -622,23 +629,57 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
-        let cmd = redis::cmd("SET")
-            .arg(keys.result(turn))
-            .arg(u8::from(healthy))
-            .arg("PX")
-            .arg(ms)
-            .to_owned();
-        self.bounded(cmd.query_async::<()>(&mut connection)).await
+        let mut invocation = self.set_result.key(keys.result(turn));
+        invocation.arg(u8::from(healthy)).arg(ms);
+        self.bounded(invocation.invoke_async::<()>(&mut connection))
+            .await
     }
 
     /// What the last `turn` saw, if it is still fresh.
-    pub async fn result(&self, keys: &Keys, turn: Turn) -> Result<Option<bool>, StoreError> {
+    pub async fn result(&self, keys: &Keys, turn: Turn) -> Result<Option<Seen>, StoreError> {
         let mut connection = self.connection().await?;
-        let cmd = redis::cmd("GET").arg(keys.result(turn)).to_owned();
-        let v: Option<u8> = self.bounded(cmd.query_async(&mut connection)).await?;
-        Ok(v.map(|v| v == 1))
+        let invocation = self.result.key(keys.result(turn));
+        let seen: i64 = self
+            .bounded(invocation.invoke_async(&mut connection))
+            .await?;
+        Ok(match seen {
+            ..0 => None,
+            0 => Some(Seen {
+                healthy: false,
+                age: Duration::ZERO,
+            }),
+            age => Some(Seen {
+                healthy: true,
+                age: from_micros(age - 1),
+            }),
+        })
     }
 }
+
+/// A shared probe or canary result: healthy (and how long ago, in Redis
+/// time, it was seen) or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub healthy: bool,
+    pub age: Duration,
+}
+
+/// Stores a turn's result: 0 (not healthy) or the Redis time (µs) it was
+/// seen healthy at. KEYS[1] the result; ARGV: 1 or 0, for how long (ms).
+const SET_RESULT: &str = "local t = redis.call('TIME')
+local seen = '0'
+if ARGV[1] == '1' then seen = string.format('%.0f', t[1] * 1000000 + t[2]) end
+redis.call('SET', KEYS[1], seen, 'PX', ARGV[2])
+return 1";
+
+/// A turn's result: -1 (none), 0 (not healthy), or 1 + its age in µs.
+const GET_RESULT: &str = "local seen = redis.call('GET', KEYS[1])
+if not seen then return -1 end
+if seen == '0' then return 0 end
+local t = redis.call('TIME')
+local age = t[1] * 1000000 + t[2] - seen
+if age < 0 then age = 0 end
+return age + 1";
 
 #[cfg(test)]
 mod tests {
@@ -1285,8 +1326,13 @@ mod tests {
             assert!(!store.own(&keys, turn, "r2", 30 * S).await.unwrap());
             assert!(store.own(&keys, turn, "r1", 30 * S).await.unwrap());
             assert_eq!(store.result(&keys, turn).await.unwrap(), None);
+            store.set_result(&keys, turn, false, 30 * S).await.unwrap();
+            let seen = store.result(&keys, turn).await.unwrap();
+            assert_eq!(seen.map(|s| s.healthy), Some(false));
             store.set_result(&keys, turn, true, 30 * S).await.unwrap();
-            assert_eq!(store.result(&keys, turn).await.unwrap(), Some(true));
+            let seen = store.result(&keys, turn).await.unwrap().unwrap();
+            assert!(seen.healthy);
+            assert!(seen.age < S, "seen {:?} ago", seen.age);
         }
         // The two turns are held apart: r2 may hold the canary of a fleet
         // whose probe r1 holds.
