@@ -358,7 +358,7 @@ impl Fleet {
             // again after the breaker's retry, so a Redis that refuses
             // connections costs no admission a wait.
             if inner.lock_state().breaker.degraded() {
-                match inner.admit_degraded(&question, started).await? {
+                match inner.admit_degraded(throttle, &question, started).await? {
                     Some(slots) => return Ok(slots),
                     None => continue,
                 }
@@ -767,6 +767,7 @@ impl Inner {
     /// meanwhile.
     async fn admit_degraded(
         self: &Arc<Self>,
+        throttle: &Throttle,
         question: &Question,
         started: Instant,
     ) -> Result<Option<FleetSlots>, Refusal> {
@@ -789,12 +790,24 @@ impl Inner {
                 .collect()
         };
         let mut permits = Vec::with_capacity(gates.len());
+        // A request that must wait for its share (ingest's is 1/1/0 of 2
+        // over three) waits without its slot of this replica's rolling
+        // second, and takes one again before it goes.
+        let mut left = None;
         for gate in gates {
+            if let Ok(permit) = Arc::clone(&gate).try_acquire_owned() {
+                permits.push(permit);
+                continue;
+            }
+            left.get_or_insert_with(|| throttle.leave_second());
             match gate.acquire_owned().await {
                 Ok(permit) => permits.push(permit),
                 // The store came back while this call waited: ask it.
                 Err(_) => return Ok(None),
             }
+        }
+        if let Some(left) = left {
+            left.retake().await;
         }
         self.decision("local", "go");
         self.observe("local", started);
