@@ -1366,6 +1366,18 @@ async fn a_replica_stopped_with_sigterm_hands_back_its_jobs_and_leaves_the_fleet
     replicas.exit().await;
     eprintln!("reports: {reports:?}");
     let entries = sim.log().entries();
+    let searches = arrivals(
+        entries[start..]
+            .iter()
+            .filter(|e| e.operation == Some("search_rerank")),
+    );
+    if let (Some(first), Some(last)) = (searches.first(), searches.last()) {
+        eprintln!(
+            "{} retrieval calls over {:?}",
+            searches.len(),
+            last.duration_since(*first)
+        );
+    }
     assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
     assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
     check_limits(&entries[start..], 1.0);
