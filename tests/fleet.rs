@@ -443,15 +443,28 @@ async fn replica_process() {
             .map(|c| c.load(Ordering::Relaxed))
             .sum::<usize>()
     };
+    // SIGTERM, as a rolling deploy stops a backend: it stops taking work,
+    // then stops its jobs and its client (below).
+    let terminated = Arc::new(AtomicBool::new(false));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    let on_term = terminated.clone();
+    tokio::spawn(async move {
+        term.recv().await;
+        on_term.store(true, Ordering::Release);
+    });
+    let stopping = |file: &PathBuf| file.exists() || terminated.load(Ordering::Acquire);
     let mut marks = [0; 2];
     for (mark, file) in marks.iter_mut().zip(["killed", "restarted"]) {
         let (mark_file, stop_file) = (dir.join(file), dir.join("stop"));
-        while !mark_file.exists() && !stop_file.exists() {
+        while !mark_file.exists() && !stopping(&stop_file) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         *mark = admitted();
     }
-    wait_for("stop").await;
+    while !stopping(&dir.join("stop")) {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     let snapshot: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     // A durable job is let finish (a job cut off mid-run would wait out its
@@ -481,10 +494,22 @@ async fn replica_process() {
         eprintln!("replica {name}: {}", alert.detail.unwrap_or_default());
     }
     std::fs::write(dir.join(format!("report-{name}")), report).unwrap();
+    if terminated.load(Ordering::Acquire) {
+        let jobs = jobs.as_ref().expect("a jobs replica");
+        let stopped = jobs.shutdown(TERM_GRACE).await.expect("the queue");
+        grag.runtime().shutdown().await;
+        let line = format!("settled={} cut={}", stopped.settled, stopped.cut);
+        std::fs::write(dir.join(format!("stopped-{name}")), line).unwrap();
+        return;
+    }
     if jobs.is_some() {
         wait_for("exit").await;
     }
 }
+
+/// How long a replica stopped with SIGTERM lets its jobs run on to their
+/// next checkpoint.
+const TERM_GRACE: Duration = Duration::from_secs(10);
 
 struct Replicas {
     dir: tempfile::TempDir,
@@ -580,6 +605,22 @@ impl Replicas {
             let status = tokio::task::block_in_place(|| child.wait()).unwrap();
             assert!(status.success(), "replica {name} failed: {status}");
         }
+    }
+
+    /// Sends SIGTERM to replica `i` and waits for it to exit, cleanly.
+    async fn terminate(&mut self, i: usize) {
+        let (name, child) = &mut self.children[i];
+        let pid = child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        for _ in 0..6000 {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "replica {name} stopped: {status}");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("replica {name} did not stop on SIGTERM");
     }
 
     fn kill(&mut self, i: usize) {
@@ -1250,4 +1291,115 @@ async fn a_canary_another_replica_passed_after_the_open_closes_every_breaker_by_
         took <= interval * 4 + Duration::from_secs(2),
         "closed {took:?} after the pass"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_stopped_with_sigterm_hands_back_its_jobs_and_leaves_the_fleet_at_once() {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return;
+    }
+    let Some(queue) = Queue::new().await else {
+        return;
+    };
+    let redis = RedisServer::start();
+    let sim = sim().await;
+    let env = [(PG_SCHEMA, queue.schema.as_str())];
+    let limiter = Limiter::before(&sim);
+    let mut replicas = Replicas::spawn_with(&limiter.url, &redis, "jobs", 3, &env);
+    replicas.all_ready().await;
+    let start = sim.log().entries().len();
+    replicas.go();
+    let termed = logged(&sim, start + 300, Duration::from_secs(120)).await;
+    replicas.terminate(0).await;
+    let exited = Instant::now();
+    // Out of the fleet at once, not a lease later: the others' shares and
+    // caps count two replicas from now on.
+    let mut connection = connection(&redis).await;
+    let live: usize = redis::cmd("ZCARD")
+        .arg("{grag:knoll}:replicas")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(live, 2, "the stopped replica is still counted live");
+    // What it held it handed back: another replica takes each on.
+    let handed_back = |job: &grag_jobs::Job| {
+        job.last_error
+            .as_ref()
+            .is_some_and(|e| e.class == "handed_back")
+    };
+    let mut first = None;
+    loop {
+        let waiting = (queue
+            .store
+            .list(JobState::PendingReplay, 100_000)
+            .await
+            .unwrap())
+        .into_iter()
+        .filter(handed_back)
+        .count();
+        let leased = (queue.store.list(JobState::InFlight, 100_000).await.unwrap())
+            .into_iter()
+            .filter(|j| j.lease.as_ref().is_some_and(|l| l.owner == "r0"))
+            .count();
+        assert_eq!(leased, 0, "a job still leased to the stopped replica");
+        first.get_or_insert(waiting);
+        if waiting == 0 {
+            break;
+        }
+        assert!(
+            exited.elapsed() <= Duration::from_secs(1),
+            "{waiting} handed-back jobs unclaimed {:?} after the stop",
+            exited.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = std::fs::read_to_string(replicas.path("stopped-r0")).unwrap();
+    eprintln!(
+        "r0 stopped ({stopped}); {} handed-back jobs claimed within {:?}",
+        first.unwrap_or(0),
+        exited.elapsed()
+    );
+    logged(&sim, termed + 300, Duration::from_secs(120)).await;
+    let reports = replicas.stop().await;
+    let done = queue.settled(Duration::from_secs(120)).await;
+    replicas.exit().await;
+    eprintln!("reports: {reports:?}");
+    let entries = sim.log().entries();
+    let searches = arrivals(
+        entries[start..]
+            .iter()
+            .filter(|e| e.operation == Some("search_rerank")),
+    );
+    if let (Some(first), Some(last)) = (searches.first(), searches.last()) {
+        eprintln!(
+            "{} retrieval calls over {:?}",
+            searches.len(),
+            last.duration_since(*first)
+        );
+    }
+    assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
+    assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
+    check_limits(&entries[start..], 1.0);
+    // Nothing lost, nothing done twice.
+    assert_eq!(queue.count(JobState::Failed).await, 0);
+    // (A report counts the submits finished when the load stopped; those
+    // under way then finished after it.)
+    let submitted: usize = reports.iter().map(|r| r.upload).sum();
+    assert!(
+        done.len() >= submitted,
+        "{} of {submitted} jobs done",
+        done.len()
+    );
+    assert_eq!(
+        sim.documents(testkit::TENANT, KB).len(),
+        done.len(),
+        "one document per job"
+    );
+    for job in &done {
+        let doc = job.key.rsplit(':').next().unwrap();
+        let conversions = sim.conversions_of(testkit::TENANT, doc).len();
+        assert_eq!(conversions, 1, "{doc} converted exactly once");
+    }
+    queue.drop_schema().await;
 }

@@ -889,3 +889,70 @@ async fn a_replay_that_fails_after_the_close_raises_replay_failures() {
         "{raised:?}"
     );
 }
+
+/// A queue whose one upload the worker replays, the platform holding its
+/// upload call `hold_ms` (within the scaled attempt timeout): the worker is
+/// mid-step when the test stops it.
+async fn a_replay_mid_step(hold_ms: u64) -> (Queue, String, tokio::task::JoinHandle<()>) {
+    let q = Queue::start().await;
+    q.env.open_breaker().await;
+    let job = q.jobs.submit_upload(upload(1, 3)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    let sim = &q.env.sim;
+    sim.faults()
+        .push(Rule::new(Fault::Delay { ms: hold_ms }).on("upload_document"));
+    let worker = tokio::spawn(q.jobs.clone().work());
+    assert!(
+        wait_until(Duration::from_secs(20), || !sim
+            .log()
+            .of("upload_document")
+            .is_empty())
+        .await,
+        "the worker replays the upload"
+    );
+    (q, job.key, worker)
+}
+
+/// Another replica's worker on the same store: it takes the job over at
+/// once (no lease to wait out) and finishes it without sending it twice.
+async fn another_replica_finishes(q: &Queue, key: &str) {
+    let job = q.jobs.job(key).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(job.last_error.as_ref().unwrap().class, "handed_back");
+    assert!(job.lease.is_none(), "{job:?}");
+    let other = Jobs::new(q.env.grag.clone(), q._db.store(), "worker-2").unwrap();
+    assert_eq!(other.drain().await.unwrap(), 1, "claimed at once");
+    assert_eq!(q.state(key).await, JobState::Done);
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 1, "one document");
+    assert_eq!(q.env.sim.conversions_of("knoll", "doc-1").len(), 1);
+}
+
+#[tokio::test]
+async fn a_stopping_worker_hands_its_job_back_at_the_next_checkpoint() {
+    let (q, key, worker) = a_replay_mid_step(150).await;
+    let stopped = q.jobs.shutdown(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(stopped, grag_jobs::Stopped { settled: 1, cut: 0 });
+    tokio::time::timeout(Duration::from_secs(10), worker)
+        .await
+        .expect("the work loop ends")
+        .unwrap();
+    another_replica_finishes(&q, &key).await;
+    // Its upload was done and checkpointed: not sent again.
+    assert_eq!(q.env.count("upload_document"), 1, "sent once");
+}
+
+#[tokio::test]
+async fn a_job_still_running_when_the_grace_ends_is_handed_back_as_its_checkpoint_left_it() {
+    let (q, key, worker) = a_replay_mid_step(150).await;
+    // No grace: the job, mid-call, is cut at once.
+    let stopped = q.jobs.shutdown(Duration::ZERO).await.unwrap();
+    assert_eq!(stopped, grag_jobs::Stopped { settled: 0, cut: 1 });
+    tokio::time::timeout(Duration::from_secs(10), worker)
+        .await
+        .expect("the work loop ends")
+        .unwrap();
+    // Cut mid-call, its upload is in doubt: the next worker reads it back
+    // and sends it again only if it never landed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    another_replica_finishes(&q, &key).await;
+}

@@ -346,6 +346,19 @@ impl Client {
         }
     }
 
+    /// Stops this client as a replica that shuts down: with the fleet
+    /// backend it leaves the fleet (no longer counted live by the others,
+    /// its heartbeat ended, its leases given back: see
+    /// [`Fleet::leave`](crate::fleet::Fleet::leave)). Calls still open end
+    /// as they would; a client used after this is served, but is no
+    /// longer one of the fleet's live replicas. Without the fleet: nothing.
+    pub async fn shutdown(&self) {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            fleet.leave().await;
+        }
+    }
+
     /// The origin breaker's state right now.
     pub fn circuit_state(&self) -> crate::breaker::CircuitState {
         self.breaker().state()

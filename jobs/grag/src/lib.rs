@@ -28,6 +28,7 @@ mod kg;
 mod metrics;
 mod run;
 mod settle;
+mod stop;
 mod upload;
 mod worker;
 
@@ -35,3 +36,4 @@ pub use job::{JobsError, KgBatch, Upload, kg_key, upload_key};
 pub use run::{Jobs, lock_retry};
 pub use sdk_queue::{Job, JobState, JobStore};
 pub use settle::{Settle, settle};
+pub use stop::Stopped;

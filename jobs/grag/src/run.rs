@@ -1,5 +1,7 @@
 //! Submitting a job and running one claimed job to its end.
 
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -53,6 +55,14 @@ pub(crate) struct Inner {
     pub wake: Notify,
     /// When a job last met an outage (see [`Jobs::in_outage`]).
     pub last_outage: Mutex<Option<SystemTime>>,
+    /// The process is stopping ([`Jobs::shutdown`]): nothing more is
+    /// claimed, and a job at its next checkpoint is handed back.
+    pub stopping: AtomicBool,
+    /// The jobs the worker runs now, by key: aborted and handed back when
+    /// the shutdown's grace ends first.
+    pub running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// A worker's job ended (the shutdown waits for the last).
+    pub ended: Notify,
 }
 
 impl Jobs {
@@ -108,6 +118,9 @@ impl Jobs {
                 metrics: Metrics::new(policy),
                 wake: Notify::new(),
                 last_outage: Mutex::new(None),
+                stopping: AtomicBool::new(false),
+                running: Mutex::new(HashMap::new()),
+                ended: Notify::new(),
             }),
         }
     }
@@ -271,6 +284,7 @@ impl Jobs {
                 self.verdict(&job, error_of_job, Some(&error), replayed(&job))
             }
             Err(StepError::Platform(e)) => self.platform_failed(&job, &e),
+            Err(StepError::Stopped) => (handed_back(), JobState::PendingReplay),
         };
         self.record(&job, finish, state).await
     }
@@ -448,6 +462,8 @@ pub(crate) enum StepError {
     },
     /// The stored payload or checkpoint does not decode.
     Corrupt { what: &'static str, reason: String },
+    /// The process is stopping: the job, at a checkpoint, is handed back.
+    Stopped,
 }
 
 /// The running job, as its steps see it.
@@ -505,7 +521,23 @@ impl Step<'_> {
         progress.step = next;
         progress.sent = false;
         progress.unknown_request = None;
-        self.save(progress).await
+        self.save(progress).await?;
+        self.unless_stopping()
+    }
+
+    /// At a checkpoint with nothing in doubt: a stopping process hands the
+    /// job back here, for another replica to go on from it at once.
+    fn unless_stopping(&self) -> Result<(), StepError> {
+        let stopping = self
+            .jobs
+            .inner
+            .stopping
+            .load(std::sync::atomic::Ordering::Acquire);
+        if stopping {
+            Err(StepError::Stopped)
+        } else {
+            Ok(())
+        }
     }
 
     /// The answer of a step's write that is not idempotent: a refusal (a
@@ -536,7 +568,8 @@ impl Step<'_> {
     /// Waits the polling interval (×2 while a 429 is hot), keeping the lease.
     pub async fn poll_later(&self, progress: &UploadProgress) -> Result<(), StepError> {
         tokio::time::sleep(self.grag().runtime().poll_interval()).await;
-        self.save(progress).await
+        self.save(progress).await?;
+        self.unless_stopping()
     }
 }
 
@@ -556,6 +589,20 @@ fn progress<T: DeserializeOwned + Default>(job: &Job) -> Result<T, StepError> {
         return Ok(T::default());
     }
     decode("progress", &job.progress)
+}
+
+/// A job a stopping process hands back at a checkpoint: eligible at once.
+pub(crate) fn handed_back() -> Finish {
+    Finish::Replay {
+        error: JobError {
+            class: "handed_back".into(),
+            row: None,
+            status: None,
+            request_id: None,
+            detail: "its replica stopped and handed it back at a checkpoint".into(),
+        },
+        not_before: None,
+    }
 }
 
 /// A write in doubt that no read can settle: never sent again.

@@ -13,10 +13,11 @@ use crate::JobsError;
 use crate::run::{INGEST, Jobs, KG};
 
 impl Jobs {
-    /// Replays pending jobs for the life of the process. Store errors are
-    /// waited out (the jobs stay in the store); nothing here ends it.
+    /// Replays pending jobs for the life of the process, or until
+    /// [`shutdown`](Self::shutdown). Store errors are waited out (the jobs
+    /// stay in the store).
     pub async fn work(self) {
-        loop {
+        while !self.stopping() {
             if self.work_once(true).await.is_err() {
                 tokio::time::sleep(self.idle()).await;
             }
@@ -40,7 +41,7 @@ impl Jobs {
             let free = limit - running.len().min(limit);
             let open = inner.grag.runtime().circuit_state() != CircuitState::Closed;
             let mut claimed = 0;
-            if free > 0 && !open {
+            if free > 0 && !open && !self.stopping() {
                 let jobs = inner
                     .store
                     .claim(Claim {
@@ -55,14 +56,23 @@ impl Jobs {
                 claimed = jobs.len();
                 for job in jobs {
                     let jobs = self.clone();
-                    running.spawn(async move { jobs.run_claimed(job).await });
+                    let key = job.key.clone();
+                    let mut held = self.lock_running();
+                    let handle = running.spawn(async move {
+                        let key = job.key.clone();
+                        let ran = jobs.run_claimed(job).await;
+                        jobs.lock_running().remove(&key);
+                        jobs.inner.ended.notify_waiters();
+                        ran
+                    });
+                    held.insert(key, handle);
                 }
             }
             if claimed > 0 && running.len() < limit {
                 continue;
             }
             if running.is_empty() {
-                if !forever {
+                if !forever || self.stopping() {
                     return Ok(ran);
                 }
                 // Nothing to do: a submit, a finish or the clock brings more.
@@ -83,6 +93,19 @@ impl Jobs {
                 }
             }
         }
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.inner
+            .stopping
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(crate) fn lock_running(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, tokio::task::AbortHandle>>
+    {
+        self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Jobs run at once: the replay budget's `max_in_flight`.

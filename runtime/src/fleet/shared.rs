@@ -170,6 +170,12 @@ struct Inner {
     /// Wakes the background task when a lease ends.
     ending: Arc<Notify>,
     started: AtomicBool,
+    /// The replica left the fleet ([`Fleet::leave`]): no heartbeat, and
+    /// every lease that ends is given back at once.
+    left: AtomicBool,
+    /// Held by a heartbeat while it runs: a replica leaving waits for it,
+    /// so no beat says it is live after it left.
+    beating: tokio::sync::Mutex<()>,
     /// Bumped on every switch; the throttle's windows follow it.
     epoch: AtomicU64,
     /// The store's run this replica booked into (0: none yet).
@@ -282,6 +288,8 @@ impl Fleet {
                 ended: Mutex::new(Vec::new()),
                 ending: Arc::new(Notify::new()),
                 started: AtomicBool::new(false),
+                left: AtomicBool::new(false),
+                beating: tokio::sync::Mutex::new(()),
                 epoch: AtomicU64::new(0),
                 run: AtomicU64::new(0),
                 rebooking: tokio::sync::Mutex::new(()),
@@ -367,6 +375,27 @@ impl Fleet {
             if let Some(slots) = asked.await? {
                 return Ok(slots);
             }
+        }
+    }
+
+    /// Leaves the fleet, as a replica that stops does: its heartbeat ends,
+    /// it is no longer counted live (the others' shares and caps adjust at
+    /// once, not after a lease), and the leases it holds are given back
+    /// now, those of calls still open as each ends. Without the store it
+    /// just stops: its membership and leases expire within one lease.
+    pub async fn leave(&self) {
+        let inner = &self.inner;
+        inner.left.store(true, Ordering::Release);
+        inner.ending.notify_one();
+        let _no_beat = inner.beating.lock().await;
+        if !inner.store_allowed() {
+            return;
+        }
+        inner.give_back().await;
+        let called = Instant::now();
+        let left = inner.store.leave(&inner.keys, &inner.replica).await;
+        if inner.account(left, called).is_some() {
+            inner.lock_state().live.retain(|id| *id != inner.replica);
         }
     }
 
@@ -896,8 +925,13 @@ impl Inner {
 
     /// A lease of `sets` ended (its request did): the next admission may
     /// take its member again, else the background task gives it back.
-    fn end(&self, number: u64, sets: Vec<LeaseSet>) {
+    fn end(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
         self.lock_ended().push((number, sets));
+        if self.left.load(Ordering::Acquire) {
+            let inner = Arc::clone(self);
+            self.background(async move { inner.give_back().await });
+            return;
+        }
         self.ending.notify_one();
     }
 
@@ -956,6 +990,9 @@ impl Inner {
                 tokio::select! {
                     _ = tick.tick() => {
                         let Some(inner) = weak.upgrade() else { break };
+                        if inner.left.load(Ordering::Acquire) {
+                            break;
+                        }
                         inner.beat().await;
                     }
                     () = ending.notified() => {
@@ -964,6 +1001,9 @@ impl Inner {
                         tokio::task::yield_now().await;
                         let Some(inner) = weak.upgrade() else { break };
                         inner.give_back().await;
+                        if inner.left.load(Ordering::Acquire) {
+                            break;
+                        }
                     }
                 }
             }
@@ -975,6 +1015,10 @@ impl Inner {
     /// heartbeat even without traffic. Every lease set and window of the
     /// fleet is named, for the trimming.
     async fn beat(&self) {
+        let _beating = self.beating.lock().await;
+        if self.left.load(Ordering::Acquire) {
+            return;
+        }
         let grouped = self.held_by_set();
         // A failed beat is tried again, `failures` times over the breaker's
         // `over`: a dead store opens the breaker within this one heartbeat.

@@ -564,6 +564,16 @@ impl Store {
         Ok((run, answer))
     }
 
+    /// `replica` is no longer live: out of the heartbeat's set at once.
+    pub async fn leave(&self, keys: &Keys, replica: &str) -> Result<(), StoreError> {
+        let mut connection = self.connection().await?;
+        let cmd = redis::cmd("ZREM")
+            .arg(keys.replicas())
+            .arg(replica)
+            .to_owned();
+        self.bounded(cmd.query_async::<()>(&mut connection)).await
+    }
+
     /// Pauses every replica for `wait` from now (Redis time), unless a
     /// longer pause is already set.
     pub async fn pause(&self, keys: &Keys, wait: Duration) -> Result<(), StoreError> {

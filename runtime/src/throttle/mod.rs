@@ -120,6 +120,7 @@ impl RollingWindow {
 
     /// Gives back the slot of an admitted request without counting it: it
     /// waits elsewhere before it is sent, and [`hold`](Self::hold)s again.
+    #[cfg(feature = "redis")]
     fn unhold(&mut self) {
         self.open = self.open.saturating_sub(1);
     }
@@ -495,12 +496,14 @@ impl Drop for Permit<'_> {
 /// A rolling-second slot given back by [`Throttle::leave_second`]. Dropped
 /// before [`retake`](Self::retake) (the wait was cancelled), the slot is
 /// held again, so the request's permit gives back what it holds.
+#[cfg(feature = "redis")]
 #[derive(Debug)]
 pub(crate) struct SecondLeft<'a> {
     throttle: &'a Throttle,
     left: bool,
 }
 
+#[cfg(feature = "redis")]
 impl SecondLeft<'_> {
     /// Waits for a token and a slot of the rolling second again.
     pub(crate) async fn retake(mut self) {
@@ -509,6 +512,7 @@ impl SecondLeft<'_> {
     }
 }
 
+#[cfg(feature = "redis")]
 impl Drop for SecondLeft<'_> {
     fn drop(&mut self) {
         if self.left {
@@ -893,6 +897,7 @@ impl Throttle {
     /// and a slot again, in the queue every request passes. A request that
     /// waits for something else after this throttle (the fleet's degraded
     /// in-flight share) so holds no slot of the second another could send in.
+    #[cfg(feature = "redis")]
     pub(crate) fn leave_second(&self) -> SecondLeft<'_> {
         self.lock_windows().second.window.unhold();
         SecondLeft {
@@ -1367,6 +1372,7 @@ mod tests {
         assert_eq!(throttle.in_flight(), 0);
     }
 
+    #[cfg(feature = "redis")]
     #[tokio::test(start_paused = true)]
     async fn a_request_that_left_the_rolling_second_takes_a_slot_again_before_it_goes() {
         let throttle = Throttle::new(&POLICY);
