@@ -230,9 +230,17 @@ pub struct Retry {
     pub name: String,
     pub doc: String,
     pub schedule: RetrySchedule,
-    /// The configuration may set attempts and step, down to these.
-    pub configurable: Option<(u32, Duration)>,
+    /// The configuration may set attempts and step within these.
+    pub configurable: Option<RetryBounds>,
     pub source: Source,
+}
+
+/// What a configuration may set a linear retry class to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RetryBounds {
+    pub min_attempts: u32,
+    pub max_attempts: u32,
+    pub min_step: Duration,
 }
 
 /// A route named as `service.route`, resolved to indices.

@@ -361,6 +361,8 @@ pub struct Rate {
 #[serde(deny_unknown_fields)]
 pub struct Configurable {
     pub min_attempts: Spanned<u32>,
+    /// The most attempts a configuration may ask for (retry bounds kept low).
+    pub max_attempts: Spanned<u32>,
     pub min_step: Duration,
 }
 

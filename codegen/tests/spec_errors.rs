@@ -492,6 +492,23 @@ fn only_a_linear_class_is_configurable_and_never_below_its_own_minimums() {
 }
 
 #[test]
+fn a_retry_maximum_below_the_class_s_own_attempts_is_refused() {
+    let errors = broken_in(
+        "core",
+        "policy.yaml",
+        "max_attempts: 5",
+        "max_attempts: 1",
+        0,
+    );
+    let e = errors
+        .iter()
+        .find(|e| e.field == "retries.C1.configurable.max_attempts")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert!(e.message.contains("below the class's own attempts"), "{e}");
+    assert!(e.file.ends_with("policy.yaml") && e.line > 1, "{e}");
+}
+
+#[test]
 fn a_handle_that_clashes_with_the_client_is_refused() {
     let file = "engine.yaml";
     let line = line_of_in("core", file, "handle: engine", 0);

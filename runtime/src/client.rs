@@ -464,7 +464,7 @@ impl Client {
 }
 
 /// The policy's retry classes with the configuration's attempts and step
-/// applied to the configurable ones. A value below a class's minimum is
+/// applied to the configurable ones. A value outside a class's bounds is
 /// refused, not clamped: a client that retries less than its operator asked
 /// for would fail in a way nobody chose. Setting a value when no class is
 /// configurable is refused too.
@@ -496,6 +496,13 @@ fn configured_retries(
                 return Err(ConfigError::Retry(format!(
                     "retry_attempts {attempts} is below the minimum of {} ({})",
                     bounds.min_attempts, class.name
+                )));
+            }
+            if attempts > bounds.max_attempts {
+                return Err(ConfigError::Retry(format!(
+                    "retry_attempts {attempts} is above the maximum of {} ({}): retry bounds \
+                     stay low, every attempt may repeat the work",
+                    bounds.max_attempts, class.name
                 )));
             }
             if step < bounds.min_step {
@@ -535,10 +542,12 @@ pub(crate) fn overall_deadline(policy: &Policy, retries: &[RetryClass]) -> Durat
             .map(|t| t.per_attempt.max(t.budget(true)))
             .max()
             .unwrap_or_default();
-        let waits: u32 = (1..attempts).sum();
-        let needed = slowest
-            .saturating_mul(attempts)
-            .saturating_add(step.saturating_mul(waits));
+        // Checked: a sum past `Duration`'s range is no deadline at all.
+        let needed = (1..attempts)
+            .try_fold(0u32, u32::checked_add)
+            .and_then(|waits| step.checked_mul(waits))
+            .and_then(|waits| slowest.checked_mul(attempts)?.checked_add(waits))
+            .unwrap_or(Duration::MAX);
         deadline = deadline.max(needed);
     }
     deadline
@@ -675,5 +684,44 @@ fn fleet(
         Err(ConfigError::Fleet(
             "this build has no Redis backend: enable the sdk-runtime `redis` feature".to_string(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::RetryBounds;
+    use crate::testing::POLICY;
+
+    /// The fixture's classes made configurable to `attempts` of `step` each.
+    fn configured(attempts: u32, step: Duration) -> Vec<RetryClass> {
+        let bounds = RetryBounds {
+            min_attempts: 1,
+            max_attempts: u32::MAX,
+            min_step: Duration::ZERO,
+        };
+        POLICY
+            .retries
+            .iter()
+            .map(|class| RetryClass {
+                schedule: RetrySchedule::Linear { attempts, step },
+                configurable: Some(bounds),
+                ..class.clone()
+            })
+            .collect()
+    }
+
+    /// A sum past what the types hold is the longest deadline, never an
+    /// overflow panic (debug) or a wrapped, short one (release).
+    #[test]
+    fn a_deadline_sum_past_its_range_is_the_longest_deadline() {
+        let waits_past_u32 = configured(100_000, Duration::from_millis(1));
+        assert_eq!(overall_deadline(&POLICY, &waits_past_u32), Duration::MAX);
+        let past_duration = configured(u32::MAX, Duration::MAX);
+        assert_eq!(overall_deadline(&POLICY, &past_duration), Duration::MAX);
+        let within = configured(3, Duration::from_secs(1));
+        let deadline = overall_deadline(&POLICY, &within);
+        assert!(deadline >= Duration::from_secs(3), "{deadline:?}");
+        assert!(deadline < Duration::from_secs(86_400), "{deadline:?}");
     }
 }

@@ -86,13 +86,15 @@ impl RetryConfig {
         let Some(class) = model.retries.iter().find(|r| r.configurable.is_some()) else {
             return RetryConfig::default();
         };
-        let (min_attempts, min_step) = class.configurable.unwrap_or_default();
+        let bounds = class.configurable.unwrap_or_default();
+        let (min_attempts, max_attempts, min_step) =
+            (bounds.min_attempts, bounds.max_attempts, bounds.min_step);
         let crate::model::RetrySchedule::Linear { attempts, step } = class.schedule else {
             return RetryConfig::default();
         };
         let attempts_doc = doc(&format!(
-            "Attempts in all, the first included, of retry class `{}` (default {attempts}, at least {min_attempts}); \
-             fewer is refused when the client is built.",
+            "Attempts in all, the first included, of retry class `{}` (default {attempts}, from {min_attempts} to {max_attempts}); \
+             fewer or more is refused when the client is built.",
             class.name
         ));
         let backoff_doc = doc(&format!(

@@ -111,9 +111,17 @@ pub fn policy_md(model: &Model) -> String {
         "\n## Retry classes\n\n| class | schedule | meaning | source |\n|---|---|---|---|"
     );
     for r in &model.retries {
+        let configurable = r.configurable.map_or(String::new(), |b| {
+            format!(
+                "; configurable: {} to {} attempts, a step of at least {}",
+                b.min_attempts,
+                b.max_attempts,
+                duration_text(b.min_step)
+            )
+        });
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {}{configurable} | {} | {} |",
             r.name,
             schedule_text(&r.schedule),
             r.doc.trim(),

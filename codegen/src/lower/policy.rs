@@ -38,6 +38,7 @@ impl Cx<'_> {
             let configurable = r.configurable.as_ref().and_then(|c| {
                 let at = format!("{field}.configurable");
                 let min_attempts = self.positive(&c.min_attempts, &format!("{at}.min_attempts"));
+                let max_attempts = *c.max_attempts;
                 let min_step = self.duration(&c.min_step, &format!("{at}.min_step"))?;
                 match schedule {
                     Some(RetrySchedule::Linear { attempts, step })
@@ -50,7 +51,19 @@ impl Cx<'_> {
                         );
                         None
                     }
-                    Some(RetrySchedule::Linear { .. }) => Some((min_attempts, min_step)),
+                    Some(RetrySchedule::Linear { attempts, .. }) if attempts > max_attempts => {
+                        self.sources.at(
+                            c.max_attempts.span(),
+                            format!("{at}.max_attempts"),
+                            "is below the class's own attempts",
+                        );
+                        None
+                    }
+                    Some(RetrySchedule::Linear { .. }) => Some(RetryBounds {
+                        min_attempts,
+                        max_attempts,
+                        min_step,
+                    }),
                     _ => {
                         self.error(&r.kind, at, "only a `linear` class is configurable");
                         None
