@@ -111,6 +111,8 @@ pub struct Api {
     pub pipeline_services: Vec<String>,
     /// Where the policy asks for the workspace (`None` without workspace services).
     pub workspace_source: Option<Source>,
+    /// Where the policy asks for the pipeline id (`None` without pipeline services).
+    pub pipeline_source: Option<Source>,
     /// Where the policy asks for the tenant (`auth`).
     pub tenant_source: Source,
     /// Where the policy states the ID rules (`ids`).
@@ -275,6 +277,8 @@ pub struct WarmUp {
     pub body: Option<String>,
     /// A timeout class instead of the route's own.
     pub timeout: Option<usize>,
+    /// The pipeline header's value, for a route that carries it.
+    pub pipeline_id: Option<String>,
     pub source: Source,
 }
 
@@ -515,6 +519,14 @@ pub struct Service {
     pub lane: Lane,
     pub routes: Vec<Route>,
     pub source: Source,
+}
+
+impl Service {
+    /// Whether a route of the service carries the pipeline header: its
+    /// handle then exists only behind a pipeline id.
+    pub fn carries_pipeline(&self) -> bool {
+        self.routes.iter().any(|r| r.pipeline_id)
+    }
 }
 
 /// What a route answers with.

@@ -411,6 +411,10 @@ pub struct WarmUp {
     /// A timeout class for the warm-up call instead of the route's own.
     #[serde(default)]
     pub timeout: Option<Text>,
+    /// The pipeline id of a warm-up call whose route carries the pipeline
+    /// header: its own, so its cost is booked apart from every run's.
+    #[serde(default)]
+    pub pipeline_id: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

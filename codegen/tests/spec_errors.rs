@@ -787,11 +787,31 @@ fn a_reserved_tenant_must_match_the_id_pattern() {
     let file = "api.yaml";
     let real = r#"pattern: "^[a-z0-9][a-z0-9-]{0,62}$""#;
     let errors = broken(file, real, r#"pattern: "^[A-Z][A-Z0-9]{0,62}$""#, 0);
-    assert!(!errors.is_empty());
+    assert!(errors.iter().any(|e| e.field == "ids.reserved_tenants"));
     for e in &errors {
-        assert_eq!(e.field, "ids.reserved_tenants", "{e}");
+        // The warm-up's pipeline id is an ID the spec names too.
+        let fields = ["ids.reserved_tenants", "breaker.warm_up.0.pipeline_id"];
+        assert!(fields.contains(&e.field.as_str()), "{e}");
         assert!(e.message.contains("ids.pattern"), "{e}");
     }
+}
+
+#[test]
+fn a_warm_up_call_of_a_pipeline_route_needs_its_own_valid_pipeline_id() {
+    let file = "policy.yaml";
+    let line = "      pipeline_id: breaker-warm-up\n";
+    let missing = broken(file, line, "", 0);
+    let e = one(missing, file, 110, "breaker.warm_up.0.pipeline_id");
+    assert!(e.message.contains("give the warm-up call its own"), "{e}");
+    let invalid = broken(file, line, "      pipeline_id: Warm_Up\n", 0);
+    assert!(invalid[0].message.contains("does not match `ids.pattern`"), "{invalid:#?}");
+    let score = "    - route: groundedness.score\n";
+    let stray = broken(file, score, &format!("{score}      pipeline_id: run-1\n"), 0);
+    assert!(
+        stray.iter().any(|e| e.field == "breaker.warm_up.1.pipeline_id"
+            && e.message.contains("carries no pipeline header")),
+        "{stray:#?}"
+    );
 }
 
 /// The line of a `ledger.yaml` enum value; the spec lists them on one line.

@@ -227,6 +227,9 @@ pub struct WarmUpCall {
     pub body: Option<&'static str>,
     /// A timeout class instead of the route's own (§7.3: `-m 150` for the pair).
     pub timeout: Option<TimeoutIx>,
+    /// The pipeline header's value, on a route that carries one: the warm-up's
+    /// own, so its cost is booked apart from every run's.
+    pub pipeline_id: Option<&'static str>,
 }
 
 /// A UI feature and the routes it depends on.

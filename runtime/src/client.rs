@@ -98,7 +98,6 @@ impl ClientConfig {
 #[derive(Clone)]
 pub struct Client {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) pipeline_id: Option<Arc<str>>,
     /// A caller's mode (a bulk backfill): every call also draws from this budget.
     pub(crate) extra_budget: Option<BudgetIx>,
     /// A job queue's client: a wait the server asks for ends the call.
@@ -217,7 +216,6 @@ impl Client {
                     .fallbacks_sustained
                     .map(|(rate, _)| Mutex::new(RateAlarm::new(rate))),
             }),
-            pipeline_id: None,
             extra_budget: None,
             defer_server_waits: false,
             refs: None,
@@ -251,14 +249,6 @@ impl Client {
             return Err(ConfigError::Override("the route table"));
         }
         Client::new(policy, config)
-    }
-
-    /// The same client, stamping the pipeline header on routes that carry it.
-    pub fn with_pipeline_id(&self, pipeline_id: &Id) -> Client {
-        Client {
-            pipeline_id: Some(pipeline_id.as_str().into()),
-            ..self.clone()
-        }
     }
 
     /// The same client, noting the request ID of every call that reaches the

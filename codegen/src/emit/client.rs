@@ -301,26 +301,40 @@ pub fn client_rs(model: &Model) -> TokenStream {
         let module = ident(&module_name(s));
         let handle = ident(&handle_type(s));
         let method = ident(&s.handle);
+        let mut text = format!("Calls of `{}`.", s.name);
+        let (mut params, mut args) = (Vec::new(), vec![quote!(&self.client)]);
         if s.scope == ScopeNeed::Workspace {
-            let text = doc(&format!(
+            text = format!(
                 "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
                 s.name,
                 model.api.headers.workspace.as_deref().unwrap_or_default(),
                 super::docs::workspace_section(model)
+            );
+            params.push(quote!(workspace: &'c impl AsWorkspace));
+            args.push(quote!(workspace.workspace_id()));
+        }
+        if s.carries_pipeline() {
+            text.push_str(&format!(
+                " They exist only behind a pipeline id: its calls carry `{}`{}.",
+                model.api.headers.pipeline.as_deref().unwrap_or_default(),
+                super::docs::pipeline_section(model)
             ));
-            quote! {
-                #text
-                pub fn #method<'c>(&'c self, workspace: &'c impl AsWorkspace) -> crate::#module::#handle<'c> {
-                    crate::#module::#handle::new(&self.client, workspace.workspace_id())
-                }
-            }
-        } else {
-            let text = doc(&format!("Calls of `{}`.", s.name));
-            quote! {
+            params.push(quote!(pipeline: &'c PipelineId));
+            args.push(quote!(pipeline.id()));
+        }
+        let text = doc(&text);
+        if params.is_empty() {
+            return quote! {
                 #text
                 pub fn #method(&self) -> crate::#module::#handle<'_> {
                     crate::#module::#handle::new(&self.client)
                 }
+            };
+        }
+        quote! {
+            #text
+            pub fn #method<'c>(&'c self, #(#params),*) -> crate::#module::#handle<'c> {
+                crate::#module::#handle::new(#(#args),*)
             }
         }
     });
@@ -340,14 +354,6 @@ pub fn client_rs(model: &Model) -> TokenStream {
             use crate::ids::TenantId;
         ),
     };
-    let with_pipeline = pipeline.then(|| {
-        quote! {
-            /// The same client, stamping `pipeline_id` on the routes that carry one.
-            pub fn with_pipeline_id(&self, pipeline_id: &PipelineId) -> Self {
-                Self { client: self.client.with_pipeline_id(pipeline_id.id()) }
-            }
-        }
-    });
     let for_queue = model.replay.is_some().then(|| {
         quote! {
             /// The same client, for the replay queue: a wait the platform asks for
@@ -508,7 +514,6 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 Ok(Self { client })
             }
 
-            #with_pipeline
 
             /// The same client, noting the request ID of every call that reaches
             /// the server in `refs`, while every method returns what it always returns:

@@ -588,6 +588,33 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
         ps.name,
         cs.name,
     );
+    let _ = writeln!(
+        md,
+        "\nThe canary is sent as the client itself, with its own tenant and key: no tenant is kept for canaries."
+    );
+    if b.warm_up.is_empty() {
+        return;
+    }
+    let calls: Vec<String> = b
+        .warm_up
+        .iter()
+        .map(|w| {
+            let (_, r) = model.route(w.route);
+            let timeout = w.timeout.map_or(String::new(), |t| {
+                format!(", {} timeout", duration_text(model.timeouts[t].per_attempt))
+            });
+            let pipeline = match (&w.pipeline_id, &model.api.headers.pipeline) {
+                (Some(id), Some(header)) => format!(", `{header}: {id}`"),
+                _ => String::new(),
+            };
+            format!("`{} {}`{timeout}{pipeline} ({})", r.method.as_str(), r.path, source(&w.source))
+        })
+        .collect();
+    let _ = writeln!(
+        md,
+        "\nWhere the client enables warm-up, every close fires once, in the background: {}.",
+        calls.join("; ")
+    );
 }
 
 /// Which lanes besides `key` send the API key, as POLICY.md says it.

@@ -355,7 +355,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             let name = ident(&screaming(&model.timeouts[i].name));
             quote!(timeout::#name)
         });
-        quote!(WarmUpCall { endpoint: #endpoint, path: &[#(#path),*], body: #body, timeout: #timeout })
+        let pipeline_id = option(w.pipeline_id.as_ref(), |p| quote!(#p));
+        quote!(WarmUpCall { endpoint: #endpoint, path: &[#(#path),*], body: #body, timeout: #timeout, pipeline_id: #pipeline_id })
     });
     let features = model.features.iter().map(|f| {
         let name = &f.name;

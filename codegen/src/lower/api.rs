@@ -154,6 +154,10 @@ impl Cx<'_> {
                 .workspace_services
                 .as_ref()
                 .map(|w| self.source(&w.source, w.inferred)),
+            pipeline_source: api
+                .pipeline_services
+                .as_ref()
+                .map(|p| self.source(&p.source, p.inferred)),
             tenant_source: self.source(&api.auth.source, api.auth.inferred),
             ids_source: self.source(&api.ids.source, api.ids.inferred),
             source: self.source(&api.origin.source, api.origin.inferred),

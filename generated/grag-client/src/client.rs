@@ -127,13 +127,6 @@ impl Grag {
         Ok(Self { client })
     }
 
-    /// The same client, stamping `pipeline_id` on the routes that carry one.
-    pub fn with_pipeline_id(&self, pipeline_id: &PipelineId) -> Self {
-        Self {
-            client: self.client.with_pipeline_id(pipeline_id.id()),
-        }
-    }
-
     /// The same client, noting the request ID of every call that reaches
     /// the server in `refs`, while every method returns what it always returns:
     /// `let refs = RequestRefs::new(); client.noting_requests(&refs)...; refs.take()`.
@@ -157,9 +150,9 @@ impl Grag {
         &self.client
     }
 
-    /// Calls of `ai-gateway`.
-    pub fn ai_gateway(&self) -> crate::ai_gateway::AiGateway<'_> {
-        crate::ai_gateway::AiGateway::new(&self.client)
+    /// Calls of `ai-gateway`. They exist only behind a pipeline id: its calls carry `X-Pipeline-Id` (policy §10.1).
+    pub fn ai_gateway<'c>(&'c self, pipeline: &'c PipelineId) -> crate::ai_gateway::AiGateway<'c> {
+        crate::ai_gateway::AiGateway::new(&self.client, pipeline.id())
     }
 
     /// Calls of `bff`.

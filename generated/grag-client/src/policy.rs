@@ -1507,6 +1507,7 @@ pub static POLICY: Policy = Policy {
             path: &["kb-methodik"],
             body: Some("{\"query_text\":\"warmup\",\"top_k\":1}"),
             timeout: Some(timeout::LLM),
+            pipeline_id: Some("breaker-warm-up"),
         },
         WarmUpCall {
             endpoint: &crate::groundedness::SCORE,
@@ -1515,6 +1516,7 @@ pub static POLICY: Policy = Policy {
                 "{\"chunks\":[{\"chunk_id\":\"w1\",\"text\":\"warmup\"}],\"response_text\":\"warmup\"}",
             ),
             timeout: Some(timeout::LLM),
+            pipeline_id: None,
         },
     ],
     features: &[
