@@ -804,12 +804,22 @@ fn a_warm_up_call_of_a_pipeline_route_needs_its_own_valid_pipeline_id() {
     let e = one(missing, file, 110, "breaker.warm_up.0.pipeline_id");
     assert!(e.message.contains("give the warm-up call its own"), "{e}");
     let invalid = broken(file, line, "      pipeline_id: Warm_Up\n", 0);
-    assert!(invalid[0].message.contains("does not match `ids.pattern`"), "{invalid:#?}");
-    let score = "    - route: groundedness.score\n";
-    let stray = broken(file, score, &format!("{score}      pipeline_id: run-1\n"), 0);
     assert!(
-        stray.iter().any(|e| e.field == "breaker.warm_up.1.pipeline_id"
-            && e.message.contains("carries no pipeline header")),
+        invalid[0].message.contains("does not match `ids.pattern`"),
+        "{invalid:#?}"
+    );
+    let score = "    - route: groundedness.score\n";
+    let stray = broken(
+        file,
+        score,
+        &format!("{score}      pipeline_id: run-1\n"),
+        0,
+    );
+    assert!(
+        stray
+            .iter()
+            .any(|e| e.field == "breaker.warm_up.1.pipeline_id"
+                && e.message.contains("carries no pipeline header")),
         "{stray:#?}"
     );
 }
@@ -1428,6 +1438,37 @@ fn read_errors_name_the_file_and_not_utf_8_names_its_line() {
     assert!(at("engine.yaml").message.contains("is a directory"));
     assert!(at("sessions.yml").message.contains("nothing else"));
     assert!(errors.iter().all(|e| e.line >= 1), "{errors:#?}");
+}
+
+/// Whatever stray thing sits in services/, its refusal names a file of the
+/// tree at line 1: the file itself, or each file in a stray folder.
+#[test]
+fn a_stray_entry_under_services_is_refused_at_a_file_and_line_1() {
+    let tmp = tree_copy("core");
+    let dir = tmp.path().join("spec/core");
+    let services = dir.join("services");
+    std::fs::write(services.join("notes.txt"), "a note\n").unwrap();
+    std::fs::create_dir_all(services.join("old/deeper")).unwrap();
+    std::fs::write(services.join("old/engine.yaml"), "service: engine\n").unwrap();
+    std::fs::write(services.join("old/deeper/x.yaml"), "").unwrap();
+    std::fs::create_dir(services.join("empty")).unwrap();
+    let errors = sdk_codegen::load::read_dir(&dir).unwrap_err().0;
+    let named: Vec<PathBuf> = errors
+        .iter()
+        .map(|e| e.file.strip_prefix(&services).unwrap().to_path_buf())
+        .collect();
+    assert_eq!(
+        named,
+        ["empty", "notes.txt", "old/deeper/x.yaml", "old/engine.yaml"].map(PathBuf::from),
+        "{errors:#?}"
+    );
+    for e in &errors {
+        assert_eq!((e.line, e.column), (1, 1), "{e}");
+        assert!(e.message.contains("nothing else"), "{e}");
+    }
+    for e in errors.iter().filter(|e| !e.file.ends_with("empty")) {
+        assert!(e.file.is_file(), "names a file of the tree: {e}");
+    }
 }
 
 #[test]

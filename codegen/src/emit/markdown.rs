@@ -607,7 +607,12 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
                 (Some(id), Some(header)) => format!(", `{header}: {id}`"),
                 _ => String::new(),
             };
-            format!("`{} {}`{timeout}{pipeline} ({})", r.method.as_str(), r.path, source(&w.source))
+            format!(
+                "`{} {}`{timeout}{pipeline} ({})",
+                r.method.as_str(),
+                r.path,
+                source(&w.source)
+            )
         })
         .collect();
     let _ = writeln!(

@@ -421,12 +421,7 @@ impl Cx<'_> {
     /// A budget no route draws from becomes a method on the client (a
     /// caller's mode): its name must be a free method name there.
     pub(super) fn caller_budgets(&mut self, t: &spec::Throttle, services: &[Service]) {
-        const CLIENT_METHODS: [&str; 4] = [
-            "new",
-            "with_policy",
-            "noting_requests",
-            "runtime",
-        ];
+        const CLIENT_METHODS: [&str; 4] = ["new", "with_policy", "noting_requests", "runtime"];
         for (index, name) in t.budgets.keys().enumerate() {
             let used = services
                 .iter()
