@@ -97,6 +97,8 @@ pub struct Api {
     pub origin_env: String,
     pub key_env: String,
     pub tenant_env: String,
+    /// Marks a production deployment (`auth.production_env`), if the API has one.
+    pub production_env: Option<String>,
     pub headers: Headers,
     pub id_pattern: IdPattern,
     pub reserved_tenants: Vec<String>,

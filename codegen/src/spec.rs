@@ -78,6 +78,10 @@ pub struct Auth {
     pub env: Text,
     /// Environment variable holding the tenant.
     pub tenant_env: Text,
+    /// Environment variable that marks a production deployment, where a
+    /// lane whose auth has not landed is refused.
+    #[serde(default)]
+    pub production_env: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

@@ -26,6 +26,7 @@ pub struct ClientConfig {
     /// `None`: the policy's own log lines ([`LogAlerts`]).
     pub(crate) alerts: Option<Arc<dyn AlertSink>>,
     pub(crate) warm_up: bool,
+    pub(crate) production: bool,
     pub(crate) retry_attempts: Option<u32>,
     pub(crate) retry_backoff: Option<Duration>,
     pub(crate) pool_idle: Option<Duration>,
@@ -41,6 +42,7 @@ impl ClientConfig {
             tenant,
             alerts: None,
             warm_up: false,
+            production: false,
             retry_attempts: None,
             retry_backoff: None,
             pool_idle: None,
@@ -92,6 +94,13 @@ impl ClientConfig {
         self.warm_up = enabled;
         self
     }
+
+    /// A production deployment: every call of a keyless lane (one whose
+    /// auth has not landed, a proxy injects the key) is refused unsent.
+    pub fn production(mut self, production: bool) -> Self {
+        self.production = production;
+        self
+    }
 }
 
 /// The runtime side of a generated client.
@@ -129,6 +138,8 @@ pub(crate) struct Shared {
     pub(crate) memory: Mutex<Memory>,
     pub(crate) metrics: Metrics,
     pub(crate) alerts: Arc<dyn AlertSink>,
+    /// A production deployment: keyless lanes are refused.
+    pub(crate) production: bool,
     pub(crate) warm_up: bool,
     /// A probe loop is running for the open breaker.
     pub(crate) probing: AtomicBool,
@@ -205,6 +216,7 @@ impl Client {
                 metrics,
                 alerts,
                 warm_up: config.warm_up,
+                production: config.production,
                 probing: AtomicBool::new(false),
                 exhaustion: policy
                     .alerts

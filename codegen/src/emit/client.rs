@@ -195,6 +195,62 @@ impl FleetConfig {
     }
 }
 
+/// The production switch of `Config`, for an API that names its variable
+/// (`auth.production_env`): in production a lane whose auth has not landed
+/// is refused. Nothing for an API without one.
+#[derive(Default)]
+struct ProductionKnob {
+    field: TokenStream,
+    init: TokenStream,
+    method: TokenStream,
+    from_env: TokenStream,
+    apply: TokenStream,
+    env_doc: String,
+}
+
+impl ProductionKnob {
+    fn of(model: &Model) -> ProductionKnob {
+        let Some(env) = &model.api.production_env else {
+            return ProductionKnob::default();
+        };
+        let unauthenticated: Vec<String> = model
+            .api
+            .lanes
+            .iter()
+            .filter(|(_, keyed)| !keyed)
+            .map(|(lane, _)| format!("`{lane}`"))
+            .collect();
+        let refused = if unauthenticated.is_empty() {
+            "every lane presents the key today, so nothing is refused".to_owned()
+        } else {
+            format!(
+                "the calls of a lane whose auth has not landed (`auth.lanes_authenticated`: {}) \
+                 are refused unsent",
+                unauthenticated.join(", ")
+            )
+        };
+        let method_doc = doc(&format!("A production deployment (`{env}`): {refused}."));
+        ProductionKnob {
+            field: quote!(production: bool,),
+            init: quote!(production: false,),
+            method: quote! {
+                #method_doc
+                pub fn production(mut self, production: bool) -> Self {
+                    self.production = production;
+                    self
+                }
+            },
+            from_env: quote! {
+                let config = config.production(sdk_runtime::env_flag(#env)?);
+            },
+            apply: quote! {
+                runtime = runtime.production(config.production);
+            },
+            env_doc: format!(", `{env}` (`true` or `1` in production)"),
+        }
+    }
+}
+
 /// The crate doc's example: building the client, a first read without
 /// parameters, and a workspace handle when the API has one.
 fn example(model: &Model, client: &str) -> String {
@@ -368,6 +424,14 @@ pub fn client_rs(model: &Model) -> TokenStream {
     let (retry_fields, retry_init, retry_methods, retry_apply) =
         (&retry.fields, &retry.init, &retry.methods, &retry.apply);
     let fleet = FleetConfig::of(model);
+    let production = ProductionKnob::of(model);
+    let (prod_field, prod_init, prod_method, prod_from_env, prod_apply) = (
+        &production.field,
+        &production.init,
+        &production.method,
+        &production.from_env,
+        &production.apply,
+    );
     let (fleet_field, fleet_init, fleet_method, fleet_from_env, fleet_apply) = (
         &fleet.field,
         &fleet.init,
@@ -385,8 +449,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
         model.api.title
     ));
     let from_env_doc = doc(&format!(
-        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}.",
-        fleet.env_doc
+        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}{}.",
+        production.env_doc, fleet.env_doc
     ));
     // The breaker only for an API that has one.
     let (shared, underneath) = match model.breaker {
@@ -431,16 +495,19 @@ pub fn client_rs(model: &Model) -> TokenStream {
             pool_idle: Option<std::time::Duration>,
             #retry_fields
             #fleet_field
+            #prod_field
         }
 
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, #warm_init pool_idle: None, #retry_init #fleet_init }
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, #warm_init pool_idle: None, #retry_init #fleet_init #prod_init }
             }
 
             #retry_methods
 
             #fleet_method
+
+            #prod_method
 
             /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
             pub fn alerts(mut self, sink: impl AlertSink) -> Self {
@@ -463,6 +530,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 let tenant = TenantId::parse(&sdk_runtime::env_var(#tenant_env)?)
                     .map_err(ConfigError::Tenant)?;
                 let config = Self::new(sdk_runtime::env_var(#url_env)?, sdk_runtime::env_var(#key_env)?, tenant);
+                #prod_from_env
                 #fleet_from_env
             }
 
@@ -510,6 +578,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 }
                 #retry_apply
                 #fleet_apply
+                #prod_apply
                 let client = Client::with_override(&POLICY, policy, runtime)?;
                 Ok(Self { client })
             }

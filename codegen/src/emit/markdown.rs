@@ -39,6 +39,19 @@ pub fn policy_md(model: &Model) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let unauthenticated: Vec<String> = api
+        .lanes
+        .iter()
+        .filter(|(_, keyed)| !keyed)
+        .map(|(lane, _)| format!("`{lane}`"))
+        .collect();
+    if let (Some(env), false) = (&api.production_env, unauthenticated.is_empty()) {
+        let _ = writeln!(
+            md,
+            "A client configured for production (`Config::production`, `{env}`) refuses every call of {} unsent until its auth lands (`auth.lanes_authenticated`).\n",
+            unauthenticated.join(", ")
+        );
+    }
 
     let _ = writeln!(md, "## Routes\n");
     let _ = writeln!(

@@ -121,6 +121,7 @@ impl Cx<'_> {
             origin_env: api.origin.env.to_string(),
             key_env: api.auth.env.to_string(),
             tenant_env: api.auth.tenant_env.to_string(),
+            production_env: api.auth.production_env.as_ref().map(|e| e.to_string()),
             headers: Headers {
                 authorization: h.authorization.to_string(),
                 auth_scheme: api.auth.scheme.to_string(),

@@ -9,7 +9,7 @@ use super::Run;
 use crate::breaker::{Admission, CircuitState, Generation};
 use crate::call::Call;
 use crate::client::Client;
-use crate::endpoint::{Endpoint, ScopeNeed};
+use crate::endpoint::{Endpoint, Lane, ScopeNeed};
 use crate::error::{Class, Error};
 use crate::memory::Remembered;
 use crate::policy::{BudgetIx, OutcomeKind, Policy, StateTrigger, TaxonomyRow};
@@ -57,6 +57,11 @@ impl Client {
                 _ if endpoint.pipeline_id && call.pipeline.is_none() => {
                     format!("{} needs a pipeline id", endpoint.path)
                 }
+                _ if endpoint.lane == Lane::Keyless && self.shared.production => format!(
+                    "{} is on a lane whose auth has not landed (a proxy injects the key): \
+                     refused in production",
+                    endpoint.path
+                ),
                 _ => return Ok(()),
             }
         };
