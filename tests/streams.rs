@@ -1,7 +1,8 @@
 //! Streams against the simulator (real loopback HTTP, compressed time): job
 //! progress through a stall, the ceiling's `timeout`, an `error` event and a
 //! reconnect; chat turns through stage failures, a stall and a drop; agent
-//! sessions' error frames and a dark agent plane. Faults
+//! sessions' error frames and a dark agent plane; a turn past the overall
+//! deadline under paused time, at the spec's own durations. Faults
 //! are driven by event and request counts; what is asserted never depends
 //! on how fast the machine runs (the exact delays are the paused-time tests
 //! of `sdk-runtime`'s `follow` and `turn` modules).
@@ -270,6 +271,56 @@ async fn ask(grag: &Grag, conversation: &Existing<ConversationId>) -> (Vec<Strin
     })
     .await
     .expect("the turn ends")
+}
+
+/// §4.1 on the real path: a turn is one interactive call, held to the
+/// overall deadline after its head too. The spec's own times under paused
+/// tokio time: an event every 50 s keeps the 150 s watchdog quiet, and the
+/// 180 s deadline still ends the turn, as T20 with the German copy.
+#[tokio::test(start_paused = true)]
+async fn a_turn_trickling_past_the_overall_deadline_ends_in_t20() {
+    let policy = testkit::policy(1);
+    // The chat stream: the one that carries an answer.
+    let chat = policy.streams.iter().find(|s| s.lost_copy.is_some());
+    let watchdog = chat.expect("the chat stream").watchdog;
+    let pace = Duration::from_secs(50);
+    assert!(pace < watchdog && 3 * pace < policy.deadline && policy.deadline < 4 * pace);
+    let mut sim = testkit::sim_config(1);
+    (sim.chat_stage_pace, sim.chat_silence, sim.chat_piece_pace) = (pace, pace, pace);
+    let kit = Kit::start(sim, policy).await;
+    let conversation = conversation(&kit.grag).await;
+
+    let asked = tokio::time::Instant::now();
+    let mut turn = kit
+        .grag
+        .bff()
+        .chat_stream(&conversation, &question(&conversation))
+        .await
+        .expect("the turn opens");
+    let mut seen = Vec::new();
+    let error = loop {
+        match turn.next().await {
+            Some(Ok(TurnUpdate::Event(e))) => seen.push(e.name().to_owned()),
+            Some(Ok(TurnUpdate::Degraded(s))) => panic!("degraded {}: {seen:?}", s.stage),
+            Some(Err(e)) => break e,
+            None => panic!("the turn ended without its deadline: {seen:?}"),
+        }
+    };
+    assert_eq!(asked.elapsed(), policy.deadline, "exactly the deadline");
+    assert_eq!(
+        seen,
+        ["trace", "trace", "trace"],
+        "three stages, 50 s apart"
+    );
+    assert_eq!(
+        (error.row(), error.class_name()),
+        ("T20", "deadline"),
+        "{error}"
+    );
+    assert!(error.answer_lost(), "{error}");
+    let copy = error.message().unwrap_or_default();
+    assert!(copy.contains("Erneut senden"), "the German copy: {copy}");
+    assert_eq!(kit.sim.log().count("chat_stream"), 1, "never sent twice");
 }
 
 /// The turn failed with its answer lost, and the simulator saw one POST.
