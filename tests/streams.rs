@@ -15,7 +15,7 @@ use grag_client::types::{
 use grag_client::{ConversationId, Existing, Grag, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
-use sdk_runtime::{Error, JobProgress, TurnUpdate};
+use sdk_runtime::{Error, JobProgress, JobUpdate, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -77,6 +77,63 @@ async fn keepalives_longer_than_the_watchdog_are_no_stall() {
     assert_eq!(seen.first().map(String::as_str), Some("subscribed"));
     assert_eq!(seen.last().map(String::as_str), Some("completed"));
     assert_eq!(kit.sim.log().count("pipeline_status"), 0);
+    assert_eq!(fallbacks(&kit.grag), 0);
+}
+
+/// §6.1 ("…"): an event the platform adds later reaches the caller as it
+/// was sent, `OrchestratorEvent::Other`, and ends nothing: the stream goes
+/// on to the job's end without a fallback.
+#[tokio::test]
+async fn an_unknown_orchestrator_event_passes_through_verbatim_and_ends_nothing() {
+    let kit = kit_with(|_| {}).await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let data = serde_json::json!({"job_id": job.as_str(), "node": "embed", "shard": 3});
+    kit.sim.faults().push(
+        Rule::new(Fault::SseExtraEvent {
+            after_events: 2,
+            event: "node_retry".into(),
+            data: data.clone(),
+        })
+        .on("orchestrator_events")
+        .once(),
+    );
+    let mut progress = kit.grag.bff().orchestrator_events(&job);
+    let (mut seen, mut other) = (Vec::new(), None);
+    let end = tokio::time::timeout(HANG_GUARD, async {
+        while let Some(next) = progress.next().await {
+            match next {
+                Ok(JobUpdate::Event(OrchestratorEvent::Other(e))) => {
+                    seen.push(e.event.clone());
+                    other = Some(e);
+                }
+                Ok(JobUpdate::Event(e)) => seen.push(e.name().to_owned()),
+                Ok(JobUpdate::Completed(_)) => {
+                    seen.push("completed".to_owned());
+                    return None;
+                }
+                Ok(update) => panic!("{update:?} after {seen:?}"),
+                Err(e) => return Some(e),
+            }
+        }
+        panic!("the follow ended without the job's end: {seen:?}")
+    })
+    .await
+    .expect("the job is followed to its end");
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen[..3],
+        ["subscribed", "node_start", "node_retry"],
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    let other = other.expect("the unknown event came through");
+    let sent: serde_json::Value = serde_json::from_str(&other.data).unwrap();
+    assert_eq!(sent, data, "its data as it was sent");
+    assert_eq!(kit.sim.log().count("pipeline_status"), 0, "no fallback");
     assert_eq!(fallbacks(&kit.grag), 0);
 }
 
