@@ -581,7 +581,7 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
     // Outside the window: 30 s (1.5 s scaled) ends the first attempt.
     env.sim.faults().push(slow().once());
     env.grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap();
@@ -591,7 +591,7 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
     env.enter_deploy_window().await;
     env.sim.faults().push(slow().once());
     env.grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap();
@@ -622,14 +622,14 @@ async fn a_close_forgets_remembered_dark_answers() {
     let dark = env.sim.faults().dark("search_rerank");
     let e = env
         .grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap_err();
     assert_eq!(e.row(), "T13", "{e}");
     let e = env
         .grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap_err();
@@ -641,7 +641,7 @@ async fn a_close_forgets_remembered_dark_answers() {
     env.enter_deploy_window().await;
     assert_eq!(env.feature("search"), ("warming_up", Some(WARMING_UP)));
     env.grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap();

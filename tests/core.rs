@@ -437,6 +437,32 @@ fn a_retry_configuration_below_the_minimums_is_refused_when_the_client_is_built(
     );
 }
 
+/// Retry bounds stay low: more attempts than the spec's maximum are refused
+/// with the bound in the message, not summed into the deadline (where
+/// 100 000 attempts overflowed).
+#[test]
+fn a_retry_configuration_above_the_maximum_is_refused_when_the_client_is_built() {
+    let bounds = core_client::policy::POLICY
+        .retries
+        .iter()
+        .find_map(|r| r.configurable)
+        .expect("C1 is configurable");
+    let top = config("http://127.0.0.1:9").retry_attempts(bounds.max_attempts);
+    assert!(Core::new(top).is_ok(), "the maximum itself is allowed");
+    for attempts in [bounds.max_attempts + 1, 100_000, u32::MAX] {
+        let config = config("http://127.0.0.1:9").retry_attempts(attempts);
+        let error = Core::new(config).err().expect("refused");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "invalid retry configuration: retry_attempts {attempts} is above the maximum of {} \
+                 (C1): retry bounds stay low, every attempt may repeat the work",
+                bounds.max_attempts
+            )
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_exhaustion_alert_fires_on_an_elevated_rate_not_on_every_call() {
     use sdk_runtime::alerts::CollectAlerts;

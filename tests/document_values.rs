@@ -227,6 +227,13 @@ fn core_keeps_the_documents_transport_numbers() {
         "retry_attempts default 2, retry_backoff_seconds default 0.25"
     );
     assert_eq!(bounds.min_attempts, 1, "retry_attempts minimum 1");
+    // "Keep retry bounds low": the document names no maximum; ours holds
+    // its default and stays in single digits.
+    assert!(
+        (2..10).contains(&bounds.max_attempts),
+        "retry_attempts maximum {}",
+        bounds.max_attempts
+    );
     assert_eq!(
         bounds.min_step,
         Duration::ZERO,

@@ -96,7 +96,7 @@ async fn search(grag: &Grag) -> Result<(), grag_client::Error> {
         query_text: "Prüffristen".into(),
         top_k: 1,
     };
-    grag.ai_gateway()
+    grag.ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb(), &query)
         .await
         .map(drop)
@@ -338,6 +338,28 @@ async fn warm_up_pair_fires_exactly_once_after_a_close() {
         assert_eq!(entry.status, Some(200), "{path}");
         assert_eq!(entry.header("x-tenant-id"), Some("knoll"), "{path}");
     }
+    // Every ai-gateway call carries X-Pipeline-Id: the warm-up rerank its
+    // own, documented one (POLICY.md), so its cost is booked to no run.
+    let own = grag_client::policy::POLICY
+        .warm_up
+        .iter()
+        .find(|w| w.endpoint.operation == "search_rerank")
+        .and_then(|w| w.pipeline_id);
+    assert_eq!(
+        own,
+        Some("breaker-warm-up"),
+        "the spec's warm-up pipeline id"
+    );
+    let header = |path: &str| {
+        let entry = entries.iter().find(|e| e.path == path).unwrap();
+        entry.header("x-pipeline-id").map(str::to_owned)
+    };
+    assert_eq!(header(SEARCH_PATH).as_deref(), own);
+    assert_eq!(
+        header(SCORE_PATH),
+        None,
+        "groundedness carries no pipeline id"
+    );
     sim.stop().await;
 }
 

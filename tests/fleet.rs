@@ -330,7 +330,10 @@ async fn one_request(
                 query_text: "Prüffristen".into(),
                 top_k: 1,
             };
-            grag.ai_gateway().search_rerank(&kb(), &query).await.is_ok()
+            grag.ai_gateway(&grag_sim::testkit::pipeline())
+                .search_rerank(&kb(), &query)
+                .await
+                .is_ok()
         }
         (_, None) => grag
             .workspaces()

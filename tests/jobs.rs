@@ -730,6 +730,33 @@ async fn without_conversion_of_a_convert_in_doubt_fails_to_the_ui_and_is_never_s
     }
 }
 
+/// A `conversion_of` that says "none started" with FastAPI's default 404
+/// reads exactly like a missing route: the job fails to the UI (nothing was
+/// started, but nobody can tell), and no second convert is ever sent.
+#[tokio::test]
+async fn a_fastapi_default_404_from_the_reconcile_read_settles_nothing() {
+    let q = Queue::start().await;
+    let faults = q.env.sim.faults();
+    // Maybe not applied: a gateway's 502.
+    faults.push(Rule::new(Fault::BadGateway).on("convert").once());
+    faults.push(
+        Rule::new(Fault::Status {
+            status: 404,
+            detail: "Not Found".into(),
+            retry_after: None,
+        })
+        .on("conversion_of"),
+    );
+    let job = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(job.state, JobState::PendingReplay, "{job:?}");
+    assert_eq!(q.replay().await, 1);
+    let failed = q.jobs.job(&job.key).await.unwrap().unwrap();
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    assert_eq!(failed.last_error.unwrap().class, "outcome_unknown");
+    assert_eq!(q.env.count("convert"), 1, "never sent again");
+    assert!(q.env.sim.conversions_of("knoll", "doc-1").is_empty());
+}
+
 #[tokio::test]
 async fn a_405_from_the_reconcile_read_is_no_such_route_too() {
     let q = Queue::start().await;

@@ -244,7 +244,7 @@ async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
     let query_text = format!("{SECRET} {}", "Prüfbericht der Brücke ".repeat(10));
     let error = kit
         .grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(
             &KbId::parse("kb-1").unwrap(),
             &SearchRequest {
@@ -414,15 +414,14 @@ async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo()
     ))
     .unwrap();
     // A job queue's client: the server's wait ends the call instead of being slept.
-    let run = grag
-        .with_pipeline_id(&PipelineId::parse("gutachten-a-042-run-7").unwrap())
-        .deferring_server_waits();
+    let run = grag.deferring_server_waits();
+    let pipeline = PipelineId::parse("gutachten-a-042-run-7").unwrap();
     let query = SearchRequest {
         query_text: "Brücke".into(),
         top_k: 3,
     };
     let e = run
-        .ai_gateway()
+        .ai_gateway(&pipeline)
         .search_rerank(&KbId::parse("kb-1").unwrap(), &query)
         .await
         .unwrap_err();

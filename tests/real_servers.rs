@@ -215,7 +215,8 @@ fn completion() -> CompletionRequest {
 #[tokio::test]
 async fn completions_right_after_an_unhandled_500_all_go_through() {
     let kit = kit().await;
-    let ai = kit.grag.ai_gateway();
+    let pipeline = grag_sim::testkit::pipeline();
+    let ai = kit.grag.ai_gateway(&pipeline);
     for round in 0..20 {
         kit.sim
             .faults()

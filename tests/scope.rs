@@ -285,6 +285,43 @@ async fn a_workspace_call_without_workspace_is_refused_before_sending() {
     assert_eq!(seen[0].header("x-workspace-id").as_deref(), Some("ws-7"));
 }
 
+/// §10.1: a route that carries X-Pipeline-Id is refused without one, even
+/// from a hand-built call, so no ai-gateway cost is booked to no run.
+#[tokio::test]
+async fn a_pipeline_call_without_a_pipeline_id_is_refused_before_sending() {
+    let server = Recorder::start(|_| axum::Json(json!({})).into_response()).await;
+    let tenant = TenantId::parse("knoll").unwrap();
+    let grag = Grag::new(Config::new(server.url(), "key", tenant)).unwrap();
+    let pipeline_routes: Vec<_> = ENDPOINTS.iter().filter(|e| e.pipeline_id).collect();
+    assert_eq!(pipeline_routes.len(), 2, "search_rerank and complete");
+    for endpoint in pipeline_routes {
+        let mut call = Call::new(endpoint);
+        for _ in 0..placeholders(endpoint.path) {
+            call = call.path("kb-1");
+        }
+        let err = grag.runtime().send(call).await.unwrap_err();
+        let what = endpoint.path;
+        assert_eq!((err.row(), err.attempts()), ("T22", 0), "{what}: {err}");
+        assert!(
+            err.detail()
+                .is_some_and(|d| d.contains("needs a pipeline id")),
+            "{what}: {err}"
+        );
+    }
+    assert!(
+        server.take().is_empty(),
+        "a refused call reached the server"
+    );
+
+    // The control: with its pipeline id the same call goes out, stamped.
+    let run = grag_client::PipelineId::parse("run-7").unwrap();
+    let call = Call::new(&grag_client::ai_gateway::COMPLETE).pipeline(run.id());
+    grag.runtime().send(call).await.expect("control call");
+    let seen = server.stop().await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("x-pipeline-id").as_deref(), Some("run-7"));
+}
+
 #[tokio::test]
 async fn a_call_with_missing_or_extra_path_values_is_refused_before_sending() {
     let server = Recorder::start(|_| axum::Json(json!([])).into_response()).await;
@@ -342,6 +379,8 @@ fn compile_time_rules_have_cases() {
         "kg_handle_by_hand",
         "kg_outlives_workspace",
         "as_workspace_sealed",
+        "ai_gateway_without_pipeline",
+        "ai_gateway_with_raw_str",
     ] {
         for ext in ["rs", "stderr"] {
             let file = fail.join(format!("{case}.{ext}"));

@@ -1,7 +1,8 @@
 //! Streams against the simulator (real loopback HTTP, compressed time): job
 //! progress through a stall, the ceiling's `timeout`, an `error` event and a
 //! reconnect; chat turns through stage failures, a stall and a drop; agent
-//! sessions' error frames and a dark agent plane. Faults
+//! sessions' error frames and a dark agent plane; a turn past the overall
+//! deadline under paused time, at the spec's own durations. Faults
 //! are driven by event and request counts; what is asserted never depends
 //! on how fast the machine runs (the exact delays are the paused-time tests
 //! of `sdk-runtime`'s `follow` and `turn` modules).
@@ -14,7 +15,7 @@ use grag_client::types::{
 use grag_client::{ConversationId, Existing, Grag, SessionId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, SimConfig};
-use sdk_runtime::{Error, JobProgress, TurnUpdate};
+use sdk_runtime::{Error, JobProgress, JobUpdate, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(30);
@@ -76,6 +77,63 @@ async fn keepalives_longer_than_the_watchdog_are_no_stall() {
     assert_eq!(seen.first().map(String::as_str), Some("subscribed"));
     assert_eq!(seen.last().map(String::as_str), Some("completed"));
     assert_eq!(kit.sim.log().count("pipeline_status"), 0);
+    assert_eq!(fallbacks(&kit.grag), 0);
+}
+
+/// §6.1 ("…"): an event the platform adds later reaches the caller as it
+/// was sent, `OrchestratorEvent::Other`, and ends nothing: the stream goes
+/// on to the job's end without a fallback.
+#[tokio::test]
+async fn an_unknown_orchestrator_event_passes_through_verbatim_and_ends_nothing() {
+    let kit = kit_with(|_| {}).await;
+    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let data = serde_json::json!({"job_id": job.as_str(), "node": "embed", "shard": 3});
+    kit.sim.faults().push(
+        Rule::new(Fault::SseExtraEvent {
+            after_events: 2,
+            event: "node_retry".into(),
+            data: data.clone(),
+        })
+        .on("orchestrator_events")
+        .once(),
+    );
+    let mut progress = kit.grag.bff().orchestrator_events(&job);
+    let (mut seen, mut other) = (Vec::new(), None);
+    let end = tokio::time::timeout(HANG_GUARD, async {
+        while let Some(next) = progress.next().await {
+            match next {
+                Ok(JobUpdate::Event(OrchestratorEvent::Other(e))) => {
+                    seen.push(e.event.clone());
+                    other = Some(e);
+                }
+                Ok(JobUpdate::Event(e)) => seen.push(e.name().to_owned()),
+                Ok(JobUpdate::Completed(_)) => {
+                    seen.push("completed".to_owned());
+                    return None;
+                }
+                Ok(update) => panic!("{update:?} after {seen:?}"),
+                Err(e) => return Some(e),
+            }
+        }
+        panic!("the follow ended without the job's end: {seen:?}")
+    })
+    .await
+    .expect("the job is followed to its end");
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(
+        seen[..3],
+        ["subscribed", "node_start", "node_retry"],
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("completed"),
+        "{seen:?}"
+    );
+    let other = other.expect("the unknown event came through");
+    let sent: serde_json::Value = serde_json::from_str(&other.data).unwrap();
+    assert_eq!(sent, data, "its data as it was sent");
+    assert_eq!(kit.sim.log().count("pipeline_status"), 0, "no fallback");
     assert_eq!(fallbacks(&kit.grag), 0);
 }
 
@@ -270,6 +328,56 @@ async fn ask(grag: &Grag, conversation: &Existing<ConversationId>) -> (Vec<Strin
     })
     .await
     .expect("the turn ends")
+}
+
+/// §4.1 on the real path: a turn is one interactive call, held to the
+/// overall deadline after its head too. The spec's own times under paused
+/// tokio time: an event every 50 s keeps the 150 s watchdog quiet, and the
+/// 180 s deadline still ends the turn, as T20 with the German copy.
+#[tokio::test(start_paused = true)]
+async fn a_turn_trickling_past_the_overall_deadline_ends_in_t20() {
+    let policy = testkit::policy(1);
+    // The chat stream: the one that carries an answer.
+    let chat = policy.streams.iter().find(|s| s.lost_copy.is_some());
+    let watchdog = chat.expect("the chat stream").watchdog;
+    let pace = Duration::from_secs(50);
+    assert!(pace < watchdog && 3 * pace < policy.deadline && policy.deadline < 4 * pace);
+    let mut sim = testkit::sim_config(1);
+    (sim.chat_stage_pace, sim.chat_silence, sim.chat_piece_pace) = (pace, pace, pace);
+    let kit = Kit::start(sim, policy).await;
+    let conversation = conversation(&kit.grag).await;
+
+    let asked = tokio::time::Instant::now();
+    let mut turn = kit
+        .grag
+        .bff()
+        .chat_stream(&conversation, &question(&conversation))
+        .await
+        .expect("the turn opens");
+    let mut seen = Vec::new();
+    let error = loop {
+        match turn.next().await {
+            Some(Ok(TurnUpdate::Event(e))) => seen.push(e.name().to_owned()),
+            Some(Ok(TurnUpdate::Degraded(s))) => panic!("degraded {}: {seen:?}", s.stage),
+            Some(Err(e)) => break e,
+            None => panic!("the turn ended without its deadline: {seen:?}"),
+        }
+    };
+    assert_eq!(asked.elapsed(), policy.deadline, "exactly the deadline");
+    assert_eq!(
+        seen,
+        ["trace", "trace", "trace"],
+        "three stages, 50 s apart"
+    );
+    assert_eq!(
+        (error.row(), error.class_name()),
+        ("T20", "deadline"),
+        "{error}"
+    );
+    assert!(error.answer_lost(), "{error}");
+    let copy = error.message().unwrap_or_default();
+    assert!(copy.contains("Erneut senden"), "the German copy: {copy}");
+    assert_eq!(kit.sim.log().count("chat_stream"), 1, "never sent twice");
 }
 
 /// The turn failed with its answer lost, and the simulator saw one POST.

@@ -306,7 +306,7 @@ fn search_task(grag: &Grag) -> JoinHandle<Result<(), grag_client::Error>> {
             query_text: "Prüffristen".into(),
             top_k: 1,
         };
-        grag.ai_gateway()
+        grag.ai_gateway(&grag_sim::testkit::pipeline())
             .search_rerank(&kb(), &query)
             .await
             .map(drop)
@@ -515,14 +515,14 @@ async fn callers_queued_under_pacing_are_admitted_in_arrival_order() {
     let mut calls: Vec<JoinHandle<Result<(), grag_client::Error>>> = Vec::new();
     for i in 0..CALLERS {
         let id = PipelineId::parse(&format!("caller-{i}")).expect("a valid pipeline id");
-        let caller = grag.with_pipeline_id(&id);
+        let caller = grag.clone();
         calls.push(tokio::spawn(async move {
             let query = SearchRequest {
                 query_text: "Prüffristen".into(),
                 top_k: 1,
             };
             caller
-                .ai_gateway()
+                .ai_gateway(&id)
                 .search_rerank(&kb(), &query)
                 .await
                 .map(drop)

@@ -107,10 +107,10 @@ async fn ours_in_order() -> f64 {
     let grag = client(&sim);
     arrive(|i| {
         let id = PipelineId::parse(&format!("caller-{i}")).expect("a pipeline id");
-        let caller = grag.with_pipeline_id(&id);
+        let caller = grag.clone();
         async move {
             caller
-                .ai_gateway()
+                .ai_gateway(&id)
                 .search_rerank(&kb(), &query())
                 .await
                 .expect("search_rerank");
@@ -186,7 +186,11 @@ async fn list_kbs_latency(backlog: bool) -> f64 {
             .map(|_| {
                 let grag = grag.clone();
                 tokio::spawn(async move {
-                    let _ = grag.ai_gateway().search_rerank(&kb(), &query()).await;
+                    let pipeline = grag_sim::testkit::pipeline();
+                    let _ = grag
+                        .ai_gateway(&pipeline)
+                        .search_rerank(&kb(), &query())
+                        .await;
                 })
             })
             .collect();

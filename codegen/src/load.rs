@@ -64,11 +64,7 @@ pub fn read_dir(dir: &Path) -> Result<Vec<(PathBuf, String)>, SpecErrors> {
                     continue; // editor and system files
                 }
                 if path.extension().is_none_or(|e| e != "yaml") {
-                    whole_file(
-                        &mut sources,
-                        &path,
-                        "services/ holds one `<service>.yaml` file per service, nothing else",
-                    );
+                    stray(&mut sources, &path);
                     continue;
                 }
                 any = true;
@@ -92,6 +88,48 @@ pub fn read_dir(dir: &Path) -> Result<Vec<(PathBuf, String)>, SpecErrors> {
     }
     sources.finish().map(|()| files)
 }
+
+/// Refuses what is not a service file in `services/`. A folder is refused
+/// through the files in it (each at its line 1), so every refusal names a
+/// file; an empty one names the folder.
+fn stray(sources: &mut Sources, path: &Path) {
+    const STRAY: &str = "services/ holds one `<service>.yaml` file per service, nothing else";
+    let mut files = Vec::new();
+    files_under(path, &mut files);
+    if files.is_empty() {
+        files.push(path.to_path_buf());
+    }
+    for file in files {
+        whole_file(sources, &file, STRAY);
+    }
+}
+
+/// The files under `dir` (none if it is no folder), sorted, at most
+/// [`MAX_STRAY_FILES`] and [`MAX_STRAY_DEPTH`] folders deep: a refusal, not a scan.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        for path in paths {
+            if out.len() >= MAX_STRAY_FILES {
+                return;
+            }
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() && depth < MAX_STRAY_DEPTH => walk(&path, depth + 1, out),
+                Ok(m) if !m.is_dir() => out.push(path),
+                _ => {}
+            }
+        }
+    }
+    walk(dir, 0, out);
+}
+
+/// How many files of a stray folder are named, and how deep it is looked into.
+const MAX_STRAY_FILES: usize = 16;
+const MAX_STRAY_DEPTH: usize = 4;
 
 /// Reads one spec file as UTF-8, recording why it cannot be.
 fn read_file(path: &Path, sources: &mut Sources) -> Option<String> {

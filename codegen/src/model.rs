@@ -101,6 +101,8 @@ pub struct Api {
     pub origin_env: String,
     pub key_env: String,
     pub tenant_env: String,
+    /// Marks a production deployment (`auth.production_env`), if the API has one.
+    pub production_env: Option<String>,
     pub headers: Headers,
     pub id_pattern: IdPattern,
     pub reserved_tenants: Vec<String>,
@@ -115,6 +117,8 @@ pub struct Api {
     pub pipeline_services: Vec<String>,
     /// Where the policy asks for the workspace (`None` without workspace services).
     pub workspace_source: Option<Source>,
+    /// Where the policy asks for the pipeline id (`None` without pipeline services).
+    pub pipeline_source: Option<Source>,
     /// Where the policy asks for the tenant (`auth`).
     pub tenant_source: Source,
     /// Where the policy states the ID rules (`ids`).
@@ -236,9 +240,17 @@ pub struct Retry {
     pub name: String,
     pub doc: String,
     pub schedule: RetrySchedule,
-    /// The configuration may set attempts and step, down to these.
-    pub configurable: Option<(u32, Duration)>,
+    /// The configuration may set attempts and step within these.
+    pub configurable: Option<RetryBounds>,
     pub source: Source,
+}
+
+/// What a configuration may set a linear retry class to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RetryBounds {
+    pub min_attempts: u32,
+    pub max_attempts: u32,
+    pub min_step: Duration,
 }
 
 /// A route named as `service.route`, resolved to indices.
@@ -273,6 +285,8 @@ pub struct WarmUp {
     pub body: Option<String>,
     /// A timeout class instead of the route's own.
     pub timeout: Option<usize>,
+    /// The pipeline header's value, for a route that carries it.
+    pub pipeline_id: Option<String>,
     pub source: Source,
 }
 
@@ -515,6 +529,14 @@ pub struct Service {
     pub lane: Lane,
     pub routes: Vec<Route>,
     pub source: Source,
+}
+
+impl Service {
+    /// Whether a route of the service carries the pipeline header: its
+    /// handle then exists only behind a pipeline id.
+    pub fn carries_pipeline(&self) -> bool {
+        self.routes.iter().any(|r| r.pipeline_id)
+    }
 }
 
 /// What a route answers with.

@@ -100,6 +100,10 @@ pub struct Auth {
     pub env: Text,
     /// Environment variable holding the tenant.
     pub tenant_env: Text,
+    /// Environment variable that marks a production deployment, where a
+    /// lane whose auth has not landed is refused.
+    #[serde(default)]
+    pub production_env: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -385,6 +389,8 @@ pub struct Rate {
 #[serde(deny_unknown_fields)]
 pub struct Configurable {
     pub min_attempts: Spanned<u32>,
+    /// The most attempts a configuration may ask for (retry bounds kept low).
+    pub max_attempts: Spanned<u32>,
     pub min_step: Duration,
 }
 
@@ -433,6 +439,10 @@ pub struct WarmUp {
     /// A timeout class for the warm-up call instead of the route's own.
     #[serde(default)]
     pub timeout: Option<Text>,
+    /// The pipeline id of a warm-up call whose route carries the pipeline
+    /// header: its own, so its cost is booked apart from every run's.
+    #[serde(default)]
+    pub pipeline_id: Option<Text>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

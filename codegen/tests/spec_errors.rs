@@ -492,6 +492,23 @@ fn only_a_linear_class_is_configurable_and_never_below_its_own_minimums() {
 }
 
 #[test]
+fn a_retry_maximum_below_the_class_s_own_attempts_is_refused() {
+    let errors = broken_in(
+        "core",
+        "policy.yaml",
+        "max_attempts: 5",
+        "max_attempts: 1",
+        0,
+    );
+    let e = errors
+        .iter()
+        .find(|e| e.field == "retries.C1.configurable.max_attempts")
+        .unwrap_or_else(|| panic!("{errors:#?}"));
+    assert!(e.message.contains("below the class's own attempts"), "{e}");
+    assert!(e.file.ends_with("policy.yaml") && e.line > 1, "{e}");
+}
+
+#[test]
 fn a_handle_that_clashes_with_the_client_is_refused() {
     let file = "engine.yaml";
     let line = line_of_in("core", file, "handle: engine", 0);
@@ -770,11 +787,41 @@ fn a_reserved_tenant_must_match_the_id_pattern() {
     let file = "api.yaml";
     let real = r#"pattern: "^[a-z0-9][a-z0-9-]{0,62}$""#;
     let errors = broken(file, real, r#"pattern: "^[A-Z][A-Z0-9]{0,62}$""#, 0);
-    assert!(!errors.is_empty());
+    assert!(errors.iter().any(|e| e.field == "ids.reserved_tenants"));
     for e in &errors {
-        assert_eq!(e.field, "ids.reserved_tenants", "{e}");
+        // The warm-up's pipeline id is an ID the spec names too.
+        let fields = ["ids.reserved_tenants", "breaker.warm_up.0.pipeline_id"];
+        assert!(fields.contains(&e.field.as_str()), "{e}");
         assert!(e.message.contains("ids.pattern"), "{e}");
     }
+}
+
+#[test]
+fn a_warm_up_call_of_a_pipeline_route_needs_its_own_valid_pipeline_id() {
+    let file = "policy.yaml";
+    let line = "      pipeline_id: breaker-warm-up\n";
+    let missing = broken(file, line, "", 0);
+    let e = one(missing, file, 110, "breaker.warm_up.0.pipeline_id");
+    assert!(e.message.contains("give the warm-up call its own"), "{e}");
+    let invalid = broken(file, line, "      pipeline_id: Warm_Up\n", 0);
+    assert!(
+        invalid[0].message.contains("does not match `ids.pattern`"),
+        "{invalid:#?}"
+    );
+    let score = "    - route: groundedness.score\n";
+    let stray = broken(
+        file,
+        score,
+        &format!("{score}      pipeline_id: run-1\n"),
+        0,
+    );
+    assert!(
+        stray
+            .iter()
+            .any(|e| e.field == "breaker.warm_up.1.pipeline_id"
+                && e.message.contains("carries no pipeline header")),
+        "{stray:#?}"
+    );
 }
 
 /// The line of a `ledger.yaml` enum value; the spec lists them on one line.
@@ -1391,6 +1438,37 @@ fn read_errors_name_the_file_and_not_utf_8_names_its_line() {
     assert!(at("engine.yaml").message.contains("is a directory"));
     assert!(at("sessions.yml").message.contains("nothing else"));
     assert!(errors.iter().all(|e| e.line >= 1), "{errors:#?}");
+}
+
+/// Whatever stray thing sits in services/, its refusal names a file of the
+/// tree at line 1: the file itself, or each file in a stray folder.
+#[test]
+fn a_stray_entry_under_services_is_refused_at_a_file_and_line_1() {
+    let tmp = tree_copy("core");
+    let dir = tmp.path().join("spec/core");
+    let services = dir.join("services");
+    std::fs::write(services.join("notes.txt"), "a note\n").unwrap();
+    std::fs::create_dir_all(services.join("old/deeper")).unwrap();
+    std::fs::write(services.join("old/engine.yaml"), "service: engine\n").unwrap();
+    std::fs::write(services.join("old/deeper/x.yaml"), "").unwrap();
+    std::fs::create_dir(services.join("empty")).unwrap();
+    let errors = sdk_codegen::load::read_dir(&dir).unwrap_err().0;
+    let named: Vec<PathBuf> = errors
+        .iter()
+        .map(|e| e.file.strip_prefix(&services).unwrap().to_path_buf())
+        .collect();
+    assert_eq!(
+        named,
+        ["empty", "notes.txt", "old/deeper/x.yaml", "old/engine.yaml"].map(PathBuf::from),
+        "{errors:#?}"
+    );
+    for e in &errors {
+        assert_eq!((e.line, e.column), (1, 1), "{e}");
+        assert!(e.message.contains("nothing else"), "{e}");
+    }
+    for e in errors.iter().filter(|e| !e.file.ends_with("empty")) {
+        assert!(e.file.is_file(), "names a file of the tree: {e}");
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use grag_client::types::{SearchRequest, SpendGrouping};
-use grag_client::{Config, Grag, KbId, TenantId};
+use grag_client::{Config, Grag, KbId, PipelineId, TenantId};
 use grag_sim::Sim;
 use tokio::time::Instant;
 
@@ -90,6 +90,7 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
         query_text: QUESTION.into(),
         top_k: 2,
     };
+    let pipeline = PipelineId::parse("demo-churn")?;
     // Three distinct endpoints fail at the connection level (R1 retries each).
     match grag.workspaces().list_documents(kb).await {
         Ok(_) => anyhow::bail!("list_documents answered during the refusal"),
@@ -116,7 +117,7 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
 
     // Interactive calls now fail fast, with the state text for the UI.
     let asked = Instant::now();
-    match grag.ai_gateway().search_rerank(kb, &query).await {
+    match grag.ai_gateway(&pipeline).search_rerank(kb, &query).await {
         Ok(_) => anyhow::bail!("search went through an open breaker"),
         Err(e) => println!(
             "   {} ✗ search (interactive): {} ({}) in {} µs, {} attempts, nothing sent — „{}“",
@@ -223,7 +224,11 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
             chat.copy.unwrap_or("")
         );
     }
-    let hits = grag.ai_gateway().search_rerank(kb, &query).await?.results;
+    let hits = grag
+        .ai_gateway(&pipeline)
+        .search_rerank(kb, &query)
+        .await?
+        .results;
     println!(
         "   {} ✓ search: 200, {} hit(s), {:.2} s after the close (while deploy-suspected, search waits up to 1 min instead of 30 s)",
         stamp(churn),

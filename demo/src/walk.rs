@@ -193,12 +193,16 @@ pub(super) async fn simulated() -> Result<()> {
     );
     println!("   „{QUESTION}“");
     let pipeline = PipelineId::parse("demo-run")?;
-    let run = grag.with_pipeline_id(&pipeline);
     let query = SearchRequest {
         query_text: QUESTION.into(),
         top_k: 2,
     };
-    for hit in run.ai_gateway().search_rerank(&kb, &query).await?.results {
+    for hit in grag
+        .ai_gateway(&pipeline)
+        .search_rerank(&kb, &query)
+        .await?
+        .results
+    {
         println!(
             "   → {:.2}  {}  „{}“",
             hit.score,

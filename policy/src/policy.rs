@@ -230,6 +230,9 @@ pub struct WarmUpCall {
     pub body: Option<&'static str>,
     /// A timeout class instead of the route's own (§7.3: `-m 150` for the pair).
     pub timeout: Option<TimeoutIx>,
+    /// The pipeline header's value, on a route that carries one: the warm-up's
+    /// own, so its cost is booked apart from every run's.
+    pub pipeline_id: Option<&'static str>,
 }
 
 /// A UI feature and the routes it depends on.
@@ -329,14 +332,16 @@ pub struct RetryClass {
     pub name: &'static str,
     pub schedule: RetrySchedule,
     /// Set when the client's configuration may change the attempts and the
-    /// step of this (linear) class: the least it accepts.
+    /// step of this (linear) class: the range it accepts.
     pub configurable: Option<RetryBounds>,
 }
 
-/// The least a configured linear retry may ask for; less is refused.
+/// What a configured linear retry may ask for: fewer attempts than
+/// `min_attempts`, more than `max_attempts` or a shorter step is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryBounds {
     pub min_attempts: u32,
+    pub max_attempts: u32,
     pub min_step: Duration,
 }
 

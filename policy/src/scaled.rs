@@ -132,9 +132,11 @@ impl Scale {
             configurable: configurable.map(
                 |RetryBounds {
                      min_attempts,
+                     max_attempts,
                      min_step,
                  }| RetryBounds {
                     min_attempts,
+                    max_attempts,
                     min_step: self.of(min_step),
                 },
             ),

@@ -155,7 +155,8 @@ impl SqliteStore {
     }
 
     /// Runs `work` off the async workers, again after the rule's delay while the database is locked.
-    async fn run<T, F>(&self, op: &'static str, work: F) -> Result<T, StoreError>
+    /// `key`: the job the operation is about, for the lock lines (none for a claim or a listing).
+    async fn run<T, F>(&self, op: &'static str, key: Option<&str>, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Fn(&mut Connection) -> Result<T, Fail> + Send + Sync + 'static,
@@ -173,12 +174,12 @@ impl SqliteStore {
             let path = self.inner.path.display();
             match lock_retry_delay(&self.inner.retry, attempt, locked) {
                 Some(delay) => {
-                    tracing::warn!(target: "sdk_queue", op, attempt, delay_ms = delay.as_millis() as u64, path = %path, error = %error, "database is locked, retrying");
+                    tracing::warn!(target: "sdk_queue", op, key, attempt, delay_ms = delay.as_millis() as u64, path = %path, error = %error, "database is locked, retrying");
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
                 None if locked => {
-                    tracing::error!(target: "sdk_queue", op, attempts = attempt, path = %path, error = %error, "database is locked, retries exhausted");
+                    tracing::error!(target: "sdk_queue", op, key, attempts = attempt, path = %path, error = %error, "database is locked, retries exhausted");
                     return Err(StoreError::Locked {
                         op,
                         attempts: attempt,
@@ -302,7 +303,7 @@ impl JobStore for SqliteStore {
         let (payload, now) = (payload_text(&job)?, to_ms(now));
         let (key, kind) = (job.key.clone(), job.kind.clone());
         let known = self
-            .run("submit", move |conn| {
+            .run("submit", Some(&job.key), move |conn| {
                 // One statement is one transaction: a new key gets its seq back, a known key
                 // nothing, and then the stored job is the answer.
                 let mut insert = conn.prepare_cached(
@@ -339,7 +340,7 @@ impl JobStore for SqliteStore {
             to_ms(claim.now),
             to_i64(claim.limit),
         );
-        self.run("claim", move |conn| {
+        self.run("claim", None, move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let jobs = claimed(
                 &tx,
@@ -360,13 +361,14 @@ impl JobStore for SqliteStore {
         lease: Duration,
         now: SystemTime,
     ) -> Result<Option<Job>, StoreError> {
+        let job_key = key;
         let (key, owner, until, now) = (
             key.to_owned(),
             owner.to_owned(),
             expiry_ms(now, lease),
             to_ms(now),
         );
-        self.run("claim_key", move |conn| {
+        self.run("claim_key", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let job = claimed(&tx, &SQL.claim_key, params![owner, until, now, key], now)?.pop();
             tx.commit()?;
@@ -383,9 +385,10 @@ impl JobStore for SqliteStore {
         lease: Duration,
         now: SystemTime,
     ) -> Result<(), StoreError> {
+        let job_key = key;
         let (key, owner, progress) = (key.to_owned(), owner.to_owned(), progress.to_string());
         let (until, now) = (expiry_ms(now, lease), to_ms(now));
-        self.run("checkpoint", move |conn| {
+        self.run("checkpoint", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx
                 .prepare_cached(
@@ -406,6 +409,7 @@ impl JobStore for SqliteStore {
         finish: Finish,
         now: SystemTime,
     ) -> Result<(), StoreError> {
+        let job_key = key;
         let (key, owner, state) = (key.to_owned(), owner.to_owned(), finish.state().as_str());
         let (error, not_before) = match &finish {
             Finish::Done => (None, None),
@@ -415,7 +419,7 @@ impl JobStore for SqliteStore {
             }
         };
         let now = to_ms(now);
-        self.run("finish", move |conn| {
+        self.run("finish", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.prepare_cached(
                 "UPDATE jobs SET state = ?1, last_error = COALESCE(?2, last_error), not_before = ?3, \
@@ -430,8 +434,9 @@ impl JobStore for SqliteStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Job>, StoreError> {
+        let job_key = key;
         let key = key.to_owned();
-        self.run("get", move |conn| {
+        self.run("get", Some(job_key), move |conn| {
             let mut stmt = conn.prepare_cached(&SQL.select)?;
             Ok(jobs(&mut stmt, [&key])?.pop())
         })
@@ -440,7 +445,7 @@ impl JobStore for SqliteStore {
 
     async fn list(&self, state: JobState, limit: usize) -> Result<Vec<Job>, StoreError> {
         let limit = to_i64(limit);
-        self.run("list", move |conn| {
+        self.run("list", None, move |conn| {
             let mut stmt = conn.prepare_cached(&SQL.list)?;
             let mut rows = stmt.query(params![state.as_str(), limit])?;
             let mut decoded = Vec::new();
@@ -453,7 +458,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn depth(&self) -> Result<Vec<(String, JobState, u64)>, StoreError> {
-        self.run("depth", |conn| {
+        self.run("depth", None, |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT kind, state, COUNT(*) FROM jobs WHERE state <> 'done' GROUP BY kind, state ORDER BY kind, state",
             )?;
@@ -470,8 +475,9 @@ impl JobStore for SqliteStore {
     }
 
     async fn requeue(&self, key: &str, now: SystemTime) -> Result<bool, StoreError> {
+        let job_key = key;
         let (key, now) = (key.to_owned(), to_ms(now));
-        self.run("requeue", move |conn| {
+        self.run("requeue", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx
                 .prepare_cached(
@@ -491,8 +497,9 @@ impl JobStore for SqliteStore {
         progress: &serde_json::Value,
         now: SystemTime,
     ) -> Result<bool, StoreError> {
+        let job_key = key;
         let (key, now, progress) = (key.to_owned(), to_ms(now), progress.to_string());
-        self.run("rerun", move |conn| {
+        self.run("rerun", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.prepare_cached(
                 "UPDATE jobs SET state = 'pending', progress = ?1, not_before = NULL, updated_at = ?2 \

@@ -136,6 +136,11 @@ async fn a_held_lock_is_tried_three_times_20_then_40_ms_apart_then_reported() {
             (e["op"].as_str(), e["path"].as_str()),
             ("submit", path.display().to_string().as_str())
         );
+        assert_eq!(
+            e.get("key").map(String::as_str),
+            Some("a"),
+            "the job's key: {e:?}"
+        );
         assert!(e["error"].contains("locked"), "{e:?}");
     }
 }
@@ -167,7 +172,7 @@ async fn a_lock_released_between_attempts_is_ridden_out_on_the_next_attempt() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn every_write_is_under_the_rule() {
+async fn every_write_is_under_the_rule_and_its_lock_lines_name_the_job() {
     let (_dir, path) = temp();
     let store = store(&path);
     store.submit(job("a"), now()).await.unwrap();
@@ -177,6 +182,7 @@ async fn every_write_is_under_the_rule() {
         .unwrap()
         .unwrap();
     let _holder = hold_write_lock(&path);
+    let (events, _guard) = capture();
 
     let claim = Claim {
         owner: "w",
@@ -205,6 +211,25 @@ async fn every_write_is_under_the_rule() {
             "{name}: {result:?}"
         );
     }
+    // Every lock line names the job it is about; a claim is about none yet.
+    let keys: Vec<(String, Option<String>)> = events
+        .take()
+        .into_iter()
+        .map(|e| (e["op"].clone(), e.get("key").cloned()))
+        .collect();
+    let expected: Vec<(String, Option<String>)> = [
+        ("claim", None),
+        ("claim_key", Some("a")),
+        ("checkpoint", Some("a")),
+        ("finish", Some("a")),
+    ]
+    .into_iter()
+    .flat_map(|(op, key)| std::iter::repeat_n((op.to_owned(), key.map(str::to_owned)), 3))
+    .collect();
+    assert_eq!(
+        keys, expected,
+        "two retries and the exhaustion of each write"
+    );
     // Readers are not blocked by a writer in WAL mode.
     assert_eq!(store.get("a").await.unwrap().unwrap().attempts, 1);
 }

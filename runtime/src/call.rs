@@ -13,6 +13,8 @@ use crate::{Endpoint, Id};
 pub struct Call<'a> {
     pub(crate) endpoint: &'static Endpoint,
     pub(crate) workspace: Option<&'a Id>,
+    /// The pipeline header's value, on a route that carries it.
+    pub(crate) pipeline: Option<&'a str>,
     pub(crate) path: Vec<&'a str>,
     pub(crate) query: Vec<(&'static str, String)>,
     pub(crate) body: Option<Bytes>,
@@ -28,6 +30,7 @@ impl<'a> Call<'a> {
         Call {
             endpoint,
             workspace: None,
+            pipeline: None,
             path: Vec::new(),
             query: Vec::new(),
             body: None,
@@ -39,6 +42,19 @@ impl<'a> Call<'a> {
     /// The workspace of a workspace-scoped route.
     pub fn workspace(mut self, workspace: &'a Id) -> Self {
         self.workspace = Some(workspace);
+        self
+    }
+
+    /// The pipeline id of a route that carries the pipeline header (the join
+    /// key of a run's cost); such a route is refused without one.
+    pub fn pipeline(mut self, pipeline: &'a Id) -> Self {
+        self.pipeline = Some(pipeline.as_str());
+        self
+    }
+
+    /// A pipeline id the policy itself names (a warm-up call's).
+    pub(crate) fn pipeline_text(mut self, pipeline: &'a str) -> Self {
+        self.pipeline = Some(pipeline);
         self
     }
 

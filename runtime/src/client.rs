@@ -26,6 +26,7 @@ pub struct ClientConfig {
     /// `None`: the policy's own log lines ([`LogAlerts`]).
     pub(crate) alerts: Option<Arc<dyn AlertSink>>,
     pub(crate) warm_up: bool,
+    pub(crate) production: bool,
     pub(crate) retry_attempts: Option<u32>,
     pub(crate) retry_backoff: Option<Duration>,
     pub(crate) pool_idle: Option<Duration>,
@@ -41,6 +42,7 @@ impl ClientConfig {
             tenant,
             alerts: None,
             warm_up: false,
+            production: false,
             retry_attempts: None,
             retry_backoff: None,
             pool_idle: None,
@@ -92,13 +94,19 @@ impl ClientConfig {
         self.warm_up = enabled;
         self
     }
+
+    /// A production deployment: every call of a keyless lane (one whose
+    /// auth has not landed, a proxy injects the key) is refused unsent.
+    pub fn production(mut self, production: bool) -> Self {
+        self.production = production;
+        self
+    }
 }
 
 /// The runtime side of a generated client.
 #[derive(Clone)]
 pub struct Client {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) pipeline_id: Option<Arc<str>>,
     /// A caller's mode (a bulk backfill): every call also draws from this budget.
     pub(crate) extra_budget: Option<BudgetIx>,
     /// A job queue's client: a wait the server asks for ends the call.
@@ -130,6 +138,8 @@ pub(crate) struct Shared {
     pub(crate) memory: Mutex<Memory>,
     pub(crate) metrics: Metrics,
     pub(crate) alerts: Arc<dyn AlertSink>,
+    /// A production deployment: keyless lanes are refused.
+    pub(crate) production: bool,
     pub(crate) warm_up: bool,
     /// A probe loop is running for the open breaker.
     pub(crate) probing: AtomicBool,
@@ -210,6 +220,7 @@ impl Client {
                 metrics,
                 alerts,
                 warm_up: config.warm_up,
+                production: config.production,
                 probing: AtomicBool::new(false),
                 exhaustion: policy
                     .alerts
@@ -221,7 +232,6 @@ impl Client {
                     .fallbacks_sustained
                     .map(|(rate, _)| Mutex::new(RateAlarm::new(rate))),
             }),
-            pipeline_id: None,
             extra_budget: None,
             defer_server_waits: false,
             refs: None,
@@ -255,14 +265,6 @@ impl Client {
             return Err(ConfigError::Override("the route table"));
         }
         Client::new(policy, config)
-    }
-
-    /// The same client, stamping the pipeline header on routes that carry it.
-    pub fn with_pipeline_id(&self, pipeline_id: &Id) -> Client {
-        Client {
-            pipeline_id: Some(pipeline_id.as_str().into()),
-            ..self.clone()
-        }
     }
 
     /// The same client, noting the request ID of every call that reaches the
@@ -481,7 +483,7 @@ impl Client {
 }
 
 /// The policy's retry classes with the configuration's attempts and step
-/// applied to the configurable ones. A value below a class's minimum is
+/// applied to the configurable ones. A value outside a class's bounds is
 /// refused, not clamped: a client that retries less than its operator asked
 /// for would fail in a way nobody chose. Setting a value when no class is
 /// configurable is refused too.
@@ -513,6 +515,13 @@ fn configured_retries(
                 return Err(ConfigError::Retry(format!(
                     "retry_attempts {attempts} is below the minimum of {} ({})",
                     bounds.min_attempts, class.name
+                )));
+            }
+            if attempts > bounds.max_attempts {
+                return Err(ConfigError::Retry(format!(
+                    "retry_attempts {attempts} is above the maximum of {} ({}): retry bounds \
+                     stay low, every attempt may repeat the work",
+                    bounds.max_attempts, class.name
                 )));
             }
             if step < bounds.min_step {
@@ -552,10 +561,12 @@ pub(crate) fn overall_deadline(policy: &Policy, retries: &[RetryClass]) -> Durat
             .map(|t| t.per_attempt.max(t.budget(true)))
             .max()
             .unwrap_or_default();
-        let waits: u32 = (1..attempts).sum();
-        let needed = slowest
-            .saturating_mul(attempts)
-            .saturating_add(step.saturating_mul(waits));
+        // Checked: a sum past `Duration`'s range is no deadline at all.
+        let needed = (1..attempts)
+            .try_fold(0u32, u32::checked_add)
+            .and_then(|waits| step.checked_mul(waits))
+            .and_then(|waits| slowest.checked_mul(attempts)?.checked_add(waits))
+            .unwrap_or(Duration::MAX);
         deadline = deadline.max(needed);
     }
     deadline
@@ -704,5 +715,44 @@ fn fleet(
         Err(ConfigError::Fleet(
             "this build has no Redis backend: enable the sdk-runtime `redis` feature".to_string(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::RetryBounds;
+    use crate::testing::POLICY;
+
+    /// The fixture's classes made configurable to `attempts` of `step` each.
+    fn configured(attempts: u32, step: Duration) -> Vec<RetryClass> {
+        let bounds = RetryBounds {
+            min_attempts: 1,
+            max_attempts: u32::MAX,
+            min_step: Duration::ZERO,
+        };
+        POLICY
+            .retries
+            .iter()
+            .map(|class| RetryClass {
+                schedule: RetrySchedule::Linear { attempts, step },
+                configurable: Some(bounds),
+                ..class.clone()
+            })
+            .collect()
+    }
+
+    /// A sum past what the types hold is the longest deadline, never an
+    /// overflow panic (debug) or a wrapped, short one (release).
+    #[test]
+    fn a_deadline_sum_past_its_range_is_the_longest_deadline() {
+        let waits_past_u32 = configured(100_000, Duration::from_millis(1));
+        assert_eq!(overall_deadline(&POLICY, &waits_past_u32), Duration::MAX);
+        let past_duration = configured(u32::MAX, Duration::MAX);
+        assert_eq!(overall_deadline(&POLICY, &past_duration), Duration::MAX);
+        let within = configured(3, Duration::from_secs(1));
+        let deadline = overall_deadline(&POLICY, &within);
+        assert!(deadline >= Duration::from_secs(3), "{deadline:?}");
+        assert!(deadline < Duration::from_secs(86_400), "{deadline:?}");
     }
 }

@@ -415,9 +415,24 @@ pub enum ConfigError {
     PoolIdle(String),
     #[error("invalid fleet configuration: {0}")]
     Fleet(String),
+    #[error("environment variable {name} is {value:?}: expected true, false, 1 or 0")]
+    Flag { name: &'static str, value: String },
 }
 
 /// Reads a required environment variable.
+/// A yes/no environment variable: unset or empty is `false`; `true`/`1` and
+/// `false`/`0` as written; anything else is refused, never guessed.
+pub fn env_flag(name: &'static str) -> Result<bool, ConfigError> {
+    match std::env::var(name).unwrap_or_default().trim() {
+        "" | "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        other => Err(ConfigError::Flag {
+            name,
+            value: other.chars().take(64).collect(),
+        }),
+    }
+}
+
 pub fn env_var(name: &'static str) -> Result<String, ConfigError> {
     std::env::var(name)
         .ok()

@@ -39,7 +39,7 @@ mod turn;
 
 pub use call::Call;
 pub use client::{Client, ClientConfig, FleetStatus};
-pub use error::{ConfigError, Error, env_var};
+pub use error::{ConfigError, Error, env_flag, env_var};
 pub use events::Events;
 pub use features::FeatureStatus;
 pub use follow::{JobDone, JobProgress, JobUpdate, StreamEvent};

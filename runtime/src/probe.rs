@@ -132,6 +132,9 @@ impl Client {
                 if let Some(body) = warm.body {
                     call = call.raw_json(body);
                 }
+                if let Some(pipeline) = warm.pipeline_id {
+                    call = call.pipeline_text(pipeline);
+                }
                 let call = call.timeout_class(warm.timeout);
                 // Consumed, so the call is counted and its attempt line written.
                 let outcome = client.send(call).await.and_then(crate::Reply::empty);
@@ -361,7 +364,6 @@ async fn probe_loop(mut flag: ProbingFlag) {
 fn upgrade(shared: &Weak<Shared>) -> Option<Client> {
     shared.upgrade().map(|shared| Client {
         shared,
-        pipeline_id: None,
         extra_budget: None,
         defer_server_waits: false,
         refs: None,

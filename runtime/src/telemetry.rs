@@ -44,7 +44,7 @@ pub(crate) fn sent(client: &Client, call: &Call<'_>, request_id: &str, attempt: 
     client.shared.policy.log_lines.sent(&SentLine {
         request_id,
         tenant: client.tenant().as_str(),
-        pipeline_id: pipeline_id(client, endpoint),
+        pipeline_id: pipeline_id(call),
         operation: endpoint.operation,
         method: endpoint.method.as_str(),
         path: endpoint.path,
@@ -52,12 +52,9 @@ pub(crate) fn sent(client: &Client, call: &Call<'_>, request_id: &str, attempt: 
     });
 }
 
-/// The pipeline ID a call of `endpoint` carries, if any.
-fn pipeline_id<'c>(client: &'c Client, endpoint: &Endpoint) -> Option<&'c str> {
-    client
-        .pipeline_id
-        .as_deref()
-        .filter(|_| endpoint.pipeline_id)
+/// The pipeline ID the call carries, if its route takes one.
+fn pipeline_id<'a>(call: &Call<'a>) -> Option<&'a str> {
+    call.pipeline.filter(|_| call.endpoint.pipeline_id)
 }
 
 /// Whether attempt lines are logged at all: nothing is computed for them otherwise.
@@ -95,6 +92,7 @@ pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
         request_id: log.request_id,
         echoed_id: differing(log.request_id, log.echoed_id),
         workspace: log.call.workspace.map(Id::as_str),
+        pipeline: pipeline_id(log.call),
         path_values: &values,
         status: log.status,
         row: log.row,
@@ -113,6 +111,7 @@ pub(crate) struct PendingLine {
     request_id: String,
     echoed_id: Option<String>,
     workspace: Option<Id>,
+    pipeline: Option<String>,
     path_values: [Option<String>; MAX_PATH_FIELDS],
     status: Option<u16>,
     row: Option<&'static TaxonomyRow>,
@@ -131,6 +130,7 @@ pub(crate) fn pending(log: &AttemptLog<'_>, digest: Option<&str>) -> Option<Pend
         request_id: log.request_id.to_owned(),
         echoed_id: differing(log.request_id, log.echoed_id).map(str::to_owned),
         workspace: log.call.workspace.cloned(),
+        pipeline: pipeline_id(log.call).map(str::to_owned),
         path_values: path_values(log.client, log.call).map(|v| v.map(str::to_owned)),
         status: log.status,
         row: log.row,
@@ -155,6 +155,7 @@ impl PendingLine {
             request_id: &self.request_id,
             echoed_id: self.echoed_id.as_deref(),
             workspace: self.workspace.as_ref().map(Id::as_str),
+            pipeline: self.pipeline.as_deref(),
             path_values: &values,
             status: self.status,
             row: row.or(self.row),
@@ -174,6 +175,7 @@ struct Line<'a> {
     request_id: &'a str,
     echoed_id: Option<&'a str>,
     workspace: Option<&'a str>,
+    pipeline: Option<&'a str>,
     path_values: &'a [Option<&'a str>; MAX_PATH_FIELDS],
     status: Option<u16>,
     row: Option<&'static TaxonomyRow>,
@@ -195,7 +197,7 @@ impl Line<'_> {
             tenant: client.tenant().as_str(),
             workspace: self.workspace,
             path_values: &self.path_values[..fields],
-            pipeline_id: pipeline_id(client, endpoint),
+            pipeline_id: self.pipeline,
             service: endpoint.service,
             operation: endpoint.operation,
             method: endpoint.method.as_str(),

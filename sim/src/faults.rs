@@ -101,6 +101,13 @@ pub enum Fault {
     /// is complete, the connection stays usable) without its terminal event:
     /// a relay that closed early, a chat that stopped mid-answer.
     SseEndsEarly { after_events: u32 },
+    /// An SSE stream sends `after_events` events, then one event of a name
+    /// the client does not know (one the platform added later), then goes on.
+    SseExtraEvent {
+        after_events: u32,
+        event: String,
+        data: serde_json::Value,
+    },
     /// An SSE stream as sse-starlette writes it: every line ends in CRLF, and
     /// a `: ping - <date>` comment goes out when the stream opens and every
     /// `ping_ms` after (from a task of its own, between events).
@@ -145,6 +152,7 @@ impl Fault {
             Fault::AppliedThenLost => "applied_then_lost",
             Fault::SseEndsEarly { .. } => "sse_ends_early",
             Fault::SseStarlette { .. } => "sse_starlette",
+            Fault::SseExtraEvent { .. } => "sse_extra_event",
         }
     }
 

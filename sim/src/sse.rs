@@ -149,6 +149,19 @@ impl SseOut {
                 self.stopped = true;
                 return false;
             }
+            Some(Fault::SseExtraEvent {
+                after_events,
+                event,
+                data,
+            }) if self.events == after_events => {
+                let mut text = frame(&event, &data);
+                if self.crlf {
+                    text = crlf(text);
+                }
+                if !self.write(text.into_bytes()).await {
+                    return false;
+                }
+            }
             Some(Fault::SseEndsEarly { after_events }) if self.events >= after_events => {
                 // A clean end: what was sent is complete, the body ends here.
                 self.flush().await;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use grag_client::policy::POLICY;
 use grag_client::types::{CreateKb, JobStatus, OrchestratorEvent, UploadDocument};
-use grag_client::{Config, Created, DocumentId, Grag, JobId, KbId, TenantId};
+use grag_client::{Config, Created, DocumentId, Grag, JobId, KbId, PipelineId, TenantId};
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::{JobProgress, JobUpdate};
@@ -48,6 +48,12 @@ pub fn policy(divisor: u32) -> &'static Policy {
 /// keepalive is 20 ms), see [`SimConfig::scaled`].
 pub fn sim_config(divisor: u32) -> SimConfig {
     SimConfig::scaled(1.0 / f64::from(divisor))
+}
+
+/// The run the tests' ai-gateway calls belong to (every one carries a
+/// pipeline id).
+pub fn pipeline() -> PipelineId {
+    PipelineId::parse("test-run").expect("a valid pipeline id")
 }
 
 /// Starts a simulator on `config`; panics if it cannot bind.

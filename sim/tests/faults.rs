@@ -283,7 +283,7 @@ async fn a_dark_route_answers_the_same_503_every_time() {
     assert_eq!(details[0], details[1]);
     assert!(details[0].as_str().unwrap().contains("feature flag"));
     let e = client(&sim, "knoll")
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(
             &KbId::parse("kb-1").unwrap(),
             &SearchRequest {
@@ -400,7 +400,10 @@ async fn a_cold_start_slows_only_the_first_answer_of_each_model_route() {
     })
     .await;
     assert!(arrived, "the cold call reached the simulator");
-    grag.ai_gateway().search_rerank(&kb, &query).await.unwrap();
+    grag.ai_gateway(&grag_sim::testkit::pipeline())
+        .search_rerank(&kb, &query)
+        .await
+        .unwrap();
     assert!(!first.is_finished(), "the first answer still waits");
     first.abort();
     let log = sim.log().of("search_rerank");

@@ -189,7 +189,7 @@ async fn another_tenants_things_are_404_never_403() {
         top_k: 3,
     };
     let e = other
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb_id, &search)
         .await
         .unwrap_err();
@@ -441,7 +441,7 @@ async fn voyager_refuses_more_than_256_points_with_413() {
     assert_eq!(sim.log().count("upsert_points"), 2, "a 413 is not retried");
     // Points with a text payload are searchable right away.
     let hits = grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(
             &kb_id,
             &SearchRequest {
@@ -537,7 +537,7 @@ async fn search_completion_and_groundedness() {
     };
     // Not searchable before the ingest job has finished.
     let early = grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb_id, &query)
         .await
         .unwrap();
@@ -546,7 +546,7 @@ async fn search_completion_and_groundedness() {
     assert!(!sim.start_job("knoll", "doc-1"), "started once");
     tokio::time::sleep(sim.config().job_duration() * 2).await;
     let hits = grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb_id, &query)
         .await
         .unwrap();
@@ -559,7 +559,7 @@ async fn search_completion_and_groundedness() {
     assert_eq!(docs[0].status.as_deref(), Some("indexed"));
 
     let completion = grag
-        .ai_gateway()
+        .ai_gateway(&grag_sim::testkit::pipeline())
         .complete(&CompletionRequest {
             messages: vec![ChatMessage {
                 role: ChatRole::User,
@@ -594,20 +594,21 @@ async fn ledger_totals_per_pipeline_and_spend_by_service_or_provider() {
     let grag = client(&sim, "knoll");
     grag.workspaces().create_kb(&kb("kb-1")).await.unwrap();
     let kb_id = KbId::parse("kb-1").unwrap();
-    let run = grag.with_pipeline_id(&grag_client::PipelineId::parse("run-7").unwrap());
+    let run = grag_client::PipelineId::parse("run-7").unwrap();
+    let other = grag_client::PipelineId::parse("run-8").unwrap();
     let query = SearchRequest {
         query_text: "x".into(),
         top_k: 1,
     };
-    run.ai_gateway()
+    grag.ai_gateway(&run)
         .search_rerank(&kb_id, &query)
         .await
         .unwrap();
-    run.ai_gateway()
+    grag.ai_gateway(&run)
         .search_rerank(&kb_id, &query)
         .await
         .unwrap();
-    grag.ai_gateway()
+    grag.ai_gateway(&other)
         .search_rerank(&kb_id, &query)
         .await
         .unwrap();

@@ -84,9 +84,10 @@ pub struct CanaryReport {
 pub async fn run(grag: &Grag, writes: bool, progress: &Progress) -> CanaryReport {
     let refs = RequestRefs::new();
     let pipeline = PipelineId::parse(PIPELINE).expect("a valid pipeline id");
-    let run = grag.with_pipeline_id(&pipeline).noting_requests(&refs);
+    let noting = grag.noting_requests(&refs);
     let mut flow = Flow {
-        grag: &run,
+        grag: &noting,
+        pipeline: &pipeline,
         refs: &refs,
         progress,
         steps: Vec::new(),
@@ -109,6 +110,8 @@ pub async fn run(grag: &Grag, writes: bool, progress: &Progress) -> CanaryReport
 
 struct Flow<'a> {
     grag: &'a Grag,
+    /// The canary's own run: its ai-gateway calls and the ledger read.
+    pipeline: &'a PipelineId,
     refs: &'a RequestRefs,
     progress: &'a Progress,
     steps: Vec<StepReport>,
@@ -164,9 +167,9 @@ impl Flow<'_> {
                 "read-only: a chat turn writes to a conversation (--write)",
             );
         }
-        let pipeline = PipelineId::parse(PIPELINE).expect("a valid pipeline id");
+        let pipeline = self.pipeline;
         self.step("ledger", async {
-            let t = grag.ledger().totals(&pipeline).await?;
+            let t = grag.ledger().totals(pipeline).await?;
             let detail = format!(
                 "pipeline {PIPELINE}: {} call(s), {:.4} {}",
                 t.calls.unwrap_or(0),
@@ -334,7 +337,7 @@ impl Flow<'_> {
             top_k: 3,
         };
         self.step("search", async {
-            let hits = grag.ai_gateway().search_rerank(kb, &query).await?.results;
+            let hits = grag.ai_gateway(self.pipeline).search_rerank(kb, &query).await?.results;
             let fixture = hits.iter().any(|h| {
                 h.document_id
                     .as_ref()

@@ -96,13 +96,15 @@ impl RetryConfig {
         let Some(class) = model.retries.iter().find(|r| r.configurable.is_some()) else {
             return RetryConfig::default();
         };
-        let (min_attempts, min_step) = class.configurable.unwrap_or_default();
+        let bounds = class.configurable.unwrap_or_default();
+        let (min_attempts, max_attempts, min_step) =
+            (bounds.min_attempts, bounds.max_attempts, bounds.min_step);
         let crate::model::RetrySchedule::Linear { attempts, step } = class.schedule else {
             return RetryConfig::default();
         };
         let attempts_doc = doc(&format!(
-            "Attempts in all, the first included, of retry class `{}` (default {attempts}, at least {min_attempts}); \
-             fewer is refused when the client is built.",
+            "Attempts in all, the first included, of retry class `{}` (default {attempts}, from {min_attempts} to {max_attempts}); \
+             fewer or more is refused when the client is built.",
             class.name
         ));
         let backoff_doc = doc(&format!(
@@ -199,6 +201,62 @@ impl FleetConfig {
                 }
             },
             env_doc: format!(", and `{env}` when set (several replicas)"),
+        }
+    }
+}
+
+/// The production switch of `Config`, for an API that names its variable
+/// (`auth.production_env`): in production a lane whose auth has not landed
+/// is refused. Nothing for an API without one.
+#[derive(Default)]
+struct ProductionKnob {
+    field: TokenStream,
+    init: TokenStream,
+    method: TokenStream,
+    from_env: TokenStream,
+    apply: TokenStream,
+    env_doc: String,
+}
+
+impl ProductionKnob {
+    fn of(model: &Model) -> ProductionKnob {
+        let Some(env) = &model.api.production_env else {
+            return ProductionKnob::default();
+        };
+        let unauthenticated: Vec<String> = model
+            .api
+            .lanes
+            .iter()
+            .filter(|(_, keyed)| !keyed)
+            .map(|(lane, _)| format!("`{lane}`"))
+            .collect();
+        let refused = if unauthenticated.is_empty() {
+            "every lane presents the key today, so nothing is refused".to_owned()
+        } else {
+            format!(
+                "the calls of a lane whose auth has not landed (`auth.lanes_authenticated`: {}) \
+                 are refused unsent",
+                unauthenticated.join(", ")
+            )
+        };
+        let method_doc = doc(&format!("A production deployment (`{env}`): {refused}."));
+        ProductionKnob {
+            field: quote!(production: bool,),
+            init: quote!(production: false,),
+            method: quote! {
+                #method_doc
+                pub fn production(mut self, production: bool) -> Self {
+                    self.production = production;
+                    self
+                }
+            },
+            from_env: quote! {
+                let config = config.production(sdk_runtime::env_flag(#env)?);
+            },
+            apply: quote! {
+                runtime = runtime.production(config.production);
+            },
+            env_doc: format!(", `{env}` (`true` or `1` in production)"),
         }
     }
 }
@@ -366,26 +424,40 @@ pub fn client_rs(model: &Model) -> TokenStream {
         let module = ident(&module_name(s));
         let handle = ident(&handle_type(s));
         let method = ident(&s.handle);
+        let mut text = format!("Calls of `{}`.", s.name);
+        let (mut params, mut args) = (Vec::new(), vec![quote!(&self.client)]);
         if s.scope == ScopeNeed::Workspace {
-            let text = doc(&format!(
+            text = format!(
                 "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
                 s.name,
                 model.api.headers.workspace.as_deref().unwrap_or_default(),
                 super::docs::workspace_section(model)
+            );
+            params.push(quote!(workspace: &'c impl AsWorkspace));
+            args.push(quote!(workspace.workspace_id()));
+        }
+        if s.carries_pipeline() {
+            text.push_str(&format!(
+                " They exist only behind a pipeline id: its calls carry `{}`{}.",
+                model.api.headers.pipeline.as_deref().unwrap_or_default(),
+                super::docs::pipeline_section(model)
             ));
-            quote! {
-                #text
-                pub fn #method<'c>(&'c self, workspace: &'c impl AsWorkspace) -> crate::#module::#handle<'c> {
-                    crate::#module::#handle::new(&self.client, workspace.workspace_id())
-                }
-            }
-        } else {
-            let text = doc(&format!("Calls of `{}`.", s.name));
-            quote! {
+            params.push(quote!(pipeline: &'c PipelineId));
+            args.push(quote!(pipeline.id()));
+        }
+        let text = doc(&text);
+        if params.is_empty() {
+            return quote! {
                 #text
                 pub fn #method(&self) -> crate::#module::#handle<'_> {
                     crate::#module::#handle::new(&self.client)
                 }
+            };
+        }
+        quote! {
+            #text
+            pub fn #method<'c>(&'c self, #(#params),*) -> crate::#module::#handle<'c> {
+                crate::#module::#handle::new(#(#args),*)
             }
         }
     });
@@ -405,14 +477,6 @@ pub fn client_rs(model: &Model) -> TokenStream {
             use crate::ids::TenantId;
         ),
     };
-    let with_pipeline = pipeline.then(|| {
-        quote! {
-            /// The same client, stamping `pipeline_id` on the routes that carry one.
-            pub fn with_pipeline_id(&self, pipeline_id: &PipelineId) -> Self {
-                Self { client: self.client.with_pipeline_id(pipeline_id.id()) }
-            }
-        }
-    });
     let for_queue = model.replay.is_some().then(|| {
         quote! {
             /// The same client, for the replay queue: a wait the platform asks for
@@ -427,6 +491,14 @@ pub fn client_rs(model: &Model) -> TokenStream {
     let (retry_fields, retry_init, retry_methods, retry_apply) =
         (&retry.fields, &retry.init, &retry.methods, &retry.apply);
     let fleet = FleetConfig::of(model);
+    let production = ProductionKnob::of(model);
+    let (prod_field, prod_init, prod_method, prod_from_env, prod_apply) = (
+        &production.field,
+        &production.init,
+        &production.method,
+        &production.from_env,
+        &production.apply,
+    );
     let (fleet_field, fleet_init, fleet_method, fleet_from_env, fleet_apply) = (
         &fleet.field,
         &fleet.init,
@@ -444,8 +516,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
         model.api.title
     ));
     let from_env_doc = doc(&format!(
-        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}.",
-        fleet.env_doc
+        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}{}.",
+        production.env_doc, fleet.env_doc
     ));
     // The breaker only for an API that has one.
     let (shared, underneath) = match model.breaker {
@@ -490,16 +562,19 @@ pub fn client_rs(model: &Model) -> TokenStream {
             pool_idle: Option<std::time::Duration>,
             #retry_fields
             #fleet_field
+            #prod_field
         }
 
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, #warm_init pool_idle: None, #retry_init #fleet_init }
+                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, #warm_init pool_idle: None, #retry_init #fleet_init #prod_init }
             }
 
             #retry_methods
 
             #fleet_method
+
+            #prod_method
 
             /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
             pub fn alerts(mut self, sink: impl AlertSink) -> Self {
@@ -522,6 +597,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 let tenant = TenantId::parse(&sdk_runtime::env_var(#tenant_env)?)
                     .map_err(ConfigError::Tenant)?;
                 let config = Self::new(sdk_runtime::env_var(#url_env)?, sdk_runtime::env_var(#key_env)?, tenant);
+                #prod_from_env
                 #fleet_from_env
             }
 
@@ -571,11 +647,11 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 }
                 #retry_apply
                 #fleet_apply
+                #prod_apply
                 let client = Client::with_override(&POLICY, policy, runtime)?;
                 Ok(Self { client })
             }
 
-            #with_pipeline
 
             /// The same client, noting the request ID of every call that reaches
             /// the server in `refs`, while every method returns what it always returns:

@@ -117,6 +117,16 @@ pub fn workspace_section(model: &crate::model::Model) -> String {
         .unwrap_or_default()
 }
 
+/// ` (policy §…)` where the policy asks for the pipeline id, or nothing.
+pub fn pipeline_section(model: &crate::model::Model) -> String {
+    model
+        .api
+        .pipeline_source
+        .as_ref()
+        .map(|s| format!(" (policy {})", source(s)))
+        .unwrap_or_default()
+}
+
 /// `snake_case` -> `CamelCase`.
 pub fn camel(name: &str) -> String {
     name.split(['_', '-', ' '])

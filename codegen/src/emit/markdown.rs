@@ -39,6 +39,19 @@ pub fn policy_md(model: &Model) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let unauthenticated: Vec<String> = api
+        .lanes
+        .iter()
+        .filter(|(_, keyed)| !keyed)
+        .map(|(lane, _)| format!("`{lane}`"))
+        .collect();
+    if let (Some(env), false) = (&api.production_env, unauthenticated.is_empty()) {
+        let _ = writeln!(
+            md,
+            "A client configured for production (`Config::production`, `{env}`) refuses every call of {} unsent until its auth lands (`auth.lanes_authenticated`).\n",
+            unauthenticated.join(", ")
+        );
+    }
 
     let _ = writeln!(md, "## Routes\n");
     let _ = writeln!(
@@ -111,9 +124,17 @@ pub fn policy_md(model: &Model) -> String {
         "\n## Retry classes\n\n| class | schedule | meaning | source |\n|---|---|---|---|"
     );
     for r in &model.retries {
+        let configurable = r.configurable.map_or(String::new(), |b| {
+            format!(
+                "; configurable: {} to {} attempts, a step of at least {}",
+                b.min_attempts,
+                b.max_attempts,
+                duration_text(b.min_step)
+            )
+        });
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {}{configurable} | {} | {} |",
             r.name,
             schedule_text(&r.schedule),
             r.doc.trim(),
@@ -580,6 +601,38 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
         cr.name,
         ps.name,
         cs.name,
+    );
+    let _ = writeln!(
+        md,
+        "\nThe canary is sent as the client itself, with its own tenant and key: no tenant is kept for canaries."
+    );
+    if b.warm_up.is_empty() {
+        return;
+    }
+    let calls: Vec<String> = b
+        .warm_up
+        .iter()
+        .map(|w| {
+            let (_, r) = model.route(w.route);
+            let timeout = w.timeout.map_or(String::new(), |t| {
+                format!(", {} timeout", duration_text(model.timeouts[t].per_attempt))
+            });
+            let pipeline = match (&w.pipeline_id, &model.api.headers.pipeline) {
+                (Some(id), Some(header)) => format!(", `{header}: {id}`"),
+                _ => String::new(),
+            };
+            format!(
+                "`{} {}`{timeout}{pipeline} ({})",
+                r.method.as_str(),
+                r.path,
+                source(&w.source)
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        md,
+        "\nWhere the client enables warm-up, every close fires once, in the background: {}.",
+        calls.join("; ")
     );
 }
 

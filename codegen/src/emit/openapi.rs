@@ -404,12 +404,9 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
         parameters.push(parameter(
             name,
             ParameterIn::Header,
-            false,
+            true,
             object(string_schema(Some(api.id_pattern.text.clone()))),
-            Some(
-                "The Gutachten run or Analyse batch this call belongs to, when there is one."
-                    .into(),
-            ),
+            Some("The Gutachten run or Analyse batch this call belongs to.".into()),
         ));
     }
     // The client sends a UUIDv4; the platform echoes any value.

@@ -92,9 +92,13 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let retries = model.retries.iter().map(|r| {
         let name = &r.name;
         let schedule = schedule(&r.schedule);
-        let configurable = option(r.configurable, |(attempts, step)| {
-            let (attempts, step) = (int(attempts), duration(step));
-            quote!(RetryBounds { min_attempts: #attempts, min_step: #step })
+        let configurable = option(r.configurable, |b| {
+            let (min, max, step) = (
+                int(b.min_attempts),
+                int(b.max_attempts),
+                duration(b.min_step),
+            );
+            quote!(RetryBounds { min_attempts: #min, max_attempts: #max, min_step: #step })
         });
         quote!(RetryClass { name: #name, schedule: #schedule, configurable: #configurable })
     });
@@ -361,7 +365,8 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             let name = ident(&screaming(&model.timeouts[i].name));
             quote!(timeout::#name)
         });
-        quote!(WarmUpCall { endpoint: #endpoint, path: &[#(#path),*], body: #body, timeout: #timeout })
+        let pipeline_id = option(w.pipeline_id.as_ref(), |p| quote!(#p));
+        quote!(WarmUpCall { endpoint: #endpoint, path: &[#(#path),*], body: #body, timeout: #timeout, pipeline_id: #pipeline_id })
     });
     let features = model.features.iter().map(|f| {
         let name = &f.name;

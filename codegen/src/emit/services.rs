@@ -37,26 +37,24 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let ensures = proofs.into_iter().map(|e| ensure(model, e));
     let handle = ident(&handle_type(service));
     let scoped = service.scope == ScopeNeed::Workspace;
-    let (fields, ctor) = if scoped {
-        (
-            quote!(client: &'c Client, workspace: &'c Id),
-            quote! {
-                pub(crate) fn new(client: &'c Client, workspace: &'c Id) -> Self {
-                    Self { client, workspace }
-                }
-            },
-        )
-    } else {
-        (
-            quote!(client: &'c Client),
-            quote! {
-                pub(crate) fn new(client: &'c Client) -> Self {
-                    Self { client }
-                }
-            },
-        )
+    let pipelined = service.carries_pipeline();
+    let mut fields = vec![quote!(client: &'c Client)];
+    let mut names = vec![quote!(client)];
+    if scoped {
+        fields.push(quote!(workspace: &'c Id));
+        names.push(quote!(workspace));
+    }
+    if pipelined {
+        fields.push(quote!(pipeline: &'c Id));
+        names.push(quote!(pipeline));
+    }
+    let ctor = quote! {
+        pub(crate) fn new(#(#fields),*) -> Self {
+            Self { #(#names),* }
+        }
     };
-    let id_import = scoped.then(|| {
+    let fields = quote!(#(#fields),*);
+    let id_import = (scoped || pipelined).then(|| {
         quote!(
             use sdk_runtime::Id;
         )
@@ -81,7 +79,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         service.prefix,
         source(&service.source)
     ));
-    let handle_doc = doc(&if scoped {
+    let mut handle_doc = if scoped {
         format!(
             "Calls of `{}`, bound to one workspace: every request carries `{}`{}.",
             service.name,
@@ -90,7 +88,15 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         )
     } else {
         format!("Calls of `{}`.", service.name)
-    });
+    };
+    if pipelined {
+        handle_doc.push_str(&format!(
+            " Bound to one pipeline id: every call of a route that carries `{}` sends it{}.",
+            model.api.headers.pipeline.as_deref().unwrap_or_default(),
+            super::docs::pipeline_section(model)
+        ));
+    }
+    let handle_doc = doc(&handle_doc);
     quote! {
         #module_doc
 
@@ -257,7 +263,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     }
     if r.pipeline_id {
         lines.push(format!(
-            "- Carries `{}` when the client has a pipeline id",
+            "- Carries `{}`: the pipeline id the handle was made with",
             model.api.headers.pipeline.as_deref().unwrap_or_default()
         ));
     }
@@ -347,6 +353,9 @@ fn method(model: &Model, r: &Route) -> TokenStream {
     let mut steps = Vec::new();
     if r.scope == ScopeNeed::Workspace {
         steps.push(quote!(.workspace(self.workspace)));
+    }
+    if r.pipeline_id {
+        steps.push(quote!(.pipeline(self.pipeline)));
     }
     for (param, ty) in &r.path_params {
         let arg = field_ident(param);

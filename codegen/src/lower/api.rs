@@ -127,6 +127,7 @@ impl Cx<'_> {
             origin_env: api.origin.env.to_string(),
             key_env: api.auth.env.to_string(),
             tenant_env: api.auth.tenant_env.to_string(),
+            production_env: api.auth.production_env.as_ref().map(|e| e.to_string()),
             headers: Headers {
                 authorization: h.authorization.to_string(),
                 auth_scheme: api.auth.scheme.to_string(),
@@ -160,6 +161,10 @@ impl Cx<'_> {
                 .workspace_services
                 .as_ref()
                 .map(|w| self.source(&w.source, w.inferred)),
+            pipeline_source: api
+                .pipeline_services
+                .as_ref()
+                .map(|p| self.source(&p.source, p.inferred)),
             tenant_source: self.source(&api.auth.source, api.auth.inferred),
             ids_source: self.source(&api.ids.source, api.ids.inferred),
             source: self.source(&api.origin.source, api.origin.inferred),

@@ -122,7 +122,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .policy
         .breaker
         .as_ref()
-        .map(|b| cx.breaker(b, &services, &names));
+        .map(|b| cx.breaker(b, &services, &names, &api.id_pattern));
     let feature_names: Vec<&str> = raw
         .degradation
         .features

@@ -38,6 +38,7 @@ impl Cx<'_> {
             let configurable = r.configurable.as_ref().and_then(|c| {
                 let at = format!("{field}.configurable");
                 let min_attempts = self.positive(&c.min_attempts, &format!("{at}.min_attempts"));
+                let max_attempts = *c.max_attempts;
                 let min_step = self.duration(&c.min_step, &format!("{at}.min_step"))?;
                 match schedule {
                     Some(RetrySchedule::Linear { attempts, step })
@@ -50,7 +51,19 @@ impl Cx<'_> {
                         );
                         None
                     }
-                    Some(RetrySchedule::Linear { .. }) => Some((min_attempts, min_step)),
+                    Some(RetrySchedule::Linear { attempts, .. }) if attempts > max_attempts => {
+                        self.sources.at(
+                            c.max_attempts.span(),
+                            format!("{at}.max_attempts"),
+                            "is below the class's own attempts",
+                        );
+                        None
+                    }
+                    Some(RetrySchedule::Linear { .. }) => Some(RetryBounds {
+                        min_attempts,
+                        max_attempts,
+                        min_step,
+                    }),
                     _ => {
                         self.error(&r.kind, at, "only a `linear` class is configurable");
                         None
@@ -262,6 +275,7 @@ impl Cx<'_> {
         b: &spec::Breaker,
         services: &[Service],
         names: &Names,
+        ids: &IdPattern,
     ) -> Option<Breaker> {
         let probe = self.route_ref(&b.probe_route, "breaker.probe_route", services);
         let canary = self.route_ref(&b.canary_route, "breaker.canary_route", services);
@@ -295,7 +309,7 @@ impl Cx<'_> {
             "timeout class",
             &names.timeouts,
         );
-        let warm_up = self.warm_up(b, services, names);
+        let warm_up = self.warm_up(b, services, names, ids);
         Some(Breaker {
             threshold: self.positive(&b.threshold, "breaker.threshold"),
             window: self.duration(&b.window, "breaker.window")?,
@@ -313,7 +327,13 @@ impl Cx<'_> {
         })
     }
 
-    fn warm_up(&mut self, b: &spec::Breaker, services: &[Service], names: &Names) -> Vec<WarmUp> {
+    fn warm_up(
+        &mut self,
+        b: &spec::Breaker,
+        services: &[Service],
+        names: &Names,
+        ids: &IdPattern,
+    ) -> Vec<WarmUp> {
         let mut out = Vec::new();
         for (i, w) in b.warm_up.iter().enumerate() {
             let field = |key: &str| format!("breaker.warm_up.{i}.{key}");
@@ -352,11 +372,13 @@ impl Cx<'_> {
             let timeout = w.timeout.as_ref().and_then(|t| {
                 self.reference(t, &field("timeout"), "timeout class", &names.timeouts)
             });
+            let pipeline_id = self.warm_up_pipeline(w, target, ids, &field("pipeline_id"));
             out.push(WarmUp {
                 route,
                 path: w.path.iter().map(|p| p.to_string()).collect(),
                 body,
                 timeout,
+                pipeline_id,
                 source: self.source(&w.source, w.inferred),
             });
         }
@@ -365,16 +387,41 @@ impl Cx<'_> {
 }
 
 impl Cx<'_> {
+    /// A warm-up call carries a pipeline id exactly when its route carries
+    /// the pipeline header, one that is a valid ID.
+    fn warm_up_pipeline(
+        &mut self,
+        w: &spec::WarmUp,
+        target: &Route,
+        ids: &IdPattern,
+        field: &str,
+    ) -> Option<String> {
+        match (&w.pipeline_id, target.pipeline_id) {
+            (None, true) => {
+                let message = "the route carries the pipeline header: give the warm-up call its own `pipeline_id`";
+                self.error(&w.route, field, message);
+                None
+            }
+            (Some(id), false) => {
+                self.error(id, field, "the route carries no pipeline header");
+                None
+            }
+            // Checked only against a pattern that lowered: a broken one is its own error.
+            (Some(id), true) if *ids != IdPattern::default() && !ids.rule().matches(id) => {
+                let message = format!("`{}` does not match `ids.pattern` ({})", &**id, ids.text);
+                self.error(id, field, message);
+                None
+            }
+            (id, _) => id.as_ref().map(|id| id.to_string()),
+        }
+    }
+}
+
+impl Cx<'_> {
     /// A budget no route draws from becomes a method on the client (a
     /// caller's mode): its name must be a free method name there.
     pub(super) fn caller_budgets(&mut self, t: &spec::Throttle, services: &[Service]) {
-        const CLIENT_METHODS: [&str; 5] = [
-            "new",
-            "with_policy",
-            "with_pipeline_id",
-            "noting_requests",
-            "runtime",
-        ];
+        const CLIENT_METHODS: [&str; 4] = ["new", "with_policy", "noting_requests", "runtime"];
         for (index, name) in t.budgets.keys().enumerate() {
             let used = services
                 .iter()

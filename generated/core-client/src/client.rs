@@ -33,7 +33,7 @@ impl Config {
         }
     }
 
-    /// Attempts in all, the first included, of retry class `C1` (default 2, at least 1); fewer is refused when the client is built.
+    /// Attempts in all, the first included, of retry class `C1` (default 2, from 1 to 5); fewer or more is refused when the client is built.
     pub fn retry_attempts(mut self, attempts: u32) -> Self {
         self.retry_attempts = Some(attempts);
         self

@@ -64,6 +64,7 @@ pub static RETRIES: [RetryClass; 2] = [
         },
         configurable: Some(RetryBounds {
             min_attempts: 1,
+            max_attempts: 5,
             min_step: ::std::time::Duration::from_secs(0),
         }),
     },

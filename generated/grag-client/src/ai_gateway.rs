@@ -5,6 +5,7 @@
 
 use crate::Error;
 use crate::policy::{budget, retry, timeout};
+use sdk_runtime::Id;
 use sdk_runtime::policy::Conflict;
 use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
 
@@ -48,15 +49,16 @@ pub static COMPLETE: Endpoint = Endpoint {
     route: RouteIx::new(1),
 };
 
-/// Calls of `ai-gateway`.
+/// Calls of `ai-gateway`. Bound to one pipeline id: every call of a route that carries `X-Pipeline-Id` sends it (policy §10.1).
 #[derive(Clone, Copy)]
 pub struct AiGateway<'c> {
     client: &'c Client,
+    pipeline: &'c Id,
 }
 
 impl<'c> AiGateway<'c> {
-    pub(crate) fn new(client: &'c Client) -> Self {
-        Self { client }
+    pub(crate) fn new(client: &'c Client, pipeline: &'c Id) -> Self {
+        Self { client, pipeline }
     }
 
     /// Search a collection and rerank the hits (compound route). The first call after a deploy may load the rerank model: 60 s while deploy-suspected.
@@ -66,7 +68,7 @@ impl<'c> AiGateway<'c> {
     /// - Retry class: [`R1`](crate::policy::retry::R1), 3 attempts, exponential from 500 ms ×2 capped at 8 s, full jitter
     /// - Idempotent: yes
     /// - Budget: `retrieval`
-    /// - Carries `X-Pipeline-Id` when the client has a pipeline id
+    /// - Carries `X-Pipeline-Id`: the pipeline id the handle was made with
     /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (T22), [`CircuitOpen`](crate::ErrorClass::CircuitOpen) (T21), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (T31), [`Deadline`](crate::ErrorClass::Deadline) (T20), [`Connection`](crate::ErrorClass::Connection) (T1), [`Redirect`](crate::ErrorClass::Redirect) (T26), [`ClientContract`](crate::ErrorClass::ClientContract) (T2), [`BadRequest`](crate::ErrorClass::BadRequest) (T27), [`BudgetExhausted`](crate::ErrorClass::BudgetExhausted) (T5), [`AdminGate`](crate::ErrorClass::AdminGate) (T4), [`Auth`](crate::ErrorClass::Auth) (T3), [`NotFound`](crate::ErrorClass::NotFound) (T6), [`PayloadTooLarge`](crate::ErrorClass::PayloadTooLarge) (T9), [`Validation`](crate::ErrorClass::Validation) (T10), [`RateLimited`](crate::ErrorClass::RateLimited) (T11), [`BadGateway`](crate::ErrorClass::BadGateway) (T12), [`Backpressure`](crate::ErrorClass::Backpressure) (T15), [`FeatureDark`](crate::ErrorClass::FeatureDark) (T13), [`SafetyClosed`](crate::ErrorClass::SafetyClosed) (T14), [`Ambiguous`](crate::ErrorClass::Ambiguous) (T16), [`ServerError`](crate::ErrorClass::ServerError) (T23), [`ClientError`](crate::ErrorClass::ClientError) (T25), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (T29), [`ResponseTooLarge`](crate::ErrorClass::ResponseTooLarge) (T30), [`Decode`](crate::ErrorClass::Decode) (T24)
     /// - Policy: §7, §8
     pub async fn search_rerank(
@@ -74,7 +76,10 @@ impl<'c> AiGateway<'c> {
         kb: &crate::ids::KbId,
         body: &crate::types::SearchRequest,
     ) -> Result<crate::types::SearchResults, Error> {
-        let call = Call::new(&SEARCH_RERANK).path(kb.as_str()).json(body);
+        let call = Call::new(&SEARCH_RERANK)
+            .pipeline(self.pipeline)
+            .path(kb.as_str())
+            .json(body);
         self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }
@@ -87,14 +92,14 @@ impl<'c> AiGateway<'c> {
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Ledger::totals`](crate::ledger::Ledger::totals) before sending it again
-    /// - Carries `X-Pipeline-Id` when the client has a pipeline id
+    /// - Carries `X-Pipeline-Id`: the pipeline id the handle was made with
     /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (T22), [`CircuitOpen`](crate::ErrorClass::CircuitOpen) (T21), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (T31), [`Deadline`](crate::ErrorClass::Deadline) (T20), [`Connection`](crate::ErrorClass::Connection) (T1), [`Redirect`](crate::ErrorClass::Redirect) (T26), [`ClientContract`](crate::ErrorClass::ClientContract) (T2), [`BadRequest`](crate::ErrorClass::BadRequest) (T27), [`BudgetExhausted`](crate::ErrorClass::BudgetExhausted) (T5), [`AdminGate`](crate::ErrorClass::AdminGate) (T4), [`Auth`](crate::ErrorClass::Auth) (T3), [`NotFound`](crate::ErrorClass::NotFound) (T6), [`PayloadTooLarge`](crate::ErrorClass::PayloadTooLarge) (T9), [`Validation`](crate::ErrorClass::Validation) (T10), [`RateLimited`](crate::ErrorClass::RateLimited) (T11), [`BadGateway`](crate::ErrorClass::BadGateway) (T12), [`Backpressure`](crate::ErrorClass::Backpressure) (T15), [`FeatureDark`](crate::ErrorClass::FeatureDark) (T13), [`SafetyClosed`](crate::ErrorClass::SafetyClosed) (T14), [`Ambiguous`](crate::ErrorClass::Ambiguous) (T16), [`ServerError`](crate::ErrorClass::ServerError) (T23), [`ClientError`](crate::ErrorClass::ClientError) (T25), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (T29), [`ResponseTooLarge`](crate::ErrorClass::ResponseTooLarge) (T30), [`Decode`](crate::ErrorClass::Decode) (T24)
     /// - Policy: §4.1, §7, §10.1 (inferred)
     pub async fn complete(
         &self,
         body: &crate::types::CompletionRequest,
     ) -> Result<crate::types::Completion, Error> {
-        let call = Call::new(&COMPLETE).json(body);
+        let call = Call::new(&COMPLETE).pipeline(self.pipeline).json(body);
         self.client.fail_fast(&call)?;
         Ok(self.client.send(call).await?.json()?)
     }

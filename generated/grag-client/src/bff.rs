@@ -116,7 +116,7 @@ impl<'c> Bff<'c> {
         self.client.follow_job(call)
     }
 
-    /// Status of an orchestrator job; the polling fallback of the progress stream and the re-poll after an ambiguous send. A terminal `failed` drives the re-upload path.
+    /// Status of an orchestrator job; the polling fallback of the progress stream. A terminal `failed` drives the re-upload path.
     ///
     /// - Route: `GET /next/api/pipeline/status/{job_id}`
     /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt

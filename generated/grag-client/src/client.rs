@@ -18,6 +18,7 @@ pub struct Config {
     warm_up: bool,
     pool_idle: Option<std::time::Duration>,
     redis_url: Option<String>,
+    production: bool,
 }
 
 impl Config {
@@ -30,12 +31,19 @@ impl Config {
             warm_up: false,
             pool_idle: None,
             redis_url: None,
+            production: false,
         }
     }
 
     /// Share the throttle with the other replicas through the Redis at `url` (`redis://host:port/db`): the budgets, the in-flight caps, Retry-After pauses, dark features and the breaker's probe are kept by the whole fleet. A URL that cannot work is refused when the client is built; an unreachable Redis is degraded mode (each replica at its share) with the `fleet_degraded` alert.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
         self.redis_url = Some(url.into());
+        self
+    }
+
+    /// A production deployment (`GRAG_PRODUCTION`): the calls of a lane whose auth has not landed (`auth.lanes_authenticated`: `bff`) are refused unsent.
+    pub fn production(mut self, production: bool) -> Self {
+        self.production = production;
         self
     }
 
@@ -59,7 +67,7 @@ impl Config {
         self
     }
 
-    /// Reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`, and `GRAG_REDIS_URL` when set (several replicas).
+    /// Reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`, `GRAG_PRODUCTION` (`true` or `1` in production), and `GRAG_REDIS_URL` when set (several replicas).
     pub fn from_env() -> Result<Self, ConfigError> {
         let tenant =
             TenantId::parse(&sdk_runtime::env_var("GRAG_TENANT")?).map_err(ConfigError::Tenant)?;
@@ -68,6 +76,7 @@ impl Config {
             sdk_runtime::env_var("GRAG_API_KEY")?,
             tenant,
         );
+        let config = config.production(sdk_runtime::env_flag("GRAG_PRODUCTION")?);
         match std::env::var("GRAG_REDIS_URL") {
             Ok(url) if !url.is_empty() => Ok(config.redis_url(url)),
             _ => Ok(config),
@@ -125,15 +134,9 @@ impl Grag {
             runtime = runtime.redis_url(url);
         }
 
+        runtime = runtime.production(config.production);
         let client = Client::with_override(&POLICY, policy, runtime)?;
         Ok(Self { client })
-    }
-
-    /// The same client, stamping `pipeline_id` on the routes that carry one.
-    pub fn with_pipeline_id(&self, pipeline_id: &PipelineId) -> Self {
-        Self {
-            client: self.client.with_pipeline_id(pipeline_id.id()),
-        }
     }
 
     /// The same client, noting the request ID of every call that reaches
@@ -159,9 +162,9 @@ impl Grag {
         &self.client
     }
 
-    /// Calls of `ai-gateway`.
-    pub fn ai_gateway(&self) -> crate::ai_gateway::AiGateway<'_> {
-        crate::ai_gateway::AiGateway::new(&self.client)
+    /// Calls of `ai-gateway`. They exist only behind a pipeline id: its calls carry `X-Pipeline-Id` (policy §10.1).
+    pub fn ai_gateway<'c>(&'c self, pipeline: &'c PipelineId) -> crate::ai_gateway::AiGateway<'c> {
+        crate::ai_gateway::AiGateway::new(&self.client, pipeline.id())
     }
 
     /// Calls of `bff`.

@@ -99,7 +99,7 @@ impl<'c> Docfold<'c> {
         Ok(self.client.send(call).await?.json()?)
     }
 
-    /// The latest conversion started for a document; a 404 means none. The read that settles a convert whose outcome is unknown.
+    /// The latest conversion started for a document; a 404 with a detail of its own means none. FastAPI's default `{"detail": "Not Found"}` (an HTTPException(404) without a detail) reads exactly like a missing route, so it settles nothing: a convert in doubt then fails to the UI rather than risk a second, billed conversion. The read that settles a convert whose outcome is unknown.
     ///
     /// - Route: `GET /docfold/api/v1/documents/{document_id}/conversion`
     /// - Timeout class: [`default`](crate::policy::timeout::DEFAULT), 30 s per attempt

@@ -37,7 +37,7 @@ pub enum ErrorClass {
     StillProcessing,
     /// `payload_too_large` (row T9): Payload too large; split the batch (at most 256 points per upsert) and send again.
     PayloadTooLarge,
-    /// `validation` (row T10): Contract bug, never retried, except one extra attempt for a GET inside the deploy-suspected window (R2); page as contract drift.
+    /// `validation` (row T10): Contract bug, never retried, except one extra attempt for a GET inside the deploy-suspected window (R2); page as contract drift outside that window.
     Validation,
     /// `rate_limited` (row T11): Wait Retry-After plus jitter (2 s floor when absent); polling ×2 while hot.
     RateLimited,

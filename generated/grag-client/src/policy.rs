@@ -785,12 +785,12 @@ pub static POLICY: Policy = Policy {
             feeds_breaker: false,
             outcome_unknown: false,
             alert: Some("contract_drift"),
-            alert_outside_deploy: false,
+            alert_outside_deploy: true,
             feature_state: None,
             remember_for: None,
             escalate_to: None,
             replay: Replay::Deploy,
-            action: "Contract bug, never retried, except one extra attempt for a GET inside the deploy-suspected window (R2); page as contract drift.",
+            action: "Contract bug, never retried, except one extra attempt for a GET inside the deploy-suspected window (R2); page as contract drift outside that window.",
             message: Some(
                 "Die Anfrage wurde von den KI-Diensten abgelehnt. Das Team wurde benachrichtigt.",
             ),
@@ -1524,6 +1524,7 @@ pub static POLICY: Policy = Policy {
             path: &["kb-methodik"],
             body: Some("{\"query_text\":\"warmup\",\"top_k\":1}"),
             timeout: Some(timeout::LLM),
+            pipeline_id: Some("breaker-warm-up"),
         },
         WarmUpCall {
             endpoint: &crate::groundedness::SCORE,
@@ -1532,6 +1533,7 @@ pub static POLICY: Policy = Policy {
                 "{\"chunks\":[{\"chunk_id\":\"w1\",\"text\":\"warmup\"}],\"response_text\":\"warmup\"}",
             ),
             timeout: Some(timeout::LLM),
+            pipeline_id: None,
         },
     ],
     features: &[

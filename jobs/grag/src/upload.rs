@@ -235,7 +235,8 @@ enum Started {
     Yes(ConversionId),
     /// The route's own 404: none was started.
     No,
-    /// The platform has no such route: nobody can tell. The answer, for the UI.
+    /// The platform has no such route, or its 404 says nothing more than
+    /// one would (FastAPI's default detail): nobody can tell. The answer, for the UI.
     Unknowable(String),
 }
 

@@ -9,7 +9,7 @@ use super::Run;
 use crate::breaker::{Admission, CircuitState, Generation};
 use crate::call::Call;
 use crate::client::Client;
-use crate::endpoint::{Endpoint, ScopeNeed};
+use crate::endpoint::{Endpoint, Lane, ScopeNeed};
 use crate::error::{Class, Detail, Error};
 use crate::memory::Remembered;
 use crate::policy::{BudgetIx, OutcomeKind, Policy, StateTrigger, TaxonomyRow};
@@ -31,7 +31,9 @@ impl Client {
     /// client checked the indices of its own when it was built, so the
     /// entry at the descriptor's own position is the one to compare), a missing
     /// workspace, an ID of another kind as the workspace, a workspace on a
-    /// route that takes none. Path values are checked when the path is rendered.
+    /// route that takes none, a route that carries the pipeline header
+    /// without a pipeline id (its cost would be booked to no run). Path
+    /// values are checked when the path is rendered.
     pub(super) fn check_scope(&self, call: &Call<'_>) -> Result<(), Error> {
         let endpoint = call.endpoint;
         let policy = self.shared.policy;
@@ -52,6 +54,14 @@ impl Client {
                 (ScopeNeed::Public | ScopeNeed::Tenant, Some(_)) => {
                     format!("{} takes no workspace", endpoint.path)
                 }
+                _ if endpoint.pipeline_id && call.pipeline.is_none() => {
+                    format!("{} needs a pipeline id", endpoint.path)
+                }
+                _ if endpoint.lane == Lane::Keyless && self.shared.production => format!(
+                    "{} is on a lane whose auth has not landed (a proxy injects the key): \
+                     refused in production",
+                    endpoint.path
+                ),
                 _ => return Ok(()),
             }
         };

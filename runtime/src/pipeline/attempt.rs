@@ -123,9 +123,9 @@ impl Client {
             request = request.header(name.clone(), workspace.as_str());
         }
         if endpoint.pipeline_id
-            && let (Some(pipeline), Some(name)) = (&self.pipeline_id, &origin.pipeline)
+            && let (Some(pipeline), Some(name)) = (call.pipeline, &origin.pipeline)
         {
-            request = request.header(name.clone(), pipeline.as_ref());
+            request = request.header(name.clone(), pipeline);
         }
         if let Some(body) = &call.body {
             request = request

@@ -323,10 +323,7 @@ impl Client {
                 tenant: self.tenant().as_str(),
                 workspace: call.workspace.map(|w| w.as_str()),
                 path_values: &values[..fields],
-                pipeline_id: self
-                    .pipeline_id
-                    .as_deref()
-                    .filter(|_| call.endpoint.pipeline_id),
+                pipeline_id: call.pipeline.filter(|_| call.endpoint.pipeline_id),
             });
         let name = policy.alerts.retry_exhausted;
         let Some(alarm) = &self.shared.exhaustion else {

@@ -61,9 +61,9 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     let _ = grag.workspaces().put_settings(&settings).await?;
 
     let pipeline = grag_client::PipelineId::parse("run-7")?;
-    let run = grag.with_pipeline_id(&pipeline);
-    let _hits = run
-        .ai_gateway()
+    // The ai-gateway calls exist only as part of a run (X-Pipeline-Id).
+    let ai = grag.ai_gateway(&pipeline);
+    let _hits = ai
         .search_rerank(
             &kb,
             &SearchRequest {
@@ -72,8 +72,7 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
             },
         )
         .await?;
-    let _completion = run
-        .ai_gateway()
+    let _completion = ai
         .complete(&CompletionRequest {
             messages: Vec::new(),
             model: None,
