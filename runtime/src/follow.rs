@@ -764,7 +764,7 @@ mod tests {
         client
             .metrics_text()
             .lines()
-            .find(|l| l.starts_with("sdk_test_sse_fallback_total{"))
+            .find(|l| l.starts_with("sdk_test_sse_fallback_total{stream=\"jobs\"}"))
             .map(str::to_owned)
     }
 
@@ -795,7 +795,11 @@ mod tests {
         );
         assert_eq!(r.log, [("open", secs(0))], "no poll");
         assert_eq!(r.keepalives, 5);
-        assert_eq!(fallbacks(&r.client), None, "no fallback counted");
+        assert_eq!(
+            fallbacks(&r.client).as_deref(),
+            Some("sdk_test_sse_fallback_total{stream=\"jobs\"} 0"),
+            "no fallback counted"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -969,8 +973,8 @@ mod tests {
         );
         assert_eq!(r.seen.last(), Some(&(Seen::Completed("status"), secs(10))));
         assert_eq!(
-            fallbacks(&r.client),
-            None,
+            fallbacks(&r.client).as_deref(),
+            Some("sdk_test_sse_fallback_total{stream=\"jobs\"} 0"),
             "polling by choice is no fallback"
         );
 

@@ -543,7 +543,13 @@ mod tests {
             text.contains(r#"error_class="ok",retried="false"} 1"#),
             "{text}"
         );
-        assert!(!text.contains("sse_fallback_total{"), "{text}");
+        // Every stream's fallback series is there from the start, at 0.
+        let fallbacks: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("sse_fallback_total{"))
+            .collect();
+        assert!(!fallbacks.is_empty(), "{text}");
+        assert!(fallbacks.iter().all(|l| l.ends_with(" 0")), "{text}");
     }
 
     #[tokio::test(start_paused = true)]
