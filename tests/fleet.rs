@@ -1,4 +1,4 @@
-//! Several replicas, one tenant (issue 17), measured at the simulator: the
+//! Several replicas, one tenant, measured at the simulator: the
 //! fleet's requests, whichever replica sent them, stay within the platform's
 //! limits, with the platform's own limits enforced by the simulator (a 429
 //! for every request past them, counted in its log).
@@ -720,8 +720,8 @@ fn check_limits(entries: &[LoggedRequest], margin: f64) {
     );
 }
 
-/// Every replica's count within `percent` of the mean (issue 17: ±10 %
-/// under equal demand). Waiters are served in the order they reached Redis
+/// Every replica's count within `percent` of the mean (±10 % under equal
+/// demand). Waiters are served in the order they reached Redis
 /// and hold nothing while they wait, so a replica the scheduler runs late
 /// loses only its own lateness, not its place.
 fn within_percent(what: &str, reports: &[Report], percent: f64, of: impl Fn(&Report) -> usize) {

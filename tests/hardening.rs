@@ -1,4 +1,4 @@
-//! The call path against hostile answers and bad configuration (issue 7):
+//! The call path against hostile answers and bad configuration:
 //! each test here failed on the code before it and names the defect it pins.
 //! The servers are the test's own (`recorder`), so an answer can be anything
 //! a hostile or broken server could send.
@@ -1031,7 +1031,7 @@ fn polling_never_drops_below_its_floor() {
     );
 }
 
-// ---- issue 12: pooled connections idle for less than the platform's keep-alive -----------------
+// ---- pooled connections idle for less than the platform's keep-alive -----------------
 
 /// A bare HTTP/1.1 server on 127.0.0.1:0 that answers every GET `[]` and
 /// keeps each connection open; it counts the connections it accepted.
@@ -1092,7 +1092,7 @@ async fn an_idle_pooled_connection_is_dropped_before_the_platform_s_keep_alive()
     );
 }
 
-// ---- issue 21 item 3: a proxy keep-alive shorter than the pool idle -----------------------------
+// ---- a proxy keep-alive shorter than the pool idle -----------------------------
 
 #[test]
 fn the_pool_idle_floor_and_the_keep_alive_margin_are_the_spec_s_and_below_the_platform_s() {

@@ -200,7 +200,7 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
     assert!(alert["detail_len"].as_u64().unwrap() > 0);
 }
 
-/// Issue 7, defect 10: a 2xx whose body does not decode is logged as T24,
+/// A 2xx whose body does not decode is logged as T24,
 /// not as `error_class: "ok"`: the line is written once the body is decoded.
 #[tokio::test]
 async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
@@ -223,7 +223,7 @@ async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
     server.stop().await;
 }
 
-/// Issue 12: pydantic's 422 quotes the rejected value (`input`, `ctx`), which
+/// Pydantic's 422 quotes the rejected value (`input`, `ctx`), which
 /// for GRAG is Mandanten content. Of such a detail only `type`, `loc` and
 /// `msg` go anywhere: not the marker the request carried, in no Display,
 /// Debug, `detail()`, log line, alert or metric.

@@ -1,5 +1,5 @@
 //! The client against what real servers do that a server written from the
-//! spec would not (issue 12), on the simulator: streams that end cleanly
+//! spec would not, on the simulator: streams that end cleanly
 //! before their terminal event, uvicorn closing the connection after an
 //! unhandled error and after its keep-alive timeout, sse-starlette's CRLF
 //! lines and pings. (The pydantic 422 that quotes the request is in
@@ -209,7 +209,7 @@ fn completion() -> CompletionRequest {
     }
 }
 
-/// Issue 12 measured 4 of 20 completions failing right after a 500 on
+/// A run against uvicorn saw 4 of 20 completions failing right after a 500 on
 /// uvicorn, which closes the connection after an unhandled error without
 /// `Connection: close`. Each of the 20 here follows such a 500 at once.
 #[tokio::test]

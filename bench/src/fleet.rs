@@ -1,4 +1,4 @@
-//! The fleet rows (issue 17): what sharing the budgets through Redis costs.
+//! The fleet rows: what sharing the budgets through Redis costs.
 //!
 //! - Admission through Redis (the fleet stage alone: its EVALSHA of the
 //!   admission script, whose lease the next admission gives back by taking

@@ -301,7 +301,7 @@ pub struct Throttle {
     pub source: Source,
 }
 
-/// How replicas share the throttle (issue 17).
+/// How replicas share the throttle.
 #[derive(Debug)]
 pub struct Fleet {
     /// `backend: redis`: a client needs a Redis URL.

@@ -1076,7 +1076,7 @@ fn an_enum_value_may_not_make_the_variant_self() {
     );
 }
 
-// Issue 22: what the spec mutation fuzz (tests/spec_fuzz.rs) found, one
+// What the spec mutation fuzz (tests/spec_fuzz.rs) found, one
 // case per class, each refused with file, line and field (or generated).
 
 /// A copy of the spec of `api` in a temporary root, as `root/spec/<api>/`.

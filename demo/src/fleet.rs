@@ -1,5 +1,5 @@
 //! Step 10: three replicas keep one budget through Redis, and carry on at
-//! their share when Redis stops (issue 17).
+//! their share when Redis stops.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,5 +1,5 @@
 //! The SSE parser against the crates a user could pick instead, on the same
-//! bytes in the same run (issue 9), in MB/s of input:
+//! bytes in the same run, in MB/s of input:
 //!
 //! - `job_progress`: ingest progress as the relay sends it, small
 //!   `event: node_start` events with a `: keepalive` comment after every

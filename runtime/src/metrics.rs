@@ -42,7 +42,7 @@ struct DecisionLabels {
 }
 
 #[cfg(feature = "redis")]
-/// The fleet's metrics (issue 17), registered with the client's: clones
+/// The fleet's metrics, registered with the client's: clones
 /// share the same series.
 #[derive(Clone, Debug)]
 pub(crate) struct FleetMetrics {

@@ -1,4 +1,4 @@
-//! The platform's own limits, as the platform keeps them (issue 17): per
+//! The platform's own limits, as the platform keeps them: per
 //! egress address and tenant, Traefik's request ceiling and the AI
 //! gateway's retrieval bucket. Past either, the answer is a 429 without
 //! `Retry-After`, as Traefik's rate limiter sends it; each such answer is

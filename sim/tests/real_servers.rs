@@ -1,5 +1,5 @@
 //! What real servers do that a server written from the spec would not
-//! (issue 12), on the wire: pydantic's 422 quoting the request, uvicorn
+//!, on the wire: pydantic's 422 quoting the request, uvicorn
 //! closing the connection after an unhandled error and after its keep-alive
 //! timeout, streams that end cleanly before their terminal event, and
 //! sse-starlette's CRLF lines and pings.

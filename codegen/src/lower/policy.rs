@@ -526,7 +526,7 @@ impl Cx<'_> {
     }
 
     /// The fleet section: how replicas share the throttle through Redis.
-    /// The bounds come from what the fleet promises (issue 17): an outage is
+    /// The bounds come from what the fleet promises: an outage is
     /// seen within 1 s, a returned Redis is used again within 2 s, and a
     /// crashed replica's slots come back within one lease.
     pub(super) fn fleet(

@@ -1,4 +1,4 @@
--- One admission of one request, on Redis time (issue 17). The policy's
+-- One admission of one request, on Redis time. The policy's
 -- numbers are rendered above this line (see prelude.lua).
 -- KEYS[1] the tenant's state hash, then the admission's lease sets
 -- (in-flight caps) and rolling windows, told apart by name.

@@ -1,5 +1,5 @@
 -- A request a degraded replica sent on its own share, booked in the shared
--- budgets when Redis takes the call (issue 17): a replica that found Redis
+-- budgets when Redis takes the call: a replica that found Redis
 -- too slow while the others still reach it must not add its share on top
 -- of theirs. Unconditional: it was sent already.
 -- KEYS[1] the state hash, then the request's lease sets (held until

@@ -1,5 +1,5 @@
 -- A route answered dark to one replica (T13): dark for every replica for
--- the same time (issue 17).
+-- the same time.
 -- KEYS[1] the state hash; ARGV: the route's dark field, the mark, for how
 -- long (µs). The field holds "<end> <mark>"; a mark that ended is no
 -- longer read, and the heartbeat removes it.

@@ -1,4 +1,4 @@
--- A Retry-After seen by one replica pauses every replica (issue 17): the
+-- A Retry-After seen by one replica pauses every replica: the
 -- pause lasts until the latest instant any of them was told, in Redis time.
 -- KEYS[1] the state hash; ARGV[1] the wait in µs.
 local t = redis.call('TIME')

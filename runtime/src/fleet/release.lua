@@ -1,4 +1,4 @@
--- Ends the leases of this replica's admissions that ended (issue 17), when
+-- Ends the leases of this replica's admissions that ended, when
 -- no admission of its own took their members again first.
 -- KEYS the lease sets; ARGV the members. Scored `now`: no longer counted,
 -- trimmed by the heartbeat. XX: a member (or set) not there is not made.

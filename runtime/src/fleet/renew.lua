@@ -1,4 +1,4 @@
--- The heartbeat of one replica (issue 17): says it is live for one lease,
+-- The heartbeat of one replica: says it is live for one lease,
 -- renews the leases it holds, answers the live replicas' ids, and keeps the
 -- tenant's keys tidy (the admissions do not trim): ended leases, window
 -- slots older than one window and dark marks that ended go.

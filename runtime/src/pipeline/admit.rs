@@ -175,7 +175,7 @@ impl Client {
                 Err(_) => return Err(run.deadline_error(None, false)),
             },
         };
-        // The fleet's share, after this replica's own (issue 17).
+        // The fleet's share, after this replica's own.
         let fleet = match self.fleet_stage(call, budgets, run.deadline).await {
             Ok(slots) => slots,
             Err(None) => return Err(run.deadline_error(None, false)),

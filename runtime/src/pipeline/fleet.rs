@@ -1,4 +1,4 @@
-//! The fleet stage (issue 17): this call's share of the budgets several
+//! The fleet stage: this call's share of the budgets several
 //! replicas keep as one tenant. Compiled to nothing without the `redis` feature.
 
 use std::time::Duration;
