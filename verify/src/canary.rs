@@ -337,7 +337,11 @@ impl Flow<'_> {
             top_k: 3,
         };
         self.step("search", async {
-            let hits = grag.ai_gateway(self.pipeline).search_rerank(kb, &query).await?.results;
+            let hits = grag
+                .ai_gateway(self.pipeline)
+                .search_rerank(kb, &query)
+                .await?
+                .results;
             let fixture = hits.iter().any(|h| {
                 h.document_id
                     .as_ref()
