@@ -317,15 +317,7 @@ async fn the_retry_exhaustion_line_carries_the_calls_context() {
             .into_response()
     })
     .await;
-    let core = core_client::Core::new(
-        core_client::Config::new(
-            server.url(),
-            "core-key",
-            core_client::TenantId::parse("tenant-1").unwrap(),
-        )
-        .retry_backoff(std::time::Duration::ZERO),
-    )
-    .unwrap();
+    let core = core_at(&server.url());
     let error = core
         .sessions()
         .get_session(&core_client::SessionId::parse("s-77").unwrap())
@@ -333,12 +325,7 @@ async fn the_retry_exhaustion_line_carries_the_calls_context() {
         .unwrap_err();
     assert_eq!(error.attempts(), 2, "{error}");
 
-    let grag = Grag::new(Config::new(
-        server.url(),
-        "key",
-        TenantId::parse("knoll").unwrap(),
-    ))
-    .unwrap();
+    let grag = grag_at(&server.url());
     let workspace = WorkspaceId::parse("ws-7").unwrap();
     let e = grag
         .kg(&workspace)
@@ -407,12 +394,7 @@ async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo()
         response
     })
     .await;
-    let grag = Grag::new(Config::new(
-        server.url(),
-        "key",
-        TenantId::parse("knoll").unwrap(),
-    ))
-    .unwrap();
+    let grag = grag_at(&server.url());
     // A job queue's client: the server's wait ends the call instead of being slept.
     let run = grag.deferring_server_waits();
     let pipeline = PipelineId::parse("gutachten-a-042-run-7").unwrap();
@@ -493,12 +475,7 @@ async fn a_handle_on_the_client_collects_the_request_ids_of_its_calls() {
         response
     })
     .await;
-    let grag = Grag::new(Config::new(
-        server.url(),
-        "key",
-        TenantId::parse("knoll").unwrap(),
-    ))
-    .unwrap();
+    let grag = grag_at(&server.url());
     let refs = RequestRefs::new();
     let run = grag.noting_requests(&refs);
     let kbs: Vec<_> = run.workspaces().list_kbs().await.unwrap();
@@ -557,6 +534,18 @@ fn assert_withheld(error: &sdk_runtime::Error, alerts: String, logs: String, kin
         "the text stays reachable on purpose: {:?}",
         error.server_text()
     );
+}
+
+/// A Grag client of tenant `knoll` against `url`.
+fn grag_at(url: &str) -> Grag {
+    Grag::new(Config::new(url, "key", TenantId::parse("knoll").unwrap())).unwrap()
+}
+
+/// A Core client against `url` that retries at once.
+fn core_at(url: &str) -> core_client::Core {
+    let tenant = core_client::TenantId::parse("tenant-1").unwrap();
+    let config = core_client::Config::new(url, "core-key", tenant);
+    core_client::Core::new(config.retry_backoff(std::time::Duration::ZERO)).unwrap()
 }
 
 fn plain(status: u16, content_type: &str, body: String) -> axum::response::Response {
@@ -630,12 +619,7 @@ async fn the_platform_s_json_detail_is_what_display_shows() {
         )
     })
     .await;
-    let grag = Grag::new(Config::new(
-        server.url(),
-        "key",
-        TenantId::parse("knoll").unwrap(),
-    ))
-    .unwrap();
+    let grag = grag_at(&server.url());
     let error = grag.workspaces().list_kbs().await.unwrap_err();
     server.stop().await;
     assert_eq!(error.detail(), Some("Profile not running"));
@@ -666,15 +650,7 @@ async fn a_core_plain_text_error_body_is_withheld_and_its_json_detail_shown() {
         };
         let sent = body.clone();
         let server = Recorder::start(move |_| plain(status, content_type, sent.clone())).await;
-        let core = core_client::Core::new(
-            core_client::Config::new(
-                server.url(),
-                "core-key",
-                core_client::TenantId::parse("tenant-1").unwrap(),
-            )
-            .retry_backoff(std::time::Duration::ZERO),
-        )
-        .unwrap();
+        let core = core_at(&server.url());
         let error = core
             .sessions()
             .get_session(&core_client::SessionId::parse("s-1").unwrap())
@@ -702,12 +678,7 @@ async fn a_stream_error_frame_not_in_the_platform_s_shape_is_withheld() {
         )
     })
     .await;
-    let grag = Grag::new(Config::new(
-        server.url(),
-        "key",
-        TenantId::parse("knoll").unwrap(),
-    ))
-    .unwrap();
+    let grag = grag_at(&server.url());
     let session = grag_client::SessionId::parse("session-1").unwrap();
     let mut relay = grag.bff().agent_session_stream(&session).await.unwrap();
     let error = loop {
@@ -735,12 +706,7 @@ async fn a_stream_error_frame_not_in_the_platform_s_shape_is_withheld() {
 async fn a_body_that_does_not_decode_keeps_its_values_out_of_display() {
     let server =
         Recorder::start(|_| plain(200, "application/json", format!(r#""{SECRET}""#))).await;
-    let grag = Grag::new(Config::new(
-        server.url(),
-        "key",
-        TenantId::parse("knoll").unwrap(),
-    ))
-    .unwrap();
+    let grag = grag_at(&server.url());
     let error = grag.workspaces().list_kbs().await.unwrap_err();
     server.stop().await;
     assert_eq!(error.row(), "T24", "{error}");

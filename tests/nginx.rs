@@ -30,33 +30,16 @@ use grag_sim::testkit::{self, KEY, TENANT};
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use harness::{Nginx, Setup};
 use sdk_runtime::alerts::CollectAlerts;
-use sdk_runtime::policy::BufferingRule;
 use sdk_runtime::{JobProgress, Policy, TurnUpdate};
 
 /// Only bounds a test that would otherwise hang; never an assertion about speed.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// The spec's policy at 1/5 (attempt timeout 6 s, watchdog 9 s, polling
-/// every second), with the buffering rule's burst left at the spec's 250 ms:
-/// a proxy's burst is one write, however fast the machine; the silence is
-/// the simulator's job time, which only gets longer on a slow one.
+/// every second), the buffering burst at the spec's 250 ms; the silence is
+/// the simulator's job time, which only gets longer on a slow machine.
 fn policy() -> &'static Policy {
-    static POLICY_5: OnceLock<&'static Policy> = OnceLock::new();
-    POLICY_5.get_or_init(|| {
-        let scaled = POLICY.scaled(5);
-        let rule = POLICY
-            .buffering
-            .as_ref()
-            .expect("GRAG has a buffering rule");
-        let buffering = Some(BufferingRule {
-            silent_for: scaled.buffering.as_ref().unwrap().silent_for,
-            ..rule.clone()
-        });
-        Box::leak(Box::new(Policy {
-            buffering,
-            ..scaled.clone()
-        }))
-    })
+    grag_sim::testkit::buffering_policy(5)
 }
 
 /// The simulator at 1/1000, its jobs held until their first subscriber and

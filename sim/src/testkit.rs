@@ -44,6 +44,28 @@ pub fn policy(divisor: u32) -> &'static Policy {
         .or_insert_with(|| POLICY.scaled(divisor))
 }
 
+/// [`policy`] with its buffering rule's burst left at the spec's 250 ms:
+/// a proxy's burst is one write however fast the machine is, so only the
+/// silence that reveals it (`silent_for`) is scaled. For the tests behind a
+/// real buffering proxy.
+pub fn buffering_policy(divisor: u32) -> &'static Policy {
+    static SCALED: Mutex<Option<HashMap<u32, &'static Policy>>> = Mutex::new(None);
+    let mut scaled = SCALED.lock().unwrap_or_else(|e| e.into_inner());
+    let scaled = scaled.get_or_insert_with(HashMap::new);
+    scaled.entry(divisor).or_insert_with(|| {
+        let policy = self::policy(divisor);
+        let rule = POLICY.buffering.as_ref().expect("GRAG has a buffering rule");
+        let buffering = Some(sdk_runtime::policy::BufferingRule {
+            silent_for: policy.buffering.as_ref().unwrap().silent_for,
+            ..rule.clone()
+        });
+        Box::leak(Box::new(Policy {
+            buffering,
+            ..policy.clone()
+        }))
+    })
+}
+
 /// The simulator's real timings divided by `divisor` (1000: the 20 s
 /// keepalive is 20 ms), see [`SimConfig::scaled`].
 pub fn sim_config(divisor: u32) -> SimConfig {

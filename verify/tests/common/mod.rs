@@ -6,37 +6,18 @@
 #[path = "../../../tests/nginx/harness.rs"]
 pub mod harness;
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use grag_client::policy::POLICY;
 use grag_client::{Config, Grag, TenantId};
 use grag_sim::testkit::{self, KEY, TENANT};
 use grag_sim::{Sim, SimConfig};
 use harness::{Nginx, Setup};
 use sdk_runtime::Policy;
-use sdk_runtime::policy::BufferingRule;
 
 /// The spec's policy at 1/5 (buffering seen after 1 s of silence), the
-/// buffering rule's burst left at the spec's 250 ms: a proxy's burst is one
-/// write however fast the machine is.
+/// buffering burst at the spec's 250 ms.
 pub fn policy() -> &'static Policy {
-    static POLICY_5: OnceLock<&'static Policy> = OnceLock::new();
-    POLICY_5.get_or_init(|| {
-        let scaled = POLICY.scaled(5);
-        let rule = POLICY
-            .buffering
-            .as_ref()
-            .expect("GRAG has a buffering rule");
-        let buffering = Some(BufferingRule {
-            silent_for: scaled.buffering.as_ref().unwrap().silent_for,
-            ..rule.clone()
-        });
-        Box::leak(Box::new(Policy {
-            buffering,
-            ..scaled.clone()
-        }))
-    })
+    testkit::buffering_policy(5)
 }
 
 /// The simulator at 1/1000, each job held until its first subscriber and
