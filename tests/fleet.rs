@@ -13,6 +13,10 @@
 //! Phases are driven by request counts in the simulator's log, never by
 //! wall-clock windows; the bounds are checked over every window of the log.
 
+#[path = "nginx/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -189,6 +193,53 @@ async fn sim() -> Sim {
         .await
         .expect("the KB is created");
     sim
+}
+
+/// nginx's `limit_req` in front of the simulator, limiting as the
+/// platform's proxies do: 100 requests per second per address and 120
+/// retrieval calls per minute, a 429 past either (each a leaky bucket that
+/// takes a second's or a minute's worth at once: never tighter than the
+/// policy's rolling windows, so any 429 is the fleet's fault). `None`, after
+/// saying how to run it, where nginx is not installed (`SDK_REQUIRE_NGINX=1`
+/// makes that a failure); the simulator's own limits still count then.
+struct Limiter {
+    nginx: Option<harness::Nginx>,
+    url: String,
+}
+
+impl Limiter {
+    fn before(sim: &Sim) -> Limiter {
+        let Some(binary) = harness::binary() else {
+            return Limiter {
+                nginx: None,
+                url: sim.url(),
+            };
+        };
+        let retrieval = "location ~ ^/ai-gateway/api/v1/retrieval/ { proxy_pass http://$UPSTREAM; \
+             limit_req zone=ceiling burst=100 nodelay; limit_req zone=retrieval burst=119 nodelay; }";
+        let setup = harness::Setup::default()
+            .http("limit_req_zone $binary_remote_addr zone=ceiling:1m rate=100r/s;")
+            .http("limit_req_zone $binary_remote_addr zone=retrieval:1m rate=120r/m;")
+            .http("limit_req_status 429;")
+            .server(retrieval)
+            .location("limit_req zone=ceiling burst=100 nodelay;");
+        let nginx = harness::Nginx::start(&binary, sim.addr(), &setup);
+        let url = nginx.url();
+        Limiter {
+            nginx: Some(nginx),
+            url,
+        }
+    }
+
+    /// nginx's 429s (none without nginx), and how many requests it passed on.
+    fn limited(&self) -> (usize, usize) {
+        let Some(nginx) = &self.nginx else {
+            return (0, 0);
+        };
+        let lines = nginx.access();
+        let limited = lines.iter().filter(|a| a.status == 429).count();
+        (limited, lines.len())
+    }
 }
 
 // Environment of a replica process.
@@ -441,12 +492,14 @@ struct Replicas {
 }
 
 impl Replicas {
-    fn spawn(sim: &Sim, redis: &RedisServer, mode: &str, n: usize) -> Replicas {
-        Self::spawn_with(sim, redis, mode, n, &[])
+    fn spawn(url: &str, redis: &RedisServer, mode: &str, n: usize) -> Replicas {
+        Self::spawn_with(url, redis, mode, n, &[])
     }
 
+    /// `n` replicas of `mode` on the platform at `url` (the simulator, or
+    /// a limiter in front of it) and `redis`.
     fn spawn_with(
-        sim: &Sim,
+        url: &str,
         redis: &RedisServer,
         mode: &str,
         n: usize,
@@ -458,7 +511,7 @@ impl Replicas {
                 let name = format!("r{i}");
                 let child = Command::new(std::env::current_exe().expect("the test binary"))
                     .args(["replica_process", "--exact", "--ignored", "--nocapture"])
-                    .env(SIM_URL, sim.url())
+                    .env(SIM_URL, url)
                     .env(REDIS_URL, redis.url())
                     .env(MODE, mode)
                     .env(DIR, dir.path())
@@ -656,7 +709,8 @@ async fn three_replicas_keep_the_platform_s_limits_as_one_polite_tenant() {
     }
     let redis = RedisServer::start();
     let sim = sim().await;
-    let replicas = Replicas::spawn(&sim, &redis, "load", 3);
+    let limiter = Limiter::before(&sim);
+    let replicas = Replicas::spawn(&limiter.url, &redis, "load", 3);
     replicas.all_ready().await;
     let before = sim.log().entries().len();
     replicas.go();
@@ -666,6 +720,7 @@ async fn three_replicas_keep_the_platform_s_limits_as_one_polite_tenant() {
     let entries: Vec<LoggedRequest> = sim.log().entries().split_off(before);
     eprintln!("reports: {reports:?}, {} requests", entries.len());
     assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
+    assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
     check_limits(&entries, 1.0);
     // The fleet's budgets are kept by all: the platform saw the rolling
     // second full, not three replicas' worth of it.
@@ -678,6 +733,22 @@ async fn three_replicas_keep_the_platform_s_limits_as_one_polite_tenant() {
     let degradations: Vec<usize> = reports.iter().map(|r| r.degradations).collect();
     eprintln!("degradations per replica {degradations:?}");
     assert!(reports.iter().all(|r| !r.degraded), "{reports:?}");
+}
+
+/// The degraded fleet's rate at the platform, away from the switches (its
+/// first and last 100 requests): at least 90 % of its shares' sum, the
+/// rolling second's limit less the margin. A Redis retry that stalled the
+/// admissions would show as gaps.
+fn degraded_throughput(entries: &[LoggedRequest]) {
+    let middle = &entries[100..entries.len() - 100];
+    let span = middle[middle.len() - 1]
+        .arrived
+        .duration_since(middle[0].arrived);
+    let rate = (middle.len() - 1) as f64 / span.as_secs_f64();
+    let margin = policy().fleet.as_ref().unwrap().margin_percent;
+    let share = 57.0 * f64::from(100 - margin) / 100.0;
+    eprintln!("degraded: {rate:.1} req/s at the platform ({share:.1} the shares' sum)");
+    assert!(rate >= 0.9 * share, "degraded at {rate:.1} req/s");
 }
 
 /// A schema of the shared replay queue, dropped at the end.
@@ -744,7 +815,8 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
     let mut redis = RedisServer::start();
     let sim = sim().await;
     let env = [(PG_SCHEMA, queue.schema.as_str())];
-    let replicas = Replicas::spawn_with(&sim, &redis, "jobs", 3, &env);
+    let limiter = Limiter::before(&sim);
+    let replicas = Replicas::spawn_with(&limiter.url, &redis, "jobs", 3, &env);
     replicas.all_ready().await;
     let start = sim.log().entries().len();
     replicas.go();
@@ -766,10 +838,19 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
     let entries = sim.log().entries();
     eprintln!("reports: {reports:?}, {} requests", entries.len());
     assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
+    let (limited, passed) = limiter.limited();
+    eprintln!("nginx passed {passed} requests, answered {limited} with 429");
+    assert_eq!(limited, 0, "nginx's limit_req answered 429");
     check_limits(&entries[start..killed_at], 1.0);
     // While degraded each replica runs at its share: the fleet stays within
     // the limits (the spec's 5 % margin is the headroom for a stale count).
     check_limits(&entries[killed_at..restarted_at], 1.05);
+    // Across the whole run, the kill and the restart included: the
+    // restarted Redis came back empty, and was told what the fleet had
+    // sent in the last window before anyone sent more.
+    eprint!("whole run: ");
+    check_limits(&entries[start..], 1.0);
+    degraded_throughput(&entries[killed_at..restarted_at]);
     assert!(reports.iter().all(|r| !r.degraded), "{reports:?}");
     assert!(reports.iter().all(|r| r.degradations >= 1), "{reports:?}");
     // Before the kill the fleet shares through Redis: ±10 % as ever. While
@@ -820,7 +901,7 @@ async fn a_replica_killed_holding_leases_gives_them_back_within_one_lease() {
     }
     let redis = RedisServer::start();
     let sim = sim().await;
-    let mut holder = Replicas::spawn(&sim, &redis, "hold", 1);
+    let mut holder = Replicas::spawn(&sim.url(), &redis, "hold", 1);
     holder.all_ready().await;
     // The platform holds every list_kbs: the replica holds 8 leases.
     sim.faults().clear();
@@ -866,8 +947,38 @@ async fn a_replica_killed_holding_leases_gives_them_back_within_one_lease() {
     );
 }
 
-/// Two replicas in this process (separate clients, separate fleet members)
-/// on a Redis and a simulator of their own, while the test holds `SERIAL`.
+/// Replicas in this process (separate clients, separate fleet members) on
+/// a Redis and a simulator of their own, while the test holds `SERIAL`.
+struct InProcess {
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+    redis: RedisServer,
+    sim: Sim,
+    replicas: Vec<Grag>,
+}
+
+/// `n` replicas [`InProcess`], or `None` where no redis-server can be started.
+async fn in_process(n: usize) -> Option<InProcess> {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return None;
+    }
+    let redis = RedisServer::start();
+    let sim = testkit::start(testkit::sim_config(20)).await;
+    let replicas = (0..n)
+        .map(|_| {
+            let config = testkit::config(&sim, testkit::TENANT).redis_url(redis.url());
+            testkit::client_with(config, testkit::policy(20))
+        })
+        .collect();
+    Some(InProcess {
+        _serial,
+        redis,
+        sim,
+        replicas,
+    })
+}
+
+/// Two replicas [`InProcess`].
 struct TwoReplicas {
     _serial: tokio::sync::MutexGuard<'static, ()>,
     redis: RedisServer,
@@ -876,19 +987,14 @@ struct TwoReplicas {
     b: Grag,
 }
 
-/// [`TwoReplicas`], or `None` where no redis-server can be started.
 async fn two_replicas() -> Option<TwoReplicas> {
-    let _serial = SERIAL.lock().await;
-    if !redis_available() {
-        return None;
-    }
-    let redis = RedisServer::start();
-    let sim = testkit::start(testkit::sim_config(20)).await;
-    let make = || {
-        let config = testkit::config(&sim, testkit::TENANT).redis_url(redis.url());
-        testkit::client_with(config, testkit::policy(20))
-    };
-    let (a, b) = (make(), make());
+    let InProcess {
+        _serial,
+        redis,
+        sim,
+        replicas,
+    } = in_process(2).await?;
+    let [a, b] = <[Grag; 2]>::try_from(replicas).ok()?;
     Some(TwoReplicas {
         _serial,
         redis,
@@ -980,7 +1086,7 @@ async fn a_dark_feature_seen_by_one_replica_is_not_asked_by_the_other() {
 
 /// Every route fails, /health too, so the breakers stay open; three
 /// distinct endpoints fail on each replica, so each one's own breaker opens.
-async fn open_both_breakers(sim: &Sim, replicas: [&Grag; 2]) {
+async fn open_breakers(sim: &Sim, replicas: &[Grag]) {
     for route in ["list_kbs", "list_documents", "get_settings", "health"] {
         sim.faults().push(Rule::new(Fault::BadGateway).on(route));
     }
@@ -1007,7 +1113,9 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
     else {
         return;
     };
-    open_both_breakers(&sim, [&a, &b]).await;
+    // Held to the end: a client dropped ends its probe loop.
+    let replicas = [a, b];
+    open_breakers(&sim, &replicas).await;
     let probes = |sim: &Sim| sim.log().count("health");
     for _ in 0..2000 {
         if probes(&sim) >= 12 {
@@ -1028,10 +1136,82 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_fleet_sends_one_canary_when_its_breakers_half_open_not_one_per_replica() {
-    let Some(TwoReplicas {
+async fn three_replicas_send_one_canary_and_every_breaker_closes_on_it() {
+    let Some(InProcess {
         _serial,
         redis: _redis,
+        sim,
+        replicas,
+    }) = in_process(3).await
+    else {
+        return;
+    };
+    open_breakers(&sim, &replicas).await;
+    // The platform is back: the probes see it, one replica half-opens and
+    // sends the fleet's canary, the others close on its answer.
+    let breaker = testkit::policy(20).breaker.as_ref().unwrap();
+    let canary = breaker.canary.operation;
+    let before = sim.log().count(canary);
+    sim.faults().clear();
+    let back = Instant::now();
+    let closed =
+        |grag: &Grag| grag.runtime().circuit_state() == sdk_runtime::breaker::CircuitState::Closed;
+    let mut closed_at: Vec<Option<Duration>> = vec![None; replicas.len()];
+    for _ in 0..6000 {
+        for (at, grag) in closed_at.iter_mut().zip(&replicas) {
+            if at.is_none() && closed(grag) {
+                *at = Some(back.elapsed());
+            }
+        }
+        if closed_at.iter().all(Option::is_some) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("breakers closed {closed_at:?} after the platform's return");
+    let closed_at: Vec<Duration> = closed_at
+        .into_iter()
+        .map(|at| at.expect("closed"))
+        .collect();
+    // One canary closed them all: the others took its answer.
+    assert_eq!(sim.log().count(canary) - before, 1, "canaries sent");
+    // The last within one probe interval (and the canary's own time) of
+    // the first: by its next probe, not by probes of its own.
+    let (first, last) = (
+        closed_at.iter().min().unwrap(),
+        closed_at.iter().max().unwrap(),
+    );
+    let slack = breaker.probe_interval;
+    assert!(
+        *last - *first <= breaker.probe_interval + breaker.canary_timeout + slack,
+        "closed {first:?} .. {last:?} ({:?} interval)",
+        breaker.probe_interval
+    );
+}
+
+/// Writes what a replica's passed canary leaves in Redis: the Redis time
+/// it saw the 200 at, kept for `for_`.
+async fn canary_passed(redis: &RedisServer, for_: Duration) {
+    let mut connection = connection(redis).await;
+    let (secs, us): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    redis::cmd("SET")
+        .arg("{grag:knoll}:canary")
+        .arg(secs * 1_000_000 + us)
+        .arg("PX")
+        .arg(for_.as_millis() as u64)
+        .query_async::<()>(&mut connection)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_another_replica_passed_after_the_open_closes_every_breaker_by_its_next_probe() {
+    let Some(TwoReplicas {
+        _serial,
+        redis,
         sim,
         a,
         b,
@@ -1039,21 +1219,35 @@ async fn the_fleet_sends_one_canary_when_its_breakers_half_open_not_one_per_repl
     else {
         return;
     };
-    open_both_breakers(&sim, [&a, &b]).await;
-    // The platform is back: the probes see it, both breakers half-open.
     let breaker = testkit::policy(20).breaker.as_ref().unwrap();
-    let canary = breaker.canary.operation;
-    let before = sim.log().count(canary);
-    sim.faults().clear();
-    let closed =
-        |grag: &Grag| grag.runtime().circuit_state() == sdk_runtime::breaker::CircuitState::Closed;
-    for _ in 0..3000 {
-        if closed(&a) && closed(&b) {
+    let interval = breaker.probe_interval;
+    let state = |grag: &Grag| grag.runtime().circuit_state();
+    use sdk_runtime::breaker::CircuitState;
+    // A pass from before the breakers opened says nothing of this outage.
+    canary_passed(&redis, interval * 20).await;
+    let replicas = [a, b];
+    open_breakers(&sim, &replicas).await;
+    tokio::time::sleep(interval * 3).await;
+    for grag in &replicas {
+        assert_eq!(state(grag), CircuitState::Open);
+    }
+    // Another replica's canary passed now: /health still fails here, yet
+    // each breaker closes on that 200 at its next probe.
+    canary_passed(&redis, interval * 2).await;
+    let passed = Instant::now();
+    for _ in 0..2000 {
+        if replicas.iter().all(|g| state(g) == CircuitState::Closed) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(closed(&a) && closed(&b), "both breakers close");
-    // One canary closed both: the other replica took its answer.
-    assert_eq!(sim.log().count(canary) - before, 1, "canaries sent");
+    let took = passed.elapsed();
+    eprintln!("both closed {took:?} after the pass ({interval:?} interval)");
+    for grag in &replicas {
+        assert_eq!(state(grag), CircuitState::Closed);
+    }
+    assert!(
+        took <= interval * 4 + Duration::from_secs(2),
+        "closed {took:?} after the pass"
+    );
 }

@@ -327,6 +327,44 @@ async fn a_600_point_upsert_answered_413_lands_as_3_batches_of_at_most_256() {
 }
 
 #[tokio::test]
+async fn a_single_point_refused_413_on_the_first_run_fails_without_a_replay_failure() {
+    let q = Queue::start().await;
+    q.env.sim.faults().push(
+        Rule::new(Fault::Status {
+            status: 413,
+            detail: "point too large".into(),
+            retry_after: None,
+        })
+        .on("upsert_points"),
+    );
+    let job = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(job.state, JobState::Failed, "{job:?}");
+    assert_eq!(q.env.statuses("upsert_points"), vec![Some(413)]);
+    // Refused on its first run: the job's own error, not a replay failure,
+    // and the series the `replay_failures` rule reads stays at 0.
+    assert!(
+        !q.env.alert_names().contains(&"replay_failures"),
+        "{:?}",
+        q.env.alert_names()
+    );
+    assert!(
+        q.env
+            .grag
+            .runtime()
+            .metrics_text()
+            .contains("grag_client_alerts_total{alert=\"replay_failures\"} 0"),
+        "{}",
+        q.env.grag.runtime().metrics_text()
+    );
+    assert!(
+        q.jobs
+            .metrics_text()
+            .await
+            .contains("knoll_replay_failures_total 1")
+    );
+}
+
+#[tokio::test]
 async fn a_503_with_retry_after_requeues_the_job_for_after_the_wait() {
     let q = Queue::start().await;
     q.env.sim.faults().push(

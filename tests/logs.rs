@@ -532,3 +532,232 @@ async fn a_handle_on_the_client_collects_the_request_ids_of_its_calls() {
     assert!(refs.take().is_empty(), "taken");
     server.stop().await;
 }
+
+/// What a 500/502 body in no shape of the platform's looks like in each place
+/// an error goes: its text only in `server_text()`, never in Display, Debug,
+/// `detail()`, an alert or a log line.
+fn assert_withheld(error: &sdk_runtime::Error, alerts: String, logs: String, kind: &str) {
+    let detail = error.detail().expect("a summary in place of the text");
+    assert!(
+        detail.starts_with(&format!("not the platform's error shape: {kind}, ")),
+        "{detail}"
+    );
+    assert!(detail.contains(" bytes, sha256 "), "{detail}");
+    let places = [
+        ("Display", error.to_string()),
+        ("Debug", format!("{error:?}")),
+        ("detail()", detail.to_owned()),
+        ("alerts", alerts),
+        ("logs", logs),
+    ];
+    for (place, text) in places {
+        assert!(!text.contains(SECRET), "the body reached {place}:\n{text}");
+    }
+    assert!(
+        error.server_text().is_some_and(|t| t.contains(SECRET)),
+        "the text stays reachable on purpose: {:?}",
+        error.server_text()
+    );
+}
+
+fn plain(status: u16, content_type: &str, body: String) -> axum::response::Response {
+    axum::response::Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(axum::body::Body::from(body))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_plain_text_or_html_error_body_reaches_no_display_debug_or_log_line() {
+    let html = format!(
+        "<html><head><title>502 Bad Gateway</title></head><body><pre>{SECRET}</pre></body></html>"
+    );
+    for (status, content_type, body, row) in [
+        (500, "text/plain", format!("boom {SECRET}"), "T23"),
+        (502, "text/html", html, "T12"),
+        (
+            404,
+            "application/json",
+            format!(r#"{{"error":"{SECRET}"}}"#),
+            "T6",
+        ),
+    ] {
+        let captured = Captured::default();
+        let _guard = capture(&captured);
+        let sent = body.clone();
+        let server = Recorder::start(move |_| plain(status, content_type, sent.clone())).await;
+        let alerts = Arc::new(sdk_runtime::alerts::CollectAlerts::default());
+        let config = Config::new(server.url(), "key", TenantId::parse("knoll").unwrap())
+            .alerts(alerts.clone());
+        let error = Grag::new(config)
+            .unwrap()
+            .workspaces()
+            .list_kbs()
+            .await
+            .unwrap_err();
+        server.stop().await;
+        assert_eq!(
+            (error.row(), error.status()),
+            (row, Some(status)),
+            "{error}"
+        );
+        let alerts = format!("{:?}", alerts.taken());
+        if content_type == "text/html" {
+            // A page is one operator line, its title kept; the rest is withheld.
+            let detail = error.detail().unwrap();
+            assert!(detail.contains("\"502 Bad Gateway\""), "{detail}");
+            for text in [
+                error.to_string(),
+                format!("{error:?}"),
+                alerts,
+                captured.text(),
+            ] {
+                assert!(!text.contains(SECRET), "the page's text leaked:\n{text}");
+            }
+        } else {
+            assert_withheld(&error, alerts, captured.text(), content_type);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_platform_s_json_detail_is_what_display_shows() {
+    let server = Recorder::start(|_| {
+        plain(
+            503,
+            "application/json",
+            r#"{"detail":"Profile not running"}"#.into(),
+        )
+    })
+    .await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let error = grag.workspaces().list_kbs().await.unwrap_err();
+    server.stop().await;
+    assert_eq!(error.detail(), Some("Profile not running"));
+    assert!(
+        error.to_string().contains(": Profile not running"),
+        "{error}"
+    );
+    assert!(format!("{error:?}").contains("Profile not running"));
+    assert_eq!(error.server_text(), None, "nothing withheld");
+}
+
+#[tokio::test]
+async fn a_core_plain_text_error_body_is_withheld_and_its_json_detail_shown() {
+    for (status, body, shown) in [
+        (500, format!("Traceback: {SECRET}"), None),
+        (
+            409,
+            r#"{"detail":"session is closed"}"#.to_string(),
+            Some("session is closed"),
+        ),
+    ] {
+        let captured = Captured::default();
+        let _guard = capture(&captured);
+        let content_type = if shown.is_some() {
+            "application/json"
+        } else {
+            "text/plain"
+        };
+        let sent = body.clone();
+        let server = Recorder::start(move |_| plain(status, content_type, sent.clone())).await;
+        let core = core_client::Core::new(
+            core_client::Config::new(
+                server.url(),
+                "core-key",
+                core_client::TenantId::parse("tenant-1").unwrap(),
+            )
+            .retry_backoff(std::time::Duration::ZERO),
+        )
+        .unwrap();
+        let error = core
+            .sessions()
+            .get_session(&core_client::SessionId::parse("s-1").unwrap())
+            .await
+            .unwrap_err();
+        server.stop().await;
+        assert_eq!(error.status(), Some(status), "{error}");
+        match shown {
+            Some(detail) => {
+                assert_eq!(error.detail(), Some(detail));
+                assert!(error.to_string().contains(detail), "{error}");
+            }
+            None => assert_withheld(&error, String::new(), captured.text(), "text/plain"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stream_error_frame_not_in_the_platform_s_shape_is_withheld() {
+    let server = Recorder::start(|_| {
+        plain(
+            200,
+            "text/event-stream",
+            format!("event: error\ndata: tool crashed: {SECRET}\n\n"),
+        )
+    })
+    .await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let session = grag_client::SessionId::parse("session-1").unwrap();
+    let mut relay = grag.bff().agent_session_stream(&session).await.unwrap();
+    let error = loop {
+        match relay.next().await.expect("the error frame ends the relay") {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    server.stop().await;
+    assert_eq!(error.row(), "T17", "{error}");
+    let detail = error.detail().unwrap();
+    assert!(
+        detail.starts_with("not the platform's error shape: an error event's data, "),
+        "{detail}"
+    );
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(SECRET), "{text}");
+    }
+    assert!(error.server_text().unwrap().contains(SECRET));
+}
+
+/// serde names the values it refused ("invalid type: string \"…\""): a body
+/// that does not decode says where and how, its words only in `server_text()`.
+#[tokio::test]
+async fn a_body_that_does_not_decode_keeps_its_values_out_of_display() {
+    let server =
+        Recorder::start(|_| plain(200, "application/json", format!(r#""{SECRET}""#))).await;
+    let grag = Grag::new(Config::new(
+        server.url(),
+        "key",
+        TenantId::parse("knoll").unwrap(),
+    ))
+    .unwrap();
+    let error = grag.workspaces().list_kbs().await.unwrap_err();
+    server.stop().await;
+    assert_eq!(error.row(), "T24", "{error}");
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains(SECRET), "{text}");
+    }
+    let mut chain = String::new();
+    let mut source = std::error::Error::source(&*error);
+    while let Some(s) = source {
+        chain.push_str(&s.to_string());
+        source = s.source();
+    }
+    assert_eq!(chain, "JSON of another shape at line 1 column 21");
+    assert!(!chain.contains(SECRET), "{chain}");
+    assert!(
+        error.server_text().is_some(),
+        "the decoder's words are kept"
+    );
+}

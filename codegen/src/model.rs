@@ -85,6 +85,10 @@ pub struct Model {
 
 #[derive(Debug)]
 pub struct Api {
+    /// `document.license` (SPDX) of the OpenAPI document, if the spec names one.
+    pub license: Option<String>,
+    /// `document.contact`: name, url, email.
+    pub contact: Option<(String, Option<String>, Option<String>)>,
     /// The `api:` line: what the files of the crate root are blamed on.
     pub at: Location,
     /// The `crate:` line.

@@ -38,6 +38,28 @@ pub struct ApiFile {
     /// Services whose every route must carry the pipeline header.
     #[serde(default)]
     pub pipeline_services: Option<WorkspaceServices>,
+    /// What the OpenAPI document says of itself.
+    #[serde(default)]
+    pub document: Option<DocumentInfo>,
+}
+
+/// `info.license` and `info.contact` of the OpenAPI document.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentInfo {
+    /// An SPDX license expression (`MIT OR Apache-2.0`).
+    pub license: Text,
+    pub contact: DocumentContact,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentContact {
+    pub name: Text,
+    #[serde(default)]
+    pub url: Option<Text>,
+    #[serde(default)]
+    pub email: Option<Text>,
 }
 
 /// The log lines' `tracing` target and the API's own field names.

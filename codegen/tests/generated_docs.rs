@@ -131,3 +131,61 @@ fn core_client_docs_name_no_grag_section_and_no_knob_its_spec_lacks() {
         "no warm-up knob without warm-up calls"
     );
 }
+
+/// The rustdoc a caller reads first: the crate root builds the client from
+/// the environment, makes one call and matches its error's class, and
+/// links the policy tables; the constructor has a doc line; every method
+/// lists the error classes its route can end in, with their rows.
+#[test]
+fn the_crate_docs_show_from_env_a_class_match_the_policy_and_each_methods_error_classes() {
+    for (api, crate_dir, _) in apis() {
+        let lib = std::fs::read_to_string(crate_dir.join("src/lib.rs")).unwrap();
+        for needed in [
+            "Config::from_env()?",
+            "e.class() == ErrorClass::",
+            "[`POLICY.md`](policy_tables)",
+            "#[doc = include_str!(\"../POLICY.md\")]",
+        ] {
+            assert!(lib.contains(needed), "{api}: the crate root has `{needed}`");
+        }
+        let client = std::fs::read_to_string(crate_dir.join("src/client.rs")).unwrap();
+        let new = client.find("pub fn new(config: Config)").unwrap();
+        assert!(
+            client[..new]
+                .trim_end()
+                .lines()
+                .last()
+                .unwrap()
+                .trim_start()
+                .starts_with("///"),
+            "{api}: `new` has a doc line"
+        );
+        let mut methods = 0;
+        for (path, text) in files(&crate_dir.join("src")) {
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let line = line.trim_start();
+                let is_call = (line.starts_with("pub async fn ") || line.starts_with("pub fn "))
+                    && lines[..i]
+                        .iter()
+                        .rev()
+                        .take_while(|l| l.trim_start().starts_with("///"))
+                        .any(|l| l.contains("- Route: `"));
+                if !is_call {
+                    continue;
+                }
+                methods += 1;
+                let errors = lines[..i]
+                    .iter()
+                    .rev()
+                    .take_while(|l| l.trim_start().starts_with("///"))
+                    .find(|l| l.contains("- Errors ("))
+                    .unwrap_or_else(|| {
+                        panic!("{}: {line} lists its error classes", path.display())
+                    });
+                assert!(errors.contains("](crate::ErrorClass::"), "{errors}");
+            }
+        }
+        assert!(methods > 5, "{api}: the methods are found ({methods})");
+    }
+}

@@ -86,7 +86,7 @@ fn the_openapi_document_is_3_1_and_has_every_route_of_the_spec() {
 }
 
 #[test]
-fn every_alert_has_a_rule_and_a_firing_and_a_silent_test() {
+fn every_alert_has_a_rule_and_a_firing_resolving_and_a_silent_test() {
     for (model, files) in apis() {
         let rules = file(&files, "alerts.rules.yml");
         let tests = file(&files, "alerts.test.yml");
@@ -98,11 +98,31 @@ fn every_alert_has_a_rule_and_a_firing_and_a_silent_test() {
             );
             for case in ["fires", "stays silent"] {
                 assert!(
-                    tests.contains(&format!("- name: \"{} {case}\"\n", alert.name)),
+                    tests.contains(&format!("- name: \"{} {case}", alert.name)),
                     "{} {case}",
                     alert.name
                 );
             }
+            assert!(
+                tests.contains(&format!("- name: \"{} fires", alert.name))
+                    && tests.lines().any(|l| l
+                        .starts_with(&format!("  - name: \"{} fires", alert.name))
+                        && l.contains("resolves")),
+                "{}: a case that shows it resolving",
+                alert.name
+            );
+        }
+        // The client exports every series a rule reads at 0 from its start:
+        // a test series starting above 0 would hide a first raise that
+        // `increase()` cannot see.
+        for values in tests
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("values: "))
+        {
+            assert!(
+                values.starts_with("\"0 ") || values.starts_with("\"0+"),
+                "a series starts at 0: {values}"
+            );
         }
         assert_eq!(
             rules.matches("- alert: ").count(),
@@ -133,4 +153,100 @@ fn a_route_changed_in_the_spec_changes_the_openapi_document() {
     assert_ne!(old, new);
     assert!(old.contains("/v1/{note_id}") && !old.contains("/v2/{note_id}"));
     assert!(new.contains("/v2/{note_id}") && !new.contains("/v1/{note_id}"));
+}
+
+/// Every schema under `value` as (JSON pointer, schema): the values of
+/// `schema`, `items`, `additionalProperties`, `contentSchema`, of an object
+/// schema's `properties`, of `components.schemas`, and the members of
+/// `anyOf`/`oneOf`/`allOf`.
+fn schemas<'v>(
+    value: &'v serde_json::Value,
+    at: String,
+    out: &mut Vec<(String, &'v serde_json::Value)>,
+) {
+    let serde_json::Value::Object(map) = value else {
+        if let serde_json::Value::Array(items) = value {
+            for (i, v) in items.iter().enumerate() {
+                schemas(v, format!("{at}/{i}"), out);
+            }
+        }
+        return;
+    };
+    let object_schema = map.get("type").is_some_and(|t| t == "object");
+    for (k, v) in map {
+        let here = format!("{at}/{k}");
+        let members = match k.as_str() {
+            "schema" | "items" | "additionalProperties" | "contentSchema" => vec![v],
+            "properties" if object_schema => {
+                v.as_object().into_iter().flat_map(|m| m.values()).collect()
+            }
+            "schemas" if at == "/components" => {
+                v.as_object().into_iter().flat_map(|m| m.values()).collect()
+            }
+            "anyOf" | "oneOf" | "allOf" => v.as_array().into_iter().flatten().collect(),
+            _ => Vec::new(),
+        };
+        out.extend(members.into_iter().map(|m| (here.clone(), m)));
+        schemas(v, here, out);
+    }
+}
+
+#[test]
+fn the_openapi_documents_are_what_other_generators_read() {
+    let (mut enums_seen, mut open_seen) = (0, 0);
+    for (model, files) in apis() {
+        let doc: serde_json::Value = serde_json::from_str(file(&files, "openapi.json")).unwrap();
+        let mut found = Vec::new();
+        schemas(&doc, String::new(), &mut found);
+        assert!(
+            found.len() > 50,
+            "{}: the walk finds the schemas",
+            model.api.name
+        );
+        for (at, schema) in &found {
+            // openapi-python-client and Redocly take `{}`, not the boolean `true`.
+            assert!(
+                schema.is_object(),
+                "{}: a boolean schema at {at}",
+                model.api.name
+            );
+        }
+        let info = &doc["info"];
+        assert!(info["license"]["identifier"].is_string(), "{info}");
+        assert!(info["contact"]["name"].is_string(), "{info}");
+        // A create route's 409 is marked a success.
+        for (_, route) in model.routes() {
+            let method = route.method.as_str().to_lowercase();
+            let conflict = &doc["paths"][&route.path][&method]["responses"]["409"];
+            let success = route.conflict == sdk_codegen::model::Conflict::Success;
+            assert_eq!(
+                conflict["x-success"].as_bool() == Some(true),
+                success,
+                "{}",
+                route.name
+            );
+        }
+        // An enum only the platform sends is open; one a request carries is closed.
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let enums: Vec<_> = schemas
+            .iter()
+            .filter(|(_, s)| s["x-extensible-enum"].is_array())
+            .collect();
+        enums_seen += enums.len();
+        for (name, s) in enums {
+            let open = s["anyOf"].as_array().is_some_and(|a| {
+                a.iter().any(|b| b["enum"].is_array())
+                    && a.iter()
+                        .any(|b| b == &serde_json::json!({"type": "string"}))
+            });
+            let closed = s["enum"].is_array();
+            assert!(open != closed, "{name}: open or closed: {s}");
+            open_seen += usize::from(open);
+        }
+    }
+    assert!(enums_seen > 0, "the documents have enums");
+    assert!(
+        open_seen > 0 && open_seen < enums_seen,
+        "enums only the platform sends are open, those a request carries closed"
+    );
 }

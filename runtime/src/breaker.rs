@@ -310,6 +310,17 @@ impl Breaker {
         }
     }
 
+    /// Another replica's canary saw a 200 after this breaker opened (a
+    /// fleet shares one canary): an open or half-open breaker closes as its
+    /// own canary's 200 would have closed it.
+    pub fn record_shared_canary(&mut self, now: Instant) -> Option<Transition> {
+        if matches!(self.phase, Phase::Closed { .. }) {
+            return None;
+        }
+        self.enter_closed(now);
+        Some(Transition::Closed)
+    }
+
     /// The result of one `/health` probe; only counts while open. After
     /// `healthy_probes` consecutive healthy ones the breaker half-opens; an
     /// unhealthy probe resets the count. Either way the next probe is due
@@ -743,6 +754,32 @@ mod tests {
         assert_eq!(b.next_probe_at(), None);
         // Still an open period for the alert and the metric.
         assert_eq!(b.open_for(t0 + secs(10)), Some(secs(10)));
+    }
+
+    #[test]
+    fn another_replica_s_canary_closes_an_open_or_half_open_breaker() {
+        let t0 = Instant::now();
+        let mut b = opened(t0);
+        let g = b.generation();
+        assert_eq!(
+            b.record_shared_canary(t0 + secs(3)),
+            Some(Transition::Closed)
+        );
+        assert_eq!(b.state(), CircuitState::Closed);
+        assert_ne!(b.generation(), g);
+        assert!(
+            b.deploy_suspected(t0 + secs(4)),
+            "closed as a canary closes"
+        );
+        assert_eq!(b.record_shared_canary(t0 + secs(5)), None);
+        let mut half = opened(t0);
+        half.record_probe(true, t0 + secs(5));
+        half.record_probe(true, t0 + secs(10));
+        assert_eq!(half.state(), CircuitState::HalfOpen);
+        assert_eq!(
+            half.record_shared_canary(t0 + secs(11)),
+            Some(Transition::Closed)
+        );
     }
 
     #[test]

@@ -181,7 +181,11 @@ impl Client {
         let alerts = config
             .alerts
             .unwrap_or_else(|| Arc::new(LogAlerts::new(policy.log_lines)));
-        let mut metrics = Metrics::new(&policy.metrics, policy.routes.len());
+        let mut metrics = Metrics::new(
+            &policy.metrics,
+            policy.routes.len(),
+            crate::metrics::Known::of(policy),
+        );
         let fleet = fleet(
             policy,
             config.tenant.as_str(),
@@ -584,6 +588,13 @@ fn check_base_url(raw: &str) -> Result<reqwest::Url, ConfigError> {
         url: raw.to_owned(),
         reason,
     };
+    // The URL parser drops a trailing newline or tab where it finds one, so
+    // a value the environment kept them in would be taken for another.
+    if raw.chars().any(char::is_control) {
+        return Err(refuse(
+            "contains a control character (a newline, tab or escape)",
+        ));
+    }
     let url = reqwest::Url::parse(raw).map_err(|_| refuse("not a URL"))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(refuse("must start with http:// or https://"));
@@ -647,6 +658,11 @@ fn fleet(
             None => Ok(None),
         };
     };
+    if url.is_some_and(|u| u.chars().any(char::is_control)) {
+        return Err(ConfigError::Fleet(
+            "the Redis URL contains a control character (a newline, tab or escape)".to_string(),
+        ));
+    }
     let Some(url) = url else {
         return match fleet_policy.shared {
             true => Err(ConfigError::Fleet(format!(

@@ -26,8 +26,12 @@ struct Inner {
     api: &'static str,
     endpoint: &'static str,
     status: Option<u16>,
+    /// What Display shows of the answer: the platform's own `detail`, a
+    /// page's one line, a withheld body's summary, or the client's reason.
     /// Bounded: server text is cut to the policy's `limits.detail` before it gets here.
     detail: Option<Cow<'static, str>>,
+    /// Server text kept out of Display and Debug ([`Error::server_text`]).
+    withheld: Option<Box<str>>,
     request_id: Option<String>,
     /// The wait the server asked for (`Retry-After`) when it outlasted the call.
     retry_after: Option<Duration>,
@@ -84,6 +88,7 @@ impl Client {
                 endpoint: endpoint.operation,
                 status: None,
                 detail: None,
+                withheld: None,
                 request_id: None,
                 retry_after: None,
                 attempts: 0,
@@ -119,11 +124,29 @@ impl Error {
         }
     }
 
-    pub(crate) fn with_status(mut self, status: u16, detail: Option<String>) -> Self {
+    pub(crate) fn with_status(mut self, status: u16, detail: Option<Detail>) -> Self {
+        self.inner_mut().status = Some(status);
+        self.with_server_detail(detail)
+    }
+
+    /// What the server said: shown, or withheld behind its summary.
+    pub(crate) fn with_server_detail(mut self, detail: Option<Detail>) -> Self {
         let inner = self.inner_mut();
-        inner.status = Some(status);
-        inner.detail = detail.map(Cow::Owned);
+        (inner.detail, inner.withheld) = match detail {
+            None => (None, None),
+            Some(Detail::Shown(text)) => (Some(Cow::Owned(text)), None),
+            Some(Detail::Withheld { text, summary }) => {
+                (Some(Cow::Owned(summary)), Some(text.into_boxed_str()))
+            }
+        };
         self
+    }
+
+    /// A body that did not decode: the decoder's message quotes the values
+    /// it refused, so it is withheld and the source says only where and how.
+    pub(crate) fn with_decode_failure(mut self, e: &serde_json::Error, max: usize) -> Self {
+        self.inner_mut().withheld = Some(bounded(&e.to_string(), max).into_boxed_str());
+        self.with_source(Undecodable::of(e))
     }
 
     pub(crate) fn with_retry_after(mut self, wait: Duration) -> Self {
@@ -273,9 +296,25 @@ impl Error {
         self.inner.status
     }
 
-    /// The platform's `detail` text, or the client's reason for a client-side refusal.
+    /// What the error says of the answer, as Display shows it: the
+    /// platform's own `detail` (from its JSON error shape, bounded, without
+    /// pydantic's echo of the request), an HTML page's one line, or for any
+    /// other body its content type, length and sha256; or the client's
+    /// reason for a client-side refusal.
     pub fn detail(&self) -> Option<&str> {
         self.inner.detail.as_deref()
+    }
+
+    /// The server's own text that [`Error::detail`] withholds, bounded to
+    /// the policy's `limits.detail`: the body of an answer not in the
+    /// platform's JSON error shape (a text/plain 500, a stream's error
+    /// frame), or the decoder's message on a body that did not decode
+    /// (it quotes the values it refused). It is kept out of Display and
+    /// Debug because errors end up in logs, and such text may carry
+    /// Mandanten content (a stack trace, an echoed request): show it only
+    /// where you have decided that is safe.
+    pub fn server_text(&self) -> Option<&str> {
+        self.inner.withheld.as_deref()
     }
 
     /// How long the server asked the client to wait (`Retry-After`), when
@@ -334,6 +373,7 @@ impl fmt::Debug for Error {
             .field("endpoint", &i.endpoint)
             .field("status", &i.status)
             .field("detail", &i.detail)
+            .field("server_text_bytes", &i.withheld.as_ref().map(|t| t.len()))
             .field("request_id", &i.request_id)
             .field("retry_after", &i.retry_after)
             .field("attempts", &i.attempts)
@@ -386,16 +426,87 @@ pub fn env_var(name: &'static str) -> Result<String, ConfigError> {
 }
 
 impl Error {
-    pub(crate) fn with_status_opt(self, status: Option<u16>, detail: Option<String>) -> Self {
+    pub(crate) fn with_status_opt(self, status: Option<u16>, detail: Option<Detail>) -> Self {
         match status {
             Some(s) => self.with_status(s, detail),
-            None => match detail {
-                Some(d) => self.with_detail(d),
-                None => self,
-            },
+            None => self.with_server_detail(detail),
         }
     }
 }
+
+/// What an error answer (or a stream's error frame) said, as an error keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// The platform's own JSON `detail`, a proxy page's one line, or the
+    /// client's reason: shown in Display.
+    Shown(String),
+    /// Text in no shape of the platform's: kept bounded for
+    /// [`Error::server_text`], shown only as its `summary`.
+    Withheld { text: String, summary: String },
+}
+
+impl Detail {
+    /// `body` (of `kind`: its content type) withheld behind a summary of its
+    /// kind, length and sha256; its text cut to `max` bytes.
+    pub(crate) fn withheld(kind: &str, body: &[u8], max: usize) -> Detail {
+        /// A content type is a header, not a body: still bounded.
+        const MAX_KIND: usize = 120;
+        let summary = format!(
+            "not the platform's error shape: {}, {} bytes, sha256 {}",
+            bounded(kind, MAX_KIND),
+            body.len(),
+            crate::telemetry::sha256_hex(body),
+        );
+        // One byte past the cap, so a longer text is cut and marked as such.
+        let text = String::from_utf8_lossy(&body[..body.len().min(max + 1)]);
+        Detail::Withheld {
+            text: bounded(&text, max),
+            summary,
+        }
+    }
+
+    /// The text the taxonomy's detail sets match and a retry compares: the
+    /// server's own, withheld or not.
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Detail::Shown(text) | Detail::Withheld { text, .. } => text,
+        }
+    }
+}
+
+/// Why a body did not decode, without the decoder's words: serde quotes the
+/// values it refused, and those are the platform's (Mandanten) text.
+#[derive(Debug, Clone, Copy)]
+struct Undecodable {
+    category: serde_json::error::Category,
+    line: usize,
+    column: usize,
+}
+
+impl Undecodable {
+    fn of(e: &serde_json::Error) -> Self {
+        Undecodable {
+            category: e.classify(),
+            line: e.line(),
+            column: e.column(),
+        }
+    }
+}
+
+impl fmt::Display for Undecodable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use serde_json::error::Category;
+        let what = match self.category {
+            Category::Syntax => "not JSON",
+            Category::Data => "JSON of another shape",
+            Category::Eof => "JSON that ends too early",
+            Category::Io => "a body that could not be read",
+        };
+        write!(f, "{what} at line {} column {}", self.line, self.column)
+    }
+}
+
+impl std::error::Error for Undecodable {}
 
 /// `text` cut to at most `max` bytes on a char boundary, marked as cut:
 /// server text (a `detail`, an SSE error frame) never grows an error unbounded.

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
-use crate::error::Error;
 use crate::error::bounded;
+use crate::error::{Detail, Error};
 use crate::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::HeldSlots;
@@ -256,11 +256,11 @@ impl Events {
                 if name == self.policy.error_event {
                     Err(self
                         .error(OutcomeKind::StreamError)
-                        .with_detail(self.detail_of(&event.data)))
+                        .with_server_detail(Some(self.detail_of(&event.data))))
                 } else if name == self.policy.timeout_event {
                     Err(self
                         .error(OutcomeKind::StreamTimeout)
-                        .with_detail(self.detail_of(&event.data)))
+                        .with_server_detail(Some(self.detail_of(&event.data))))
                 } else {
                     Ok(event)
                 }
@@ -324,18 +324,22 @@ impl Events {
         }
     }
 
-    /// The `detail` of a `{"detail": "..."}` frame, else the data as sent,
-    /// cut to the policy's detail cap.
-    fn detail_of(&self, data: &str) -> String {
+    /// The `detail` of a `{"detail": "..."}` frame, cut to the policy's
+    /// detail cap; any other data is withheld behind its length and sha256.
+    fn detail_of(&self, data: &str) -> Detail {
+        let max = self.client.shared.policy.limits.detail;
         let detail = match serde_json::from_str::<serde_json::Value>(data) {
-            Ok(serde_json::Value::Object(mut map)) => match map.remove("detail") {
-                Some(serde_json::Value::String(s)) => s,
-                Some(other) => crate::pipeline::operator_view(other).to_string(),
-                None => data.to_owned(),
-            },
-            _ => data.to_owned(),
+            Ok(serde_json::Value::Object(mut map)) => map.remove("detail"),
+            _ => None,
         };
-        bounded(&detail, self.client.shared.policy.limits.detail)
+        match detail {
+            Some(serde_json::Value::String(s)) => Detail::Shown(bounded(&s, max)),
+            Some(other) => Detail::Shown(bounded(
+                &crate::pipeline::operator_view(other).to_string(),
+                max,
+            )),
+            None => Detail::withheld("an error event's data", data.as_bytes(), max),
+        }
     }
 
     fn error(&self, outcome: OutcomeKind) -> Error {

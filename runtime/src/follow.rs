@@ -557,7 +557,7 @@ where
             .error(OutcomeKind::Decode, endpoint)
             .with_detail(detail);
         if let Some(e) = source {
-            error = error.with_source(e);
+            error = error.with_decode_failure(&e, self.client.shared.policy.limits.detail);
         }
         if let Some(alert) = row.and_then(|r| r.alert) {
             self.client.raise(alert, &error);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Endpoint;
+use crate::error::Detail;
 use crate::policy::TaxonomyRow;
 
 /// A remembered answer of one route.
@@ -14,7 +15,7 @@ use crate::policy::TaxonomyRow;
 pub(crate) struct Remembered {
     pub row: &'static TaxonomyRow,
     pub status: Option<u16>,
-    pub detail: Option<String>,
+    pub detail: Option<Detail>,
     /// When a fail-fast answer stops holding (`remember_for`); `None` holds
     /// until the route succeeds again.
     pub until: Option<Instant>,
@@ -59,7 +60,7 @@ impl Memory {
         endpoint: &'static Endpoint,
         row: &'static TaxonomyRow,
         status: Option<u16>,
-        detail: Option<String>,
+        detail: Option<Detail>,
         now: Instant,
     ) {
         if row.remember_for.is_none() && row.feature_state.is_none() {
@@ -89,7 +90,7 @@ impl Memory {
         let remembered = Remembered {
             row,
             status,
-            detail: Some("seen by another replica".to_string()),
+            detail: Some(Detail::Shown("seen by another replica".to_string())),
             until: Some(until),
         };
         self.routes.insert(endpoint.path, remembered.clone());

@@ -213,9 +213,31 @@ pub(crate) struct Metrics {
     refusals: Box<[OnceLock<Counter>]>,
 }
 
+/// The label values a policy's alert rules read, each exported at 0 from
+/// the client's start: a series whose first sample is already 1 shows no
+/// `increase()`, so its first alert would never fire.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Known<'p> {
+    /// Every alert name of the policy.
+    pub alerts: &'p [crate::policy::AlertSeverity],
+    /// Every stream of the policy.
+    pub streams: &'p [crate::policy::StreamPolicy],
+}
+
+impl Known<'static> {
+    /// The alert names and streams of `policy`.
+    pub fn of(policy: &'static crate::policy::Policy) -> Self {
+        Known {
+            alerts: policy.alerts.severities,
+            streams: policy.streams,
+        }
+    }
+}
+
 impl Metrics {
-    /// The metrics `names` names, for a policy of `routes` routes.
-    pub fn new(names: &MetricNames, routes: usize) -> Self {
+    /// The metrics `names` names, for a policy of `routes` routes, with the
+    /// `known` label values' series at 0.
+    pub fn new(names: &MetricNames, routes: usize, known: Known<'static>) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<CallLabels, Counter>::default();
         registry.register(
@@ -275,6 +297,14 @@ impl Metrics {
             "429 answers, by whether they carried a usable Retry-After",
             rate_limited.clone(),
         );
+        for a in known.alerts {
+            let _ = alerts.get_or_create(&AlertLabels { alert: a.alert });
+        }
+        for s in known.streams {
+            let stream = StreamLabels { stream: s.name };
+            let _ = sse_fallbacks.get_or_create(&stream);
+            let _ = sse_buffered.get_or_create(&stream);
+        }
         Metrics {
             registry,
             requests,
@@ -450,7 +480,7 @@ mod tests {
 
     #[test]
     fn calls_are_counted_per_label_set_whatever_the_string_addresses() {
-        let metrics = Metrics::new(&NAMES, 1);
+        let metrics = Metrics::new(&NAMES, 1, Known::default());
         let ms = Duration::from_millis(7);
         // The same labels, once from a leaked copy at another address.
         let copy: &'static str = String::from("workspaces").leak();
@@ -483,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_counted_with_the_calls_of_its_class_and_has_no_duration() {
-        let metrics = Metrics::new(&NAMES, 2);
+        let metrics = Metrics::new(&NAMES, 2, Known::default());
         let route = RouteIx::new(1);
         metrics.refused(route, "workspaces", "circuit_open");
         metrics.refused(route, "workspaces", "circuit_open");
@@ -518,7 +548,7 @@ mod tests {
 
     #[test]
     fn raised_alerts_are_counted_by_name() {
-        let metrics = Metrics::new(&NAMES, 1);
+        let metrics = Metrics::new(&NAMES, 1, Known::default());
         metrics.alert("budget_exhausted");
         metrics.alert("budget_exhausted");
         metrics.alert("contract_drift");
@@ -534,8 +564,44 @@ mod tests {
     }
 
     #[test]
+    fn every_known_alert_and_stream_is_exported_at_zero_before_its_first_event() {
+        use crate::policy::AlertSeverity;
+        static ALERTS: [AlertSeverity; 2] = [
+            AlertSeverity {
+                alert: "budget_exhausted",
+                severity: "page",
+            },
+            AlertSeverity {
+                alert: "contract_drift",
+                severity: "page",
+            },
+        ];
+        let known = Known {
+            alerts: &ALERTS,
+            streams: &[],
+        };
+        let metrics = Metrics::new(&NAMES, 1, known);
+        let text = metrics.encode();
+        for alert in ["budget_exhausted", "contract_drift"] {
+            assert_eq!(
+                line(&text, &format!(r#"api_alerts_total{{alert="{alert}"}}"#)),
+                Some(format!(r#"api_alerts_total{{alert="{alert}"}} 0"#).as_str()),
+                "{text}"
+            );
+        }
+        metrics.alert("contract_drift");
+        assert_eq!(
+            line(
+                &metrics.encode(),
+                r#"api_alerts_total{alert="contract_drift"}"#
+            ),
+            Some(r#"api_alerts_total{alert="contract_drift"} 1"#)
+        );
+    }
+
+    #[test]
     fn each_429_is_counted_by_whether_it_carried_retry_after() {
-        let metrics = Metrics::new(&NAMES, 1);
+        let metrics = Metrics::new(&NAMES, 1, Known::default());
         metrics.rate_limited(true);
         metrics.rate_limited(false);
         metrics.rate_limited(false);
@@ -552,7 +618,7 @@ mod tests {
 
     #[test]
     fn combinations_beyond_the_cache_are_still_counted() {
-        let metrics = Metrics::new(&NAMES, 1);
+        let metrics = Metrics::new(&NAMES, 1, Known::default());
         let classes: Vec<&'static str> = (0..600)
             .map(|i| format!("class_{i}").leak() as &'static str)
             .collect();

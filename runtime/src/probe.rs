@@ -88,6 +88,9 @@ impl Client {
                 CircuitState::Closed => return true,
                 CircuitState::Open if next_probe.is_some_and(|at| at <= now) => {
                     self.check_open_alert(now);
+                    if self.closed_by_fleet().await {
+                        return true;
+                    }
                     let healthy = self.probe().await;
                     let transition = self.breaker().record_probe(healthy, Instant::now());
                     self.on_transition(transition);
@@ -175,13 +178,14 @@ impl Client {
         let canary = async { self.bare_attempt(b.canary, b.canary_timeout).await == Some(200) };
         // One canary for the fleet, like the probe: the others wait for its
         // answer (up to its timeout) instead of sending their own. What it
-        // saw is taken for one probe interval: a breaker that opened since
-        // needs its healthy probes, an interval apart, before a canary.
+        // saw is kept two probe intervals, so that every replica's probe
+        // loop, an interval apart, finds a 200 and closes on it
+        // (`closed_by_fleet`).
         #[cfg(feature = "redis")]
         if let Some(fleet) = &self.shared.fleet {
             let times = crate::fleet::TurnTimes {
                 hold: b.canary_timeout,
-                fresh: b.probe_interval,
+                fresh: b.probe_interval * 2,
                 wait: b.canary_timeout,
             };
             return fleet
@@ -189,6 +193,25 @@ impl Client {
                 .await;
         }
         canary.await
+    }
+
+    /// Closes the breaker when another replica's canary saw a 200 after it
+    /// opened: a fleet sends one canary, and every replica's breaker closes
+    /// on it by its next probe instead of probing on to a canary of its own.
+    async fn closed_by_fleet(&self) -> bool {
+        #[cfg(feature = "redis")]
+        if let Some(fleet) = &self.shared.fleet {
+            let Some(open_for) = self.breaker().open_for(Instant::now()) else {
+                return false;
+            };
+            let passed = fleet.healthy_since(crate::fleet::Turn::Canary).await;
+            if passed.is_some_and(|age| age < open_for) {
+                let transition = self.breaker().record_shared_canary(Instant::now());
+                self.on_transition(transition);
+                return transition.is_some();
+            }
+        }
+        false
     }
 
     /// One attempt outside the retry loop (probe and canary), still assembled
@@ -305,6 +328,9 @@ async fn probe_loop(mut flag: ProbingFlag) {
                     return;
                 };
                 client.check_open_alert(Instant::now());
+                if client.closed_by_fleet().await {
+                    continue;
+                }
                 let healthy = client.probe().await;
                 let transition = client.breaker().record_probe(healthy, Instant::now());
                 client.on_transition(transition);

@@ -165,7 +165,7 @@ impl Reply {
             .with_status(self.status, None)
             .with_request_id(self.request_id.clone())
             .with_attempts(self.ledger.attempts)
-            .with_source(e);
+            .with_decode_failure(&e, self.client.shared.policy.limits.detail);
         if let Some(alert) = row.and_then(|r| r.alert) {
             self.client.raise(alert, &error);
         }

@@ -179,7 +179,7 @@ impl<E: StreamEvent> Turn<E> {
                             .client()
                             .error(OutcomeKind::Decode, self.events.endpoint)
                             .with_detail("a turn event does not decode")
-                            .with_source(e)),
+                            .with_decode_failure(&e, cap)),
                     },
                 }
             }

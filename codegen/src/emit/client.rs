@@ -26,7 +26,11 @@ pub fn lib_rs(model: &Model) -> TokenStream {
     });
     let text = format!(
         "{}\n\n{}\n\n\
-         Generated from `spec/{}/` by `cargo xtask codegen`; `POLICY.md` beside this crate shows the whole policy as tables.\n\n\
+         Generated from `spec/{}/` by `cargo xtask codegen`; [`POLICY.md`](policy_tables) \
+         beside this crate shows the whole policy as tables, and each method's docs list its \
+         route's classes: timeout, retry, budget and the error classes it can end in.\n\n\
+         {}\n\n\
+         Or with every part given:\n\n\
          ```no_run\n\
          # async fn demo() -> Result<(), Box<dyn std::error::Error>> {{\n\
          {}\
@@ -36,6 +40,7 @@ pub fn lib_rs(model: &Model) -> TokenStream {
         model.api.title,
         model.api.doc,
         model.api.name,
+        from_env_example(model),
         example(model, &model.api.client),
     );
     let scope_ids = if model.api.headers.workspace.is_some() {
@@ -51,6 +56,11 @@ pub fn lib_rs(model: &Model) -> TokenStream {
     let module_doc = inner_doc(&text);
     quote! {
         #module_doc
+
+        /// The whole policy as tables: `POLICY.md` beside this crate, generated from the
+        /// same spec.
+        #[doc = include_str!("../POLICY.md")]
+        pub mod policy_tables {}
 
         pub mod client;
         pub mod error;
@@ -195,14 +205,61 @@ impl FleetConfig {
 
 /// The crate doc's example: building the client, a first read without
 /// parameters, and a workspace handle when the API has one.
-fn example(model: &Model, client: &str) -> String {
+/// The crate root's first example: the client from the environment, one
+/// call, and a `match` on the class of its error.
+fn from_env_example(model: &Model) -> String {
     let krate = model.api.crate_name.replace('-', "_");
-    let workspace = model
-        .services
+    let client = &model.api.client;
+    let api = &model.api;
+    // The taxonomy's first class: every API's error type has it.
+    let class = model
+        .rows
         .iter()
-        .find(|s| s.scope == ScopeNeed::Workspace);
-    // A first read: a tenant GET without query or body whose path takes IDs
-    // only, the fewest parameters first.
+        .map(|r| r.class.as_str())
+        .find(|c| *c != "success")
+        .unwrap_or("unclassified");
+    let Some((service, route, ids)) = first_read(model) else {
+        return String::new();
+    };
+    let args: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| format!("&{id}::parse(\"id-{}\")?", i + 1))
+        .collect();
+    let read = format!(
+        "client.{}().{}({})",
+        service.handle,
+        route.name,
+        args.join(", ")
+    );
+    let imports: String = ids.iter().map(|id| format!(", {id}")).collect();
+    format!(
+        "Built from the environment ([`Config::from_env`] reads `{}`, `{}` and `{}`), \
+         one call, and its error matched on its class ([`ErrorClass`], one variant per class \
+         of the taxonomy):\n\n\
+         ```no_run\n\
+         # async fn demo() -> Result<(), Box<dyn std::error::Error>> {{\n\
+         use {krate}::{{{client}, Config, ErrorClass{imports}}};\n\n\
+         let client = {client}::new(Config::from_env()?)?;\n\
+         match {read}.await {{\n    \
+             Ok(answer) => println!(\"{{answer:?}}\"),\n    \
+             // `e.message()`: the spec's text for the class, for the UI.\n    \
+             Err(e) if e.class() == ErrorClass::{} => eprintln!(\"{{:?}}\", e.message()),\n    \
+             Err(e) => return Err(e.into()),\n\
+         }}\n\
+         # Ok(())\n\
+         # }}\n\
+         ```",
+        api.origin_env,
+        api.key_env,
+        api.tenant_env,
+        super::docs::camel(class),
+    )
+}
+
+/// A first read: a tenant GET without query or body whose path takes IDs
+/// only, the fewest parameters first; with the ID types of its path.
+fn first_read(model: &Model) -> Option<(&crate::model::Service, &crate::model::Route, Vec<&str>)> {
     let mut reads: Vec<(&crate::model::Service, &crate::model::Route, Vec<&str>)> = model
         .services
         .iter()
@@ -228,11 +285,21 @@ fn example(model: &Model, client: &str) -> String {
         })
         .collect();
     reads.sort_by_key(|(_, _, ids)| ids.len());
-    let ids_used: Vec<&str> = reads
-        .first()
+    reads.into_iter().next()
+}
+
+fn example(model: &Model, client: &str) -> String {
+    let krate = model.api.crate_name.replace('-', "_");
+    let workspace = model
+        .services
+        .iter()
+        .find(|s| s.scope == ScopeNeed::Workspace);
+    let first = first_read(model);
+    let ids_used: Vec<&str> = first
+        .as_ref()
         .map(|(_, _, ids)| ids.clone())
         .unwrap_or_default();
-    let read = reads.first().map(|(s, r, ids)| {
+    let read = first.as_ref().map(|(s, r, ids)| {
         let args: Vec<String> = ids
             .iter()
             .enumerate()
@@ -483,6 +550,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
         }
 
         impl #client {
+            /// A client of the spec's policy (`POLICY.md`) built from `config`: an invalid
+            /// configuration is refused here, before any request is sent.
             pub fn new(config: Config) -> Result<Self, ConfigError> {
                 Self::with_policy(config, &POLICY)
             }

@@ -1,7 +1,7 @@
 //! Emits the generated crate: Rust files (quote, formatted by prettyplease)
 //! and a readable `POLICY.md`. Output is a pure function of the model.
 
-mod alerts;
+pub mod alerts;
 mod client;
 pub(crate) mod docs;
 mod error;

@@ -36,6 +36,20 @@ pub fn openapi_json(model: &Model) -> String {
                 ["schema"] = event_schema(model, index);
         }
     }
+    // Set on the serialized document too: oas3's contact URL is a parsed `Url`.
+    if let Some(license) = &model.api.license {
+        doc["info"]["license"] = json!({ "name": license, "identifier": license });
+    }
+    if let Some((name, url, email)) = &model.api.contact {
+        let mut contact = json!({ "name": name });
+        if let Some(url) = url {
+            contact["url"] = json!(url);
+        }
+        if let Some(email) = email {
+            contact["email"] = json!(email);
+        }
+        doc["info"]["contact"] = contact;
+    }
     let mut text = serde_json::to_string_pretty(&doc).expect("a document serializes");
     text.push('\n');
     text
@@ -148,8 +162,12 @@ fn components(model: &Model) -> Components {
         s.description = Some(described(&id.doc, &source(&id.source)));
         schemas.insert(id.name.clone(), object(s));
     }
+    let sent = sent_types(model);
     for ty in &model.types {
-        schemas.insert(ty.name.clone(), object(named_type(ty)));
+        schemas.insert(
+            ty.name.clone(),
+            object(named_type(ty, sent.contains(&ty.name))),
+        );
     }
     let mut error = typed(SchemaType::Object);
     error.description = Some(
@@ -160,7 +178,7 @@ fn components(model: &Model) -> Components {
     );
     error.properties.insert(
         "detail".into(),
-        Schema::Boolean(oas3::spec::BooleanSchema(true)),
+        any_json("A string or a list of validation errors."),
     );
     schemas.insert(ERROR_BODY.into(), object(error));
     let mut security_schemes = Map::new();
@@ -194,7 +212,72 @@ fn opaque_id(max_len: u32) -> ObjectSchema {
     s
 }
 
-fn named_type(ty: &TypeDef) -> ObjectSchema {
+/// The named types a request carries (bodies, path and query parameters,
+/// and every type inside them): the platform accepts only the values it
+/// knows there, so their enums stay closed.
+fn sent_types(model: &Model) -> std::collections::HashSet<String> {
+    let mut sent = std::collections::HashSet::new();
+    let mut todo: Vec<&TypeExpr> = Vec::new();
+    for (_, route) in model.routes() {
+        todo.extend(route.body.iter());
+        todo.extend(route.path_params.iter().map(|(_, t)| t));
+        todo.extend(route.query.iter().map(|(_, t)| t));
+    }
+    while let Some(ty) = todo.pop() {
+        match ty {
+            TypeExpr::Named(name) if sent.insert(name.clone()) => {
+                if let Some(Shape::Struct(fields)) = model
+                    .types
+                    .iter()
+                    .find(|t| &t.name == name)
+                    .map(|t| &t.shape)
+                {
+                    todo.extend(fields.iter().map(|f| &f.ty));
+                }
+            }
+            TypeExpr::List(inner) | TypeExpr::Map(inner) | TypeExpr::Optional(inner) => {
+                todo.push(inner)
+            }
+            _ => {}
+        }
+    }
+    sent
+}
+
+/// `{}`: any JSON value, said so. (The boolean schema `true` means the
+/// same, but openapi-python-client and Redocly do not read it.)
+fn any_json(what: &str) -> Schema {
+    object(ObjectSchema {
+        description: Some(what.into()),
+        ..ObjectSchema::default()
+    })
+}
+
+/// An enum's values. One only the platform sends is open, `anyOf` its
+/// values or any string, as the client keeps a value it does not know
+/// (`Unknown(String)`): openapi-python-client reads it as the enum or a
+/// `str`. One a request carries stays closed, as the platform refuses
+/// other values; `x-extensible-enum` still marks it open for readers of
+/// that convention.
+fn enum_schema(values: Vec<Value>, sent: bool) -> ObjectSchema {
+    let closed = ObjectSchema {
+        enum_values: values.clone(),
+        ..typed(SchemaType::String)
+    };
+    let mut s = if sent {
+        closed
+    } else {
+        ObjectSchema {
+            any_of: vec![object(closed), object(typed(SchemaType::String))],
+            ..ObjectSchema::default()
+        }
+    };
+    s.extensions
+        .insert("extensible-enum".into(), Value::Array(values));
+    s
+}
+
+fn named_type(ty: &TypeDef, sent: bool) -> ObjectSchema {
     let from = match &ty.source {
         Some(s) => format!("service `{}`, policy {}", ty.service, source(s)),
         None => format!("service `{}`", ty.service),
@@ -211,8 +294,7 @@ fn named_type(ty: &TypeDef) -> ObjectSchema {
             s
         }
         Shape::Enum(variants) => {
-            let mut s = typed(SchemaType::String);
-            s.enum_values = variants.iter().map(|v| json!(v.wire)).collect();
+            let mut s = enum_schema(variants.iter().map(|v| json!(v.wire)).collect(), sent);
             let docs: Vec<Value> = variants
                 .iter()
                 .map(|v| {
@@ -244,7 +326,10 @@ fn schema(ty: &TypeExpr) -> Schema {
         }
         TypeExpr::Number => object(typed(SchemaType::Number)),
         TypeExpr::Boolean => object(typed(SchemaType::Boolean)),
-        TypeExpr::Json => Schema::Boolean(oas3::spec::BooleanSchema(true)),
+        TypeExpr::Json => any_json(
+            "Any JSON value: the spec gives this value no shape (free-form by design, or not \
+             documented by the policy), so it is left open on purpose.",
+        ),
         TypeExpr::Id(name) | TypeExpr::Named(name) => reference(name),
         TypeExpr::List(inner) => {
             let mut s = typed(SchemaType::Array);
@@ -494,6 +579,12 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
             .map(|r| format!("{} `{}`: {}", r.row, r.class, r.action.trim()))
             .collect();
         let mut extensions = Map::new();
+        // A create route's 409 is the success the client returns as
+        // `Created::Existing`: said for generators that treat 4xx as errors.
+        let success = rows.iter().all(|r| r.conflict == Some(Conflict::Success));
+        if success {
+            extensions.insert("success".into(), json!(true));
+        }
         extensions.insert(
             "taxonomy".into(),
             Value::Array(
@@ -513,7 +604,15 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
         out.insert(
             code,
             ObjectOrReference::Object(Response {
-                description: Some(text.join("\n\n")),
+                description: Some(if success {
+                    format!(
+                        "Success (`x-success`): the object was already there. The body is the \
+                         platform's `detail`, not the object.\n\n{}",
+                        text.join("\n\n")
+                    )
+                } else {
+                    text.join("\n\n")
+                }),
                 content,
                 extensions,
                 ..Response::default()

@@ -261,8 +261,82 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
             model.api.headers.pipeline.as_deref().unwrap_or_default()
         ));
     }
+    lines.push(endings_line(model, r));
     lines.push(format!("- Policy: {}", source(&r.source)));
     doc(&lines.join("\n"))
+}
+
+/// The error classes a call of `r` can end in, each with the taxonomy rows
+/// that give it: what a caller's `match` on [`Error::class`] covers.
+fn endings_line(model: &Model, r: &Route) -> String {
+    let applying: Vec<&crate::model::Row> = model
+        .rows
+        .iter()
+        .filter(|row| applies(model, r, row))
+        .collect();
+    let mut classes: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (at, row) in applying.iter().enumerate() {
+        // A success row, or a 409 that is success or progress, is no error.
+        let success = row.class == "success" || row.conflict.is_some_and(|c| c != Conflict::Error);
+        if success || shadowed(row, &applying[..at]) {
+            continue;
+        }
+        match classes.iter_mut().find(|(c, _)| *c == row.class) {
+            Some((_, rows)) => rows.push(&row.row),
+            None => classes.push((&row.class, vec![&row.row])),
+        }
+    }
+    let listed: Vec<String> = classes
+        .iter()
+        .map(|(class, rows)| {
+            let variant = camel(class);
+            format!(
+                "[`{variant}`](crate::ErrorClass::{variant}) ({})",
+                rows.join(", ")
+            )
+        })
+        .collect();
+    format!(
+        "- Errors ([`Error::class`](crate::Error::class), taxonomy rows): {}",
+        listed.join(", ")
+    )
+}
+
+/// Whether taxonomy row `row` can match an outcome of a call of `r`.
+fn applies(model: &Model, r: &Route, row: &crate::model::Row) -> bool {
+    use crate::model::OutcomeKind as K;
+    let keyless = r.scope == ScopeNeed::Public
+        || model
+            .services
+            .iter()
+            .find(|s| s.routes.iter().any(|x| std::ptr::eq(x, r)))
+            .is_some_and(|s| s.lane == Lane::Keyless);
+    let stream = matches!(r.returns, Returns::Stream(_));
+    let kind = match row.outcome {
+        K::StreamError | K::StreamTimeout | K::StreamStalled | K::JobFailed => stream,
+        K::Decode | K::TooLarge => !matches!(r.returns, Returns::Nothing),
+        K::CircuitOpen => model.breaker.is_some(),
+        _ => true,
+    };
+    kind && row.keyless.is_none_or(|k| k == keyless)
+        && row.conflict.is_none_or(|c| c == r.conflict)
+        && row
+            .routes
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|at| std::ptr::eq(model.route(*at).1, r)))
+}
+
+/// Whether an earlier row without a further condition catches every
+/// status of `row` first (rows match in order).
+fn shadowed(row: &crate::model::Row, earlier: &[&crate::model::Row]) -> bool {
+    let Some((lo, hi)) = row.status else {
+        return false;
+    };
+    earlier.iter().any(|e| {
+        e.detail.is_none()
+            && e.retry_after.is_none()
+            && e.status.is_some_and(|(elo, ehi)| elo <= lo && hi <= ehi)
+    })
 }
 
 fn method(model: &Model, r: &Route) -> TokenStream {

@@ -109,6 +109,12 @@ impl Cx<'_> {
             self.type_name(&api.client, &api.client, "client");
         }
         Api {
+            license: api.document.as_ref().map(|d| d.license.to_string()),
+            contact: api.document.as_ref().map(|d| {
+                let c = &d.contact;
+                let text = |t: &Option<spec::Text>| t.as_ref().map(|t| t.to_string());
+                (c.name.to_string(), text(&c.url), text(&c.email))
+            }),
             at,
             crate_at: self.sources.locate(api.crate_name.span()),
             lanes,

@@ -86,6 +86,7 @@ impl<'c> Engine<'c> {
     /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Transport (inferred)
     pub async fn health(&self) -> Result<crate::types::Health, Error> {
         let call = Call::new(&HEALTH);
@@ -100,6 +101,7 @@ impl<'c> Engine<'c> {
     /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency (inferred)
     pub async fn analyse(
         &self,
@@ -117,6 +119,7 @@ impl<'c> Engine<'c> {
     /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency (inferred)
     pub async fn extract_findings(
         &self,

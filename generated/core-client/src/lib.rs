@@ -3,7 +3,26 @@
 //!
 //! Typed, resilient client of the Platform→Core contract and the Platform's session workflow. Transport failures and 5xx answers are retried with a linear backoff; 4xx answers and invalid JSON are surfaced at once; workflow actions are never sent twice.
 //!
-//! Generated from `spec/core/` by `cargo xtask codegen`; `POLICY.md` beside this crate shows the whole policy as tables.
+//! Generated from `spec/core/` by `cargo xtask codegen`; [`POLICY.md`](policy_tables) beside this crate shows the whole policy as tables, and each method's docs list its route's classes: timeout, retry, budget and the error classes it can end in.
+//!
+//! Built from the environment ([`Config::from_env`] reads `CORE_URL`, `CORE_API_KEY` and `CORE_TENANT`), one call, and its error matched on its class ([`ErrorClass`], one variant per class of the taxonomy):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use core_client::{Core, Config, ErrorClass, SessionId};
+//!
+//! let client = Core::new(Config::from_env()?)?;
+//! match client.sessions().get_session(&SessionId::parse("id-1")?).await {
+//!     Ok(answer) => println!("{answer:?}"),
+//!     // `e.message()`: the spec's text for the class, for the UI.
+//!     Err(e) if e.class() == ErrorClass::InvalidScope => eprintln!("{:?}", e.message()),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Or with every part given:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,6 +36,10 @@
 //! # }
 //! ```
 
+/// The whole policy as tables: `POLICY.md` beside this crate, generated from the
+/// same spec.
+#[doc = include_str!("../POLICY.md")]
+pub mod policy_tables {}
 pub mod client;
 pub mod engine;
 pub mod error;

@@ -146,6 +146,7 @@ impl<'c> Sessions<'c> {
     /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency
     pub async fn get_session(
         &self,
@@ -163,6 +164,7 @@ impl<'c> Sessions<'c> {
     /// - Retry class: [`C1`](crate::policy::retry::C1), 2 attempts, waiting 250 ms × the retry's number, no jitter
     /// - Idempotent: yes
     /// - Budget: `global`
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency
     pub async fn list_findings(
         &self,
@@ -181,6 +183,7 @@ impl<'c> Sessions<'c> {
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency
     pub async fn accept(
         &self,
@@ -200,6 +203,7 @@ impl<'c> Sessions<'c> {
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency
     pub async fn reject(
         &self,
@@ -219,6 +223,7 @@ impl<'c> Sessions<'c> {
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency
     pub async fn advance(
         &self,
@@ -237,6 +242,7 @@ impl<'c> Sessions<'c> {
     /// - Idempotent: no: never retried once the request may have reached the server
     /// - Budget: `global`
     /// - Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): read the state with [`Self::get_session`] before sending it again
+    /// - Errors ([`Error::class`](crate::Error::class), taxonomy rows): [`InvalidScope`](crate::ErrorClass::InvalidScope) (C22), [`InvalidRequest`](crate::ErrorClass::InvalidRequest) (C23), [`Deadline`](crate::ErrorClass::Deadline) (C20), [`Transport`](crate::ErrorClass::Transport) (C1), [`ServerError`](crate::ErrorClass::ServerError) (C2), [`HttpError`](crate::ErrorClass::HttpError) (C3), [`UnexpectedStatus`](crate::ErrorClass::UnexpectedStatus) (C4), [`InvalidJson`](crate::ErrorClass::InvalidJson) (C5), [`TooLarge`](crate::ErrorClass::TooLarge) (C6)
     /// - Policy: Idempotency
     pub async fn discuss(
         &self,

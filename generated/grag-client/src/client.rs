@@ -99,6 +99,8 @@ pub struct Grag {
 }
 
 impl Grag {
+    /// A client of the spec's policy (`POLICY.md`) built from `config`: an invalid
+    /// configuration is refused here, before any request is sent.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         Self::with_policy(config, &POLICY)
     }

@@ -3,7 +3,26 @@
 //!
 //! Typed, resilient client for the GRAG AI platform. Every call goes through one pipeline that assembles the scope headers, maps answers to the error taxonomy, retries by class, throttles, and trips one circuit breaker for the whole origin.
 //!
-//! Generated from `spec/grag/` by `cargo xtask codegen`; `POLICY.md` beside this crate shows the whole policy as tables.
+//! Generated from `spec/grag/` by `cargo xtask codegen`; [`POLICY.md`](policy_tables) beside this crate shows the whole policy as tables, and each method's docs list its route's classes: timeout, retry, budget and the error classes it can end in.
+//!
+//! Built from the environment ([`Config::from_env`] reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`), one call, and its error matched on its class ([`ErrorClass`], one variant per class of the taxonomy):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use grag_client::{Grag, Config, ErrorClass};
+//!
+//! let client = Grag::new(Config::from_env()?)?;
+//! match client.workspaces().list_kbs().await {
+//!     Ok(answer) => println!("{answer:?}"),
+//!     // `e.message()`: the spec's text for the class, for the UI.
+//!     Err(e) if e.class() == ErrorClass::InvalidScope => eprintln!("{:?}", e.message()),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Or with every part given:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,6 +38,10 @@
 //! # }
 //! ```
 
+/// The whole policy as tables: `POLICY.md` beside this crate, generated from the
+/// same spec.
+#[doc = include_str!("../POLICY.md")]
+pub mod policy_tables {}
 pub mod ai_gateway;
 pub mod bff;
 pub mod client;

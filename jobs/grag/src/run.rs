@@ -256,13 +256,19 @@ impl Jobs {
                 step,
                 request_id,
                 read,
-            }) => self.verdict(&job, unknown_error(step, request_id, &read), None),
+            }) => self.verdict(
+                &job,
+                unknown_error(step, request_id, &read),
+                None,
+                replayed(&job),
+            ),
             // It can never run: keep it, failed, with the reason.
             Err(StepError::Corrupt { what, reason }) => {
-                self.verdict(&job, corrupt_error(what, &reason), None)
+                self.verdict(&job, corrupt_error(what, &reason), None, true)
             }
             Err(StepError::PointTooLarge { error, point }) => {
-                self.verdict(&job, too_large_error(&error, &point), Some(&error))
+                let error_of_job = too_large_error(&error, &point);
+                self.verdict(&job, error_of_job, Some(&error), replayed(&job))
             }
             Err(StepError::Platform(e)) => self.platform_failed(&job, &e),
         };
@@ -291,14 +297,18 @@ impl Jobs {
         }
     }
 
-    /// A job that can never succeed: failed with `error`, and its alert.
+    /// A job that can never succeed: failed with `error`, and alerted as a
+    /// replay failure when `alert` (a first run's refusal is not one).
     fn verdict(
         &self,
         job: &Job,
         error: JobError,
         cause: Option<&grag_client::Error>,
+        alert: bool,
     ) -> (Finish, JobState) {
-        self.failed_alert(job, cause, &error.detail);
+        if alert {
+            self.failed_alert(job, cause, &error.detail);
+        }
         (Finish::Failed(error), JobState::Failed)
     }
 
@@ -323,7 +333,7 @@ impl Jobs {
                 // A first run's refusal is the job's own error (its row
                 // alerts where the taxonomy says); a replay that fails
                 // after the close is what `replay_failures` is for.
-                if job.attempts > 1 {
+                if replayed(job) {
                     self.failed_alert(job, Some(e), e.class_name());
                 }
                 (Finish::Failed(error), JobState::Failed)
@@ -409,6 +419,12 @@ impl Jobs {
             ..runtime.alert_of(self.inner.policy.failure_alert)
         });
     }
+}
+
+/// Whether this run of `job` is a replay: it waited through an outage, was
+/// taken over from a crashed worker, or was run again.
+fn replayed(job: &Job) -> bool {
+    job.attempts > 1
 }
 
 /// What ended a step early.

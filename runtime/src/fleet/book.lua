@@ -4,13 +4,16 @@
 -- of theirs. Unconditional: it was sent already.
 -- KEYS[1] the state hash, then the request's lease sets (held until
 -- released or one lease passes) and windows, told apart by name.
--- ARGV: member.
+-- ARGV: member, the run the replica knows. Answers the run (see run_of).
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local s, names = read('pause')
+local writes = {}
+local run = run_of(s, writes, names, ARGV[2], now)
 local tat = (s[2] or 0) + 0
 if tat < now then tat = now end
-local writes = {'tat', tat + interval}
+writes[#writes + 1] = 'tat'
+writes[#writes + 1] = tat + interval
 keep(writes, s, names, 1, tat + interval)
 for i = 2, #KEYS do
   local fresh = redis.call('EXISTS', KEYS[i]) == 0
@@ -23,4 +26,4 @@ for i = 2, #KEYS do
   end
 end
 finish(writes, s, names, now)
-return 1
+return run

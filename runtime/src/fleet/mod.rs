@@ -46,7 +46,8 @@ impl Drop for FleetSlots {
 }
 
 /// The store's own breaker: `threshold` failed calls in a row open it; after
-/// `retry` the next call tries again (and one more failure reopens it).
+/// `retry` the next call tries again (and one more failure reopens it): the
+/// fleet makes that call from its heartbeat, never from an admission.
 /// Open means degraded.
 ///
 /// "In a row" is in time: a failed call counts only if it started after the

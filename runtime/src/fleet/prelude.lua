@@ -1,11 +1,12 @@
--- What every fleet script shares (issue 17), after the policy's numbers the
--- store renders above it: lease, interval, tolerance, window, horizon,
--- grace, margin (µs), caps and limits (by key name, after the hash tag).
+-- What every fleet script shares, after the policy's numbers the store
+-- renders above it: lease, interval, tolerance, window, horizon, grace,
+-- margin, settle (µs), caps and limits (by key name, after the hash tag).
 --
 -- The tenant's state is one hash, KEYS[1]: `pause` (the pause's end),
 -- `tat` (the token bucket's theoretical arrival time), `dark:<route>`
--- ("<end> <mark>"), and the instant until which each key is known to live:
--- `kept` for the hash itself, the key's name for every other key.
+-- ("<end> <mark>"), `run` (see `run_of`), and the instant until which each
+-- key is known to live: `kept` for the hash itself, the key's name for
+-- every other key.
 --
 -- Every key expires: a script that writes to a key makes sure the key
 -- lives at least as long as what it wrote matters (`need`), and then some
@@ -13,8 +14,9 @@
 -- A key that may have been emptied (and so deleted, and made again without
 -- an expiry) is `fresh`: its expiry is set whatever the hash says.
 
--- The state hash's pause, tat, dark mark of `dark`, and each key's kept
--- instant (index i + 3 for KEYS[i]); the keys' names by index.
+-- The state hash's pause, tat, dark mark of `dark`, each key's kept
+-- instant (index i + 3 for KEYS[i]) and the run (index #KEYS + 4); the
+-- keys' names by index.
 local function read(dark)
   local from = #KEYS[1] - 4
   local fields = {'pause', 'tat', dark, 'kept'}
@@ -24,7 +26,13 @@ local function read(dark)
     names[i] = name
     fields[i + 3] = name
   end
+  fields[#KEYS + 4] = 'run'
   return redis.call('HMGET', KEYS[1], unpack(fields)), names
+end
+
+-- An instant (µs) as Redis reads it back exactly, for a range's bound.
+local function us(x)
+  return string.format('%.0f', x)
 end
 
 -- Expiries to set once the writes are done (a key written may be new).
@@ -59,4 +67,26 @@ end
 local function dark_left(value, now)
   local end_, mark = value:match('^(%d+) (.*)$')
   if end_ and end_ + 0 > now then return end_ - now, mark end
+end
+
+-- The run: the Redis-time instant the tenant's state was first written. A
+-- Redis that restarted empty has none: the first script after it writes a
+-- new one, and each replica, told a run other than the one it knows, books
+-- what it sent in the last window again (rebook.lua). When the caller knew
+-- a run (`given` not 0: the state was lost, not new), admissions pause for
+-- `settle`, the time every live replica takes to hear of the new run.
+local function run_of(s, writes, names, given, now)
+  local at = #KEYS + 4
+  if s[at] then return s[at] + 0 end
+  writes[#writes + 1] = 'run'
+  writes[#writes + 1] = us(now)
+  s[at] = us(now)
+  local end_ = now + settle
+  if given + 0 ~= 0 and (not s[1] or s[1] + 0 < end_) then
+    writes[#writes + 1] = 'pause'
+    writes[#writes + 1] = end_
+    s[1] = end_
+    keep(writes, s, names, 1, end_)
+  end
+  return now
 end

@@ -4,15 +4,20 @@
 -- slots older than one window and dark marks that ended go.
 -- KEYS[1] the state hash, KEYS[2] the replicas, then every lease set and
 -- every window of the fleet, told apart by name.
--- ARGV: replica, then for each lease set in KEYS' order: n, members...
+-- ARGV: replica, the run it knows (0: none), then for each lease set in
+-- KEYS' order: n, members...
+-- Answers the run (see run_of), then the live replicas' ids. The state
+-- hash lives while any replica beats: its run must outlive a quiet spell.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local s, names = read('pause')
 local writes = {}
+local run = run_of(s, writes, names, ARGV[2], now)
+keep(writes, s, names, 1, now + lease)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], math.ceil(lease / 1000) * 2)
-local a = 2
+local a = 3
 for i = 3, #KEYS do
   if caps[names[i]] then
     local n = ARGV[a] + 0
@@ -40,4 +45,6 @@ for f = 1, #state, 2 do
   end
 end
 finish(writes, s, names, now)
-return redis.call('ZRANGE', KEYS[2], 0, -1)
+local live = redis.call('ZRANGE', KEYS[2], 0, -1)
+table.insert(live, 1, us(run))
+return live

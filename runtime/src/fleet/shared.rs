@@ -1,7 +1,7 @@
 //! The fleet stage of admission: the store's answer, the leases a replica
 //! holds (renewed with its heartbeat), and degraded mode.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::store::{Answer, Ask, Keys, LeaseSet, Shape, Store, StoreError, Turn};
+use super::store::{Again, Answer, Ask, Keys, LeaseSet, Shape, Store, StoreError, Turn};
 use super::{StoreBreaker, Switch, cap_share, rate_share};
 use crate::alerts::{Alert, AlertSink};
 use crate::metrics::FleetMetrics;
@@ -125,10 +125,13 @@ impl Question {
     }
 }
 
-/// What an admission still has to reserve: its windows and its token, until
-/// an answer reserved them for it.
+/// What an admission still has to reserve: its windows (one member, `slot`,
+/// kept across its round trips) and its token, until an answer reserved
+/// them for it.
 struct Left<'a> {
     windows: &'a [usize],
+    slot: String,
+    reserved: bool,
     token: bool,
 }
 
@@ -169,6 +172,12 @@ struct Inner {
     started: AtomicBool,
     /// Bumped on every switch; the throttle's windows follow it.
     epoch: AtomicU64,
+    /// The store's run this replica booked into (0: none yet).
+    run: AtomicU64,
+    /// One booking again at a time (see [`Inner::rebook`]).
+    rebooking: tokio::sync::Mutex<()>,
+    /// What this replica sent lately, for a Redis that lost it.
+    sent: Mutex<Sent>,
     applied: AtomicU64,
     metrics: Option<FleetMetrics>,
     alerts: Arc<dyn AlertSink>,
@@ -241,7 +250,13 @@ impl Fleet {
             grace: GRACE,
             caps,
             limits,
+            settle: policy.breaker_retry + policy.heartbeat,
         };
+        let sent = Sent::new(
+            (throttle.rate_period, (burst + per_second - 1) as usize),
+            throttle.budget_period,
+            &shape.limits,
+        );
         let store = Store::open(url, policy.deadline, &shape)?;
         let fleet = Fleet {
             inner: Arc::new(Inner {
@@ -268,6 +283,9 @@ impl Fleet {
                 ending: Arc::new(Notify::new()),
                 started: AtomicBool::new(false),
                 epoch: AtomicU64::new(0),
+                run: AtomicU64::new(0),
+                rebooking: tokio::sync::Mutex::new(()),
+                sent: Mutex::new(sent),
                 applied: AtomicU64::new(0),
                 metrics,
                 alerts,
@@ -322,15 +340,25 @@ impl Fleet {
         inner.start();
         inner.store.ready().await;
         let question = Question::of(inner, budgets);
+        let windows = question.windows();
         let mut left = Left {
-            windows: question.windows(),
+            windows,
+            slot: if windows.is_empty() {
+                String::new()
+            } else {
+                inner.member(inner.next.fetch_add(1, Ordering::Relaxed))
+            },
+            reserved: false,
             token: true,
         };
         let started = Instant::now();
         loop {
             inner.follow_mode(throttle);
-            if !inner.lock_state().breaker.allows(Instant::now()) {
-                match inner.admit_degraded(&question, started).await? {
+            // Degraded, no admission asks the store: the heartbeat tries it
+            // again after the breaker's retry, so a Redis that refuses
+            // connections costs no admission a wait.
+            if inner.lock_state().breaker.degraded() {
+                match inner.admit_degraded(throttle, &question, started).await? {
                     Some(slots) => return Ok(slots),
                     None => continue,
                 }
@@ -401,14 +429,27 @@ impl Fleet {
         loop {
             let called = Instant::now();
             let seen = inner.store.result(&inner.keys, turn).await;
-            if let Some(healthy) = inner.account(seen, called).flatten() {
-                return healthy;
+            if let Some(seen) = inner.account(seen, called).flatten() {
+                return seen.healthy;
             }
             if Instant::now() >= until || !inner.store_allowed() {
                 return false;
             }
             tokio::time::sleep(inner.policy.deadline * RESULT_POLL_DEADLINES).await;
         }
+    }
+
+    /// How long ago (Redis time) a replica last saw `turn` healthy, while
+    /// that is still fresh; `None` without the store.
+    pub(crate) async fn healthy_since(&self, turn: Turn) -> Option<Duration> {
+        let inner = &self.inner;
+        if !inner.store_allowed() {
+            return None;
+        }
+        let called = Instant::now();
+        let seen = inner.store.result(&inner.keys, turn).await;
+        let seen = inner.account(seen, called).flatten()?;
+        seen.healthy.then_some(seen.age)
     }
 }
 
@@ -584,22 +625,18 @@ impl Inner {
         left: &mut Left<'_>,
         started: Instant,
     ) -> Result<Option<FleetSlots>, Refusal> {
-        let fresh = self.next.fetch_add(1, Ordering::Relaxed);
-        let number = self.take_ended(leases).unwrap_or(fresh);
+        let number =
+            (self.take_ended(leases)).unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
         let member = self.member(number);
-        // Each window reservation is a member of its own.
-        let slot = if left.windows.is_empty() {
-            String::new()
-        } else {
-            self.member(fresh)
-        };
         let ask = Ask {
             route,
             member: &member,
-            slot: &slot,
+            slot: &left.slot,
             leases,
             windows: left.windows,
+            reserved: left.reserved,
             token: left.token,
+            run: self.run.load(Ordering::Acquire),
         };
         // Registered before the call: a caller cancelled mid-call still
         // gives back what the script may have taken.
@@ -628,6 +665,8 @@ impl Inner {
         if let Answer::Go(wait) = answer {
             self.decision("redis", if wait.is_zero() { "go" } else { "go_later" });
             self.observe("redis", started);
+            self.lock_sent()
+                .record(left.windows, crate::clock::after(Instant::now(), wait));
             // Not `sleep(0)`: a timer waits for the next tick of tokio's
             // 1 ms wheel, which would be most of an admission's cost.
             if !wait.is_zero() {
@@ -637,7 +676,58 @@ impl Inner {
         }
         // Nothing held (the script ended the member's lease): no release.
         slots.forget_leases();
+        if let Answer::Run(run) = answer {
+            self.decision("redis", "run");
+            // Whatever this admission reserved was in the state now lost.
+            (left.reserved, left.token) = (false, true);
+            self.rebook(run).await;
+            return Ok(None);
+        }
         self.wait_for(answer, left).await.map(|()| None)
+    }
+
+    /// Books again what this replica sent in the last window and the leases
+    /// it holds into the store's `run` (a Redis that restarted empty, or a
+    /// replica new to the fleet: nothing to book), and knows that run from
+    /// then on. Once per run: callers beside it wait for the first.
+    async fn rebook(&self, run: u64) {
+        let _one = self.rebooking.lock().await;
+        if self.run.load(Ordering::Acquire) == run {
+            return;
+        }
+        let now = Instant::now();
+        let (second, windows) = self.lock_sent().ages(now);
+        let leases = self.held_by_set();
+        let again = Again {
+            run,
+            replica: &self.replica,
+            second,
+            leases: &leases,
+            windows: &windows,
+        };
+        let booked = self.store.rebook(&self.keys, &again).await;
+        if self.account(booked, now) == Some(run) {
+            self.run.store(run, Ordering::Release);
+        }
+    }
+
+    fn lock_sent(&self) -> MutexGuard<'_, Sent> {
+        self.sent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The members of the leases this replica holds, by lease set (every
+    /// set of the fleet listed).
+    fn held_by_set(&self) -> Vec<(LeaseSet, Vec<String>)> {
+        let mut grouped: Vec<(LeaseSet, Vec<String>)> =
+            self.sets.iter().map(|&set| (set, Vec::new())).collect();
+        for (number, sets) in self.lock_held().iter() {
+            for set in sets {
+                if let Some((_, members)) = grouped.iter_mut().find(|(s, _)| s == set) {
+                    members.push(self.member(*number));
+                }
+            }
+        }
+        grouped
     }
 
     /// Follows an answer that sends nothing now: sleeps until the slot it
@@ -645,25 +735,28 @@ impl Inner {
     async fn wait_for(&self, answer: Answer, left: &mut Left<'_>) -> Result<(), Refusal> {
         let wait = match answer {
             Answer::Go(_) => return Ok(()),
+            // A token is used at its instant or not at all: one reserved
+            // for an instant this request could not go at is taken again.
             Answer::Reserved(wait) => {
                 self.decision("redis", "window");
-                left.windows = &[];
+                (left.reserved, left.token) = (!left.windows.is_empty(), true);
                 wait
             }
             Answer::Queued(wait) => {
                 self.decision("redis", "queued");
-                left.windows = &[];
-                left.token = false;
+                (left.reserved, left.token) = (!left.windows.is_empty(), false);
                 wait
             }
             Answer::Busy(wait) => {
                 self.decision("redis", "busy");
+                left.token = true;
                 wait.min(self.policy.deadline).max(Duration::from_millis(1))
             }
             Answer::Dark { left, mark } => {
                 self.decision("redis", "dark");
                 return Err(Refusal::Dark { left, mark });
             }
+            Answer::Run(_) => return Ok(()),
         };
         tokio::time::sleep(wait).await;
         Ok(())
@@ -674,6 +767,7 @@ impl Inner {
     /// meanwhile.
     async fn admit_degraded(
         self: &Arc<Self>,
+        throttle: &Throttle,
         question: &Question,
         started: Instant,
     ) -> Result<Option<FleetSlots>, Refusal> {
@@ -696,15 +790,28 @@ impl Inner {
                 .collect()
         };
         let mut permits = Vec::with_capacity(gates.len());
+        // A request that must wait for its share (ingest's is 1/1/0 of 2
+        // over three) waits without its slot of this replica's rolling
+        // second, and takes one again before it goes.
+        let mut left = None;
         for gate in gates {
+            if let Ok(permit) = Arc::clone(&gate).try_acquire_owned() {
+                permits.push(permit);
+                continue;
+            }
+            left.get_or_insert_with(|| throttle.leave_second());
             match gate.acquire_owned().await {
                 Ok(permit) => permits.push(permit),
                 // The store came back while this call waited: ask it.
                 Err(_) => return Ok(None),
             }
         }
+        if let Some(left) = left {
+            left.retake().await;
+        }
         self.decision("local", "go");
         self.observe("local", started);
+        self.lock_sent().record(question.windows(), Instant::now());
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let sets = sets.to_vec();
         self.book(number, &sets, question.windows());
@@ -729,7 +836,17 @@ impl Inner {
         self.background(async move {
             let member = inner.member(number);
             let keys = &inner.keys;
-            let _ = inner.store.book(keys, &member, &sets, &windows).await;
+            let known = inner.run.load(Ordering::Acquire);
+            let booked = inner
+                .store
+                .book(keys, &member, known, &sets, &windows)
+                .await;
+            // Redis lost the state: what this replica sent goes back in.
+            if let Ok(run) = booked
+                && run != known
+            {
+                inner.rebook(run).await;
+            }
         });
     }
 
@@ -858,15 +975,7 @@ impl Inner {
     /// heartbeat even without traffic. Every lease set and window of the
     /// fleet is named, for the trimming.
     async fn beat(&self) {
-        let mut grouped: Vec<(LeaseSet, Vec<String>)> =
-            self.sets.iter().map(|&set| (set, Vec::new())).collect();
-        for (number, sets) in self.lock_held().iter() {
-            for set in sets {
-                if let Some((_, members)) = grouped.iter_mut().find(|(s, _)| s == set) {
-                    members.push(self.member(*number));
-                }
-            }
-        }
+        let grouped = self.held_by_set();
         // A failed beat is tried again, `failures` times over the breaker's
         // `over`: a dead store opens the breaker within this one heartbeat.
         let tries = self.policy.breaker_failures.max(1);
@@ -876,23 +985,122 @@ impl Inner {
                 return;
             }
             let called = Instant::now();
-            let renewed = self
-                .store
-                .renew(&self.keys, &self.replica, &grouped, &self.windows)
+            let known = self.run.load(Ordering::Acquire);
+            let renewed = (self.store)
+                .renew(&self.keys, &self.replica, known, &grouped, &self.windows)
                 .await;
             match renewed {
-                Ok(live) => {
+                Ok((run, live)) => {
                     if let Some(m) = &self.metrics
                         && !self.lock_state().breaker.degraded()
                     {
                         m.share.set(1.0);
                     }
                     self.succeeded(Some(live));
+                    if run != known {
+                        self.rebook(run).await;
+                    }
                     return;
                 }
                 Err(e) => self.failed(&e, called),
             }
             tokio::time::sleep(pause).await;
         }
+    }
+}
+
+/// What one replica sent lately, on its own clock, within what can matter:
+/// the sends of the last rate period (at most what it admits) and of each
+/// fleet window's last window (at most its limit). Booked again into a
+/// Redis that restarted empty.
+#[derive(Debug)]
+struct Sent {
+    period: Duration,
+    second: (VecDeque<Instant>, usize),
+    window: Duration,
+    /// By budget: its sends and its limit.
+    windows: Vec<(usize, VecDeque<Instant>, usize)>,
+}
+
+impl Sent {
+    fn new(second: (Duration, usize), window: Duration, limits: &[(usize, u32)]) -> Sent {
+        let (period, most) = second;
+        Sent {
+            period,
+            second: (VecDeque::with_capacity(most), most.max(1)),
+            window,
+            windows: (limits.iter())
+                .map(|&(b, limit)| (b, VecDeque::new(), (limit as usize).max(1)))
+                .collect(),
+        }
+    }
+
+    /// A request of `windows` sent at `at`.
+    fn record(&mut self, windows: &[usize], at: Instant) {
+        let keep = |log: &mut VecDeque<Instant>, most: usize, width: Duration| {
+            while log.len() >= most || log.front().is_some_and(|&t| t + width < at) {
+                log.pop_front();
+            }
+            log.push_back(at);
+        };
+        let (log, most) = &mut self.second;
+        keep(log, *most, self.period);
+        for (b, log, most) in &mut self.windows {
+            if windows.contains(b) {
+                keep(log, *most, self.window);
+            }
+        }
+    }
+
+    /// The sends within the last rate period at `now`, and each window's
+    /// sends within its last window by age.
+    fn ages(&self, now: Instant) -> (usize, Vec<(usize, Vec<Duration>)>) {
+        let within = |t: &&Instant, width: Duration| now.saturating_duration_since(**t) < width;
+        let second = self
+            .second
+            .0
+            .iter()
+            .filter(|t| within(t, self.period))
+            .count();
+        let windows = (self.windows.iter())
+            .map(|(b, log, _)| {
+                let ages = (log.iter().filter(|t| within(t, self.window)))
+                    .map(|t| now.saturating_duration_since(*t))
+                    .collect();
+                (*b, ages)
+            })
+            .collect();
+        (second, windows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_sent_log_keeps_the_last_window_at_most_its_limit_and_ages_it() {
+        let s = Duration::from_secs;
+        // 3 per rolling second, budget 1: 2 per 60 s, budget 4: 5 per 60 s.
+        let mut sent = Sent::new((s(1), 3), s(60), &[(1, 2), (4, 5)]);
+        let t0 = Instant::now();
+        for i in 0..4 {
+            sent.record(&[1], t0 + Duration::from_millis(100 * i));
+        }
+        sent.record(&[4], t0 + s(2));
+        let (second, windows) = sent.ages(t0 + s(2));
+        // The rolling second holds the one sent at 2 s; each window its
+        // newest sends, at most its limit.
+        assert_eq!(second, 1);
+        let ms = Duration::from_millis;
+        assert_eq!(windows[0], (1, vec![ms(1800), ms(1700)]));
+        assert_eq!(windows[1], (4, vec![Duration::ZERO]));
+        // A window later, nothing of it is left.
+        let (second, windows) = sent.ages(t0 + s(62));
+        assert_eq!(second, 0);
+        assert!(
+            windows.iter().all(|(_, ages)| ages.is_empty()),
+            "{windows:?}"
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! The fleet's shared store: Redis, through redis-rs's connection manager
-//! (it reconnects on its own) and six Lua scripts, each loaded once and
+//! (it reconnects on its own) and nine Lua scripts, each loaded once and
 //! sent with EVALSHA (redis-rs loads it again on NOSCRIPT).
 //!
 //! Every call is bounded by the policy's deadline: an admission never waits
@@ -38,6 +38,10 @@ pub enum Answer {
     /// Another replica saw the route dark, for this much longer; what it
     /// saw is `mark` (see [`Fleet::share_dark`](super::Fleet::share_dark)).
     Dark { left: Duration, mark: String },
+    /// The tenant's state is of another run than the caller's (Redis lost
+    /// it, or the caller is new): nothing taken; book what was sent again
+    /// ([`Store::rebook`]) and ask again with this run.
+    Run(u64),
 }
 
 /// A lease set: a budget's in-flight cap, or `None`: every request's.
@@ -51,14 +55,31 @@ pub struct Ask<'a> {
     /// The lease member: unique among this replica's live leases (it may be
     /// that of an admission that ended: taking it again gives that back).
     pub member: &'a str,
-    /// The window member: unique per round trip.
+    /// The window member: one per admission, kept across its round trips.
     pub slot: &'a str,
     /// The lease sets to take.
     pub leases: &'a [LeaseSet],
-    /// The windows to reserve; empty once they are reserved.
+    /// The windows of the request.
     pub windows: &'a [usize],
+    /// An earlier round trip reserved the window slots (`slot`).
+    pub reserved: bool,
     /// A token is still to take (false once it is reserved).
     pub token: bool,
+    /// The run the caller knows (0: none yet).
+    pub run: u64,
+}
+
+/// What one replica books again into a Redis that lost it ([`Store::rebook`]).
+#[derive(Debug, Clone)]
+pub struct Again<'a> {
+    pub run: u64,
+    pub replica: &'a str,
+    /// Its sends within the last rate period.
+    pub second: usize,
+    /// The members of the leases it holds, by lease set.
+    pub leases: &'a [(LeaseSet, Vec<String>)],
+    /// The ages of its sends within the last window, by budget.
+    pub windows: &'a [(usize, Vec<Duration>)],
 }
 
 /// A store call that did not answer in time, or failed.
@@ -94,6 +115,10 @@ pub struct Shape {
     pub caps: Vec<(LeaseSet, u32)>,
     /// The limit of every rolling window, by budget.
     pub limits: Vec<(usize, u32)>,
+    /// How long admissions wait after the state was found lost (see
+    /// prelude.lua's `run_of`): every live replica books its sends again
+    /// meanwhile.
+    pub settle: Duration,
 }
 
 impl Shape {
@@ -103,8 +128,8 @@ impl Shape {
     fn constants(&self) -> String {
         let tolerance = self.interval * self.burst.saturating_sub(1);
         let mut lua = format!(
-            "local lease, interval, tolerance, window, horizon, grace, margin = \
-             {}, {}, {}, {}, {}, {}, {}\nlocal caps = {{",
+            "local lease, interval, tolerance, window, horizon, grace, margin, settle = \
+             {}, {}, {}, {}, {}, {}, {}, {}\nlocal caps = {{",
             micros(self.lease),
             micros(self.interval),
             micros(tolerance),
@@ -112,6 +137,7 @@ impl Shape {
             micros(self.horizon),
             micros(self.grace),
             micros(self.lease),
+            micros(self.settle),
         );
         for &(set, cap) in &self.caps {
             let _ = write!(lua, "['{}'] = {}, ", lease_name(set), cap.max(1));
@@ -218,8 +244,11 @@ pub struct Store {
     renew: Script,
     pause: Script,
     book: Script,
+    rebook: Script,
     dark: Script,
     release: Script,
+    set_result: Script,
+    result: Script,
 }
 
 impl std::fmt::Debug for Store {
@@ -256,6 +285,7 @@ fn answer(value: Value) -> Result<Answer, StoreError> {
                 left: from_micros(*left),
                 mark: String::from_utf8_lossy(mark).into_owned(),
             }),
+            [Value::Int(run)] => Ok(Answer::Run(run.unsigned_abs())),
             _ => Err(StoreError::Redis(
                 "an admission answer of an unknown shape".into(),
             )),
@@ -283,8 +313,11 @@ impl Store {
             renew: script(include_str!("renew.lua")),
             pause: script(include_str!("pause.lua")),
             book: script(include_str!("book.lua")),
+            rebook: script(include_str!("rebook.lua")),
             dark: script(include_str!("dark.lua")),
             release: script(include_str!("release.lua")),
+            set_result: Script::new(SET_RESULT),
+            result: Script::new(GET_RESULT),
         })
     }
     /// The connection manager, made on the first call (it needs a runtime).
@@ -377,8 +410,11 @@ impl Store {
             &self.renew,
             &self.pause,
             &self.book,
+            &self.rebook,
             &self.dark,
             &self.release,
+            &self.set_result,
+            &self.result,
         ] {
             script
                 .prepare_invoke()
@@ -403,9 +439,12 @@ impl Store {
         invocation
             .arg(ask.member)
             .arg(if ask.token { "1" } else { "0" })
-            .arg(dark_field(ask.route));
+            .arg(dark_field(ask.route))
+            .arg(ask.run);
         if !ask.windows.is_empty() {
-            invocation.arg(ask.slot);
+            invocation
+                .arg(ask.slot)
+                .arg(if ask.reserved { "1" } else { "0" });
         }
         let value: Value = self
             .bounded(invocation.invoke_async(&mut connection))
@@ -415,14 +454,16 @@ impl Store {
 
     /// Books a request sent without asking (degraded) in the shared token
     /// bucket, its `leases` (until [`release`](Self::release)d or one lease
-    /// passes) and the `windows` of its budgets, at Redis's now.
+    /// passes) and the `windows` of its budgets, at Redis's now. Answers the
+    /// state's run (`run`: the one the caller knows).
     pub async fn book(
         &self,
         keys: &Keys,
         member: &str,
+        run: u64,
         leases: &[LeaseSet],
         windows: &[usize],
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         let mut connection = self.connection().await?;
         let mut invocation = self.book.key(keys.state());
         for &set in leases {
@@ -431,9 +472,36 @@ impl Store {
         for &budget in windows {
             invocation.key(keys.window(budget));
         }
-        invocation.arg(member);
-        self.bounded(invocation.invoke_async::<()>(&mut connection))
-            .await
+        invocation.arg(member).arg(run);
+        self.bounded(invocation.invoke_async(&mut connection)).await
+    }
+
+    /// Books again into `run` what this replica sent and holds, for a Redis
+    /// that lost it: `second` sends within the last rate period, its held
+    /// lease members by set, and each window's sends by age. Answers the
+    /// state's run: another than `run`, nothing was booked.
+    pub async fn rebook(&self, keys: &Keys, again: &Again<'_>) -> Result<u64, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut invocation = self.rebook.key(keys.state());
+        invocation
+            .arg(again.run)
+            .arg(again.replica)
+            .arg(again.second);
+        for (set, members) in again.leases {
+            invocation
+                .key(keys.leases(*set).as_ref())
+                .arg(members.len());
+            for member in members {
+                invocation.arg(member);
+            }
+        }
+        for (budget, ages) in again.windows {
+            invocation.key(keys.window(*budget)).arg(ages.len());
+            for age in ages {
+                invocation.arg(micros(*age));
+            }
+        }
+        self.bounded(invocation.invoke_async(&mut connection)).await
     }
 
     /// Ends the leases of `members` in the lease sets `sets` (a member not
@@ -459,14 +527,15 @@ impl Store {
     /// The heartbeat: this replica is live for one lease, and so are the
     /// leases it holds (by lease set, every set of the fleet listed);
     /// `windows` are every window of the fleet, trimmed here. Answers the
-    /// live replicas.
+    /// state's run (`run`: the one this replica knows) and the live replicas.
     pub async fn renew(
         &self,
         keys: &Keys,
         replica: &str,
+        run: u64,
         held: &[(LeaseSet, Vec<String>)],
         windows: &[usize],
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<(u64, Vec<String>), StoreError> {
         let mut connection = self.connection().await?;
         let mut invocation = self.renew.prepare_invoke();
         invocation.key(keys.state()).key(keys.replicas());
@@ -476,14 +545,23 @@ impl Store {
         for &budget in windows {
             invocation.key(keys.window(budget));
         }
-        invocation.arg(replica);
+        invocation.arg(replica).arg(run);
         for (_, members) in held {
             invocation.arg(members.len());
             for member in members {
                 invocation.arg(member);
             }
         }
-        self.bounded(invocation.invoke_async(&mut connection)).await
+        let mut answer: Vec<String> = self
+            .bounded(invocation.invoke_async(&mut connection))
+            .await?;
+        if answer.is_empty() {
+            return Err(StoreError::Redis(
+                "a heartbeat answer without its run".into(),
+            ));
+        }
+        let run = answer.remove(0).parse().unwrap_or(0);
+        Ok((run, answer))
     }
 
     /// Pauses every replica for `wait` from now (Redis time), unless a
@@ -540,7 +618,8 @@ impl Store {
         Ok(owner.as_deref() == Some(replica))
     }
 
-    /// What this replica's `turn` saw (`true`: healthy), shared for `for_`.
+    /// What this replica's `turn` saw (`true`: healthy), shared for `for_`
+    /// with the Redis time it was seen at.
     pub async fn set_result(
         &self,
         keys: &Keys,
@@ -550,23 +629,57 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut connection = self.connection().await?;
         let ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX).max(1);
-        let cmd = redis::cmd("SET")
-            .arg(keys.result(turn))
-            .arg(u8::from(healthy))
-            .arg("PX")
-            .arg(ms)
-            .to_owned();
-        self.bounded(cmd.query_async::<()>(&mut connection)).await
+        let mut invocation = self.set_result.key(keys.result(turn));
+        invocation.arg(u8::from(healthy)).arg(ms);
+        self.bounded(invocation.invoke_async::<()>(&mut connection))
+            .await
     }
 
     /// What the last `turn` saw, if it is still fresh.
-    pub async fn result(&self, keys: &Keys, turn: Turn) -> Result<Option<bool>, StoreError> {
+    pub async fn result(&self, keys: &Keys, turn: Turn) -> Result<Option<Seen>, StoreError> {
         let mut connection = self.connection().await?;
-        let cmd = redis::cmd("GET").arg(keys.result(turn)).to_owned();
-        let v: Option<u8> = self.bounded(cmd.query_async(&mut connection)).await?;
-        Ok(v.map(|v| v == 1))
+        let invocation = self.result.key(keys.result(turn));
+        let seen: i64 = self
+            .bounded(invocation.invoke_async(&mut connection))
+            .await?;
+        Ok(match seen {
+            ..0 => None,
+            0 => Some(Seen {
+                healthy: false,
+                age: Duration::ZERO,
+            }),
+            age => Some(Seen {
+                healthy: true,
+                age: from_micros(age - 1),
+            }),
+        })
     }
 }
+
+/// A shared probe or canary result: healthy (and how long ago, in Redis
+/// time, it was seen) or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub healthy: bool,
+    pub age: Duration,
+}
+
+/// Stores a turn's result: 0 (not healthy) or the Redis time (µs) it was
+/// seen healthy at. KEYS[1] the result; ARGV: 1 or 0, for how long (ms).
+const SET_RESULT: &str = "local t = redis.call('TIME')
+local seen = '0'
+if ARGV[1] == '1' then seen = string.format('%.0f', t[1] * 1000000 + t[2]) end
+redis.call('SET', KEYS[1], seen, 'PX', ARGV[2])
+return 1";
+
+/// A turn's result: -1 (none), 0 (not healthy), or 1 + its age in µs.
+const GET_RESULT: &str = "local seen = redis.call('GET', KEYS[1])
+if not seen then return -1 end
+if seen == '0' then return 0 end
+local t = redis.call('TIME')
+local age = t[1] * 1000000 + t[2] - seen
+if age < 0 then age = 0 end
+return age + 1";
 
 #[cfg(test)]
 mod tests {
@@ -592,6 +705,7 @@ mod tests {
             grace: Duration::from_millis(1),
             caps: caps.to_vec(),
             limits: limits.to_vec(),
+            settle: S,
         }
     }
 
@@ -631,9 +745,47 @@ mod tests {
             slot: member,
             leases,
             windows,
+            reserved: false,
             token: true,
+            run: 0,
         };
-        store.admit(keys, &ask).await.unwrap()
+        admit(store, keys, ask).await
+    }
+
+    /// `ask` with the state's run, as a replica knows it (the first call of
+    /// a replica new to the fleet is told the run).
+    async fn admit(store: &Store, keys: &Keys, mut ask: Ask<'_>) -> Answer {
+        ask.run = run_of(store, keys).await;
+        loop {
+            match store.admit(keys, &ask).await.unwrap() {
+                Answer::Run(run) => ask.run = run,
+                other => return other,
+            }
+        }
+    }
+
+    /// The state's run, 0 before there is one.
+    async fn run_of(store: &Store, keys: &Keys) -> u64 {
+        let mut connection = store.connection().await.unwrap();
+        let run: Option<String> = redis::cmd("HGET")
+            .arg(keys.state())
+            .arg("run")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        run.and_then(|r| r.parse::<f64>().ok())
+            .map_or(0, |r| r as u64)
+    }
+
+    /// A member's score in `key`, µs of Redis time.
+    async fn score(store: &Store, key: &str, member: &str) -> f64 {
+        let mut connection = store.connection().await.unwrap();
+        redis::cmd("ZSCORE")
+            .arg(key)
+            .arg(member)
+            .query_async(&mut connection)
+            .await
+            .unwrap()
     }
 
     fn go(answer: &Answer) -> Duration {
@@ -704,9 +856,11 @@ mod tests {
             slot: "b",
             leases: &ALL,
             windows: &[],
+            reserved: false,
             token: false,
+            run: 0,
         };
-        go(&store.admit(&keys, &back).await.unwrap());
+        go(&admit(&store, &keys, back).await);
     }
 
     #[tokio::test]
@@ -756,8 +910,202 @@ mod tests {
             at.push(score);
         }
         assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
-        // A call back for its reserved slot asks without the window.
-        go(&ask(&store, &keys, "m3", &ALL, &[]).await);
+        // A call back early for its reserved slot goes no earlier than it.
+        let back = Ask {
+            route: "/r",
+            member: "m3",
+            slot: "m3",
+            leases: &ALL,
+            windows: &window,
+            reserved: true,
+            token: true,
+            run: 0,
+        };
+        match admit(&store, &keys, back).await {
+            Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_window_slot_counts_from_when_its_request_goes_not_from_its_reservation() {
+        // 2 in any 3 s, one lease: x and y reserve their slots at the end of
+        // a pause while h holds the lease, and go a second late; z, reserved
+        // one window after x's reservation, must not go before one window
+        // after x and y went.
+        let ms = Duration::from_millis;
+        let window = 3 * S;
+        let shape = shape(
+            Duration::from_micros(1),
+            1_000,
+            window,
+            60 * S,
+            &[(None, 1)],
+            &[(2, 2)],
+        );
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
+        go(&ask(&store, &keys, "h", &ALL, &[]).await);
+        store.pause(&keys, ms(300)).await.unwrap();
+        let w = [2];
+        let back = |member: &'static str| Ask {
+            route: "/r",
+            member,
+            slot: member,
+            leases: &ALL,
+            windows: &w,
+            reserved: true,
+            token: true,
+            run: 0,
+        };
+        let mut waits = Vec::new();
+        for member in ["x", "y", "z"] {
+            match ask(&store, &keys, member, &ALL, &w).await {
+                Answer::Reserved(wait) => waits.push(wait),
+                other => panic!("{member}: {other:?}"),
+            }
+        }
+        let reserved_x = score(&store, &keys.window(2), "x").await;
+        tokio::time::sleep(waits[1] + ms(20)).await;
+        for member in ["x", "y"] {
+            let busy = admit(&store, &keys, back(member)).await;
+            assert!(matches!(busy, Answer::Busy(_)), "{member}: {busy:?}");
+        }
+        tokio::time::sleep(S).await;
+        store.release(&keys, &["h".into()], &ALL).await.unwrap();
+        for member in ["x", "y"] {
+            go(&admit(&store, &keys, back(member)).await);
+            store.release(&keys, &[member.into()], &ALL).await.unwrap();
+        }
+        let sent_x = score(&store, &keys.window(2), "x").await;
+        assert!(
+            sent_x - reserved_x >= 900_000.0,
+            "x counts from its reservation"
+        );
+        // z back at its reserved instant: the window ending then holds x and y.
+        tokio::time::sleep(waits[2].saturating_sub(S + waits[1])).await;
+        let mut tries = 0;
+        loop {
+            match admit(&store, &keys, back("z")).await {
+                Answer::Go(_) => break,
+                Answer::Reserved(wait) | Answer::Busy(wait) => tokio::time::sleep(wait).await,
+                other => panic!("{other:?}"),
+            }
+            tries += 1;
+            assert!(tries < 100, "z never went");
+        }
+        let sent = [
+            score(&store, &keys.window(2), "x").await,
+            score(&store, &keys.window(2), "y").await,
+        ];
+        let sent_z = score(&store, &keys.window(2), "z").await;
+        let window_us = window.as_micros() as f64;
+        for at in sent {
+            assert!(
+                sent_z - at >= window_us,
+                "z {sent_z} within a window of {at}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_redis_that_restarted_empty_is_told_what_was_sent_in_the_last_window() {
+        let window = 600 * S;
+        let shape = shape(10 * S, 1, window, 60 * S, &[(None, 8)], &[(2, 2)]);
+        let Some((mut server, store, keys)) = started(&shape) else {
+            return;
+        };
+        let w = [2];
+        go(&ask(&store, &keys, "a", &ALL, &w).await);
+        let run = run_of(&store, &keys).await;
+        assert!(run > 0);
+        server.kill();
+        server.restart();
+        // A replica that knew the run is told a new one: nothing is taken,
+        // and admissions wait the settle while every replica books again.
+        let asked = Ask {
+            route: "/r",
+            member: "b",
+            slot: "b",
+            leases: &ALL,
+            windows: &w,
+            reserved: false,
+            token: true,
+            run,
+        };
+        let mut told = None;
+        for _ in 0..300 {
+            match store.admit(&keys, &asked).await {
+                Ok(Answer::Run(new)) => {
+                    told = Some(new);
+                    break;
+                }
+                Ok(other) => panic!("{other:?}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        let new = told.expect("the restarted Redis answered");
+        assert_ne!(new, run);
+        // Booked again: two sends 1 s ago fill the window of 2, and the
+        // bucket's next token is two intervals ahead.
+        let windows = [(2, vec![S, S])];
+        let again = Again {
+            run: new,
+            replica: "r1",
+            second: 2,
+            leases: &[],
+            windows: &windows,
+        };
+        assert_eq!(store.rebook(&keys, &again).await.unwrap(), new);
+        let stale = Again {
+            run,
+            ..again.clone()
+        };
+        assert_eq!(
+            store.rebook(&keys, &stale).await.unwrap(),
+            new,
+            "not booked twice"
+        );
+        match store
+            .admit(
+                &keys,
+                &Ask {
+                    run: new,
+                    ..asked.clone()
+                },
+            )
+            .await
+            .unwrap()
+        {
+            Answer::Reserved(wait) => between(wait, window - 5 * S, window),
+            other => panic!("{other:?}"),
+        }
+        // The settle (1 s here) holds a request of no window too...
+        let no_window = Ask {
+            member: "c",
+            windows: &[],
+            run: new,
+            ..asked
+        };
+        match store.admit(&keys, &no_window).await.unwrap() {
+            Answer::Reserved(wait) => between(wait, S / 2, S),
+            other => panic!("{other:?}"),
+        }
+        // ...and the bucket's next token is the two sends' two intervals ahead.
+        let mut connection = store.connection().await.unwrap();
+        let tat: f64 = redis::cmd("HGET")
+            .arg(keys.state())
+            .arg("tat")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let (secs, us): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let ahead = Duration::from_micros(tat as u64 - (secs * 1_000_000 + us));
+        between(ahead, 19 * S, 20 * S);
     }
 
     #[tokio::test]
@@ -769,8 +1117,8 @@ mod tests {
         let window = [2];
         // Two sent while degraded: the window of 2 is full, the bucket's
         // next token two intervals ahead.
-        store.book(&keys, "x1", &ALL, &window).await.unwrap();
-        store.book(&keys, "x2", &ALL, &window).await.unwrap();
+        store.book(&keys, "x1", 0, &ALL, &window).await.unwrap();
+        store.book(&keys, "x2", 0, &ALL, &window).await.unwrap();
         match ask(&store, &keys, "a", &ALL, &window).await {
             Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
             other => panic!("{other:?}"),
@@ -787,8 +1135,8 @@ mod tests {
         };
         let fast = store_of(&server, &fast);
         let other = Keys::new("api", "t2");
-        fast.book(&other, "y1", &ALL, &[]).await.unwrap();
-        fast.book(&other, "y2", &ALL, &[]).await.unwrap();
+        fast.book(&other, "y1", 0, &ALL, &[]).await.unwrap();
+        fast.book(&other, "y2", 0, &ALL, &[]).await.unwrap();
         let busy = ask(&fast, &other, "c", &ALL, &[]).await;
         assert!(matches!(busy, Answer::Busy(_)), "{busy:?}");
         fast.release(&other, &["y1".into()], &ALL).await.unwrap();
@@ -835,7 +1183,10 @@ mod tests {
         for _ in 0..4 {
             tokio::time::sleep(lease / 3).await;
             let held = [(Some(1), vec!["b".to_string(), "c".to_string()])];
-            let live = store.renew(&keys, "replica-1", &held, &[]).await.unwrap();
+            let (_, live) = store
+                .renew(&keys, "replica-1", 0, &held, &[])
+                .await
+                .unwrap();
             assert_eq!(live, ["replica-1"]);
         }
         assert!(matches!(
@@ -845,13 +1196,16 @@ mod tests {
         // ...but a released one is not renewed (the beat was on its way)...
         store.release(&keys, &["b".into()], &ingest).await.unwrap();
         let held = [(Some(1), vec!["b".to_string(), "c".to_string()])];
-        store.renew(&keys, "replica-1", &held, &[]).await.unwrap();
+        store
+            .renew(&keys, "replica-1", 0, &held, &[])
+            .await
+            .unwrap();
         go(&ask(&store, &keys, "e", &ingest, &[]).await);
         // ...and they are taken back once one lease passes without one (a crash).
         tokio::time::sleep(lease + Duration::from_millis(50)).await;
         go(&ask(&store, &keys, "f", &ingest, &[]).await);
         go(&ask(&store, &keys, "g", &ingest, &[]).await);
-        let live = store.renew(&keys, "replica-2", &[], &[]).await.unwrap();
+        let (_, live) = store.renew(&keys, "replica-2", 0, &[], &[]).await.unwrap();
         assert_eq!(live, ["replica-2"], "replica-1 stopped beating");
     }
 
@@ -877,7 +1231,7 @@ mod tests {
         for round in 0..3 {
             go(&ask(&store, &keys, &format!("a{round}"), &sets, &windows).await);
             store
-                .book(&keys, &format!("b{round}"), &sets, &windows)
+                .book(&keys, &format!("b{round}"), 0, &sets, &windows)
                 .await
                 .unwrap();
             store.pause(&keys, ms(1)).await.unwrap();
@@ -903,7 +1257,7 @@ mod tests {
             }
             // Everything ended: the beat trims the sets away.
             tokio::time::sleep(ms(400)).await;
-            store.renew(&keys, "r1", &held, &windows).await.unwrap();
+            store.renew(&keys, "r1", 0, &held, &windows).await.unwrap();
             assert_eq!(zcard(&store, &keys.leases(None)).await, 0);
             assert_eq!(zcard(&store, &keys.window(2)).await, 0);
         }
@@ -945,9 +1299,11 @@ mod tests {
             slot: "b",
             leases: &ALL,
             windows: &[],
+            reserved: false,
             token: true,
+            run: 0,
         };
-        go(&store.admit(&keys, &ask_other).await.unwrap());
+        go(&admit(&store, &keys, ask_other).await);
     }
 
     #[tokio::test]
@@ -970,8 +1326,13 @@ mod tests {
             assert!(!store.own(&keys, turn, "r2", 30 * S).await.unwrap());
             assert!(store.own(&keys, turn, "r1", 30 * S).await.unwrap());
             assert_eq!(store.result(&keys, turn).await.unwrap(), None);
+            store.set_result(&keys, turn, false, 30 * S).await.unwrap();
+            let seen = store.result(&keys, turn).await.unwrap();
+            assert_eq!(seen.map(|s| s.healthy), Some(false));
             store.set_result(&keys, turn, true, 30 * S).await.unwrap();
-            assert_eq!(store.result(&keys, turn).await.unwrap(), Some(true));
+            let seen = store.result(&keys, turn).await.unwrap().unwrap();
+            assert!(seen.healthy);
+            assert!(seen.age < S, "seen {:?} ago", seen.age);
         }
         // The two turns are held apart: r2 may hold the canary of a fleet
         // whose probe r1 holds.
@@ -996,7 +1357,9 @@ mod tests {
             slot: "a",
             leases: &ALL,
             windows: &[],
+            reserved: false,
             token: true,
+            run: 0,
         };
         // The first call connects; a loaded machine may need more than 5 ms.
         let mut up = false;

@@ -10,7 +10,7 @@ use crate::breaker::{Admission, CircuitState, Generation};
 use crate::call::Call;
 use crate::client::Client;
 use crate::endpoint::{Endpoint, ScopeNeed};
-use crate::error::{Class, Error};
+use crate::error::{Class, Detail, Error};
 use crate::memory::Remembered;
 use crate::policy::{BudgetIx, OutcomeKind, Policy, StateTrigger, TaxonomyRow};
 use crate::scope::IdKind;
@@ -69,7 +69,8 @@ impl Client {
                 .error(OutcomeKind::InvalidRequest, endpoint)
                 .with_detail(reason.clone());
             let row = self.row_of(OutcomeKind::InvalidRequest);
-            self.finish_row(row, &error, endpoint, None, Some(reason.clone()), false);
+            let detail = Some(Detail::Shown(reason.clone()));
+            self.finish_row(row, &error, endpoint, None, detail, false);
             return Some(error);
         }
         let remembered = self.memory().fail_fast(endpoint, || run.started)?;

@@ -16,7 +16,7 @@ use crate::breaker::{CircuitState, Generation};
 use crate::call::Call;
 use crate::client::Client;
 use crate::endpoint::{Endpoint, Method};
-use crate::error::{Class, Error};
+use crate::error::{Class, Detail, Error};
 use crate::policy::{RetrySchedule, TaxonomyRow};
 use crate::reply::{Ledger, Reply};
 use crate::telemetry::{self, AttemptLog};
@@ -213,7 +213,7 @@ impl Client {
         error: &Error,
         endpoint: &'static Endpoint,
         status: Option<u16>,
-        detail: Option<String>,
+        detail: Option<Detail>,
         deploy: bool,
     ) {
         if let Some(row) = row {

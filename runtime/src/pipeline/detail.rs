@@ -1,7 +1,7 @@
 //! What an error answer says: its `detail`, without the request's echo, and
 //! an HTML error page reduced to one operator line.
 
-use crate::error::bounded;
+use crate::error::{Detail, bounded};
 
 /// What an error's detail keeps of an HTML page's `<title>`.
 const MAX_TITLE: usize = 120;
@@ -30,16 +30,17 @@ pub(crate) fn operator_view(detail: serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// The `detail` of a `{"detail": ...}` envelope (or the raw text), cut to
-/// `max` bytes; an HTML page (a proxy's own 502, a panel's `error_docs`)
-/// becomes one line for an operator ([`page_line`]) and is kept out of the
-/// error, its Display and the logs. Only error answers are read for it.
+/// The `detail` of the platform's `{"detail": ...}` envelope, cut to `max`
+/// bytes; an HTML page (a proxy's own 502, a panel's `error_docs`) becomes
+/// one line for an operator ([`page_line`]); any other body is withheld
+/// behind its content type, length and sha256 (a plain-text 500 may quote
+/// Mandanten content). Only error answers are read for it.
 pub(crate) fn detail_of(
     status: u16,
     content_type: Option<&str>,
     body: &[u8],
     max: usize,
-) -> Option<String> {
+) -> Option<Detail> {
     #[derive(serde::Deserialize)]
     struct Envelope {
         detail: serde_json::Value,
@@ -48,32 +49,44 @@ pub(crate) fn detail_of(
         return None;
     }
     if is_html(content_type, body) {
-        return Some(bounded(&page_line(status, content_type, body), max));
+        return Some(Detail::Shown(bounded(
+            &page_line(status, content_type, body),
+            max,
+        )));
     }
     let text = match serde_json::from_slice::<Envelope>(body) {
         Ok(Envelope {
             detail: serde_json::Value::String(s),
         }) => s,
         Ok(Envelope { detail }) => operator_view(detail).to_string(),
-        // One byte past the cap, so a longer text is cut and marked as such.
-        Err(_) => String::from_utf8_lossy(&body[..body.len().min(max + 1)]).into_owned(),
+        Err(_) => {
+            let kind = content_type.unwrap_or("no content type");
+            return Some(Detail::withheld(kind, body, max));
+        }
     };
-    Some(bounded(&text, max))
+    Some(Detail::Shown(bounded(&text, max)))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::detail_of;
+    use super::{Detail, detail_of};
     use serde_json::{Value, json};
 
+    /// The text of a detail Display shows.
+    pub(super) fn shown_text(detail: Option<Detail>) -> String {
+        match detail {
+            Some(Detail::Shown(text)) => text,
+            other => panic!("not a shown detail: {other:?}"),
+        }
+    }
+
     fn shown(body: Value, max: usize) -> Value {
-        let text = detail_of(
+        let text = shown_text(detail_of(
             422,
             Some("application/json"),
             body.to_string().as_bytes(),
             max,
-        )
-        .expect("a detail");
+        ));
         serde_json::from_str(&text).unwrap_or(Value::String(text))
     }
 
@@ -110,16 +123,47 @@ mod tests {
     }
 
     #[test]
+    fn any_other_body_is_withheld_behind_its_type_length_and_sha256() {
+        let body = b"boom MANDANT-GEHEIM-4711";
+        for (content_type, kind) in [
+            (Some("text/plain"), "text/plain"),
+            (None, "no content type"),
+            (Some("application/json"), "application/json"),
+        ] {
+            let Some(Detail::Withheld { text, summary }) = detail_of(500, content_type, body, 16)
+            else {
+                panic!("not withheld");
+            };
+            assert!(
+                text.starts_with("boom") && text.ends_with("[cut]"),
+                "{text}"
+            );
+            assert_eq!(
+                summary,
+                format!(
+                    "not the platform's error shape: {kind}, 24 bytes, sha256 {}",
+                    crate::telemetry::sha256_hex(body)
+                )
+            );
+        }
+        // JSON, but not the platform's envelope: withheld too.
+        let other = br#"{"error": "MANDANT-GEHEIM-4711"}"#;
+        assert!(matches!(
+            detail_of(502, Some("application/json"), other, 1024),
+            Some(Detail::Withheld { .. })
+        ));
+    }
+
+    #[test]
     fn a_structured_detail_is_bounded() {
         let long = "x".repeat(10_000);
         let body = json!({"detail": {"code": "finding_locked", "message": long}});
-        let text = detail_of(
+        let text = shown_text(detail_of(
             423,
             Some("application/json"),
             body.to_string().as_bytes(),
             256,
-        )
-        .unwrap();
+        ));
         assert!(text.len() <= 256, "{}", text.len());
         assert!(text.starts_with(r#"{"code":"finding_locked""#), "{text}");
         assert!(text.ends_with("[cut]"), "{text}");
@@ -183,6 +227,7 @@ fn page_title(body: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod page_tests {
+    use super::tests::shown_text;
     use super::*;
 
     /// nginx 1.22's own 502 page, as it sends it.
@@ -190,7 +235,12 @@ mod page_tests {
 
     #[test]
     fn a_proxy_page_becomes_one_line_with_its_title() {
-        let line = detail_of(502, Some("text/html"), NGINX_502.as_bytes(), 1024).unwrap();
+        let line = shown_text(detail_of(
+            502,
+            Some("text/html"),
+            NGINX_502.as_bytes(),
+            1024,
+        ));
         assert_eq!(
             line,
             format!(
@@ -204,7 +254,7 @@ mod page_tests {
     #[test]
     fn a_page_without_a_title_or_mislabelled_is_still_one_line() {
         let page = b"  <!DOCTYPE html><html><body><h1>Service Unavailable</h1>\n<p>Plesk</p></body></html>";
-        let line = detail_of(503, Some("text/plain"), page, 1024).unwrap();
+        let line = shown_text(detail_of(503, Some("text/plain"), page, 1024));
         assert_eq!(
             line,
             format!(
@@ -214,26 +264,17 @@ mod page_tests {
         );
         let titled = b"<HTML><HEAD><TITLE>\n  Gateway\r\n Timeout </TITLE>";
         assert!(
-            detail_of(504, None, titled, 1024)
-                .unwrap()
+            shown_text(detail_of(504, None, titled, 1024))
                 .contains("\"Gateway Timeout\" (no content type")
         );
-        // A JSON or plain-text answer keeps its text.
         assert_eq!(
-            detail_of(502, Some("text/plain"), b"Bad Gateway", 1024).as_deref(),
-            Some("Bad Gateway")
-        );
-        assert_eq!(
-            detail_of(
+            shown_text(detail_of(
                 500,
                 Some("text/html; charset=utf-8"),
                 b"{\"detail\":\"x\"}",
                 1024
-            )
-            .as_deref(),
-            Some(
-                "an HTML error page, not the platform's answer: status 500, text/html; charset=utf-8, 14 bytes"
-            ),
+            )),
+            "an HTML error page, not the platform's answer: status 500, text/html; charset=utf-8, 14 bytes",
             "labelled HTML is not parsed as anything else"
         );
     }

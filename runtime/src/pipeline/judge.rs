@@ -8,12 +8,12 @@ use super::attempt::Attempt;
 use super::detail::detail_of;
 use crate::classify::{Outcome, classify};
 use crate::endpoint::Endpoint;
-use crate::error::bounded;
+use crate::error::{Detail, bounded};
 use crate::policy::{Policy, TaxonomyRow};
 
 /// The previous attempt's row and detail: a retry that brings back the same
 /// detail escalates (T16 -> T13).
-pub(crate) type Previous = (&'static TaxonomyRow, Option<String>);
+pub(crate) type Previous = (&'static TaxonomyRow, Option<Detail>);
 
 /// The judge's verdict on one attempt.
 #[derive(Debug)]
@@ -21,7 +21,7 @@ pub(crate) struct Verdict {
     /// The taxonomy row; `None` on a 2xx, or when no row matched.
     pub row: Option<&'static TaxonomyRow>,
     /// An error answer's detail (bounded), or why there was no answer.
-    pub detail: Option<String>,
+    pub detail: Option<Detail>,
     /// The wait an error answer asked for.
     pub retry_after: Option<Duration>,
     /// The request may have reached the server.
@@ -54,7 +54,7 @@ pub(crate) fn judge(
         let outcome = match attempt {
             Attempt::Answer { status, .. } => Outcome::Status {
                 status: *status,
-                detail: detail.as_deref(),
+                detail: detail.as_ref().map(Detail::text),
                 retry_after: retry_after.is_some(),
             },
             other => Outcome::Other(other.kind()),
@@ -89,7 +89,7 @@ pub(crate) fn judge(
 /// What an attempt says beyond its status: an error answer's detail and
 /// wait (a 2xx body is the reply's, never read here), or the reason there
 /// was no answer.
-fn evidence(attempt: &Attempt, success: bool, max: usize) -> (Option<String>, Option<Duration>) {
+fn evidence(attempt: &Attempt, success: bool, max: usize) -> (Option<Detail>, Option<Duration>) {
     match attempt {
         Attempt::Answer {
             status,
@@ -103,12 +103,14 @@ fn evidence(attempt: &Attempt, success: bool, max: usize) -> (Option<String>, Op
         ),
         Attempt::Answer { .. } => (None, None),
         Attempt::TooLarge { limit, .. } => (
-            Some(format!("the body passed the route's {limit}-byte cap")),
+            Some(Detail::Shown(format!(
+                "the body passed the route's {limit}-byte cap"
+            ))),
             None,
         ),
         Attempt::Failed { reason, .. }
         | Attempt::Unbuildable { reason }
-        | Attempt::Stale { reason } => (Some(bounded(reason, max)), None),
+        | Attempt::Stale { reason } => (Some(Detail::Shown(bounded(reason, max))), None),
     }
 }
 
@@ -116,7 +118,7 @@ fn evidence(attempt: &Attempt, success: bool, max: usize) -> (Option<String>, Op
 fn escalate(
     policy: &'static Policy,
     row: Option<&'static TaxonomyRow>,
-    detail: &Option<String>,
+    detail: &Option<Detail>,
     previous: Option<&Previous>,
 ) -> Option<&'static TaxonomyRow> {
     let row = row?;
@@ -332,7 +334,7 @@ mod tests {
             None,
             &answer(503, r#"{"detail":"busy"}"#, Some(7)),
         );
-        assert_eq!(v.detail.as_deref(), Some("busy"));
+        assert_eq!(v.detail.as_ref().map(Detail::text), Some("busy"));
         assert_eq!(v.retry_after, Some(Duration::from_secs(7)));
         let v = judge(
             policy(),
@@ -347,11 +349,14 @@ mod tests {
         };
         let v = judge(policy(), &read, None, &too_large);
         assert_eq!(
-            v.detail.as_deref(),
+            v.detail.as_ref().map(Detail::text),
             Some("the body passed the route's 10-byte cap")
         );
         let v = judge(policy(), &read, None, &failed(false));
-        assert_eq!(v.detail.as_deref(), Some("connection refused"));
+        assert_eq!(
+            v.detail.as_ref().map(Detail::text),
+            Some("connection refused")
+        );
     }
 
     #[test]

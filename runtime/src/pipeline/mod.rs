@@ -22,7 +22,7 @@ pub(crate) use detail::operator_view;
 use crate::call::Call;
 use crate::client::Client;
 use crate::clock;
-use crate::error::Error;
+use crate::error::{Detail, Error};
 use crate::policy::OutcomeKind;
 use crate::reply::Reply;
 use crate::telemetry;
@@ -87,7 +87,7 @@ impl Client {
         let answered = self.run(call, Wire::Stream).await?;
         let Some((response, slots)) = answered.stream else {
             let reply = answered.reply;
-            let detail = Some("the answer has no event stream".into());
+            let detail = Some(Detail::Shown("the answer has no event stream".into()));
             let error = self.error(OutcomeKind::Decode, call.endpoint);
             return Err(error.with_status(reply.status(), detail));
         };

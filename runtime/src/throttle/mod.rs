@@ -118,6 +118,12 @@ impl RollingWindow {
         self.open += 1;
     }
 
+    /// Gives back the slot of an admitted request without counting it: it
+    /// waits elsewhere before it is sent, and [`hold`](Self::hold)s again.
+    fn unhold(&mut self) {
+        self.open = self.open.saturating_sub(1);
+    }
+
     /// The request admitted earlier ended at `now`.
     fn release(&mut self, now: Tick) {
         self.open = self.open.saturating_sub(1);
@@ -483,6 +489,31 @@ impl Permit<'_> {
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
         self.throttle.release(self.slots);
+    }
+}
+
+/// A rolling-second slot given back by [`Throttle::leave_second`]. Dropped
+/// before [`retake`](Self::retake) (the wait was cancelled), the slot is
+/// held again, so the request's permit gives back what it holds.
+#[derive(Debug)]
+pub(crate) struct SecondLeft<'a> {
+    throttle: &'a Throttle,
+    left: bool,
+}
+
+impl SecondLeft<'_> {
+    /// Waits for a token and a slot of the rolling second again.
+    pub(crate) async fn retake(mut self) {
+        self.throttle.take_token().await;
+        self.left = false;
+    }
+}
+
+impl Drop for SecondLeft<'_> {
+    fn drop(&mut self) {
+        if self.left {
+            self.throttle.lock_windows().second.window.hold();
+        }
     }
 }
 
@@ -855,6 +886,19 @@ impl Throttle {
         let per_second = self.policy.per_second.max(1);
         let per_period = self.burst.saturating_add(per_second - 1);
         (windows.second.window).set_limit(limit_of(None, per_period));
+    }
+
+    /// Lets an admitted request wait outside the rolling second: its slot
+    /// is given back uncounted until [`SecondLeft::retake`] takes a token
+    /// and a slot again, in the queue every request passes. A request that
+    /// waits for something else after this throttle (the fleet's degraded
+    /// in-flight share) so holds no slot of the second another could send in.
+    pub(crate) fn leave_second(&self) -> SecondLeft<'_> {
+        self.lock_windows().second.window.unhold();
+        SecondLeft {
+            throttle: self,
+            left: true,
+        }
     }
 
     /// Requests admitted and not yet finished, over all budgets.
@@ -1321,6 +1365,38 @@ mod tests {
         drop(held);
         assert_eq!(throttle.lock_windows().second.window.open, 0);
         assert_eq!(throttle.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_left_the_rolling_second_takes_a_slot_again_before_it_goes() {
+        let throttle = Throttle::new(&POLICY);
+        // One request per rolling second (a degraded share of one).
+        throttle.set_window_limits(&|budget, limit| if budget.is_none() { 1 } else { limit });
+        let first = throttle.admit(GLOBAL).await;
+        assert!(
+            throttle.admit(GLOBAL).now_or_never().is_none(),
+            "the second is full"
+        );
+        // The first waits elsewhere: its slot is free for another meanwhile.
+        let left = throttle.leave_second();
+        let second = throttle
+            .admit(GLOBAL)
+            .now_or_never()
+            .expect("its slot is free");
+        // Back, it waits for a slot of its own: one second after the other ended.
+        drop(second);
+        let ended = Instant::now();
+        left.retake().await;
+        assert!(ended.elapsed() >= Duration::from_secs(1) - Duration::from_millis(1));
+        drop(first);
+        assert_eq!(throttle.lock_windows().second.window.open, 0);
+        // A wait cancelled after leaving holds the slot again, for its
+        // permit to give back.
+        let third = throttle.admit(GLOBAL).await;
+        drop(throttle.leave_second());
+        assert_eq!(throttle.lock_windows().second.window.open, 1);
+        drop(third);
+        assert_eq!(throttle.lock_windows().second.window.open, 0);
     }
 
     #[test]

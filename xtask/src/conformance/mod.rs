@@ -1,9 +1,14 @@
 //! `cargo xtask conformance`: the generated documents checked by tools
-//! nobody here wrote. An OpenAPI 3.1 validator reads every
-//! `generated/<crate>/openapi.json`, promtool checks and unit-tests every
-//! rule file, and Schemathesis fuzzes the GRAG document against `grag-sim`
-//! on a free loopback port. The Python tools live in a virtual environment
-//! the command makes itself (`target/conformance/venv`), at pinned versions.
+//! nobody here wrote. An OpenAPI 3.1 validator and Redocly's recommended
+//! lint read every `generated/<crate>/openapi.json`, openapi-python-client
+//! generates a Python client from each (the GRAG one then makes a few calls
+//! against `grag-sim`), promtool checks and unit-tests every rule file, and
+//! Schemathesis fuzzes the GRAG document against `grag-sim` on a free
+//! loopback port. The Python tools live in a virtual environment the
+//! command makes itself (`target/conformance/venv`), Redocly in
+//! `target/conformance/redocly` (npm), all at pinned versions.
+
+mod clients;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -12,6 +17,10 @@ use std::time::{Duration, Instant};
 /// The pinned tools (PyPI).
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 const VALIDATOR: &str = "openapi-spec-validator==0.9.0";
+/// A non-Rust generator (PyPI).
+const PY_CLIENT: &str = "openapi-python-client==0.29.1";
+/// Redocly's CLI (npm), for its `recommended` ruleset.
+const REDOCLY: &str = "@redocly/cli@2.77.0";
 /// Interpreters tried in order for the venv (`CONFORMANCE_PYTHON` first).
 /// CPython 3.11.7 crashed inside Schemathesis's coverage phase
 /// ("AST constructor recursion depth mismatch"), so newer ones go first.
@@ -28,8 +37,12 @@ type Step<'a> = dyn Fn() -> Result<String, String> + 'a;
 pub fn run(root: &Path) -> ExitCode {
     let started = Instant::now();
     let dir = root.join("target/conformance");
-    let steps: [(&str, &Step); 3] = [
+    let steps: [(&str, &Step); 5] = [
         ("OpenAPI 3.1 validator", &|| validate(root, &dir)),
+        ("Redocly recommended lint", &|| clients::redocly(root, &dir)),
+        ("openapi-python-client against grag-sim", &|| {
+            clients::python(root, &dir, &venv(&dir)?)
+        }),
         ("promtool", &|| promtool(root)),
         ("Schemathesis against grag-sim", &|| fuzz(root, &dir)),
     ];
@@ -123,8 +136,8 @@ fn promtool(root: &Path) -> Result<String, String> {
     ))
 }
 
-fn fuzz(root: &Path, dir: &Path) -> Result<String, String> {
-    let venv = venv(dir)?;
+/// `grag-sim`, built and started on a free loopback port; its URL.
+fn start_sim(root: &Path) -> Result<(Sim, String), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run_tool(
         Command::new(&cargo)
@@ -147,8 +160,13 @@ fn fuzz(root: &Path, dir: &Path) -> Result<String, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("grag-sim does not start: {e}"))?);
-    let url = format!("http://127.0.0.1:{port}");
     wait_for(port)?;
+    Ok((sim, format!("http://127.0.0.1:{port}")))
+}
+
+fn fuzz(root: &Path, dir: &Path) -> Result<String, String> {
+    let venv = venv(dir)?;
+    let (sim, url) = start_sim(root)?;
     let report = dir.join("schemathesis");
     let _ = std::fs::remove_dir_all(&report);
     let doc = root.join("generated/grag-client/openapi.json");
@@ -243,7 +261,10 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
                 String::from_utf8_lossy(&o.stdout).contains(&format!("Version: {version}\n"))
             })
     };
-    if pinned("schemathesis", SCHEMATHESIS) && pinned("openapi-spec-validator", VALIDATOR) {
+    if pinned("schemathesis", SCHEMATHESIS)
+        && pinned("openapi-spec-validator", VALIDATOR)
+        && pinned("openapi-python-client", PY_CLIENT)
+    {
         return Ok(bin);
     }
     if !bin.join("pip").is_file() {
@@ -263,8 +284,14 @@ fn venv(dir: &Path) -> Result<PathBuf, String> {
         println!("making {} with {python}", venv.display());
         run_tool(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
     }
-    println!("installing {SCHEMATHESIS} and {VALIDATOR} from PyPI");
-    run_tool(Command::new(bin.join("pip")).args(["install", "--quiet", SCHEMATHESIS, VALIDATOR]))?;
+    println!("installing {SCHEMATHESIS}, {VALIDATOR} and {PY_CLIENT} from PyPI");
+    run_tool(Command::new(bin.join("pip")).args([
+        "install",
+        "--quiet",
+        SCHEMATHESIS,
+        VALIDATOR,
+        PY_CLIENT,
+    ]))?;
     Ok(bin)
 }
 
