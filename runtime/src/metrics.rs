@@ -299,7 +299,7 @@ impl Metrics {
         );
         // Both at 0: "no 429 yet" reads apart from "no such counter".
         for retry_after in ["present", "absent"] {
-            rate_limited.get_or_create(&RetryAfterLabels { retry_after });
+            let _ = rate_limited.get_or_create(&RetryAfterLabels { retry_after });
         }
         for a in known.alerts {
             let _ = alerts.get_or_create(&AlertLabels { alert: a.alert });
