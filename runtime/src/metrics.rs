@@ -297,6 +297,10 @@ impl Metrics {
             "429 answers, by whether they carried a usable Retry-After",
             rate_limited.clone(),
         );
+        // Both at 0: "no 429 yet" reads apart from "no such counter".
+        for retry_after in ["present", "absent"] {
+            let _ = rate_limited.get_or_create(&RetryAfterLabels { retry_after });
+        }
         for a in known.alerts {
             let _ = alerts.get_or_create(&AlertLabels { alert: a.alert });
         }
@@ -602,6 +606,12 @@ mod tests {
     #[test]
     fn each_429_is_counted_by_whether_it_carried_retry_after() {
         let metrics = Metrics::new(&NAMES, 1, Known::default());
+        assert!(
+            metrics
+                .encode()
+                .contains("api_rate_limited_total{retry_after=\"absent\"} 0\n"),
+            "exported at 0 before the first 429"
+        );
         metrics.rate_limited(true);
         metrics.rate_limited(false);
         metrics.rate_limited(false);

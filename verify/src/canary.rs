@@ -618,3 +618,19 @@ impl std::fmt::Display for CanaryReport {
         writeln!(f, "verdict: {}", self.verdict.summary)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_alerts_are_the_specs_and_name_the_contract_rows() {
+        let severities = grag_client::policy::POLICY.alerts.severities;
+        for alert in OUR_ALERTS {
+            assert!(severities.iter().any(|s| s.alert == alert), "{alert}");
+        }
+        // A decode failure and a 422 are ours; a 502 and a 402 the platform's.
+        assert!(ours("T24") && ours("T10") && ours("T22"));
+        assert!(!ours("T12") && !ours("T5") && !ours("T13"));
+    }
+}

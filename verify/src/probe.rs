@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use grag_client::policy::{POLICY, stream};
-use grag_client::types::{ChatEvent, ChatRequest, CreateConversation, CreateKb, UploadDocument};
+use grag_client::types::{
+    ChatEvent, ChatRequest, CreateConversation, CreateKb, JobState, UploadDocument,
+};
 use grag_client::{ConversationId, Created, DocumentId, Grag, JobId, JobUpdate, KbId, TurnUpdate};
 use serde::Serialize;
 
@@ -367,7 +369,8 @@ async fn canary_job(grag: &Grag, writes: bool) -> Result<JobId, String> {
         .list_documents(&kb)
         .await
         .map_err(|e| format!("list_documents: {e}"))?;
-    docs.into_iter()
+    let job = docs
+        .into_iter()
         .find(|d| d.document_id == doc)
         .and_then(|d| d.job_id)
         .ok_or_else(|| {
@@ -375,7 +378,20 @@ async fn canary_job(grag: &Grag, writes: bool) -> Result<JobId, String> {
                 "no job: {} has no ingest job on record; pass --job ID of a running one",
                 canary::DOCUMENT
             )
-        })
+        })?;
+    // An ended job's stream replays nothing: only a running one shows buffering.
+    let status = grag
+        .bff()
+        .pipeline_status(&job)
+        .await
+        .map_err(|e| format!("pipeline_status: {e}"))?;
+    match status.status {
+        JobState::Running => Ok(job),
+        other => Err(format!(
+            "the canary's job {job} is {}; pass --job ID of a running one",
+            other.as_str()
+        )),
+    }
 }
 
 async fn chat_lane(grag: &Grag, writes: bool, progress: &Progress) -> Item {

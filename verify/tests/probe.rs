@@ -74,6 +74,20 @@ async fn read_only_the_chat_lane_is_not_seen_and_nothing_is_written() {
 }
 
 #[tokio::test]
+async fn an_ended_canary_job_is_not_followed_but_named() {
+    let stage = Stage::direct(sim_config(Duration::from_millis(50))).await;
+    let first = probe(&stage, writing()).await;
+    assert_eq!(first.items[1].answer, Answer::No, "{first}");
+    // The fixture is there now and its job has ended: nothing to watch.
+    let again = probe(&stage, writing()).await;
+    assert_eq!(again.items[1].answer, Answer::NotSeen, "{again}");
+    assert!(
+        again.items[1].evidence[0].contains("is completed; pass --job"),
+        "{again}"
+    );
+}
+
+#[tokio::test]
 async fn a_burst_stops_at_the_first_429_and_reads_its_retry_after() {
     let stage = Stage::direct(sim_config(Duration::from_millis(50))).await;
     stage.sim.faults().push(
