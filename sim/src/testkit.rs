@@ -54,7 +54,10 @@ pub fn buffering_policy(divisor: u32) -> &'static Policy {
     let scaled = scaled.get_or_insert_with(HashMap::new);
     scaled.entry(divisor).or_insert_with(|| {
         let policy = self::policy(divisor);
-        let rule = POLICY.buffering.as_ref().expect("GRAG has a buffering rule");
+        let rule = POLICY
+            .buffering
+            .as_ref()
+            .expect("GRAG has a buffering rule");
         let buffering = Some(sdk_runtime::policy::BufferingRule {
             silent_for: policy.buffering.as_ref().unwrap().silent_for,
             ..rule.clone()
