@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use crate::log::{AlertLine, LogLines};
+use sdk_policy::log::{AlertLine, LogLines};
 
 /// One alert, named as in the spec's `alerts` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl AlertSink for LogAlerts {
             endpoint: alert.endpoint,
             row: alert.row,
             detail_len: detail.len(),
-            detail_sha256: &crate::telemetry::sha256_hex(detail.as_bytes()),
+            detail_sha256: &crate::digest::sha256_hex(detail.as_bytes()),
             request_id: alert.request_id.as_deref(),
         });
     }

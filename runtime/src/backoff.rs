@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 
-use crate::policy::{PollingPolicy, RetrySchedule};
+use sdk_policy::policy::{PollingPolicy, RetrySchedule};
 
 /// Parses a `Retry-After` value: delta-seconds (`"7"`) or an HTTP date.
 ///

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::policy::BreakerPolicy;
+use sdk_policy::policy::BreakerPolicy;
 
 /// The externally visible state, as logged (`circuit_state`) and exported
 /// (`grag_client_circuit_state`).
@@ -538,23 +538,23 @@ mod tests {
 
     /// The probe and canary routes are the client's business, not the
     /// state machine's: one placeholder serves for both.
-    static ROUTE: crate::Endpoint = crate::Endpoint {
+    static ROUTE: sdk_policy::Endpoint = sdk_policy::Endpoint {
         service: "svc",
         operation: "health",
-        method: crate::Method::Get,
+        method: sdk_policy::Method::Get,
         path: "/health",
-        scope: crate::ScopeNeed::Public,
-        lane: crate::Lane::Key,
-        timeout: crate::policy::TimeoutIx::new(0),
-        retry: crate::policy::RetryIx::new(0),
+        scope: sdk_policy::ScopeNeed::Public,
+        lane: sdk_policy::Lane::Key,
+        timeout: sdk_policy::policy::TimeoutIx::new(0),
+        retry: sdk_policy::policy::RetryIx::new(0),
         idempotent: true,
-        budget: crate::policy::BudgetIx::new(0),
+        budget: sdk_policy::policy::BudgetIx::new(0),
         replay: false,
-        conflict: crate::policy::Conflict::Error,
+        conflict: sdk_policy::policy::Conflict::Error,
         pipeline_id: false,
         stream: None,
         max_response: 1024,
-        route: crate::RouteIx::new(0),
+        route: sdk_policy::RouteIx::new(0),
     };
 
     static POLICY: BreakerPolicy = BreakerPolicy {

@@ -6,8 +6,9 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::policy::TimeoutIx;
-use crate::{Endpoint, Id};
+use sdk_policy::Endpoint;
+use sdk_policy::Id;
+use sdk_policy::policy::TimeoutIx;
 
 /// One call of a route, before it becomes a request.
 pub struct Call<'a> {

@@ -1,7 +1,7 @@
 //! Outcome -> taxonomy row. The rows are data; the first that matches decides.
 
-use crate::endpoint::{Endpoint, Lane};
-use crate::policy::{OutcomeKind, Policy, TaxonomyRow};
+use sdk_policy::endpoint::{Endpoint, Lane};
+use sdk_policy::policy::{OutcomeKind, Policy, TaxonomyRow};
 
 /// What one attempt (or a client-side check) came to.
 #[derive(Debug, Clone, Copy)]

@@ -1,21 +1,22 @@
 //! The client: one per tenant, shared state behind an `Arc`, cheap clones.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
+use sdk_policy::endpoint::Endpoint;
+use sdk_policy::policy::{BudgetIx, Policy, RetryClass, RetrySchedule};
+use sdk_policy::scope::{Id, IdKind};
+
 use crate::alerts::{AlertSink, LogAlerts};
-use crate::breaker::{Breaker, BreakerGuard, SharedBreaker};
 use crate::error::ConfigError;
 use crate::fleet::Fleet;
-use crate::memory::Memory;
+use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::origin::Origin;
-use crate::policy::{BudgetIx, Policy, RetryClass, RetrySchedule};
+use crate::plan::Plan;
 use crate::pool::Pool;
-use crate::rate::RateAlarm;
-use crate::throttle::Throttle;
-use crate::{Id, IdKind};
+use crate::recorder::Recorder;
+use crate::transport::Transport;
 
 /// What a client needs besides its policy. The tenant is an [`Id`] of kind
 /// tenant: validated, never defaulted.
@@ -103,55 +104,49 @@ impl ClientConfig {
     }
 }
 
-/// The runtime side of a generated client.
+/// The runtime side of a generated client: its parts, shared by every
+/// clone, and what this handle's caller asked for.
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) shared: Arc<Shared>,
-    /// A caller's mode (a bulk backfill): every call also draws from this budget.
-    pub(crate) extra_budget: Option<BudgetIx>,
-    /// A job queue's client: a wait the server asks for ends the call.
-    pub(crate) defer_server_waits: bool,
-    /// Where the request ID of every call is noted, if the caller asked.
-    pub(crate) refs: Option<crate::RequestRefs>,
+    pub(crate) parts: Arc<Parts>,
+    pub(crate) caller: Caller,
 }
 
-pub(crate) struct Shared {
-    pub(crate) policy: &'static Policy,
-    /// The policy's retry classes, with the configured attempts and step.
-    pub(crate) retries: Box<[RetryClass]>,
-    /// The overall deadline: the policy's, or longer where the configured
-    /// retries need more ([`overall_deadline`]).
-    pub(crate) deadline: Duration,
-    pub(crate) pool: Pool,
-    /// The base URL parsed and the header names made, once.
-    pub(crate) origin: crate::origin::Origin,
-    /// `<scheme> <key>` (`Bearer`), built once and marked sensitive (never in a debug print).
-    pub(crate) authorization: reqwest::header::HeaderValue,
-    pub(crate) tenant: Id,
-    pub(crate) throttle: Throttle,
-    /// The fleet stage after the throttle; `None`: this replica alone.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) fleet: Option<Fleet>,
-    pub(crate) breaker: SharedBreaker,
-    /// The open breaker's row and copy, for its refusals.
-    pub(crate) circuit_open: crate::pipeline::CircuitOpen,
-    pub(crate) memory: Mutex<Memory>,
-    pub(crate) metrics: Metrics,
-    pub(crate) alerts: Arc<dyn AlertSink>,
-    /// A production deployment: keyless lanes are refused.
-    pub(crate) production: bool,
-    pub(crate) warm_up: bool,
-    /// A probe loop is running for the open breaker.
-    pub(crate) probing: AtomicBool,
-    /// Exhausted calls, when the policy alerts on their rate only.
-    pub(crate) exhaustion: Option<Mutex<RateAlarm>>,
-    /// A proxy was seen buffering event streams: jobs are followed by
-    /// polling alone for the rest of the client's life (§6.4).
-    pub(crate) proxy_buffering: AtomicBool,
-    /// Streams seen buffered so far.
-    pub(crate) buffered_streams: std::sync::atomic::AtomicU32,
-    /// Fallbacks to polling, when the policy alerts on their rate.
-    pub(crate) fallbacks: Option<Mutex<RateAlarm>>,
+/// The parts of a client, each with one job.
+pub(crate) struct Parts {
+    pub plan: Plan,
+    pub gate: Gate,
+    pub transport: Transport,
+    /// Shared with every [`Reply`](crate::reply::Reply), which records its call when decoded.
+    pub recorder: Arc<Recorder>,
+    /// Fire the policy's warm-up calls after every breaker close.
+    pub warm_up: bool,
+}
+
+/// What differs per handle of one client.
+#[derive(Clone, Default)]
+pub(crate) struct Caller {
+    /// A caller's mode (a bulk backfill): every call also draws from this budget.
+    pub extra_budget: Option<BudgetIx>,
+    /// A job queue's client: a wait the server asks for ends the call.
+    pub defer_server_waits: bool,
+    /// Where the request ID of every call is noted, if the caller asked.
+    pub refs: Option<crate::refs::RequestRefs>,
+}
+
+impl Caller {
+    /// Notes a call that reached the platform in the caller's handle, if any.
+    pub fn note(&self, endpoint: &Endpoint, request_id: &str, status: Option<u16>, ok: bool) {
+        if let Some(refs) = &self.refs {
+            refs.note(crate::refs::RequestRef {
+                service: endpoint.service,
+                operation: endpoint.operation,
+                request_id: request_id.to_owned(),
+                status,
+                ok,
+            });
+        }
+    }
 }
 
 impl Client {
@@ -203,38 +198,27 @@ impl Client {
             &mut metrics,
             &alerts,
         )?;
-        Ok(Client {
-            shared: Arc::new(Shared {
+        let recorder = Recorder::new(policy, config.tenant.clone(), metrics, alerts);
+        let parts = Parts {
+            plan: Plan {
                 policy,
                 retries,
                 deadline,
+                tenant: config.tenant,
+                production: config.production,
+            },
+            gate: Gate::new(policy, fleet),
+            transport: Transport {
                 pool,
                 origin,
                 authorization,
-                tenant: config.tenant,
-                throttle: Throttle::new(&policy.throttle),
-                fleet,
-                breaker: SharedBreaker::new(Breaker::of(policy.breaker.as_ref())),
-                circuit_open: crate::pipeline::CircuitOpen::of(policy),
-                memory: Mutex::new(Memory::default()),
-                metrics,
-                alerts,
-                warm_up: config.warm_up,
-                production: config.production,
-                probing: AtomicBool::new(false),
-                exhaustion: policy
-                    .alerts
-                    .retry_exhausted_rate
-                    .map(|rate| Mutex::new(RateAlarm::new(rate))),
-                proxy_buffering: AtomicBool::new(false),
-                buffered_streams: std::sync::atomic::AtomicU32::new(0),
-                fallbacks: policy
-                    .fallbacks_sustained
-                    .map(|(rate, _)| Mutex::new(RateAlarm::new(rate))),
-            }),
-            extra_budget: None,
-            defer_server_waits: false,
-            refs: None,
+            },
+            recorder: Arc::new(recorder),
+            warm_up: config.warm_up,
+        };
+        Ok(Client {
+            parts: Arc::new(parts),
+            caller: Caller::default(),
         })
     }
 
@@ -270,64 +254,61 @@ impl Client {
     /// The same client, noting the request ID of every call that reaches the
     /// platform in `refs` (for `ai_runs.refs`): the typed methods return
     /// what they always return, the IDs go to the handle.
-    pub fn noting_requests(&self, refs: &crate::RequestRefs) -> Client {
-        Client {
-            refs: Some(refs.clone()),
-            ..self.clone()
-        }
+    pub fn noting_requests(&self, refs: &crate::refs::RequestRefs) -> Client {
+        let mut client = self.clone();
+        client.caller.refs = Some(refs.clone());
+        client
     }
 
     /// The same client, every call of it also drawing from `budget`: a
     /// caller's mode such as a bulk backfill, on top of each route's own
     /// budget. A budget outside this policy's table (another API's) adds none.
     pub fn within_budget(&self, budget: BudgetIx) -> Client {
-        let known = budget.get() < self.shared.policy.throttle.budgets.len();
-        Client {
-            extra_budget: known.then_some(budget),
-            ..self.clone()
-        }
+        let known = budget.get() < self.policy().throttle.budgets.len();
+        let mut client = self.clone();
+        client.caller.extra_budget = known.then_some(budget);
+        client
     }
 
     /// The same client, for a job queue: a wait the server asks for
     /// (`Retry-After`, e.g. a 503 under WAL backpressure) ends the call with
-    /// [`crate::Error::retry_after`] instead of being slept out inside it, so
+    /// [`crate::error::Error::retry_after`] instead of being slept out inside it, so
     /// the queue re-schedules the job and holds no slot meanwhile.
     pub fn deferring_server_waits(&self) -> Client {
-        Client {
-            defer_server_waits: true,
-            ..self.clone()
-        }
+        let mut client = self.clone();
+        client.caller.defer_server_waits = true;
+        client
     }
 
     pub fn policy(&self) -> &'static Policy {
-        self.shared.policy
+        self.parts.plan.policy
     }
 
     /// The overall deadline of this client's calls: the policy's, or longer
     /// when its configured retries need more.
     pub fn deadline(&self) -> Duration {
-        self.shared.deadline
+        self.parts.plan.deadline
     }
 
     pub fn tenant(&self) -> &Id {
-        &self.shared.tenant
+        &self.parts.plan.tenant
     }
 
     /// The base URL every request goes to, as parsed (without a trailing
     /// `/`): a route's path appended to it is the request's URL.
     pub fn base_url(&self) -> &str {
-        self.shared.origin.base_url()
+        self.parts.transport.origin.base_url()
     }
 
-    pub fn throttle(&self) -> &Throttle {
-        &self.shared.throttle
+    pub fn throttle(&self) -> &crate::throttle::Throttle {
+        &self.parts.gate.throttle
     }
 
     /// How long idle pooled connections are kept now: the configured (or the
     /// policy's) pool idle, lowered by any shorter `Keep-Alive: timeout=` a
     /// server announced.
     pub fn pool_idle(&self) -> Duration {
-        self.shared.pool.idle()
+        self.parts.transport.pool.idle()
     }
 
     /// Whether this client shares the throttle with a fleet (a Redis URL was
@@ -335,7 +316,7 @@ impl Client {
     pub fn fleet_status(&self) -> Option<FleetStatus> {
         #[cfg(feature = "redis")]
         {
-            self.shared.fleet.as_ref().map(|f| FleetStatus {
+            self.parts.gate.fleet.as_ref().map(|f| FleetStatus {
                 degraded: f.degraded(),
                 live_replicas: f.live_replicas(),
                 leases_held: f.leases_held(),
@@ -356,129 +337,70 @@ impl Client {
     /// longer one of the fleet's live replicas. Without the fleet: nothing.
     pub async fn shutdown(&self) {
         #[cfg(feature = "redis")]
-        if let Some(fleet) = &self.shared.fleet {
+        if let Some(fleet) = &self.parts.gate.fleet {
             fleet.leave().await;
         }
     }
 
     /// The origin breaker's state right now.
     pub fn circuit_state(&self) -> crate::breaker::CircuitState {
-        self.breaker().state()
+        self.gate().breaker().state()
     }
 
     /// Whether the origin is deploy-suspected (a close happened recently).
     pub fn deploy_suspected(&self) -> bool {
-        self.breaker().deploy_suspected(tokio::time::Instant::now())
+        self.gate()
+            .breaker()
+            .deploy_suspected(tokio::time::Instant::now())
     }
 
     /// Sends `alert` to this client's sink and counts it in the raised-alerts
     /// metric: a layer on top (the replay queue) raises its alerts where the
     /// client's go. Every alert of the client goes through here; its
     /// severity is the policy's for its name, whatever the caller set.
-    pub fn alert(&self, mut alert: crate::alerts::Alert) {
-        self.shared.metrics.alert(alert.name);
-        if let Some(severity) = self.shared.policy.severity(alert.name) {
-            alert.severity = severity;
-        }
-        self.shared.alerts.alert(alert);
+    pub fn alert(&self, alert: crate::alerts::Alert) {
+        self.recorder().alert(alert);
     }
 
     /// An alert named `name` with its severity from the policy and nothing
     /// else set: `Alert { detail, ..client.alert_of(name) }`.
     pub fn alert_of(&self, name: &'static str) -> crate::alerts::Alert {
-        crate::alerts::Alert {
-            name,
-            severity: self.shared.policy.severity(name).unwrap_or_default(),
-            endpoint: None,
-            row: None,
-            detail: None,
-            request_id: None,
-        }
+        self.recorder().alert_of(name)
     }
 
-    /// Every metric of §10.3 in the Prometheus text format.
     /// Whether jobs are followed by polling alone: a proxy between client
     /// and platform was confirmed buffering event streams.
     pub fn polling_only(&self) -> bool {
-        self.shared
-            .proxy_buffering
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.recorder().polling_only()
     }
 
-    /// A stream arrived in one burst at its end: counted; once the policy's
-    /// `confirm_after` streams did, buffering is confirmed (alert, and jobs
-    /// are polled from then on).
-    pub(crate) fn stream_buffered(
-        &self,
-        stream: &'static str,
-        endpoint: &'static crate::Endpoint,
-        rule: &crate::policy::BufferingRule,
-    ) {
-        use std::sync::atomic::Ordering;
-        self.shared.metrics.sse_buffered(stream);
-        let seen = self.shared.buffered_streams.fetch_add(1, Ordering::Relaxed) + 1;
-        if seen >= rule.confirm_after && !self.shared.proxy_buffering.swap(true, Ordering::Relaxed)
-        {
-            self.alert(crate::alerts::Alert {
-                endpoint: Some(endpoint.operation),
-                detail: Some(format!(
-                    "a proxy buffers event streams: {seen} arrived in one burst at their end or sent no head within the open timeout; jobs are followed by polling from now on"
-                )),
-                ..self.alert_of(rule.alert)
-            });
-        }
-    }
-
-    /// A stream's opening timed out before its head: counted as a buffered
-    /// stream (a live relay sends its head at once).
-    pub(crate) fn stream_withheld(&self, stream: &'static str, endpoint: &'static crate::Endpoint) {
-        if let Some(rule) = &self.shared.policy.buffering {
-            self.stream_buffered(stream, endpoint, rule);
-        }
-    }
-
-    /// A stream was given up for polling: counted, and alerted once the
-    /// policy's rate of fallbacks is reached (once per window while it lasts).
-    pub(crate) fn stream_fell_back(&self, stream: &'static str, error: &crate::Error) {
-        self.shared.metrics.sse_fallback(stream);
-        let (Some(alarm), Some((rate, alert))) = (
-            &self.shared.fallbacks,
-            self.shared.policy.fallbacks_sustained,
-        ) else {
-            return;
-        };
-        let raise = alarm
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .record(tokio::time::Instant::now());
-        if raise {
-            let detail = format!(
-                "{} stream fallbacks to polling within {} s; the last: {}",
-                rate.at_least,
-                rate.within.as_secs(),
-                error.detail().unwrap_or(error.class_name())
-            );
-            self.raise_with(alert, error, Some(detail));
-        }
-    }
-
+    /// Every metric of §10.3 in the Prometheus text format.
     pub fn metrics_text(&self) -> String {
         let now = tokio::time::Instant::now();
         let (state, open_total) = {
-            let breaker = self.breaker();
+            let breaker = self.gate().breaker();
             (breaker.state(), breaker.open_seconds_total(now))
         };
-        self.shared.metrics.circuit_state(state.metric());
-        self.shared.metrics.circuit_open_total(open_total);
-        self.shared.metrics.encode()
+        let metrics = &self.recorder().metrics;
+        metrics.circuit_state(state.metric());
+        metrics.circuit_open_total(open_total);
+        metrics.encode()
     }
 
-    pub(crate) fn breaker(&self) -> BreakerGuard<'_> {
-        self.shared.breaker.lock()
+    pub(crate) fn plan(&self) -> &Plan {
+        &self.parts.plan
     }
 
-    pub(crate) fn memory(&self) -> MutexGuard<'_, Memory> {
-        self.shared.memory.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.parts.gate
+    }
+
+    pub(crate) fn transport(&self) -> &Transport {
+        &self.parts.transport
+    }
+
+    pub(crate) fn recorder(&self) -> &Arc<Recorder> {
+        &self.parts.recorder
     }
 }
 
@@ -721,8 +643,8 @@ fn fleet(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::RetryBounds;
     use crate::testing::POLICY;
+    use sdk_policy::policy::RetryBounds;
 
     /// The fixture's classes made configurable to `attempts` of `step` each.
     fn configured(attempts: u32, step: Duration) -> Vec<RetryClass> {

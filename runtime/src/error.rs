@@ -5,9 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::endpoint::Endpoint;
-use crate::policy::{OutcomeKind, Replay, RowIx, TaxonomyRow};
+use sdk_policy::endpoint::Endpoint;
+use sdk_policy::policy::{OutcomeKind, Policy, Replay, RowIx, TaxonomyRow};
 
 /// A failed call, with the taxonomy row that classified it.
 pub struct Error {
@@ -64,16 +63,15 @@ impl From<OutcomeKind> for Class {
     }
 }
 
-impl Client {
-    /// The one error builder: a failure of `endpoint` classified by `class`,
-    /// with the class's German message, marked replayable on a replay route.
+impl Error {
+    /// A failure of `endpoint` classified by `class` under `policy`, with
+    /// the class's German message, marked replayable on a replay route.
     /// One allocation, the error's `Arc`: everything else it starts with is
-    /// static (the open breaker's refusal of a route is built here once and
+    /// static (the open breaker's refusal of a route is built once and
     /// shared after).
-    pub(crate) fn error(&self, class: impl Into<Class>, endpoint: &Endpoint) -> Error {
-        let policy = self.shared.policy;
-        let (kind, row) = match class.into() {
-            Class::Of(kind) => (kind, self.row_of(kind)),
+    pub(crate) fn classified(policy: &'static Policy, class: Class, endpoint: &Endpoint) -> Error {
+        let (kind, row) = match class {
+            Class::Of(kind) => (kind, policy.row_of(kind)),
             Class::Judged(kind, row) => (kind, row),
         };
         let message = match row {
@@ -101,12 +99,6 @@ impl Client {
                 source: None,
             }),
         }
-    }
-
-    /// The first row of `kind`: how an outcome with no status or detail to
-    /// match is classified (what [`crate::classify::classify`] finds for it).
-    pub(crate) fn row_of(&self, kind: OutcomeKind) -> Option<&'static TaxonomyRow> {
-        self.shared.policy.row_of(kind)
     }
 }
 
@@ -396,7 +388,7 @@ pub enum ConfigError {
     #[error("environment variable {0} is not set")]
     MissingEnv(&'static str),
     #[error("invalid tenant: {0}")]
-    Tenant(crate::InvalidId),
+    Tenant(sdk_policy::scope::InvalidId),
     #[error("the tenant must be a TenantId, got a {0}")]
     NotATenant(&'static str),
     #[error("invalid base URL {url:?}: {reason}")]
@@ -470,7 +462,7 @@ impl Detail {
             "not the platform's error shape: {}, {} bytes, sha256 {}",
             bounded(kind, MAX_KIND),
             body.len(),
-            crate::telemetry::sha256_hex(body),
+            crate::digest::sha256_hex(body),
         );
         // One byte past the cap, so a longer text is cut and marked as such.
         let text = String::from_utf8_lossy(&body[..body.len().min(max + 1)]);

@@ -7,19 +7,19 @@ use std::time::Duration;
 use futures_util::stream::{FusedStream, Stream};
 use tokio::time::Instant;
 
-use crate::Endpoint;
 use crate::call::Call;
 use crate::client::Client;
 use crate::error::bounded;
 use crate::error::{Detail, Error};
-use crate::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use crate::throttle::HeldSlots;
+use sdk_policy::Endpoint;
+use sdk_policy::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 
 /// The events of one stream. Its policy's `error_event` and `timeout_event`
 /// end it as typed errors (`stream_error`, `stream_timeout`); silence past
 /// the watchdog is `stream_stalled`. It does not recover
-/// on its own: a job stream's fallback to polling is [`crate::JobProgress`].
+/// on its own: a job stream's fallback to polling is [`crate::follow::JobProgress`].
 ///
 /// Read with [`Events::next`] or as a [`Stream`]; either way the throttle
 /// slots are given back when it ends (a terminal event, an error, a clean end)
@@ -39,7 +39,7 @@ pub struct Events {
     /// The request id the head was answered under: stream errors carry it.
     request_id: Option<String>,
     /// A stream that carries an answer (a chat turn) is one interactive
-    /// operation: it ends by the call's overall deadline ([`crate::Turn`]).
+    /// operation: it ends by the call's overall deadline ([`crate::turn::Turn`]).
     pub(crate) deadline: Option<Instant>,
     /// Such a call is counted when it ends: its start and whether retried.
     deferred: Option<(Instant, bool)>,
@@ -96,7 +96,7 @@ impl Client {
     /// Opens an SSE route through the same admission and headers as any call.
     pub async fn open_stream(&self, call: Call<'_>) -> Result<Events, Error> {
         let endpoint = call.endpoint;
-        let Some(policy) = endpoint.stream.map(|i| &self.shared.policy.streams[i]) else {
+        let Some(policy) = endpoint.stream.map(|i| &self.plan().policy.streams[i]) else {
             let reason = format!("{} is not a stream route", endpoint.path);
             return Err(self.refused(endpoint, reason));
         };
@@ -120,7 +120,7 @@ impl Client {
         // ends. Any other stream's opening counts as the call; its own
         // failures count as fallbacks to polling.
         if policy.lost_copy.is_some() {
-            let deadline = crate::clock::after(started, self.shared.policy.deadline);
+            let deadline = crate::clock::after(started, self.plan().policy.deadline);
             let (started, retried) = reply.opened();
             Ok(events.interactive(deadline, started, retried))
         } else {
@@ -144,7 +144,7 @@ impl Events {
         B: Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin + 'static,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let limits = &client.shared.policy.limits;
+        let limits = &client.plan().policy.limits;
         let parser = SseParser::with_limits(limits.sse_line, limits.sse_event);
         Events {
             stream: EventStream::with_parser(body, policy.watchdog, parser),
@@ -185,14 +185,15 @@ impl Events {
         };
         let class = failure.map_or("ok", Error::class_name);
         self.client
+            .recorder()
             .count_call(self.endpoint, class, retried, started);
         if let Some(error) = failure {
             let client = &self.client;
             client
-                .shared
+                .plan()
                 .policy
                 .log_lines
-                .stream_failed(&crate::log::StreamFailedLine {
+                .stream_failed(&sdk_policy::log::StreamFailedLine {
                     stream: self.policy.name,
                     operation: self.endpoint.operation,
                     row: error.row(),
@@ -201,7 +202,7 @@ impl Events {
                     tenant: client.tenant().as_str(),
                     after_ms: started.elapsed().as_millis() as u64,
                 });
-            client.stream_fell_back(self.policy.name, error);
+            client.recorder().stream_fell_back(self.policy.name, error);
         }
     }
 
@@ -270,7 +271,7 @@ impl Events {
                 .with_detail(format!("no byte for {:.1} s", silent_for.as_secs_f64()))),
             Some(Err(StreamFailure::Dropped { detail })) => Err(self
                 .error(OutcomeKind::Connection)
-                .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))),
+                .with_detail(bounded(&detail, self.client.plan().policy.limits.detail))),
             Some(Err(StreamFailure::Malformed(e))) => {
                 Err(self.error(OutcomeKind::Decode).with_source(e))
             }
@@ -298,11 +299,12 @@ impl Events {
 
     /// The stream ended as it should: did it come in one burst?
     fn judge_arrivals(&mut self) {
-        if let Some(rule) = &self.client.shared.policy.buffering
+        if let Some(rule) = &self.client.plan().policy.buffering
             && self.arrivals.buffered(rule)
         {
             self.buffered = true;
             self.client
+                .recorder()
                 .stream_buffered(self.policy.name, self.endpoint, rule);
         }
     }
@@ -320,14 +322,14 @@ impl Events {
 
     fn release(&mut self) {
         if let Some(slots) = self.slots.take() {
-            self.client.shared.throttle.give_back(slots);
+            self.client.gate().throttle.give_back(slots);
         }
     }
 
     /// The `detail` of a `{"detail": "..."}` frame, cut to the policy's
     /// detail cap; any other data is withheld behind its length and sha256.
     fn detail_of(&self, data: &str) -> Detail {
-        let max = self.client.shared.policy.limits.detail;
+        let max = self.client.plan().policy.limits.detail;
         let detail = match serde_json::from_str::<serde_json::Value>(data) {
             Ok(serde_json::Value::Object(mut map)) => map.remove("detail"),
             _ => None,
@@ -343,7 +345,7 @@ impl Events {
     }
 
     fn error(&self, outcome: OutcomeKind) -> Error {
-        let error = self.client.error(outcome, self.endpoint);
+        let error = self.client.plan().error(outcome, self.endpoint);
         match &self.request_id {
             Some(id) => error.with_request_id(id.clone()),
             None => error,

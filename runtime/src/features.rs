@@ -5,7 +5,7 @@ use tokio::time::Instant;
 use crate::backoff::PollCadence;
 use crate::breaker::CircuitState;
 use crate::client::Client;
-use crate::policy::{FeatureStateCopy, StateTrigger};
+use sdk_policy::policy::{FeatureStateCopy, StateTrigger};
 
 /// What the UI shows for a feature right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,10 +23,10 @@ impl Client {
     /// for an unknown feature. The worst news wins: a row-triggered state
     /// (dark, paused), then breaker open, deploy-suspected, a failed stage.
     pub fn feature_state(&self, feature: &str) -> Option<FeatureStatus> {
-        let policy = self.shared.policy;
+        let policy = self.plan().policy;
         let feature = policy.features.iter().find(|f| f.name == feature)?;
         let now = Instant::now();
-        let memory = self.memory();
+        let memory = self.gate().memory();
         let by_row = feature
             .routes
             .iter()
@@ -38,7 +38,7 @@ impl Client {
         let stage = memory.failed_stage(feature.name).map(str::to_owned);
         drop(memory);
         let (open, deploy) = {
-            let breaker = self.breaker();
+            let breaker = self.gate().breaker();
             (
                 breaker.state() != CircuitState::Closed,
                 breaker.deploy_suspected(now),
@@ -64,30 +64,30 @@ impl Client {
     /// feature shows as degraded until [`Client::stage_recovered`].
     pub fn stage_failed(&self, feature: &str, stage: impl Into<String>) {
         if let Some(f) = self
-            .shared
+            .plan()
             .policy
             .features
             .iter()
             .find(|f| f.name == feature)
         {
-            self.memory().stage_failed(f.name, stage.into());
+            self.gate().memory().stage_failed(f.name, stage.into());
         }
     }
 
     pub fn stage_recovered(&self, feature: &str) {
-        self.memory().stage_recovered(feature);
+        self.gate().memory().stage_recovered(feature);
     }
 
     /// Whether a 429 was seen recently: polling doubles its interval meanwhile.
     pub fn rate_limit_hot(&self) -> bool {
-        self.memory().hot_429(Instant::now())
+        self.gate().memory().hot_429(Instant::now())
     }
 
     /// How long to wait before the next poll of a status route: the policy's
     /// interval (5 s), times its hot factor while a 429 is hot, never below
     /// the floor (2 s).
     pub fn poll_interval(&self) -> std::time::Duration {
-        PollCadence::new(&self.shared.policy.throttle.polling).interval(self.rate_limit_hot())
+        PollCadence::new(&self.plan().policy.throttle.polling).interval(self.rate_limit_hot())
     }
 }
 

@@ -24,9 +24,10 @@ use crate::call::Call;
 use crate::client::Client;
 use crate::error::{Error, bounded};
 use crate::events::Events;
-use crate::policy::{OutcomeKind, StreamFallback, StreamPolicy};
 use crate::sse::SseEvent;
-use crate::{Endpoint, Id};
+use sdk_policy::Endpoint;
+use sdk_policy::Id;
+use sdk_policy::policy::{OutcomeKind, StreamFallback, StreamPolicy};
 
 /// An event type a generated crate decodes from a stream's events: one
 /// variant per typed event name, the rest passed through as sent.
@@ -200,7 +201,7 @@ impl Client {
         S: DeserializeOwned + Send + 'static,
     {
         let endpoint = call.endpoint;
-        let policy = endpoint.stream.map(|i| &self.shared.policy.streams[i]);
+        let policy = endpoint.stream.map(|i| &self.plan().policy.streams[i]);
         let Some((policy, fallback)) = policy.and_then(|p| Some((p, p.fallback.as_ref()?))) else {
             let reason = format!("{} is not a job stream with a fallback", endpoint.path);
             let error = self.refused(endpoint, reason);
@@ -363,7 +364,9 @@ where
                         // proxy, as a stream arriving in one burst is.
                         if e.head_withheld() {
                             self.buffered.store(true, Ordering::Relaxed);
-                            self.client.stream_withheld(self.policy.name, self.endpoint);
+                            self.client
+                                .recorder()
+                                .stream_withheld(self.policy.name, self.endpoint);
                         }
                         self.fall_back(e)
                     }
@@ -383,6 +386,7 @@ where
                         // here; the job is not over, so it is polled.
                         None => self.fall_back(
                             self.client
+                                .plan()
                                 .error(OutcomeKind::Connection, self.endpoint)
                                 .with_detail("the stream ended before the job did"),
                         ),
@@ -408,7 +412,7 @@ where
                 self.endpoint,
                 bounded(
                     &format!("the stream opened with `{}`, not `{first}`", event.event),
-                    self.client.shared.policy.limits.detail,
+                    self.client.plan().policy.limits.detail,
                 ),
                 None,
             );
@@ -435,7 +439,7 @@ where
                     self.endpoint,
                     bounded(
                         &format!("event `{name}` does not decode"),
-                        self.client.shared.policy.limits.detail,
+                        self.client.plan().policy.limits.detail,
                     ),
                     Some(e),
                 );
@@ -465,7 +469,9 @@ where
     /// The stream failed: count it, say so, poll now and then at the cadence.
     fn fall_back(&mut self, error: Error) {
         self.close();
-        self.client.stream_fell_back(self.policy.name, &error);
+        self.client
+            .recorder()
+            .stream_fell_back(self.policy.name, &error);
         self.queue.push_back(Ok(JobUpdate::FellBack(error)));
         self.phase = Phase::Polling {
             polls: 0,
@@ -551,16 +557,17 @@ where
         detail: String,
         source: Option<serde_json::Error>,
     ) -> Error {
-        let row = self.client.row_of(OutcomeKind::Decode);
+        let row = self.client.plan().row_of(OutcomeKind::Decode);
         let mut error = self
             .client
+            .plan()
             .error(OutcomeKind::Decode, endpoint)
             .with_detail(detail);
         if let Some(e) = source {
-            error = error.with_decode_failure(&e, self.client.shared.policy.limits.detail);
+            error = error.with_decode_failure(&e, self.client.plan().policy.limits.detail);
         }
         if let Some(alert) = row.and_then(|r| r.alert) {
-            self.client.raise(alert, &error);
+            self.client.recorder().raise(alert, &error);
         }
         error
     }
@@ -568,8 +575,9 @@ where
     /// T32: the job ended failed or cancelled.
     fn job_failed(&self, detail: String) -> Error {
         self.client
+            .plan()
             .error(OutcomeKind::JobFailed, self.endpoint)
-            .with_detail(bounded(&detail, self.client.shared.policy.limits.detail))
+            .with_detail(bounded(&detail, self.client.plan().policy.limits.detail))
     }
 
     /// The last item; the stream (if open) is closed.
@@ -595,8 +603,9 @@ mod tests {
 
     use super::*;
     use crate::alerts::CollectAlerts;
+    use crate::client::ClientConfig;
     use crate::testing::{JOB_EVENTS, POLICY, TENANT};
-    use crate::{ClientConfig, IdKind};
+    use sdk_policy::IdKind;
 
     /// How a scripted body ends after its frames.
     enum End {
@@ -634,10 +643,11 @@ mod tests {
             else {
                 return Err(self
                     .client
+                    .plan()
                     .error(
                         crate::error::Class::Judged(
                             OutcomeKind::Status,
-                            self.client.row_of(OutcomeKind::Connection),
+                            self.client.plan().row_of(OutcomeKind::Connection),
                         ),
                         endpoint(),
                     )
@@ -940,6 +950,7 @@ mod tests {
             None,
             |client| {
                 client
+                    .gate()
                     .memory()
                     .saw_429(Instant::now(), Duration::from_secs(3600))
             },

@@ -1,9 +1,9 @@
 //! [`id_newtype!`](crate::id_newtype): the newtype a generated crate declares
 //! per ID, written once here instead of once per ID type.
 
-/// Declares a validated ID newtype over [`Id`](crate::Id): the only way to
+/// Declares a validated ID newtype over [`Id`](sdk_policy::Id): the only way to
 /// get one is `parse` (or `FromStr`, or deserializing), which checks the
-/// value against the API's [`IdRules`](crate::policy::IdRules).
+/// value against the API's [`IdRules`](sdk_policy::policy::IdRules).
 ///
 /// ```
 /// use sdk_runtime::policy::{IdPattern, IdRules};
@@ -36,11 +36,11 @@
 /// # Ok::<(), sdk_runtime::InvalidId>(())
 /// ```
 ///
-/// The field is always `(Id)`, the [`Id`](crate::Id) as the caller names it,
+/// The field is always `(Id)`, the [`Id`](sdk_policy::Id) as the caller names it,
 /// taken as written so that a compile error about it (it is private) points
 /// at the caller's declaration, not into this macro. Private, because code
 /// outside the declaring module must not wrap an `Id` validated under other
-/// rules. `kind` is the [`IdKind`](crate::IdKind)
+/// rules. `kind` is the [`IdKind`](sdk_policy::IdKind)
 /// the value is checked as and `rules` the `IdRules` it is checked against.
 ///
 /// The type gets `parse`, `as_str`, `id` (the runtime's view), `Display`,
@@ -121,8 +121,10 @@ macro_rules! id_newtype {
 
 #[cfg(test)]
 mod tests {
-    use crate::policy::{IdPattern, IdRules};
-    use crate::{Id, IdKind, InvalidId};
+    use sdk_policy::Id;
+    use sdk_policy::IdKind;
+    use sdk_policy::InvalidId;
+    use sdk_policy::policy::{IdPattern, IdRules};
 
     static RULES: IdRules = IdRules {
         pattern: IdPattern {

@@ -12,19 +12,23 @@ mod call;
 pub mod classify;
 mod client;
 mod clock;
+mod digest;
 mod error;
 mod events;
 mod features;
 pub mod fleet;
 mod follow;
+mod gate;
 mod ids;
 mod memory;
 mod metrics;
 mod origin;
 mod pipeline;
+mod plan;
 mod pool;
 mod probe;
 mod rate;
+mod recorder;
 #[cfg(any(test, feature = "redis-server"))]
 pub mod redis_server;
 mod refs;
@@ -35,7 +39,9 @@ mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod throttle;
+mod transport;
 mod turn;
+mod wire;
 
 pub use call::Call;
 pub use client::{Client, ClientConfig, FleetStatus};

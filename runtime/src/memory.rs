@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::Endpoint;
 use crate::error::Detail;
-use crate::policy::TaxonomyRow;
+use sdk_policy::Endpoint;
+use sdk_policy::policy::TaxonomyRow;
 
 /// A remembered answer of one route.
 #[derive(Debug, Clone)]

@@ -13,8 +13,8 @@ use prometheus_client::registry::Registry;
 #[cfg(feature = "redis")]
 use crate::alerts::AlertSink;
 #[cfg(feature = "redis")]
-use crate::policy::FleetMetricNames;
-use crate::policy::{MetricNames, RouteIx};
+use sdk_policy::policy::FleetMetricNames;
+use sdk_policy::policy::{MetricNames, RouteIx};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -219,14 +219,14 @@ pub(crate) struct Metrics {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Known<'p> {
     /// Every alert name of the policy.
-    pub alerts: &'p [crate::policy::AlertSeverity],
+    pub alerts: &'p [sdk_policy::policy::AlertSeverity],
     /// Every stream of the policy.
-    pub streams: &'p [crate::policy::StreamPolicy],
+    pub streams: &'p [sdk_policy::policy::StreamPolicy],
 }
 
 impl Known<'static> {
     /// The alert names and streams of `policy`.
-    pub fn of(policy: &'static crate::policy::Policy) -> Self {
+    pub fn of(policy: &'static sdk_policy::policy::Policy) -> Self {
         Known {
             alerts: policy.alerts.severities,
             streams: policy.streams,
@@ -569,7 +569,7 @@ mod tests {
 
     #[test]
     fn every_known_alert_and_stream_is_exported_at_zero_before_its_first_event() {
-        use crate::policy::AlertSeverity;
+        use sdk_policy::policy::AlertSeverity;
         static ALERTS: [AlertSeverity; 2] = [
             AlertSeverity {
                 alert: "budget_exhausted",

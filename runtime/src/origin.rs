@@ -7,9 +7,9 @@
 use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 
-use crate::endpoint::Endpoint;
 use crate::error::ConfigError;
-use crate::policy::HeaderNames;
+use sdk_policy::endpoint::Endpoint;
+use sdk_policy::policy::HeaderNames;
 
 pub(crate) struct Origin {
     base: Url,

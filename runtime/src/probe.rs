@@ -6,22 +6,48 @@ use std::sync::{Arc, Weak};
 
 use tokio::time::Instant;
 
+use sdk_policy::endpoint::Endpoint;
+
 use crate::alerts::Alert;
-use crate::breaker::{Admission, CircuitState, Transition};
+use crate::breaker::{Admission, CircuitState, Generation, Transition};
 use crate::call::Call;
-use crate::client::{Client, Shared};
-use crate::endpoint::Endpoint;
-use crate::pipeline::{Attempt, Limits, Wire, perform};
-use crate::telemetry::{self, AttemptLog};
+use crate::client::{Caller, Client, Parts};
+use crate::error::Error;
+use crate::telemetry::{self, AttemptLog, LogScope};
+use crate::wire::{Attempt, Wire, perform};
 
 impl Client {
+    /// The breaker's word on attempt `attempt`; a breaker no live loop
+    /// probes is probed by the call itself first.
+    pub(crate) async fn admit_breaker(
+        &self,
+        endpoint: &Endpoint,
+        attempt: u32,
+    ) -> Result<Generation, Error> {
+        let breaker = &self.gate().breaker;
+        let mut admission = breaker.admit(Instant::now, false);
+        if matches!(admission, Admission::Rejected(_)) && self.catch_up().await {
+            admission = breaker.admit(Instant::now, false);
+        }
+        match admission {
+            Admission::Allowed(g) | Admission::Canary(g) => Ok(g),
+            Admission::Rejected(_) => {
+                // Never open without a live probe loop (it may have died
+                // with the runtime it was spawned on).
+                self.ensure_probe_loop();
+                let error = self.gate().circuit_open(self.plan(), endpoint);
+                Err(error.with_attempts(attempt - 1))
+            }
+        }
+    }
+
     /// Reacts to a breaker transition; called after every recorded outcome.
     pub(crate) fn on_transition(&self, transition: Option<Transition>) {
         let Some(transition) = transition else { return };
         let state = transition.to();
-        self.shared.metrics.circuit_state(state.metric());
+        self.recorder().metrics.circuit_state(state.metric());
         let transition_name = format!("{transition:?}");
-        self.shared
+        self.plan()
             .policy
             .log_lines
             .breaker(&transition_name, state.as_str());
@@ -29,8 +55,8 @@ impl Client {
             Transition::Opened | Transition::Reopened => self.spawn_probe_loop(),
             Transition::Closed => {
                 // A deploy finished: dark flags and budgets may have changed.
-                self.memory().forget_routes();
-                if self.shared.warm_up {
+                self.gate().memory().forget_routes();
+                if self.parts.warm_up {
                     self.spawn_warm_up();
                 }
             }
@@ -39,24 +65,24 @@ impl Client {
     }
 
     fn spawn_probe_loop(&self) {
-        if self.shared.probing.swap(true, Ordering::AcqRel) {
+        if self.gate().probing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let shared = Arc::downgrade(&self.shared);
+        let parts = Arc::downgrade(&self.parts);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             // No runtime to probe on: the next call that finds the breaker
             // open starts the loop on its own runtime.
-            self.shared.probing.store(false, Ordering::Release);
+            self.gate().probing.store(false, Ordering::Release);
             return;
         };
-        let flag = ProbingFlag { shared, held: true };
+        let flag = ProbingFlag { parts, held: true };
         runtime.spawn(probe_loop(flag));
     }
 
     /// The breaker is open and a call was refused: make sure a probe loop is
     /// alive. One that died with the runtime it ran on cleared its flag.
     pub(crate) fn ensure_probe_loop(&self) {
-        if !self.shared.probing.load(Ordering::Acquire) {
+        if !self.gate().probing.load(Ordering::Acquire) {
             self.spawn_probe_loop();
         }
     }
@@ -69,19 +95,19 @@ impl Client {
     /// breaker thus always ends, whether or not any runtime outlives a call.
     /// Returns whether the breaker is closed afterwards.
     pub(crate) async fn catch_up(&self) -> bool {
-        if self.shared.probing.load(Ordering::Acquire)
-            || self.shared.probing.swap(true, Ordering::AcqRel)
+        if self.gate().probing.load(Ordering::Acquire)
+            || self.gate().probing.swap(true, Ordering::AcqRel)
         {
             return false; // a live loop does it
         }
         let _flag = ProbingFlag {
-            shared: Arc::downgrade(&self.shared),
+            parts: Arc::downgrade(&self.parts),
             held: true,
         };
         loop {
             let now = Instant::now();
             let (state, next_probe) = {
-                let breaker = self.breaker();
+                let breaker = self.gate().breaker();
                 (breaker.state(), breaker.next_probe_at())
             };
             match state {
@@ -92,7 +118,7 @@ impl Client {
                         return true;
                     }
                     let healthy = self.probe().await;
-                    let transition = self.breaker().record_probe(healthy, Instant::now());
+                    let transition = self.gate().breaker().record_probe(healthy, Instant::now());
                     self.on_transition(transition);
                     if self.circuit_state() == CircuitState::Open {
                         return false; // the next probe is an interval away
@@ -100,14 +126,16 @@ impl Client {
                 }
                 CircuitState::Open => return false,
                 CircuitState::HalfOpen => {
-                    let admission = self.breaker().admit(Instant::now(), true);
+                    let admission = self.gate().breaker().admit(Instant::now(), true);
                     let transition = match admission {
                         Admission::Canary(generation) => {
                             let ok = self.canary().await;
-                            self.breaker().record_canary(generation, ok, Instant::now())
+                            self.gate()
+                                .breaker()
+                                .record_canary(generation, ok, Instant::now())
                         }
                         // A canary of a loop that died: it ends at its deadline.
-                        _ => self.breaker().expire_canary(Instant::now()),
+                        _ => self.gate().breaker().expire_canary(Instant::now()),
                     };
                     let Some(transition) = transition else {
                         return false;
@@ -122,7 +150,7 @@ impl Client {
     }
 
     fn spawn_warm_up(&self) {
-        for warm in self.shared.policy.warm_up {
+        for warm in self.plan().policy.warm_up {
             let client = self.clone();
             tokio::spawn(async move {
                 let mut call = Call::new(warm.endpoint);
@@ -137,9 +165,9 @@ impl Client {
                 }
                 let call = call.timeout_class(warm.timeout);
                 // Consumed, so the call is counted and its attempt line written.
-                let outcome = client.send(call).await.and_then(crate::Reply::empty);
+                let outcome = client.send(call).await.and_then(crate::reply::Reply::empty);
                 client
-                    .shared
+                    .plan()
                     .policy
                     .log_lines
                     .warm_up(warm.endpoint.operation, outcome.is_ok());
@@ -149,7 +177,7 @@ impl Client {
 
     /// One probe of the public liveness route: healthy on a 2xx.
     async fn probe(&self) -> bool {
-        let Some(b) = &self.shared.policy.breaker else {
+        let Some(b) = &self.plan().policy.breaker else {
             return false;
         };
         let probe = async {
@@ -160,7 +188,7 @@ impl Client {
         // replica holding the probe sends it and shares what it saw, the
         // others take that (nothing fresh yet: not healthy this round).
         #[cfg(feature = "redis")]
-        if let Some(fleet) = &self.shared.fleet {
+        if let Some(fleet) = &self.gate().fleet {
             let times = crate::fleet::TurnTimes {
                 hold: b.probe_interval,
                 fresh: b.probe_interval,
@@ -175,7 +203,7 @@ impl Client {
 
     /// The authenticated canary read: only a 200 closes the breaker.
     async fn canary(&self) -> bool {
-        let Some(b) = &self.shared.policy.breaker else {
+        let Some(b) = &self.plan().policy.breaker else {
             return false;
         };
         let canary = async { self.bare_attempt(b.canary, b.canary_timeout).await == Some(200) };
@@ -185,7 +213,7 @@ impl Client {
         // loop, an interval apart, finds a 200 and closes on it
         // (`closed_by_fleet`).
         #[cfg(feature = "redis")]
-        if let Some(fleet) = &self.shared.fleet {
+        if let Some(fleet) = &self.gate().fleet {
             let times = crate::fleet::TurnTimes {
                 hold: b.canary_timeout,
                 fresh: b.probe_interval * 2,
@@ -203,13 +231,13 @@ impl Client {
     /// on it by its next probe instead of probing on to a canary of its own.
     async fn closed_by_fleet(&self) -> bool {
         #[cfg(feature = "redis")]
-        if let Some(fleet) = &self.shared.fleet {
-            let Some(open_for) = self.breaker().open_for(Instant::now()) else {
+        if let Some(fleet) = &self.gate().fleet {
+            let Some(open_for) = self.gate().breaker().open_for(Instant::now()) else {
                 return false;
             };
             let passed = fleet.healthy_since(crate::fleet::Turn::Canary).await;
             if passed.is_some_and(|age| age < open_for) {
-                let transition = self.breaker().record_shared_canary(Instant::now());
+                let transition = self.gate().breaker().record_shared_canary(Instant::now());
                 self.on_transition(transition);
                 return transition.is_some();
             }
@@ -228,14 +256,13 @@ impl Client {
         let path = call.render_path().ok()?;
         let request_id = uuid::Uuid::new_v4().to_string();
         let started = Instant::now();
-        let request = self.request(&call, &path, &request_id);
-        telemetry::sent(self, &call, &request_id, 1);
-        let limits = Limits::of(self, endpoint);
-        let result = tokio::time::timeout(
-            timeout,
-            perform(&self.shared.pool, request, Wire::Read, limits),
-        )
-        .await;
+        let (plan, transport) = (self.plan(), self.transport());
+        let scope = LogScope::of(plan.policy, &plan.tenant, &call);
+        let request = transport.request(&call, &path, &request_id);
+        telemetry::sent(plan.policy, &scope, &request_id, 1);
+        let limits = transport.limits(plan.policy, endpoint);
+        let performed = perform(&transport.pool, request, Wire::Read, limits);
+        let result = tokio::time::timeout(timeout, performed).await;
         let (status, echoed) = match result {
             Ok((
                 Attempt::Answer {
@@ -245,26 +272,24 @@ impl Client {
             )) => (Some(status), echoed_id),
             _ => (None, None),
         };
-        telemetry::attempt(
-            &AttemptLog {
-                client: self,
-                call: &call,
-                request_id: &request_id,
-                echoed_id: echoed.as_deref(),
-                status,
-                row: None,
-                attempt: 1,
-                retry_after: None,
-                latency: started.elapsed(),
-            },
-            None,
-        );
+        let log = AttemptLog {
+            scope: &scope,
+            request_id: &request_id,
+            echoed_id: echoed.as_deref(),
+            status,
+            row: None,
+            attempt: 1,
+            retry_after: None,
+            latency: started.elapsed(),
+            circuit_state: self.gate().breaker().state().as_str(),
+        };
+        telemetry::attempt(plan.policy, &log, None);
         status
     }
 
     fn check_open_alert(&self, now: Instant) {
-        if self.breaker().take_open_alert(now)
-            && let Some(b) = &self.shared.policy.breaker
+        if self.gate().breaker().take_open_alert(now)
+            && let Some(b) = &self.plan().policy.breaker
         {
             self.alert(Alert {
                 detail: Some(format!(
@@ -281,7 +306,7 @@ impl Client {
 /// also when its runtime shuts down and drops it mid-sleep: the breaker is
 /// never left open with a flag that claims a loop nobody runs.
 struct ProbingFlag {
-    shared: Weak<Shared>,
+    parts: Weak<Parts>,
     /// This loop holds the flag (it gives it up when the breaker closes).
     held: bool,
 }
@@ -289,9 +314,9 @@ struct ProbingFlag {
 impl Drop for ProbingFlag {
     fn drop(&mut self) {
         if self.held
-            && let Some(shared) = self.shared.upgrade()
+            && let Some(parts) = self.parts.upgrade()
         {
-            shared.probing.store(false, Ordering::Release);
+            parts.gate.probing.store(false, Ordering::Release);
         }
     }
 }
@@ -301,11 +326,11 @@ impl Drop for ProbingFlag {
 /// The loop reaches its clients through the flag's weak handle.
 async fn probe_loop(mut flag: ProbingFlag) {
     loop {
-        let Some(client) = upgrade(&flag.shared) else {
+        let Some(client) = upgrade(&flag.parts) else {
             return;
         };
         let (state, next_probe, canary_deadline) = {
-            let breaker = client.breaker();
+            let breaker = client.gate().breaker();
             (
                 breaker.state(),
                 breaker.next_probe_at(),
@@ -314,11 +339,11 @@ async fn probe_loop(mut flag: ProbingFlag) {
         };
         match state {
             CircuitState::Closed => {
-                client.shared.probing.store(false, Ordering::Release);
+                client.gate().probing.store(false, Ordering::Release);
                 flag.held = false;
                 // An open that raced with this exit finds no loop: take over.
                 if client.circuit_state() == CircuitState::Closed
-                    || client.shared.probing.swap(true, Ordering::AcqRel)
+                    || client.gate().probing.swap(true, Ordering::AcqRel)
                 {
                     return;
                 }
@@ -327,7 +352,7 @@ async fn probe_loop(mut flag: ProbingFlag) {
             CircuitState::Open => {
                 drop(client);
                 tokio::time::sleep_until(next_probe.unwrap_or_else(Instant::now)).await;
-                let Some(client) = upgrade(&flag.shared) else {
+                let Some(client) = upgrade(&flag.parts) else {
                     return;
                 };
                 client.check_open_alert(Instant::now());
@@ -335,25 +360,30 @@ async fn probe_loop(mut flag: ProbingFlag) {
                     continue;
                 }
                 let healthy = client.probe().await;
-                let transition = client.breaker().record_probe(healthy, Instant::now());
+                let transition = client
+                    .gate()
+                    .breaker()
+                    .record_probe(healthy, Instant::now());
                 client.on_transition(transition);
             }
             CircuitState::HalfOpen => {
-                let admission = client.breaker().admit(Instant::now(), true);
+                let admission = client.gate().breaker().admit(Instant::now(), true);
                 if let Admission::Canary(generation) = admission {
                     let ok = client.canary().await;
-                    let transition = client
-                        .breaker()
-                        .record_canary(generation, ok, Instant::now());
+                    let transition =
+                        client
+                            .gate()
+                            .breaker()
+                            .record_canary(generation, ok, Instant::now());
                     client.on_transition(transition);
                 } else {
                     // The canary slot is taken and never reported: let it expire.
                     drop(client);
                     tokio::time::sleep_until(canary_deadline.unwrap_or_else(Instant::now)).await;
-                    let Some(client) = upgrade(&flag.shared) else {
+                    let Some(client) = upgrade(&flag.parts) else {
                         return;
                     };
-                    let transition = client.breaker().expire_canary(Instant::now());
+                    let transition = client.gate().breaker().expire_canary(Instant::now());
                     client.on_transition(transition);
                 }
             }
@@ -361,11 +391,9 @@ async fn probe_loop(mut flag: ProbingFlag) {
     }
 }
 
-fn upgrade(shared: &Weak<Shared>) -> Option<Client> {
-    shared.upgrade().map(|shared| Client {
-        shared,
-        extra_budget: None,
-        defer_server_waits: false,
-        refs: None,
+fn upgrade(parts: &Weak<Parts>) -> Option<Client> {
+    parts.upgrade().map(|parts| Client {
+        parts,
+        caller: Caller::default(),
     })
 }

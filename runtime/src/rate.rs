@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
-use crate::policy::AlertRate;
+use sdk_policy::policy::AlertRate;
 
 /// Counts events in a rolling window and says when to raise the alert: once
 /// the rate is reached, then not again until a whole window has passed, so

@@ -4,10 +4,13 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::Endpoint;
-use crate::client::Client;
-use crate::error::Error;
-use crate::policy::{OutcomeKind, TaxonomyRow};
+use std::sync::Arc;
+
+use sdk_policy::endpoint::Endpoint;
+use sdk_policy::policy::{OutcomeKind, TaxonomyRow};
+
+use crate::error::{Class, Error};
+use crate::recorder::Recorder;
 use crate::telemetry::PendingLine;
 
 /// What a create route answered: made now, or already there (409, T7).
@@ -36,7 +39,8 @@ pub enum Progress<T> {
 /// metrics once the body is decoded (or fails to), so a 2xx that does not fit
 /// its shape counts as a decode error, not a success.
 pub struct Reply {
-    client: Client,
+    /// Where the call is counted and its line written once decoded.
+    recorder: Arc<Recorder>,
     endpoint: &'static Endpoint,
     status: u16,
     body: Bytes,
@@ -67,7 +71,7 @@ impl std::fmt::Debug for Reply {
 
 impl Reply {
     pub(crate) fn new(
-        client: Client,
+        recorder: Arc<Recorder>,
         endpoint: &'static Endpoint,
         status: u16,
         body: Bytes,
@@ -75,7 +79,7 @@ impl Reply {
         ledger: Ledger,
     ) -> Self {
         Reply {
-            client,
+            recorder,
             endpoint,
             status,
             body,
@@ -116,7 +120,7 @@ impl Reply {
     /// call's start and whether it was retried.
     pub(crate) fn opened(self) -> (Instant, bool) {
         if let Some(line) = &self.ledger.line {
-            line.emit(&self.client, self.endpoint, None);
+            self.recorder.emit(line, self.endpoint, None);
         }
         (self.ledger.started, self.ledger.attempts > 1)
     }
@@ -148,9 +152,9 @@ impl Reply {
     fn finish(&self, class: &'static str, row: Option<&'static TaxonomyRow>) {
         let ledger = &self.ledger;
         if let Some(line) = &ledger.line {
-            line.emit(&self.client, self.endpoint, row);
+            self.recorder.emit(line, self.endpoint, row);
         }
-        self.client
+        self.recorder
             .count_call(self.endpoint, class, ledger.attempts > 1, ledger.started);
     }
 
@@ -158,16 +162,15 @@ impl Reply {
     /// request was sent and answered: its attempts are never 0 (0 is "refused
     /// before sending"), so a caller never takes an applied write for unsent.
     fn decode_error(&self, e: serde_json::Error) -> Error {
-        let row = self.client.row_of(OutcomeKind::Decode);
-        let error = self
-            .client
-            .error(OutcomeKind::Decode, self.endpoint)
+        let policy = self.recorder.policy;
+        let row = policy.row_of(OutcomeKind::Decode);
+        let error = Error::classified(policy, Class::Of(OutcomeKind::Decode), self.endpoint)
             .with_status(self.status, None)
             .with_request_id(self.request_id.clone())
             .with_attempts(self.ledger.attempts)
-            .with_decode_failure(&e, self.client.shared.policy.limits.detail);
+            .with_decode_failure(&e, policy.limits.detail);
         if let Some(alert) = row.and_then(|r| r.alert) {
-            self.client.raise(alert, &error);
+            self.recorder.raise(alert, &error);
         }
         self.finish(error.class_name(), row);
         error

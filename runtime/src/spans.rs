@@ -10,10 +10,10 @@
 use tracing::field::Empty;
 use tracing::{Span, info_span};
 
+use sdk_policy::policy::{Policy, TaxonomyRow};
+
 use crate::call::Call;
-use crate::client::Client;
 use crate::error::Error;
-use crate::policy::TaxonomyRow;
 
 /// Whether anything would record a span at INFO: a `tracing` subscriber
 /// that wants INFO, or, with no subscriber set at all, a `log` logger at
@@ -29,12 +29,12 @@ pub(crate) fn recorded() -> bool {
 }
 
 /// The span of one call: open until its answer (or its stream's head).
-pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
+/// `base`: the origin the request goes to.
+pub(crate) fn call(policy: &Policy, base: &reqwest::Url, call: &Call<'_>) -> Span {
     if !recorded() {
         return Span::none();
     }
     let e = call.endpoint;
-    let policy = client.shared.policy;
     let span = info_span!(
         "call",
         otel.name = %format_args!("{} {}", e.method.as_str(), e.path),
@@ -63,7 +63,6 @@ pub(crate) fn call(client: &Client, call: &Call<'_>) -> Span {
     if let Some(stream) = e.stream.and_then(|i| policy.streams.get(i.get())) {
         span.record("sdk.stream", stream.name);
     }
-    let base = client.shared.origin.base();
     if let Some(host) = base.host_str() {
         span.record("server.address", host);
     }

@@ -2,21 +2,58 @@
 
 use std::time::Duration;
 
-use crate::Endpoint;
+use sdk_policy::endpoint::Endpoint;
+use sdk_policy::log::{AttemptLine, MAX_PATH_FIELDS, SentLine};
+use sdk_policy::policy::{Policy, TaxonomyRow};
+use sdk_policy::scope::Id;
+
 use crate::call::Call;
-use crate::client::Client;
-use crate::log::{AttemptLine, MAX_PATH_FIELDS, SentLine};
-use crate::policy::TaxonomyRow;
-use crate::scope::Id;
 
-/// Request bodies up to this size are hashed for the log line; a larger
-/// one is logged by length alone (hashing megabytes per call buys nothing).
-const MAX_HASHED_BODY: usize = 1 << 20;
+/// What every line of one call says of its scope, gathered once per call:
+/// its route, tenant, workspace, pipeline id and the policy's path fields.
+pub(crate) struct LogScope<'a> {
+    pub endpoint: &'static Endpoint,
+    pub tenant: &'a str,
+    pub workspace: Option<&'a str>,
+    /// The pipeline ID the call carries, if its route takes one.
+    pub pipeline: Option<&'a str>,
+    /// Empty when lines are not logged: nothing is computed for them then.
+    pub path_values: [Option<&'a str>; MAX_PATH_FIELDS],
+    pub body_len: usize,
+}
 
-/// Everything one attempt's log line says.
+impl<'a> LogScope<'a> {
+    pub(crate) fn of(policy: &Policy, tenant: &'a Id, call: &'a Call<'a>) -> Self {
+        let path_values = match enabled(policy) {
+            true => path_values(policy, call),
+            false => [None; MAX_PATH_FIELDS],
+        };
+        LogScope {
+            endpoint: call.endpoint,
+            tenant: tenant.as_str(),
+            workspace: call.workspace.map(Id::as_str),
+            pipeline: call.pipeline.filter(|_| call.endpoint.pipeline_id),
+            path_values,
+            body_len: call.body.as_ref().map_or(0, |b| b.len()),
+        }
+    }
+}
+
+/// The values of the policy's path fields for one call, in their order.
+pub(crate) fn path_values<'a>(
+    policy: &Policy,
+    call: &'a Call<'a>,
+) -> [Option<&'a str>; MAX_PATH_FIELDS] {
+    let mut out = [None; MAX_PATH_FIELDS];
+    for (slot, (_, names)) in out.iter_mut().zip(policy.log.path_fields) {
+        *slot = path_value(call.endpoint.path, &call.path, names);
+    }
+    out
+}
+
+/// Everything one attempt's log line says beyond its call's scope.
 pub(crate) struct AttemptLog<'a> {
-    pub client: &'a Client,
-    pub call: &'a Call<'a>,
+    pub scope: &'a LogScope<'a>,
     pub request_id: &'a str,
     /// The answer's `X-Request-ID`, if it came with one.
     pub echoed_id: Option<&'a str>,
@@ -27,6 +64,8 @@ pub(crate) struct AttemptLog<'a> {
     /// Read only for the log line: zero when no line is written (the clock
     /// is not read for nothing).
     pub latency: Duration,
+    /// The origin breaker's state as the attempt concluded.
+    pub circuit_state: &'static str,
 }
 
 /// The echo worth logging beside our own ID: only one that differs.
@@ -36,15 +75,15 @@ fn differing<'a>(ours: &str, echoed: Option<&'a str>) -> Option<&'a str> {
 
 /// The line of a request leaving, written before its answer (§10.1: the
 /// request ID is logged on send and on receive).
-pub(crate) fn sent(client: &Client, call: &Call<'_>, request_id: &str, attempt: u32) {
-    if !enabled(client) {
+pub(crate) fn sent(policy: &Policy, scope: &LogScope<'_>, request_id: &str, attempt: u32) {
+    if !enabled(policy) {
         return;
     }
-    let endpoint = call.endpoint;
-    client.shared.policy.log_lines.sent(&SentLine {
+    let endpoint = scope.endpoint;
+    policy.log_lines.sent(&SentLine {
         request_id,
-        tenant: client.tenant().as_str(),
-        pipeline_id: pipeline_id(call),
+        tenant: scope.tenant,
+        pipeline_id: scope.pipeline,
         operation: endpoint.operation,
         method: endpoint.method.as_str(),
         path: endpoint.path,
@@ -52,57 +91,36 @@ pub(crate) fn sent(client: &Client, call: &Call<'_>, request_id: &str, attempt: 
     });
 }
 
-/// The pipeline ID the call carries, if its route takes one.
-fn pipeline_id<'a>(call: &Call<'a>) -> Option<&'a str> {
-    call.pipeline.filter(|_| call.endpoint.pipeline_id)
-}
-
 /// Whether attempt lines are logged at all: nothing is computed for them otherwise.
-pub(crate) fn enabled(client: &Client) -> bool {
-    client.shared.policy.log_lines.enabled()
+pub(crate) fn enabled(policy: &Policy) -> bool {
+    policy.log_lines.enabled()
 }
 
-/// The sha256 of a request body, if it is small enough to be worth hashing.
-pub(crate) fn body_digest(body: &[u8]) -> Option<String> {
-    (body.len() <= MAX_HASHED_BODY).then(|| sha256_hex(body))
-}
-
-/// The values of the policy's path fields for one call, in their order.
-pub(crate) fn path_values<'a>(
-    client: &Client,
-    call: &'a Call<'a>,
-) -> [Option<&'a str>; MAX_PATH_FIELDS] {
-    let mut out = [None; MAX_PATH_FIELDS];
-    let fields = client.shared.policy.log.path_fields;
-    for (slot, (_, names)) in out.iter_mut().zip(fields) {
-        *slot = path_value(call.endpoint.path, &call.path, names);
-    }
-    out
-}
-
-/// Writes the attempt's line through the policy's [`LogLines`](crate::log::LogLines).
+/// Writes the attempt's line through the policy's [`LogLines`](sdk_policy::log::LogLines).
 /// Only the body's length and sha256 are logged, never its content.
-pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
-    if !enabled(log.client) {
+pub(crate) fn attempt(policy: &Policy, log: &AttemptLog<'_>, digest: Option<&str>) {
+    if !enabled(policy) {
         return;
     }
-    let values = path_values(log.client, log.call);
+    let scope = log.scope;
     Line {
-        endpoint: log.call.endpoint,
+        endpoint: scope.endpoint,
+        tenant: scope.tenant,
         request_id: log.request_id,
         echoed_id: differing(log.request_id, log.echoed_id),
-        workspace: log.call.workspace.map(Id::as_str),
-        pipeline: pipeline_id(log.call),
-        path_values: &values,
+        workspace: scope.workspace,
+        pipeline: scope.pipeline,
+        path_values: &scope.path_values,
         status: log.status,
         row: log.row,
         attempt: log.attempt,
         retry_after: log.retry_after,
         latency: log.latency,
-        body_len: log.call.body.as_ref().map_or(0, |b| b.len()),
+        circuit_state: log.circuit_state,
+        body_len: scope.body_len,
         body_sha256: digest,
     }
-    .emit(log.client);
+    .emit(policy);
 }
 
 /// The line of a successful attempt, written once its body is decoded
@@ -110,33 +128,40 @@ pub(crate) fn attempt(log: &AttemptLog<'_>, digest: Option<&str>) {
 pub(crate) struct PendingLine {
     request_id: String,
     echoed_id: Option<String>,
-    workspace: Option<Id>,
+    workspace: Option<String>,
     pipeline: Option<String>,
     path_values: [Option<String>; MAX_PATH_FIELDS],
     status: Option<u16>,
     row: Option<&'static TaxonomyRow>,
     attempt: u32,
     latency: Duration,
+    circuit_state: &'static str,
     body_len: usize,
     body_sha256: Option<String>,
 }
 
 /// Captures a successful attempt's line, when lines are logged at all.
-pub(crate) fn pending(log: &AttemptLog<'_>, digest: Option<&str>) -> Option<PendingLine> {
-    if !enabled(log.client) {
+pub(crate) fn pending(
+    policy: &Policy,
+    log: &AttemptLog<'_>,
+    digest: Option<&str>,
+) -> Option<PendingLine> {
+    if !enabled(policy) {
         return None;
     }
+    let scope = log.scope;
     Some(PendingLine {
         request_id: log.request_id.to_owned(),
         echoed_id: differing(log.request_id, log.echoed_id).map(str::to_owned),
-        workspace: log.call.workspace.cloned(),
-        pipeline: pipeline_id(log.call).map(str::to_owned),
-        path_values: path_values(log.client, log.call).map(|v| v.map(str::to_owned)),
+        workspace: scope.workspace.map(str::to_owned),
+        pipeline: scope.pipeline.map(str::to_owned),
+        path_values: scope.path_values.map(|v| v.map(str::to_owned)),
         status: log.status,
         row: log.row,
         attempt: log.attempt,
         latency: log.latency,
-        body_len: log.call.body.as_ref().map_or(0, |b| b.len()),
+        circuit_state: log.circuit_state,
+        body_len: scope.body_len,
         body_sha256: digest.map(str::to_owned),
     })
 }
@@ -145,16 +170,18 @@ impl PendingLine {
     /// Writes the line, classified by how decoding ended (`row: None` is ok).
     pub(crate) fn emit(
         &self,
-        client: &Client,
+        policy: &Policy,
+        tenant: &str,
         endpoint: &Endpoint,
         row: Option<&'static TaxonomyRow>,
     ) {
         let values = self.path_values.each_ref().map(Option::as_deref);
         Line {
             endpoint,
+            tenant,
             request_id: &self.request_id,
             echoed_id: self.echoed_id.as_deref(),
-            workspace: self.workspace.as_ref().map(Id::as_str),
+            workspace: self.workspace.as_deref(),
             pipeline: self.pipeline.as_deref(),
             path_values: &values,
             status: self.status,
@@ -162,16 +189,18 @@ impl PendingLine {
             attempt: self.attempt,
             retry_after: None,
             latency: self.latency,
+            circuit_state: self.circuit_state,
             body_len: self.body_len,
             body_sha256: self.body_sha256.as_deref(),
         }
-        .emit(client);
+        .emit(policy);
     }
 }
 
 /// The fields of one line, however they were gathered.
 struct Line<'a> {
     endpoint: &'a Endpoint,
+    tenant: &'a str,
     request_id: &'a str,
     echoed_id: Option<&'a str>,
     workspace: Option<&'a str>,
@@ -182,19 +211,19 @@ struct Line<'a> {
     attempt: u32,
     retry_after: Option<Duration>,
     latency: Duration,
+    circuit_state: &'static str,
     body_len: usize,
     body_sha256: Option<&'a str>,
 }
 
 impl Line<'_> {
-    fn emit(&self, client: &Client) {
+    fn emit(&self, policy: &Policy) {
         let endpoint = self.endpoint;
-        let policy = client.shared.policy;
         let fields = policy.log.path_fields.len().min(MAX_PATH_FIELDS);
         policy.log_lines.attempt(&AttemptLine {
             request_id: self.request_id,
             echoed_request_id: self.echoed_id,
-            tenant: client.tenant().as_str(),
+            tenant: self.tenant,
             workspace: self.workspace,
             path_values: &self.path_values[..fields],
             pipeline_id: self.pipeline,
@@ -208,7 +237,7 @@ impl Line<'_> {
             attempt: self.attempt,
             retry_after_s: self.retry_after.map(|d| d.as_secs()),
             latency_ms: self.latency.as_millis() as u64,
-            circuit_state: client.breaker().state().as_str(),
+            circuit_state: self.circuit_state,
             body_len: self.body_len,
             body_sha256: self.body_sha256.unwrap_or(""),
         });
@@ -232,17 +261,6 @@ fn path_value<'a>(template: &str, values: &[&'a str], names: &[&str]) -> Option<
     None
 }
 
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    use std::fmt::Write;
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::path_value;
@@ -260,14 +278,5 @@ mod tests {
             Some("k")
         );
         assert_eq!(path_value("/x/{job_id}", &["j"], &["kb"]), None);
-    }
-
-    #[test]
-    fn large_bodies_are_not_hashed() {
-        assert_eq!(super::body_digest(b"{}").map(|d| d.len()), Some(64));
-        assert_eq!(
-            super::body_digest(&vec![b'x'; super::MAX_HASHED_BODY + 1]),
-            None
-        );
     }
 }

@@ -12,11 +12,14 @@
 
 use std::time::Duration;
 
-use crate::log::{
+use sdk_policy::Endpoint;
+use sdk_policy::Method;
+use sdk_policy::Policy;
+use sdk_policy::ScopeNeed;
+use sdk_policy::log::{
     AlertLine, AttemptLine, ExhaustedLine, LogLines, LogNames, SentLine, StreamFailedLine,
 };
-use crate::policy::*;
-use crate::{Endpoint, Method, Policy, ScopeNeed};
+use sdk_policy::policy::*;
 
 /// Indexes into [`POLICY`]'s streams.
 pub const PROGRESS: StreamIx = StreamIx::new(0);
@@ -63,7 +66,7 @@ const ROUTE: Endpoint = Endpoint {
     method: Method::Get,
     path: "",
     scope: ScopeNeed::Tenant,
-    lane: crate::Lane::Key,
+    lane: sdk_policy::Lane::Key,
     timeout: TimeoutIx::new(0),
     retry: RetryIx::new(0),
     idempotent: false,

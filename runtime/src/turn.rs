@@ -23,8 +23,8 @@ use crate::client::Client;
 use crate::error::{Error, bounded};
 use crate::events::Events;
 use crate::follow::StreamEvent;
-use crate::policy::{OutcomeKind, StagePolicy};
 use crate::sse::SseEvent;
+use sdk_policy::policy::{OutcomeKind, StagePolicy};
 
 /// What a turn yields.
 #[derive(Debug)]
@@ -155,12 +155,13 @@ impl<E: StreamEvent> Turn<E> {
             }
             Some(Err(e)) => Err(self.lost(e)),
             Some(Ok(event)) => {
-                let cap = self.client().shared.policy.limits.detail;
+                let cap = self.client().plan().policy.limits.detail;
                 let stage = policy.stages.as_ref().and_then(|s| stage(s, &event, cap));
                 match stage {
                     Some(Stage::FailedClosed(failed)) => {
                         let error = self
                             .client()
+                            .plan()
                             .error(OutcomeKind::StreamError, self.events.endpoint)
                             .with_detail(match &failed.detail {
                                 Some(d) => format!("stage {} failed: {d}", failed.stage),
@@ -177,6 +178,7 @@ impl<E: StreamEvent> Turn<E> {
                         }
                         Err(e) => Err(self
                             .client()
+                            .plan()
                             .error(OutcomeKind::Decode, self.events.endpoint)
                             .with_detail("a turn event does not decode")
                             .with_decode_failure(&e, cap)),
@@ -217,8 +219,9 @@ impl<E: StreamEvent> Turn<E> {
 
     /// The overall deadline ran out while the turn was still streaming.
     fn deadline_error(&self) -> Error {
-        let secs = self.client().shared.policy.deadline.as_secs();
+        let secs = self.client().plan().policy.deadline.as_secs();
         self.client()
+            .plan()
             .error(OutcomeKind::Deadline, self.events.endpoint)
             .with_detail(format!(
                 "the {secs} s overall deadline ended the turn, not the platform"
@@ -262,8 +265,11 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::client::ClientConfig;
     use crate::testing::{CHAT_STREAM, POLICY, TENANT};
-    use crate::{ClientConfig, Endpoint, Id, IdKind};
+    use sdk_policy::Endpoint;
+    use sdk_policy::Id;
+    use sdk_policy::IdKind;
 
     fn endpoint() -> &'static Endpoint {
         &CHAT_STREAM

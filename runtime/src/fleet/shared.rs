@@ -13,8 +13,8 @@ use super::store::{Again, Answer, Ask, Keys, LeaseSet, Shape, Store, StoreError,
 use super::{StoreBreaker, Switch, cap_share, rate_share};
 use crate::alerts::{Alert, AlertSink};
 use crate::metrics::FleetMetrics;
-use crate::policy::{Degraded, FleetPolicy, Policy, ThrottlePolicy};
 use crate::throttle::{MAX_BUDGETS, Throttle};
+use sdk_policy::policy::{Degraded, FleetPolicy, Policy, ThrottlePolicy};
 
 /// Why the fleet stage sent nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,30 +1,16 @@
-//! The attempt: the one place a request and its headers are assembled and
-//! the wire is touched, under the attempt's own timeout.
+//! The attempt: one request of the call sent on the transport and read,
+//! under the attempt's own timeout and the call's deadline.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use reqwest::header::HeaderName;
 use tokio::time::Instant;
 
 use super::Run;
-use crate::backoff::parse_retry_after;
-use crate::call::Call;
-use crate::client::Client;
 use crate::clock;
-use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
-use crate::error::{bounded, error_chain};
-use crate::policy::OutcomeKind;
-use crate::pool::Pool;
+use crate::plan::Plan;
 use crate::telemetry;
-
-/// How an answer's 2xx body is taken: read whole (a call), or left to the
-/// SSE parser (a stream's opening).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wire {
-    Read,
-    Stream,
-}
+use crate::transport::Transport;
+use crate::wire::{Attempt, Wire, perform};
 
 /// One attempt as it went out and came back.
 pub(crate) struct Sent {
@@ -44,108 +30,54 @@ pub(crate) struct Sent {
     pub span: tracing::Span,
 }
 
-impl Client {
-    /// Sends attempt `run.attempt` of the call on `path` and reads its answer,
-    /// within the attempt's timeout class (longer while a deploy is
-    /// suspected) and the call's deadline.
-    pub(super) async fn attempt(&self, run: &Run<'_, '_>, path: &str, wire: Wire) -> Sent {
-        let (call, endpoint) = (run.call, run.call.endpoint);
-        let request_id = uuid::Uuid::new_v4().to_string();
-        let started = Instant::now();
-        let deploy = self.breaker().deploy_suspected(started);
-        let timeout = call.timeout.unwrap_or(endpoint.timeout);
-        let budget = self.shared.policy.timeouts[timeout].budget(deploy);
-        let attempt_deadline = clock::after(started, budget).min(run.deadline);
-        let request = self.request(call, path, &request_id);
-        telemetry::sent(self, call, &request_id, run.attempt);
-        let limits = Limits::of(self, endpoint);
-        let span = crate::spans::attempt(run.attempt);
-        let performed = perform(&self.shared.pool, request, wire, limits);
-        // As the call's loop: a `Span::none()` is not entered around it.
-        let timed = if span.is_none() {
-            tokio::time::timeout_at(attempt_deadline, performed).await
-        } else {
-            let performed = tracing::Instrument::instrument(performed, span.clone());
-            tokio::time::timeout_at(attempt_deadline, performed).await
+/// Sends attempt `run.attempt` of the call on its rendered path and reads
+/// its answer, within the attempt's timeout class (longer while a deploy
+/// is suspected: `deploy`) and the call's deadline.
+pub(super) async fn attempt(
+    transport: &Transport,
+    plan: &Plan,
+    deploy: bool,
+    run: &Run<'_, '_>,
+    wire: Wire,
+) -> Sent {
+    let (call, endpoint) = (run.call, run.call.endpoint);
+    let path = run.path.as_deref().unwrap_or_default();
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let started = Instant::now();
+    let timeout = call.timeout.unwrap_or(endpoint.timeout);
+    let budget = plan.policy.timeouts[timeout].budget(deploy);
+    let attempt_deadline = clock::after(started, budget).min(run.deadline);
+    let request = transport.request(call, path, &request_id);
+    telemetry::sent(plan.policy, &run.scope, &request_id, run.attempt);
+    let limits = transport.limits(plan.policy, endpoint);
+    let span = crate::spans::attempt(run.attempt);
+    let performed = perform(&transport.pool, request, wire, limits);
+    // As the call's loop: a `Span::none()` is not entered around it.
+    let timed = if span.is_none() {
+        tokio::time::timeout_at(attempt_deadline, performed).await
+    } else {
+        let performed = tracing::Instrument::instrument(performed, span.clone());
+        tokio::time::timeout_at(attempt_deadline, performed).await
+    };
+    let overdue = timed.is_err() && attempt_deadline == run.deadline;
+    let head_withheld = timed.is_err() && !overdue && wire == Wire::Stream;
+    let (attempt, response) = timed.unwrap_or_else(|_| {
+        let reason = timed_out(budget, wire);
+        let failed = Attempt::Failed {
+            maybe_sent: true,
+            reason,
         };
-        let overdue = timed.is_err() && attempt_deadline == run.deadline;
-        let head_withheld = timed.is_err() && !overdue && wire == Wire::Stream;
-        let (attempt, response) = timed.unwrap_or_else(|_| {
-            let reason = timed_out(budget, wire);
-            (
-                Attempt::Failed {
-                    maybe_sent: true,
-                    reason,
-                },
-                None,
-            )
-        });
-        Sent {
-            attempt,
-            response,
-            request_id,
-            started,
-            deploy,
-            head_withheld,
-            overdue,
-            span,
-        }
-    }
-
-    /// The only place a request and its headers are assembled.
-    pub(crate) fn request(
-        &self,
-        call: &Call<'_>,
-        path: &str,
-        request_id: &str,
-    ) -> reqwest::RequestBuilder {
-        let shared = &self.shared;
-        let endpoint = call.endpoint;
-        let origin = &shared.origin;
-        let mut request = shared
-            .pool
-            .client()
-            .request(
-                method(endpoint),
-                origin.route_url(endpoint, path, &call.query),
-            )
-            .header(origin.request_id.clone(), request_id);
-        if endpoint.scope != ScopeNeed::Public {
-            if endpoint.lane == Lane::Key {
-                let key = shared.authorization.clone();
-                request = request.header(origin.authorization.clone(), key);
-            }
-            request = request.header(origin.tenant.clone(), origin.tenant_value.clone());
-        }
-        // The generator gives a workspace route and a pipeline route only to
-        // an API that names the header.
-        if let (Some(workspace), Some(name)) = (call.workspace, &origin.workspace) {
-            request = request.header(name.clone(), workspace.as_str());
-        }
-        if endpoint.pipeline_id
-            && let (Some(pipeline), Some(name)) = (call.pipeline, &origin.pipeline)
-        {
-            request = request.header(name.clone(), pipeline);
-        }
-        if let Some(body) = &call.body {
-            request = request
-                .header(
-                    reqwest::header::CONTENT_TYPE,
-                    reqwest::header::HeaderValue::from_static("application/json"),
-                )
-                .body(body.clone());
-        }
-        request
-    }
-}
-
-fn method(endpoint: &Endpoint) -> reqwest::Method {
-    match endpoint.method {
-        Method::Get => reqwest::Method::GET,
-        Method::Post => reqwest::Method::POST,
-        Method::Put => reqwest::Method::PUT,
-        Method::Patch => reqwest::Method::PATCH,
-        Method::Delete => reqwest::Method::DELETE,
+        (failed, None)
+    });
+    Sent {
+        attempt,
+        response,
+        request_id,
+        started,
+        deploy,
+        head_withheld,
+        overdue,
+        span,
     }
 }
 
@@ -161,210 +93,4 @@ fn timed_out(budget: Duration, wire: Wire) -> String {
             budget.as_millis()
         ),
     }
-}
-
-/// What one attempt brought back.
-pub(crate) enum Attempt {
-    Answer {
-        status: u16,
-        /// The parsed `Retry-After`, if the answer carried one that parses.
-        retry_after: Option<Duration>,
-        echoed_id: Option<String>,
-        /// An error answer's `Content-Type` (bounded); `None` on a 2xx.
-        content_type: Option<Box<str>>,
-        /// The whole 2xx body (at most the route's cap), or the first
-        /// `limits.error_body` bytes of an error answer.
-        body: Bytes,
-    },
-    /// A 2xx whose body passed the route's cap: reading stopped there.
-    TooLarge { status: u16, limit: usize },
-    /// No answer. `maybe_sent`: the request may have reached the server.
-    Failed { maybe_sent: bool, reason: String },
-    /// The HTTP client could not build the request: nothing was sent.
-    Unbuildable { reason: String },
-    /// A pooled connection closed under the request before it was written:
-    /// nothing was sent, and it says nothing about the origin's health.
-    Stale { reason: String },
-}
-
-impl Attempt {
-    /// The outcome an attempt that ends the call is classified as.
-    pub(crate) fn kind(&self) -> OutcomeKind {
-        match self {
-            Attempt::Answer { .. } => OutcomeKind::Status,
-            Attempt::TooLarge { .. } => OutcomeKind::TooLarge,
-            Attempt::Failed { .. } | Attempt::Stale { .. } => OutcomeKind::Connection,
-            Attempt::Unbuildable { .. } => OutcomeKind::InvalidRequest,
-        }
-    }
-
-    pub(crate) fn status(&self) -> Option<u16> {
-        match self {
-            Attempt::Answer { status, .. } | Attempt::TooLarge { status, .. } => Some(*status),
-            Attempt::Failed { .. } | Attempt::Unbuildable { .. } | Attempt::Stale { .. } => None,
-        }
-    }
-}
-
-/// Whether the HTTP stack knows the request was never written: hyper calls a
-/// request "canceled" when its connection closed before it was sent (a pooled
-/// connection the server had just closed). Such a call is not sent: it may be
-/// retried even when not idempotent.
-fn never_written(e: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_canceled)
-        {
-            return true;
-        }
-        source = s.source();
-    }
-    false
-}
-
-/// What reading one answer needs: its size caps and the headers it reads.
-#[derive(Clone, Copy)]
-pub(crate) struct Limits<'c> {
-    /// Largest 2xx body.
-    response: usize,
-    /// Bytes of an error body read for its detail.
-    error_body: usize,
-    /// The answer headers read: the echoed request ID and the server's wait.
-    request_id: &'c HeaderName,
-    retry_after: &'c HeaderName,
-}
-
-impl<'c> Limits<'c> {
-    pub(crate) fn of(client: &'c Client, endpoint: &Endpoint) -> Self {
-        let origin = &client.shared.origin;
-        Limits {
-            response: endpoint.max_response,
-            error_body: client.shared.policy.limits.error_body,
-            request_id: &origin.request_id,
-            retry_after: &origin.retry_after,
-        }
-    }
-}
-
-/// Longest echoed request ID kept; a longer one is ignored (ours is used).
-const MAX_ECHOED_ID: usize = 128;
-
-/// What an error's detail keeps of a `Content-Type` header.
-const MAX_CONTENT_TYPE: usize = 100;
-
-/// Sends one request and reads the answer: a 2xx body incrementally up to
-/// the route's cap, an error body up to `error_body` bytes; a stream's body
-/// is left to the SSE parser. Redirects are never followed (the client is
-/// built without), so a 3xx arrives here as an answer. The pool hears of
-/// every answer before its body is read.
-pub(crate) async fn perform(
-    pool: &Pool,
-    request: reqwest::RequestBuilder,
-    wire: Wire,
-    limits: Limits<'_>,
-) -> (Attempt, Option<reqwest::Response>) {
-    let mut response = match request.send().await {
-        Ok(r) => r,
-        Err(e) if e.is_builder() => {
-            let reason = error_chain(&e);
-            return (Attempt::Unbuildable { reason }, None);
-        }
-        Err(e) if never_written(&e) => {
-            let reason = error_chain(&e);
-            return (Attempt::Stale { reason }, None);
-        }
-        Err(e) => {
-            let maybe_sent = !e.is_connect();
-            let reason = error_chain(&e);
-            return (Attempt::Failed { maybe_sent, reason }, None);
-        }
-    };
-    let status = response.status().as_u16();
-    let headers = response.headers();
-    pool.answered(status, headers);
-    let retry_after = headers
-        .get(limits.retry_after)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| parse_retry_after(v, SystemTime::now()));
-    let echoed_id = headers
-        .get(limits.request_id)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= MAX_ECHOED_ID)
-        .map(str::to_owned);
-    let success = (200..300).contains(&status);
-    let content_type = (!success).then(|| {
-        let value = headers
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("no content type");
-        bounded(value, MAX_CONTENT_TYPE).into_boxed_str()
-    });
-    if wire == Wire::Stream && success {
-        let answer = Attempt::Answer {
-            status,
-            retry_after,
-            echoed_id,
-            content_type,
-            body: Bytes::new(),
-        };
-        return (answer, Some(response));
-    }
-    let cap = if success {
-        limits.response
-    } else {
-        limits.error_body
-    };
-    let body = match read_body(&mut response, success, cap).await {
-        Ok(body) => body,
-        Err(attempt) => return (attempt, None),
-    };
-    let answer = Attempt::Answer {
-        status,
-        retry_after,
-        echoed_id,
-        content_type,
-        body,
-    };
-    (answer, None)
-}
-
-/// Reads a body of at most `cap` bytes, incrementally: a 2xx that passes
-/// it is [`Attempt::TooLarge`] (a declared length over it before a byte is
-/// read); an error body is only read for its detail, the rest left unread.
-async fn read_body(
-    response: &mut reqwest::Response,
-    success: bool,
-    cap: usize,
-) -> Result<Bytes, Attempt> {
-    let status = response.status().as_u16();
-    let too_large = Attempt::TooLarge { status, limit: cap };
-    if success && response.content_length().is_some_and(|n| n > cap as u64) {
-        return Err(too_large);
-    }
-    let mut body = BytesMut::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = cap - body.len();
-                if chunk.len() > room {
-                    if success {
-                        return Err(too_large);
-                    }
-                    body.extend_from_slice(&chunk[..room]);
-                    break;
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => break,
-            Err(e) => {
-                let reason = error_chain(&e);
-                return Err(Attempt::Failed {
-                    maybe_sent: true,
-                    reason,
-                });
-            }
-        }
-    }
-    Ok(body.freeze())
 }

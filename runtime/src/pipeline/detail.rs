@@ -142,7 +142,7 @@ mod tests {
                 summary,
                 format!(
                     "not the platform's error shape: {kind}, 24 bytes, sha256 {}",
-                    crate::telemetry::sha256_hex(body)
+                    crate::digest::sha256_hex(body)
                 )
             );
         }

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use super::attempt::Attempt;
 use super::detail::detail_of;
 use crate::classify::{Outcome, classify};
-use crate::endpoint::Endpoint;
 use crate::error::{Detail, bounded};
-use crate::policy::{Policy, TaxonomyRow};
+use crate::wire::Attempt;
+use sdk_policy::endpoint::Endpoint;
+use sdk_policy::policy::{Policy, TaxonomyRow};
 
 /// The previous attempt's row and detail: a retry that brings back the same
 /// detail escalates (T16 -> T13).
@@ -137,8 +137,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::policy::{Conflict, DetailIx, DetailSet, OutcomeKind, Replay, RowIx, RowMatch};
     use crate::testing;
+    use sdk_policy::policy::{Conflict, DetailIx, DetailSet, OutcomeKind, Replay, RowIx, RowMatch};
 
     /// Taxonomy row `index` matching `outcome` (and `status`, when given).
     const fn row(

@@ -15,25 +15,27 @@ mod judge;
 
 use tokio::time::Instant;
 
-pub(crate) use admit::CircuitOpen;
-pub(crate) use attempt::{Attempt, Limits, Wire, perform};
 pub(crate) use detail::operator_view;
 
 use crate::call::Call;
-use crate::client::Client;
+use crate::client::{Client, Parts};
 use crate::clock;
 use crate::error::{Detail, Error};
-use crate::policy::OutcomeKind;
+use crate::plan::Plan;
 use crate::reply::Reply;
-use crate::telemetry;
+use crate::telemetry::{self, LogScope};
 use crate::throttle::HeldSlots;
-use conclude::Step;
+use crate::wire::Wire;
+use admit::{Prelude, admit, prelude};
+use attempt::attempt;
+use conclude::{Step, conclude, settle};
 use judge::{Previous, judge};
 
-/// The running state of one call across its attempts.
+/// The state of one call across its attempts.
 pub(crate) struct Run<'c, 'a> {
-    client: &'c Client,
     call: &'c Call<'a>,
+    /// What every line of the call says of its scope, gathered once.
+    scope: LogScope<'c>,
     started: Instant,
     deadline: Instant,
     attempt: u32,
@@ -78,8 +80,9 @@ impl Client {
         Ok(self.run(&call, Wire::Read).await?.reply)
     }
 
-    /// Opens a stream through the same pipeline: an answer without an event
-    /// stream (a 409 on a create route) is a decode error.
+    /// Opens a stream through the same pipeline. The route says it is a
+    /// stream: a 2xx hands back its open response; any other success (a 409
+    /// on a create route) has no event stream and is a decode error.
     pub(crate) async fn open(&self, call: &Call<'_>) -> Result<Opened, Error> {
         if let Some(error) = self.refused_at_once(call) {
             return Err(error);
@@ -88,7 +91,7 @@ impl Client {
         let Some((response, slots)) = answered.stream else {
             let reply = answered.reply;
             let detail = Some(Detail::Shown("the answer has no event stream".into()));
-            let error = self.error(OutcomeKind::Decode, call.endpoint);
+            let error = (self.plan()).error(sdk_policy::OutcomeKind::Decode, call.endpoint);
             return Err(error.with_status(reply.status(), detail));
         };
         Ok(Opened {
@@ -100,10 +103,49 @@ impl Client {
         })
     }
 
+    /// A call refused before a byte is sent (T22), for `reason`: a scope
+    /// that does not fit the route, or (from a generated method) an argument
+    /// that contradicts its proof.
+    pub fn refused(
+        &self,
+        endpoint: &sdk_policy::Endpoint,
+        reason: impl Into<std::borrow::Cow<'static, str>>,
+    ) -> Error {
+        self.plan().refused(endpoint, reason)
+    }
+
+    /// `Err` with the open breaker's refusal when [`Client::send`] would
+    /// refuse `call` at once (the same decision). A generated method asks
+    /// before it builds the send future, so a refusal moves nothing but the
+    /// error; `send` asks again for a call that did not.
+    pub fn fail_fast(&self, call: &Call<'_>) -> Result<(), Error> {
+        match self.refused_at_once(call) {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// The open breaker's refusal without the attempt loop, counted, its
+    /// span made and closed here when anything records it. Asked before
+    /// the loop's future is even built: a refusal moves nothing but the
+    /// error, which is the route's shared one.
+    fn refused_at_once(&self, call: &Call<'_>) -> Option<Error> {
+        let error = self.gate().refused_while_open(self.plan(), call)?;
+        let e = call.endpoint;
+        (self.recorder().metrics).refused(e.route, e.service, error.class_name());
+        if crate::spans::recorded() {
+            let base = self.transport().origin.base();
+            let span = crate::spans::call(self.policy(), base, call);
+            crate::spans::failed(&span, &error);
+        }
+        Some(error)
+    }
+
     /// The attempt loop, in the call's span (`spans`).
     async fn run(&self, call: &Call<'_>, wire: Wire) -> Result<Answered, Error> {
         use tracing::Instrument;
-        let span = crate::spans::call(self, call);
+        let base = self.transport().origin.base();
+        let span = crate::spans::call(self.policy(), base, call);
         // `Span::none()` (nothing records spans): entering it does nothing,
         // so the loop's future is not moved into a wrapper that would.
         let result = if span.is_none() {
@@ -116,46 +158,99 @@ impl Client {
     }
 
     async fn attempts(&self, call: &Call<'_>, wire: Wire) -> Result<Answered, Error> {
-        self.check_scope(call)?;
-        let mut run = Run::new(self, call);
-        if let Some(error) = self.prelude(call, &run) {
-            return Err(run.fail(error, false));
+        let Parts {
+            plan,
+            gate,
+            transport,
+            recorder,
+            ..
+        } = &*self.parts;
+        plan.check_scope(call)?;
+        let mut run = Run::new(plan, call);
+        match prelude(plan, gate, call, run.started) {
+            Prelude::Go => {}
+            Prelude::Refused(error) => return Err(self.fail(&mut run, error, false)),
+            Prelude::Settled { error, row, detail } => {
+                settle(
+                    gate,
+                    recorder,
+                    row,
+                    &error,
+                    call.endpoint,
+                    None,
+                    detail,
+                    false,
+                );
+                return Err(self.fail(&mut run, error, false));
+            }
         }
         loop {
             run.attempt += 1;
             crate::spans::resent(run.attempt);
-            let admitted = match self.admit(&mut run).await {
-                Ok(admitted) => admitted,
-                Err(error) => return Err(run.fail(error, false)),
+            let admitted = match self.admit_breaker(call.endpoint, run.attempt).await {
+                Ok(generation) => admit(plan, gate, &self.caller, &mut run, generation).await,
+                Err(error) => Err(error),
             };
-            let path = run.path.as_deref().unwrap_or_default();
-            let sent = self.attempt(&run, path, wire).await;
+            let admitted = match admitted {
+                Ok(admitted) => admitted,
+                Err(error) => return Err(self.fail(&mut run, error, false)),
+            };
+            let deploy = gate.breaker().deploy_suspected(Instant::now());
+            let sent = attempt(transport, plan, deploy, &run, wire).await;
             if sent.overdue {
                 // Ended in flight: the request may have arrived.
-                self.record_breaker(admitted.generation, call.endpoint.path, true);
+                let transition = gate.record(admitted.generation, call.endpoint.path, true);
+                self.on_transition(transition);
                 let unknown = !call.endpoint.idempotent;
-                let error = run.deadline_error(Some(sent.request_id), unknown);
-                return Err(run.fail(error, false));
+                let error = run.deadline_error(plan, Some(sent.request_id), unknown);
+                return Err(self.fail(&mut run, error, false));
             }
-            let policy = self.shared.policy;
-            let verdict = judge(policy, call.endpoint, run.previous.as_ref(), &sent.attempt);
-            match self.conclude(&mut run, sent, verdict, admitted) {
+            let verdict = judge(
+                plan.policy,
+                call.endpoint,
+                run.previous.as_ref(),
+                &sent.attempt,
+            );
+            let (step, transition) =
+                conclude(&self.parts, &self.caller, &mut run, sent, verdict, admitted);
+            self.on_transition(transition);
+            match step {
                 Step::Done(answered) => return Ok(answered),
-                Step::Fail { error, exhausted } => return Err(run.fail(error, exhausted)),
+                Step::Fail { error, exhausted } => {
+                    return Err(self.fail(&mut run, error, exhausted));
+                }
                 Step::RetryAt(at) => tokio::time::sleep_until(at).await,
             }
         }
     }
+
+    /// Ends the call with `error`: noted, counted, and when the row's
+    /// retries were used up (the row itself raised no alert) a log line with
+    /// the call's context and the retry-exhaustion alert, for every such
+    /// call or only when their rate is elevated, as the policy says.
+    fn fail(&self, run: &mut Run<'_, '_>, error: Error, exhausted: bool) -> Error {
+        let recorder = self.recorder();
+        let endpoint = run.call.endpoint;
+        if let Some(id) = error.request_id() {
+            self.caller.note(endpoint, id, error.status(), false);
+        }
+        if exhausted && run.attempt > 1 {
+            recorder.exhausted(&error, run.call);
+        }
+        let retried = run.attempt > 1;
+        recorder.count_call(endpoint, error.class_name(), retried, run.started);
+        error
+    }
 }
 
 impl<'c, 'a> Run<'c, 'a> {
-    fn new(client: &'c Client, call: &'c Call<'a>) -> Self {
+    fn new(plan: &'c Plan, call: &'c Call<'a>) -> Self {
         let started = Instant::now();
         Run {
-            client,
             call,
+            scope: LogScope::of(plan.policy, &plan.tenant, call),
             started,
-            deadline: clock::after(started, client.shared.deadline),
+            deadline: clock::after(started, plan.deadline),
             attempt: 0,
             previous: None,
             path: None,
@@ -163,53 +258,18 @@ impl<'c, 'a> Run<'c, 'a> {
         }
     }
 
-    /// The request body's sha256, computed at most once per call, and only
-    /// when attempt lines are logged at all.
-    fn digest(&mut self) -> Option<&str> {
-        if self.body_digest.is_none() && telemetry::enabled(self.client) {
-            self.body_digest = self.call.body.as_deref().and_then(telemetry::body_digest);
+    /// Computes the request body's sha256 into `body_digest`, at most once
+    /// per call, and only when attempt lines are logged at all.
+    fn digest(&mut self, plan: &Plan) {
+        if self.body_digest.is_none() && telemetry::enabled(plan.policy) {
+            let body = self.call.body.as_deref();
+            self.body_digest = body.and_then(crate::digest::body_digest);
         }
-        self.body_digest.as_deref()
     }
 
     /// The deadline ended the call; `in_flight`: a request of a call that is
     /// not idempotent may have reached the server unanswered.
-    fn deadline_error(&self, request_id: Option<String>, in_flight: bool) -> Error {
-        let client = self.client;
-        let row = client.row_of(OutcomeKind::Deadline);
-        let unknown = in_flight && row.is_some_and(|r| r.outcome_unknown);
-        let error = client
-            .error(OutcomeKind::Deadline, self.call.endpoint)
-            .with_outcome_unknown(unknown)
-            .with_attempts(self.attempt)
-            .with_detail(format!(
-                "the {} s overall deadline ended the call, not the platform",
-                client.shared.deadline.as_secs()
-            ));
-        match request_id {
-            Some(id) => error.with_request_id(id),
-            None => error,
-        }
-    }
-
-    /// Ends the call with `error`: metrics, and when the row's retries were
-    /// used up (the row itself raised no alert) a log line with the call's
-    /// context and the retry-exhaustion alert, for every such call or only
-    /// when their rate is elevated, as the policy says.
-    fn fail(&mut self, error: Error, exhausted: bool) -> Error {
-        let client = self.client;
-        if let Some(id) = error.request_id() {
-            client.note(self.call.endpoint, id, error.status(), false);
-        }
-        if exhausted && self.attempt > 1 {
-            client.exhausted(&error, self.call);
-        }
-        client.count_call(
-            self.call.endpoint,
-            error.class_name(),
-            self.attempt > 1,
-            self.started,
-        );
-        error
+    fn deadline_error(&self, plan: &Plan, request_id: Option<String>, in_flight: bool) -> Error {
+        plan.deadline_error(self.call.endpoint, self.attempt, request_id, in_flight)
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::policy::ThrottlePolicy;
+use sdk_policy::policy::ThrottlePolicy;
 
 mod semaphore;
 
@@ -940,8 +940,8 @@ impl Throttle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{BudgetPolicy, PollingPolicy};
     use futures_util::FutureExt;
+    use sdk_policy::policy::{BudgetPolicy, PollingPolicy};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
