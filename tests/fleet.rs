@@ -29,11 +29,11 @@ use grag_client::{Config, DocumentId, Grag, KbId, TenantId};
 use grag_jobs::{JobState, JobStore, Jobs, Upload};
 use grag_sim::testkit::{arrivals, max_in_any_window};
 use grag_sim::{Fault, LoggedRequest, PlatformLimits, Rule, Sim, testkit};
+use sdk_fleet_redis::redis_server::{self, RedisServer, free_port};
 use sdk_queue::PgStore;
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::policy::Degraded;
-use sdk_runtime::redis_server::{self, RedisServer, free_port};
 use tokio::time::Instant;
 
 #[test]

@@ -15,8 +15,8 @@ use std::time::Instant;
 use grag_client::policy::POLICY;
 use grag_client::{Config, Grag, TenantId};
 use redis::Script;
-use sdk_runtime::fleet::Fleet;
-use sdk_runtime::redis_server::{self, RedisServer};
+use sdk_fleet_redis::RedisFleet as Fleet;
+use sdk_fleet_redis::redis_server::{self, RedisServer};
 use sdk_runtime::throttle::Throttle;
 
 use crate::Opts;

@@ -10,7 +10,7 @@ use grag_client::policy::POLICY;
 use grag_client::{Config, Grag, TenantId};
 use grag_sim::testkit::{arrivals, max_in_any_window};
 use grag_sim::{LoggedRequest, PlatformLimits, Sim, SimConfig};
-use sdk_runtime::redis_server::{self, RedisServer};
+use sdk_fleet_redis::redis_server::{self, RedisServer};
 use tokio::time::Instant;
 
 use super::{SPEED, stamp, step};

@@ -1,47 +1,37 @@
 //! Several replicas, one tenant: the throttle's promises kept by the whole
-//! fleet through a shared store (Redis), behind the `redis` feature.
+//! fleet through a shared store (Redis), behind the runtime's `Fleet` trait.
 //!
-//! The local [`Throttle`](crate::throttle::Throttle) still runs first in
-//! every replica; the fleet stage comes after it and asks the store, in one
-//! round trip, for the fleet's share of the rate budgets and in-flight caps.
-//! When the store is away the replica is *degraded*: it runs the local
+//! The local [`Throttle`](sdk_runtime::throttle::Throttle) still runs first
+//! in every replica; the fleet stage comes after it and asks the store, in
+//! one round trip, for the fleet's share of the rate budgets and in-flight
+//! caps. When the store is away the replica is *degraded*: it runs the local
 //! budgets at its share (limit ÷ live replicas, less a margin), or refuses
 //! (`fail: closed`).
 //!
 //! The decisions here (the store's breaker, the shares) are pure; the I/O
 //! is in `shared` (the fleet) and `store` (Redis).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use sdk_runtime::fleet::{Fleet, FleetBackend, FleetSetup};
 use tokio::time::Instant;
 
-#[cfg(feature = "redis")]
+#[cfg(any(test, feature = "redis-server"))]
+pub mod redis_server;
 mod shared;
-#[cfg(feature = "redis")]
 mod store;
 
-#[cfg(feature = "redis")]
-pub(crate) use shared::TurnTimes;
-#[cfg(feature = "redis")]
-pub use shared::{Fleet, FleetSlots, Refusal};
-#[cfg(feature = "redis")]
-pub(crate) use store::Turn;
+pub use shared::RedisFleet;
 
-/// Without the `redis` feature there is no fleet: a client given a store
-/// URL is refused when it is built, so no value of these types exists.
-#[cfg(not(feature = "redis"))]
-#[derive(Debug)]
-pub enum Fleet {}
+/// The Redis backend a client's configuration names: a client given a
+/// Redis URL connects its fleet through it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Redis;
 
-#[cfg(not(feature = "redis"))]
-#[derive(Debug)]
-pub enum FleetSlots {}
-
-/// With the backend, dropping the slots gives them back; the same shape here.
-#[cfg(not(feature = "redis"))]
-impl Drop for FleetSlots {
-    fn drop(&mut self) {
-        match *self {}
+impl FleetBackend for Redis {
+    fn connect(&self, setup: FleetSetup) -> Result<Arc<dyn Fleet>, String> {
+        Ok(Arc::new(RedisFleet::new(setup)?))
     }
 }
 
@@ -119,7 +109,7 @@ impl StoreBreaker {
             return None;
         }
         let was_open = self.open_until.is_some();
-        self.open_until = Some(crate::clock::after(now, self.retry));
+        self.open_until = Some(sdk_runtime::clock::after(now, self.retry));
         (!was_open).then_some(Switch::Degraded)
     }
 }

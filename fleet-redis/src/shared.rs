@@ -9,28 +9,23 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::store::{Again, Answer, Ask, Keys, LeaseSet, Shape, Store, StoreError, Turn};
-use super::{StoreBreaker, Switch, cap_share, rate_share};
-use crate::alerts::{Alert, AlertSink};
-use crate::metrics::FleetMetrics;
-use crate::throttle::{MAX_BUDGETS, Throttle};
+use sdk_policy::RowIx;
 use sdk_policy::policy::{Degraded, FleetPolicy, Policy, ThrottlePolicy};
+use sdk_runtime::alerts::{Alert, AlertSink, LogAlerts};
+use sdk_runtime::fleet::{
+    DarkMark, Fleet, FleetFuture, FleetMetrics, FleetSetup, FleetSlots, FleetStatus, Refusal, Turn,
+    TurnTimes,
+};
+use sdk_runtime::throttle::{MAX_BUDGETS, Throttle};
 
-/// Why the fleet stage sent nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// The store is away and the policy fails closed.
-    Closed,
-    /// Another replica saw the route dark: `mark` is what it saw
-    /// ([`Fleet::share_dark`]), for `left` more.
-    Dark { left: Duration, mark: String },
-}
+use crate::store::{Again, Answer, Ask, Keys, LeaseSet, Shape, Store, StoreError};
+use crate::{StoreBreaker, Switch, cap_share, rate_share};
 
 /// The fleet's side of one admitted request: its leases in the store, or
 /// its slots of the degraded share. Dropping it (the request ended, or its
 /// caller gave up) gives them back.
 #[derive(Debug)]
-pub struct FleetSlots {
+struct Slots {
     held: Held,
 }
 
@@ -52,7 +47,7 @@ enum Held {
     },
 }
 
-impl Drop for FleetSlots {
+impl Drop for Slots {
     fn drop(&mut self) {
         match &mut self.held {
             Held::Leases {
@@ -145,7 +140,7 @@ const GRACE: Duration = Duration::from_millis(1);
 /// makes its own; [`Fleet::alone`] makes one without a client (the bench
 /// measures the fleet stage by itself).
 #[derive(Debug, Clone)]
-pub struct Fleet {
+pub struct RedisFleet {
     inner: Arc<Inner>,
 }
 
@@ -212,18 +207,19 @@ struct State {
     slowest_failure: Duration,
 }
 
-impl Fleet {
+impl RedisFleet {
     /// A fleet member of the API's `tenant` under `whole` (its fleet section,
     /// throttle and alert severities), sharing through the Redis at `url`.
     /// A URL redis-rs cannot use is refused here; an unreachable Redis is
     /// found on the first call (degraded mode, with the alert).
-    pub(crate) fn new(
-        tenant: &str,
-        url: &str,
-        whole: &'static Policy,
-        metrics: Option<FleetMetrics>,
-        alerts: Arc<dyn AlertSink>,
-    ) -> Result<Fleet, String> {
+    pub fn new(setup: FleetSetup) -> Result<RedisFleet, String> {
+        let FleetSetup {
+            tenant,
+            url,
+            policy: whole,
+            metrics,
+            alerts,
+        } = setup;
         let policy: &'static FleetPolicy = whole
             .fleet
             .as_ref()
@@ -263,13 +259,13 @@ impl Fleet {
             throttle.budget_period,
             &shape.limits,
         );
-        let store = Store::open(url, policy.deadline, &shape)?;
-        let fleet = Fleet {
+        let store = Store::open(&url, policy.deadline, &shape)?;
+        let fleet = RedisFleet {
             inner: Arc::new(Inner {
                 policy,
                 throttle,
                 store,
-                keys: Keys::new(whole.api, tenant),
+                keys: Keys::new(whole.api, &tenant),
                 replica: uuid::Uuid::new_v4().simple().to_string(),
                 sets: shape.caps.iter().map(|&(set, _)| set).collect(),
                 windows: shape.limits.iter().map(|&(b, _)| b).collect(),
@@ -301,16 +297,21 @@ impl Fleet {
             }),
         };
         if let Some(m) = &fleet.inner.metrics {
-            m.share.set(1.0);
+            m.mode(false, 1.0);
         }
         Ok(fleet)
     }
 
     /// A fleet member of `policy`'s API for `tenant` on the Redis at `url`,
     /// outside any client: no metrics, alerts logged.
-    pub fn alone(tenant: &str, url: &str, policy: &'static Policy) -> Result<Fleet, String> {
-        let alerts = Arc::new(crate::alerts::LogAlerts::new(policy.log_lines));
-        Fleet::new(tenant, url, policy, None, alerts)
+    pub fn alone(tenant: &str, url: &str, policy: &'static Policy) -> Result<RedisFleet, String> {
+        RedisFleet::new(FleetSetup {
+            tenant: tenant.to_owned(),
+            url: url.to_owned(),
+            policy,
+            metrics: None,
+            alerts: Arc::new(LogAlerts::new(policy.log_lines)),
+        })
     }
 
     /// Degraded: the store is away (its breaker is open).
@@ -344,6 +345,17 @@ impl Fleet {
         route: &str,
         budgets: &[usize],
     ) -> Result<FleetSlots, Refusal> {
+        self.admit_slots(throttle, route, budgets)
+            .await
+            .map(FleetSlots::new)
+    }
+
+    async fn admit_slots(
+        &self,
+        throttle: &Throttle,
+        route: &str,
+        budgets: &[usize],
+    ) -> Result<Slots, Refusal> {
         let inner = &self.inner;
         inner.start();
         inner.store.ready().await;
@@ -412,8 +424,10 @@ impl Fleet {
 
     /// A route answered dark (a stable answer remembered for `for_`): every
     /// replica fails fast on it for as long. `mark` is what they fail with.
-    pub fn share_dark(&self, route: &'static str, mark: String, for_: Duration) {
+    pub fn share_dark(&self, route: &'static str, mark: DarkMark, for_: Duration) {
         let inner = Arc::clone(&self.inner);
+        let status = mark.status.map_or("-".to_string(), |s| s.to_string());
+        let mark = format!("{} {status}", mark.row.get());
         self.inner.spawn(async move {
             let called = Instant::now();
             let result = inner.store.set_dark(&inner.keys, route, &mark, for_).await;
@@ -426,7 +440,7 @@ impl Fleet {
     /// runs `check` and shares what it saw for `times.fresh`; the others
     /// take that result, waiting for it up to `times.wait` (none by then:
     /// not healthy this round). Without the store every replica runs its own.
-    pub(crate) async fn one_at_a_time(
+    pub async fn one_at_a_time(
         &self,
         turn: Turn,
         times: TurnTimes,
@@ -454,7 +468,7 @@ impl Fleet {
             }
             return healthy;
         }
-        let until = crate::clock::after(called, wait);
+        let until = sdk_runtime::clock::after(called, wait);
         loop {
             let called = Instant::now();
             let seen = inner.store.result(&inner.keys, turn).await;
@@ -470,7 +484,7 @@ impl Fleet {
 
     /// How long ago (Redis time) a replica last saw `turn` healthy, while
     /// that is still fresh; `None` without the store.
-    pub(crate) async fn healthy_since(&self, turn: Turn) -> Option<Duration> {
+    pub async fn healthy_since(&self, turn: Turn) -> Option<Duration> {
         let inner = &self.inner;
         if !inner.store_allowed() {
             return None;
@@ -482,20 +496,11 @@ impl Fleet {
     }
 }
 
-/// How long a replica holds a turn, how long what it saw is taken by the
-/// others, and how long they wait for it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TurnTimes {
-    pub hold: Duration,
-    pub fresh: Duration,
-    pub wait: Duration,
-}
-
 /// A replica waiting for another's canary looks for its result every this
 /// many store deadlines (50 ms at 5 ms): one GET each, while half-open only.
 const RESULT_POLL_DEADLINES: u32 = 10;
 
-impl FleetSlots {
+impl Slots {
     /// The script took nothing (or will not be asked again with these
     /// leases): no release to send.
     fn forget_leases(&mut self) {
@@ -569,8 +574,7 @@ impl Inner {
             drop(state);
             self.epoch.fetch_add(1, Ordering::Release);
             if let Some(m) = &self.metrics {
-                m.degraded.set(0);
-                m.share.set(1.0);
+                m.mode(false, 1.0);
             }
         }
     }
@@ -592,8 +596,7 @@ impl Inner {
             self.epoch.fetch_add(1, Ordering::Release);
             let live = self.lock_state().live.len().max(1);
             if let Some(m) = &self.metrics {
-                m.degraded.set(1);
-                m.share.set(1.0 / live as f64);
+                m.mode(true, 1.0 / live as f64);
             }
             let rule = match self.policy.degraded {
                 Degraded::Open => format!("each of {live} replicas runs at its share"),
@@ -653,7 +656,7 @@ impl Inner {
         leases: &[LeaseSet],
         left: &mut Left<'_>,
         started: Instant,
-    ) -> Result<Option<FleetSlots>, Refusal> {
+    ) -> Result<Option<Slots>, Refusal> {
         let number =
             (self.take_ended(leases)).unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
         let member = self.member(number);
@@ -671,7 +674,7 @@ impl Inner {
         // gives back what the script may have taken.
         let sets = leases.to_vec();
         self.lock_held().insert(number, sets.clone());
-        let mut slots = FleetSlots {
+        let mut slots = Slots {
             held: Held::Leases {
                 fleet: Arc::clone(self),
                 number,
@@ -694,8 +697,10 @@ impl Inner {
         if let Answer::Go(wait) = answer {
             self.decision("redis", if wait.is_zero() { "go" } else { "go_later" });
             self.observe("redis", started);
-            self.lock_sent()
-                .record(left.windows, crate::clock::after(Instant::now(), wait));
+            self.lock_sent().record(
+                left.windows,
+                sdk_runtime::clock::after(Instant::now(), wait),
+            );
             // Not `sleep(0)`: a timer waits for the next tick of tokio's
             // 1 ms wheel, which would be most of an admission's cost.
             if !wait.is_zero() {
@@ -783,6 +788,7 @@ impl Inner {
             }
             Answer::Dark { left, mark } => {
                 self.decision("redis", "dark");
+                let mark = mark_of(&mark);
                 return Err(Refusal::Dark { left, mark });
             }
             Answer::Run(_) => return Ok(()),
@@ -799,7 +805,7 @@ impl Inner {
         throttle: &Throttle,
         question: &Question,
         started: Instant,
-    ) -> Result<Option<FleetSlots>, Refusal> {
+    ) -> Result<Option<Slots>, Refusal> {
         if self.policy.degraded == Degraded::Closed {
             self.decision("local", "refused");
             return Err(Refusal::Closed);
@@ -844,7 +850,7 @@ impl Inner {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let sets = sets.to_vec();
         self.book(number, &sets, question.windows());
-        Ok(Some(FleetSlots {
+        Ok(Some(Slots {
             held: Held::Booked {
                 fleet: Arc::clone(self),
                 number,
@@ -1038,7 +1044,7 @@ impl Inner {
                     if let Some(m) = &self.metrics
                         && !self.lock_state().breaker.degraded()
                     {
-                        m.share.set(1.0);
+                        m.mode(false, 1.0);
                     }
                     self.succeeded(Some(live));
                     if run != known {
@@ -1115,6 +1121,64 @@ impl Sent {
             })
             .collect();
         (second, windows)
+    }
+}
+
+/// A dark mark as the store keeps it (`"{row} {status}"`); one this
+/// replica cannot read (another version's) names no row of any policy, so
+/// the call is sent.
+fn mark_of(text: &str) -> DarkMark {
+    let mut parts = text.split(' ');
+    let row = parts.next().and_then(|i| i.parse::<u16>().ok());
+    let status = parts.next().and_then(|s| s.parse::<u16>().ok());
+    DarkMark {
+        row: RowIx::new(row.unwrap_or(u16::MAX)),
+        status,
+    }
+}
+
+impl Fleet for RedisFleet {
+    fn admit<'a>(
+        &'a self,
+        throttle: &'a Throttle,
+        route: &'static str,
+        budgets: &'a [usize],
+    ) -> FleetFuture<'a, Result<FleetSlots, Refusal>> {
+        Box::pin(RedisFleet::admit(self, throttle, route, budgets))
+    }
+
+    fn pause(&self, wait: Duration) {
+        RedisFleet::pause(self, wait);
+    }
+
+    fn share_dark(&self, route: &'static str, mark: DarkMark, for_: Duration) {
+        RedisFleet::share_dark(self, route, mark, for_);
+    }
+
+    fn one_at_a_time<'a>(
+        &'a self,
+        turn: Turn,
+        times: TurnTimes,
+        check: FleetFuture<'a, bool>,
+    ) -> FleetFuture<'a, bool> {
+        Box::pin(RedisFleet::one_at_a_time(self, turn, times, check))
+    }
+
+    fn healthy_since(&self, turn: Turn) -> FleetFuture<'_, Option<Duration>> {
+        Box::pin(RedisFleet::healthy_since(self, turn))
+    }
+
+    fn status(&self) -> FleetStatus {
+        FleetStatus {
+            degraded: self.degraded(),
+            live_replicas: self.live_replicas(),
+            leases_held: self.leases_held(),
+            slowest_failed_call: self.slowest_failed_call(),
+        }
+    }
+
+    fn leave(&self) -> FleetFuture<'_, ()> {
+        Box::pin(RedisFleet::leave(self))
     }
 }
 

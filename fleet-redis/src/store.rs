@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script, Value};
+use sdk_runtime::fleet::Turn;
 use tokio::sync::OnceCell;
 
 /// What the admission script answered.
@@ -36,7 +37,7 @@ pub enum Answer {
     /// An in-flight cap is full and nothing was taken: ask again.
     Busy(Duration),
     /// Another replica saw the route dark, for this much longer; what it
-    /// saw is `mark` (see [`Fleet::share_dark`](super::Fleet::share_dark)).
+    /// saw is `mark` (see [`RedisFleet::share_dark`](crate::RedisFleet::share_dark)).
     Dark { left: Duration, mark: String },
     /// The tenant's state is of another run than the caller's (Redis lost
     /// it, or the caller is new): nothing taken; book what was sent again
@@ -214,23 +215,6 @@ impl Keys {
 /// A route's dark mark: its field in the state hash.
 fn dark_field(route: &str) -> String {
     format!("dark:{route}")
-}
-
-/// What one replica at a time does for the whole fleet, and the others
-/// take the result of: the breaker's `/health` probe and its canary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Turn {
-    Probe,
-    Canary,
-}
-
-impl Turn {
-    fn name(self) -> &'static str {
-        match self {
-            Turn::Probe => "probe",
-            Turn::Canary => "canary",
-        }
-    }
 }
 
 /// A Redis the replicas share.

@@ -9,7 +9,7 @@ use sdk_policy::scope::{Id, IdKind};
 
 use crate::alerts::{AlertSink, LogAlerts};
 use crate::error::ConfigError;
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, FleetBackend, FleetSetup, FleetStatus};
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::origin::Origin;
@@ -33,6 +33,8 @@ pub struct ClientConfig {
     pub(crate) pool_idle: Option<Duration>,
     /// The fleet's shared store (Redis), when the replicas share the throttle.
     pub(crate) store_url: Option<String>,
+    /// What connects to it (the generated crate's `redis` feature names it).
+    pub(crate) fleet_backend: Option<Arc<dyn FleetBackend>>,
 }
 
 impl ClientConfig {
@@ -48,6 +50,7 @@ impl ClientConfig {
             retry_backoff: None,
             pool_idle: None,
             store_url: None,
+            fleet_backend: None,
         }
     }
 
@@ -62,11 +65,18 @@ impl ClientConfig {
 
     /// Share the throttle with the other replicas through the Redis at
     /// `url` (`redis://host:port/db`): the policy's budgets, pauses, dark
-    /// features and probe are kept by the whole fleet. Needs the `redis`
-    /// feature and a policy with a fleet section; otherwise the client is
-    /// refused when it is built.
+    /// features and probe are kept by the whole fleet. Needs a
+    /// [`fleet_backend`](Self::fleet_backend) and a policy with a fleet
+    /// section; otherwise the client is refused when it is built.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
         self.store_url = Some(url.into()).filter(|u: &String| !u.is_empty());
+        self
+    }
+
+    /// The fleet backend a [`redis_url`](Self::redis_url) connects through
+    /// (the generated crate's `redis` feature sets `sdk-fleet-redis`'s).
+    pub fn fleet_backend(mut self, backend: impl FleetBackend) -> Self {
+        self.fleet_backend = Some(Arc::new(backend));
         self
     }
 
@@ -194,7 +204,7 @@ impl Client {
         let fleet = fleet(
             policy,
             config.tenant.as_str(),
-            config.store_url.as_deref(),
+            (config.store_url.as_deref(), config.fleet_backend.as_deref()),
             &mut metrics,
             &alerts,
         )?;
@@ -314,30 +324,16 @@ impl Client {
     /// Whether this client shares the throttle with a fleet (a Redis URL was
     /// configured), and if so whether its store is away (degraded).
     pub fn fleet_status(&self) -> Option<FleetStatus> {
-        #[cfg(feature = "redis")]
-        {
-            self.parts.gate.fleet.as_ref().map(|f| FleetStatus {
-                degraded: f.degraded(),
-                live_replicas: f.live_replicas(),
-                leases_held: f.leases_held(),
-                slowest_failed_call: f.slowest_failed_call(),
-            })
-        }
-        #[cfg(not(feature = "redis"))]
-        {
-            None
-        }
+        self.gate().fleet.as_ref().map(|f| f.status())
     }
 
-    /// Stops this client as a replica that shuts down: with the fleet
-    /// backend it leaves the fleet (no longer counted live by the others,
-    /// its heartbeat ended, its leases given back: see
-    /// [`Fleet::leave`](crate::fleet::Fleet::leave)). Calls still open end
-    /// as they would; a client used after this is served, but is no
-    /// longer one of the fleet's live replicas. Without the fleet: nothing.
+    /// Stops this client as a replica that shuts down: with a fleet it
+    /// leaves it (no longer counted live by the others, its heartbeat
+    /// ended, its leases given back: see [`Fleet::leave`]). Calls still open
+    /// end as they would; a client used after this is served, but is no
+    /// longer one of the fleet's live replicas. Without a fleet: nothing.
     pub async fn shutdown(&self) {
-        #[cfg(feature = "redis")]
-        if let Some(fleet) = &self.parts.gate.fleet {
+        if let Some(fleet) = &self.gate().fleet {
             fleet.leave().await;
         }
     }
@@ -572,29 +568,16 @@ fn kind_name(kind: IdKind) -> &'static str {
     }
 }
 
-/// A fleet member's view of its fleet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FleetStatus {
-    /// The shared store is away: this replica runs at its share (or refuses).
-    pub degraded: bool,
-    /// Replicas the last heartbeat counted as live.
-    pub live_replicas: usize,
-    /// In-flight leases this replica holds in the store.
-    pub leases_held: usize,
-    /// The longest a failed store call took (bounded by the fleet's deadline).
-    pub slowest_failed_call: Duration,
-}
-
 /// The fleet stage of a client given a store URL; a policy that needs one
-/// and got none, a URL that cannot work, or a build without the backend is
+/// and got none, a URL that cannot work, or a configuration without a backend is
 /// refused here, before anything is sent.
 fn fleet(
     policy: &'static Policy,
     tenant: &str,
-    url: Option<&str>,
+    (url, backend): (Option<&str>, Option<&dyn FleetBackend>),
     metrics: &mut Metrics,
     alerts: &Arc<dyn AlertSink>,
-) -> Result<Option<Fleet>, ConfigError> {
+) -> Result<Option<Arc<dyn Fleet>>, ConfigError> {
     let Some(fleet_policy) = &policy.fleet else {
         return match url {
             Some(_) => Err(ConfigError::Fleet(
@@ -618,26 +601,24 @@ fn fleet(
             false => Ok(None),
         };
     };
-    #[cfg(feature = "redis")]
-    {
-        let names = metrics.register_fleet(&fleet_policy.metrics);
-        Fleet::new(
-            tenant,
-            url,
-            policy,
-            Some(names),
-            metrics.counting(Arc::clone(alerts)),
-        )
+    let Some(backend) = backend else {
+        return Err(ConfigError::Fleet(
+            "this build has no fleet backend: enable the generated crate's `redis` feature \
+             (or set the config's fleet_backend)"
+                .to_string(),
+        ));
+    };
+    let setup = FleetSetup {
+        tenant: tenant.to_owned(),
+        url: url.to_owned(),
+        policy,
+        metrics: Some(metrics.register_fleet(&fleet_policy.metrics)),
+        alerts: metrics.counting(Arc::clone(alerts)),
+    };
+    backend
+        .connect(setup)
         .map(Some)
         .map_err(|reason| ConfigError::Fleet(format!("invalid Redis URL: {reason}")))
-    }
-    #[cfg(not(feature = "redis"))]
-    {
-        let _ = (tenant, url, metrics, alerts);
-        Err(ConfigError::Fleet(
-            "this build has no Redis backend: enable the sdk-runtime `redis` feature".to_string(),
-        ))
-    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// `now + wait`, saturating at "far in the future" instead of panicking.
-pub(crate) fn after(now: Instant, wait: Duration) -> Instant {
+pub fn after(now: Instant, wait: Duration) -> Instant {
     now.checked_add(wait.min(FAR))
         .unwrap_or_else(|| now.checked_add(Duration::from_secs(86_400)).unwrap_or(now))
 }

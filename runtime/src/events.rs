@@ -11,8 +11,8 @@ use crate::call::Call;
 use crate::client::Client;
 use crate::error::bounded;
 use crate::error::{Detail, Error};
+use crate::pipeline::StreamSlots;
 use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
-use crate::throttle::HeldSlots;
 use sdk_policy::Endpoint;
 use sdk_policy::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 
@@ -31,7 +31,7 @@ pub struct Events {
     stream: EventStream,
     done: bool,
     /// A stream is a request (§8): it holds its throttle slots until it ends.
-    slots: Option<HeldSlots>,
+    slots: Option<StreamSlots>,
     /// When the stream opened and when its events arrived, to tell a
     /// buffering proxy (§6.4).
     arrivals: Arrivals,
@@ -138,7 +138,7 @@ impl Events {
         endpoint: &'static Endpoint,
         policy: &'static StreamPolicy,
         body: B,
-        slots: Option<HeldSlots>,
+        slots: Option<StreamSlots>,
     ) -> Events
     where
         B: Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin + 'static,
@@ -322,7 +322,7 @@ impl Events {
 
     fn release(&mut self) {
         if let Some(slots) = self.slots.take() {
-            self.client.gate().throttle.give_back(slots);
+            slots.give_back(&self.client.gate().throttle);
         }
     }
 

@@ -3,7 +3,7 @@
 //! share, and the memory of stable answers.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use sdk_policy::endpoint::Endpoint;
 use sdk_policy::policy::{OutcomeKind, Policy, StateTrigger, TaxonomyRow};
@@ -22,14 +22,13 @@ pub(crate) struct Gate {
     pub probing: AtomicBool,
     pub throttle: Throttle,
     /// The fleet stage after the throttle; `None`: this replica alone.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub fleet: Option<Fleet>,
+    pub fleet: Option<Arc<dyn Fleet>>,
     memory: Mutex<Memory>,
     circuit_open: CircuitOpen,
 }
 
 impl Gate {
-    pub fn new(policy: &'static Policy, fleet: Option<Fleet>) -> Self {
+    pub fn new(policy: &'static Policy, fleet: Option<Arc<dyn Fleet>>) -> Self {
         Gate {
             breaker: SharedBreaker::new(Breaker::of(policy.breaker.as_ref())),
             probing: AtomicBool::new(false),

@@ -79,7 +79,6 @@ impl Memory {
     }
 
     /// Another replica saw `row` on `endpoint`, holding until `until`.
-    #[cfg(feature = "redis")]
     pub fn remember_until(
         &mut self,
         endpoint: &'static Endpoint,

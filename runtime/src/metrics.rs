@@ -10,9 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-#[cfg(feature = "redis")]
 use crate::alerts::AlertSink;
-#[cfg(feature = "redis")]
 use sdk_policy::policy::FleetMetricNames;
 use sdk_policy::policy::{MetricNames, RouteIx};
 
@@ -28,33 +26,29 @@ struct ServiceLabels {
     service: &'static str,
 }
 
-#[cfg(feature = "redis")]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BackendLabels {
     backend: &'static str,
 }
 
-#[cfg(feature = "redis")]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
     backend: &'static str,
     outcome: &'static str,
 }
 
-#[cfg(feature = "redis")]
 /// The fleet's metrics, registered with the client's: clones
 /// share the same series.
 #[derive(Clone, Debug)]
-pub(crate) struct FleetMetrics {
+pub struct FleetMetrics {
     admission: Family<BackendLabels, Histogram, fn() -> Histogram>,
     decisions: Family<DecisionLabels, Counter>,
     /// 1 while degraded.
-    pub degraded: Gauge,
+    degraded: Gauge,
     /// This replica's share of the fleet's limits (1 when shared).
-    pub share: Gauge<f64, std::sync::atomic::AtomicU64>,
+    share: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
-#[cfg(feature = "redis")]
 impl FleetMetrics {
     fn register(registry: &mut Registry, names: &FleetMetricNames) -> Self {
         let metrics = Self {
@@ -96,6 +90,13 @@ impl FleetMetrics {
         self.decisions
             .get_or_create(&DecisionLabels { backend, outcome })
             .inc();
+    }
+
+    /// Degraded (the store is away) or shared, at this replica's `share`
+    /// of the fleet's limits (1 when shared).
+    pub fn mode(&self, degraded: bool, share: f64) {
+        self.degraded.set(i64::from(degraded));
+        self.share.set(share);
     }
 }
 
@@ -165,7 +166,6 @@ struct CallSeries {
 const CACHE_BITS: u32 = 8;
 const PROBES: usize = 8;
 
-#[cfg(feature = "redis")]
 fn admission_histogram() -> Histogram {
     // 50 µs .. ~0.4 s: a loopback EVALSHA up to a queued admission.
     Histogram::new(exponential_buckets(0.000_05, 2.0, 14))
@@ -177,13 +177,11 @@ fn duration_histogram() -> Histogram {
 }
 
 /// An alert sink that counts before it passes an alert on ([`Metrics::counting`]).
-#[cfg(feature = "redis")]
 struct Counting {
     alerts: Family<AlertLabels, Counter>,
     sink: std::sync::Arc<dyn AlertSink>,
 }
 
-#[cfg(feature = "redis")]
 impl AlertSink for Counting {
     fn alert(&self, alert: crate::alerts::Alert) {
         self.alerts
@@ -422,7 +420,6 @@ impl Metrics {
             .inc();
     }
 
-    #[cfg(feature = "redis")]
     /// Registers the fleet's metrics with this client's.
     pub fn register_fleet(&mut self, names: &FleetMetricNames) -> FleetMetrics {
         FleetMetrics::register(&mut self.registry, names)
@@ -446,7 +443,6 @@ impl Metrics {
     /// `sink`, counting each alert in the raised-alerts metric first: for a
     /// part that raises alerts before its client exists (the fleet), so the
     /// generated alert rules see its alerts too.
-    #[cfg(feature = "redis")]
     pub fn counting(&self, sink: std::sync::Arc<dyn AlertSink>) -> std::sync::Arc<dyn AlertSink> {
         std::sync::Arc::new(Counting {
             alerts: self.alerts.clone(),

@@ -13,6 +13,7 @@ use crate::breaker::{Admission, CircuitState, Generation, Transition};
 use crate::call::Call;
 use crate::client::{Caller, Client, Parts};
 use crate::error::Error;
+use crate::fleet::{Turn, TurnTimes};
 use crate::telemetry::{self, AttemptLog, LogScope};
 use crate::wire::{Attempt, Wire, perform};
 
@@ -187,15 +188,14 @@ impl Client {
         // A fleet sends one probe per interval, not one per replica: the
         // replica holding the probe sends it and shares what it saw, the
         // others take that (nothing fresh yet: not healthy this round).
-        #[cfg(feature = "redis")]
         if let Some(fleet) = &self.gate().fleet {
-            let times = crate::fleet::TurnTimes {
+            let times = TurnTimes {
                 hold: b.probe_interval,
                 fresh: b.probe_interval,
                 wait: std::time::Duration::ZERO,
             };
             return fleet
-                .one_at_a_time(crate::fleet::Turn::Probe, times, probe)
+                .one_at_a_time(Turn::Probe, times, Box::pin(probe))
                 .await;
         }
         probe.await
@@ -212,15 +212,14 @@ impl Client {
         // saw is kept two probe intervals, so that every replica's probe
         // loop, an interval apart, finds a 200 and closes on it
         // (`closed_by_fleet`).
-        #[cfg(feature = "redis")]
         if let Some(fleet) = &self.gate().fleet {
-            let times = crate::fleet::TurnTimes {
+            let times = TurnTimes {
                 hold: b.canary_timeout,
                 fresh: b.probe_interval * 2,
                 wait: b.canary_timeout,
             };
             return fleet
-                .one_at_a_time(crate::fleet::Turn::Canary, times, canary)
+                .one_at_a_time(Turn::Canary, times, Box::pin(canary))
                 .await;
         }
         canary.await
@@ -230,12 +229,11 @@ impl Client {
     /// opened: a fleet sends one canary, and every replica's breaker closes
     /// on it by its next probe instead of probing on to a canary of its own.
     async fn closed_by_fleet(&self) -> bool {
-        #[cfg(feature = "redis")]
         if let Some(fleet) = &self.gate().fleet {
             let Some(open_for) = self.gate().breaker().open_for(Instant::now()) else {
                 return false;
             };
-            let passed = fleet.healthy_since(crate::fleet::Turn::Canary).await;
+            let passed = fleet.healthy_since(Turn::Canary).await;
             if passed.is_some_and(|age| age < open_for) {
                 let transition = self.gate().breaker().record_shared_canary(Instant::now());
                 self.on_transition(transition);

@@ -198,6 +198,10 @@ impl FleetConfig {
             apply: quote! {
                 if let Some(url) = config.redis_url {
                     runtime = runtime.redis_url(url);
+                    #[cfg(feature = "redis")]
+                    {
+                        runtime = runtime.fleet_backend(sdk_fleet_redis::Redis);
+                    }
                 }
             },
             env_doc: format!(", and `{env}` when set (several replicas)"),

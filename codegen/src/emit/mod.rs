@@ -115,16 +115,21 @@ fn cargo_toml(model: &Model) -> String {
          sdk-runtime.workspace = true\n\
          serde.workspace = true\n\
          serde_json.workspace = true\n\
-         tracing.workspace = true\n{features}",
+         tracing.workspace = true\n{fleet}{features}",
         api = model.api.name,
         name = toml_string(&model.api.crate_name),
         description = toml_string(&format!(
             "Typed client of the {}, generated from spec/{}/.",
             model.api.title, model.api.name
         )),
-        // Replicas sharing the throttle through Redis: the runtime's backend, opt-in.
+        // Replicas sharing the throttle through Redis: the fleet backend's crate, opt-in.
+        fleet = if model.fleet.is_some() {
+            "sdk-fleet-redis = { workspace = true, optional = true }\n"
+        } else {
+            ""
+        },
         features = if model.fleet.is_some() {
-            "\n[features]\nredis = [\"sdk-runtime/redis\"]\n"
+            "\n[features]\nredis = [\"dep:sdk-fleet-redis\"]\n"
         } else {
             ""
         },

@@ -132,6 +132,10 @@ impl Grag {
 
         if let Some(url) = config.redis_url {
             runtime = runtime.redis_url(url);
+            #[cfg(feature = "redis")]
+            {
+                runtime = runtime.fleet_backend(sdk_fleet_redis::Redis);
+            }
         }
 
         runtime = runtime.production(config.production);

@@ -7,12 +7,12 @@ use sdk_policy::endpoint::{Endpoint, Method};
 use sdk_policy::policy::{RetrySchedule, TaxonomyRow};
 use tokio::time::Instant;
 
-use super::Answered;
 use super::Run;
 use super::admit::Admitted;
 use super::attempt::Sent;
 use super::fleet::{fleet_pause, fleet_share_dark};
 use super::judge::Verdict;
+use super::{Answered, StreamSlots};
 use crate::backoff::{Attempted, Next, RetryCase, next};
 use crate::breaker::Transition;
 use crate::client::{Caller, Parts};
@@ -67,9 +67,9 @@ pub(super) fn conclude(
         Attempt::Answer { echoed_id, .. } => echoed_id.take(),
         _ => None,
     };
-    let logged = telemetry::enabled(plan.policy);
     run.digest(plan);
     let digest = run.body_digest.as_deref();
+    let (latency, circuit_state) = line_readings(plan, gate, sent.started);
     let log = AttemptLog {
         scope: &run.scope,
         request_id: &sent.request_id,
@@ -78,17 +78,8 @@ pub(super) fn conclude(
         row: verdict.row,
         attempt: run.attempt,
         retry_after: verdict.retry_after,
-        // Only a line reads these: no clock or lock when none is written.
-        latency: if logged {
-            sent.started.elapsed()
-        } else {
-            Duration::ZERO
-        },
-        circuit_state: if logged {
-            gate.breaker().state().as_str()
-        } else {
-            ""
-        },
+        latency,
+        circuit_state,
     };
     if verdict.answered
         && let Attempt::Answer { status, body, .. } = sent.attempt
@@ -106,8 +97,14 @@ pub(super) fn conclude(
         let recorder = std::sync::Arc::clone(recorder);
         let reply = Reply::new(recorder, endpoint, status, body, request_id, ledger);
         let stream = sent.response.map(|r| {
-            let slots = admitted.permit.detach();
-            (r, slots.with_fleet(admitted.fleet))
+            let local = admitted.permit.detach();
+            (
+                r,
+                StreamSlots {
+                    local,
+                    fleet: admitted.fleet,
+                },
+            )
         });
         let answered = Answered {
             reply,
@@ -126,6 +123,15 @@ pub(super) fn conclude(
         plan, gate, recorder, caller, run, &sent, verdict, request_id,
     );
     (step, transition)
+}
+
+/// What only an attempt's log line reads, its latency and the breaker's
+/// state: no clock read or lock taken when no line is written.
+fn line_readings(plan: &Plan, gate: &Gate, started: Instant) -> (Duration, &'static str) {
+    match telemetry::enabled(plan.policy) {
+        true => (started.elapsed(), gate.breaker().state().as_str()),
+        false => (Duration::ZERO, ""),
+    }
 }
 
 /// A platform-wide wait pauses the whole fleet, not just this call; a

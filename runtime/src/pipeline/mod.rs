@@ -21,10 +21,11 @@ use crate::call::Call;
 use crate::client::{Client, Parts};
 use crate::clock;
 use crate::error::{Detail, Error};
+use crate::fleet::FleetSlots;
 use crate::plan::Plan;
 use crate::reply::Reply;
 use crate::telemetry::{self, LogScope};
-use crate::throttle::HeldSlots;
+use crate::throttle::{HeldSlots, Throttle};
 use crate::wire::Wire;
 use admit::{Prelude, admit, prelude};
 use attempt::attempt;
@@ -51,10 +52,26 @@ pub(crate) struct Run<'c, 'a> {
 /// What the loop hands on from the answering attempt.
 pub(crate) struct Answered {
     reply: Reply,
-    /// A stream's response and its throttle slots, on a 2xx of a stream route.
-    stream: Option<(reqwest::Response, HeldSlots)>,
+    /// A stream's response and its slots, on a 2xx of a stream route.
+    stream: Option<(reqwest::Response, StreamSlots)>,
     started: Instant,
     sent: Instant,
+}
+
+/// What an open stream holds while it is open, as any request in flight:
+/// its throttle slots and its fleet leases.
+#[derive(Debug)]
+pub(crate) struct StreamSlots {
+    pub local: HeldSlots,
+    pub fleet: Option<FleetSlots>,
+}
+
+impl StreamSlots {
+    /// The stream ended: both are given back.
+    pub fn give_back(self, throttle: &Throttle) {
+        throttle.give_back(self.local);
+        drop(self.fleet);
+    }
 }
 
 /// A stream's opening: the reply, its open response and the throttle slots
@@ -62,7 +79,7 @@ pub(crate) struct Answered {
 pub(crate) struct Opened {
     pub reply: Reply,
     pub response: reqwest::Response,
-    pub slots: HeldSlots,
+    pub slots: StreamSlots,
     /// When the call started: a stream that carries an answer is held to
     /// the overall deadline from here.
     pub started: Instant,

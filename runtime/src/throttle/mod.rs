@@ -120,7 +120,6 @@ impl RollingWindow {
 
     /// Gives back the slot of an admitted request without counting it: it
     /// waits elsewhere before it is sent, and [`hold`](Self::hold)s again.
-    #[cfg(feature = "redis")]
     fn unhold(&mut self) {
         self.open = self.open.saturating_sub(1);
     }
@@ -464,16 +463,6 @@ fn slot(budget: usize) -> u8 {
 #[must_use = "held slots are only freed by Throttle::give_back"]
 pub struct HeldSlots {
     slots: Slots,
-    /// The fleet's leases of the same request, given back with these.
-    fleet: Option<crate::fleet::FleetSlots>,
-}
-
-impl HeldSlots {
-    /// These slots and the fleet's of the same request, held together.
-    pub(crate) fn with_fleet(mut self, fleet: Option<crate::fleet::FleetSlots>) -> Self {
-        self.fleet = fleet;
-        self
-    }
 }
 
 impl Permit<'_> {
@@ -482,7 +471,6 @@ impl Permit<'_> {
     pub fn detach(mut self) -> HeldSlots {
         HeldSlots {
             slots: std::mem::take(&mut self.slots),
-            fleet: None,
         }
     }
 }
@@ -496,23 +484,20 @@ impl Drop for Permit<'_> {
 /// A rolling-second slot given back by [`Throttle::leave_second`]. Dropped
 /// before [`retake`](Self::retake) (the wait was cancelled), the slot is
 /// held again, so the request's permit gives back what it holds.
-#[cfg(feature = "redis")]
 #[derive(Debug)]
-pub(crate) struct SecondLeft<'a> {
+pub struct SecondLeft<'a> {
     throttle: &'a Throttle,
     left: bool,
 }
 
-#[cfg(feature = "redis")]
 impl SecondLeft<'_> {
     /// Waits for a token and a slot of the rolling second again.
-    pub(crate) async fn retake(mut self) {
+    pub async fn retake(mut self) {
         self.throttle.take_token().await;
         self.left = false;
     }
 }
 
-#[cfg(feature = "redis")]
 impl Drop for SecondLeft<'_> {
     fn drop(&mut self) {
         if self.left {
@@ -617,8 +602,7 @@ impl Throttle {
     }
 
     /// Frees what a detached permit held, as dropping the permit would have.
-    pub fn give_back(&self, mut held: HeldSlots) {
-        drop(held.fleet.take());
+    pub fn give_back(&self, held: HeldSlots) {
         self.release(held.slots);
     }
 
@@ -897,8 +881,7 @@ impl Throttle {
     /// and a slot again, in the queue every request passes. A request that
     /// waits for something else after this throttle (the fleet's degraded
     /// in-flight share) so holds no slot of the second another could send in.
-    #[cfg(feature = "redis")]
-    pub(crate) fn leave_second(&self) -> SecondLeft<'_> {
+    pub fn leave_second(&self) -> SecondLeft<'_> {
         self.lock_windows().second.window.unhold();
         SecondLeft {
             throttle: self,
@@ -1372,7 +1355,6 @@ mod tests {
         assert_eq!(throttle.in_flight(), 0);
     }
 
-    #[cfg(feature = "redis")]
     #[tokio::test(start_paused = true)]
     async fn a_request_that_left_the_rolling_second_takes_a_slot_again_before_it_goes() {
         let throttle = Throttle::new(&POLICY);
