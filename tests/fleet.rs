@@ -249,6 +249,8 @@ const MODE: &str = "FLEET_TEST_MODE";
 const DIR: &str = "FLEET_TEST_DIR";
 const NAME: &str = "FLEET_TEST_NAME";
 const REPLICAS: &str = "FLEET_TEST_REPLICAS";
+/// The mark a load replica starts at (`go` unless set).
+const START: &str = "FLEET_TEST_START";
 /// `jobs` mode: the PostgreSQL schema of the shared replay queue.
 const PG_SCHEMA: &str = "FLEET_TEST_PG_SCHEMA";
 const PG_URL: &str = "SDK_QUEUE_PG_URL";
@@ -403,7 +405,10 @@ async fn replica_process() {
         _ => None,
     };
     std::fs::write(dir.join(format!("ready-{name}")), "").unwrap();
-    wait_for("go").await;
+    match std::env::var(START).as_deref() {
+        Ok("killed") => wait_for("killed").await,
+        _ => wait_for("go").await,
+    }
     if mode == "hold" {
         let calls: Vec<_> = (0..8)
             .map(|_| {
@@ -533,6 +538,17 @@ impl Replicas {
         n: usize,
         env: &[(&str, &str)],
     ) -> Replicas {
+        Self::spawn_each(url, redis, mode, n, |_| env.to_vec())
+    }
+
+    /// [`spawn_with`](Self::spawn_with), replica `i`'s environment `env(i)`.
+    fn spawn_each<'a>(
+        url: &str,
+        redis: &RedisServer,
+        mode: &str,
+        n: usize,
+        env: impl Fn(usize) -> Vec<(&'a str, &'a str)>,
+    ) -> Replicas {
         let dir = tempfile::tempdir().unwrap();
         let children = (0..n)
             .map(|i| {
@@ -545,7 +561,7 @@ impl Replicas {
                     .env(DIR, dir.path())
                     .env(NAME, &name)
                     .env(REPLICAS, n.to_string())
-                    .envs(env.iter().copied())
+                    .envs(env(i))
                     .stdout(Stdio::null())
                     .spawn()
                     .expect("the replica process starts");
@@ -935,6 +951,72 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
         .unwrap();
     assert_eq!(replicas_live, 3);
     queue.drop_schema().await;
+}
+
+/// The switch to degraded mode starts each replica's rolling windows from
+/// what the fleet sent, not from its own sends alone. One replica fills the
+/// fleet's rolling minute of retrieval calls and runs at the bucket's rate;
+/// the other two are live (their heartbeats count them, so each one's share
+/// is a third) but send nothing until the moment Redis dies. Started from
+/// their own empty windows they would add a full share each on top of what
+/// the first one sent: 62 retrieval calls more in the minute, about 36
+/// requests more in the second around the switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_going_local_start_their_windows_from_what_the_fleet_sent() {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let sim = sim().await;
+    let limiter = Limiter::before(&sim);
+    let idle_until_the_kill = |i: usize| match i {
+        0 => Vec::new(),
+        _ => vec![(START, "killed")],
+    };
+    let replicas = Replicas::spawn_each(&limiter.url, &redis, "load", 3, idle_until_the_kill);
+    replicas.all_ready().await;
+    let start = sim.log().entries().len();
+    replicas.go();
+    // The fleet's minute holds its 100 retrieval calls, all the first
+    // replica's, and that replica runs at the bucket's rate.
+    let limit = POLICY.throttle.budgets[budget::RETRIEVAL.get()]
+        .per_minute
+        .unwrap() as usize;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sim.log().count("search_rerank") < limit || sim.log().entries().len() < start + 300 {
+        assert!(
+            Instant::now() < deadline,
+            "the first replica never filled the minute"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    replicas.mark("killed");
+    redis.kill();
+    let killed_at = sim.log().entries().len();
+    logged(&sim, killed_at + 400, Duration::from_secs(120)).await;
+    let reports = replicas.stop().await;
+    replicas.exit().await;
+    let entries = sim.log().entries();
+    eprintln!("reports: {reports:?}, {} requests", entries.len());
+    let times = arrivals(&entries[start..]);
+    let retrieval = arrivals(
+        entries[start..]
+            .iter()
+            .filter(|e| e.operation == Some("search_rerank")),
+    );
+    eprintln!(
+        "around the switch: {} per rolling second, {} retrieval calls per rolling minute",
+        max_in_any_window(&times, second()),
+        max_in_any_window(&retrieval, minute()),
+    );
+    assert!(
+        reports[1].total() > 0 && reports[2].total() > 0,
+        "{reports:?}"
+    );
+    assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
+    assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
+    check_limits(&entries[start..], 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -196,6 +196,34 @@ impl RollingWindow {
         self.open + self.logged
     }
 
+    /// Counts requests sent elsewhere at `sends` as ended there: each until
+    /// a window after it. Rare (a replica going local counts what the fleet
+    /// sent), so the log is made again in order.
+    #[cfg(feature = "redis")]
+    fn seed(&mut self, sends: &[Tick]) {
+        if sends.is_empty() {
+            return;
+        }
+        let mut log: Vec<Expiry> = self.log.drain(..).collect();
+        log.extend(sends.iter().map(|&at| {
+            Expiry {
+                until: (at.saturating_add(self.window))
+                    .div_ceil(EXPIRY_GRID)
+                    .saturating_mul(EXPIRY_GRID),
+                count: 1,
+            }
+        }));
+        log.sort_by_key(|e| e.until);
+        for entry in log {
+            match self.log.back_mut() {
+                Some(last) if last.until == entry.until => last.count += entry.count,
+                _ => self.log.push_back(entry),
+            }
+        }
+        self.logged += sends.len();
+        self.joins_until = None;
+    }
+
     /// A new limit (a replica's share while the fleet is degraded); slots
     /// already held count against it.
     fn set_limit(&mut self, limit: u32) {
@@ -890,6 +918,25 @@ impl Throttle {
         let per_second = self.policy.per_second.max(1);
         let per_period = self.burst.saturating_add(per_second - 1);
         (windows.second.window).set_limit(limit_of(None, per_period));
+    }
+
+    /// Counts what the fleet sent elsewhere in this throttle's rolling
+    /// windows: `second`'s sends in the rolling second, and each budget's
+    /// in its window, each as a request that ended when it was sent.
+    #[cfg(feature = "redis")]
+    pub(crate) fn seed_windows(&self, second: &[Instant], budgets: &[(usize, Vec<Instant>)]) {
+        let clock = self.clock;
+        let ticks = |sends: &[Instant]| -> Vec<Tick> {
+            sends.iter().map(|&at| clock.tick_of(at)).collect()
+        };
+        let mut windows = self.lock_windows();
+        windows.second.window.seed(&ticks(second));
+        for (budget, sends) in budgets {
+            let lane = self.lanes.get(*budget).and_then(|l| l.window.as_ref());
+            if let Some(window) = lane {
+                windows.budgets[usize::from(window.at)].seed(&ticks(sends));
+            }
+        }
     }
 
     /// Lets an admitted request wait outside the rolling second: its slot
