@@ -325,6 +325,75 @@ mod tests {
         assert_eq!(opened, Some((50, Switch::Degraded)));
     }
 
+    /// A fleet's sends as its shared bucket (50/s, a burst of 8) lets them
+    /// through, for demand that comes in bursts with gaps between.
+    fn bucket_sends(from: Instant, until: Instant, seed: u64) -> (Vec<Instant>, Instant) {
+        let interval = Duration::from_millis(20);
+        let tolerance = interval * 7;
+        let (mut tat, mut now, mut sends, mut x) = (from, from, Vec::new(), seed);
+        while now < until {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Now and then a quiet spell, else as fast as the bucket allows.
+            if x >> 60 == 0 {
+                now += Duration::from_millis((x >> 40) % 400);
+                continue;
+            }
+            now = now.max(tat.checked_sub(tolerance).unwrap_or(now));
+            if now >= until {
+                break;
+            }
+            sends.push(now);
+            tat = tat.max(now) + interval;
+        }
+        (sends, tat)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_replica_going_local_counts_covers_every_second_the_fleet_sent() {
+        let ms = Duration::from_millis;
+        let rates = Rates {
+            interval: ms(20),
+            burst: 8,
+            period: Duration::from_secs(1),
+            per_period: 57,
+            window: Duration::from_secs(60),
+        };
+        let start = Instant::now();
+        for seed in 0..200 {
+            let lost = start + ms(3000 + seed * 7);
+            let asked = lost - ms(seed * 5 % 600);
+            let (sends, _) = bucket_sends(start, lost, seed);
+            let (_, tat) = bucket_sends(start, asked, seed);
+            let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
+            let glimpse = Glimpse {
+                asked,
+                answered: asked,
+                tat_ahead: micros(tat.saturating_duration_since(asked))
+                    - micros(asked.saturating_duration_since(tat)),
+                windows: Vec::new(),
+            };
+            for live in [1, 3] {
+                let (counted, _) = unseen_share(&glimpse, lost, rates, live);
+                // Every rolling second ending after the switch holds the
+                // fleet's sends since its start: a live-th of them, each
+                // replica counts.
+                for back in (0..1000).step_by(5) {
+                    let since = lost - ms(back);
+                    let sent = sends.iter().filter(|t| **t > since).count();
+                    let seen = counted.iter().filter(|t| **t > since).count();
+                    assert!(
+                        seen * live >= sent,
+                        "seed {seed}, {live} live: {seen} of {sent} since {back} ms before"
+                    );
+                }
+                // Never more than the second's limit in all.
+                assert!(counted.len() * live <= 57 + live, "{}", counted.len());
+            }
+        }
+    }
+
     #[test]
     fn rate_shares_stay_under_the_limit_with_the_margin() {
         // 57 per rolling second (50/s, burst 8), three replicas: 18 each, 54 in all.

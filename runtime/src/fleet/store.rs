@@ -1262,6 +1262,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_heartbeat_tells_the_bucket_and_the_other_replicas_window_slots() {
+        // 10 tokens a second, a burst of 8; 5 retrieval calls a minute.
+        let shape = shape(S / 10, 8, 60 * S, 60 * S, &[(None, 8)], &[(2, 5)]);
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
+        let (sets, windows) = ([None], [2]);
+        for member in ["r1:1", "r2:1", "r2:2"] {
+            go(&ask(&store, &keys, member, &sets, &windows).await);
+        }
+        let held = [(None, Vec::new())];
+        let beat = store.renew(&keys, "r1", 0, &held, &windows).await.unwrap();
+        // Three tokens taken at once: the bucket is three tenths ahead of
+        // when they were taken.
+        assert!(
+            (100_000..=300_000).contains(&beat.recent.tat_ahead),
+            "{beat:?}"
+        );
+        // r2's two slots, not r1's own, sent a moment ago.
+        let [(2, ages)] = beat.recent.windows.as_slice() else {
+            panic!("{beat:?}");
+        };
+        assert_eq!(ages.len(), 2, "{beat:?}");
+        assert!(
+            ages.iter().all(|age| (0..1_000_000).contains(age)),
+            "{ages:?}"
+        );
+        assert_eq!(beat.live, ["r1"]);
+    }
+
+    #[tokio::test]
     async fn every_key_expires_even_one_emptied_and_made_again() {
         // Short leases and windows: the heartbeat's trimming empties (and
         // so deletes) the sets, the next admission makes them again.

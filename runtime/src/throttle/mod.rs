@@ -521,30 +521,52 @@ impl Drop for Permit<'_> {
     }
 }
 
-/// A rolling-second slot given back by [`Throttle::leave_second`]. Dropped
-/// before [`retake`](Self::retake) (the wait was cancelled), the slot is
-/// held again, so the request's permit gives back what it holds.
+/// Rolling-window slots given back by [`Throttle::leave_windows`]. Dropped
+/// before [`retake`](Self::retake) took them all again (the wait was
+/// cancelled), those still left are held again, so the request's permit
+/// gives back what it holds.
 #[cfg(feature = "redis")]
 #[derive(Debug)]
-pub(crate) struct SecondLeft<'a> {
+pub(crate) struct WindowsLeft<'a> {
     throttle: &'a Throttle,
-    left: bool,
+    set: BudgetSet,
+    /// The budgets' windows left (positions in [`Windows::budgets`]), by
+    /// the set's tightness order.
+    windows: [Option<u8>; MAX_BUDGETS],
+    second: bool,
 }
 
 #[cfg(feature = "redis")]
-impl SecondLeft<'_> {
-    /// Waits for a token and a slot of the rolling second again.
+impl WindowsLeft<'_> {
+    /// Waits for a slot of each window again, in its queue, then for a
+    /// token and a slot of the rolling second.
     pub(crate) async fn retake(mut self) {
-        self.throttle.take_token().await;
-        self.left = false;
+        let throttle = self.throttle;
+        for (i, budget) in self.set.by_tightness().enumerate() {
+            let (Some(at), Some(window)) = (self.windows[i], &throttle.lanes[budget].window) else {
+                continue;
+            };
+            let attempt = |now| throttle.lock_windows().budgets[usize::from(at)].acquire(now);
+            if !(window.queue.is_empty() && attempt(throttle.clock.now()).is_ok()) {
+                let _turn = window.queue.turn().await;
+                when_paced(throttle.clock, attempt).await;
+            }
+            self.windows[i] = None;
+        }
+        throttle.take_token().await;
+        self.second = false;
     }
 }
 
 #[cfg(feature = "redis")]
-impl Drop for SecondLeft<'_> {
+impl Drop for WindowsLeft<'_> {
     fn drop(&mut self) {
-        if self.left {
-            self.throttle.lock_windows().second.window.hold();
+        let mut windows = self.throttle.lock_windows();
+        for &at in self.windows.iter().flatten() {
+            windows.budgets[usize::from(at)].hold();
+        }
+        if self.second {
+            windows.second.window.hold();
         }
     }
 }
@@ -939,17 +961,30 @@ impl Throttle {
         }
     }
 
-    /// Lets an admitted request wait outside the rolling second: its slot
-    /// is given back uncounted until [`SecondLeft::retake`] takes a token
-    /// and a slot again, in the queue every request passes. A request that
-    /// waits for something else after this throttle (the fleet's degraded
-    /// in-flight share) so holds no slot of the second another could send in.
+    /// Lets a request admitted with `budgets` wait outside its rolling
+    /// windows: its slots of the budgets' windows and of the rolling second
+    /// are given back uncounted until [`WindowsLeft::retake`] takes them
+    /// again, each in its queue. A request that waits for something else
+    /// after this throttle (the fleet's degraded in-flight share) so holds
+    /// no slot another could send in, and one admitted against other limits
+    /// (before the switch to a degraded share) goes within the new ones.
     #[cfg(feature = "redis")]
-    pub(crate) fn leave_second(&self) -> SecondLeft<'_> {
-        self.lock_windows().second.window.unhold();
-        SecondLeft {
+    pub(crate) fn leave_windows(&self, budgets: &[usize]) -> WindowsLeft<'_> {
+        let set = self.budget_set(budgets);
+        let mut left = [None; MAX_BUDGETS];
+        let mut windows = self.lock_windows();
+        for (i, budget) in set.by_tightness().enumerate() {
+            if let Some(window) = &self.lanes[budget].window {
+                windows.budgets[usize::from(window.at)].unhold();
+                left[i] = Some(window.at);
+            }
+        }
+        windows.second.window.unhold();
+        WindowsLeft {
             throttle: self,
-            left: true,
+            set,
+            windows: left,
+            second: true,
         }
     }
 
@@ -1431,7 +1466,7 @@ mod tests {
             "the second is full"
         );
         // The first waits elsewhere: its slot is free for another meanwhile.
-        let left = throttle.leave_second();
+        let left = throttle.leave_windows(&[GLOBAL]);
         let second = throttle
             .admit(GLOBAL)
             .now_or_never()
@@ -1446,10 +1481,40 @@ mod tests {
         // A wait cancelled after leaving holds the slot again, for its
         // permit to give back.
         let third = throttle.admit(GLOBAL).await;
-        drop(throttle.leave_second());
+        drop(throttle.leave_windows(&[GLOBAL]));
         assert_eq!(throttle.lock_windows().second.window.open, 1);
         drop(third);
         assert_eq!(throttle.lock_windows().second.window.open, 0);
+    }
+
+    #[cfg(feature = "redis")]
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_left_its_windows_takes_their_slots_again_within_their_limits() {
+        let throttle = Throttle::new(&POLICY);
+        let slow = throttle.admit(RETRIEVAL).await;
+        // A share of one retrieval call a minute, and one the fleet sent.
+        throttle.set_window_limits(&|budget, limit| if budget.is_some() { 1 } else { limit });
+        throttle.seed_windows(&[], &[(RETRIEVAL, vec![Instant::now()])]);
+        let left = throttle.leave_windows(&[RETRIEVAL]);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 0);
+        let started = Instant::now();
+        left.retake().await;
+        // It goes once the fleet's call leaves the minute.
+        assert!(started.elapsed() >= MINUTE - Duration::from_millis(1));
+        drop(slow);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 0);
+        assert_eq!(throttle.lock_windows().second.window.open, 0);
+        // Cancelled while it waits: its slots are held again, for its permit.
+        let other = throttle.admit(RETRIEVAL).await;
+        throttle.seed_windows(&[], &[(RETRIEVAL, vec![Instant::now()])]);
+        {
+            let left = throttle.leave_windows(&[RETRIEVAL]);
+            assert!(left.retake().now_or_never().is_none(), "the minute is full");
+        }
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 1);
+        assert_eq!(throttle.lock_windows().second.window.open, 1);
+        drop(other);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 0);
     }
 
     #[test]
