@@ -249,6 +249,8 @@ const MODE: &str = "FLEET_TEST_MODE";
 const DIR: &str = "FLEET_TEST_DIR";
 const NAME: &str = "FLEET_TEST_NAME";
 const REPLICAS: &str = "FLEET_TEST_REPLICAS";
+/// The mark a load replica starts at (`go` unless set).
+const START: &str = "FLEET_TEST_START";
 /// `jobs` mode: the PostgreSQL schema of the shared replay queue.
 const PG_SCHEMA: &str = "FLEET_TEST_PG_SCHEMA";
 const PG_URL: &str = "SDK_QUEUE_PG_URL";
@@ -347,10 +349,23 @@ async fn one_request(
                 document,
                 points: Vec::new(),
             };
-            jobs.submit_upload(upload).await.is_ok()
+            let submitted = jobs.submit_upload(upload).await;
+            let handed_back = submitted.as_ref().is_ok_and(|job| {
+                job.last_error
+                    .as_ref()
+                    .is_some_and(|e| e.class == "handed_back")
+            });
+            if handed_back {
+                HANDED_BACK.fetch_add(1, Ordering::Relaxed);
+            }
+            submitted.is_ok()
         }
     }
 }
+
+/// Jobs a replica stopping with SIGTERM handed back at a checkpoint while
+/// the call that submitted them waited for them.
+static HANDED_BACK: AtomicUsize = AtomicUsize::new(0);
 
 /// The child: one replica on the simulator and Redis its environment names.
 /// `load`: 6 list, 3 search and 2 upload loops, far over the fleet's limits,
@@ -403,7 +418,10 @@ async fn replica_process() {
         _ => None,
     };
     std::fs::write(dir.join(format!("ready-{name}")), "").unwrap();
-    wait_for("go").await;
+    match std::env::var(START).as_deref() {
+        Ok("killed") => wait_for("killed").await,
+        _ => wait_for("go").await,
+    }
     if mode == "hold" {
         let calls: Vec<_> = (0..8)
             .map(|_| {
@@ -470,8 +488,14 @@ async fn replica_process() {
     }
     stop.store(true, Ordering::Relaxed);
     let snapshot: Vec<usize> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    // A durable job is let finish (a job cut off mid-run would wait out its
-    // lease); plain requests are cut off.
+    // SIGTERM: the jobs stop with the calls that wait for them, each handed
+    // back at its next checkpoint, not run to its end.
+    let stopping_jobs = terminated.load(Ordering::Acquire).then(|| {
+        let jobs = jobs.clone().expect("a jobs replica");
+        tokio::spawn(async move { jobs.shutdown(TERM_GRACE).await })
+    });
+    // A durable job is let reach its end or a checkpoint (a job cut off
+    // mid-run would wait out its lease); plain requests are cut off.
     for task in tasks {
         if jobs.is_some() {
             let _ = task.await;
@@ -497,11 +521,15 @@ async fn replica_process() {
         eprintln!("replica {name}: {}", alert.detail.unwrap_or_default());
     }
     std::fs::write(dir.join(format!("report-{name}")), report).unwrap();
-    if terminated.load(Ordering::Acquire) {
-        let jobs = jobs.as_ref().expect("a jobs replica");
-        let stopped = jobs.shutdown(TERM_GRACE).await.expect("the queue");
+    if let Some(stopping_jobs) = stopping_jobs {
+        let stopped = stopping_jobs.await.unwrap().expect("the queue");
         grag.runtime().shutdown().await;
-        let line = format!("settled={} cut={}", stopped.settled, stopped.cut);
+        let line = format!(
+            "settled={} cut={} handed_back={}",
+            stopped.settled,
+            stopped.cut,
+            HANDED_BACK.load(Ordering::Relaxed)
+        );
         std::fs::write(dir.join(format!("stopped-{name}")), line).unwrap();
         return;
     }
@@ -533,6 +561,17 @@ impl Replicas {
         n: usize,
         env: &[(&str, &str)],
     ) -> Replicas {
+        Self::spawn_each(url, redis, mode, n, |_| env.to_vec())
+    }
+
+    /// [`spawn_with`](Self::spawn_with), replica `i`'s environment `env(i)`.
+    fn spawn_each<'a>(
+        url: &str,
+        redis: &RedisServer,
+        mode: &str,
+        n: usize,
+        env: impl Fn(usize) -> Vec<(&'a str, &'a str)>,
+    ) -> Replicas {
         let dir = tempfile::tempdir().unwrap();
         let children = (0..n)
             .map(|i| {
@@ -545,7 +584,7 @@ impl Replicas {
                     .env(DIR, dir.path())
                     .env(NAME, &name)
                     .env(REPLICAS, n.to_string())
-                    .envs(env.iter().copied())
+                    .envs(env(i))
                     .stdout(Stdio::null())
                     .spawn()
                     .expect("the replica process starts");
@@ -610,12 +649,16 @@ impl Replicas {
         }
     }
 
-    /// Sends SIGTERM to replica `i` and waits for it to exit, cleanly.
-    async fn terminate(&mut self, i: usize) {
-        let (name, child) = &mut self.children[i];
-        let pid = child.id().to_string();
+    /// Sends SIGTERM to replica `i`.
+    fn signal_term(&self, i: usize) {
+        let pid = self.children[i].1.id().to_string();
         let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(sent.success(), "kill -TERM {pid}");
+    }
+
+    /// Waits for replica `i`, sent SIGTERM, to exit cleanly.
+    async fn exited(&mut self, i: usize) {
+        let (name, child) = &mut self.children[i];
         for _ in 0..6000 {
             if let Some(status) = child.try_wait().unwrap() {
                 assert!(status.success(), "replica {name} stopped: {status}");
@@ -935,6 +978,72 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
         .unwrap();
     assert_eq!(replicas_live, 3);
     queue.drop_schema().await;
+}
+
+/// The switch to degraded mode starts each replica's rolling windows from
+/// what the fleet sent, not from its own sends alone. One replica fills the
+/// fleet's rolling minute of retrieval calls and runs at the bucket's rate;
+/// the other two are live (their heartbeats count them, so each one's share
+/// is a third) but send nothing until the moment Redis dies. Started from
+/// their own empty windows they would add a full share each on top of what
+/// the first one sent: 62 retrieval calls more in the minute, about 36
+/// requests more in the second around the switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_going_local_start_their_windows_from_what_the_fleet_sent() {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let sim = sim().await;
+    let limiter = Limiter::before(&sim);
+    let idle_until_the_kill = |i: usize| match i {
+        0 => Vec::new(),
+        _ => vec![(START, "killed")],
+    };
+    let replicas = Replicas::spawn_each(&limiter.url, &redis, "load", 3, idle_until_the_kill);
+    replicas.all_ready().await;
+    let start = sim.log().entries().len();
+    replicas.go();
+    // The fleet's minute holds its 100 retrieval calls, all the first
+    // replica's, and that replica runs at the bucket's rate.
+    let limit = POLICY.throttle.budgets[budget::RETRIEVAL.get()]
+        .per_minute
+        .unwrap() as usize;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sim.log().count("search_rerank") < limit || sim.log().entries().len() < start + 300 {
+        assert!(
+            Instant::now() < deadline,
+            "the first replica never filled the minute"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    replicas.mark("killed");
+    redis.kill();
+    let killed_at = sim.log().entries().len();
+    logged(&sim, killed_at + 400, Duration::from_secs(120)).await;
+    let reports = replicas.stop().await;
+    replicas.exit().await;
+    let entries = sim.log().entries();
+    eprintln!("reports: {reports:?}, {} requests", entries.len());
+    let times = arrivals(&entries[start..]);
+    let retrieval = arrivals(
+        entries[start..]
+            .iter()
+            .filter(|e| e.operation == Some("search_rerank")),
+    );
+    eprintln!(
+        "around the switch: {} per rolling second, {} retrieval calls per rolling minute",
+        max_in_any_window(&times, second()),
+        max_in_any_window(&retrieval, minute()),
+    );
+    assert!(
+        reports[1].total() > 0 && reports[2].total() > 0,
+        "{reports:?}"
+    );
+    assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
+    assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
+    check_limits(&entries[start..], 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1296,6 +1405,28 @@ async fn a_canary_another_replica_passed_after_the_open_closes_every_breaker_by_
     );
 }
 
+/// How long the platform holds every upload while a replica is stopped.
+const UPLOAD_HELD_MS: u64 = 3000;
+
+/// Waits until the queue shows jobs leased to `owner` whose upload was sent
+/// (its answer not read yet), and answers their keys.
+async fn mid_upload(queue: &Queue, owner: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let held: Vec<String> = (queue.store.list(JobState::InFlight, 100_000).await.unwrap())
+            .into_iter()
+            .filter(|j| j.lease.as_ref().is_some_and(|l| l.owner == owner))
+            .filter(|j| j.progress["step"]["at"] == "upload" && j.progress["sent"] == true)
+            .map(|j| j.key)
+            .collect();
+        if !held.is_empty() {
+            return held;
+        }
+        assert!(Instant::now() < deadline, "{owner} never sent an upload");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_stopped_with_sigterm_hands_back_its_jobs_and_leaves_the_fleet_at_once() {
     let _serial = SERIAL.lock().await;
@@ -1314,8 +1445,54 @@ async fn a_replica_stopped_with_sigterm_hands_back_its_jobs_and_leaves_the_fleet
     let start = sim.log().entries().len();
     replicas.go();
     let termed = logged(&sim, start + 300, Duration::from_secs(120)).await;
-    replicas.terminate(0).await;
-    let exited = Instant::now();
+    // Every upload is held at the platform a while, and the signal goes
+    // once the queue shows a job of the replica to stop whose upload was
+    // sent: that job cannot reach its next checkpoint before the replica
+    // hears the signal, however the machine's load delays either.
+    let hold = Rule::new(Fault::Delay { ms: UPLOAD_HELD_MS }).on("upload_document");
+    let hold = sim.faults().push(hold);
+    let held = mid_upload(&queue, "r0").await;
+    replicas.signal_term(0);
+    let signalled = Instant::now();
+    sim.faults().remove(hold);
+    // Each is handed back at its checkpoint and claimed by another replica
+    // within a second of it: from the last time the queue showed it leased
+    // to the stopped replica to the first it showed it another's.
+    let mut last_held: Vec<Instant> = vec![signalled; held.len()];
+    let mut claimed: Vec<Option<(Instant, String)>> = vec![None; held.len()];
+    while claimed.iter().any(Option::is_none) {
+        for (i, key) in held.iter().enumerate() {
+            let job = queue.store.get(key).await.unwrap().expect("the job");
+            let now = Instant::now();
+            match job.lease.map(|l| l.owner) {
+                Some(owner) if owner == "r0" => last_held[i] = now,
+                Some(owner) => {
+                    claimed[i].get_or_insert((now, owner));
+                }
+                None if job.state == JobState::Done => {
+                    claimed[i].get_or_insert((now, "done".into()));
+                }
+                None => {}
+            }
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(60),
+            "unclaimed: {held:?} {claimed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut waits = Vec::new();
+    for (i, key) in held.iter().enumerate() {
+        let (at, owner) = claimed[i].clone().unwrap();
+        let waited = at.duration_since(last_held[i]);
+        waits.push(waited);
+        assert!(owner != "done", "{key} was done by the stopped replica");
+        assert!(
+            waited <= Duration::from_secs(1),
+            "{key} claimed by {owner} {waited:?} after its hand-back"
+        );
+    }
+    replicas.exited(0).await;
     // Out of the fleet at once, not a lease later: the others' shares and
     // caps count two replicas from now on.
     let mut connection = connection(&redis).await;
@@ -1325,44 +1502,18 @@ async fn a_replica_stopped_with_sigterm_hands_back_its_jobs_and_leaves_the_fleet
         .await
         .unwrap();
     assert_eq!(live, 2, "the stopped replica is still counted live");
-    // What it held it handed back: another replica takes each on.
-    let handed_back = |job: &grag_jobs::Job| {
-        job.last_error
-            .as_ref()
-            .is_some_and(|e| e.class == "handed_back")
-    };
-    let mut first = None;
-    loop {
-        let waiting = (queue
-            .store
-            .list(JobState::PendingReplay, 100_000)
-            .await
-            .unwrap())
+    let leased = (queue.store.list(JobState::InFlight, 100_000).await.unwrap())
         .into_iter()
-        .filter(handed_back)
+        .filter(|j| j.lease.as_ref().is_some_and(|l| l.owner == "r0"))
         .count();
-        let leased = (queue.store.list(JobState::InFlight, 100_000).await.unwrap())
-            .into_iter()
-            .filter(|j| j.lease.as_ref().is_some_and(|l| l.owner == "r0"))
-            .count();
-        assert_eq!(leased, 0, "a job still leased to the stopped replica");
-        first.get_or_insert(waiting);
-        if waiting == 0 {
-            break;
-        }
-        assert!(
-            exited.elapsed() <= Duration::from_secs(1),
-            "{waiting} handed-back jobs unclaimed {:?} after the stop",
-            exited.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert_eq!(leased, 0, "a job still leased to the stopped replica");
     let stopped = std::fs::read_to_string(replicas.path("stopped-r0")).unwrap();
     eprintln!(
-        "r0 stopped ({stopped}); {} handed-back jobs claimed within {:?}",
-        first.unwrap_or(0),
-        exited.elapsed()
+        "r0 stopped ({stopped}) holding {} jobs mid-upload; each claimed by another {waits:?} \
+         after it left the stopped replica",
+        held.len()
     );
+    assert!(!stopped.ends_with("handed_back=0"), "{stopped}");
     logged(&sim, termed + 300, Duration::from_secs(120)).await;
     let reports = replicas.stop().await;
     let done = queue.settled(Duration::from_secs(120)).await;

@@ -90,6 +90,11 @@ impl StoreBreaker {
         self.open_until.is_some()
     }
 
+    /// When the failures in a row that opened (or may open) it began.
+    pub fn failing_since(&self) -> Option<Instant> {
+        self.first_failure
+    }
+
     pub fn success(&mut self) -> Option<Switch> {
         self.failures = 0;
         self.first_failure = None;
@@ -132,6 +137,108 @@ pub fn cap_share(cap: u32, live: usize, rank: usize) -> u32 {
     let (even, rest) = (u64::from(cap) / live, u64::from(cap) % live);
     let share = even + u64::from((rank as u64) < rest);
     u32::try_from(share).unwrap_or(u32::MAX)
+}
+
+/// The fleet's token bucket and rolling windows, for [`unseen_share`].
+#[derive(Debug, Clone, Copy)]
+pub struct Rates {
+    /// One token every `interval`, up to `burst` at once...
+    pub interval: Duration,
+    pub burst: u32,
+    /// ...so at most `per_period` sends in any rolling `period`.
+    pub period: Duration,
+    pub per_period: u32,
+    /// The budgets' rolling windows' width.
+    pub window: Duration,
+}
+
+/// What a heartbeat saw of the fleet's sends, Redis's view at a local
+/// instant between `asked` and `answered`.
+#[derive(Debug, Clone)]
+pub struct Glimpse {
+    pub asked: Instant,
+    pub answered: Instant,
+    /// The token bucket's theoretical arrival time less Redis's now (µs).
+    pub tat_ahead: i64,
+    /// By budget: its window's limit and the other replicas' slots in it
+    /// by age (µs; negative: reserved ahead).
+    pub windows: Vec<(usize, u32, Vec<i64>)>,
+}
+
+/// The sends a replica going local counts in its rolling windows besides
+/// its own: a `live`-th of what the fleet may have sent by `lost` (when the
+/// store stopped answering), as `glimpse` saw it and as the bucket allowed
+/// after it. Every suffix of the fleet's sends is covered: the rolling
+/// second by the sends the bucket's state allowed, as late as it allowed
+/// them, the windows by the other replicas' slots; after the glimpse, the
+/// most the bucket allowed by `lost`, as late as possible. Each replica
+/// counting every `live`-th of them, newest first, keeps the fleet's
+/// windows straddling the switch within the limits its shares add up to.
+pub fn unseen_share(
+    glimpse: &Glimpse,
+    lost: Instant,
+    rates: Rates,
+    live: usize,
+) -> (Vec<Instant>, Vec<(usize, Vec<Instant>)>) {
+    let interval = rates.interval.max(Duration::from_nanos(1));
+    let burst = rates.burst.max(1) as usize;
+    let most = rates.per_period.max(1) as usize;
+    let at = |base: Instant, micros: i64| {
+        let d = Duration::from_micros(micros.unsigned_abs());
+        if micros >= 0 {
+            sdk_runtime::clock::after(base, d)
+        } else {
+            base.checked_sub(d).unwrap_or(base)
+        }
+    };
+    let tat = at(glimpse.answered, glimpse.tat_ahead);
+    // After the glimpse: the n-th send needs the bucket's tat (at least
+    // `from` + (n - 1) intervals) within its tolerance of `lost`.
+    let tolerance = interval * (rates.burst.max(1) - 1);
+    let from = tat.max(glimpse.asked);
+    let reach = sdk_runtime::clock::after(lost, tolerance);
+    let after = match reach.checked_duration_since(from) {
+        Some(d) => (d.as_nanos() / interval.as_nanos()) as usize + 1,
+        None => 0,
+    };
+    let latest = |n: usize| -> Vec<Instant> {
+        (0..n.min(most))
+            .map(|j| {
+                let back =
+                    interval * u32::try_from(j.saturating_sub(burst - 1)).unwrap_or(u32::MAX);
+                lost.checked_sub(back).unwrap_or(lost)
+            })
+            .collect()
+    };
+    // Before it: a send for every interval the tat is ahead of an instant.
+    let known = (1..=most).filter_map(|k| {
+        let back = interval.checked_mul(u32::try_from(k).ok()?)?;
+        Some(tat.checked_sub(back)?.min(glimpse.asked))
+    });
+    let since = |width: Duration| lost.checked_sub(width);
+    let recent = |t: &Instant, width: Duration| since(width).is_none_or(|s| *t > s);
+    let mut second = latest(after);
+    second.extend(known.filter(|t| recent(t, rates.period)));
+    let windows = (glimpse.windows.iter())
+        .map(|(budget, limit, ages)| {
+            let slots: Vec<Instant> = (ages.iter())
+                .map(|&age| at(glimpse.answered, -age))
+                .filter(|t| recent(t, rates.window))
+                .collect();
+            let room = (*limit as usize).saturating_sub(slots.len());
+            let mut sends = latest(after.min(room));
+            sends.extend(slots);
+            (*budget, share(sends, live))
+        })
+        .collect();
+    (share(second, live), windows)
+}
+
+/// Every `live`-th of `sends`, newest first: each suffix's count over `live`,
+/// rounded up.
+fn share(mut sends: Vec<Instant>, live: usize) -> Vec<Instant> {
+    sends.sort_unstable_by(|a, b| b.cmp(a));
+    sends.into_iter().step_by(live.max(1)).collect()
 }
 
 #[cfg(test)]
@@ -206,6 +313,75 @@ mod tests {
         }
         // The first failure at 5 ms, the one 250 ms after it at 255 ms.
         assert_eq!(opened, Some((50, Switch::Degraded)));
+    }
+
+    /// A fleet's sends as its shared bucket (50/s, a burst of 8) lets them
+    /// through, for demand that comes in bursts with gaps between.
+    fn bucket_sends(from: Instant, until: Instant, seed: u64) -> (Vec<Instant>, Instant) {
+        let interval = Duration::from_millis(20);
+        let tolerance = interval * 7;
+        let (mut tat, mut now, mut sends, mut x) = (from, from, Vec::new(), seed);
+        while now < until {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Now and then a quiet spell, else as fast as the bucket allows.
+            if x >> 60 == 0 {
+                now += Duration::from_millis((x >> 40) % 400);
+                continue;
+            }
+            now = now.max(tat.checked_sub(tolerance).unwrap_or(now));
+            if now >= until {
+                break;
+            }
+            sends.push(now);
+            tat = tat.max(now) + interval;
+        }
+        (sends, tat)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_a_replica_going_local_counts_covers_every_second_the_fleet_sent() {
+        let ms = Duration::from_millis;
+        let rates = Rates {
+            interval: ms(20),
+            burst: 8,
+            period: Duration::from_secs(1),
+            per_period: 57,
+            window: Duration::from_secs(60),
+        };
+        let start = Instant::now();
+        for seed in 0..200 {
+            let lost = start + ms(3000 + seed * 7);
+            let asked = lost - ms(seed * 5 % 600);
+            let (sends, _) = bucket_sends(start, lost, seed);
+            let (_, tat) = bucket_sends(start, asked, seed);
+            let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
+            let glimpse = Glimpse {
+                asked,
+                answered: asked,
+                tat_ahead: micros(tat.saturating_duration_since(asked))
+                    - micros(asked.saturating_duration_since(tat)),
+                windows: Vec::new(),
+            };
+            for live in [1, 3] {
+                let (counted, _) = unseen_share(&glimpse, lost, rates, live);
+                // Every rolling second ending after the switch holds the
+                // fleet's sends since its start: a live-th of them, each
+                // replica counts.
+                for back in (0..1000).step_by(5) {
+                    let since = lost - ms(back);
+                    let sent = sends.iter().filter(|t| **t > since).count();
+                    let seen = counted.iter().filter(|t| **t > since).count();
+                    assert!(
+                        seen * live >= sent,
+                        "seed {seed}, {live} live: {seen} of {sent} since {back} ms before"
+                    );
+                }
+                // Never more than the second's limit in all.
+                assert!(counted.len() * live <= 57 + live, "{}", counted.len());
+            }
+        }
     }
 
     #[test]

@@ -6,8 +6,12 @@
 -- every window of the fleet, told apart by name.
 -- ARGV: replica, the run it knows (0: none), then for each lease set in
 -- KEYS' order: n, members...
--- Answers the run (see run_of), then the live replicas' ids. The state
--- hash lives while any replica beats: its run must outlive a quiet spell.
+-- Answers the run (see run_of), what the fleet sent lately (the token
+-- bucket's tat less now, then for each window in KEYS' order: n, then the
+-- ages of the other replicas' n slots in it, a slot reserved ahead
+-- negative), then the live replicas' ids. A replica that goes local starts
+-- its windows from these. The state hash lives while any replica beats: its
+-- run must outlive a quiet spell.
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local s, names = read('pause')
@@ -45,6 +49,23 @@ for f = 1, #state, 2 do
   end
 end
 finish(writes, s, names, now)
-local live = redis.call('ZRANGE', KEYS[2], 0, -1)
-table.insert(live, 1, us(run))
-return live
+local answer = {us(run), us((s[2] or now) - now)}
+local own = ARGV[1] .. ':'
+for i = 3, #KEYS do
+  if limits[names[i]] then
+    local slots = redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES')
+    local at = #answer + 1
+    answer[at] = 0
+    for j = 1, #slots, 2 do
+      if slots[j]:sub(1, #own) ~= own then
+        answer[#answer + 1] = us(now - slots[j + 1])
+        answer[at] = answer[at] + 1
+      end
+    end
+    answer[at] = tostring(answer[at])
+  end
+end
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  answer[#answer + 1] = id
+end
+return answer

@@ -18,8 +18,8 @@ use sdk_runtime::fleet::{
 };
 use sdk_runtime::throttle::{MAX_BUDGETS, Throttle};
 
-use crate::store::{Again, Answer, Ask, Keys, LeaseSet, Shape, Store, StoreError};
-use crate::{StoreBreaker, Switch, cap_share, rate_share};
+use crate::store::{Again, Answer, Ask, Beat, Keys, LeaseSet, Shape, Store, StoreError};
+use crate::{Glimpse, Rates, StoreBreaker, Switch, cap_share, rate_share, unseen_share};
 
 /// The fleet's side of one admitted request: its leases in the store, or
 /// its slots of the degraded share. Dropping it (the request ended, or its
@@ -179,6 +179,11 @@ struct Inner {
     rebooking: tokio::sync::Mutex<()>,
     /// What this replica sent lately, for a Redis that lost it.
     sent: Mutex<Sent>,
+    /// What the last heartbeat saw the fleet send, for this replica's
+    /// windows when it goes local.
+    glimpse: Mutex<Option<Glimpse>>,
+    /// The fleet's bucket and windows (what a glimpse is read against).
+    rates: Rates,
     applied: AtomicU64,
     metrics: Option<FleetMetrics>,
     alerts: Arc<dyn AlertSink>,
@@ -205,6 +210,8 @@ struct State {
     gates: Option<Vec<(Option<usize>, Arc<Semaphore>)>>,
     /// The longest a failed store call took.
     slowest_failure: Duration,
+    /// When the store stopped answering, at the last switch to degraded.
+    lost: Option<Instant>,
 }
 
 impl RedisFleet {
@@ -279,6 +286,7 @@ impl RedisFleet {
                     live: Vec::new(),
                     gates: None,
                     slowest_failure: Duration::ZERO,
+                    lost: None,
                 }),
                 held: Mutex::new(HashMap::new()),
                 ended: Mutex::new(Vec::new()),
@@ -290,6 +298,14 @@ impl RedisFleet {
                 run: AtomicU64::new(0),
                 rebooking: tokio::sync::Mutex::new(()),
                 sent: Mutex::new(sent),
+                glimpse: Mutex::new(None),
+                rates: Rates {
+                    interval,
+                    burst,
+                    period: throttle.rate_period,
+                    per_period: burst + per_second - 1,
+                    window: throttle.budget_period,
+                },
                 applied: AtomicU64::new(0),
                 metrics,
                 alerts,
@@ -372,13 +388,18 @@ impl RedisFleet {
             token: true,
         };
         let started = Instant::now();
+        let epoch = inner.epoch.load(Ordering::Acquire);
         loop {
             inner.follow_mode(throttle);
             // Degraded, no admission asks the store: the heartbeat tries it
             // again after the breaker's retry, so a Redis that refuses
             // connections costs no admission a wait.
             if inner.lock_state().breaker.degraded() {
-                match inner.admit_degraded(throttle, &question, started).await? {
+                let stale = inner.epoch.load(Ordering::Acquire) != epoch;
+                match inner
+                    .admit_degraded(throttle, &question, started, stale)
+                    .await?
+                {
                     Some(slots) => return Ok(slots),
                     None => continue,
                 }
@@ -590,7 +611,11 @@ impl Inner {
             if matches!(error, StoreError::Late(..)) {
                 return;
             }
-            state.breaker.failure(called, now)
+            let switched = state.breaker.failure(called, now);
+            if switched == Some(Switch::Degraded) {
+                state.lost = state.breaker.failing_since();
+            }
+            switched
         };
         if switched == Some(Switch::Degraded) {
             self.epoch.fetch_add(1, Ordering::Release);
@@ -625,6 +650,8 @@ impl Inner {
         let state = self.lock_state();
         let live = state.live.len().max(1);
         let degraded = state.breaker.degraded();
+        let lost = state.lost;
+        let alone = state.live.iter().all(|id| *id == self.replica);
         drop(state);
         let margin = self.policy.margin_percent;
         throttle.set_window_limits(&|budget, limit| {
@@ -636,6 +663,21 @@ impl Inner {
                 limit
             }
         });
+        // Going local, this replica's windows start from what the fleet
+        // sent, not from its own sends alone: the others may have used the
+        // window it now takes a share of. Alone, its own sends are all.
+        if !degraded || alone {
+            return;
+        }
+        let glimpse = self.lock_glimpse().take();
+        if let (Some(lost), Some(glimpse)) = (lost, glimpse) {
+            let (second, windows) = unseen_share(&glimpse, lost, self.rates, live);
+            throttle.seed_windows(&second, &windows);
+        }
+    }
+
+    fn lock_glimpse(&self) -> MutexGuard<'_, Option<Glimpse>> {
+        self.glimpse.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The store's name of this replica's admission `number`: its lease
@@ -805,6 +847,7 @@ impl Inner {
         throttle: &Throttle,
         question: &Question,
         started: Instant,
+        stale: bool,
     ) -> Result<Option<Slots>, Refusal> {
         if self.policy.degraded == Degraded::Closed {
             self.decision("local", "refused");
@@ -826,15 +869,17 @@ impl Inner {
         };
         let mut permits = Vec::with_capacity(gates.len());
         // A request that must wait for its share (ingest's is 1/1/0 of 2
-        // over three) waits without its slot of this replica's rolling
-        // second, and takes one again before it goes.
-        let mut left = None;
+        // over three) waits without its slots of this replica's rolling
+        // windows, and takes them again before it goes; so does one the
+        // throttle admitted before the switch, against the shared limits:
+        // it goes within this replica's share.
+        let mut left = stale.then(|| throttle.leave_windows(question.windows()));
         for gate in gates {
             if let Ok(permit) = Arc::clone(&gate).try_acquire_owned() {
                 permits.push(permit);
                 continue;
             }
-            left.get_or_insert_with(|| throttle.leave_second());
+            left.get_or_insert_with(|| throttle.leave_windows(question.windows()));
             match gate.acquire_owned().await {
                 Ok(permit) => permits.push(permit),
                 // The store came back while this call waited: ask it.
@@ -1040,12 +1085,21 @@ impl Inner {
                 .renew(&self.keys, &self.replica, known, &grouped, &self.windows)
                 .await;
             match renewed {
-                Ok((run, live)) => {
+                Ok(Beat { run, recent, live }) => {
                     if let Some(m) = &self.metrics
                         && !self.lock_state().breaker.degraded()
                     {
                         m.mode(false, 1.0);
                     }
+                    let limit = |b: usize| self.throttle.budgets[b].per_minute.unwrap_or(u32::MAX);
+                    *self.lock_glimpse() = Some(Glimpse {
+                        asked: called,
+                        answered: Instant::now(),
+                        tat_ahead: recent.tat_ahead,
+                        windows: (recent.windows.into_iter())
+                            .map(|(b, ages)| (b, limit(b), ages))
+                            .collect(),
+                    });
                     self.succeeded(Some(live));
                     if run != known {
                         self.rebook(run).await;
@@ -1185,6 +1239,152 @@ impl Fleet for RedisFleet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sdk_policy::policy::{BudgetPolicy, PollingPolicy};
+
+    const RETRIEVAL: usize = 1;
+
+    /// The spec's numbers that matter here: 8 in flight, 50/s (57 in any
+    /// rolling second), 100 retrieval calls in any rolling minute.
+    static THROTTLE: ThrottlePolicy = ThrottlePolicy {
+        max_in_flight: 8,
+        per_second: 50,
+        rate_period: Duration::from_secs(1),
+        budget_period: Duration::from_secs(60),
+        budgets: &[
+            BudgetPolicy {
+                name: "global",
+                max_in_flight: None,
+                per_minute: None,
+            },
+            BudgetPolicy {
+                name: "retrieval",
+                max_in_flight: None,
+                per_minute: Some(100),
+            },
+        ],
+        polling: PollingPolicy {
+            interval: Duration::from_secs(5),
+            floor: Duration::from_secs(2),
+            hot_factor: 2,
+        },
+    };
+
+    /// One replica's requests: a retrieval loop and a plain one, each
+    /// admitted by `throttle` and ended at once, until `end`.
+    async fn run(throttle: Arc<Throttle>, end: Instant) -> (Vec<Instant>, Vec<Instant>) {
+        let loops = [RETRIEVAL, 0].map(|budget| {
+            let throttle = Arc::clone(&throttle);
+            tokio::spawn(async move {
+                let mut sent = Vec::new();
+                while let Ok(permit) = tokio::time::timeout_at(end, throttle.admit(budget)).await {
+                    drop(permit);
+                    sent.push(Instant::now());
+                    tokio::task::yield_now().await;
+                }
+                sent
+            })
+        });
+        let [retrieval, plain] = loops;
+        (retrieval.await.unwrap(), plain.await.unwrap())
+    }
+
+    /// The most of `times` in any rolling `width`.
+    fn most_in(times: &mut [Instant], width: Duration) -> usize {
+        times.sort();
+        (0..times.len())
+            .map(|i| {
+                times[i..]
+                    .iter()
+                    .take_while(|t| **t < times[i] + width)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Three replicas: the first one fills the fleet's rolling minute of
+    /// retrieval calls and runs at the bucket's rate, the other two are
+    /// live and idle. The store stops answering; a breaker's `over` later
+    /// all three go local at their shares (18 per second, 31 per minute)
+    /// and send all they may. `seeded`: each starts its windows from the
+    /// last heartbeat's glimpse of the fleet, 300 ms before. Answers the
+    /// most in any rolling second and retrieval calls in any minute.
+    async fn switch(seeded: bool) -> (usize, usize) {
+        let ms = Duration::from_millis;
+        let interval = ms(20);
+        let rates = Rates {
+            interval,
+            burst: 8,
+            period: THROTTLE.rate_period,
+            per_period: 57,
+            window: THROTTLE.budget_period,
+        };
+        let replicas: Vec<Arc<Throttle>> =
+            (0..3).map(|_| Arc::new(Throttle::new(&THROTTLE))).collect();
+        let start = Instant::now();
+        let lost = start + ms(4000);
+        let glimpse_at = lost - ms(300);
+        let (mut retrieval, mut all) = run(Arc::clone(&replicas[0]), lost).await;
+        all.extend(&retrieval);
+        // Redis's bucket (a GCRA) and the first replica's window slots, as
+        // the heartbeat read them.
+        let mut tat = start;
+        for &at in all.iter().filter(|t| **t <= glimpse_at) {
+            tat = tat.max(at) + interval;
+        }
+        let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap();
+        let ages: Vec<i64> = (retrieval.iter())
+            .filter(|t| **t <= glimpse_at)
+            .map(|t| micros(glimpse_at - *t))
+            .collect();
+        let glimpse = |of_others: bool| Glimpse {
+            asked: glimpse_at,
+            answered: glimpse_at,
+            tat_ahead: micros(tat - glimpse_at),
+            windows: vec![(
+                RETRIEVAL,
+                100,
+                if of_others { ages.clone() } else { Vec::new() },
+            )],
+        };
+        tokio::time::sleep_until(lost + ms(250)).await;
+        for (i, throttle) in replicas.iter().enumerate() {
+            throttle.set_window_limits(&|_, limit| rate_share(limit, 3, 5));
+            if seeded {
+                let (second, windows) = unseen_share(&glimpse(i > 0), lost, rates, 3);
+                throttle.seed_windows(&second, &windows);
+            }
+        }
+        let end = lost + ms(4000);
+        let after: Vec<_> = (replicas.iter())
+            .map(|throttle| tokio::spawn(run(Arc::clone(throttle), end)))
+            .collect();
+        for replica in after {
+            let (r, plain) = replica.await.unwrap();
+            all.extend(&r);
+            all.extend(plain);
+            retrieval.extend(r);
+        }
+        let second = most_in(&mut all, THROTTLE.rate_period);
+        (second, most_in(&mut retrieval, THROTTLE.budget_period))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replicas_going_local_start_their_windows_from_what_the_fleet_sent() {
+        // From their own sends alone, the idle two add a full share each
+        // to what the first one sent in the second and the minute.
+        let (second, minute) = switch(false).await;
+        eprintln!("own windows: {second} per rolling second, {minute} per rolling minute");
+        assert!(second > 57 + 2 && minute > 100 + 2, "{second} {minute}");
+        // From the fleet's: within the limits across the switch.
+        let (second, minute) = switch(true).await;
+        eprintln!("the fleet's: {second} per rolling second, {minute} per rolling minute");
+        assert!(second <= 57, "{second} in one rolling second");
+        assert!(
+            minute <= 100,
+            "{minute} retrieval calls in one rolling minute"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_sent_log_keeps_the_last_window_at_most_its_limit_and_ages_it() {

@@ -83,6 +83,27 @@ pub struct Again<'a> {
     pub windows: &'a [(usize, Vec<Duration>)],
 }
 
+/// What a heartbeat answered: the state's run, what the fleet sent lately
+/// and the live replicas.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Beat {
+    pub run: u64,
+    pub recent: Recent,
+    pub live: Vec<String>,
+}
+
+/// What the fleet sent lately, as Redis held it at the heartbeat: a replica
+/// that goes local starts its windows from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recent {
+    /// The token bucket's theoretical arrival time less Redis's now, in µs
+    /// (negative: the bucket is full).
+    pub tat_ahead: i64,
+    /// By window (budget), the other replicas' slots in it by age in µs
+    /// (negative: reserved that far ahead).
+    pub windows: Vec<(usize, Vec<i64>)>,
+}
+
 /// A store call that did not answer in time, or failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -278,6 +299,32 @@ fn answer(value: Value) -> Result<Answer, StoreError> {
             "an admission answer of an unknown shape: {other:?}"
         ))),
     }
+}
+
+/// The heartbeat's answer (renew.lua): the run, the bucket's tat less now,
+/// each of `windows`' count and ages, then the live replicas.
+fn beat(answer: Vec<String>, windows: &[usize]) -> Result<Beat, StoreError> {
+    let shape = || StoreError::Redis("a heartbeat answer of an unknown shape".into());
+    let mut items = answer.into_iter();
+    let mut number = || -> Result<i64, StoreError> {
+        items.next().and_then(|n| n.parse().ok()).ok_or_else(shape)
+    };
+    let run = number()?.unsigned_abs();
+    let tat_ahead = number()?;
+    let mut seen = Vec::with_capacity(windows.len());
+    for &budget in windows {
+        let n = usize::try_from(number()?).map_err(|_| shape())?;
+        let ages = (0..n).map(|_| number()).collect::<Result<Vec<_>, _>>()?;
+        seen.push((budget, ages));
+    }
+    Ok(Beat {
+        run,
+        recent: Recent {
+            tat_ahead,
+            windows: seen,
+        },
+        live: items.collect(),
+    })
 }
 
 impl Store {
@@ -511,7 +558,8 @@ impl Store {
     /// The heartbeat: this replica is live for one lease, and so are the
     /// leases it holds (by lease set, every set of the fleet listed);
     /// `windows` are every window of the fleet, trimmed here. Answers the
-    /// state's run (`run`: the one this replica knows) and the live replicas.
+    /// state's run (`run`: the one this replica knows), what the others
+    /// sent lately and the live replicas.
     pub async fn renew(
         &self,
         keys: &Keys,
@@ -519,7 +567,7 @@ impl Store {
         run: u64,
         held: &[(LeaseSet, Vec<String>)],
         windows: &[usize],
-    ) -> Result<(u64, Vec<String>), StoreError> {
+    ) -> Result<Beat, StoreError> {
         let mut connection = self.connection().await?;
         let mut invocation = self.renew.prepare_invoke();
         invocation.key(keys.state()).key(keys.replicas());
@@ -536,16 +584,10 @@ impl Store {
                 invocation.arg(member);
             }
         }
-        let mut answer: Vec<String> = self
+        let answer: Vec<String> = self
             .bounded(invocation.invoke_async(&mut connection))
             .await?;
-        if answer.is_empty() {
-            return Err(StoreError::Redis(
-                "a heartbeat answer without its run".into(),
-            ));
-        }
-        let run = answer.remove(0).parse().unwrap_or(0);
-        Ok((run, answer))
+        beat(answer, windows)
     }
 
     /// `replica` is no longer live: out of the heartbeat's set at once.
@@ -1177,11 +1219,11 @@ mod tests {
         for _ in 0..4 {
             tokio::time::sleep(lease / 3).await;
             let held = [(Some(1), vec!["b".to_string(), "c".to_string()])];
-            let (_, live) = store
+            let beat = store
                 .renew(&keys, "replica-1", 0, &held, &[])
                 .await
                 .unwrap();
-            assert_eq!(live, ["replica-1"]);
+            assert_eq!(beat.live, ["replica-1"]);
         }
         assert!(matches!(
             ask(&store, &keys, "e", &ingest, &[]).await,
@@ -1199,8 +1241,39 @@ mod tests {
         tokio::time::sleep(lease + Duration::from_millis(50)).await;
         go(&ask(&store, &keys, "f", &ingest, &[]).await);
         go(&ask(&store, &keys, "g", &ingest, &[]).await);
-        let (_, live) = store.renew(&keys, "replica-2", 0, &[], &[]).await.unwrap();
-        assert_eq!(live, ["replica-2"], "replica-1 stopped beating");
+        let beat = store.renew(&keys, "replica-2", 0, &[], &[]).await.unwrap();
+        assert_eq!(beat.live, ["replica-2"], "replica-1 stopped beating");
+    }
+
+    #[tokio::test]
+    async fn a_heartbeat_tells_the_bucket_and_the_other_replicas_window_slots() {
+        // 10 tokens a second, a burst of 8; 5 retrieval calls a minute.
+        let shape = shape(S / 10, 8, 60 * S, 60 * S, &[(None, 8)], &[(2, 5)]);
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
+        let (sets, windows) = ([None], [2]);
+        for member in ["r1:1", "r2:1", "r2:2"] {
+            go(&ask(&store, &keys, member, &sets, &windows).await);
+        }
+        let held = [(None, Vec::new())];
+        let beat = store.renew(&keys, "r1", 0, &held, &windows).await.unwrap();
+        // Three tokens taken at once: the bucket is three tenths ahead of
+        // when they were taken.
+        assert!(
+            (100_000..=300_000).contains(&beat.recent.tat_ahead),
+            "{beat:?}"
+        );
+        // r2's two slots, not r1's own, sent a moment ago.
+        let [(2, ages)] = beat.recent.windows.as_slice() else {
+            panic!("{beat:?}");
+        };
+        assert_eq!(ages.len(), 2, "{beat:?}");
+        assert!(
+            ages.iter().all(|age| (0..1_000_000).contains(age)),
+            "{ages:?}"
+        );
+        assert_eq!(beat.live, ["r1"]);
     }
 
     #[tokio::test]

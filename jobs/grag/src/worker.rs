@@ -12,6 +12,10 @@ use tokio::task::JoinSet;
 use crate::JobsError;
 use crate::run::{INGEST, Jobs, KG};
 
+/// The longest a job a stopping replica handed back waits for a worker
+/// with a free slot to look: one claim query this often per idle worker.
+const HANDED_BACK: Duration = Duration::from_millis(500);
+
 impl Jobs {
     /// Replays pending jobs for the life of the process, or until
     /// [`shutdown`](Self::shutdown). Store errors are waited out (the jobs
@@ -75,15 +79,23 @@ impl Jobs {
                 if !forever || self.stopping() {
                     return Ok(ran);
                 }
-                // Nothing to do: a submit, a finish or the clock brings more.
-                let wait = if open { self.gate() } else { self.idle() };
+                // Nothing to do: a submit, a finish, the clock or another
+                // replica's hand-back brings more.
+                let wait = if open { self.gate() } else { self.look() };
                 tokio::select! {
                     _ = inner.wake.notified() => {}
                     _ = tokio::time::sleep(wait) => {}
                 }
                 continue;
             }
-            if let Some(done) = running.join_next().await {
+            // A free slot looks again meanwhile: another replica may have
+            // handed a job back.
+            let look = forever && !open && running.len() < limit;
+            let done = tokio::select! {
+                done = running.join_next() => done,
+                () = tokio::time::sleep(self.look()), if look => None,
+            };
+            if let Some(done) = done {
                 ran += 1;
                 // A store error leaves its job leased; the lease brings it back.
                 if let Ok(Err(e)) = done
@@ -115,9 +127,16 @@ impl Jobs {
         budget.max_in_flight.map_or(1, |n| n.max(1) as usize)
     }
 
-    /// How often an idle worker looks for jobs whose wait ran out.
+    /// How often a worker waits after a store error.
     fn idle(&self) -> Duration {
         self.inner.grag.runtime().policy().throttle.polling.interval
+    }
+
+    /// How often a worker with a free slot looks for jobs: those whose wait
+    /// ran out, and those another replica handed back when it stopped (no
+    /// replica tells another), which are taken on within a second.
+    fn look(&self) -> Duration {
+        self.idle().min(HANDED_BACK)
     }
 
     /// How often a worker checks whether the breaker closed.

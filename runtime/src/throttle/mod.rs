@@ -195,6 +195,33 @@ impl RollingWindow {
         self.open + self.logged
     }
 
+    /// Counts requests sent elsewhere at `sends` as ended there: each until
+    /// a window after it. Rare (a replica going local counts what the fleet
+    /// sent), so the log is made again in order.
+    fn seed(&mut self, sends: &[Tick]) {
+        if sends.is_empty() {
+            return;
+        }
+        let mut log: Vec<Expiry> = self.log.drain(..).collect();
+        log.extend(sends.iter().map(|&at| {
+            Expiry {
+                until: (at.saturating_add(self.window))
+                    .div_ceil(EXPIRY_GRID)
+                    .saturating_mul(EXPIRY_GRID),
+                count: 1,
+            }
+        }));
+        log.sort_by_key(|e| e.until);
+        for entry in log {
+            match self.log.back_mut() {
+                Some(last) if last.until == entry.until => last.count += entry.count,
+                _ => self.log.push_back(entry),
+            }
+        }
+        self.logged += sends.len();
+        self.joins_until = None;
+    }
+
     /// A new limit (a replica's share while the fleet is degraded); slots
     /// already held count against it.
     fn set_limit(&mut self, limit: u32) {
@@ -481,27 +508,49 @@ impl Drop for Permit<'_> {
     }
 }
 
-/// A rolling-second slot given back by [`Throttle::leave_second`]. Dropped
-/// before [`retake`](Self::retake) (the wait was cancelled), the slot is
-/// held again, so the request's permit gives back what it holds.
+/// Rolling-window slots given back by [`Throttle::leave_windows`]. Dropped
+/// before [`retake`](Self::retake) took them all again (the wait was
+/// cancelled), those still left are held again, so the request's permit
+/// gives back what it holds.
 #[derive(Debug)]
-pub struct SecondLeft<'a> {
+pub struct WindowsLeft<'a> {
     throttle: &'a Throttle,
-    left: bool,
+    set: BudgetSet,
+    /// The budgets' windows left (positions in [`Windows::budgets`]), by
+    /// the set's tightness order.
+    windows: [Option<u8>; MAX_BUDGETS],
+    second: bool,
 }
 
-impl SecondLeft<'_> {
-    /// Waits for a token and a slot of the rolling second again.
+impl WindowsLeft<'_> {
+    /// Waits for a slot of each window again, in its queue, then for a
+    /// token and a slot of the rolling second.
     pub async fn retake(mut self) {
-        self.throttle.take_token().await;
-        self.left = false;
+        let throttle = self.throttle;
+        for (i, budget) in self.set.by_tightness().enumerate() {
+            let (Some(at), Some(window)) = (self.windows[i], &throttle.lanes[budget].window) else {
+                continue;
+            };
+            let attempt = |now| throttle.lock_windows().budgets[usize::from(at)].acquire(now);
+            if !(window.queue.is_empty() && attempt(throttle.clock.now()).is_ok()) {
+                let _turn = window.queue.turn().await;
+                when_paced(throttle.clock, attempt).await;
+            }
+            self.windows[i] = None;
+        }
+        throttle.take_token().await;
+        self.second = false;
     }
 }
 
-impl Drop for SecondLeft<'_> {
+impl Drop for WindowsLeft<'_> {
     fn drop(&mut self) {
-        if self.left {
-            self.throttle.lock_windows().second.window.hold();
+        let mut windows = self.throttle.lock_windows();
+        for &at in self.windows.iter().flatten() {
+            windows.budgets[usize::from(at)].hold();
+        }
+        if self.second {
+            windows.second.window.hold();
         }
     }
 }
@@ -876,16 +925,47 @@ impl Throttle {
         (windows.second.window).set_limit(limit_of(None, per_period));
     }
 
-    /// Lets an admitted request wait outside the rolling second: its slot
-    /// is given back uncounted until [`SecondLeft::retake`] takes a token
-    /// and a slot again, in the queue every request passes. A request that
-    /// waits for something else after this throttle (the fleet's degraded
-    /// in-flight share) so holds no slot of the second another could send in.
-    pub fn leave_second(&self) -> SecondLeft<'_> {
-        self.lock_windows().second.window.unhold();
-        SecondLeft {
+    /// Counts what the fleet sent elsewhere in this throttle's rolling
+    /// windows: `second`'s sends in the rolling second, and each budget's
+    /// in its window, each as a request that ended when it was sent.
+    pub fn seed_windows(&self, second: &[Instant], budgets: &[(usize, Vec<Instant>)]) {
+        let clock = self.clock;
+        let ticks = |sends: &[Instant]| -> Vec<Tick> {
+            sends.iter().map(|&at| clock.tick_of(at)).collect()
+        };
+        let mut windows = self.lock_windows();
+        windows.second.window.seed(&ticks(second));
+        for (budget, sends) in budgets {
+            let lane = self.lanes.get(*budget).and_then(|l| l.window.as_ref());
+            if let Some(window) = lane {
+                windows.budgets[usize::from(window.at)].seed(&ticks(sends));
+            }
+        }
+    }
+
+    /// Lets a request admitted with `budgets` wait outside its rolling
+    /// windows: its slots of the budgets' windows and of the rolling second
+    /// are given back uncounted until [`WindowsLeft::retake`] takes them
+    /// again, each in its queue. A request that waits for something else
+    /// after this throttle (the fleet's degraded in-flight share) so holds
+    /// no slot another could send in, and one admitted against other limits
+    /// (before the switch to a degraded share) goes within the new ones.
+    pub fn leave_windows(&self, budgets: &[usize]) -> WindowsLeft<'_> {
+        let set = self.budget_set(budgets);
+        let mut left = [None; MAX_BUDGETS];
+        let mut windows = self.lock_windows();
+        for (i, budget) in set.by_tightness().enumerate() {
+            if let Some(window) = &self.lanes[budget].window {
+                windows.budgets[usize::from(window.at)].unhold();
+                left[i] = Some(window.at);
+            }
+        }
+        windows.second.window.unhold();
+        WindowsLeft {
             throttle: self,
-            left: true,
+            set,
+            windows: left,
+            second: true,
         }
     }
 
@@ -1366,7 +1446,7 @@ mod tests {
             "the second is full"
         );
         // The first waits elsewhere: its slot is free for another meanwhile.
-        let left = throttle.leave_second();
+        let left = throttle.leave_windows(&[GLOBAL]);
         let second = throttle
             .admit(GLOBAL)
             .now_or_never()
@@ -1381,10 +1461,39 @@ mod tests {
         // A wait cancelled after leaving holds the slot again, for its
         // permit to give back.
         let third = throttle.admit(GLOBAL).await;
-        drop(throttle.leave_second());
+        drop(throttle.leave_windows(&[GLOBAL]));
         assert_eq!(throttle.lock_windows().second.window.open, 1);
         drop(third);
         assert_eq!(throttle.lock_windows().second.window.open, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_left_its_windows_takes_their_slots_again_within_their_limits() {
+        let throttle = Throttle::new(&POLICY);
+        let slow = throttle.admit(RETRIEVAL).await;
+        // A share of one retrieval call a minute, and one the fleet sent.
+        throttle.set_window_limits(&|budget, limit| if budget.is_some() { 1 } else { limit });
+        throttle.seed_windows(&[], &[(RETRIEVAL, vec![Instant::now()])]);
+        let left = throttle.leave_windows(&[RETRIEVAL]);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 0);
+        let started = Instant::now();
+        left.retake().await;
+        // It goes once the fleet's call leaves the minute.
+        assert!(started.elapsed() >= MINUTE - Duration::from_millis(1));
+        drop(slow);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 0);
+        assert_eq!(throttle.lock_windows().second.window.open, 0);
+        // Cancelled while it waits: its slots are held again, for its permit.
+        let other = throttle.admit(RETRIEVAL).await;
+        throttle.seed_windows(&[], &[(RETRIEVAL, vec![Instant::now()])]);
+        {
+            let left = throttle.leave_windows(&[RETRIEVAL]);
+            assert!(left.retake().now_or_never().is_none(), "the minute is full");
+        }
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 1);
+        assert_eq!(throttle.lock_windows().second.window.open, 1);
+        drop(other);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 0);
     }
 
     #[test]
