@@ -160,20 +160,21 @@ pub struct Glimpse {
     pub answered: Instant,
     /// The token bucket's theoretical arrival time less Redis's now (µs).
     pub tat_ahead: i64,
-    /// By budget: its window's limit and the other replicas' slots in it
-    /// by age (µs; negative: reserved ahead).
+    /// By budget: its window's limit and the fleet's slots in it by age
+    /// (µs; negative: reserved ahead).
     pub windows: Vec<(usize, u32, Vec<i64>)>,
 }
 
-/// The sends a replica going local counts in its rolling windows besides
-/// its own: a `live`-th of what the fleet may have sent by `lost` (when the
-/// store stopped answering), as `glimpse` saw it and as the bucket allowed
-/// after it. Every suffix of the fleet's sends is covered: the rolling
-/// second by the sends the bucket's state allowed, as late as it allowed
-/// them, the windows by the other replicas' slots; after the glimpse, the
-/// most the bucket allowed by `lost`, as late as possible. Each replica
-/// counting every `live`-th of them, newest first, keeps the fleet's
-/// windows straddling the switch within the limits its shares add up to.
+/// What a replica going local counts at least in its rolling windows, its
+/// own sends included: a `live`-th of what the fleet may have sent by
+/// `lost` (when the store stopped answering), as `glimpse` saw it and as
+/// the bucket allowed after it. Every suffix of the fleet's sends is
+/// covered: the rolling second by the sends the bucket's state allowed, as
+/// late as it allowed them, the windows by the fleet's slots; after the
+/// glimpse, the most the bucket allowed by `lost`, as late as possible.
+/// Each replica counting every `live`-th of them, newest first (or its own
+/// sends, where they are more), keeps the fleet's windows straddling the
+/// switch within the limits its shares add up to.
 pub fn unseen_share(
     glimpse: &Glimpse,
     lost: Instant,

@@ -8,8 +8,8 @@
 -- KEYS' order: n, members...
 -- Answers the run (see run_of), what the fleet sent lately (the token
 -- bucket's tat less now, then for each window in KEYS' order: n, then the
--- ages of the other replicas' n slots in it, a slot reserved ahead
--- negative), then the live replicas' ids. A replica that goes local starts
+-- ages of its n slots, a slot reserved ahead negative), then the live
+-- replicas' ids. A replica that goes local starts
 -- its windows from these. The state hash lives while any replica beats: its
 -- run must outlive a quiet spell.
 local t = redis.call('TIME')
@@ -50,19 +50,13 @@ for f = 1, #state, 2 do
 end
 finish(writes, s, names, now)
 local answer = {us(run), us((s[2] or now) - now)}
-local own = ARGV[1] .. ':'
 for i = 3, #KEYS do
   if limits[names[i]] then
     local slots = redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES')
-    local at = #answer + 1
-    answer[at] = 0
-    for j = 1, #slots, 2 do
-      if slots[j]:sub(1, #own) ~= own then
-        answer[#answer + 1] = us(now - slots[j + 1])
-        answer[at] = answer[at] + 1
-      end
+    answer[#answer + 1] = tostring(#slots / 2)
+    for j = 2, #slots, 2 do
+      answer[#answer + 1] = us(now - slots[j])
     end
-    answer[at] = tostring(answer[at])
   end
 end
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do

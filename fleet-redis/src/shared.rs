@@ -1337,21 +1337,17 @@ mod tests {
             .filter(|t| **t <= glimpse_at)
             .map(|t| micros(glimpse_at - *t))
             .collect();
-        let glimpse = |of_others: bool| Glimpse {
+        let glimpse = Glimpse {
             asked: glimpse_at,
             answered: glimpse_at,
             tat_ahead: micros(tat - glimpse_at),
-            windows: vec![(
-                RETRIEVAL,
-                100,
-                if of_others { ages.clone() } else { Vec::new() },
-            )],
+            windows: vec![(RETRIEVAL, 100, ages)],
         };
         tokio::time::sleep_until(lost + ms(250)).await;
-        for (i, throttle) in replicas.iter().enumerate() {
+        for throttle in &replicas {
             throttle.set_window_limits(&|_, limit| rate_share(limit, 3, 5));
             if seeded {
-                let (second, windows) = unseen_share(&glimpse(i > 0), lost, rates, 3);
+                let (second, windows) = unseen_share(&glimpse, lost, rates, 3);
                 throttle.seed_windows(&second, &windows);
             }
         }

@@ -99,8 +99,8 @@ pub struct Recent {
     /// The token bucket's theoretical arrival time less Redis's now, in µs
     /// (negative: the bucket is full).
     pub tat_ahead: i64,
-    /// By window (budget), the other replicas' slots in it by age in µs
-    /// (negative: reserved that far ahead).
+    /// By window (budget), its slots by age in µs (negative: reserved that
+    /// far ahead).
     pub windows: Vec<(usize, Vec<i64>)>,
 }
 
@@ -558,7 +558,7 @@ impl Store {
     /// The heartbeat: this replica is live for one lease, and so are the
     /// leases it holds (by lease set, every set of the fleet listed);
     /// `windows` are every window of the fleet, trimmed here. Answers the
-    /// state's run (`run`: the one this replica knows), what the others
+    /// state's run (`run`: the one this replica knows), what the fleet
     /// sent lately and the live replicas.
     pub async fn renew(
         &self,
@@ -1246,7 +1246,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_heartbeat_tells_the_bucket_and_the_other_replicas_window_slots() {
+    async fn a_heartbeat_tells_the_bucket_and_the_window_slots() {
         // 10 tokens a second, a burst of 8; 5 retrieval calls a minute.
         let shape = shape(S / 10, 8, 60 * S, 60 * S, &[(None, 8)], &[(2, 5)]);
         let Some((_server, store, keys)) = started(&shape) else {
@@ -1264,11 +1264,11 @@ mod tests {
             (100_000..=300_000).contains(&beat.recent.tat_ahead),
             "{beat:?}"
         );
-        // r2's two slots, not r1's own, sent a moment ago.
+        // The three slots, sent a moment ago.
         let [(2, ages)] = beat.recent.windows.as_slice() else {
             panic!("{beat:?}");
         };
-        assert_eq!(ages.len(), 2, "{beat:?}");
+        assert_eq!(ages.len(), 3, "{beat:?}");
         assert!(
             ages.iter().all(|age| (0..1_000_000).contains(age)),
             "{ages:?}"

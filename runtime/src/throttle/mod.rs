@@ -195,15 +195,37 @@ impl RollingWindow {
         self.open + self.logged
     }
 
-    /// Counts requests sent elsewhere at `sends` as ended there: each until
-    /// a window after it. Rare (a replica going local counts what the fleet
-    /// sent), so the log is made again in order.
-    fn seed(&mut self, sends: &[Tick]) {
-        if sends.is_empty() {
+    /// Counts at least `share`'s sends after every instant, its own slots
+    /// included: where its own slots fall short, slots sent at `share`'s
+    /// instants are added (each counted until a window after it). Rare (a
+    /// replica going local counts its share of what the fleet sent), so the
+    /// log is made again in order.
+    fn seed(&mut self, share: &[Tick]) {
+        let mut share = share.to_vec();
+        share.sort_unstable_by(|a, b| b.cmp(a));
+        // Its own slots, newest first, by the instant they count from (an
+        // open request's from now on: newer than any of `share`).
+        let mut own = (self.log.iter().rev())
+            .map(|e| (e.until.saturating_sub(self.window), e.count))
+            .peekable();
+        let mut own_count = self.open;
+        let mut added: Vec<Tick> = Vec::new();
+        let mut i = 0;
+        while let Some(&at) = share.get(i) {
+            while share.get(i) == Some(&at) {
+                i += 1;
+            }
+            while let Some((_, n)) = own.next_if(|&(from, _)| from >= at) {
+                own_count += n;
+            }
+            let short = i.saturating_sub(own_count);
+            added.resize(short.max(added.len()), at);
+        }
+        if added.is_empty() {
             return;
         }
         let mut log: Vec<Expiry> = self.log.drain(..).collect();
-        log.extend(sends.iter().map(|&at| {
+        log.extend(added.iter().map(|&at| {
             Expiry {
                 until: (at.saturating_add(self.window))
                     .div_ceil(EXPIRY_GRID)
@@ -218,7 +240,7 @@ impl RollingWindow {
                 _ => self.log.push_back(entry),
             }
         }
-        self.logged += sends.len();
+        self.logged += added.len();
         self.joins_until = None;
     }
 
@@ -925,9 +947,10 @@ impl Throttle {
         (windows.second.window).set_limit(limit_of(None, per_period));
     }
 
-    /// Counts what the fleet sent elsewhere in this throttle's rolling
-    /// windows: `second`'s sends in the rolling second, and each budget's
-    /// in its window, each as a request that ended when it was sent.
+    /// Makes this throttle's rolling windows count at least `second`'s
+    /// sends after every instant (the rolling second), and each budget's
+    /// its window, their own slots included: a replica going local counts
+    /// its share of what the fleet sent, not its own sends alone.
     pub fn seed_windows(&self, second: &[Instant], budgets: &[(usize, Vec<Instant>)]) {
         let clock = self.clock;
         let ticks = |sends: &[Instant]| -> Vec<Tick> {
@@ -1468,12 +1491,46 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_seeded_window_counts_the_share_where_its_own_slots_fall_short() {
+        let throttle = Throttle::new(&POLICY);
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        // Its own: one request 30 s ago, one 10 s ago.
+        for at in [t0, t0 + s(20)] {
+            tokio::time::sleep_until(at).await;
+            drop(throttle.admit(RETRIEVAL).await);
+        }
+        tokio::time::sleep_until(t0 + s(30)).await;
+        // Its share of the fleet's: three 25 s ago, one 5 s ago.
+        let share = [t0 + s(5), t0 + s(5), t0 + s(5), t0 + s(25)];
+        throttle.seed_windows(&[], &[(RETRIEVAL, share.to_vec())]);
+        // Since 6 s ago: the share's one (its own none: one added). Since
+        // 11 s ago: its own one and that. Since 26 s ago: the share's four
+        // (its own one, three added). In all, its own two and three added.
+        let used = |at: Instant| {
+            let tick = throttle.clock.tick_of(at) + ticks(MINUTE);
+            throttle.window_of(RETRIEVAL, |w| {
+                (w.log.iter())
+                    .filter(|e| e.until > tick)
+                    .map(|e| e.count)
+                    .sum::<usize>()
+            })
+        };
+        assert_eq!(used(t0 + s(24)), 1);
+        assert_eq!(used(t0 + s(19)), 2);
+        assert_eq!(used(t0 + s(4)), 4);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.used()), 5);
+    }
+    #[tokio::test(start_paused = true)]
     async fn a_request_that_left_its_windows_takes_their_slots_again_within_their_limits() {
         let throttle = Throttle::new(&POLICY);
         let slow = throttle.admit(RETRIEVAL).await;
-        // A share of one retrieval call a minute, and one the fleet sent.
+        // A share of one retrieval call a minute, and two the fleet sent:
+        // its own open one counts for one of them.
         throttle.set_window_limits(&|budget, limit| if budget.is_some() { 1 } else { limit });
-        throttle.seed_windows(&[], &[(RETRIEVAL, vec![Instant::now()])]);
+        let now = Instant::now();
+        throttle.seed_windows(&[], &[(RETRIEVAL, vec![now, now])]);
+        assert_eq!(throttle.window_of(RETRIEVAL, |w| w.used()), 2);
         let left = throttle.leave_windows(&[RETRIEVAL]);
         assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open), 0);
         let started = Instant::now();
@@ -1485,7 +1542,8 @@ mod tests {
         assert_eq!(throttle.lock_windows().second.window.open, 0);
         // Cancelled while it waits: its slots are held again, for its permit.
         let other = throttle.admit(RETRIEVAL).await;
-        throttle.seed_windows(&[], &[(RETRIEVAL, vec![Instant::now()])]);
+        let now = Instant::now();
+        throttle.seed_windows(&[], &[(RETRIEVAL, vec![now, now])]);
         {
             let left = throttle.leave_windows(&[RETRIEVAL]);
             assert!(left.retake().now_or_never().is_none(), "the minute is full");
