@@ -214,6 +214,40 @@ struct State {
     lost: Option<Instant>,
 }
 
+/// What the store keeps of the fleet: its lease, the token bucket's pace
+/// and burst, the fleet-wide caps and per-minute limits (the budgets the
+/// policy keeps per replica left out), and how long its keys live.
+fn shape(policy: &FleetPolicy, throttle: &ThrottlePolicy) -> Shape {
+    let per_second = throttle.per_second.max(1);
+    let burst = throttle.max_in_flight.min(per_second).max(1);
+    let interval = throttle.rate_period / per_second;
+    let fleet_wide = |b: usize| !policy.per_replica.iter().any(|r| r.get() == b);
+    let mut caps = vec![(None, throttle.max_in_flight.max(1))];
+    let mut limits = Vec::new();
+    for (b, budget) in throttle.budgets.iter().enumerate() {
+        if !fleet_wide(b) {
+            continue;
+        }
+        if let Some(cap) = budget.max_in_flight {
+            caps.push((Some(b), cap.max(1)));
+        }
+        if let Some(limit) = budget.per_minute {
+            limits.push((b, limit.max(1)));
+        }
+    }
+    Shape {
+        lease: policy.lease,
+        interval,
+        burst,
+        window: throttle.budget_period,
+        horizon: (interval * burst).max(policy.deadline * 4),
+        grace: GRACE,
+        caps,
+        limits,
+        settle: policy.breaker_retry + policy.heartbeat,
+    }
+}
+
 impl RedisFleet {
     /// A fleet member of the API's `tenant` under `whole` (its fleet section,
     /// throttle and alert severities), sharing through the Redis at `url`.
@@ -233,34 +267,9 @@ impl RedisFleet {
             .ok_or("the policy has no fleet section")?;
         let throttle = &whole.throttle;
         let severity = whole.severity(policy.alert).unwrap_or_default();
+        let shape = shape(policy, throttle);
+        let (interval, burst) = (shape.interval, shape.burst);
         let per_second = throttle.per_second.max(1);
-        let burst = throttle.max_in_flight.min(per_second).max(1);
-        let interval = throttle.rate_period / per_second;
-        let fleet_wide = |b: usize| !policy.per_replica.iter().any(|r| r.get() == b);
-        let mut caps = vec![(None, throttle.max_in_flight.max(1))];
-        let mut limits = Vec::new();
-        for (b, budget) in throttle.budgets.iter().enumerate() {
-            if !fleet_wide(b) {
-                continue;
-            }
-            if let Some(cap) = budget.max_in_flight {
-                caps.push((Some(b), cap.max(1)));
-            }
-            if let Some(limit) = budget.per_minute {
-                limits.push((b, limit.max(1)));
-            }
-        }
-        let shape = Shape {
-            lease: policy.lease,
-            interval,
-            burst,
-            window: throttle.budget_period,
-            horizon: (interval * burst).max(policy.deadline * 4),
-            grace: GRACE,
-            caps,
-            limits,
-            settle: policy.breaker_retry + policy.heartbeat,
-        };
         let sent = Sent::new(
             (throttle.rate_period, (burst + per_second - 1) as usize),
             throttle.budget_period,

@@ -1070,18 +1070,7 @@ mod tests {
             token: true,
             run,
         };
-        let mut told = None;
-        for _ in 0..300 {
-            match store.admit(&keys, &asked).await {
-                Ok(Answer::Run(new)) => {
-                    told = Some(new);
-                    break;
-                }
-                Ok(other) => panic!("{other:?}"),
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        }
-        let new = told.expect("the restarted Redis answered");
+        let new = told_run(&store, &keys, &asked).await;
         assert_ne!(new, run);
         // Booked again: two sends 1 s ago fill the window of 2, and the
         // bucket's next token is two intervals ahead.
@@ -1129,6 +1118,23 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // ...and the bucket's next token is the two sends' two intervals ahead.
+        between(next_token_in(&store, &keys).await, 19 * S, 20 * S);
+    }
+
+    /// The run a restarted Redis tells a replica that asks with the old one.
+    async fn told_run(store: &Store, keys: &Keys, asked: &Ask<'_>) -> u64 {
+        for _ in 0..300 {
+            match store.admit(keys, asked).await {
+                Ok(Answer::Run(new)) => return new,
+                Ok(other) => panic!("{other:?}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        panic!("the restarted Redis never answered")
+    }
+
+    /// How far ahead of Redis's clock the bucket's next token is.
+    async fn next_token_in(store: &Store, keys: &Keys) -> Duration {
         let mut connection = store.connection().await.unwrap();
         let tat: f64 = redis::cmd("HGET")
             .arg(keys.state())
@@ -1140,8 +1146,7 @@ mod tests {
             .query_async(&mut connection)
             .await
             .unwrap();
-        let ahead = Duration::from_micros(tat as u64 - (secs * 1_000_000 + us));
-        between(ahead, 19 * S, 20 * S);
+        Duration::from_micros(tat as u64 - (secs * 1_000_000 + us))
     }
 
     #[tokio::test]

@@ -96,16 +96,8 @@ pub(super) fn conclude(
         caller.note(endpoint, &request_id, Some(status), true);
         let recorder = std::sync::Arc::clone(recorder);
         let reply = Reply::new(recorder, endpoint, status, body, request_id, ledger);
-        let stream = sent.response.map(|r| {
-            let local = admitted.permit.detach();
-            (
-                r,
-                StreamSlots {
-                    local,
-                    fleet: admitted.fleet,
-                },
-            )
-        });
+        let (local, fleet) = (admitted.permit.detach(), admitted.fleet);
+        let stream = (sent.response).map(|r| (r, StreamSlots { local, fleet }));
         let answered = Answered {
             reply,
             stream,
