@@ -876,19 +876,23 @@ impl Inner {
                 })
                 .collect()
         };
+        // A request the throttle admitted before the switch, against the
+        // shared limits, goes within this replica's share of its windows:
+        // it takes its slots again first, holding no in-flight share.
+        if stale {
+            throttle.leave_windows(question.windows()).retake().await;
+        }
         let mut permits = Vec::with_capacity(gates.len());
         // A request that must wait for its share (ingest's is 1/1/0 of 2
-        // over three) waits without its slots of this replica's rolling
-        // windows, and takes them again before it goes; so does one the
-        // throttle admitted before the switch, against the shared limits:
-        // it goes within this replica's share.
-        let mut left = stale.then(|| throttle.leave_windows(question.windows()));
+        // over three) waits without its slot of this replica's rolling
+        // second, and takes one again before it goes.
+        let mut left = None;
         for gate in gates {
             if let Ok(permit) = Arc::clone(&gate).try_acquire_owned() {
                 permits.push(permit);
                 continue;
             }
-            left.get_or_insert_with(|| throttle.leave_windows(question.windows()));
+            left.get_or_insert_with(|| throttle.leave_windows(&[]));
             match gate.acquire_owned().await {
                 Ok(permit) => permits.push(permit),
                 // The store came back while this call waited: ask it.
