@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream::{BoxStream, Stream, StreamExt};
+use sdk_sse::SseEvent;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -25,7 +26,6 @@ use crate::client::Client;
 use crate::error::{Error, bounded};
 use crate::events::Events;
 use crate::policy::{OutcomeKind, StreamFallback, StreamPolicy};
-use crate::sse::SseEvent;
 use crate::{Endpoint, Id};
 
 /// An event type a generated crate decodes from a stream's events: one

@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use futures_util::stream::{FusedStream, Stream};
-
+use sdk_sse::SseEvent;
 use serde_json::Value;
 
 use crate::client::Client;
@@ -24,7 +24,6 @@ use crate::error::{Error, bounded};
 use crate::events::Events;
 use crate::follow::StreamEvent;
 use crate::policy::{OutcomeKind, StagePolicy};
-use crate::sse::SseEvent;
 
 /// What a turn yields.
 #[derive(Debug)]

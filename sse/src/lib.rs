@@ -32,8 +32,6 @@ use bytes::Bytes;
 use futures_util::stream::{BoxStream, FusedStream, Stream, StreamExt};
 use tokio::time::{Instant, Sleep};
 
-use crate::error::error_chain;
-
 /// Longest line (terminator excluded) the parser buffers by default. A peer
 /// that never sends a line break must not grow our memory without bound.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
@@ -753,7 +751,7 @@ impl EventStream {
         self.parser.retry()
     }
 
-    pub(crate) fn poll_event(
+    fn poll_event(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<SseEvent, StreamFailure>>> {
@@ -850,6 +848,19 @@ impl FusedStream for EventStream {
     fn is_terminated(&self) -> bool {
         self.body.is_none() && self.ready.is_empty() && self.failure.is_none()
     }
+}
+
+/// `error: source: source…`, for people: transport errors often hide the
+/// useful part (e.g. "connection reset") in their sources.
+pub fn error_chain(e: &dyn StdError) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use reqwest::header::HeaderName;
+use sdk_sse::error_chain;
 use tokio::time::Instant;
 
 use super::Run;
@@ -13,7 +14,7 @@ use crate::call::Call;
 use crate::client::Client;
 use crate::clock;
 use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
-use crate::error::{bounded, error_chain};
+use crate::error::bounded;
 use crate::policy::OutcomeKind;
 use crate::pool::Pool;
 use crate::telemetry;
