@@ -1,0 +1,145 @@
+//! What an admitted request holds, and how it is given back.
+
+use tokio::time::Instant;
+
+use super::{MAX_BUDGETS, Throttle};
+
+/// Admission to send one request; dropping it (the request ended) frees the
+/// concurrency slots and starts the end of its rolling-window slots.
+///
+/// A request cancelled while it waits (a deadline) drops what it has taken
+/// so far the same way.
+#[derive(Debug)]
+pub struct Permit<'a> {
+    pub(super) throttle: &'a Throttle,
+    pub(super) slots: Slots,
+}
+
+/// The slots one request holds, as flags and budget indices: a permit is a
+/// few words, moved without a copy of a semaphore permit per stage, and its
+/// drop and [`Throttle::give_back`] free them the same way.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Slots {
+    /// The windows (positions in [`Windows::budgets`](super::Windows::budgets))
+    /// whose slot is held.
+    pub(super) windows: [Option<u8>; MAX_BUDGETS],
+    pub(super) per_period: bool,
+    /// The budgets whose semaphore permit is held.
+    pub(super) semaphores: [Option<u8>; MAX_BUDGETS],
+    pub(super) global: bool,
+}
+
+/// A budget index as [`Slots`] keeps it (the policy has far fewer than 256).
+pub(super) fn slot(budget: usize) -> u8 {
+    u8::try_from(budget).expect("fewer than 256 budgets")
+}
+
+/// What a [`Permit`] holds, detached from the borrow of its throttle, for a
+/// request that outlives the call that admitted it (an open stream). Give it
+/// back with [`Throttle::give_back`]; dropped without, its slots stay taken.
+#[derive(Debug)]
+#[must_use = "held slots are only freed by Throttle::give_back"]
+pub struct HeldSlots {
+    slots: Slots,
+    /// The fleet's leases of the same request, given back with these.
+    fleet: Option<crate::fleet::FleetSlots>,
+}
+
+impl HeldSlots {
+    /// These slots and the fleet's of the same request, held together.
+    pub(crate) fn with_fleet(mut self, fleet: Option<crate::fleet::FleetSlots>) -> Self {
+        self.fleet = fleet;
+        self
+    }
+}
+
+impl Permit<'_> {
+    /// The slots of this permit, to be given back later with
+    /// [`Throttle::give_back`] on the same throttle.
+    pub fn detach(mut self) -> HeldSlots {
+        HeldSlots {
+            slots: std::mem::take(&mut self.slots),
+            fleet: None,
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        self.throttle.release(self.slots);
+    }
+}
+
+/// A rolling-second slot given back by [`Throttle::leave_second`]. Dropped
+/// before [`retake`](Self::retake) (the wait was cancelled), the slot is
+/// held again, so the request's permit gives back what it holds.
+#[cfg(feature = "redis")]
+#[derive(Debug)]
+pub(crate) struct SecondLeft<'a> {
+    throttle: &'a Throttle,
+    left: bool,
+}
+
+#[cfg(feature = "redis")]
+impl SecondLeft<'_> {
+    /// Waits for a token and a slot of the rolling second again.
+    pub(crate) async fn retake(mut self) {
+        self.throttle.take_token().await;
+        self.left = false;
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for SecondLeft<'_> {
+    fn drop(&mut self) {
+        if self.left {
+            self.throttle.lock_windows().second.window.hold();
+        }
+    }
+}
+
+impl Throttle {
+    /// Frees what a detached permit held, as dropping the permit would have.
+    pub fn give_back(&self, mut held: HeldSlots) {
+        drop(held.fleet.take());
+        self.release(held.slots);
+    }
+
+    /// Frees `slots`: the windows' (ending their requests now, under one
+    /// lock), then the semaphores'.
+    fn release(&self, slots: Slots) {
+        if slots.per_period || slots.windows.iter().any(Option::is_some) {
+            let now = Instant::now();
+            let mut tick = None;
+            let mut windows = self.lock_windows();
+            for &at in slots.windows.iter().flatten() {
+                windows.budgets[usize::from(at)].release_at(now, &mut tick, self.clock);
+            }
+            if slots.per_period {
+                windows.second.window.release_at(now, &mut tick, self.clock);
+            }
+        }
+        for &budget in slots.semaphores.iter().flatten() {
+            if let Some(semaphore) = &self.lanes[usize::from(budget)].semaphore {
+                semaphore.release();
+            }
+        }
+        if slots.global {
+            self.global.release();
+        }
+    }
+
+    /// Lets an admitted request wait outside the rolling second: its slot
+    /// is given back uncounted until [`SecondLeft::retake`] takes a token
+    /// and a slot again, in the queue every request passes. A request that
+    /// waits for something else after this throttle (the fleet's degraded
+    /// in-flight share) so holds no slot of the second another could send in.
+    #[cfg(feature = "redis")]
+    pub(crate) fn leave_second(&self) -> SecondLeft<'_> {
+        self.lock_windows().second.window.unhold();
+        SecondLeft {
+            throttle: self,
+            left: true,
+        }
+    }
+}
