@@ -68,7 +68,7 @@ impl<'a> Future for Admit<'a> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Permit<'a>> {
         let this = self.get_mut();
-        if let AdmitState::Start(set) = this.state {
+        if let AdmitState::Start(set) = &this.state {
             match this.throttle.admit_now(set) {
                 Ok(permit) => {
                     this.state = AdmitState::Done;
@@ -129,22 +129,23 @@ impl Throttle {
     where
         B: Into<Option<usize>> + Copy,
     {
-        self.admit_now(self.budget_set(budgets))
+        self.admit_now(&self.budget_set(budgets))
             .map_err(|waiting| Admit {
                 throttle: self,
                 state: AdmitState::Waiting(waiting),
             })
     }
 
-    /// The free stages now, and the wait for the others.
-    fn admit_now(&self, set: BudgetSet) -> Result<Permit<'_>, Waiting<'_>> {
+    /// The free stages now, and the wait for the others. `set` is borrowed
+    /// so the future's copy is read in place, not copied for the call.
+    fn admit_now(&self, set: &BudgetSet) -> Result<Permit<'_>, Waiting<'_>> {
         let mut permit = Permit {
             throttle: self,
             slots: Slots::default(),
         };
-        match self.pass_free_stages(set, &mut permit.slots) {
+        match self.pass_free_stages(*set, &mut permit.slots) {
             Stage::Done => Ok(permit),
-            stage => Err(self.waiting(set, permit, stage)),
+            stage => Err(self.waiting(*set, permit, stage)),
         }
     }
 

@@ -66,7 +66,7 @@ impl Permit<'_> {
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        self.throttle.release(self.slots);
+        self.throttle.release(&self.slots);
     }
 }
 
@@ -102,12 +102,13 @@ impl Throttle {
     /// Frees what a detached permit held, as dropping the permit would have.
     pub fn give_back(&self, mut held: HeldSlots) {
         drop(held.fleet.take());
-        self.release(held.slots);
+        self.release(&held.slots);
     }
 
     /// Frees `slots`: the windows' (ending their requests now, under one
-    /// lock), then the semaphores'.
-    fn release(&self, slots: Slots) {
+    /// lock), then the semaphores'. Borrowed, so a dropped permit's slots
+    /// are read in place, not copied for the call.
+    fn release(&self, slots: &Slots) {
         if slots.per_period || slots.windows.iter().any(Option::is_some) {
             let now = Instant::now();
             let mut tick = None;
