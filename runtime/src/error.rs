@@ -531,16 +531,3 @@ pub(crate) fn bounded(text: &str, max: usize) -> String {
     out.push_str(CUT);
     out
 }
-
-/// `error: source: source…`, for people: transport errors often hide the
-/// useful part (e.g. "connection reset") in their sources.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}

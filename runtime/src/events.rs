@@ -4,7 +4,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use futures_util::stream::{FusedStream, Stream};
+use futures_util::stream::{FusedStream, Stream, StreamExt};
+use sdk_sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use tokio::time::Instant;
 
 use crate::call::Call;
@@ -12,7 +13,6 @@ use crate::client::Client;
 use crate::error::bounded;
 use crate::error::{Detail, Error};
 use crate::pipeline::StreamSlots;
-use crate::sse::{EventStream, SseEvent, SseParser, StreamFailure};
 use sdk_policy::Endpoint;
 use sdk_policy::policy::{BufferingRule, OutcomeKind, StreamPolicy};
 
@@ -239,7 +239,7 @@ impl Events {
         if self.done {
             return Poll::Ready(None);
         }
-        let item = ready!(self.stream.poll_event(cx));
+        let item = ready!(self.stream.poll_next_unpin(cx));
         let result = match item {
             // A clean end before the contract's terminal event is a drop: the
             // job is still running (poll it), the chat answer likely was not

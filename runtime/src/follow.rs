@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream::{BoxStream, Stream, StreamExt};
+use sdk_sse::SseEvent;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -24,7 +25,6 @@ use crate::call::Call;
 use crate::client::Client;
 use crate::error::{Error, bounded};
 use crate::events::Events;
-use crate::sse::SseEvent;
 use sdk_policy::Endpoint;
 use sdk_policy::Id;
 use sdk_policy::policy::{OutcomeKind, StreamFallback, StreamPolicy};

@@ -32,7 +32,6 @@ mod recorder;
 mod refs;
 mod reply;
 mod spans;
-pub mod sse;
 mod telemetry;
 #[cfg(test)]
 mod testing;
@@ -54,6 +53,8 @@ pub use sdk_policy::Policy;
 pub use sdk_policy::{Endpoint, Lane, Method, OutcomeKind, RouteIx, ScopeNeed};
 pub use sdk_policy::{Id, IdKind, InvalidId};
 pub use sdk_policy::{endpoint, log, policy, scope};
+/// The SSE parser and its watchdog, a crate of its own; kept at this path for callers.
+pub use sdk_sse as sse;
 pub use turn::{FailedStage, Turn, TurnUpdate};
 
 /// What [`id_newtype!`] expands to names, whatever the caller's dependencies.

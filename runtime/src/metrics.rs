@@ -236,90 +236,94 @@ impl Metrics {
     /// The metrics `names` names, for a policy of `routes` routes, with the
     /// `known` label values' series at 0.
     pub fn new(names: &MetricNames, routes: usize, known: Known<'static>) -> Self {
-        let mut registry = Registry::default();
-        let requests = Family::<CallLabels, Counter>::default();
+        let mut metrics = Metrics {
+            registry: Registry::default(),
+            requests: Family::default(),
+            duration: Family::new_with_constructor(duration_histogram),
+            circuit_state: Gauge::default(),
+            circuit_open_seconds: Counter::default(),
+            open_seconds_counted: Mutex::new(Duration::ZERO),
+            sse_fallbacks: Family::default(),
+            sse_buffered: Family::default(),
+            alerts: Family::default(),
+            rate_limited: Family::default(),
+            calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
+            refusals: (0..routes).map(|_| OnceLock::new()).collect(),
+        };
+        metrics.register(names);
+        metrics.start_at_zero(known);
+        metrics
+    }
+
+    /// Registers every metric under its name; those the policy names none
+    /// for are kept but not exported.
+    fn register(&mut self, names: &MetricNames) {
+        let registry = &mut self.registry;
         registry.register(
             names.requests,
             "Calls by service, final error class and whether they were retried",
-            requests.clone(),
-        );
-        let duration = Family::<ServiceLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-            duration_histogram,
+            self.requests.clone(),
         );
         registry.register(
             names.duration,
             "Call duration, retries included",
-            duration.clone(),
+            self.duration.clone(),
         );
-        let circuit_state = Gauge::default();
         if let Some(name) = names.circuit_state {
             registry.register(
                 name,
                 "Origin breaker: 0 closed, 1 half-open, 2 open",
-                circuit_state.clone(),
+                self.circuit_state.clone(),
             );
         }
-        let circuit_open_seconds = Counter::<f64, std::sync::atomic::AtomicU64>::default();
         if let Some(name) = names.circuit_open_seconds {
             registry.register(
                 name,
                 "Time the origin breaker spent open",
-                circuit_open_seconds.clone(),
+                self.circuit_open_seconds.clone(),
             );
         }
-        let sse_fallbacks = Family::<StreamLabels, Counter>::default();
         if let Some(name) = names.sse_fallback {
             registry.register(
                 name,
                 "Streams given up for polling (a stall, an `error` or `timeout` event, a drop)",
-                sse_fallbacks.clone(),
+                self.sse_fallbacks.clone(),
             );
         }
-        let sse_buffered = Family::<StreamLabels, Counter>::default();
         if let Some(name) = names.sse_buffered {
             registry.register(
                 name,
                 "Streams a proxy held back and delivered in one burst",
-                sse_buffered.clone(),
+                self.sse_buffered.clone(),
             );
         }
-        let alerts = Family::<AlertLabels, Counter>::default();
         registry.register(
             names.alerts,
             "Alerts the client raised, by name, whatever sink they went to",
-            alerts.clone(),
+            self.alerts.clone(),
         );
-        let rate_limited = Family::<RetryAfterLabels, Counter>::default();
         registry.register(
             names.rate_limited,
             "429 answers, by whether they carried a usable Retry-After",
-            rate_limited.clone(),
+            self.rate_limited.clone(),
         );
+    }
+
+    /// The series of the `known` label values, at 0 from the start.
+    fn start_at_zero(&self, known: Known<'static>) {
         // Both at 0: "no 429 yet" reads apart from "no such counter".
         for retry_after in ["present", "absent"] {
-            let _ = rate_limited.get_or_create(&RetryAfterLabels { retry_after });
+            let _ = self
+                .rate_limited
+                .get_or_create(&RetryAfterLabels { retry_after });
         }
         for a in known.alerts {
-            let _ = alerts.get_or_create(&AlertLabels { alert: a.alert });
+            let _ = self.alerts.get_or_create(&AlertLabels { alert: a.alert });
         }
         for s in known.streams {
             let stream = StreamLabels { stream: s.name };
-            let _ = sse_fallbacks.get_or_create(&stream);
-            let _ = sse_buffered.get_or_create(&stream);
-        }
-        Metrics {
-            registry,
-            requests,
-            duration,
-            circuit_state,
-            circuit_open_seconds,
-            open_seconds_counted: Mutex::new(Duration::ZERO),
-            sse_fallbacks,
-            sse_buffered,
-            alerts,
-            rate_limited,
-            calls: (0..1 << CACHE_BITS).map(|_| OnceLock::new()).collect(),
-            refusals: (0..routes).map(|_| OnceLock::new()).collect(),
+            let _ = self.sse_fallbacks.get_or_create(&stream);
+            let _ = self.sse_buffered.get_or_create(&stream);
         }
     }
 

@@ -16,14 +16,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use futures_util::stream::{FusedStream, Stream};
-
+use sdk_sse::SseEvent;
 use serde_json::Value;
 
 use crate::client::Client;
 use crate::error::{Error, bounded};
 use crate::events::Events;
 use crate::follow::StreamEvent;
-use crate::sse::SseEvent;
 use sdk_policy::policy::{OutcomeKind, StagePolicy};
 
 /// What a turn yields.

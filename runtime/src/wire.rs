@@ -8,7 +8,9 @@ use reqwest::header::HeaderName;
 use sdk_policy::policy::OutcomeKind;
 
 use crate::backoff::parse_retry_after;
-use crate::error::{bounded, error_chain};
+use sdk_sse::error_chain;
+
+use crate::error::bounded;
 use crate::pool::Pool;
 
 /// How an answer's 2xx body is taken: read whole (a call), or left to the

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sdk_runtime::sse::{Frame, SseError, SseParser};
+use sdk_sse::{Frame, SseError, SseParser};
 
 /// Small caps, so the fuzzer reaches them.
 const LINE: usize = 64;

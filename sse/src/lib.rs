@@ -32,8 +32,6 @@ use bytes::Bytes;
 use futures_util::stream::{BoxStream, FusedStream, Stream, StreamExt};
 use tokio::time::{Instant, Sleep};
 
-use crate::error::error_chain;
-
 /// Longest line (terminator excluded) the parser buffers by default. A peer
 /// that never sends a line break must not grow our memory without bound.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
@@ -753,7 +751,7 @@ impl EventStream {
         self.parser.retry()
     }
 
-    pub(crate) fn poll_event(
+    fn poll_event(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<SseEvent, StreamFailure>>> {
@@ -850,6 +848,19 @@ impl FusedStream for EventStream {
     fn is_terminated(&self) -> bool {
         self.body.is_none() && self.ready.is_empty() && self.failure.is_none()
     }
+}
+
+/// `error: source: source…`, for people: transport errors often hide the
+/// useful part (e.g. "connection reset") in their sources.
+pub fn error_chain(e: &dyn StdError) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -1334,11 +1345,35 @@ mod tests {
         }
     }
 
+    /// An input, its line and event caps, and what parsing it gives: the
+    /// number of events, or the cap passed.
+    type CapRow = (&'static [u8], usize, usize, Result<usize, SseError>);
+
+    /// Every row gives the same result in one chunk and cut anywhere in three.
+    fn assert_caps_for_any_chunking(table: &[CapRow]) {
+        for (input, max_line, max_event, want) in table {
+            let run = |chunks: &[&[u8]]| {
+                let mut parser = SseParser::with_limits(*max_line, *max_event);
+                let mut frames = Vec::new();
+                for chunk in chunks {
+                    parser.push_into(chunk, &mut frames)?;
+                }
+                parser.finish().map(|()| frames.len())
+            };
+            assert_eq!(&run(&[input]), want, "{:?}", String::from_utf8_lossy(input));
+            for i in 0..=input.len() {
+                for j in i..=input.len() {
+                    let chunks = [&input[..i], &input[i..j], &input[j..]];
+                    assert_eq!(&run(&chunks), want, "{input:?} split at {i}, {j}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn sse_caps_are_exact_and_the_same_for_any_chunking() {
         // `data: ` + 4 bytes of value + `\n` is 5 bytes of data.
-        type Row = (&'static [u8], usize, usize, Result<usize, SseError>);
-        let table: &[Row] = &[
+        assert_caps_for_any_chunking(&[
             (b"data: abcd\n\n", 10, 5, Ok(1)),
             (
                 b"data: abcde\n\n",
@@ -1366,9 +1401,14 @@ mod tests {
                 5,
                 Err(SseError::EventTooLarge { limit: 5 }),
             ),
-            // Past both caps: the one passed at the earlier byte is named,
-            // the line's on a tie (`data: ` + 3 value bytes is the 9th byte
-            // and 3 + 1 bytes of data).
+        ]);
+    }
+
+    #[test]
+    fn sse_past_both_caps_the_one_passed_first_is_named_for_any_chunking() {
+        // The line's on a tie (`data: ` + 3 value bytes is the 9th byte and
+        // 3 + 1 bytes of data).
+        assert_caps_for_any_chunking(&[
             (
                 b"data: abcdefgh\n\n",
                 8,
@@ -1399,7 +1439,12 @@ mod tests {
                 2,
                 Err(SseError::EventTooLarge { limit: 2 }),
             ),
-            // Caps apply to comments and other fields too.
+        ]);
+    }
+
+    #[test]
+    fn sse_caps_apply_to_comments_and_other_fields_for_any_chunking() {
+        assert_caps_for_any_chunking(&[
             (
                 b": abcdefghij\n",
                 10,
@@ -1412,24 +1457,7 @@ mod tests {
                 5,
                 Err(SseError::LineTooLong { limit: 10 }),
             ),
-        ];
-        for (input, max_line, max_event, want) in table {
-            let run = |chunks: &[&[u8]]| {
-                let mut parser = SseParser::with_limits(*max_line, *max_event);
-                let mut frames = Vec::new();
-                for chunk in chunks {
-                    parser.push_into(chunk, &mut frames)?;
-                }
-                parser.finish().map(|()| frames.len())
-            };
-            assert_eq!(&run(&[input]), want, "{:?}", String::from_utf8_lossy(input));
-            for i in 0..=input.len() {
-                for j in i..=input.len() {
-                    let chunks = [&input[..i], &input[i..j], &input[j..]];
-                    assert_eq!(&run(&chunks), want, "{input:?} split at {i}, {j}");
-                }
-            }
-        }
+        ]);
     }
 
     mod chunking {

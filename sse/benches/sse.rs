@@ -15,7 +15,7 @@
 //! no-op waker (all inputs are ready), so no runtime is measured. Before the
 //! timings, each one's event count is checked against ours.
 //!
-//! Run with `cargo bench -p sdk-runtime --bench sse -- --warm-up-time 1 --measurement-time 3`.
+//! Run with `cargo bench -p sdk-sse --bench sse -- --warm-up-time 1 --measurement-time 3`.
 
 use std::hint::black_box;
 use std::pin::pin;
@@ -24,7 +24,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::Stream;
-use sdk_runtime::sse::{Frame, SseParser};
+use sdk_sse::{Frame, SseParser};
 
 fn job_progress() -> Vec<u8> {
     let mut out = String::new();
