@@ -611,3 +611,417 @@ impl Model {
             .flat_map(|s| s.routes.iter().map(move |r| (s, r)))
     }
 }
+
+/// A value the policy holds for the rest of the process: the vocabulary's
+/// types are `'static` (a generated crate keeps its policy in statics), and
+/// the generator is a build tool that exits.
+pub fn leak(text: &str) -> &'static str {
+    Box::leak(text.to_owned().into_boxed_str())
+}
+
+/// A table the policy holds for the rest of the process (see [`leak`]).
+pub fn leak_all<T>(items: Vec<T>) -> &'static [T] {
+    Box::leak(items.into_boxed_slice())
+}
+
+/// Texts the policy holds for the rest of the process (see [`leak`]).
+pub fn leak_texts<S: AsRef<str>>(texts: &[S]) -> &'static [&'static str] {
+    leak_all(texts.iter().map(|t| leak(t.as_ref())).collect())
+}
+
+/// The log lines' writer the policy names: the generated crate writes its
+/// own (`src/log.rs`); the generator's copy of the policy writes nothing.
+#[derive(Debug)]
+pub struct Unwritten;
+
+impl sdk_policy::log::LogLines for Unwritten {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn sent(&self, _: &sdk_policy::log::SentLine<'_>) {}
+    fn attempt(&self, _: &sdk_policy::log::AttemptLine<'_>) {}
+    fn alert(&self, _: &sdk_policy::log::AlertLine<'_>) {}
+    fn retry_exhausted(&self, _: &sdk_policy::log::ExhaustedLine<'_>) {}
+    fn stream_failed(&self, _: &sdk_policy::log::StreamFailedLine<'_>) {}
+    fn breaker(&self, _: &str, _: &str) {}
+    fn warm_up(&self, _: &str, _: bool) {}
+}
+
+impl Model {
+    /// Every route's descriptor, in spec order.
+    pub fn endpoints(&self) -> Vec<&'static sdk_policy::Endpoint> {
+        self.routes()
+            .enumerate()
+            .map(|(i, (s, r))| {
+                &*Box::leak(Box::new(sdk_policy::Endpoint {
+                    service: leak(&s.name),
+                    operation: leak(&r.name),
+                    method: r.method,
+                    path: leak(&r.path),
+                    scope: r.scope,
+                    lane: s.lane,
+                    timeout: sdk_policy::TimeoutIx::new(r.timeout as u16),
+                    retry: sdk_policy::RetryIx::new(r.retry as u16),
+                    idempotent: r.idempotent,
+                    budget: sdk_policy::BudgetIx::new(r.budget as u16),
+                    replay: r.replay,
+                    conflict: r.conflict,
+                    pipeline_id: r.pipeline_id,
+                    stream: match r.returns {
+                        Returns::Stream(i) => Some(sdk_policy::StreamIx::new(i as u16)),
+                        _ => None,
+                    },
+                    max_response: r.max_response as usize,
+                    route: sdk_policy::RouteIx::new(i as u16),
+                }))
+            })
+            .collect()
+    }
+
+    /// The policy the runtime executes, as the generated crate holds it.
+    pub fn policy(&self) -> sdk_policy::Policy {
+        use sdk_policy::policy as p;
+        let endpoints = self.endpoints();
+        let flat: Vec<(usize, usize)> = self
+            .services
+            .iter()
+            .enumerate()
+            .flat_map(|(si, s)| (0..s.routes.len()).map(move |ri| (si, ri)))
+            .collect();
+        let at = |r: RouteRef| {
+            endpoints[flat
+                .iter()
+                .position(|&x| x == (r.service, r.route))
+                .expect("a route of the model")]
+        };
+        let d = |o: Option<Duration>| o;
+        let h = &self.api.headers;
+        let reserved = leak_texts(&self.api.reserved_tenants);
+        let opaque: Vec<&str> = self
+            .api
+            .ids
+            .iter()
+            .filter(|i| i.opaque)
+            .map(|i| i.name.as_str())
+            .collect();
+        let rows = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(index, r)| p::TaxonomyRow {
+                index: p::RowIx::new(index as u16),
+                row: leak(&r.row),
+                matches: p::RowMatch {
+                    outcome: r.outcome,
+                    status: r.status,
+                    detail: r.detail.map(|d| p::DetailIx::new(d as u16)),
+                    retry_after: r.retry_after,
+                    conflict: r.conflict,
+                    keyless: r.keyless,
+                    routes: r
+                        .routes
+                        .as_ref()
+                        .map(|list| leak_all(list.iter().map(|x| at(*x)).collect())),
+                },
+                class: leak(&r.class),
+                success: r.class == "success",
+                retry: r.retry.map(|i| p::RetryIx::new(i as u16)),
+                feeds_breaker: r.feeds_breaker,
+                outcome_unknown: r.outcome_unknown,
+                alert: r.alert.as_deref().map(leak),
+                alert_outside_deploy: r.alert_outside_deploy,
+                feature_state: r.feature_state.map(|i| leak(&self.states[i].name)),
+                remember_for: r.remember_for,
+                escalate_to: r.escalate_to.map(|i| p::RowIx::new(i as u16)),
+                replay: r.replay,
+                action: leak(&r.action),
+                message: self
+                    .messages
+                    .iter()
+                    .find(|m| m.class == r.class)
+                    .map(|m| leak(&m.copy)),
+                unknown_message: self
+                    .unknown_outcome
+                    .as_ref()
+                    .filter(|_| r.outcome_unknown)
+                    .map(|m| leak(&m.copy)),
+            })
+            .collect();
+        let streams = self
+            .streams
+            .iter()
+            .map(|s| p::StreamPolicy {
+                name: leak(&s.name),
+                watchdog: s.watchdog,
+                keepalive: s.keepalive,
+                ceiling: s.ceiling,
+                resync_after_reconnect: s.resync_after_reconnect,
+                resend: s.resend,
+                first_event: s.first_event.as_deref().map(leak),
+                terminal_events: leak_texts(&s.terminal_events),
+                ends_with_terminal: s.ends_with_terminal,
+                error_event: leak(&s.error_event),
+                timeout_event: leak(&s.timeout_event),
+                fallback: match (s.fallback, &s.status) {
+                    (Some(f), Some(read)) => Some(p::StreamFallback {
+                        route: at(f),
+                        status_field: leak(&read.field),
+                        completed: leak_texts(&read.completed),
+                        failed: leak_texts(&read.failed),
+                        error_field: read.error_field.as_deref().map(leak),
+                        reopen_after: read.reopen_after,
+                    }),
+                    _ => None,
+                },
+                stages: s.stages.as_ref().map(|g| p::StagePolicy {
+                    event: leak(&g.event),
+                    stage_field: leak(&g.stage_field),
+                    status_field: leak(&g.status_field),
+                    failed: leak_texts(&g.failed),
+                    fail_closed: leak_texts(&g.fail_closed),
+                    detail_field: g.detail_field.as_deref().map(leak),
+                    feature: leak(&g.feature),
+                }),
+                lost_copy: s.lost_copy.as_deref().map(leak),
+            })
+            .collect();
+        let budget = |i: usize| p::BudgetIx::new(i as u16);
+        sdk_policy::Policy {
+            api: leak(&self.api.name),
+            headers: p::HeaderNames {
+                authorization: leak(&h.authorization),
+                auth_scheme: leak(&h.auth_scheme),
+                tenant: leak(&h.tenant),
+                workspace: h.workspace.as_deref().map(leak),
+                request_id: leak(&h.request_id),
+                retry_after: leak(&h.retry_after),
+                pipeline: h.pipeline.as_deref().map(leak),
+            },
+            ids: p::IdRules {
+                pattern: p::IdPattern {
+                    text: leak(&self.api.id_pattern.text),
+                    first: leak_all(self.api.id_pattern.first.clone()),
+                    rest: leak_all(self.api.id_pattern.rest.clone()),
+                    min_len: self.api.id_pattern.min_len,
+                    max_len: self.api.id_pattern.max_len,
+                },
+                reserved_tenants: reserved,
+                opaque: leak_texts(&opaque),
+                opaque_max_len: self.api.opaque_max_len as usize,
+            },
+            reserved_floor: reserved,
+            timeouts: leak_all(
+                self.timeouts
+                    .iter()
+                    .map(|t| p::TimeoutClass {
+                        name: leak(&t.name),
+                        per_attempt: t.per_attempt,
+                        deploy_suspected: d(t.deploy_suspected),
+                    })
+                    .collect(),
+            ),
+            deadline: self.deadline,
+            retries: leak_all(
+                self.retries
+                    .iter()
+                    .map(|r| p::RetryClass {
+                        name: leak(&r.name),
+                        schedule: r.schedule,
+                        configurable: r.configurable.map(|b| p::RetryBounds {
+                            min_attempts: b.min_attempts,
+                            max_attempts: b.max_attempts,
+                            min_step: b.min_step,
+                        }),
+                    })
+                    .collect(),
+            ),
+            breaker: self.breaker.as_ref().map(|b| p::BreakerPolicy {
+                threshold: b.threshold,
+                window: b.window,
+                distinct_endpoints: b.distinct_endpoints,
+                probe: at(b.probe),
+                canary: at(b.canary),
+                probe_interval: b.probe_interval,
+                probe_timeout: self.timeouts[b.probe_timeout].per_attempt,
+                healthy_probes: b.healthy_probes,
+                canary_timeout: self.timeouts[b.canary_timeout].per_attempt,
+                deploy_suspected: b.deploy_suspected,
+                alert_after: b.alert_after,
+                open_alert: leak(self.breaker_alert.as_deref().unwrap_or_default()),
+            }),
+            throttle: p::ThrottlePolicy {
+                max_in_flight: self.throttle.max_in_flight,
+                per_second: self.throttle.per_second,
+                rate_period: Duration::from_secs(1),
+                budget_period: Duration::from_secs(60),
+                budgets: leak_all(
+                    self.throttle
+                        .budgets
+                        .iter()
+                        .map(|b| p::BudgetPolicy {
+                            name: leak(&b.name),
+                            max_in_flight: b.max_in_flight,
+                            per_minute: b.per_minute,
+                        })
+                        .collect(),
+                ),
+                polling: p::PollingPolicy {
+                    interval: self.throttle.polling_interval,
+                    floor: self.throttle.polling_floor,
+                    hot_factor: self.throttle.polling_hot_factor,
+                },
+            },
+            taxonomy: leak_all(rows),
+            detail_sets: leak_all(
+                self.details
+                    .iter()
+                    .map(|x| p::DetailSet {
+                        name: leak(&x.name),
+                        contains: leak_texts(&x.contains),
+                    })
+                    .collect(),
+            ),
+            streams: leak_all(streams),
+            buffering: self.buffering.as_ref().map(|b| p::BufferingRule {
+                min_events: b.min_events,
+                burst: b.burst,
+                silent_for: b.silent_for,
+                confirm_after: b.confirm_after,
+                alert: leak(&b.alert),
+            }),
+            fallbacks_sustained: self.fallbacks_sustained.as_ref().map(|(n, w, a)| {
+                (
+                    p::AlertRate {
+                        at_least: *n,
+                        within: *w,
+                    },
+                    leak(a),
+                )
+            }),
+            states: leak_all(
+                self.states
+                    .iter()
+                    .map(|s| p::FeatureStateCopy {
+                        state: leak(&s.name),
+                        copy: s.copy.as_deref().map(leak),
+                        when: s.when,
+                    })
+                    .collect(),
+            ),
+            messages: leak_all(
+                self.messages
+                    .iter()
+                    .map(|m| p::ClassMessage {
+                        class: leak(&m.class),
+                        copy: leak(&m.copy),
+                    })
+                    .collect(),
+            ),
+            warm_up: leak_all(
+                self.breaker
+                    .iter()
+                    .flat_map(|b| &b.warm_up)
+                    .map(|w| p::WarmUpCall {
+                        endpoint: at(w.route),
+                        path: leak_texts(&w.path),
+                        body: w.body.as_deref().map(leak),
+                        timeout: w.timeout.map(|t| p::TimeoutIx::new(t as u16)),
+                        pipeline_id: w.pipeline_id.as_deref().map(leak),
+                    })
+                    .collect(),
+            ),
+            features: leak_all(
+                self.features
+                    .iter()
+                    .map(|f| p::FeaturePolicy {
+                        name: leak(&f.name),
+                        routes: leak_all(f.routes.iter().map(|r| at(*r)).collect()),
+                    })
+                    .collect(),
+            ),
+            alerts: p::AlertNames {
+                retry_exhausted: leak(&self.retry_exhausted_alert),
+                retry_exhausted_rate: self
+                    .retry_exhausted_rate
+                    .map(|(at_least, within)| p::AlertRate { at_least, within }),
+                severities: leak_all(
+                    self.alerts
+                        .iter()
+                        .map(|a| p::AlertSeverity {
+                            alert: leak(&a.name),
+                            severity: leak(&a.severity),
+                        })
+                        .collect(),
+                ),
+            },
+            limits: p::Limits {
+                error_body: self.limits.error_body as usize,
+                detail: self.limits.detail as usize,
+                sse_line: self.limits.sse_line as usize,
+                sse_event: self.limits.sse_event as usize,
+            },
+            routes: leak_all(endpoints.clone()),
+            pool_idle: self.pool_idle,
+            pool_idle_floor: self.pool_idle_floor,
+            keep_alive_margin: self.keep_alive_margin,
+            metrics: p::MetricNames {
+                requests: leak(&self.metrics.requests),
+                duration: leak(&self.metrics.duration),
+                circuit_state: self.metrics.circuit_state.as_deref().map(leak),
+                circuit_open_seconds: self.metrics.circuit_open_seconds.as_deref().map(leak),
+                sse_fallback: self.metrics.sse_fallback.as_deref().map(leak),
+                sse_buffered: self.metrics.sse_buffered.as_deref().map(leak),
+                alerts: leak(&self.metrics.alerts),
+                rate_limited: leak(&self.metrics.rate_limited),
+            },
+            log: sdk_policy::log::LogNames {
+                target: leak(&self.log.target),
+                path_fields: leak_all(
+                    self.log
+                        .path_fields
+                        .iter()
+                        .map(|(f, p)| (leak(f), leak_texts(p)))
+                        .collect(),
+                ),
+            },
+            log_lines: &Unwritten,
+            fresh_after: leak_all(self.fresh_after.clone()),
+            replay: self.replay.as_ref().map(|r| p::ReplayPolicy {
+                budget: budget(r.budget),
+                lease: r.lease,
+                pause: r.pause,
+                split: r.split as usize,
+                kinds: leak_texts(&r.kinds),
+                lock_attempts: r.lock_attempts,
+                lock_step: r.lock_step,
+                depth_metric: leak(&r.depth_metric),
+                failures_metric: leak(&r.failures_metric),
+                failure_alert: leak(&r.failure_alert),
+            }),
+            fleet: self.fleet.as_ref().map(|f| p::FleetPolicy {
+                shared: f.shared,
+                url_env: leak(&f.url_env),
+                deadline: f.deadline,
+                breaker_failures: f.breaker_failures,
+                breaker_over: f.breaker_over,
+                breaker_retry: f.breaker_retry,
+                lease: f.lease,
+                heartbeat: f.heartbeat,
+                margin_percent: f.margin_percent,
+                degraded: if f.fail_closed {
+                    p::Degraded::Closed
+                } else {
+                    p::Degraded::Open
+                },
+                per_replica: leak_all(f.per_replica.iter().map(|&b| budget(b)).collect()),
+                metrics: p::FleetMetricNames {
+                    admission: leak(&f.admission_metric),
+                    decisions: leak(&f.decisions_metric),
+                    degraded: leak(&f.degraded_metric),
+                    share: leak(&f.share_metric),
+                },
+                alert: leak(&f.alert),
+            }),
+        }
+    }
+}

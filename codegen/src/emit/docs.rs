@@ -39,29 +39,6 @@ pub fn int(n: impl Into<u64>) -> proc_macro2::Literal {
     proc_macro2::Literal::u64_unsuffixed(n.into())
 }
 
-/// A `Duration` constructor, in whole seconds where possible.
-pub fn duration(d: Duration) -> TokenStream {
-    let millis = d.as_millis() as u64;
-    if millis.is_multiple_of(1000) {
-        let secs = int(millis / 1000);
-        quote!(::std::time::Duration::from_secs(#secs))
-    } else {
-        let millis = int(millis);
-        quote!(::std::time::Duration::from_millis(#millis))
-    }
-}
-
-/// `Some(x)` or `None`.
-pub fn option<T>(value: Option<T>, f: impl FnOnce(T) -> TokenStream) -> TokenStream {
-    match value {
-        Some(v) => {
-            let inner = f(v);
-            quote!(Some(#inner))
-        }
-        None => quote!(None),
-    }
-}
-
 /// An identifier: a keyword is written raw (`r#type`). Lowering lets only
 /// names through that are identifiers; should one slip past it anyway, it is
 /// recorded (see [`take_invalid`]) and the file fails with an error instead

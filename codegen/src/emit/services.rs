@@ -25,8 +25,9 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
     // The routes' positions in `ENDPOINTS`: every route of the services before, in spec order.
     let first: usize = model.services[..index].iter().map(|s| s.routes.len()).sum();
-    let endpoints =
-        (service.routes.iter().enumerate()).map(|(i, r)| endpoint(model, service, r, first + i));
+    let descriptors = model.endpoints();
+    let endpoints = (service.routes.iter().enumerate())
+        .map(|(i, r)| endpoint(model, descriptors[first + i], r));
     let methods = service.routes.iter().map(|r| method(model, r));
     let mut proofs: Vec<&Existence> = model
         .routes()
@@ -125,50 +126,18 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
 }
 
 /// The descriptor of `r`, at position `route` of the policy's routes.
-fn endpoint(model: &Model, service: &Service, r: &Route, route: usize) -> TokenStream {
+fn endpoint(model: &Model, endpoint: &sdk_policy::Endpoint, r: &Route) -> TokenStream {
+    use sdk_policy::bake::Bake;
     let name = ident(&screaming(&r.name));
-    let (svc, op, path) = (&service.name, &r.name, &r.path);
-    let method = ident(&camel(&r.method.as_str().to_ascii_lowercase()));
-    let scope = ident(&format!("{:?}", r.scope));
-    let lane = ident(match service.lane {
-        Lane::Key => "Key",
-        Lane::Keyless => "Keyless",
-    });
-    let timeout = ident(&screaming(&model.timeouts[r.timeout].name));
-    let retry = ident(&screaming(&model.retries[r.retry].name));
-    let budget = ident(&screaming(&model.throttle.budgets[r.budget].name));
-    let conflict = super::policy::conflict(r.conflict);
-    let (idempotent, replay, pipeline) = (r.idempotent, r.replay, r.pipeline_id);
-    let max_response = super::docs::int(r.max_response);
-    let stream = match &r.returns {
-        Returns::Stream(i) => {
-            let s = ident(&screaming(&model.streams[*i].name));
-            quote!(Some(stream::#s))
-        }
-        _ => quote!(None),
-    };
     let text = format!(" `{} {}`", r.method.as_str(), r.path);
-    let route = super::docs::int(route as u64);
+    let names = super::policy::CrateNames {
+        model,
+        statics: false,
+    };
+    let value = endpoint.bake(&names);
     quote! {
         #[doc = #text]
-        pub static #name: Endpoint = Endpoint {
-            service: #svc,
-            operation: #op,
-            method: Method::#method,
-            path: #path,
-            scope: ScopeNeed::#scope,
-            lane: Lane::#lane,
-            timeout: timeout::#timeout,
-            retry: retry::#retry,
-            idempotent: #idempotent,
-            budget: budget::#budget,
-            replay: #replay,
-            conflict: #conflict,
-            pipeline_id: #pipeline,
-            stream: #stream,
-            max_response: #max_response,
-            route: RouteIx::new(#route),
-        };
+        pub static #name: Endpoint = #value;
     }
 }
 
