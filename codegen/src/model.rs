@@ -6,7 +6,10 @@ use std::time::Duration;
 pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Lane, ScopeNeed};
 pub use sdk_policy::policy::Replay as RowReplay;
-pub use sdk_policy::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
+pub use sdk_policy::policy::{
+    BudgetPolicy, Conflict, OutcomeKind, RetryBounds, RetryClass, RetrySchedule, StateTrigger,
+    TimeoutClass,
+};
 
 /// Where an item is written in the spec: errors found after lowering (a
 /// crate name two APIs share, a failure of the emitter) point there.
@@ -36,13 +39,31 @@ pub struct Source {
     pub inferred: bool,
 }
 
+/// A value of the policy's vocabulary with what the runtime does not hold:
+/// the spec's words about it and where the policy says it. It reads as the
+/// value itself (`timeout.per_attempt`).
+#[derive(Debug, Clone)]
+pub struct Item<T> {
+    pub value: T,
+    pub doc: String,
+    pub source: Source,
+}
+
+impl<T> std::ops::Deref for Item<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
 #[derive(Debug)]
 pub struct Model {
     pub api: Api,
-    pub timeouts: Vec<Timeout>,
+    pub timeouts: Vec<Item<TimeoutClass>>,
     pub deadline: Duration,
     pub deadline_source: Source,
-    pub retries: Vec<Retry>,
+    pub retries: Vec<Item<RetryClass>>,
     pub breaker: Option<Breaker>,
     pub throttle: Throttle,
     pub limits: Limits,
@@ -173,15 +194,6 @@ pub struct IdType {
     pub source: Source,
 }
 
-#[derive(Debug)]
-pub struct Timeout {
-    pub name: String,
-    pub doc: String,
-    pub per_attempt: Duration,
-    pub deploy_suspected: Option<Duration>,
-    pub source: Source,
-}
-
 /// The log lines' target and field names.
 #[derive(Debug)]
 pub struct LogNames {
@@ -235,24 +247,6 @@ pub struct Replay {
     pub source: Source,
 }
 
-#[derive(Debug)]
-pub struct Retry {
-    pub name: String,
-    pub doc: String,
-    pub schedule: RetrySchedule,
-    /// The configuration may set attempts and step within these.
-    pub configurable: Option<RetryBounds>,
-    pub source: Source,
-}
-
-/// What a configuration may set a linear retry class to.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RetryBounds {
-    pub min_attempts: u32,
-    pub max_attempts: u32,
-    pub min_step: Duration,
-}
-
 /// A route named as `service.route`, resolved to indices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RouteRef {
@@ -290,11 +284,14 @@ pub struct WarmUp {
     pub source: Source,
 }
 
+/// The throttle section. The runtime's `ThrottlePolicy` is made of it when
+/// the policy is; the polling cadence keeps the names under which
+/// `sdk-runtime`'s fixture test compares its own with the spec's.
 #[derive(Debug)]
 pub struct Throttle {
     pub max_in_flight: u32,
     pub per_second: u32,
-    pub budgets: Vec<Budget>,
+    pub budgets: Vec<Item<BudgetPolicy>>,
     pub polling_interval: Duration,
     pub polling_floor: Duration,
     pub polling_hot_factor: u32,
@@ -325,15 +322,6 @@ pub struct Fleet {
     pub degraded_metric: String,
     pub share_metric: String,
     pub alert: String,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct Budget {
-    pub name: String,
-    pub doc: String,
-    pub max_in_flight: Option<u32>,
-    pub per_minute: Option<u32>,
     pub source: Source,
 }
 
@@ -595,7 +583,7 @@ impl Model {
 
     /// Budgets no route draws from: modes a caller opts into (a bulk
     /// backfill), each a method on the client.
-    pub fn caller_budgets(&self) -> impl Iterator<Item = &Budget> {
+    pub fn caller_budgets(&self) -> impl Iterator<Item = &Item<BudgetPolicy>> {
         self.throttle
             .budgets
             .iter()
@@ -612,11 +600,24 @@ impl Model {
     }
 }
 
-/// A value the policy holds for the rest of the process: the vocabulary's
+/// A text the policy holds for the rest of the process: the vocabulary's
 /// types are `'static` (a generated crate keeps its policy in statics), and
-/// the generator is a build tool that exits.
+/// the generator is a build tool that exits. Each distinct text is kept
+/// once, so a process that lowers spec after spec (the spec fuzz) does not
+/// grow by every name and copy of every one.
 pub fn leak(text: &str) -> &'static str {
-    Box::leak(text.to_owned().into_boxed_str())
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static TEXTS: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut texts = TEXTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(kept) = texts.get(text) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(text.into());
+    texts.insert(kept);
+    kept
 }
 
 /// A table the policy holds for the rest of the process (see [`leak`]).
@@ -694,7 +695,6 @@ impl Model {
                 .position(|&x| x == (r.service, r.route))
                 .expect("a route of the model")]
         };
-        let d = |o: Option<Duration>| o;
         let h = &self.api.headers;
         let reserved = leak_texts(&self.api.reserved_tenants);
         let opaque: Vec<&str> = self
@@ -810,31 +810,9 @@ impl Model {
                 opaque_max_len: self.api.opaque_max_len as usize,
             },
             reserved_floor: reserved,
-            timeouts: leak_all(
-                self.timeouts
-                    .iter()
-                    .map(|t| p::TimeoutClass {
-                        name: leak(&t.name),
-                        per_attempt: t.per_attempt,
-                        deploy_suspected: d(t.deploy_suspected),
-                    })
-                    .collect(),
-            ),
+            timeouts: leak_all(self.timeouts.iter().map(|t| t.value.clone()).collect()),
             deadline: self.deadline,
-            retries: leak_all(
-                self.retries
-                    .iter()
-                    .map(|r| p::RetryClass {
-                        name: leak(&r.name),
-                        schedule: r.schedule,
-                        configurable: r.configurable.map(|b| p::RetryBounds {
-                            min_attempts: b.min_attempts,
-                            max_attempts: b.max_attempts,
-                            min_step: b.min_step,
-                        }),
-                    })
-                    .collect(),
-            ),
+            retries: leak_all(self.retries.iter().map(|r| r.value.clone()).collect()),
             breaker: self.breaker.as_ref().map(|b| p::BreakerPolicy {
                 threshold: b.threshold,
                 window: b.window,
@@ -858,11 +836,7 @@ impl Model {
                     self.throttle
                         .budgets
                         .iter()
-                        .map(|b| p::BudgetPolicy {
-                            name: leak(&b.name),
-                            max_in_flight: b.max_in_flight,
-                            per_minute: b.per_minute,
-                        })
+                        .map(|b| b.value.clone())
                         .collect(),
                 ),
                 polling: p::PollingPolicy {

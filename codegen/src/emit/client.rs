@@ -93,10 +93,13 @@ struct RetryConfig {
 
 impl RetryConfig {
     fn of(model: &Model) -> RetryConfig {
-        let Some(class) = model.retries.iter().find(|r| r.configurable.is_some()) else {
+        let Some((class, bounds)) = model
+            .retries
+            .iter()
+            .find_map(|r| Some((r, r.configurable?)))
+        else {
             return RetryConfig::default();
         };
-        let bounds = class.configurable.unwrap_or_default();
         let (min_attempts, max_attempts, min_step) =
             (bounds.min_attempts, bounds.max_attempts, bounds.min_step);
         let crate::model::RetrySchedule::Linear { attempts, step } = class.schedule else {
@@ -405,8 +408,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
         &model.api.tenant_env,
     );
     let modes = model.caller_budgets().map(|b| {
-        let method = ident(&b.name);
-        let constant = ident(&super::docs::screaming(&b.name));
+        let method = ident(b.name);
+        let constant = ident(&super::docs::screaming(b.name));
         let text = doc(&format!(
             "The same client, every call of it also drawing from the `{}` budget: {} (policy {}).",
             b.name,

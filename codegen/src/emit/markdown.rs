@@ -182,10 +182,7 @@ pub fn policy_md(model: &Model) -> String {
                 .collect();
             let _ = write!(matches, ", on {}", names.join(", "));
         }
-        let retry = row
-            .retry
-            .map(|i| model.retries[i].name.as_str())
-            .unwrap_or("—");
+        let retry = row.retry.map(|i| model.retries[i].name).unwrap_or("—");
         let feeds = if breaker {
             format!(" {} |", yes(row.feeds_breaker))
         } else {

@@ -758,7 +758,7 @@ fn taxonomy(model: &Model) -> Value {
                     "detail": r.detail.map(|d| model.details[d].name.clone()),
                     "retry_after": r.retry_after,
                     "class": r.class,
-                    "retry": r.retry.map(|i| model.retries[i].name.clone()),
+                    "retry": r.retry.map(|i| model.retries[i].name),
                     "alert": r.alert,
                     "action": r.action.trim(),
                     "source": source(&r.source),
@@ -790,7 +790,7 @@ fn timeouts(model: &Model) -> Value {
                 if model.breaker.is_some() {
                     timeout["deploy_suspected_ms"] = json!(t.deploy_suspected.map(millis));
                 }
-                (t.name.clone(), timeout)
+                (t.name.to_owned(), timeout)
             })
             .collect(),
     )
@@ -803,7 +803,7 @@ fn retries(model: &Model) -> Value {
             .iter()
             .map(|r| {
                 (
-                    r.name.clone(),
+                    r.name.to_owned(),
                     json!({
                         "attempts": r.schedule.attempts(),
                         "schedule": super::markdown::schedule_text(&r.schedule),
@@ -823,7 +823,7 @@ fn budgets(model: &Model) -> Value {
             .iter()
             .map(|b| {
                 (
-                    b.name.clone(),
+                    b.name.to_owned(),
                     json!({ "max_in_flight": b.max_in_flight, "per_minute": b.per_minute, "doc": b.doc }),
                 )
             })

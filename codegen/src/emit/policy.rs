@@ -28,17 +28,17 @@ impl Names for CrateNames<'_> {
     }
 
     fn timeout(&self, index: TimeoutIx) -> TokenStream {
-        let name = ident(&screaming(&self.model.timeouts[index.get()].name));
+        let name = ident(&screaming(self.model.timeouts[index.get()].name));
         quote!(timeout::#name)
     }
 
     fn retry(&self, index: RetryIx) -> TokenStream {
-        let name = ident(&screaming(&self.model.retries[index.get()].name));
+        let name = ident(&screaming(self.model.retries[index.get()].name));
         quote!(retry::#name)
     }
 
     fn budget(&self, index: BudgetIx) -> TokenStream {
-        let name = ident(&screaming(&self.model.throttle.budgets[index.get()].name));
+        let name = ident(&screaming(self.model.throttle.budgets[index.get()].name));
         quote!(budget::#name)
     }
 
@@ -165,26 +165,39 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Timeout classes, by name.",
             names(
                 "TimeoutIx",
-                model.timeouts.iter().map(|t| (&t.name, &t.doc)),
+                model.timeouts.iter().map(|t| (t.name, t.doc.as_str())),
             ),
         ),
         (
             "retry",
             "Retry classes, by name.",
-            names("RetryIx", model.retries.iter().map(|r| (&r.name, &r.doc))),
+            names(
+                "RetryIx",
+                model.retries.iter().map(|r| (r.name, r.doc.as_str())),
+            ),
         ),
         (
             "budget",
             "Throttle budgets, by name.",
             names(
                 "BudgetIx",
-                model.throttle.budgets.iter().map(|b| (&b.name, &b.doc)),
+                model
+                    .throttle
+                    .budgets
+                    .iter()
+                    .map(|b| (b.name, b.doc.as_str())),
             ),
         ),
         (
             "stream",
             "Stream contracts, by name.",
-            names("StreamIx", model.streams.iter().map(|s| (&s.name, &s.doc))),
+            names(
+                "StreamIx",
+                model
+                    .streams
+                    .iter()
+                    .map(|s| (s.name.as_str(), s.doc.as_str())),
+            ),
         ),
     ]
     .map(|(module, text, consts)| {
@@ -206,7 +219,7 @@ fn endpoint_path(service: &crate::model::Service, route: &str) -> TokenStream {
 }
 
 /// `pub const NAME: TimeoutIx = TimeoutIx::new(i);` for each named item, typed by its table.
-fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStream {
+fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a str, &'a str)>) -> TokenStream {
     let ty = ident(ty);
     let consts = items.enumerate().map(|(i, (name, text))| {
         let docs = doc(text);

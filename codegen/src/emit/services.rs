@@ -167,7 +167,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     let mut timeout_text = format!(
         "[`{}`](crate::policy::timeout::{}), {} per attempt",
         timeout.name,
-        super::docs::screaming(&timeout.name),
+        super::docs::screaming(timeout.name),
         duration_text(timeout.per_attempt)
     );
     if let Some(longer) = timeout.deploy_suspected {
@@ -184,7 +184,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         format!(
             "- Retry class: [`{}`](crate::policy::retry::{}), {}",
             retry.name,
-            super::docs::screaming(&retry.name),
+            super::docs::screaming(retry.name),
             super::markdown::schedule_text(&retry.schedule)
         ),
         format!(

@@ -74,9 +74,9 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let streams_index: Vec<&str> = raw.streams.streams.keys().map(|k| k.as_str()).collect();
     let types = cx.types(&raw.services, &api);
     let names = Names {
-        timeouts: timeouts.iter().map(|t| t.name.as_str()).collect(),
-        retries: retries.iter().map(|r| r.name.as_str()).collect(),
-        budgets: throttle.budgets.iter().map(|b| b.name.as_str()).collect(),
+        timeouts: timeouts.iter().map(|t| t.name).collect(),
+        retries: retries.iter().map(|r| r.name).collect(),
+        budgets: throttle.budgets.iter().map(|b| b.name).collect(),
         streams: streams_index,
         ids: api.ids.iter().map(|i| i.name.as_str()).collect(),
         types: types.iter().map(|t| t.name.as_str()).collect(),

@@ -6,7 +6,7 @@ use crate::spec::{self, Text};
 use super::{Cx, Names, is_snake};
 
 impl Cx<'_> {
-    pub(super) fn timeouts(&mut self, policy: &spec::PolicyFile) -> Vec<Timeout> {
+    pub(super) fn timeouts(&mut self, policy: &spec::PolicyFile) -> Vec<Item<TimeoutClass>> {
         let mut out = Vec::new();
         for (name, t) in &policy.timeouts {
             let field = format!("timeouts.{}", &**name);
@@ -18,18 +18,20 @@ impl Cx<'_> {
                 .deploy_suspected
                 .as_ref()
                 .and_then(|d| self.duration(d, &format!("{field}.deploy_suspected")));
-            out.push(Timeout {
-                name: name.to_string(),
+            out.push(Item {
+                value: TimeoutClass {
+                    name: leak(name),
+                    per_attempt: per_attempt.unwrap_or_default(),
+                    deploy_suspected,
+                },
                 doc: t.doc.to_string(),
-                per_attempt: per_attempt.unwrap_or_default(),
-                deploy_suspected,
                 source: self.source(&t.source, t.inferred),
             });
         }
         out
     }
 
-    pub(super) fn retries(&mut self, policy: &spec::PolicyFile) -> Vec<Retry> {
+    pub(super) fn retries(&mut self, policy: &spec::PolicyFile) -> Vec<Item<RetryClass>> {
         let mut out = Vec::new();
         for (name, r) in &policy.retries {
             let field = format!("retries.{}", &**name);
@@ -70,11 +72,13 @@ impl Cx<'_> {
                     }
                 }
             });
-            out.push(Retry {
-                name: name.to_string(),
+            out.push(Item {
+                value: RetryClass {
+                    name: leak(name),
+                    schedule: schedule.unwrap_or(RetrySchedule::Never),
+                    configurable,
+                },
                 doc: r.doc.to_string(),
-                schedule: schedule.unwrap_or(RetrySchedule::Never),
-                configurable,
                 source: self.source(&r.source, r.inferred),
             });
         }
@@ -177,17 +181,19 @@ impl Cx<'_> {
             } else {
                 self.name(name, &field);
             }
-            budgets.push(Budget {
-                name: name.to_string(),
+            budgets.push(Item {
+                value: BudgetPolicy {
+                    name: leak(name),
+                    max_in_flight: b
+                        .max_in_flight
+                        .as_ref()
+                        .map(|v| self.positive(v, &format!("{field}.max_in_flight"))),
+                    per_minute: b
+                        .per_minute
+                        .as_ref()
+                        .map(|v| self.positive(v, &format!("{field}.per_minute"))),
+                },
                 doc: b.doc.to_string(),
-                max_in_flight: b
-                    .max_in_flight
-                    .as_ref()
-                    .map(|v| self.positive(v, &format!("{field}.max_in_flight"))),
-                per_minute: b
-                    .per_minute
-                    .as_ref()
-                    .map(|v| self.positive(v, &format!("{field}.per_minute"))),
                 source: self.source(&b.source, b.inferred),
             });
         }
