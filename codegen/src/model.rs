@@ -5,10 +5,11 @@ use std::time::Duration;
 
 pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Lane, ScopeNeed};
+pub use sdk_policy::log::LogNames;
 pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{
-    BudgetPolicy, Conflict, OutcomeKind, RetryBounds, RetryClass, RetrySchedule, StateTrigger,
-    TimeoutClass,
+    BudgetPolicy, Conflict, HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind,
+    RetryBounds, RetryClass, RetrySchedule, StateTrigger, TimeoutClass,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -79,9 +80,9 @@ pub struct Model {
     pub replay: Option<Replay>,
     /// `None`: no fleet section (every replica on its own).
     pub fleet: Option<Fleet>,
-    /// requests, duration, circuit_state, circuit_open_seconds, sse_fallback.
     pub metrics: MetricNames,
     pub log: LogNames,
+    pub log_fields: LogFields,
     pub details: Vec<DetailSet>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
@@ -124,11 +125,9 @@ pub struct Api {
     pub tenant_env: String,
     /// Marks a production deployment (`auth.production_env`), if the API has one.
     pub production_env: Option<String>,
-    pub headers: Headers,
-    pub id_pattern: IdPattern,
-    pub reserved_tenants: Vec<String>,
-    /// Longest value of an opaque ID, in bytes.
-    pub opaque_max_len: u32,
+    pub headers: HeaderNames,
+    /// What an ID must look like, and the tenants refused.
+    pub id_rules: IdRules,
     pub ids: Vec<IdType>,
     /// The lanes besides `key` (auth.lanes_authenticated), and whether each
     /// presents the API key; one that does not has it injected server-side.
@@ -147,44 +146,6 @@ pub struct Api {
     pub source: Source,
 }
 
-/// `ids.pattern`, lowered: see [`sdk_policy::policy::IdPattern`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IdPattern {
-    /// As the spec wrote it.
-    pub text: String,
-    pub first: Vec<(u8, u8)>,
-    pub rest: Vec<(u8, u8)>,
-    pub min_len: usize,
-    pub max_len: usize,
-}
-
-impl IdPattern {
-    /// The runtime's view, to check a value the spec itself names.
-    pub fn rule(&self) -> sdk_policy::policy::IdPattern<'_> {
-        sdk_policy::policy::IdPattern {
-            text: &self.text,
-            first: &self.first,
-            rest: &self.rest,
-            min_len: self.min_len,
-            max_len: self.max_len,
-        }
-    }
-}
-
-#[derive(Debug)]
-pub struct Headers {
-    pub authorization: String,
-    /// The scheme before the key (`Bearer`).
-    pub auth_scheme: String,
-    pub tenant: String,
-    /// `None`: the API has no workspace scope.
-    pub workspace: Option<String>,
-    pub request_id: String,
-    pub retry_after: String,
-    /// `None`: no route carries a pipeline id.
-    pub pipeline: Option<String>,
-}
-
 #[derive(Debug)]
 pub struct IdType {
     pub name: String,
@@ -194,31 +155,14 @@ pub struct IdType {
     pub source: Source,
 }
 
-/// The log lines' target and field names.
+/// What the generated log lines call the fields the runtime hands over
+/// unnamed (the runtime's part is [`LogNames`]).
 #[derive(Debug)]
-pub struct LogNames {
-    pub target: String,
+pub struct LogFields {
     /// The field naming the service (`grag_service`).
-    pub service_field: String,
+    pub service: String,
     /// The field of the workspace (`workspace_id`).
-    pub workspace_field: String,
-    /// Fields taken from path placeholders: `(field, placeholders)`.
-    pub path_fields: Vec<(String, Vec<String>)>,
-}
-
-/// Names of the exported metrics (counters without `_total`).
-#[derive(Debug)]
-pub struct MetricNames {
-    pub requests: String,
-    pub duration: String,
-    pub circuit_state: Option<String>,
-    pub circuit_open_seconds: Option<String>,
-    pub sse_fallback: Option<String>,
-    pub sse_buffered: Option<String>,
-    /// Alerts raised, by name.
-    pub alerts: String,
-    /// 429s by whether they carried `Retry-After`.
-    pub rate_limited: String,
+    pub workspace: String,
 }
 
 #[derive(Debug)]
@@ -322,17 +266,6 @@ pub struct Fleet {
     pub degraded_metric: String,
     pub share_metric: String,
     pub alert: String,
-    pub source: Source,
-}
-
-/// Bounds on what a server may send, in bytes.
-#[derive(Debug)]
-pub struct Limits {
-    pub response: u64,
-    pub error_body: u64,
-    pub detail: u64,
-    pub sse_line: u64,
-    pub sse_event: u64,
     pub source: Source,
 }
 
@@ -626,8 +559,8 @@ pub fn leak_all<T>(items: Vec<T>) -> &'static [T] {
 }
 
 /// Texts the policy holds for the rest of the process (see [`leak`]).
-pub fn leak_texts<S: AsRef<str>>(texts: &[S]) -> &'static [&'static str] {
-    leak_all(texts.iter().map(|t| leak(t.as_ref())).collect())
+pub fn leak_texts<'a>(texts: impl IntoIterator<Item = &'a str>) -> &'static [&'static str] {
+    leak_all(texts.into_iter().map(leak).collect())
 }
 
 /// The log lines' writer the policy names: the generated crate writes its
@@ -695,15 +628,6 @@ impl Model {
                 .position(|&x| x == (r.service, r.route))
                 .expect("a route of the model")]
         };
-        let h = &self.api.headers;
-        let reserved = leak_texts(&self.api.reserved_tenants);
-        let opaque: Vec<&str> = self
-            .api
-            .ids
-            .iter()
-            .filter(|i| i.opaque)
-            .map(|i| i.name.as_str())
-            .collect();
         let rows = self
             .rows
             .iter()
@@ -758,7 +682,7 @@ impl Model {
                 resync_after_reconnect: s.resync_after_reconnect,
                 resend: s.resend,
                 first_event: s.first_event.as_deref().map(leak),
-                terminal_events: leak_texts(&s.terminal_events),
+                terminal_events: leak_texts(s.terminal_events.iter().map(String::as_str)),
                 ends_with_terminal: s.ends_with_terminal,
                 error_event: leak(&s.error_event),
                 timeout_event: leak(&s.timeout_event),
@@ -766,8 +690,8 @@ impl Model {
                     (Some(f), Some(read)) => Some(p::StreamFallback {
                         route: at(f),
                         status_field: leak(&read.field),
-                        completed: leak_texts(&read.completed),
-                        failed: leak_texts(&read.failed),
+                        completed: leak_texts(read.completed.iter().map(String::as_str)),
+                        failed: leak_texts(read.failed.iter().map(String::as_str)),
                         error_field: read.error_field.as_deref().map(leak),
                         reopen_after: read.reopen_after,
                     }),
@@ -777,8 +701,8 @@ impl Model {
                     event: leak(&g.event),
                     stage_field: leak(&g.stage_field),
                     status_field: leak(&g.status_field),
-                    failed: leak_texts(&g.failed),
-                    fail_closed: leak_texts(&g.fail_closed),
+                    failed: leak_texts(g.failed.iter().map(String::as_str)),
+                    fail_closed: leak_texts(g.fail_closed.iter().map(String::as_str)),
                     detail_field: g.detail_field.as_deref().map(leak),
                     feature: leak(&g.feature),
                 }),
@@ -788,28 +712,9 @@ impl Model {
         let budget = |i: usize| p::BudgetIx::new(i as u16);
         sdk_policy::Policy {
             api: leak(&self.api.name),
-            headers: p::HeaderNames {
-                authorization: leak(&h.authorization),
-                auth_scheme: leak(&h.auth_scheme),
-                tenant: leak(&h.tenant),
-                workspace: h.workspace.as_deref().map(leak),
-                request_id: leak(&h.request_id),
-                retry_after: leak(&h.retry_after),
-                pipeline: h.pipeline.as_deref().map(leak),
-            },
-            ids: p::IdRules {
-                pattern: p::IdPattern {
-                    text: leak(&self.api.id_pattern.text),
-                    first: leak_all(self.api.id_pattern.first.clone()),
-                    rest: leak_all(self.api.id_pattern.rest.clone()),
-                    min_len: self.api.id_pattern.min_len,
-                    max_len: self.api.id_pattern.max_len,
-                },
-                reserved_tenants: reserved,
-                opaque: leak_texts(&opaque),
-                opaque_max_len: self.api.opaque_max_len as usize,
-            },
-            reserved_floor: reserved,
+            headers: self.api.headers.clone(),
+            ids: self.api.id_rules.clone(),
+            reserved_floor: self.api.id_rules.reserved_tenants,
             timeouts: leak_all(self.timeouts.iter().map(|t| t.value.clone()).collect()),
             deadline: self.deadline,
             retries: leak_all(self.retries.iter().map(|r| r.value.clone()).collect()),
@@ -851,7 +756,7 @@ impl Model {
                     .iter()
                     .map(|x| p::DetailSet {
                         name: leak(&x.name),
-                        contains: leak_texts(&x.contains),
+                        contains: leak_texts(x.contains.iter().map(String::as_str)),
                     })
                     .collect(),
             ),
@@ -897,7 +802,7 @@ impl Model {
                     .flat_map(|b| &b.warm_up)
                     .map(|w| p::WarmUpCall {
                         endpoint: at(w.route),
-                        path: leak_texts(&w.path),
+                        path: leak_texts(w.path.iter().map(String::as_str)),
                         body: w.body.as_deref().map(leak),
                         timeout: w.timeout.map(|t| p::TimeoutIx::new(t as u16)),
                         pipeline_id: w.pipeline_id.as_deref().map(leak),
@@ -928,36 +833,13 @@ impl Model {
                         .collect(),
                 ),
             },
-            limits: p::Limits {
-                error_body: self.limits.error_body as usize,
-                detail: self.limits.detail as usize,
-                sse_line: self.limits.sse_line as usize,
-                sse_event: self.limits.sse_event as usize,
-            },
+            limits: self.limits.clone(),
             routes: leak_all(endpoints.clone()),
             pool_idle: self.pool_idle,
             pool_idle_floor: self.pool_idle_floor,
             keep_alive_margin: self.keep_alive_margin,
-            metrics: p::MetricNames {
-                requests: leak(&self.metrics.requests),
-                duration: leak(&self.metrics.duration),
-                circuit_state: self.metrics.circuit_state.as_deref().map(leak),
-                circuit_open_seconds: self.metrics.circuit_open_seconds.as_deref().map(leak),
-                sse_fallback: self.metrics.sse_fallback.as_deref().map(leak),
-                sse_buffered: self.metrics.sse_buffered.as_deref().map(leak),
-                alerts: leak(&self.metrics.alerts),
-                rate_limited: leak(&self.metrics.rate_limited),
-            },
-            log: sdk_policy::log::LogNames {
-                target: leak(&self.log.target),
-                path_fields: leak_all(
-                    self.log
-                        .path_fields
-                        .iter()
-                        .map(|(f, p)| (leak(f), leak_texts(p)))
-                        .collect(),
-                ),
-            },
+            metrics: self.metrics.clone(),
+            log: self.log.clone(),
             log_lines: &Unwritten,
             fresh_after: leak_all(self.fresh_after.clone()),
             replay: self.replay.as_ref().map(|r| p::ReplayPolicy {
@@ -965,7 +847,7 @@ impl Model {
                 lease: r.lease,
                 pause: r.pause,
                 split: r.split as usize,
-                kinds: leak_texts(&r.kinds),
+                kinds: leak_texts(r.kinds.iter().map(String::as_str)),
                 lock_attempts: r.lock_attempts,
                 lock_step: r.lock_step,
                 depth_metric: leak(&r.depth_metric),

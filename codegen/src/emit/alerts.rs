@@ -125,8 +125,8 @@ fn rule<'m>(model: &'m Model, alert: &'m Alert, t: Scale) -> Rule<'m> {
             .buffering
             .as_ref()
             .filter(|b| b.alert == name)
-            .zip(m.sse_buffered.as_ref())
-            .map(|(b, metric)| (b.confirm_after, metric.as_str()));
+            .zip(m.sse_buffered)
+            .map(|(b, metric)| (b.confirm_after, metric));
         let rate = (*at_least, *within);
         return fallback_rule(alert, rate, fallback, buffered, model.alert_look_back, t);
     }

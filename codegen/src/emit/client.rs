@@ -433,7 +433,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
             text = format!(
                 "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
                 s.name,
-                model.api.headers.workspace.as_deref().unwrap_or_default(),
+                model.api.headers.workspace.unwrap_or_default(),
                 super::docs::workspace_section(model)
             );
             params.push(quote!(workspace: &'c impl AsWorkspace));
@@ -442,7 +442,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         if s.carries_pipeline() {
             text.push_str(&format!(
                 " They exist only behind a pipeline id: its calls carry `{}`{}.",
-                model.api.headers.pipeline.as_deref().unwrap_or_default(),
+                model.api.headers.pipeline.unwrap_or_default(),
                 super::docs::pipeline_section(model)
             ));
             params.push(quote!(pipeline: &'c PipelineId));

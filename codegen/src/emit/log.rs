@@ -29,7 +29,7 @@ pub fn log_rs(model: &Model) -> String {
             "            {field} = line.path_values.{at}.copied().flatten(),"
         );
     }
-    let (service, workspace) = (&log.service_field, &log.workspace_field);
+    let (service, workspace) = (&model.log_fields.service, &model.log_fields.workspace);
     let module_doc = module_doc(model, [&alert, &breaker, &retry, &stream]);
     format!(
         r#"{module_doc}

@@ -30,10 +30,11 @@ pub fn policy_md(model: &Model) -> String {
             .unwrap_or_default(),
         api.headers.authorization,
         lanes_text(&api.lanes),
-        api.id_pattern.text,
-        api.id_pattern.min_len,
-        api.id_pattern.max_len,
-        api.reserved_tenants
+        api.id_rules.pattern.text,
+        api.id_rules.pattern.min_len,
+        api.id_rules.pattern.max_len,
+        api.id_rules
+            .reserved_tenants
             .iter()
             .map(|t| format!("`{t}`"))
             .collect::<Vec<_>>()

@@ -155,9 +155,9 @@ fn components(model: &Model) -> Components {
     let mut schemas: Map<Schema> = Map::new();
     for id in &api.ids {
         let mut s = if id.opaque {
-            opaque_id(model.api.opaque_max_len)
+            opaque_id(model.api.id_rules.opaque_max_len)
         } else {
-            string_schema(Some(api.id_pattern.text.clone()))
+            string_schema(Some(api.id_rules.pattern.text.to_owned()))
         };
         s.description = Some(described(&id.doc, &source(&id.source)));
         schemas.insert(id.name.clone(), object(s));
@@ -203,12 +203,12 @@ fn components(model: &Model) -> Components {
 
 /// An opaque ID: only what keeps a path safe (non-empty, bounded, no `/`,
 /// no control character, not `.` or `..`).
-fn opaque_id(max_len: u32) -> ObjectSchema {
+fn opaque_id(max_len: usize) -> ObjectSchema {
     let c = r"[^/\x00-\x1F\x7F]";
     let d = r"[^/.\x00-\x1F\x7F]";
     let mut s = string_schema(Some(format!("^({d}{c}*|\\.{d}{c}*|\\.\\.{c}+)$")));
     s.min_length = Some(1);
-    s.max_length = Some(u64::from(max_len));
+    s.max_length = Some(max_len as u64);
     s
 }
 
@@ -370,12 +370,12 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
         ));
     }
     if route.scope != ScopeNeed::Public {
-        let mut tenant = string_schema(Some(api.id_pattern.text.clone()));
+        let mut tenant = string_schema(Some(api.id_rules.pattern.text.to_owned()));
         tenant
             .extensions
-            .insert("reserved".into(), json!(api.reserved_tenants));
+            .insert("reserved".into(), json!(api.id_rules.reserved_tenants));
         parameters.push(parameter(
-            &headers.tenant,
+            headers.tenant,
             ParameterIn::Header,
             true,
             object(tenant),
@@ -383,7 +383,7 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
                 "The tenant, from `${}`; never defaulted, and never one of the reserved tenants \
                  ({}) (policy {}).",
                 api.tenant_env,
-                api.reserved_tenants.join(", "),
+                api.id_rules.reserved_tenants.join(", "),
                 super::docs::source(&api.tenant_source)
             )),
         ));
@@ -393,7 +393,7 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             name,
             ParameterIn::Header,
             true,
-            object(string_schema(Some(api.id_pattern.text.clone()))),
+            object(string_schema(Some(api.id_rules.pattern.text.to_owned()))),
             Some(format!(
                 "The workspace; every `{}` route needs it (400 without).",
                 service.name
@@ -405,13 +405,13 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             name,
             ParameterIn::Header,
             true,
-            object(string_schema(Some(api.id_pattern.text.clone()))),
+            object(string_schema(Some(api.id_rules.pattern.text.to_owned()))),
             Some("The Gutachten run or Analyse batch this call belongs to.".into()),
         ));
     }
     // The client sends a UUIDv4; the platform echoes any value.
     parameters.push(parameter(
-        &headers.request_id,
+        headers.request_id,
         ParameterIn::Header,
         false,
         object(typed(SchemaType::String)),
@@ -522,7 +522,7 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
     let mut out = Map::new();
     let mut echo = Map::new();
     echo.insert(
-        model.api.headers.request_id.clone(),
+        model.api.headers.request_id.to_owned(),
         ObjectOrReference::Object(Header {
             description: Some("The request's id, echoed.".into()),
             schema: Some(object(typed(SchemaType::String))),

@@ -84,7 +84,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         format!(
             "Calls of `{}`, bound to one workspace: every request carries `{}`{}.",
             service.name,
-            model.api.headers.workspace.as_deref().unwrap_or_default(),
+            model.api.headers.workspace.unwrap_or_default(),
             super::docs::workspace_section(model)
         )
     } else {
@@ -93,7 +93,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     if pipelined {
         handle_doc.push_str(&format!(
             " Bound to one pipeline id: every call of a route that carries `{}` sends it{}.",
-            model.api.headers.pipeline.as_deref().unwrap_or_default(),
+            model.api.headers.pipeline.unwrap_or_default(),
             super::docs::pipeline_section(model)
         ));
     }
@@ -233,7 +233,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     if r.pipeline_id {
         lines.push(format!(
             "- Carries `{}`: the pipeline id the handle was made with",
-            model.api.headers.pipeline.as_deref().unwrap_or_default()
+            model.api.headers.pipeline.unwrap_or_default()
         ));
     }
     lines.push(endings_line(model, r));

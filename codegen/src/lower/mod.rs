@@ -25,7 +25,8 @@ pub use routes::placeholders;
 /// Lowers a parsed spec; returns `None` when any rule failed (see `sources`).
 pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let mut cx = Cx { sources };
-    let api = cx.api(&raw.api);
+    let pattern = cx.id_pattern(&raw.api);
+    let api = cx.api(&raw.api, pattern.as_ref());
     let timeouts = cx.timeouts(&raw.policy);
     let retries = cx.retries(&raw.policy);
     let throttle = cx.throttle(&raw.policy.throttle);
@@ -62,7 +63,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         }
     }
     let fresh_after = connections.fresh_after.iter().map(|s| **s).collect();
-    let log = cx.log(&raw.api.log);
+    let (log, log_fields) = cx.log(&raw.api.log);
     let metrics = cx.metrics(
         &raw.policy.metrics,
         raw.policy.breaker.is_some(),
@@ -85,7 +86,8 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         states: states.iter().map(|s| s.name.as_str()).collect(),
         pipeline_header: api.headers.pipeline.is_some(),
     };
-    let mut services = cx.services(&raw.services, &api, &names, limits.as_ref());
+    let max_response = limits.as_ref().map(|(_, response)| *response);
+    let mut services = cx.services(&raw.services, &api, &names, max_response);
     for w in raw.api.workspace_services.iter().flat_map(|w| &w.services) {
         if !raw
             .services
@@ -122,7 +124,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         .policy
         .breaker
         .as_ref()
-        .map(|b| cx.breaker(b, &services, &names, &api.id_pattern));
+        .map(|b| cx.breaker(b, &services, &names, pattern.as_ref()));
     let feature_names: Vec<&str> = raw
         .degradation
         .features
@@ -211,7 +213,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
             None => None,
         },
         throttle,
-        limits: limits?,
+        limits: limits?.0,
         pool_idle: pool_idle?,
         pool_idle_floor: pool_idle_floor?,
         keep_alive_margin: match keep_alive_margin {
@@ -229,6 +231,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         },
         metrics,
         log,
+        log_fields,
         details,
         rows,
         streams,
@@ -327,7 +330,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 impl Cx<'_> {
     /// Log names: a target of `[a-z_][a-z0-9_:]*`, fields that are snake_case
     /// and not one of the line's own, at most `MAX_PATH_FIELDS` path fields.
-    fn log(&mut self, l: &crate::spec::Log) -> LogNames {
+    fn log(&mut self, l: &crate::spec::Log) -> (LogNames, LogFields) {
         const OWN: &[&str] = &[
             "request_id",
             "tenant",
@@ -375,7 +378,7 @@ impl Cx<'_> {
                     ),
                 );
             }
-            text.to_string()
+            leak(text)
         };
         let service_field = field(self, &l.service_field, "service_field");
         let workspace_field = field(self, &l.workspace_field, "workspace_field");
@@ -383,7 +386,7 @@ impl Cx<'_> {
         for (name, placeholders) in &l.path_fields {
             let key = format!("path_fields.{}", &**name);
             let name = field(self, name, &key);
-            path_fields.push((name, placeholders.iter().map(|p| p.to_string()).collect()));
+            path_fields.push((name, leak_texts(placeholders.iter().map(|p| p.as_str()))));
         }
         if path_fields.len() > sdk_policy::log::MAX_PATH_FIELDS {
             self.error(
@@ -393,18 +396,21 @@ impl Cx<'_> {
             );
         }
         self.source(&l.source, l.inferred);
-        LogNames {
-            target: l.target.to_string(),
-            service_field,
-            workspace_field,
-            path_fields,
-        }
+        let names = LogNames {
+            target: leak(&l.target),
+            path_fields: leak_all(path_fields),
+        };
+        let fields = LogFields {
+            service: service_field.to_owned(),
+            workspace: workspace_field.to_owned(),
+        };
+        (names, fields)
     }
 
     /// Metric names: Prometheus' charset, no `_total` (the exporter adds it
     /// to counters), and a breaker or stream metric only where there is one.
     /// A Prometheus metric name, without the `_total` counters get on export.
-    fn metric_name(&mut self, text: &Text, field: &str) -> String {
+    fn metric_name(&mut self, text: &Text, field: &str) -> &'static str {
         let ok = text.chars().enumerate().all(|(i, c)| {
             c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
         });
@@ -415,7 +421,7 @@ impl Cx<'_> {
                 "a metric name matches [a-zA-Z_:][a-zA-Z0-9_:]* and has no `_total` (counters get it on export)",
             );
         }
-        text.to_string()
+        leak(text)
     }
 
     fn metrics(&mut self, m: &crate::spec::Metrics, breaker: bool, streams: bool) -> MetricNames {

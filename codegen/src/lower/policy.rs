@@ -222,7 +222,8 @@ impl Cx<'_> {
         }
     }
 
-    pub(super) fn limits(&mut self, l: &spec::Limits) -> Option<Limits> {
+    /// The limits, and the largest 2xx body of a route that names none (`limits.response`).
+    pub(super) fn limits(&mut self, l: &spec::Limits) -> Option<(Limits, u64)> {
         let response = self.size(&l.response, "limits.response");
         let error_body = self.size(&l.error_body, "limits.error_body");
         let detail = self.size(&l.detail, "limits.detail");
@@ -237,15 +238,15 @@ impl Cx<'_> {
                 "a detail cannot be longer than the error body it is read from",
             );
         }
-        let source = self.source(&l.source, l.inferred);
-        Some(Limits {
-            response: response?,
-            error_body: error_body?,
-            detail: detail?,
-            sse_line: sse_line?,
-            sse_event: sse_event?,
-            source,
-        })
+        self.source(&l.source, l.inferred);
+        let bytes = |size: Option<u64>| size.map(|s| s as usize);
+        let limits = Limits {
+            error_body: bytes(error_body)?,
+            detail: bytes(detail)?,
+            sse_line: bytes(sse_line)?,
+            sse_event: bytes(sse_event)?,
+        };
+        Some((limits, response?))
     }
 
     /// An open stream holds its budget's slot for as long as it is open, so
@@ -281,7 +282,7 @@ impl Cx<'_> {
         b: &spec::Breaker,
         services: &[Service],
         names: &Names,
-        ids: &IdPattern,
+        ids: Option<&IdPattern<'static>>,
     ) -> Option<Breaker> {
         let probe = self.route_ref(&b.probe_route, "breaker.probe_route", services);
         let canary = self.route_ref(&b.canary_route, "breaker.canary_route", services);
@@ -338,7 +339,7 @@ impl Cx<'_> {
         b: &spec::Breaker,
         services: &[Service],
         names: &Names,
-        ids: &IdPattern,
+        ids: Option<&IdPattern<'static>>,
     ) -> Vec<WarmUp> {
         let mut out = Vec::new();
         for (i, w) in b.warm_up.iter().enumerate() {
@@ -399,7 +400,7 @@ impl Cx<'_> {
         &mut self,
         w: &spec::WarmUp,
         target: &Route,
-        ids: &IdPattern,
+        ids: Option<&IdPattern<'static>>,
         field: &str,
     ) -> Option<String> {
         match (&w.pipeline_id, target.pipeline_id) {
@@ -413,8 +414,9 @@ impl Cx<'_> {
                 None
             }
             // Checked only against a pattern that lowered: a broken one is its own error.
-            (Some(id), true) if *ids != IdPattern::default() && !ids.rule().matches(id) => {
-                let message = format!("`{}` does not match `ids.pattern` ({})", &**id, ids.text);
+            (Some(id), true) if ids.is_some_and(|p| !p.matches(id)) => {
+                let text = ids.map_or("", |p| p.text);
+                let message = format!("`{}` does not match `ids.pattern` ({text})", &**id);
                 self.error(id, field, message);
                 None
             }
@@ -507,8 +509,12 @@ impl Cx<'_> {
         }
         let lock_attempts = self.positive(&r.lock_retry.attempts, "replay.lock_retry.attempts");
         let lock_step = self.duration(&r.lock_retry.step, "replay.lock_retry.step");
-        let depth_metric = self.metric_name(&r.depth_metric, "replay.depth_metric");
-        let failures_metric = self.metric_name(&r.failures_metric, "replay.failures_metric");
+        let depth_metric = self
+            .metric_name(&r.depth_metric, "replay.depth_metric")
+            .to_owned();
+        let failures_metric = self
+            .metric_name(&r.failures_metric, "replay.failures_metric")
+            .to_owned();
         self.reference(
             &r.failure_alert,
             "replay.failure_alert",
@@ -659,10 +665,16 @@ impl Cx<'_> {
             }
         }
         let m = &f.metrics;
-        let admission_metric = self.metric_name(&m.admission, "fleet.metrics.admission");
-        let decisions_metric = self.metric_name(&m.decisions, "fleet.metrics.decisions");
-        let degraded_metric = self.metric_name(&m.degraded, "fleet.metrics.degraded");
-        let share_metric = self.metric_name(&m.share, "fleet.metrics.share");
+        let admission_metric = self
+            .metric_name(&m.admission, "fleet.metrics.admission")
+            .to_owned();
+        let decisions_metric = self
+            .metric_name(&m.decisions, "fleet.metrics.decisions")
+            .to_owned();
+        let degraded_metric = self
+            .metric_name(&m.degraded, "fleet.metrics.degraded")
+            .to_owned();
+        let share_metric = self.metric_name(&m.share, "fleet.metrics.share").to_owned();
         self.reference(&f.alert, "fleet.alert", "alert", &names.alerts);
         let source = self.source(&f.source, f.inferred);
         Some(Fleet {

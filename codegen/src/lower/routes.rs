@@ -226,7 +226,7 @@ impl Cx<'_> {
         services: &[spec::ServiceFile],
         api: &Api,
         names: &Names,
-        limits: Option<&Limits>,
+        max_response: Option<u64>,
     ) -> Vec<Service> {
         let mut handles: HashMap<String, String> = HashMap::new();
         let mut handle_types: HashMap<String, String> = HashMap::new();
@@ -357,7 +357,7 @@ impl Cx<'_> {
                     scope: scope.unwrap_or(ScopeNeed::Tenant),
                     needs_workspace,
                     needs_pipeline,
-                    max_response: limits.map_or(0, |l| l.response),
+                    max_response: max_response.unwrap_or(0),
                 };
                 let route = self.route(name, r, s, &defaults, names);
                 routes.push(route);
