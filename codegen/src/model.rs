@@ -8,7 +8,8 @@ pub use sdk_policy::endpoint::{Lane, ScopeNeed};
 pub use sdk_policy::log::LogNames;
 pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{
-    BudgetPolicy, Conflict, HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind,
+    AlertRate, AlertSeverity, BudgetPolicy, BufferingRule, ClassMessage, Conflict, DetailSet,
+    FeatureStateCopy, HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind,
     RetryBounds, RetryClass, RetrySchedule, StateTrigger, TimeoutClass,
 };
 
@@ -83,21 +84,21 @@ pub struct Model {
     pub metrics: MetricNames,
     pub log: LogNames,
     pub log_fields: LogFields,
-    pub details: Vec<DetailSet>,
+    pub details: Vec<Item<DetailSet>>,
     pub rows: Vec<Row>,
     pub streams: Vec<Stream>,
-    pub buffering: Option<Buffering>,
+    pub buffering: Option<BufferingRule>,
     /// At least this many fallbacks within this long raise the alert.
-    pub fallbacks_sustained: Option<(u32, Duration, String)>,
-    pub states: Vec<State>,
-    pub messages: Vec<Message>,
+    pub fallbacks_sustained: Option<(AlertRate, &'static str)>,
+    pub states: Vec<Item<FeatureStateCopy>>,
+    pub messages: Vec<Item<ClassMessage>>,
     /// The copy of an error whose outcome is unknown (`class` is empty).
-    pub unknown_outcome: Option<Message>,
+    pub unknown_outcome: Option<&'static str>,
     pub alerts: Vec<Alert>,
-    pub breaker_alert: Option<String>,
+    pub breaker_alert: Option<&'static str>,
     /// Raise the retry-exhaustion alert only at this rate (count, window).
-    pub retry_exhausted_rate: Option<(u32, Duration)>,
-    pub retry_exhausted_alert: String,
+    pub retry_exhausted_rate: Option<AlertRate>,
+    pub retry_exhausted_alert: &'static str,
     /// How long a rule over the raised-alerts counter fires after a raise.
     pub alert_look_back: Duration,
     pub features: Vec<Feature>,
@@ -163,15 +164,6 @@ pub struct LogFields {
     pub service: String,
     /// The field of the workspace (`workspace_id`).
     pub workspace: String,
-}
-
-#[derive(Debug)]
-pub struct Buffering {
-    pub min_events: u32,
-    pub burst: Duration,
-    pub silent_for: Duration,
-    pub confirm_after: u32,
-    pub alert: String,
 }
 
 /// The durable replay queue (`policy.yaml replay`).
@@ -270,14 +262,6 @@ pub struct Fleet {
 }
 
 #[derive(Debug)]
-pub struct DetailSet {
-    pub name: String,
-    pub doc: String,
-    pub contains: Vec<String>,
-    pub source: Source,
-}
-
-#[derive(Debug)]
 pub struct Row {
     pub row: String,
     pub outcome: OutcomeKind,
@@ -350,30 +334,24 @@ pub struct StatusRead {
     pub reopen_after: u32,
 }
 
-#[derive(Debug)]
-pub struct State {
-    pub name: String,
-    pub doc: String,
-    pub when: StateTrigger,
-    pub copy: Option<String>,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct Message {
-    pub class: String,
-    pub copy: String,
-    pub source: Source,
-}
-
+/// An alert of the spec: the runtime holds its severity; the rules and
+/// tables add its doc and who a severity reaches. It reads as its
+/// [`AlertSeverity`] (`alert.alert` is its name).
 #[derive(Debug)]
 pub struct Alert {
-    pub name: String,
+    pub value: AlertSeverity,
     pub doc: String,
-    pub severity: String,
     /// Who an alert of this severity reaches (degradation.yaml `severities`).
     pub reaches: String,
     pub source: Source,
+}
+
+impl std::ops::Deref for Alert {
+    type Target = AlertSeverity;
+
+    fn deref(&self) -> &AlertSeverity {
+        &self.value
+    }
 }
 
 #[derive(Debug)]
@@ -654,7 +632,7 @@ impl Model {
                 outcome_unknown: r.outcome_unknown,
                 alert: r.alert.as_deref().map(leak),
                 alert_outside_deploy: r.alert_outside_deploy,
-                feature_state: r.feature_state.map(|i| leak(&self.states[i].name)),
+                feature_state: r.feature_state.map(|i| self.states[i].state),
                 remember_for: r.remember_for,
                 escalate_to: r.escalate_to.map(|i| p::RowIx::new(i as u16)),
                 replay: r.replay,
@@ -663,12 +641,8 @@ impl Model {
                     .messages
                     .iter()
                     .find(|m| m.class == r.class)
-                    .map(|m| leak(&m.copy)),
-                unknown_message: self
-                    .unknown_outcome
-                    .as_ref()
-                    .filter(|_| r.outcome_unknown)
-                    .map(|m| leak(&m.copy)),
+                    .map(|m| m.copy),
+                unknown_message: self.unknown_outcome.filter(|_| r.outcome_unknown),
             })
             .collect();
         let streams = self
@@ -730,7 +704,7 @@ impl Model {
                 canary_timeout: self.timeouts[b.canary_timeout].per_attempt,
                 deploy_suspected: b.deploy_suspected,
                 alert_after: b.alert_after,
-                open_alert: leak(self.breaker_alert.as_deref().unwrap_or_default()),
+                open_alert: self.breaker_alert.unwrap_or_default(),
             }),
             throttle: p::ThrottlePolicy {
                 max_in_flight: self.throttle.max_in_flight,
@@ -751,51 +725,12 @@ impl Model {
                 },
             },
             taxonomy: leak_all(rows),
-            detail_sets: leak_all(
-                self.details
-                    .iter()
-                    .map(|x| p::DetailSet {
-                        name: leak(&x.name),
-                        contains: leak_texts(x.contains.iter().map(String::as_str)),
-                    })
-                    .collect(),
-            ),
+            detail_sets: leak_all(self.details.iter().map(|d| d.value.clone()).collect()),
             streams: leak_all(streams),
-            buffering: self.buffering.as_ref().map(|b| p::BufferingRule {
-                min_events: b.min_events,
-                burst: b.burst,
-                silent_for: b.silent_for,
-                confirm_after: b.confirm_after,
-                alert: leak(&b.alert),
-            }),
-            fallbacks_sustained: self.fallbacks_sustained.as_ref().map(|(n, w, a)| {
-                (
-                    p::AlertRate {
-                        at_least: *n,
-                        within: *w,
-                    },
-                    leak(a),
-                )
-            }),
-            states: leak_all(
-                self.states
-                    .iter()
-                    .map(|s| p::FeatureStateCopy {
-                        state: leak(&s.name),
-                        copy: s.copy.as_deref().map(leak),
-                        when: s.when,
-                    })
-                    .collect(),
-            ),
-            messages: leak_all(
-                self.messages
-                    .iter()
-                    .map(|m| p::ClassMessage {
-                        class: leak(&m.class),
-                        copy: leak(&m.copy),
-                    })
-                    .collect(),
-            ),
+            buffering: self.buffering.clone(),
+            fallbacks_sustained: self.fallbacks_sustained,
+            states: leak_all(self.states.iter().map(|s| s.value.clone()).collect()),
+            messages: leak_all(self.messages.iter().map(|m| m.value.clone()).collect()),
             warm_up: leak_all(
                 self.breaker
                     .iter()
@@ -819,19 +754,9 @@ impl Model {
                     .collect(),
             ),
             alerts: p::AlertNames {
-                retry_exhausted: leak(&self.retry_exhausted_alert),
-                retry_exhausted_rate: self
-                    .retry_exhausted_rate
-                    .map(|(at_least, within)| p::AlertRate { at_least, within }),
-                severities: leak_all(
-                    self.alerts
-                        .iter()
-                        .map(|a| p::AlertSeverity {
-                            alert: leak(&a.name),
-                            severity: leak(&a.severity),
-                        })
-                        .collect(),
-                ),
+                retry_exhausted: self.retry_exhausted_alert,
+                retry_exhausted_rate: self.retry_exhausted_rate,
+                severities: leak_all(self.alerts.iter().map(|a| a.value).collect()),
             },
             limits: self.limits.clone(),
             routes: leak_all(endpoints.clone()),

@@ -363,8 +363,8 @@ pub fn policy_md(model: &Model) -> String {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} |",
-            s.name,
-            s.copy.as_deref().unwrap_or("—"),
+            s.state,
+            s.copy.unwrap_or("—"),
             s.doc.trim(),
             source(&s.source)
         );
@@ -384,7 +384,7 @@ pub fn policy_md(model: &Model) -> String {
         let _ = writeln!(
             md,
             "| {} | {} ({}) | {} | {} |",
-            a.name,
+            a.alert,
             a.severity,
             a.reaches,
             a.doc.trim(),

@@ -755,7 +755,7 @@ fn taxonomy(model: &Model) -> Value {
                     "row": r.row,
                     "outcome": r.outcome.as_str(),
                     "status": r.status.map(|(lo, hi)| if lo == hi { json!(lo) } else { json!([lo, hi]) }),
-                    "detail": r.detail.map(|d| model.details[d].name.clone()),
+                    "detail": r.detail.map(|d| model.details[d].name),
                     "retry_after": r.retry_after,
                     "class": r.class,
                     "retry": r.retry.map(|i| model.retries[i].name),

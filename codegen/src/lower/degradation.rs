@@ -8,7 +8,10 @@ use crate::spec;
 use super::Cx;
 
 impl Cx<'_> {
-    pub(super) fn degradation(&mut self, d: &spec::DegradationFile) -> (Vec<State>, Vec<Alert>) {
+    pub(super) fn degradation(
+        &mut self,
+        d: &spec::DegradationFile,
+    ) -> (Vec<Item<FeatureStateCopy>>, Vec<Alert>) {
         let mut states = Vec::new();
         for (name, s) in &d.states {
             let when = match s.when.as_str() {
@@ -26,11 +29,13 @@ impl Cx<'_> {
                     StateTrigger::Otherwise
                 }
             };
-            states.push(State {
-                name: name.to_string(),
+            states.push(Item {
+                value: FeatureStateCopy {
+                    state: leak(name),
+                    copy: s.copy.as_ref().map(|c| leak(c)),
+                    when,
+                },
                 doc: s.doc.to_string(),
-                when,
-                copy: s.copy.as_ref().map(|c| c.to_string()),
                 source: self.source(&s.source, s.inferred),
             });
         }
@@ -46,9 +51,11 @@ impl Cx<'_> {
                 );
             }
             alerts.push(Alert {
-                name: name.to_string(),
+                value: AlertSeverity {
+                    alert: leak(name),
+                    severity: leak(&a.severity),
+                },
                 doc: a.doc.to_string(),
-                severity: a.severity.to_string(),
                 reaches: d
                     .severities
                     .get(a.severity.as_str())
@@ -60,7 +67,11 @@ impl Cx<'_> {
         (states, alerts)
     }
 
-    pub(super) fn messages(&mut self, d: &spec::DegradationFile, rows: &[Row]) -> Vec<Message> {
+    pub(super) fn messages(
+        &mut self,
+        d: &spec::DegradationFile,
+        rows: &[Row],
+    ) -> Vec<Item<ClassMessage>> {
         let classes: BTreeSet<&str> = rows.iter().map(|r| r.class.as_str()).collect();
         let mut out = Vec::new();
         for (class, m) in &d.messages {
@@ -71,9 +82,12 @@ impl Cx<'_> {
                     format!("no taxonomy row has the class `{}`", &**class),
                 );
             }
-            out.push(Message {
-                class: class.to_string(),
-                copy: m.copy.to_string(),
+            out.push(Item {
+                value: ClassMessage {
+                    class: leak(class),
+                    copy: leak(&m.copy),
+                },
+                doc: String::new(),
                 source: self.source(&m.source, m.inferred),
             });
         }
@@ -102,11 +116,10 @@ impl Cx<'_> {
         &mut self,
         d: &spec::DegradationFile,
         taxonomy: &spec::TaxonomyFile,
-    ) -> Option<Message> {
-        let copy = d.unknown_outcome.as_ref().map(|m| Message {
-            class: String::new(),
-            copy: m.copy.to_string(),
-            source: self.source(&m.source, m.inferred),
+    ) -> Option<&'static str> {
+        let copy = d.unknown_outcome.as_ref().map(|m| {
+            self.source(&m.source, m.inferred);
+            leak(&m.copy)
         });
         if copy.is_none()
             && let Some(r) = taxonomy.rows.iter().find(|r| r.outcome_unknown)

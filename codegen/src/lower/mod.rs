@@ -81,9 +81,9 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         streams: streams_index,
         ids: api.ids.iter().map(|i| i.name.as_str()).collect(),
         types: types.iter().map(|t| t.name.as_str()).collect(),
-        details: details.iter().map(|d| d.name.as_str()).collect(),
-        alerts: alerts.iter().map(|a| a.name.as_str()).collect(),
-        states: states.iter().map(|s| s.name.as_str()).collect(),
+        details: details.iter().map(|d| d.name).collect(),
+        alerts: alerts.iter().map(|a| a.alert).collect(),
+        states: states.iter().map(|s| s.state).collect(),
         pipeline_header: api.headers.pipeline.is_some(),
     };
     let max_response = limits.as_ref().map(|(_, response)| *response);
@@ -142,17 +142,17 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         cx.source(&f.source, f.inferred);
         let at_least = cx.positive(&f.at_least, "fallbacks_sustained.at_least");
         let within = cx.duration(&f.within, "fallbacks_sustained.within")?;
-        Some((at_least, within, f.alert.to_string()))
+        Some((AlertRate { at_least, within }, leak(&f.alert)))
     });
     let buffering = raw.streams.buffering.as_ref().and_then(|b| {
         cx.reference(&b.alert, "buffering.alert", "alert", &names.alerts);
         cx.source(&b.source, b.inferred);
-        Some(Buffering {
+        Some(BufferingRule {
             min_events: cx.positive(&b.min_events, "buffering.min_events"),
             burst: cx.duration(&b.burst, "buffering.burst")?,
             silent_for: cx.duration(&b.silent_for, "buffering.silent_for")?,
             confirm_after: cx.positive(&b.confirm_after, "buffering.confirm_after"),
-            alert: b.alert.to_string(),
+            alert: leak(&b.alert),
         })
     });
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
@@ -183,7 +183,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let retry_exhausted_rate = policy_alerts.retry_exhausted_rate.as_ref().and_then(|r| {
         let at_least = cx.positive(&r.at_least, "alerts.retry_exhausted_rate.at_least");
         let within = cx.duration(&r.within, "alerts.retry_exhausted_rate.within")?;
-        Some((at_least, within))
+        Some(AlertRate { at_least, within })
     });
     let alert_look_back = cx.duration(&policy_alerts.look_back, "alerts.look_back");
     let features = cx.features(&raw.degradation, &services);
@@ -241,9 +241,9 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         messages,
         unknown_outcome,
         alerts,
-        breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| a.to_string()),
+        breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| leak(a)),
         retry_exhausted_rate,
-        retry_exhausted_alert: policy_alerts.retry_exhausted.to_string(),
+        retry_exhausted_alert: leak(&policy_alerts.retry_exhausted),
         alert_look_back: alert_look_back?,
         features,
         types,

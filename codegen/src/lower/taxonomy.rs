@@ -80,7 +80,7 @@ impl Cx<'_> {
         }
     }
 
-    pub(super) fn details(&mut self, taxonomy: &spec::TaxonomyFile) -> Vec<DetailSet> {
+    pub(super) fn details(&mut self, taxonomy: &spec::TaxonomyFile) -> Vec<Item<DetailSet>> {
         let mut out = Vec::new();
         for (name, set) in &taxonomy.details {
             if set.contains.is_empty() {
@@ -90,10 +90,13 @@ impl Cx<'_> {
                     "a detail set needs at least one substring",
                 );
             }
-            out.push(DetailSet {
-                name: name.to_string(),
+            let contains: Vec<String> = set.contains.iter().map(|c| c.to_lowercase()).collect();
+            out.push(Item {
+                value: DetailSet {
+                    name: leak(name),
+                    contains: leak_texts(contains.iter().map(String::as_str)),
+                },
                 doc: set.doc.to_string(),
-                contains: set.contains.iter().map(|c| c.to_lowercase()).collect(),
                 source: self.source(&set.source, set.inferred),
             });
         }
