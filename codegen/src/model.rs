@@ -4,13 +4,15 @@
 use std::time::Duration;
 
 pub use sdk_policy::Method;
-pub use sdk_policy::endpoint::{Lane, ScopeNeed};
+pub use sdk_policy::endpoint::{Endpoint, Lane, ScopeNeed};
+pub use sdk_policy::index::{BudgetIx, RetryIx, RouteIx, StreamIx, TimeoutIx};
 pub use sdk_policy::log::LogNames;
 pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{
-    AlertRate, AlertSeverity, BudgetPolicy, BufferingRule, ClassMessage, Conflict, DetailSet,
-    FeatureStateCopy, HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind,
-    RetryBounds, RetryClass, RetrySchedule, StateTrigger, TimeoutClass,
+    AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
+    DetailSet, FeaturePolicy, FeatureStateCopy, HeaderNames, IdPattern, IdRules, Limits,
+    MetricNames, OutcomeKind, RetryBounds, RetryClass, RetrySchedule, StateTrigger, TimeoutClass,
+    WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -66,7 +68,9 @@ pub struct Model {
     pub deadline: Duration,
     pub deadline_source: Source,
     pub retries: Vec<Item<RetryClass>>,
-    pub breaker: Option<Breaker>,
+    pub breaker: Option<Item<BreakerPolicy>>,
+    /// Calls fired once after a breaker close, when the client enables them.
+    pub warm_up: Vec<Item<WarmUpCall>>,
     pub throttle: Throttle,
     pub limits: Limits,
     /// How long an idle pooled connection is kept.
@@ -95,13 +99,12 @@ pub struct Model {
     /// The copy of an error whose outcome is unknown (`class` is empty).
     pub unknown_outcome: Option<&'static str>,
     pub alerts: Vec<Alert>,
-    pub breaker_alert: Option<&'static str>,
     /// Raise the retry-exhaustion alert only at this rate (count, window).
     pub retry_exhausted_rate: Option<AlertRate>,
     pub retry_exhausted_alert: &'static str,
     /// How long a rule over the raised-alerts counter fires after a raise.
     pub alert_look_back: Duration,
-    pub features: Vec<Feature>,
+    pub features: Vec<Item<FeaturePolicy>>,
     pub types: Vec<TypeDef>,
     pub services: Vec<Service>,
 }
@@ -188,36 +191,6 @@ pub struct Replay {
 pub struct RouteRef {
     pub service: usize,
     pub route: usize,
-}
-
-#[derive(Debug)]
-pub struct Breaker {
-    pub threshold: u32,
-    pub window: Duration,
-    pub distinct_endpoints: bool,
-    pub probe: RouteRef,
-    pub probe_interval: Duration,
-    pub probe_timeout: usize,
-    pub healthy_probes: u32,
-    pub canary: RouteRef,
-    pub canary_timeout: usize,
-    pub deploy_suspected: Duration,
-    pub alert_after: Duration,
-    pub warm_up: Vec<WarmUp>,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct WarmUp {
-    pub route: RouteRef,
-    pub path: Vec<String>,
-    /// Compact JSON text.
-    pub body: Option<String>,
-    /// A timeout class instead of the route's own.
-    pub timeout: Option<usize>,
-    /// The pipeline header's value, for a route that carries it.
-    pub pipeline_id: Option<String>,
-    pub source: Source,
 }
 
 /// The throttle section. The runtime's `ThrottlePolicy` is made of it when
@@ -354,14 +327,6 @@ impl std::ops::Deref for Alert {
     }
 }
 
-#[derive(Debug)]
-pub struct Feature {
-    pub name: String,
-    pub doc: String,
-    pub routes: Vec<RouteRef>,
-    pub source: Source,
-}
-
 /// A named request or response type.
 #[derive(Debug)]
 pub struct TypeDef {
@@ -447,32 +412,32 @@ pub enum Returns {
     Stream(usize),
 }
 
+/// A route: the runtime's descriptor, and what becomes its method. It reads
+/// as its [`Endpoint`] (`route.method`, `route.path`, `route.timeout`).
 #[derive(Debug)]
 pub struct Route {
+    /// What the runtime sends it by; the generated crate's static of it.
+    pub endpoint: &'static Endpoint,
+    /// The method's name (the descriptor's `operation`).
     pub name: String,
     pub doc: String,
-    pub method: Method,
-    /// Prefix and path together, with `{param}` placeholders.
-    pub path: String,
     pub path_params: Vec<(String, TypeExpr)>,
     pub query: Vec<(String, TypeExpr)>,
     pub body: Option<TypeExpr>,
     pub returns: Returns,
-    pub idempotent: bool,
-    pub timeout: usize,
-    pub retry: usize,
-    pub budget: usize,
-    pub replay: bool,
-    pub scope: ScopeNeed,
-    pub conflict: Conflict,
-    pub pipeline_id: bool,
-    /// Largest 2xx body, in bytes.
-    pub max_response: u64,
     /// The read that settles an unknown outcome (a route of the same service).
     pub reconcile: Option<RouteRef>,
     /// The body ID that must name something existing, and its proof.
     pub exists: Option<Existence>,
     pub source: Source,
+}
+
+impl std::ops::Deref for Route {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        self.endpoint
+    }
 }
 
 /// A route that only takes an ID proven to exist.
@@ -487,6 +452,28 @@ pub struct Existence {
 }
 
 impl Model {
+    /// The timeout class a typed index names.
+    pub fn timeout(&self, index: TimeoutIx) -> &Item<TimeoutClass> {
+        &self.timeouts[index.get()]
+    }
+
+    /// The retry class a typed index names.
+    pub fn retry(&self, index: RetryIx) -> &Item<RetryClass> {
+        &self.retries[index.get()]
+    }
+
+    /// The budget a typed index names.
+    pub fn budget(&self, index: BudgetIx) -> &Item<BudgetPolicy> {
+        &self.throttle.budgets[index.get()]
+    }
+
+    /// The route a descriptor of the policy is, with its service.
+    pub fn route_of(&self, endpoint: &Endpoint) -> (&Service, &Route) {
+        self.routes()
+            .nth(endpoint.route.get())
+            .expect("every descriptor of the policy is a route of the model")
+    }
+
     pub fn route(&self, r: RouteRef) -> (&Service, &Route) {
         let service = &self.services[r.service];
         (service, &service.routes[r.route])
@@ -499,7 +486,7 @@ impl Model {
             .budgets
             .iter()
             .enumerate()
-            .filter(|(i, _)| !self.routes().any(|(_, r)| r.budget == *i))
+            .filter(|(i, _)| !self.routes().any(|(_, r)| r.budget.get() == *i))
             .map(|(_, b)| b)
     }
 
@@ -560,52 +547,10 @@ impl sdk_policy::log::LogLines for Unwritten {
 }
 
 impl Model {
-    /// Every route's descriptor, in spec order.
-    pub fn endpoints(&self) -> Vec<&'static sdk_policy::Endpoint> {
-        self.routes()
-            .enumerate()
-            .map(|(i, (s, r))| {
-                &*Box::leak(Box::new(sdk_policy::Endpoint {
-                    service: leak(&s.name),
-                    operation: leak(&r.name),
-                    method: r.method,
-                    path: leak(&r.path),
-                    scope: r.scope,
-                    lane: s.lane,
-                    timeout: sdk_policy::TimeoutIx::new(r.timeout as u16),
-                    retry: sdk_policy::RetryIx::new(r.retry as u16),
-                    idempotent: r.idempotent,
-                    budget: sdk_policy::BudgetIx::new(r.budget as u16),
-                    replay: r.replay,
-                    conflict: r.conflict,
-                    pipeline_id: r.pipeline_id,
-                    stream: match r.returns {
-                        Returns::Stream(i) => Some(sdk_policy::StreamIx::new(i as u16)),
-                        _ => None,
-                    },
-                    max_response: r.max_response as usize,
-                    route: sdk_policy::RouteIx::new(i as u16),
-                }))
-            })
-            .collect()
-    }
-
     /// The policy the runtime executes, as the generated crate holds it.
     pub fn policy(&self) -> sdk_policy::Policy {
         use sdk_policy::policy as p;
-        let endpoints = self.endpoints();
-        let flat: Vec<(usize, usize)> = self
-            .services
-            .iter()
-            .enumerate()
-            .flat_map(|(si, s)| (0..s.routes.len()).map(move |ri| (si, ri)))
-            .collect();
-        let at = |r: RouteRef| {
-            endpoints[flat
-                .iter()
-                .position(|&x| x == (r.service, r.route))
-                .expect("a route of the model")]
-        };
+        let at = |r: RouteRef| self.route(r).1.endpoint;
         let rows = self
             .rows
             .iter()
@@ -692,20 +637,7 @@ impl Model {
             timeouts: leak_all(self.timeouts.iter().map(|t| t.value.clone()).collect()),
             deadline: self.deadline,
             retries: leak_all(self.retries.iter().map(|r| r.value.clone()).collect()),
-            breaker: self.breaker.as_ref().map(|b| p::BreakerPolicy {
-                threshold: b.threshold,
-                window: b.window,
-                distinct_endpoints: b.distinct_endpoints,
-                probe: at(b.probe),
-                canary: at(b.canary),
-                probe_interval: b.probe_interval,
-                probe_timeout: self.timeouts[b.probe_timeout].per_attempt,
-                healthy_probes: b.healthy_probes,
-                canary_timeout: self.timeouts[b.canary_timeout].per_attempt,
-                deploy_suspected: b.deploy_suspected,
-                alert_after: b.alert_after,
-                open_alert: self.breaker_alert.unwrap_or_default(),
-            }),
+            breaker: self.breaker.as_ref().map(|b| b.value.clone()),
             throttle: p::ThrottlePolicy {
                 max_in_flight: self.throttle.max_in_flight,
                 per_second: self.throttle.per_second,
@@ -731,35 +663,15 @@ impl Model {
             fallbacks_sustained: self.fallbacks_sustained,
             states: leak_all(self.states.iter().map(|s| s.value.clone()).collect()),
             messages: leak_all(self.messages.iter().map(|m| m.value.clone()).collect()),
-            warm_up: leak_all(
-                self.breaker
-                    .iter()
-                    .flat_map(|b| &b.warm_up)
-                    .map(|w| p::WarmUpCall {
-                        endpoint: at(w.route),
-                        path: leak_texts(w.path.iter().map(String::as_str)),
-                        body: w.body.as_deref().map(leak),
-                        timeout: w.timeout.map(|t| p::TimeoutIx::new(t as u16)),
-                        pipeline_id: w.pipeline_id.as_deref().map(leak),
-                    })
-                    .collect(),
-            ),
-            features: leak_all(
-                self.features
-                    .iter()
-                    .map(|f| p::FeaturePolicy {
-                        name: leak(&f.name),
-                        routes: leak_all(f.routes.iter().map(|r| at(*r)).collect()),
-                    })
-                    .collect(),
-            ),
+            warm_up: leak_all(self.warm_up.iter().map(|w| w.value.clone()).collect()),
+            features: leak_all(self.features.iter().map(|f| f.value.clone()).collect()),
             alerts: p::AlertNames {
                 retry_exhausted: self.retry_exhausted_alert,
                 retry_exhausted_rate: self.retry_exhausted_rate,
                 severities: leak_all(self.alerts.iter().map(|a| a.value).collect()),
             },
             limits: self.limits.clone(),
-            routes: leak_all(endpoints.clone()),
+            routes: leak_all(self.routes().map(|(_, r)| r.endpoint).collect()),
             pool_idle: self.pool_idle,
             pool_idle_floor: self.pool_idle_floor,
             keep_alive_margin: self.keep_alive_margin,

@@ -56,8 +56,8 @@ fn the_openapi_document_is_3_1_and_has_every_route_of_the_spec() {
                 method,
                 route.path
             );
-            assert_eq!(op["x-timeout"]["class"], model.timeouts[route.timeout].name);
-            assert_eq!(op["x-retry"]["class"], model.retries[route.retry].name);
+            assert_eq!(op["x-timeout"]["class"], model.timeout(route.timeout).name);
+            assert_eq!(op["x-retry"]["class"], model.retry(route.retry).name);
             assert_eq!(op["x-idempotent"], route.idempotent);
             let tenant = &model.api.headers.tenant;
             let has_tenant = op["parameters"]

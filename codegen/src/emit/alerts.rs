@@ -111,7 +111,7 @@ fn rule<'m>(model: &'m Model, alert: &'m Alert, t: Scale) -> Rule<'m> {
         .breaker
         .as_ref()
         .zip(m.circuit_state.as_ref())
-        .filter(|_| model.breaker_alert == Some(name));
+        .filter(|(b, _)| b.open_alert == name);
     if let Some((b, state)) = breaker {
         return breaker_rule(alert, state, b.alert_after, t);
     }

@@ -690,7 +690,7 @@ struct WarmUpKnob {
 
 impl WarmUpKnob {
     fn of(model: &Model) -> Self {
-        let calls: Vec<_> = model.breaker.iter().flat_map(|b| &b.warm_up).collect();
+        let calls = &model.warm_up;
         if calls.is_empty() {
             return Self::default();
         }

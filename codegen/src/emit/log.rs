@@ -150,8 +150,8 @@ fn module_doc(model: &Model, [alert, breaker, retry, stream]: [&String; 4]) -> S
         format!("attempts on target `{}`", model.log.target),
         format!("alerts on `{alert}`"),
     ];
-    if let Some(b) = &model.breaker {
-        let warm_ups = if b.warm_up.is_empty() {
+    if model.breaker.is_some() {
+        let warm_ups = if model.warm_up.is_empty() {
             ""
         } else {
             " and warm-ups"

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::docs::{duration_text, source};
 use super::services::returns_text;
-use crate::model::{Conflict, Model, RetrySchedule, RowReplay, ScopeNeed};
+use crate::model::{BreakerPolicy, Conflict, Item, Model, RetrySchedule, RowReplay, ScopeNeed};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
@@ -78,10 +78,10 @@ pub fn policy_md(model: &Model) -> String {
             r.method.as_str(),
             r.path,
             scope,
-            model.timeouts[r.timeout].name,
-            model.retries[r.retry].name,
+            model.timeout(r.timeout).name,
+            model.retry(r.retry).name,
             yes(r.idempotent),
-            model.throttle.budgets[r.budget].name,
+            model.budget(r.budget).name,
             yes(r.replay),
             conflict,
             returns_text(model, r)
@@ -569,9 +569,9 @@ pub(super) fn schedule_text(s: &RetrySchedule) -> String {
     }
 }
 
-fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
-    let (ps, pr) = model.route(b.probe);
-    let (cs, cr) = model.route(b.canary);
+fn breaker_section(md: &mut String, model: &Model, b: &Item<BreakerPolicy>) {
+    let (ps, pr) = model.route_of(b.probe);
+    let (cs, cr) = model.route_of(b.canary);
     let _ = writeln!(
         md,
         "\n## Circuit breaker ({})\n\nOpens on {} connection-level failures or 502/503 {}within {}. While open, the probe `{} {}` runs every {} ({} timeout); \
@@ -588,11 +588,11 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
         pr.method.as_str(),
         pr.path,
         duration_text(b.probe_interval),
-        duration_text(model.timeouts[b.probe_timeout].per_attempt),
+        duration_text(b.probe_timeout),
         b.healthy_probes,
         cr.method.as_str(),
         cr.path,
-        duration_text(model.timeouts[b.canary_timeout].per_attempt),
+        duration_text(b.canary_timeout),
         duration_text(b.deploy_suspected),
         duration_text(b.alert_after),
         pr.name,
@@ -604,16 +604,16 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
         md,
         "\nThe canary is sent as the client itself, with its own tenant and key: no tenant is kept for canaries."
     );
-    if b.warm_up.is_empty() {
+    if model.warm_up.is_empty() {
         return;
     }
-    let calls: Vec<String> = b
+    let calls: Vec<String> = model
         .warm_up
         .iter()
         .map(|w| {
-            let (_, r) = model.route(w.route);
+            let (_, r) = model.route_of(w.endpoint);
             let timeout = w.timeout.map_or(String::new(), |t| {
-                format!(", {} timeout", duration_text(model.timeouts[t].per_attempt))
+                format!(", {} timeout", duration_text(model.timeout(t).per_attempt))
             });
             let pipeline = match (&w.pipeline_id, &model.api.headers.pipeline) {
                 (Some(id), Some(header)) => format!(", `{header}: {id}`"),

@@ -59,10 +59,10 @@ fn document(model: &Model) -> Spec {
     let api = &model.api;
     let mut paths: Map<PathItem> = Map::new();
     for (service, route) in model.routes() {
-        if paths.get(&route.path).is_none() {
-            paths.insert(route.path.clone(), PathItem::default());
+        if paths.get(route.path).is_none() {
+            paths.insert(route.path.to_owned(), PathItem::default());
         }
-        let item = paths.get_mut(&route.path).expect("inserted above");
+        let item = paths.get_mut(route.path).expect("inserted above");
         let op = Some(operation(model, service, route));
         match route.method {
             crate::model::Method::Get => item.get = op,
@@ -78,8 +78,8 @@ fn document(model: &Model) -> Spec {
     extensions.insert("retries".into(), retries(model));
     extensions.insert("budgets".into(), budgets(model));
     if let Some(b) = &model.breaker {
-        let (probe_service, probe) = model.route(b.probe);
-        let (canary_service, canary) = model.route(b.canary);
+        let (probe_service, probe) = model.route_of(b.probe);
+        let (canary_service, canary) = model.route_of(b.canary);
         extensions.insert(
             "breaker".into(),
             json!({
@@ -438,20 +438,17 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
     };
 
     let mut extensions = Map::new();
-    let timeout = &model.timeouts[route.timeout];
+    let timeout = model.timeout(route.timeout);
     extensions.insert(
         "timeout".into(),
         json!({ "class": timeout.name, "per_attempt_ms": millis(timeout.per_attempt) }),
     );
-    let retry = &model.retries[route.retry];
+    let retry = model.retry(route.retry);
     extensions.insert(
         "retry".into(),
         json!({ "class": retry.name, "attempts": retry.schedule.attempts() }),
     );
-    extensions.insert(
-        "budget".into(),
-        json!(model.throttle.budgets[route.budget].name),
-    );
+    extensions.insert("budget".into(), json!(model.budget(route.budget).name));
     extensions.insert("idempotent".into(), json!(route.idempotent));
     extensions.insert("replay".into(), json!(route.replay));
     extensions.insert("scope".into(), json!(scope_name(route.scope)));
@@ -486,7 +483,7 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
         route.doc,
         timeout.name,
         retry.name,
-        model.throttle.budgets[route.budget].name,
+        model.budget(route.budget).name,
         if route.idempotent {
             "idempotent"
         } else {

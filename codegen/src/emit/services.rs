@@ -23,11 +23,7 @@ pub fn handle_type(service: &Service) -> String {
 
 pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
-    // The routes' positions in `ENDPOINTS`: every route of the services before, in spec order.
-    let first: usize = model.services[..index].iter().map(|s| s.routes.len()).sum();
-    let descriptors = model.endpoints();
-    let endpoints = (service.routes.iter().enumerate())
-        .map(|(i, r)| endpoint(model, descriptors[first + i], r));
+    let endpoints = service.routes.iter().map(|r| endpoint(model, r));
     let methods = service.routes.iter().map(|r| method(model, r));
     let mut proofs: Vec<&Existence> = model
         .routes()
@@ -126,7 +122,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
 }
 
 /// The descriptor of `r`, at position `route` of the policy's routes.
-fn endpoint(model: &Model, endpoint: &sdk_policy::Endpoint, r: &Route) -> TokenStream {
+fn endpoint(model: &Model, r: &Route) -> TokenStream {
     use sdk_policy::bake::Bake;
     let name = ident(&screaming(&r.name));
     let text = format!(" `{} {}`", r.method.as_str(), r.path);
@@ -134,7 +130,7 @@ fn endpoint(model: &Model, endpoint: &sdk_policy::Endpoint, r: &Route) -> TokenS
         model,
         statics: false,
     };
-    let value = endpoint.bake(&names);
+    let value = r.endpoint.bake(&names);
     quote! {
         #[doc = #text]
         pub static #name: Endpoint = #value;
@@ -160,9 +156,9 @@ pub fn reconcile_link(model: &Model, r: &Route, read: &RouteRef) -> String {
 
 /// The rustdoc of a method: the spec's words, then the route's policy.
 fn method_doc(model: &Model, r: &Route) -> TokenStream {
-    let timeout = &model.timeouts[r.timeout];
-    let retry = &model.retries[r.retry];
-    let budget = &model.throttle.budgets[r.budget];
+    let timeout = model.timeout(r.timeout);
+    let retry = model.retry(r.retry);
+    let budget = model.budget(r.budget);
     // The class's own doc is on its index constant: link it, do not repeat it.
     let mut timeout_text = format!(
         "[`{}`](crate::policy::timeout::{}), {} per attempt",

@@ -137,22 +137,22 @@ impl Cx<'_> {
         &mut self,
         d: &spec::DegradationFile,
         services: &[Service],
-    ) -> Vec<Feature> {
+    ) -> Vec<Item<FeaturePolicy>> {
         let mut out = Vec::new();
         for (name, f) in &d.features {
             let field = format!("features.{}.routes", &**name);
             if f.routes.is_empty() {
                 self.error(name, &field, "a feature depends on at least one route");
             }
-            let routes = f
-                .routes
-                .iter()
-                .filter_map(|r| self.route_ref(r, &field, services))
+            let routes = (f.routes.iter())
+                .filter_map(|r| self.endpoint_ref(r, &field, services))
                 .collect();
-            out.push(Feature {
-                name: name.to_string(),
+            out.push(Item {
+                value: FeaturePolicy {
+                    name: leak(name),
+                    routes: leak_all(routes),
+                },
                 doc: f.doc.to_string(),
-                routes,
                 source: self.source(&f.source, f.inferred),
             });
         }

@@ -120,11 +120,16 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let messages = cx.messages(&raw.degradation, &rows);
     let unknown_outcome = cx.unknown_outcome(&raw.degradation, &raw.taxonomy);
     cx.streams_bounded(&services, &throttle, &raw.services);
+    let policy_alerts = &raw.policy.alerts;
+    let open_alert = policy_alerts.breaker_open.as_ref().map(|a| leak(a));
     let breaker = raw
         .policy
         .breaker
         .as_ref()
-        .map(|b| cx.breaker(b, &services, &names, pattern.as_ref()));
+        .map(|b| cx.breaker(b, &services, &timeouts, open_alert.unwrap_or_default()));
+    let warm_up = (raw.policy.breaker.iter())
+        .flat_map(|b| cx.warm_up(b, &services, &names, pattern.as_ref()))
+        .collect();
     let feature_names: Vec<&str> = raw
         .degradation
         .features
@@ -156,7 +161,6 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         })
     });
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
-    let policy_alerts = &raw.policy.alerts;
     match (&policy_alerts.breaker_open, &raw.policy.breaker) {
         (Some(alert), Some(_)) => {
             cx.reference(alert, "alerts.breaker_open", "alert", &names.alerts);
@@ -212,6 +216,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
             Some(b) => Some(b?),
             None => None,
         },
+        warm_up,
         throttle,
         limits: limits?.0,
         pool_idle: pool_idle?,
@@ -241,7 +246,6 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         messages,
         unknown_outcome,
         alerts,
-        breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| leak(a)),
         retry_exhausted_rate,
         retry_exhausted_alert: leak(&policy_alerts.retry_exhausted),
         alert_look_back: alert_look_back?,
@@ -543,6 +547,17 @@ impl Cx<'_> {
             );
         }
         found
+    }
+
+    /// The descriptor of the route `text` names (`handle.route`).
+    fn endpoint_ref(
+        &mut self,
+        text: &Text,
+        field: &str,
+        services: &[Service],
+    ) -> Option<&'static Endpoint> {
+        let r = self.route_ref(text, field, services)?;
+        Some(services[r.service].routes[r.route].endpoint)
     }
 
     fn route_ref(&mut self, text: &Text, field: &str, services: &[Service]) -> Option<RouteRef> {

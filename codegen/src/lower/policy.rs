@@ -261,7 +261,7 @@ impl Cx<'_> {
             for (route, (name, r)) in service.routes.iter().zip(&file.routes) {
                 let unbounded = throttle
                     .budgets
-                    .get(route.budget)
+                    .get(route.budget.get())
                     .is_some_and(|b| b.max_in_flight.is_none());
                 if matches!(route.returns, Returns::Stream(_)) && unbounded {
                     self.error(
@@ -277,70 +277,68 @@ impl Cx<'_> {
         }
     }
 
+    /// The breaker: its probe a public route, its canary a read, its
+    /// timeouts those of classes of `timeouts`.
     pub(super) fn breaker(
         &mut self,
         b: &spec::Breaker,
         services: &[Service],
-        names: &Names,
-        ids: Option<&IdPattern<'static>>,
-    ) -> Option<Breaker> {
-        let probe = self.route_ref(&b.probe_route, "breaker.probe_route", services);
-        let canary = self.route_ref(&b.canary_route, "breaker.canary_route", services);
-        if let Some(p) = probe
-            && services[p.service].routes[p.route].scope != ScopeNeed::Public
-        {
+        timeouts: &[Item<TimeoutClass>],
+        open_alert: &'static str,
+    ) -> Option<Item<BreakerPolicy>> {
+        let probe = self.endpoint_ref(&b.probe_route, "breaker.probe_route", services);
+        let canary = self.endpoint_ref(&b.canary_route, "breaker.canary_route", services);
+        if probe.is_some_and(|p| p.scope != ScopeNeed::Public) {
             self.error(
                 &b.probe_route,
                 "breaker.probe_route",
                 "the probe route must be public (it runs while auth may be broken)",
             );
         }
-        if let Some(c) = canary
-            && services[c.service].routes[c.route].method != Method::Get
-        {
+        if canary.is_some_and(|c| c.method != Method::Get) {
             self.error(
                 &b.canary_route,
                 "breaker.canary_route",
                 "the canary must be a read (GET)",
             );
         }
-        let probe_timeout = self.reference(
-            &b.probe_timeout,
-            "breaker.probe_timeout",
-            "timeout class",
-            &names.timeouts,
-        );
-        let canary_timeout = self.reference(
-            &b.canary_timeout,
-            "breaker.canary_timeout",
-            "timeout class",
-            &names.timeouts,
-        );
-        let warm_up = self.warm_up(b, services, names, ids);
-        Some(Breaker {
+        let names: Vec<&str> = timeouts.iter().map(|t| t.name).collect();
+        let timeout = |cx: &mut Self, text: &spec::Text, field: &str| {
+            let i = cx.reference(text, field, "timeout class", &names)?;
+            Some(timeouts[i].per_attempt)
+        };
+        let probe_timeout = timeout(self, &b.probe_timeout, "breaker.probe_timeout");
+        let canary_timeout = timeout(self, &b.canary_timeout, "breaker.canary_timeout");
+        let value = BreakerPolicy {
             threshold: self.positive(&b.threshold, "breaker.threshold"),
             window: self.duration(&b.window, "breaker.window")?,
             distinct_endpoints: b.distinct_endpoints,
             probe: probe?,
+            canary: canary?,
             probe_interval: self.duration(&b.probe_interval, "breaker.probe_interval")?,
             probe_timeout: probe_timeout?,
             healthy_probes: self.positive(&b.healthy_probes, "breaker.healthy_probes"),
-            canary: canary?,
             canary_timeout: canary_timeout?,
             deploy_suspected: self.duration(&b.deploy_suspected, "breaker.deploy_suspected")?,
             alert_after: self.duration(&b.alert_after, "breaker.alert_after")?,
-            warm_up,
+            open_alert,
+        };
+        Some(Item {
+            value,
+            doc: String::new(),
             source: self.source(&b.source, b.inferred),
         })
     }
 
-    fn warm_up(
+    /// The calls fired once after a close: each a route of the spec with
+    /// its path parameters and its body exactly when it takes one.
+    pub(super) fn warm_up(
         &mut self,
         b: &spec::Breaker,
         services: &[Service],
         names: &Names,
         ids: Option<&IdPattern<'static>>,
-    ) -> Vec<WarmUp> {
+    ) -> Vec<Item<WarmUpCall>> {
         let mut out = Vec::new();
         for (i, w) in b.warm_up.iter().enumerate() {
             let field = |key: &str| format!("breaker.warm_up.{i}.{key}");
@@ -362,7 +360,7 @@ impl Cx<'_> {
             }
             let body = w.body.as_ref().and_then(|text| {
                 match serde_json::from_str::<serde_json::Value>(text) {
-                    Ok(value) => Some(value.to_string()),
+                    Ok(value) => Some(leak(&value.to_string())),
                     Err(e) => {
                         self.error(text, field("body"), format!("not valid JSON: {e}"));
                         None
@@ -380,12 +378,16 @@ impl Cx<'_> {
                 self.reference(t, &field("timeout"), "timeout class", &names.timeouts)
             });
             let pipeline_id = self.warm_up_pipeline(w, target, ids, &field("pipeline_id"));
-            out.push(WarmUp {
-                route,
-                path: w.path.iter().map(|p| p.to_string()).collect(),
+            let value = WarmUpCall {
+                endpoint: target.endpoint,
+                path: leak_texts(w.path.iter().map(|p| p.as_str())),
                 body,
-                timeout,
+                timeout: timeout.map(|t| TimeoutIx::new(t as u16)),
                 pipeline_id,
+            };
+            out.push(Item {
+                value,
+                doc: String::new(),
                 source: self.source(&w.source, w.inferred),
             });
         }
@@ -402,7 +404,7 @@ impl Cx<'_> {
         target: &Route,
         ids: Option<&IdPattern<'static>>,
         field: &str,
-    ) -> Option<String> {
+    ) -> Option<&'static str> {
         match (&w.pipeline_id, target.pipeline_id) {
             (None, true) => {
                 let message = "the route carries the pipeline header: give the warm-up call its own `pipeline_id`";
@@ -420,7 +422,7 @@ impl Cx<'_> {
                 self.error(id, field, message);
                 None
             }
-            (id, _) => id.as_ref().map(|id| id.to_string()),
+            (id, _) => id.as_ref().map(|id| leak(id)),
         }
     }
 }
@@ -434,7 +436,7 @@ impl Cx<'_> {
             let used = services
                 .iter()
                 .flat_map(|s| &s.routes)
-                .any(|r| r.budget == index);
+                .any(|r| r.budget.get() == index);
             if used {
                 continue;
             }

@@ -354,10 +354,14 @@ impl Cx<'_> {
             let mut routes = Vec::new();
             for (name, r) in &s.routes {
                 let defaults = Defaults {
+                    service: leak(&s.service),
                     scope: scope.unwrap_or(ScopeNeed::Tenant),
+                    lane,
                     needs_workspace,
                     needs_pipeline,
                     max_response: max_response.unwrap_or(0),
+                    position: out.iter().map(|s: &Service| s.routes.len()).sum::<usize>()
+                        + routes.len(),
                 };
                 let route = self.route(name, r, s, &defaults, names);
                 routes.push(route);
@@ -629,26 +633,38 @@ impl Cx<'_> {
             .as_ref()
             .and_then(|m| self.size(m, &field("max_response")))
             .unwrap_or(defaults.max_response);
+        let index = |i: Option<usize>| i.unwrap_or(0) as u16;
+        let endpoint = Endpoint {
+            service: defaults.service,
+            operation: leak(name),
+            method,
+            path: leak(&format!("{}{}", &*service.prefix, &*r.path)),
+            scope,
+            lane: defaults.lane,
+            timeout: TimeoutIx::new(index(timeout)),
+            retry: RetryIx::new(index(retry)),
+            idempotent: r.idempotent,
+            budget: BudgetIx::new(index(budget)),
+            replay: r.replay,
+            conflict,
+            pipeline_id: r.pipeline_id,
+            stream: match returns {
+                Returns::Stream(i) => Some(StreamIx::new(i as u16)),
+                _ => None,
+            },
+            max_response: max_response as usize,
+            route: RouteIx::new(defaults.position as u16),
+        };
         Route {
+            endpoint: Box::leak(Box::new(endpoint)),
             name: name.to_string(),
-            max_response,
             reconcile: None, // resolved by `reconciles`, once every route is known
             exists: None,    // resolved by `existence`, once every route is known
             doc: r.doc.to_string(),
-            method,
-            path: format!("{}{}", &*service.prefix, &*r.path),
             path_params,
             query,
             body,
             returns,
-            idempotent: r.idempotent,
-            timeout: timeout.unwrap_or(0),
-            retry: retry.unwrap_or(0),
-            budget: budget.unwrap_or(0),
-            replay: r.replay,
-            scope,
-            conflict,
-            pipeline_id: r.pipeline_id,
             source: self.source(&r.source, r.inferred),
         }
     }
@@ -665,7 +681,11 @@ fn arg_name(name: &str) -> String {
 
 /// What a route of a service has unless it says otherwise.
 struct Defaults {
+    service: &'static str,
     scope: ScopeNeed,
+    lane: Lane,
+    /// The route's position among every route of the API.
+    position: usize,
     /// A workspace service (policy §3.2): every route needs the workspace.
     needs_workspace: bool,
     /// A pipeline service (policy §10.1): every route carries the pipeline header.
