@@ -5,14 +5,14 @@ use std::time::Duration;
 
 pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Endpoint, Lane, ScopeNeed};
-pub use sdk_policy::index::{BudgetIx, RetryIx, RouteIx, StreamIx, TimeoutIx};
+pub use sdk_policy::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 pub use sdk_policy::log::LogNames;
 pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{
     AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
     DetailSet, FeaturePolicy, FeatureStateCopy, HeaderNames, IdPattern, IdRules, Limits,
-    MetricNames, OutcomeKind, RetryBounds, RetryClass, RetrySchedule, StateTrigger, TimeoutClass,
-    WarmUpCall,
+    MetricNames, OutcomeKind, RetryBounds, RetryClass, RetrySchedule, RowMatch, StateTrigger,
+    TaxonomyRow, TimeoutClass, WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -89,7 +89,7 @@ pub struct Model {
     pub log: LogNames,
     pub log_fields: LogFields,
     pub details: Vec<Item<DetailSet>>,
-    pub rows: Vec<Row>,
+    pub rows: Vec<Item<TaxonomyRow>>,
     pub streams: Vec<Stream>,
     pub buffering: Option<BufferingRule>,
     /// At least this many fallbacks within this long raise the alert.
@@ -231,34 +231,6 @@ pub struct Fleet {
     pub degraded_metric: String,
     pub share_metric: String,
     pub alert: String,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct Row {
-    pub row: String,
-    pub outcome: OutcomeKind,
-    pub status: Option<(u16, u16)>,
-    pub detail: Option<usize>,
-    pub retry_after: Option<bool>,
-    pub conflict: Option<Conflict>,
-    pub keyless: Option<bool>,
-    /// Only these routes, when set.
-    pub routes: Option<Vec<RouteRef>>,
-    pub class: String,
-    pub retry: Option<usize>,
-    pub feeds_breaker: bool,
-    pub outcome_unknown: bool,
-    pub alert: Option<String>,
-    pub alert_outside_deploy: bool,
-    /// Index into [`Model::states`].
-    pub feature_state: Option<usize>,
-    pub remember_for: Option<Duration>,
-    /// Index into [`Model::rows`].
-    pub escalate_to: Option<usize>,
-    /// What the row means for a queued write; `Never` without a replay queue.
-    pub replay: RowReplay,
-    pub action: String,
     pub source: Source,
 }
 
@@ -551,45 +523,6 @@ impl Model {
     pub fn policy(&self) -> sdk_policy::Policy {
         use sdk_policy::policy as p;
         let at = |r: RouteRef| self.route(r).1.endpoint;
-        let rows = self
-            .rows
-            .iter()
-            .enumerate()
-            .map(|(index, r)| p::TaxonomyRow {
-                index: p::RowIx::new(index as u16),
-                row: leak(&r.row),
-                matches: p::RowMatch {
-                    outcome: r.outcome,
-                    status: r.status,
-                    detail: r.detail.map(|d| p::DetailIx::new(d as u16)),
-                    retry_after: r.retry_after,
-                    conflict: r.conflict,
-                    keyless: r.keyless,
-                    routes: r
-                        .routes
-                        .as_ref()
-                        .map(|list| leak_all(list.iter().map(|x| at(*x)).collect())),
-                },
-                class: leak(&r.class),
-                success: r.class == "success",
-                retry: r.retry.map(|i| p::RetryIx::new(i as u16)),
-                feeds_breaker: r.feeds_breaker,
-                outcome_unknown: r.outcome_unknown,
-                alert: r.alert.as_deref().map(leak),
-                alert_outside_deploy: r.alert_outside_deploy,
-                feature_state: r.feature_state.map(|i| self.states[i].state),
-                remember_for: r.remember_for,
-                escalate_to: r.escalate_to.map(|i| p::RowIx::new(i as u16)),
-                replay: r.replay,
-                action: leak(&r.action),
-                message: self
-                    .messages
-                    .iter()
-                    .find(|m| m.class == r.class)
-                    .map(|m| m.copy),
-                unknown_message: self.unknown_outcome.filter(|_| r.outcome_unknown),
-            })
-            .collect();
         let streams = self
             .streams
             .iter()
@@ -656,7 +589,7 @@ impl Model {
                     hot_factor: self.throttle.polling_hot_factor,
                 },
             },
-            taxonomy: leak_all(rows),
+            taxonomy: leak_all(self.rows.iter().map(|r| r.value.clone()).collect()),
             detail_sets: leak_all(self.details.iter().map(|d| d.value.clone()).collect()),
             streams: leak_all(streams),
             buffering: self.buffering.clone(),

@@ -276,8 +276,8 @@ fn from_env_example(model: &Model) -> String {
     let class = model
         .rows
         .iter()
-        .map(|r| r.class.as_str())
-        .find(|c| *c != "success")
+        .find(|r| !r.success)
+        .map(|r| r.class)
         .unwrap_or("unclassified");
     let Some((service, route, ids)) = first_read(model) else {
         return String::new();

@@ -17,10 +17,10 @@ const UNCLASSIFIED: &str = "unclassified";
 /// Each class comes with its rows and the first row's action.
 fn classes(model: &Model) -> Vec<(&str, Vec<&str>, &str)> {
     let mut out: Vec<(&str, Vec<&str>, &str)> = Vec::new();
-    for row in model.rows.iter().filter(|r| r.class != "success") {
+    for row in model.rows.iter().filter(|r| !r.success) {
         match out.iter_mut().find(|(class, ..)| *class == row.class) {
-            Some((_, rows, _)) => rows.push(&row.row),
-            None => out.push((&row.class, vec![&row.row], &row.action)),
+            Some((_, rows, _)) => rows.push(row.row),
+            None => out.push((row.class, vec![row.row], row.action)),
         }
     }
     if !out.iter().any(|(class, ..)| *class == UNCLASSIFIED) {
@@ -56,11 +56,7 @@ pub fn error_rs(model: &Model) -> TokenStream {
     let unclassified = ident(&camel(UNCLASSIFIED));
     // A success row never ends a call in an error: it reads as unclassified.
     let by_row = model.rows.iter().map(|r| {
-        let class = if r.class == "success" {
-            UNCLASSIFIED
-        } else {
-            &r.class
-        };
+        let class = if r.success { UNCLASSIFIED } else { r.class };
         let variant = ident(&camel(class));
         quote!(ErrorClass::#variant)
     });

@@ -152,38 +152,38 @@ pub fn policy_md(model: &Model) -> String {
         if breaker { "---|" } else { "" },
     );
     for row in &model.rows {
-        let mut matches = row.outcome.as_str().to_owned();
-        if let Some((lo, hi)) = row.status {
+        let mut matches = row.matches.outcome.as_str().to_owned();
+        if let Some((lo, hi)) = row.matches.status {
             matches = if lo == hi {
                 format!("{lo}")
             } else {
                 format!("{lo}–{hi}")
             };
         }
-        if let Some(d) = row.detail {
-            let _ = write!(matches, ", detail ~ {}", model.details[d].name);
+        if let Some(d) = row.matches.detail {
+            let _ = write!(matches, ", detail ~ {}", model.details[d.get()].name);
         }
-        if let Some(ra) = row.retry_after {
+        if let Some(ra) = row.matches.retry_after {
             let _ = write!(
                 matches,
                 ", {} Retry-After",
                 if ra { "with" } else { "without" }
             );
         }
-        if let Some(c) = row.conflict {
+        if let Some(c) = row.matches.conflict {
             let _ = write!(matches, ", route 409 = {c:?}");
         }
-        if let Some(routes) = &row.routes {
+        if let Some(routes) = &row.matches.routes {
             let names: Vec<String> = routes
                 .iter()
-                .map(|r| {
-                    let (s, r) = model.route(*r);
+                .map(|e| {
+                    let (s, r) = model.route_of(e);
                     format!("`{}.{}`", s.handle, r.name)
                 })
                 .collect();
             let _ = write!(matches, ", on {}", names.join(", "));
         }
-        let retry = row.retry.map(|i| model.retries[i].name).unwrap_or("—");
+        let retry = row.retry.map(|i| model.retry(i).name).unwrap_or("—");
         let feeds = if breaker {
             format!(" {} |", yes(row.feeds_breaker))
         } else {
@@ -197,7 +197,7 @@ pub fn policy_md(model: &Model) -> String {
             row.class,
             retry,
             yes(row.outcome_unknown),
-            row.alert.as_deref().unwrap_or("—"),
+            row.alert.unwrap_or("—"),
             row.action.replace('|', "/").replace('\n', " "),
             source(&row.source)
         );
@@ -510,7 +510,7 @@ fn replay_rows(md: &mut String, model: &Model) {
             .rows
             .iter()
             .filter(|r| r.replay == value)
-            .map(|r| r.row.as_str())
+            .map(|r| r.row)
             .collect();
         let meaning = match value {
             RowReplay::Outage => {

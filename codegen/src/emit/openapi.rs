@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use super::docs::{source, type_text};
 use crate::model::{
-    Conflict, Lane, Model, Returns, Route, Row, ScopeNeed, Service, Shape, TypeDef, TypeExpr,
+    Conflict, Item, Lane, Model, Returns, Route, ScopeNeed, Service, Shape, TaxonomyRow, TypeDef,
+    TypeExpr,
 };
 
 type Map<V> = oas3::Map<String, V>;
@@ -575,7 +576,9 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
         let mut extensions = Map::new();
         // A create route's 409 is the success the client returns as
         // `Created::Existing`: said for generators that treat 4xx as errors.
-        let success = rows.iter().all(|r| r.conflict == Some(Conflict::Success));
+        let success = rows
+            .iter()
+            .all(|r| r.matches.conflict == Some(Conflict::Success));
         if success {
             extensions.insert("success".into(), json!(true));
         }
@@ -624,27 +627,28 @@ fn error_answers<'m>(
     model: &'m Model,
     service: &Service,
     route: &Route,
-) -> Vec<(String, Vec<&'m Row>)> {
+) -> Vec<(String, Vec<&'m Item<TaxonomyRow>>)> {
     let keyless = service.lane == Lane::Keyless || route.scope == ScopeNeed::Public;
-    let applies = |r: &Row| {
-        r.keyless.is_none_or(|k| k == keyless) && r.conflict.is_none_or(|c| c == route.conflict)
+    let applies = |r: &Item<TaxonomyRow>| {
+        r.matches.keyless.is_none_or(|k| k == keyless)
+            && r.matches.conflict.is_none_or(|c| c == route.conflict)
     };
-    let rows: Vec<&Row> = model
+    let rows: Vec<&Item<TaxonomyRow>> = model
         .rows
         .iter()
-        .filter(|r| r.status.is_some() && applies(r))
+        .filter(|r| r.matches.status.is_some() && applies(r))
         .collect();
     // Rows that may answer `status`: in order, up to the first without a
     // further condition (a detail or Retry-After), which catches the rest.
-    let matching = |status: u16| -> Vec<&Row> {
+    let matching = |status: u16| -> Vec<&Item<TaxonomyRow>> {
         let mut out = Vec::new();
         for r in &rows {
-            let (lo, hi) = r.status.expect("status rows");
+            let (lo, hi) = r.matches.status.expect("status rows");
             if status < lo || status > hi {
                 continue;
             }
             out.push(*r);
-            if r.detail.is_none() && r.retry_after.is_none() {
+            if r.matches.detail.is_none() && r.matches.retry_after.is_none() {
                 break;
             }
         }
@@ -652,20 +656,20 @@ fn error_answers<'m>(
     };
     let mut codes: Vec<u16> = Vec::new();
     for r in &rows {
-        let (lo, hi) = r.status.expect("status rows");
+        let (lo, hi) = r.matches.status.expect("status rows");
         if (400..=599).contains(&lo) && hi - lo < 10 {
             codes.extend(lo..=hi);
         }
     }
     codes.sort_unstable();
     codes.dedup();
-    let mut out: Vec<(String, Vec<&Row>)> = codes
+    let mut out: Vec<(String, Vec<&Item<TaxonomyRow>>)> = codes
         .into_iter()
         .map(|c| (c.to_string(), matching(c)))
         .collect();
     for (range, lo, hi) in [("4XX", 400, 499), ("5XX", 500, 599)] {
         // The catch-all of the hundred, if a row covers it whole.
-        if let Some(r) = rows.iter().find(|r| r.status == Some((lo, hi))) {
+        if let Some(r) = rows.iter().find(|r| r.matches.status == Some((lo, hi))) {
             out.push((range.to_owned(), vec![*r]));
         }
     }
@@ -750,12 +754,12 @@ fn taxonomy(model: &Model) -> Value {
             .map(|r| {
                 let mut row = json!({
                     "row": r.row,
-                    "outcome": r.outcome.as_str(),
-                    "status": r.status.map(|(lo, hi)| if lo == hi { json!(lo) } else { json!([lo, hi]) }),
-                    "detail": r.detail.map(|d| model.details[d].name),
-                    "retry_after": r.retry_after,
+                    "outcome": r.matches.outcome.as_str(),
+                    "status": r.matches.status.map(|(lo, hi)| if lo == hi { json!(lo) } else { json!([lo, hi]) }),
+                    "detail": r.matches.detail.map(|d| model.details[d.get()].name),
+                    "retry_after": r.matches.retry_after,
                     "class": r.class,
-                    "retry": r.retry.map(|i| model.retries[i].name),
+                    "retry": r.retry.map(|i| model.retry(i).name),
                     "alert": r.alert,
                     "action": r.action.trim(),
                     "source": source(&r.source),

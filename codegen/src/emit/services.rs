@@ -8,7 +8,8 @@ use super::docs::{
     type_text,
 };
 use crate::model::{
-    Conflict, Existence, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service, TypeExpr,
+    Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service,
+    TaxonomyRow, TypeExpr,
 };
 
 /// Rust module of a service (`kg-service` -> `kg_service`).
@@ -240,7 +241,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
 /// The error classes a call of `r` can end in, each with the taxonomy rows
 /// that give it: what a caller's `match` on [`Error::class`] covers.
 fn endings_line(model: &Model, r: &Route) -> String {
-    let applying: Vec<&crate::model::Row> = model
+    let applying: Vec<&Item<TaxonomyRow>> = model
         .rows
         .iter()
         .filter(|row| applies(model, r, row))
@@ -248,13 +249,13 @@ fn endings_line(model: &Model, r: &Route) -> String {
     let mut classes: Vec<(&str, Vec<&str>)> = Vec::new();
     for (at, row) in applying.iter().enumerate() {
         // A success row, or a 409 that is success or progress, is no error.
-        let success = row.class == "success" || row.conflict.is_some_and(|c| c != Conflict::Error);
+        let success = row.success || row.matches.conflict.is_some_and(|c| c != Conflict::Error);
         if success || shadowed(row, &applying[..at]) {
             continue;
         }
         match classes.iter_mut().find(|(c, _)| *c == row.class) {
-            Some((_, rows)) => rows.push(&row.row),
-            None => classes.push((&row.class, vec![&row.row])),
+            Some((_, rows)) => rows.push(row.row),
+            None => classes.push((row.class, vec![row.row])),
         }
     }
     let listed: Vec<String> = classes
@@ -274,7 +275,7 @@ fn endings_line(model: &Model, r: &Route) -> String {
 }
 
 /// Whether taxonomy row `row` can match an outcome of a call of `r`.
-fn applies(model: &Model, r: &Route, row: &crate::model::Row) -> bool {
+fn applies(model: &Model, r: &Route, row: &Item<TaxonomyRow>) -> bool {
     use crate::model::OutcomeKind as K;
     let keyless = r.scope == ScopeNeed::Public
         || model
@@ -283,27 +284,27 @@ fn applies(model: &Model, r: &Route, row: &crate::model::Row) -> bool {
             .find(|s| s.routes.iter().any(|x| std::ptr::eq(x, r)))
             .is_some_and(|s| s.lane == Lane::Keyless);
     let stream = matches!(r.returns, Returns::Stream(_));
-    let kind = match row.outcome {
+    let kind = match row.matches.outcome {
         K::StreamError | K::StreamTimeout | K::StreamStalled | K::JobFailed => stream,
         K::Decode | K::TooLarge => !matches!(r.returns, Returns::Nothing),
         K::CircuitOpen => model.breaker.is_some(),
         _ => true,
     };
-    kind && row.keyless.is_none_or(|k| k == keyless)
-        && row.conflict.is_none_or(|c| c == r.conflict)
-        && row
-            .routes
-            .as_ref()
-            .is_none_or(|only| only.iter().any(|at| std::ptr::eq(model.route(*at).1, r)))
+    let m = &row.matches;
+    kind && m.keyless.is_none_or(|k| k == keyless)
+        && m.conflict.is_none_or(|c| c == r.conflict)
+        && m.routes
+            .is_none_or(|only| only.iter().any(|e| std::ptr::eq(*e, r.endpoint)))
 }
 
 /// Whether an earlier row without a further condition catches every
 /// status of `row` first (rows match in order).
-fn shadowed(row: &crate::model::Row, earlier: &[&crate::model::Row]) -> bool {
-    let Some((lo, hi)) = row.status else {
+fn shadowed(row: &Item<TaxonomyRow>, earlier: &[&Item<TaxonomyRow>]) -> bool {
+    let Some((lo, hi)) = row.matches.status else {
         return false;
     };
     earlier.iter().any(|e| {
+        let e = &e.matches;
         e.detail.is_none()
             && e.retry_after.is_none()
             && e.status.is_some_and(|(elo, ehi)| elo <= lo && hi <= ehi)

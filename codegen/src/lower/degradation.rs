@@ -70,9 +70,9 @@ impl Cx<'_> {
     pub(super) fn messages(
         &mut self,
         d: &spec::DegradationFile,
-        rows: &[Row],
+        rows: &[Item<TaxonomyRow>],
     ) -> Vec<Item<ClassMessage>> {
-        let classes: BTreeSet<&str> = rows.iter().map(|r| r.class.as_str()).collect();
+        let classes: BTreeSet<&str> = rows.iter().map(|r| r.class).collect();
         let mut out = Vec::new();
         for (class, m) in &d.messages {
             if !classes.contains(class.as_str()) {
@@ -95,7 +95,7 @@ impl Cx<'_> {
         // answers (success, a 409 that means "still processing") need none.
         let at = d.messages.keys().next();
         for row in rows {
-            let answer = row.class == "success" || row.conflict.is_some();
+            let answer = row.success || row.matches.conflict.is_some();
             if !answer && !d.messages.keys().any(|c| c.as_str() == row.class) {
                 let message = format!(
                     "class `{}` (row {}) ends calls as an error and has no German message",

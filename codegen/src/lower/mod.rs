@@ -104,11 +104,11 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     cx.existence(&raw.services, &mut services, &types);
     cx.reconciles(&raw.services, &mut services);
     cx.caller_budgets(&raw.policy.throttle, &services);
-    let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
     let rows = cx.rows(
         &raw.taxonomy,
+        &raw.degradation,
         &names,
-        &states_when,
+        &states,
         taxonomy::Sections {
             breaker: raw.policy.breaker.is_some(),
             streams: !raw.streams.streams.is_empty(),

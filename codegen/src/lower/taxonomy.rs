@@ -18,6 +18,9 @@ pub(super) struct Sections {
     pub replay: bool,
 }
 
+/// The class of a row that turns its outcome into a success.
+const SUCCESS_CLASS: &str = "success";
+
 /// Statuses a 2xx route answers with: decoded by the route's shape, never classified.
 const SUCCESS: (u16, u16) = (200, 299);
 
@@ -28,7 +31,7 @@ impl Cx<'_> {
     /// Without a breaker, `circuit_open` cannot happen and needs no row;
     /// without streams, neither can the stream outcomes; without a job stream,
     /// no job can fail.
-    fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Row], has: Sections) {
+    fn total(&mut self, taxonomy: &spec::TaxonomyFile, rows: &[Item<TaxonomyRow>], has: Sections) {
         let at = taxonomy.rows.first().map(|r| &r.row);
         let mut missing = Vec::new();
         for kind in OutcomeKind::ALL {
@@ -40,19 +43,23 @@ impl Cx<'_> {
                 OutcomeKind::JobFailed => has.jobs,
                 _ => true,
             };
-            if possible && kind != OutcomeKind::Status && !rows.iter().any(|r| r.outcome == kind) {
+            if possible
+                && kind != OutcomeKind::Status
+                && !rows.iter().any(|r| r.matches.outcome == kind)
+            {
                 missing.push(format!("outcome `{}`", kind.as_str()));
             }
         }
         let covers = |s: u16| {
             rows.iter().any(|r| {
-                r.outcome == OutcomeKind::Status
-                    && r.status.is_none_or(|(lo, hi)| (lo..=hi).contains(&s))
-                    && r.detail.is_none()
-                    && r.retry_after.is_none()
-                    && r.conflict.is_none()
-                    && r.keyless.is_none()
-                    && r.routes.is_none()
+                let m = &r.matches;
+                m.outcome == OutcomeKind::Status
+                    && m.status.is_none_or(|(lo, hi)| (lo..=hi).contains(&s))
+                    && m.detail.is_none()
+                    && m.retry_after.is_none()
+                    && m.conflict.is_none()
+                    && m.keyless.is_none()
+                    && m.routes.is_none()
             })
         };
         let mut gap: Option<(u16, u16)> = None;
@@ -106,11 +113,12 @@ impl Cx<'_> {
     pub(super) fn rows(
         &mut self,
         taxonomy: &spec::TaxonomyFile,
+        degradation: &spec::DegradationFile,
         names: &Names,
-        states_when: &[StateTrigger],
+        states: &[Item<FeatureStateCopy>],
         has: Sections,
         services: &[Service],
-    ) -> Vec<Row> {
+    ) -> Vec<Item<TaxonomyRow>> {
         let mut seen = BTreeSet::new();
         // Class -> its `ErrorClass` variant: two classes may not share one.
         let mut variants: Vec<(String, &str)> = Vec::new();
@@ -180,9 +188,9 @@ impl Cx<'_> {
                         "`routes` names at least one route (`handle.route`)",
                     );
                 }
-                list.iter()
-                    .filter_map(|t| self.route_ref(t, &field("match.routes"), services))
-                    .collect()
+                let list = (list.iter())
+                    .filter_map(|t| self.endpoint_ref(t, &field("match.routes"), services));
+                leak_all(list.collect())
             });
             let detail = m.detail.as_ref().and_then(|d| {
                 self.reference(d, &field("match.detail"), "detail set", &names.details)
@@ -231,7 +239,7 @@ impl Cx<'_> {
             let feature_state = r.feature_state.as_ref().and_then(|st| {
                 let i =
                     self.reference(st, &field("feature_state"), "feature state", &names.states)?;
-                if states_when[i] != StateTrigger::Row {
+                if states[i].when != StateTrigger::Row {
                     self.error(
                         st,
                         field("feature_state"),
@@ -241,7 +249,7 @@ impl Cx<'_> {
                         ),
                     );
                 }
-                Some(i)
+                Some(states[i].state)
             });
             // Only an attempt that may have reached the server can leave its
             // outcome unknown: a client-side refusal sent nothing.
@@ -268,38 +276,51 @@ impl Cx<'_> {
                 .remember_for
                 .as_ref()
                 .and_then(|d| self.duration(d, &field("remember_for")));
-            out.push(Row {
-                row: r.row.to_string(),
-                outcome: outcome.unwrap_or(OutcomeKind::Status),
-                status,
-                detail,
-                retry_after: m.retry_after,
-                conflict,
-                keyless: m.keyless,
-                routes,
-                class: r.class.to_string(),
-                retry,
+            // The German copy is resolved here, so an error finds it without a lookup.
+            let message = degradation.messages.get(r.class.as_str());
+            let unknown = degradation.unknown_outcome.as_ref();
+            let value = TaxonomyRow {
+                index: RowIx::new(out.len() as u16),
+                row: leak(&r.row),
+                matches: RowMatch {
+                    outcome: outcome.unwrap_or(OutcomeKind::Status),
+                    status,
+                    detail: detail.map(|d| DetailIx::new(d as u16)),
+                    retry_after: m.retry_after,
+                    conflict,
+                    keyless: m.keyless,
+                    routes,
+                },
+                class: leak(&r.class),
+                success: r.class.as_str() == SUCCESS_CLASS,
+                retry: retry.map(|i| RetryIx::new(i as u16)),
                 feeds_breaker: r.feeds_breaker,
                 outcome_unknown: r.outcome_unknown,
-                alert: r.alert.as_ref().map(|a| a.to_string()),
+                alert: r.alert.as_ref().map(|a| leak(a)),
                 alert_outside_deploy: r.alert_outside_deploy,
                 feature_state,
                 remember_for,
                 escalate_to: None, // resolved below, once every row is known
                 replay,
-                action: r.action.to_string(),
+                action: leak(&r.action),
+                message: message.map(|m| leak(&m.copy)),
+                unknown_message: unknown.filter(|_| r.outcome_unknown).map(|u| leak(&u.copy)),
+            };
+            out.push(Item {
+                value,
+                doc: String::new(),
                 source: self.source(&r.source, r.inferred),
             });
         }
-        let names: Vec<String> = out.iter().map(|r| r.row.clone()).collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = out.iter().map(|r| r.row).collect();
         for (i, r) in taxonomy.rows.iter().enumerate() {
             let Some(target) = &r.escalate_to else {
                 continue;
             };
             let field = format!("rows.{}.escalate_to", &*r.row);
-            out[i].escalate_to = self.reference(target, &field, "row", &names);
-            if out[i].escalate_to == Some(i) {
+            let escalate_to = self.reference(target, &field, "row", &names);
+            out[i].value.escalate_to = escalate_to.map(|to| RowIx::new(to as u16));
+            if escalate_to == Some(i) {
                 self.error(target, &field, "a row cannot escalate to itself");
             }
             if r.retry.is_none() {
