@@ -10,9 +10,9 @@ pub use sdk_policy::log::LogNames;
 pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{
     AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
-    DetailSet, FeaturePolicy, FeatureStateCopy, HeaderNames, IdPattern, IdRules, Limits,
-    MetricNames, OutcomeKind, RetryBounds, RetryClass, RetrySchedule, RowMatch, StateTrigger,
-    TaxonomyRow, TimeoutClass, WarmUpCall,
+    Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
+    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, ReplayPolicy, RetryBounds,
+    RetryClass, RetrySchedule, RowMatch, StateTrigger, TaxonomyRow, TimeoutClass, WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -82,9 +82,9 @@ pub struct Model {
     /// Statuses after which no pooled connection is reused.
     pub fresh_after: Vec<u16>,
     /// `None`: the API's writes are not queued for replay.
-    pub replay: Option<Replay>,
+    pub replay: Option<Item<ReplayPolicy>>,
     /// `None`: no fleet section (every replica on its own).
-    pub fleet: Option<Fleet>,
+    pub fleet: Option<Item<FleetPolicy>>,
     pub metrics: MetricNames,
     pub log: LogNames,
     pub log_fields: LogFields,
@@ -169,23 +169,6 @@ pub struct LogFields {
     pub workspace: String,
 }
 
-/// The durable replay queue (`policy.yaml replay`).
-#[derive(Debug)]
-pub struct Replay {
-    /// Index of the throttle budget replays run in.
-    pub budget: usize,
-    pub lease: Duration,
-    pub pause: Duration,
-    pub split: u32,
-    pub kinds: Vec<String>,
-    pub lock_attempts: u32,
-    pub lock_step: Duration,
-    pub depth_metric: String,
-    pub failures_metric: String,
-    pub failure_alert: String,
-    pub source: Source,
-}
-
 /// A route named as `service.route`, resolved to indices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RouteRef {
@@ -204,33 +187,6 @@ pub struct Throttle {
     pub polling_interval: Duration,
     pub polling_floor: Duration,
     pub polling_hot_factor: u32,
-    pub source: Source,
-}
-
-/// How replicas share the throttle.
-#[derive(Debug)]
-pub struct Fleet {
-    /// `backend: redis`: a client needs a Redis URL.
-    pub shared: bool,
-    pub url_env: String,
-    pub deadline: Duration,
-    pub breaker_failures: u32,
-    /// The failures in a row must span this long: a shorter stall is not an outage.
-    pub breaker_over: Duration,
-    pub breaker_retry: Duration,
-    pub lease: Duration,
-    pub heartbeat: Duration,
-    /// Percent below the share while degraded.
-    pub margin_percent: u32,
-    /// `fail: closed`: degraded replicas refuse.
-    pub fail_closed: bool,
-    /// Indices of the budgets each replica keeps alone.
-    pub per_replica: Vec<usize>,
-    pub admission_metric: String,
-    pub decisions_metric: String,
-    pub degraded_metric: String,
-    pub share_metric: String,
-    pub alert: String,
     pub source: Source,
 }
 
@@ -561,7 +517,6 @@ impl Model {
                 lost_copy: s.lost_copy.as_deref().map(leak),
             })
             .collect();
-        let budget = |i: usize| p::BudgetIx::new(i as u16);
         sdk_policy::Policy {
             api: leak(&self.api.name),
             headers: self.api.headers.clone(),
@@ -612,42 +567,8 @@ impl Model {
             log: self.log.clone(),
             log_lines: &Unwritten,
             fresh_after: leak_all(self.fresh_after.clone()),
-            replay: self.replay.as_ref().map(|r| p::ReplayPolicy {
-                budget: budget(r.budget),
-                lease: r.lease,
-                pause: r.pause,
-                split: r.split as usize,
-                kinds: leak_texts(r.kinds.iter().map(String::as_str)),
-                lock_attempts: r.lock_attempts,
-                lock_step: r.lock_step,
-                depth_metric: leak(&r.depth_metric),
-                failures_metric: leak(&r.failures_metric),
-                failure_alert: leak(&r.failure_alert),
-            }),
-            fleet: self.fleet.as_ref().map(|f| p::FleetPolicy {
-                shared: f.shared,
-                url_env: leak(&f.url_env),
-                deadline: f.deadline,
-                breaker_failures: f.breaker_failures,
-                breaker_over: f.breaker_over,
-                breaker_retry: f.breaker_retry,
-                lease: f.lease,
-                heartbeat: f.heartbeat,
-                margin_percent: f.margin_percent,
-                degraded: if f.fail_closed {
-                    p::Degraded::Closed
-                } else {
-                    p::Degraded::Open
-                },
-                per_replica: leak_all(f.per_replica.iter().map(|&b| budget(b)).collect()),
-                metrics: p::FleetMetricNames {
-                    admission: leak(&f.admission_metric),
-                    decisions: leak(&f.decisions_metric),
-                    degraded: leak(&f.degraded_metric),
-                    share: leak(&f.share_metric),
-                },
-                alert: leak(&f.alert),
-            }),
+            replay: self.replay.as_ref().map(|r| r.value.clone()),
+            fleet: self.fleet.as_ref().map(|f| f.value.clone()),
         }
     }
 }

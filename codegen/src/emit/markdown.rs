@@ -4,7 +4,9 @@ use std::fmt::Write;
 
 use super::docs::{duration_text, source};
 use super::services::returns_text;
-use crate::model::{BreakerPolicy, Conflict, Item, Model, RetrySchedule, RowReplay, ScopeNeed};
+use crate::model::{
+    BreakerPolicy, Conflict, Degraded, Item, Model, RetrySchedule, RowReplay, ScopeNeed,
+};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
@@ -404,19 +406,17 @@ fn fleet_section(md: &mut String, model: &Model) {
         );
         return;
     };
-    let budgets = &model.throttle.budgets;
-    let fleet: Vec<String> = budgets
-        .iter()
-        .enumerate()
+    let fleet: Vec<String> = (model.throttle.budgets.iter().enumerate())
         .filter(|(i, b)| {
-            !f.per_replica.contains(i) && (b.max_in_flight.is_some() || b.per_minute.is_some())
+            let per_replica = f.per_replica.iter().any(|r| r.get() == *i);
+            !per_replica && (b.max_in_flight.is_some() || b.per_minute.is_some())
         })
         .map(|(_, b)| format!("`{}`", b.name))
         .collect();
     let replica: Vec<String> = f
         .per_replica
         .iter()
-        .map(|&b| format!("`{}`", budgets[b].name))
+        .map(|&b| format!("`{}`", model.budget(b).name))
         .collect();
     let _ = writeln!(
         md,
@@ -448,7 +448,7 @@ fn fleet_section(md: &mut String, model: &Model) {
         duration_text(f.breaker_retry),
         duration_text(f.lease),
         duration_text(f.heartbeat),
-        if f.fail_closed {
+        if f.degraded == Degraded::Closed {
             "refuse every call (`fail: closed`)".to_string()
         } else {
             format!(
@@ -456,10 +456,10 @@ fn fleet_section(md: &mut String, model: &Model) {
                 f.margin_percent
             )
         },
-        f.admission_metric,
-        f.decisions_metric,
-        f.degraded_metric,
-        f.share_metric,
+        f.metrics.admission,
+        f.metrics.decisions,
+        f.metrics.degraded,
+        f.metrics.share,
         f.alert,
     );
 }
@@ -485,7 +485,7 @@ fn replay_section(md: &mut String, model: &Model) {
             .map(|k| format!("`{k}`"))
             .collect::<Vec<_>>()
             .join(", "),
-        model.throttle.budgets[r.budget].name,
+        model.budget(r.budget).name,
         duration_text(r.lease),
         duration_text(r.pause),
         r.split,

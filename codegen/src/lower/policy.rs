@@ -474,7 +474,7 @@ impl Cx<'_> {
         throttle: &Throttle,
         names: &Names,
         deadline: Option<std::time::Duration>,
-    ) -> Option<Replay> {
+    ) -> Option<Item<ReplayPolicy>> {
         let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
         if let Some(b) = budget
             && throttle.budgets[b].max_in_flight.is_none()
@@ -511,12 +511,8 @@ impl Cx<'_> {
         }
         let lock_attempts = self.positive(&r.lock_retry.attempts, "replay.lock_retry.attempts");
         let lock_step = self.duration(&r.lock_retry.step, "replay.lock_retry.step");
-        let depth_metric = self
-            .metric_name(&r.depth_metric, "replay.depth_metric")
-            .to_owned();
-        let failures_metric = self
-            .metric_name(&r.failures_metric, "replay.failures_metric")
-            .to_owned();
+        let depth_metric = self.metric_name(&r.depth_metric, "replay.depth_metric");
+        let failures_metric = self.metric_name(&r.failures_metric, "replay.failures_metric");
         self.reference(
             &r.failure_alert,
             "replay.failure_alert",
@@ -524,17 +520,21 @@ impl Cx<'_> {
             &names.alerts,
         );
         let source = self.source(&r.source, r.inferred);
-        Some(Replay {
-            budget: budget?,
+        let value = ReplayPolicy {
+            budget: BudgetIx::new(budget? as u16),
             lease: lease?,
             pause: pause?,
-            split,
-            kinds: r.kinds.iter().map(|k| k.to_string()).collect(),
+            split: split as usize,
+            kinds: leak_texts(r.kinds.iter().map(|k| k.as_str())),
             lock_attempts,
             lock_step: lock_step?,
             depth_metric,
             failures_metric,
-            failure_alert: r.failure_alert.to_string(),
+            failure_alert: leak(&r.failure_alert),
+        };
+        Some(Item {
+            value,
+            doc: String::new(),
             source,
         })
     }
@@ -548,7 +548,7 @@ impl Cx<'_> {
         f: &spec::Fleet,
         throttle: &Throttle,
         names: &Names,
-    ) -> Option<Fleet> {
+    ) -> Option<Item<FleetPolicy>> {
         let shared = match f.backend.as_str() {
             "local" => Some(false),
             "redis" => Some(true),
@@ -561,9 +561,9 @@ impl Cx<'_> {
                 None
             }
         };
-        let fail_closed = match f.fail.as_str() {
-            "open" => Some(false),
-            "closed" => Some(true),
+        let degraded = match f.fail.as_str() {
+            "open" => Some(Degraded::Open),
+            "closed" => Some(Degraded::Closed),
             other => {
                 self.error(
                     &f.fail,
@@ -643,7 +643,7 @@ impl Cx<'_> {
                 ),
             );
         }
-        let mut per_replica: Vec<usize> = Vec::new();
+        let mut per_replica: Vec<BudgetIx> = Vec::new();
         for name in &f.per_replica {
             let Some(b) = self.reference(name, "fleet.per_replica", "budget", &names.budgets)
             else {
@@ -656,32 +656,28 @@ impl Cx<'_> {
                     "fleet.per_replica",
                     format!("`{}` has no limit of its own to keep per replica", &**name),
                 );
-            } else if per_replica.contains(&b) {
+            } else if per_replica.contains(&BudgetIx::new(b as u16)) {
                 self.error(
                     name,
                     "fleet.per_replica",
                     format!("`{}` is named twice", &**name),
                 );
             } else {
-                per_replica.push(b);
+                per_replica.push(BudgetIx::new(b as u16));
             }
         }
         let m = &f.metrics;
-        let admission_metric = self
-            .metric_name(&m.admission, "fleet.metrics.admission")
-            .to_owned();
-        let decisions_metric = self
-            .metric_name(&m.decisions, "fleet.metrics.decisions")
-            .to_owned();
-        let degraded_metric = self
-            .metric_name(&m.degraded, "fleet.metrics.degraded")
-            .to_owned();
-        let share_metric = self.metric_name(&m.share, "fleet.metrics.share").to_owned();
+        let metrics = FleetMetricNames {
+            admission: self.metric_name(&m.admission, "fleet.metrics.admission"),
+            decisions: self.metric_name(&m.decisions, "fleet.metrics.decisions"),
+            degraded: self.metric_name(&m.degraded, "fleet.metrics.degraded"),
+            share: self.metric_name(&m.share, "fleet.metrics.share"),
+        };
         self.reference(&f.alert, "fleet.alert", "alert", &names.alerts);
         let source = self.source(&f.source, f.inferred);
-        Some(Fleet {
+        let value = FleetPolicy {
             shared: shared?,
-            url_env: f.url_env.to_string(),
+            url_env: leak(&f.url_env),
             deadline: deadline?,
             breaker_failures: failures,
             breaker_over: over?,
@@ -689,13 +685,14 @@ impl Cx<'_> {
             lease: lease?,
             heartbeat: heartbeat?,
             margin_percent: margin?,
-            fail_closed: fail_closed?,
-            per_replica,
-            admission_metric,
-            decisions_metric,
-            degraded_metric,
-            share_metric,
-            alert: f.alert.to_string(),
+            degraded: degraded?,
+            per_replica: leak_all(per_replica),
+            metrics,
+            alert: leak(&f.alert),
+        };
+        Some(Item {
+            value,
+            doc: String::new(),
             source,
         })
     }
