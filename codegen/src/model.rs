@@ -12,7 +12,8 @@ pub use sdk_policy::policy::{
     AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
     Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
     HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, ReplayPolicy, RetryBounds,
-    RetryClass, RetrySchedule, RowMatch, StateTrigger, TaxonomyRow, TimeoutClass, WarmUpCall,
+    RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback, StreamPolicy,
+    TaxonomyRow, TimeoutClass, WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -190,49 +191,23 @@ pub struct Throttle {
     pub source: Source,
 }
 
+/// A stream contract: the runtime's [`StreamPolicy`], and the typed events
+/// the generated event enum decodes. It reads as its policy.
 #[derive(Debug)]
 pub struct Stream {
-    pub name: String,
+    pub value: StreamPolicy,
     pub doc: String,
-    pub watchdog: Duration,
-    pub keepalive: Option<Duration>,
-    pub ceiling: Option<Duration>,
-    pub fallback: Option<RouteRef>,
-    pub resync_after_reconnect: bool,
-    pub resend: bool,
-    pub first_event: Option<String>,
-    pub terminal_events: Vec<String>,
-    pub ends_with_terminal: bool,
-    /// `event:` names that fail the stream as `stream_error` / `stream_timeout`.
-    pub error_event: String,
-    pub timeout_event: String,
-    /// Set exactly when `fallback` is.
-    pub status: Option<StatusRead>,
     /// Event name and index into [`Model::types`].
     pub events: Vec<(String, usize)>,
-    pub stages: Option<Stages>,
-    pub lost_copy: Option<String>,
     pub source: Source,
 }
 
-#[derive(Debug)]
-pub struct Stages {
-    pub event: String,
-    pub stage_field: String,
-    pub status_field: String,
-    pub failed: Vec<String>,
-    pub fail_closed: Vec<String>,
-    pub detail_field: Option<String>,
-    pub feature: String,
-}
+impl std::ops::Deref for Stream {
+    type Target = StreamPolicy;
 
-#[derive(Debug)]
-pub struct StatusRead {
-    pub field: String,
-    pub completed: Vec<String>,
-    pub failed: Vec<String>,
-    pub error_field: Option<String>,
-    pub reopen_after: u32,
+    fn deref(&self) -> &StreamPolicy {
+        &self.value
+    }
 }
 
 /// An alert of the spec: the runtime holds its severity; the rules and
@@ -478,45 +453,6 @@ impl Model {
     /// The policy the runtime executes, as the generated crate holds it.
     pub fn policy(&self) -> sdk_policy::Policy {
         use sdk_policy::policy as p;
-        let at = |r: RouteRef| self.route(r).1.endpoint;
-        let streams = self
-            .streams
-            .iter()
-            .map(|s| p::StreamPolicy {
-                name: leak(&s.name),
-                watchdog: s.watchdog,
-                keepalive: s.keepalive,
-                ceiling: s.ceiling,
-                resync_after_reconnect: s.resync_after_reconnect,
-                resend: s.resend,
-                first_event: s.first_event.as_deref().map(leak),
-                terminal_events: leak_texts(s.terminal_events.iter().map(String::as_str)),
-                ends_with_terminal: s.ends_with_terminal,
-                error_event: leak(&s.error_event),
-                timeout_event: leak(&s.timeout_event),
-                fallback: match (s.fallback, &s.status) {
-                    (Some(f), Some(read)) => Some(p::StreamFallback {
-                        route: at(f),
-                        status_field: leak(&read.field),
-                        completed: leak_texts(read.completed.iter().map(String::as_str)),
-                        failed: leak_texts(read.failed.iter().map(String::as_str)),
-                        error_field: read.error_field.as_deref().map(leak),
-                        reopen_after: read.reopen_after,
-                    }),
-                    _ => None,
-                },
-                stages: s.stages.as_ref().map(|g| p::StagePolicy {
-                    event: leak(&g.event),
-                    stage_field: leak(&g.stage_field),
-                    status_field: leak(&g.status_field),
-                    failed: leak_texts(g.failed.iter().map(String::as_str)),
-                    fail_closed: leak_texts(g.fail_closed.iter().map(String::as_str)),
-                    detail_field: g.detail_field.as_deref().map(leak),
-                    feature: leak(&g.feature),
-                }),
-                lost_copy: s.lost_copy.as_deref().map(leak),
-            })
-            .collect();
         sdk_policy::Policy {
             api: leak(&self.api.name),
             headers: self.api.headers.clone(),
@@ -546,7 +482,7 @@ impl Model {
             },
             taxonomy: leak_all(self.rows.iter().map(|r| r.value.clone()).collect()),
             detail_sets: leak_all(self.details.iter().map(|d| d.value.clone()).collect()),
-            streams: leak_all(streams),
+            streams: leak_all(self.streams.iter().map(|s| s.value.clone()).collect()),
             buffering: self.buffering.clone(),
             fallbacks_sustained: self.fallbacks_sustained,
             states: leak_all(self.states.iter().map(|s| s.value.clone()).collect()),

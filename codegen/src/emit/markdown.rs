@@ -272,12 +272,8 @@ pub fn policy_md(model: &Model) -> String {
         }
     );
     for s in &model.streams {
-        let fallback = s
-            .fallback
-            .map(|f| {
-                let (_, r) = model.route(f);
-                format!("`{}`", r.path)
-            })
+        let fallback = (s.fallback.as_ref())
+            .map(|f| format!("`{}`", f.route.path))
             .unwrap_or_else(|| "—".into());
         let _ = writeln!(
             md,
@@ -290,7 +286,7 @@ pub fn policy_md(model: &Model) -> String {
             s.ceiling.map(duration_text).unwrap_or_else(|| "—".into()),
             fallback,
             yes(s.resend),
-            s.first_event.as_deref().unwrap_or("—"),
+            s.first_event.unwrap_or("—"),
             s.terminal_events.join(", "),
             if s.ends_with_terminal {
                 "a drop"
@@ -308,12 +304,12 @@ pub fn policy_md(model: &Model) -> String {
         );
     }
     for s in &model.streams {
-        if let Some(read) = &s.status {
+        if let Some(read) = &s.fallback {
             let _ = writeln!(
                 md,
                 "\n`{}` falls back to its status route and reads `{}`: {} complete the job, {} fail it (T32); after {} polls of a running job the stream is reopened, then resynced by one poll.",
                 s.name,
-                read.field,
+                read.status_field,
                 read.completed.join(", "),
                 read.failed.join(", "),
                 read.reopen_after
@@ -334,7 +330,6 @@ pub fn policy_md(model: &Model) -> String {
                     g.fail_closed.join(", ")
                 },
                 s.lost_copy
-                    .as_deref()
                     .map(|c| format!(" with „{c}“"))
                     .unwrap_or_default()
             );

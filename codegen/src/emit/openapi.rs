@@ -699,9 +699,9 @@ fn event_schema(model: &Model, index: usize) -> Value {
             })
         })
         .collect();
-    let ends: Vec<&String> = [&s.error_event, &s.timeout_event]
+    let ends: Vec<&str> = [s.error_event, s.timeout_event]
         .into_iter()
-        .filter(|e| !s.events.iter().any(|(name, _)| name == *e))
+        .filter(|e| !s.events.iter().any(|(name, _)| name == e))
         .collect();
     events.push(json!({
         "type": "object",
@@ -736,8 +736,8 @@ fn stream(model: &Model, index: usize) -> Value {
         "watchdog_ms": millis(s.watchdog),
         "keepalive_ms": s.keepalive.map(millis),
         "ceiling_ms": s.ceiling.map(millis),
-        "fallback": s.fallback.map(|r| {
-            let (service, route) = model.route(r);
+        "fallback": s.fallback.as_ref().map(|f| {
+            let (service, route) = model.route_of(f.route);
             format!("{}.{}", service.name, route.name)
         }),
         "resend": s.resend,

@@ -43,7 +43,7 @@ impl Names for CrateNames<'_> {
     }
 
     fn stream(&self, index: StreamIx) -> TokenStream {
-        let name = ident(&screaming(&self.model.streams[index.get()].name));
+        let name = ident(&screaming(self.model.streams[index.get()].name));
         quote!(stream::#name)
     }
 
@@ -193,10 +193,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Stream contracts, by name.",
             names(
                 "StreamIx",
-                model
-                    .streams
-                    .iter()
-                    .map(|s| (s.name.as_str(), s.doc.as_str())),
+                model.streams.iter().map(|s| (s.name, s.doc.as_str())),
             ),
         ),
     ]

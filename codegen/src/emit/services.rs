@@ -386,7 +386,11 @@ fn method(model: &Model, r: &Route) -> TokenStream {
                 let e = ident(&super::types::event_enum_name(stream));
                 quote!(crate::types::#e)
             };
-            match stream.fallback.map(|f| &model.route(f).1.returns) {
+            match stream
+                .fallback
+                .as_ref()
+                .map(|f| &model.route_of(f.route).1.returns)
+            {
                 Some(Returns::Body(status)) => {
                     let status = rust_type(status);
                     // Lazy: nothing is sent until the stream is first polled.

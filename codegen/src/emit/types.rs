@@ -35,7 +35,7 @@ pub fn types_rs(model: &Model) -> TokenStream {
 
 /// The name of a stream's typed event enum (`orchestrator` → `OrchestratorEvent`).
 pub fn event_enum_name(stream: &Stream) -> String {
-    format!("{}Event", camel(&stream.name))
+    format!("{}Event", camel(stream.name))
 }
 
 /// A stream's events as one enum: a variant per typed event, `Other` for the

@@ -221,7 +221,10 @@ impl Cx<'_> {
                 self.fallback_fits(index, f, text, services, &field("fallback"));
             }
             let status = match (&st.fallback, &st.status) {
-                (Some(_), Some(read)) => Some(self.status_read(read, &field("status"))),
+                (Some(_), Some(read)) => {
+                    self.status_read(read, &field("status"));
+                    Some(read)
+                }
                 (Some(f), None) => {
                     self.error(
                         f,
@@ -280,9 +283,8 @@ impl Cx<'_> {
                     self.states_listed(types, ty, &g.stage_field, &g.fail_closed, &at);
                 }
             }
-            out.push(Stream {
-                name: name.to_string(),
-                doc: st.doc.to_string(),
+            let value = StreamPolicy {
+                name: leak(name),
                 watchdog: self
                     .duration(&st.watchdog, &field("watchdog"))
                     .unwrap_or_default(),
@@ -294,21 +296,26 @@ impl Cx<'_> {
                     .ceiling
                     .as_ref()
                     .and_then(|c| self.duration(c, &field("ceiling"))),
-                fallback,
                 resync_after_reconnect: st.resync_after_reconnect,
                 resend: st.resend,
-                first_event: st.first_event.as_ref().map(|e| e.to_string()),
-                terminal_events: st.terminal_events.iter().map(|e| e.to_string()).collect(),
+                first_event: st.first_event.as_ref().map(|e| leak(e)),
+                terminal_events: leak_texts(st.terminal_events.iter().map(|e| e.as_str())),
                 ends_with_terminal: st.ends_with_terminal,
-                error_event: error_event.clone(),
-                timeout_event: timeout_event.clone(),
-                status,
-                events,
+                error_event,
+                timeout_event,
+                fallback: (fallback.zip(status)).map(|(f, read)| {
+                    fallback_read(services[f.service].routes[f.route].endpoint, read)
+                }),
                 stages: st
                     .stages
                     .as_ref()
                     .map(|g| self.stages(g, features, &field("stages"))),
-                lost_copy: st.lost_copy.as_ref().map(|c| c.to_string()),
+                lost_copy: st.lost_copy.as_ref().map(|c| leak(c)),
+            };
+            out.push(Stream {
+                value,
+                doc: st.doc.to_string(),
+                events,
                 source: self.source(&st.source, st.inferred),
             });
         }
@@ -316,7 +323,7 @@ impl Cx<'_> {
     }
 
     /// The `error_events:` names: each one word, and not the same event.
-    fn error_events(&mut self, events: &spec::ErrorEvents) -> (String, String) {
+    fn error_events(&mut self, events: &spec::ErrorEvents) -> (&'static str, &'static str) {
         for (text, key) in [
             (&events.stream_error, "stream_error"),
             (&events.stream_timeout, "stream_timeout"),
@@ -336,10 +343,7 @@ impl Cx<'_> {
                 "stream_error and stream_timeout name different events",
             );
         }
-        (
-            events.stream_error.to_string(),
-            events.stream_timeout.to_string(),
-        )
+        (leak(&events.stream_error), leak(&events.stream_timeout))
     }
 
     /// The fallback is polled with the stream's own arguments: same scope,
@@ -379,7 +383,7 @@ impl Cx<'_> {
         }
     }
 
-    fn stages(&mut self, g: &spec::Stages, features: &[&str], field: &str) -> Stages {
+    fn stages(&mut self, g: &spec::Stages, features: &[&str], field: &str) -> StagePolicy {
         if !features.contains(&g.feature.as_str()) {
             self.error(
                 &g.feature,
@@ -394,15 +398,15 @@ impl Cx<'_> {
                 "name the status values of a failed stage (`failed`)",
             );
         }
-        let text = |v: &[spec::Text]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
-        Stages {
-            event: g.event.to_string(),
-            stage_field: g.stage_field.to_string(),
-            status_field: g.status_field.to_string(),
-            failed: text(&g.failed),
-            fail_closed: text(&g.fail_closed),
-            detail_field: g.detail_field.as_ref().map(|t| t.to_string()),
-            feature: g.feature.to_string(),
+        let texts = |v: &[spec::Text]| leak_texts(v.iter().map(|t| t.as_str()));
+        StagePolicy {
+            event: leak(&g.event),
+            stage_field: leak(&g.stage_field),
+            status_field: leak(&g.status_field),
+            failed: texts(&g.failed),
+            fail_closed: texts(&g.fail_closed),
+            detail_field: g.detail_field.as_ref().map(|t| leak(t)),
+            feature: leak(&g.feature),
         }
     }
 
@@ -448,7 +452,7 @@ impl Cx<'_> {
         }
     }
 
-    fn status_read(&mut self, read: &spec::StatusRead, field: &str) -> StatusRead {
+    fn status_read(&mut self, read: &spec::StatusRead, field: &str) {
         if read.completed.is_empty() || read.failed.is_empty() {
             self.error(
                 &read.field,
@@ -456,13 +460,18 @@ impl Cx<'_> {
                 "name at least one `completed` and one `failed` state",
             );
         }
-        let text = |v: &[spec::Text]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
-        StatusRead {
-            field: read.field.to_string(),
-            completed: text(&read.completed),
-            failed: text(&read.failed),
-            error_field: read.error_field.as_ref().map(|t| t.to_string()),
-            reopen_after: *read.reopen_after,
-        }
+    }
+}
+
+/// The status route a stream falls back to, and how its answer reads.
+fn fallback_read(route: &'static Endpoint, read: &spec::StatusRead) -> StreamFallback {
+    let texts = |v: &[spec::Text]| leak_texts(v.iter().map(|t| t.as_str()));
+    StreamFallback {
+        route,
+        status_field: leak(&read.field),
+        completed: texts(&read.completed),
+        failed: texts(&read.failed),
+        error_field: read.error_field.as_ref().map(|t| leak(t)),
+        reopen_after: *read.reopen_after,
     }
 }
