@@ -55,9 +55,9 @@ impl Case {
 /// Time in the rules: the spec's (1), or divided by this for a test on a
 /// real Prometheus server, whose clock cannot be paused.
 #[derive(Debug, Clone, Copy)]
-struct Scale(u32);
+struct TimeScale(u32);
 
-impl Scale {
+impl TimeScale {
     fn of(self, d: Duration) -> Duration {
         d / self.0.max(1)
     }
@@ -96,7 +96,7 @@ fn series(name: &str, labels: &[(&str, &str)], n: u32) -> String {
 
 /// The rules of `model`, one per alert of its `alerts` table, with time divided by `by`.
 fn rules(model: &Model, by: u32) -> Vec<Rule<'_>> {
-    let t = Scale(by);
+    let t = TimeScale(by);
     model
         .alerts
         .iter()
@@ -104,7 +104,7 @@ fn rules(model: &Model, by: u32) -> Vec<Rule<'_>> {
         .collect()
 }
 
-fn rule<'m>(model: &'m Model, alert: &'m Alert, t: Scale) -> Rule<'m> {
+fn rule<'m>(model: &'m Model, alert: &'m Alert, t: TimeScale) -> Rule<'m> {
     let name = alert.alert;
     let m = &model.metrics;
     let breaker = model
@@ -147,7 +147,7 @@ fn rule<'m>(model: &'m Model, alert: &'m Alert, t: Scale) -> Rule<'m> {
 }
 
 /// Firing while one replica's breaker is not closed for the hold.
-fn breaker_rule<'m>(alert: &'m Alert, state: &str, hold: Duration, t: Scale) -> Rule<'m> {
+fn breaker_rule<'m>(alert: &'m Alert, state: &str, hold: Duration, t: TimeScale) -> Rule<'m> {
     let h = minutes(hold);
     let one = series(state, &[], 1);
     let mut cases = vec![
@@ -194,7 +194,7 @@ fn fallback_rule<'m>(
     fallback: &str,
     buffered: Option<(u32, &str)>,
     look_back: Duration,
-    t: Scale,
+    t: TimeScale,
 ) -> Rule<'m> {
     let f = format!("{fallback}_total");
     let w = minutes(within);
@@ -265,7 +265,7 @@ fn counter_rule<'m>(
     raised: &str,
     window: Duration,
     what: &str,
-    t: Scale,
+    t: TimeScale,
 ) -> Rule<'m> {
     let name = alert.alert;
     let s = series(raised, &[("alert", name)], 1);
@@ -324,7 +324,7 @@ pub fn rules_yml_compressed(model: &Model, by: u32) -> String {
         let _ = writeln!(out, "      - alert: {}", q(a.alert));
         let _ = writeln!(out, "        expr: {}", q(&rule.expr));
         if let Some(hold) = rule.hold {
-            let _ = writeln!(out, "        for: {}", Scale(1).text(hold));
+            let _ = writeln!(out, "        for: {}", TimeScale(1).text(hold));
         }
         let _ = writeln!(out, "        labels:");
         for (k, v) in labels(model, a) {

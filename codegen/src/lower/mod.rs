@@ -74,7 +74,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let (states, alerts) = cx.degradation(&raw.degradation);
     let streams_index: Vec<&str> = raw.streams.streams.keys().map(|k| k.as_str()).collect();
     let types = cx.types(&raw.services, &api);
-    let names = Names {
+    let names = Known {
         timeouts: timeouts.iter().map(|t| t.name).collect(),
         retries: retries.iter().map(|r| r.name).collect(),
         budgets: throttle.budgets.iter().map(|b| b.name).collect(),
@@ -256,7 +256,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
 }
 
 /// The names other items may refer to.
-struct Names<'a> {
+struct Known<'a> {
     timeouts: Vec<&'a str>,
     retries: Vec<&'a str>,
     budgets: Vec<&'a str>,

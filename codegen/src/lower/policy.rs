@@ -3,7 +3,7 @@
 use crate::model::*;
 use crate::spec::{self, Text};
 
-use super::{Cx, Names, is_snake};
+use super::{Cx, Known, is_snake};
 
 impl Cx<'_> {
     pub(super) fn timeouts(&mut self, policy: &spec::PolicyFile) -> Vec<Item<TimeoutClass>> {
@@ -85,7 +85,7 @@ impl Cx<'_> {
         out
     }
 
-    fn schedule(&mut self, r: &spec::RetryClass, field: &str) -> Option<RetrySchedule> {
+    fn schedule(&mut self, r: &spec::Retry, field: &str) -> Option<RetrySchedule> {
         // Which optional numbers each kind takes; anything else is refused.
         let (allowed, _): (&[&str], ()) = match r.kind.as_str() {
             "never" => (&[], ()),
@@ -223,7 +223,7 @@ impl Cx<'_> {
     }
 
     /// The limits, and the largest 2xx body of a route that names none (`limits.response`).
-    pub(super) fn limits(&mut self, l: &spec::Limits) -> Option<(Limits, u64)> {
+    pub(super) fn limits(&mut self, l: &spec::SizeLimits) -> Option<(Limits, u64)> {
         let response = self.size(&l.response, "limits.response");
         let error_body = self.size(&l.error_body, "limits.error_body");
         let detail = self.size(&l.detail, "limits.detail");
@@ -336,7 +336,7 @@ impl Cx<'_> {
         &mut self,
         b: &spec::Breaker,
         services: &[Service],
-        names: &Names,
+        names: &Known,
         ids: Option<&IdPattern<'static>>,
     ) -> Vec<Item<WarmUpCall>> {
         let mut out = Vec::new();
@@ -470,9 +470,9 @@ impl Cx<'_> {
     /// timings and sizes must be usable.
     pub(super) fn replay(
         &mut self,
-        r: &spec::Replay,
+        r: &spec::ReplayQueue,
         throttle: &Throttle,
-        names: &Names,
+        names: &Known,
         deadline: Option<std::time::Duration>,
     ) -> Option<Item<ReplayPolicy>> {
         let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
@@ -547,7 +547,7 @@ impl Cx<'_> {
         &mut self,
         f: &spec::Fleet,
         throttle: &Throttle,
-        names: &Names,
+        names: &Known,
     ) -> Option<Item<FleetPolicy>> {
         let shared = match f.backend.as_str() {
             "local" => Some(false),

@@ -7,7 +7,7 @@ use marked_yaml::Spanned;
 
 use crate::spec::{self, Text};
 
-use super::{Cx, Names, is_camel, is_snake, one_of, position};
+use super::{Cx, Known, is_camel, is_snake, one_of, position};
 
 impl Cx<'_> {
     pub(super) fn types(&mut self, services: &[spec::ServiceFile], api: &Api) -> Vec<TypeDef> {
@@ -67,7 +67,7 @@ impl Cx<'_> {
         // Resolve field types now that every type name is known.
         let type_names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
         let ids: Vec<&str> = api.ids.iter().map(|i| i.name.as_str()).collect();
-        let names = Names {
+        let names = Known {
             timeouts: vec![],
             retries: vec![],
             budgets: vec![],
@@ -211,7 +211,7 @@ impl Cx<'_> {
         out
     }
 
-    fn type_expr(&mut self, text: &Text, field: &str, names: &Names) -> Option<TypeExpr> {
+    fn type_expr(&mut self, text: &Text, field: &str, names: &Known) -> Option<TypeExpr> {
         match parse_type(text, names) {
             Ok(t) => Some(t),
             Err(message) => {
@@ -225,7 +225,7 @@ impl Cx<'_> {
         &mut self,
         services: &[spec::ServiceFile],
         api: &Api,
-        names: &Names,
+        names: &Known,
         max_response: Option<u64>,
     ) -> Vec<Service> {
         let mut handles: HashMap<String, String> = HashMap::new();
@@ -398,7 +398,7 @@ impl Cx<'_> {
         r: &spec::Route,
         service: &spec::ServiceFile,
         defaults: &Defaults,
-        names: &Names,
+        names: &Known,
     ) -> Route {
         let (service_scope, needs_workspace) = (defaults.scope, defaults.needs_workspace);
         let field = |key: &str| format!("routes.{}.{key}", &**name);
@@ -715,7 +715,7 @@ pub const MAX_TYPE_DEPTH: usize = 8;
 
 /// Parses a type expression such as `list<KbId>?`: the wrappers from the
 /// outside in, then the named type, in one pass over the text.
-fn parse_type(text: &str, names: &Names) -> Result<TypeExpr, String> {
+fn parse_type(text: &str, names: &Known) -> Result<TypeExpr, String> {
     let whole = text;
     let mut text = text.trim();
     let mut wrappers: Vec<fn(Box<TypeExpr>) -> TypeExpr> = Vec::new();

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use crate::model::*;
 use crate::spec;
 
-use super::{Cx, Names, is_snake, one_of};
+use super::{Cx, Known, is_snake, one_of};
 
 /// The optional sections an API has, which decide what outcomes can happen.
 #[derive(Debug, Clone, Copy)]
@@ -114,7 +114,7 @@ impl Cx<'_> {
         &mut self,
         taxonomy: &spec::TaxonomyFile,
         degradation: &spec::DegradationFile,
-        names: &Names,
+        names: &Known,
         states: &[Item<FeatureStateCopy>],
         has: Sections,
         services: &[Service],
