@@ -13,7 +13,7 @@ pub use sdk_policy::policy::{
     Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
     HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, ReplayPolicy, RetryBounds,
     RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback, StreamPolicy,
-    TaxonomyRow, TimeoutClass, WarmUpCall,
+    TaxonomyRow, TimeoutClass, UNCLASSIFIED, WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -91,6 +91,9 @@ pub struct Model {
     pub log_fields: LogFields,
     pub details: Vec<Item<DetailSet>>,
     pub rows: Vec<Item<TaxonomyRow>>,
+    /// Every class of the rows that can end a call as an error, in row
+    /// order, and the runtime's `unclassified` (no row matched) last.
+    pub classes: Vec<Class>,
     pub streams: Vec<Stream>,
     pub buffering: Option<BufferingRule>,
     /// At least this many fallbacks within this long raise the alert.
@@ -197,9 +200,34 @@ pub struct Throttle {
 pub struct Stream {
     pub value: StreamPolicy,
     pub doc: String,
-    /// Event name and index into [`Model::types`].
-    pub events: Vec<(String, usize)>,
+    /// The enum its typed events decode to (`OrchestratorEvent`).
+    pub event_type: String,
+    pub events: Vec<Event>,
     pub source: Source,
+}
+
+/// A typed event of a stream.
+#[derive(Debug)]
+pub struct Event {
+    /// `event:` on the wire.
+    pub name: String,
+    /// Its variant of the stream's event enum.
+    pub variant: String,
+    /// Its data's type: an index into [`Model::types`].
+    pub ty: usize,
+}
+
+/// An error class of the taxonomy, as the generated `ErrorClass` has it.
+#[derive(Debug)]
+pub struct Class {
+    /// As the spec spells it (`feature_dark`).
+    pub name: &'static str,
+    /// Its variant of `ErrorClass` (`FeatureDark`).
+    pub variant: String,
+    /// The rows that give it, in taxonomy order.
+    pub rows: Vec<&'static str>,
+    /// The first row's action: what the class means.
+    pub action: &'static str,
 }
 
 impl std::ops::Deref for Stream {
@@ -287,7 +315,12 @@ pub struct Service {
     /// The `service:` line: what the service's generated file is blamed on.
     pub at: Location,
     pub name: String,
+    /// Its module in the generated crate (`kg_service`).
+    pub module: String,
+    /// The client's method that hands out its handle (`kg`).
     pub handle: String,
+    /// The handle's type (`Kg`).
+    pub handle_type: String,
     pub doc: String,
     pub prefix: String,
     /// The path of the service's own OpenAPI document on the platform.
@@ -323,6 +356,8 @@ pub struct Route {
     pub endpoint: &'static Endpoint,
     /// The method's name (the descriptor's `operation`).
     pub name: String,
+    /// The descriptor's static in its service's module (`UPSERT_ENTITY`).
+    pub constant: String,
     pub doc: String,
     pub path_params: Vec<(String, TypeExpr)>,
     pub query: Vec<(String, TypeExpr)>,
@@ -368,6 +403,14 @@ impl Model {
     /// The budget a typed index names.
     pub fn budget(&self, index: BudgetIx) -> &Item<BudgetPolicy> {
         &self.throttle.budgets[index.get()]
+    }
+
+    /// The `ErrorClass` variant of the class `name`.
+    pub fn variant(&self, class: &str) -> &str {
+        self.classes.iter().find(|c| c.name == class).map_or_else(
+            || panic!("`{class}` is a class of the taxonomy"),
+            |c| &c.variant,
+        )
     }
 
     /// The route a descriptor of the policy is, with its service.

@@ -18,6 +18,9 @@ use proc_macro2::TokenStream;
 #[cfg(feature = "bake")]
 use quote::quote;
 
+/// The class of an error no taxonomy row matched: every API has it.
+pub const UNCLASSIFIED: &str = "unclassified";
+
 /// The whole policy of one API.
 #[derive(Debug, Clone)]
 pub struct Policy {

@@ -4,18 +4,16 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{doc, ident, inner_doc, source};
-use super::services::{handle_type, module_name};
 use crate::model::{Model, ScopeNeed};
 
 pub fn lib_rs(model: &Model) -> TokenStream {
     let client = ident(&model.api.client);
     let modules = model.services.iter().map(|s| {
-        let m = ident(&module_name(s));
+        let m = ident(&s.module);
         quote!(pub mod #m;)
     });
     let handles = model.services.iter().map(|s| {
-        let m = ident(&module_name(s));
-        let h = ident(&handle_type(s));
+        let (m, h) = (ident(&s.module), ident(&s.handle_type));
         quote!(pub use #m::#h;)
     });
     let ids = model.api.ids.iter().map(|i| ident(&i.name));
@@ -314,7 +312,7 @@ fn from_env_example(model: &Model) -> String {
         api.origin_env,
         api.key_env,
         api.tenant_env,
-        super::docs::camel(class),
+        model.variant(class),
     )
 }
 
@@ -409,7 +407,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
     );
     let modes = model.caller_budgets().map(|b| {
         let method = ident(b.name);
-        let constant = ident(&super::docs::screaming(b.name));
+        let constant = ident(&crate::naming::screaming(b.name));
         let text = doc(&format!(
             "The same client, every call of it also drawing from the `{}` budget: {} (policy {}).",
             b.name,
@@ -424,8 +422,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         }
     });
     let accessors = model.services.iter().map(|s| {
-        let module = ident(&module_name(s));
-        let handle = ident(&handle_type(s));
+        let (module, handle) = (ident(&s.module), ident(&s.handle_type));
         let method = ident(&s.handle);
         let mut text = format!("Calls of `{}`.", s.name);
         let (mut params, mut args) = (Vec::new(), vec![quote!(&self.client)]);

@@ -6,6 +6,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
 
 use crate::model::{Source, TypeExpr};
+use crate::naming;
 
 /// `#[doc = "..."]` attributes, one per line, rendered as `///` by prettyplease.
 pub fn doc(text: &str) -> TokenStream {
@@ -44,33 +45,19 @@ pub fn int(n: impl Into<u64>) -> proc_macro2::Literal {
 /// recorded (see [`take_invalid`]) and the file fails with an error instead
 /// of a panic.
 pub fn ident(name: &str) -> Ident {
-    use crate::lower::names::{KEYWORDS, UNRAWABLE};
-    let mut chars = name.chars();
-    let valid = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name != "_"
-        && !UNRAWABLE.contains(&name);
-    if !valid {
+    if !naming::is_identifier(name) {
         INVALID.with(|names| names.borrow_mut().push(name.chars().take(80).collect()));
         Ident::new("__invalid_identifier", Span::call_site())
-    } else if KEYWORDS.contains(&name) {
+    } else if naming::KEYWORDS.contains(&name) {
         Ident::new_raw(name, Span::call_site())
     } else {
         Ident::new(name, Span::call_site())
     }
 }
 
-/// A struct field or an argument named as on the wire: a keyword is raw,
-/// and one a raw identifier cannot be gets a `_` (`self_`; a field keeps its
-/// wire name through `serde(rename)`).
+/// A struct field or an argument named as on the wire (see [`naming::argument`]).
 pub fn field_ident(name: &str) -> Ident {
-    if crate::lower::names::UNRAWABLE.contains(&name) {
-        ident(&format!("{name}_"))
-    } else {
-        ident(name)
-    }
+    ident(&naming::argument(name))
 }
 
 thread_local! {
@@ -102,24 +89,6 @@ pub fn pipeline_section(model: &crate::model::Model) -> String {
         .as_ref()
         .map(|s| format!(" (policy {})", source(s)))
         .unwrap_or_default()
-}
-
-/// `snake_case` -> `CamelCase`.
-pub fn camel(name: &str) -> String {
-    name.split(['_', '-', ' '])
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let mut c = p.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect()
-}
-
-/// `snake_case` or `kebab-case` -> `SCREAMING_SNAKE`.
-pub fn screaming(name: &str) -> String {
-    name.replace('-', "_").to_ascii_uppercase()
 }
 
 /// The Rust type of a spec type expression, in one pass: the wrappers'

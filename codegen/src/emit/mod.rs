@@ -49,7 +49,7 @@ pub fn files(model: &Model) -> Result<Vec<File>, SpecErrors> {
         (api, rust("src/types.rs", types::types_rs(model))),
     ];
     for (index, service) in model.services.iter().enumerate() {
-        let path = format!("src/{}.rs", services::module_name(service));
+        let path = format!("src/{}.rs", service.module);
         out.push((&service.at, rust(&path, services::service_rs(model, index))));
     }
     let mut errors = Vec::new();

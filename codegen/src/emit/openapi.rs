@@ -684,16 +684,16 @@ fn event_schema(model: &Model, index: usize) -> Value {
     let mut events: Vec<Value> = s
         .events
         .iter()
-        .map(|(name, ty)| {
+        .map(|e| {
             json!({
                 "type": "object",
                 "required": ["event", "data"],
                 "properties": {
-                    "event": { "const": name },
+                    "event": { "const": e.name },
                     "data": {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": { "$ref": format!("#/components/schemas/{}", model.types[*ty].name) },
+                        "contentSchema": { "$ref": format!("#/components/schemas/{}", model.types[e.ty].name) },
                     },
                 },
             })
@@ -701,7 +701,7 @@ fn event_schema(model: &Model, index: usize) -> Value {
         .collect();
     let ends: Vec<&str> = [s.error_event, s.timeout_event]
         .into_iter()
-        .filter(|e| !s.events.iter().any(|(name, _)| name == e))
+        .filter(|end| !s.events.iter().any(|e| e.name == *end))
         .collect();
     events.push(json!({
         "type": "object",
@@ -722,8 +722,8 @@ fn stream(model: &Model, index: usize) -> Value {
     let events: Vec<Value> = s
         .events
         .iter()
-        .map(|(name, ty)| {
-            json!({ "event": name, "data": { "$ref": format!("#/components/schemas/{}", model.types[*ty].name) } })
+        .map(|e| {
+            json!({ "event": e.name, "data": { "$ref": format!("#/components/schemas/{}", model.types[e.ty].name) } })
         })
         .collect();
     json!({

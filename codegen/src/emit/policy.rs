@@ -5,8 +5,9 @@ use quote::quote;
 use sdk_policy::bake::{Bake, Names, Part};
 use sdk_policy::{BudgetIx, Endpoint, RetryIx, StreamIx, TimeoutIx};
 
-use super::docs::{doc, ident, inner_doc, int, screaming, source};
-use crate::model::Model;
+use super::docs::{doc, ident, inner_doc, int, source};
+use crate::model::{Model, Route, Service};
+use crate::naming::screaming;
 
 /// How the generated crate names what a baked value points to: each route's
 /// static in its service's module, the named indices of `src/policy.rs`,
@@ -24,7 +25,7 @@ impl Names for CrateNames<'_> {
             .routes()
             .nth(endpoint.route.get())
             .expect("the policy's routes are the model's");
-        endpoint_path(service, &route.name)
+        endpoint_path(service, route)
     }
 
     fn timeout(&self, index: TimeoutIx) -> TokenStream {
@@ -209,9 +210,8 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
     })
 }
 
-fn endpoint_path(service: &crate::model::Service, route: &str) -> TokenStream {
-    let module = ident(&super::services::module_name(service));
-    let name = ident(&screaming(route));
+fn endpoint_path(service: &Service, route: &Route) -> TokenStream {
+    let (module, name) = (ident(&service.module), ident(&route.constant));
     quote!(&crate::#module::#name)
 }
 

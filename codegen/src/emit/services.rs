@@ -4,22 +4,22 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{
-    camel, doc, duration_text, field_ident, ident, inner_doc, rust_type, screaming, source,
-    type_text,
+    doc, duration_text, field_ident, ident, inner_doc, rust_type, source, type_text,
 };
 use crate::model::{
     Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service,
     TaxonomyRow, TypeExpr,
 };
+use crate::naming;
 
 /// Rust module of a service (`kg-service` -> `kg_service`).
 pub fn module_name(service: &Service) -> String {
-    service.name.replace('-', "_")
+    service.module.clone()
 }
 
 /// Name of the handle struct (`kg` -> `Kg`).
 pub fn handle_type(service: &Service) -> String {
-    camel(&service.handle)
+    service.handle_type.clone()
 }
 
 pub fn service_rs(model: &Model, index: usize) -> TokenStream {
@@ -33,7 +33,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         .collect();
     proofs.dedup_by_key(|e| (e.proven_by.service, e.proven_by.route));
     let ensures = proofs.into_iter().map(|e| ensure(model, e));
-    let handle = ident(&handle_type(service));
+    let handle = ident(&service.handle_type);
     let scoped = service.scope == ScopeNeed::Workspace;
     let pipelined = service.carries_pipeline();
     let mut fields = vec![quote!(client: &'c Client)];
@@ -125,7 +125,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
 /// The descriptor of `r`, at position `route` of the policy's routes.
 fn endpoint(model: &Model, r: &Route) -> TokenStream {
     use sdk_policy::bake::Bake;
-    let name = ident(&screaming(&r.name));
+    let name = ident(&r.constant);
     let text = format!(" `{} {}`", r.method.as_str(), r.path);
     let names = super::policy::CrateNames {
         model,
@@ -146,11 +146,11 @@ pub fn reconcile_link(model: &Model, r: &Route, read: &RouteRef) -> String {
     if service.routes.iter().any(|x| std::ptr::eq(x, r)) {
         format!("[`Self::{}`]", target.name)
     } else {
-        let handle = handle_type(service);
         format!(
             "[`{handle}::{name}`](crate::{module}::{handle}::{name})",
+            handle = service.handle_type,
             name = target.name,
-            module = module_name(service)
+            module = service.module
         )
     }
 }
@@ -164,7 +164,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     let mut timeout_text = format!(
         "[`{}`](crate::policy::timeout::{}), {} per attempt",
         timeout.name,
-        super::docs::screaming(timeout.name),
+        naming::screaming(timeout.name),
         duration_text(timeout.per_attempt)
     );
     if let Some(longer) = timeout.deploy_suspected {
@@ -181,7 +181,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         format!(
             "- Retry class: [`{}`](crate::policy::retry::{}), {}",
             retry.name,
-            super::docs::screaming(retry.name),
+            naming::screaming(retry.name),
             super::markdown::schedule_text(&retry.schedule)
         ),
         format!(
@@ -261,7 +261,7 @@ fn endings_line(model: &Model, r: &Route) -> String {
     let listed: Vec<String> = classes
         .iter()
         .map(|(class, rows)| {
-            let variant = camel(class);
+            let variant = model.variant(class);
             format!(
                 "[`{variant}`](crate::ErrorClass::{variant}) ({})",
                 rows.join(", ")
@@ -313,7 +313,7 @@ fn shadowed(row: &Item<TaxonomyRow>, earlier: &[&Item<TaxonomyRow>]) -> bool {
 
 fn method(model: &Model, r: &Route) -> TokenStream {
     let name = ident(&r.name);
-    let endpoint = ident(&screaming(&r.name));
+    let endpoint = ident(&r.constant);
     let docs = method_doc(model, r);
     let mut args = Vec::new();
     let mut steps = Vec::new();
@@ -383,7 +383,7 @@ fn method(model: &Model, r: &Route) -> TokenStream {
             let event = if stream.events.is_empty() {
                 quote!(sdk_runtime::sse::SseEvent)
             } else {
-                let e = ident(&super::types::event_enum_name(stream));
+                let e = ident(&stream.event_type);
                 quote!(crate::types::#e)
             };
             match stream

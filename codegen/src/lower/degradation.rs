@@ -182,11 +182,12 @@ impl Cx<'_> {
         for (index, (name, st)) in s.streams.iter().enumerate() {
             let field = |key: &str| format!("streams.{}.{key}", &**name);
             let at = format!("streams.{}", &**name);
+            let event_type = crate::naming::event_type(name);
             if !super::is_snake(name) {
                 self.error(name, &at, "stream names are snake_case");
             } else if self.name(name, &at) {
-                let enum_name = format!("{}Event", crate::emit::docs::camel(name));
-                if types.iter().any(|t| t.name == enum_name) {
+                let enum_name = &event_type;
+                if types.iter().any(|t| t.name == *enum_name) {
                     self.error(
                         name,
                         &at,
@@ -196,7 +197,7 @@ impl Cx<'_> {
             }
             let mut variants: Vec<String> = Vec::new();
             for event in st.events.keys() {
-                let variant = crate::emit::docs::camel(event);
+                let variant = crate::naming::camel(event);
                 let at = field(&format!("events.{}", &**event));
                 if !super::is_camel(&variant) || variant == "Self" {
                     self.error(
@@ -244,12 +245,14 @@ impl Cx<'_> {
                 (None, None) => None,
             };
             let mut events = Vec::new();
-            for (event, ty) in &st.events {
+            for ((event, ty), variant) in st.events.iter().zip(variants) {
                 let at = field(&format!("events.{}", &**event));
                 match types.iter().position(|t| t.name == ty.as_str()) {
-                    Some(i) if matches!(types[i].shape, Shape::Struct(_)) => {
-                        events.push((event.to_string(), i))
-                    }
+                    Some(i) if matches!(types[i].shape, Shape::Struct(_)) => events.push(Event {
+                        name: event.to_string(),
+                        variant,
+                        ty: i,
+                    }),
                     Some(_) => self.error(
                         ty,
                         &at,
@@ -315,6 +318,7 @@ impl Cx<'_> {
             out.push(Stream {
                 value,
                 doc: st.doc.to_string(),
+                event_type,
                 events,
                 source: self.source(&st.source, st.inferred),
             });

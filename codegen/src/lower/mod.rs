@@ -6,7 +6,7 @@
 mod api;
 mod degradation;
 mod id_pattern;
-pub(crate) mod names;
+mod names;
 mod policy;
 mod routes;
 mod taxonomy;
@@ -104,7 +104,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     cx.existence(&raw.services, &mut services, &types);
     cx.reconciles(&raw.services, &mut services);
     cx.caller_budgets(&raw.policy.throttle, &services);
-    let rows = cx.rows(
+    let (rows, classes) = cx.rows(
         &raw.taxonomy,
         &raw.degradation,
         &names,
@@ -239,6 +239,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         log_fields,
         details,
         rows,
+        classes,
         streams,
         buffering,
         fallbacks_sustained,
@@ -371,7 +372,7 @@ impl Cx<'_> {
         let field = |cx: &mut Self, text: &Text, key: &str| {
             if !is_snake(text)
                 || OWN.contains(&text.as_str())
-                || names::KEYWORDS.contains(&text.as_str())
+                || crate::naming::KEYWORDS.contains(&text.as_str())
             {
                 cx.error(
                     text,

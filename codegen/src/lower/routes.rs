@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use crate::model::*;
+use crate::naming;
 use marked_yaml::Spanned;
 
 use crate::spec::{self, Text};
@@ -85,10 +86,9 @@ impl Cx<'_> {
                 if let (Some(fields), Shape::Struct(lowered)) = (&t.fields, &mut out[i].shape) {
                     for (field, _) in fields.iter() {
                         // `self` is written `self_` (serde keeps the wire name).
-                        if fields
-                            .keys()
-                            .any(|other| other.as_str() == arg_name(field) && other != field)
-                        {
+                        if fields.keys().any(|other| {
+                            other.as_str() == naming::argument(field) && other != field
+                        }) {
                             self.error(
                                 field,
                                 format!("types.{}.fields.{}", &**name, &**field),
@@ -141,7 +141,7 @@ impl Cx<'_> {
                     .at(at, &field, "a value in the long form needs `value`");
                 continue;
             };
-            let variant = crate::emit::docs::camel(wire);
+            let variant = naming::camel(wire);
             if !wires.insert(wire) {
                 self.sources
                     .at(at, &field, format!("the value `{wire}` is listed twice"));
@@ -233,10 +233,13 @@ impl Cx<'_> {
         let mut modules: HashMap<String, String> = HashMap::new();
         let mut out = Vec::new();
         for s in services {
+            // The handle's struct and the service's module sit beside the
+            // client struct and Rust's own crates in the generated crate root.
+            let pascal = naming::camel(&s.handle);
+            let module = naming::module(&s.service);
             if !is_snake(&s.handle) {
                 self.error(&s.handle, "handle", "handles are snake_case method names");
             } else if self.name(&s.handle, "handle") {
-                let pascal = crate::emit::docs::camel(&s.handle);
                 self.type_name(&s.handle, &pascal, "handle");
                 if let Some(other) = handle_types.insert(pascal.clone(), s.handle.to_string())
                     && other != s.handle.as_str()
@@ -251,10 +254,6 @@ impl Cx<'_> {
                     );
                 }
             }
-            // The handle's struct and the service's module sit beside the
-            // client struct and Rust's own crates in the generated crate root.
-            // The name the emitter gives the handle's struct.
-            let pascal = crate::emit::docs::camel(&s.handle);
             if api.ids.iter().any(|i| i.name == pascal) {
                 self.error(
                     &s.handle,
@@ -272,19 +271,18 @@ impl Cx<'_> {
                     ),
                 );
             }
-            if self.service_name(&s.service) {
-                let module = s.service.replace('-', "_");
-                if let Some(other) = modules.insert(module.clone(), s.service.to_string()) {
-                    let message = if other == s.service.as_str() {
-                        format!("another service file already defines the service `{other}`")
-                    } else {
-                        format!(
-                            "`{other}` and `{}` would both be the module `{module}`",
-                            &*s.service
-                        )
-                    };
-                    self.error(&s.service, "service", message);
-                }
+            if self.service_name(&s.service)
+                && let Some(other) = modules.insert(module.clone(), s.service.to_string())
+            {
+                let message = if other == s.service.as_str() {
+                    format!("another service file already defines the service `{other}`")
+                } else {
+                    format!(
+                        "`{other}` and `{}` would both be the module `{module}`",
+                        &*s.service
+                    )
+                };
+                self.error(&s.service, "service", message);
             }
             if let Some(other) = handles.insert(s.handle.to_string(), s.service.to_string()) {
                 self.error(
@@ -369,7 +367,9 @@ impl Cx<'_> {
             out.push(Service {
                 at: self.sources.locate(s.service.span()),
                 name: s.service.to_string(),
+                module,
                 handle: s.handle.to_string(),
+                handle_type: pascal,
                 doc: s.doc.to_string(),
                 prefix: s.prefix.to_string(),
                 openapi: s.openapi.as_ref().map(|d| d.to_string()),
@@ -421,7 +421,7 @@ impl Cx<'_> {
                     "parameter names are snake_case (they are the method's arguments)",
                 );
             }
-            let name = arg_name(text);
+            let name = naming::argument(text);
             if args.contains(&name) {
                 cx.error(
                     text,
@@ -658,6 +658,7 @@ impl Cx<'_> {
         Route {
             endpoint: Box::leak(Box::new(endpoint)),
             name: name.to_string(),
+            constant: naming::screaming(name),
             reconcile: None, // resolved by `reconciles`, once every route is known
             exists: None,    // resolved by `existence`, once every route is known
             doc: r.doc.to_string(),
@@ -667,15 +668,6 @@ impl Cx<'_> {
             returns,
             source: self.source(&r.source, r.inferred),
         }
-    }
-}
-
-/// The argument a parameter (or the ID a route proves) is passed as.
-fn arg_name(name: &str) -> String {
-    if super::names::UNRAWABLE.contains(&name) {
-        format!("{name}_")
-    } else {
-        name.to_owned()
     }
 }
 

@@ -118,10 +118,10 @@ impl Cx<'_> {
         states: &[Item<FeatureStateCopy>],
         has: Sections,
         services: &[Service],
-    ) -> Vec<Item<TaxonomyRow>> {
+    ) -> (Vec<Item<TaxonomyRow>>, Vec<Class>) {
         let mut seen = BTreeSet::new();
-        // Class -> its `ErrorClass` variant: two classes may not share one.
-        let mut variants: Vec<(String, &str)> = Vec::new();
+        // Each class with its `ErrorClass` variant: two classes may not share one.
+        let mut classes: Vec<Class> = Vec::new();
         let mut out = Vec::new();
         for r in &taxonomy.rows {
             let field = |key: &str| format!("rows.{}.{key}", &*r.row);
@@ -207,27 +207,32 @@ impl Cx<'_> {
                     None
                 }
             });
+            let variant = crate::naming::camel(&r.class);
             if !is_snake(&r.class) {
                 self.error(&r.class, field("class"), "error classes are snake_case");
-            } else if crate::emit::docs::camel(&r.class) == "Self" {
+            } else if variant == "Self" {
                 self.error(
                     &r.class,
                     field("class"),
                     "the class would be `ErrorClass::Self`, a Rust keyword",
                 );
             }
-            let variant = crate::emit::docs::camel(&r.class);
-            match variants.iter().find(|(v, _)| *v == variant) {
-                Some((_, other)) if *other != r.class.as_str() => self.error(
+            match classes.iter_mut().find(|c| c.variant == variant) {
+                Some(c) if c.name != r.class.as_str() => self.error(
                     &r.class,
                     field("class"),
                     format!(
-                        "class `{}` and class `{other}` would both be `ErrorClass::{variant}`",
-                        &*r.class
+                        "class `{}` and class `{}` would both be `ErrorClass::{variant}`",
+                        &*r.class, c.name
                     ),
                 ),
-                Some(_) => {}
-                None => variants.push((variant, r.class.as_str())),
+                Some(c) => c.rows.push(leak(&r.row)),
+                None => classes.push(Class {
+                    name: leak(&r.class),
+                    variant,
+                    rows: vec![leak(&r.row)],
+                    action: leak(&r.action),
+                }),
             }
             let retry = r
                 .retry
@@ -341,7 +346,17 @@ impl Cx<'_> {
                 );
             }
         }
-        out
+        // A success row ends no call in an error; an error no row matched is the runtime's.
+        classes.retain(|c| c.name != SUCCESS_CLASS);
+        if !classes.iter().any(|c| c.name == UNCLASSIFIED) {
+            classes.push(Class {
+                name: UNCLASSIFIED,
+                variant: crate::naming::camel(UNCLASSIFIED),
+                rows: Vec::new(),
+                action: "No taxonomy row matched the outcome.",
+            });
+        }
+        (out, classes)
     }
 }
 
