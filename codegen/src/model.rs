@@ -436,6 +436,50 @@ impl Model {
             .map(|(_, b)| b)
     }
 
+    /// Every name of the model the generated crate writes as an identifier,
+    /// with the spec item a file that holds it is blamed on: the service's
+    /// `service:` line for its own names, the `api:` line for the rest.
+    pub fn identifiers(&self) -> Vec<(&Location, String)> {
+        let api = &self.api.at;
+        let mut out: Vec<(&Location, String)> = vec![(api, self.api.client.clone())];
+        out.extend(self.api.ids.iter().map(|i| (api, i.name.clone())));
+        for t in &self.types {
+            out.push((api, t.name.clone()));
+            match &t.shape {
+                Shape::Struct(fields) => {
+                    out.extend((fields.iter()).map(|f| (api, crate::naming::argument(&f.name))))
+                }
+                Shape::Enum(variants) => out.extend(variants.iter().map(|v| (api, v.name.clone()))),
+            }
+        }
+        out.extend(self.classes.iter().map(|c| (api, c.variant.clone())));
+        let tables = (self.timeouts.iter().map(|t| t.name))
+            .chain(self.retries.iter().map(|r| r.name))
+            .chain(self.throttle.budgets.iter().map(|b| b.name))
+            .chain(self.streams.iter().map(|s| s.name));
+        out.extend(tables.map(|name| (api, crate::naming::screaming(name))));
+        out.extend(self.caller_budgets().map(|b| (api, b.name.to_owned())));
+        for s in &self.streams {
+            out.push((api, s.event_type.clone()));
+            out.extend(s.events.iter().map(|e| (api, e.variant.clone())));
+        }
+        for s in &self.services {
+            let at = &s.at;
+            out.extend([&s.module, &s.handle, &s.handle_type].map(|n| (at, n.clone())));
+            for r in &s.routes {
+                out.extend([&r.name, &r.constant].map(|n| (at, n.clone())));
+                let params = r.path_params.iter().chain(&r.query);
+                out.extend(params.map(|(p, _)| (at, crate::naming::argument(p))));
+                if let Some(e) = &r.exists {
+                    let stem = e.field.strip_suffix("_id").unwrap_or(&e.field);
+                    let names = [&e.field, stem, &e.id].map(crate::naming::argument);
+                    out.extend(names.map(|n| (at, n)));
+                }
+            }
+        }
+        out
+    }
+
     /// Routes in spec order, with their service.
     pub fn routes(&self) -> impl Iterator<Item = (&Service, &Route)> {
         self.services

@@ -40,15 +40,16 @@ pub fn int(n: impl Into<u64>) -> proc_macro2::Literal {
     proc_macro2::Literal::u64_unsuffixed(n.into())
 }
 
-/// An identifier: a keyword is written raw (`r#type`). Lowering lets only
-/// names through that are identifiers; should one slip past it anyway, it is
-/// recorded (see [`take_invalid`]) and the file fails with an error instead
-/// of a panic.
+/// An identifier: a keyword is written raw (`r#type`). Every name the
+/// model holds was checked to be one before anything is emitted
+/// ([`crate::model::Model::identifiers`]); one that is not is the emitter's bug.
 pub fn ident(name: &str) -> Ident {
-    if !naming::is_identifier(name) {
-        INVALID.with(|names| names.borrow_mut().push(name.chars().take(80).collect()));
-        Ident::new("__invalid_identifier", Span::call_site())
-    } else if naming::KEYWORDS.contains(&name) {
+    assert!(
+        naming::is_identifier(name),
+        "internal error: `{}` reached the emitter unchecked",
+        name.escape_debug()
+    );
+    if naming::KEYWORDS.contains(&name) {
         Ident::new_raw(name, Span::call_site())
     } else {
         Ident::new(name, Span::call_site())
@@ -58,16 +59,6 @@ pub fn ident(name: &str) -> Ident {
 /// A struct field or an argument named as on the wire (see [`naming::argument`]).
 pub fn field_ident(name: &str) -> Ident {
     ident(&naming::argument(name))
-}
-
-thread_local! {
-    static INVALID: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The names [`ident`] was given on this thread that are no identifiers,
-/// since the last call.
-pub fn take_invalid() -> Vec<String> {
-    INVALID.with(|names| std::mem::take(&mut *names.borrow_mut()))
 }
 
 /// ` (policy §3.2)` after a sentence about the workspace scope, or nothing
