@@ -8,7 +8,7 @@ use marked_yaml::Spanned;
 
 use crate::spec::{self, Text};
 
-use super::{Cx, Known, is_camel, is_snake, one_of, position};
+use super::{Cx, Known, is_camel, is_snake};
 
 impl Cx<'_> {
     pub(super) fn types(&mut self, services: &[spec::ServiceFile], api: &Api) -> Vec<TypeDef> {
@@ -392,6 +392,7 @@ impl Cx<'_> {
         out
     }
 
+    /// A route: the checks of each of its parts, then its descriptor.
     fn route(
         &mut self,
         name: &Text,
@@ -400,8 +401,6 @@ impl Cx<'_> {
         defaults: &Defaults,
         names: &Known,
     ) -> Route {
-        let (service_scope, needs_workspace) = (defaults.scope, defaults.needs_workspace);
-        let field = |key: &str| format!("routes.{}.{key}", &**name);
         if !is_snake(name) {
             self.error(
                 name,
@@ -411,229 +410,24 @@ impl Cx<'_> {
         } else {
             self.name(name, &format!("routes.{}", &**name));
         }
-        // The method's arguments: path parameters, query parameters, the body.
-        let mut args: Vec<String> = r.body.iter().map(|_| "body".to_owned()).collect();
-        let mut arg = |cx: &mut Self, text: &Text, key: String| {
-            if !is_snake(text) {
-                cx.error(
-                    text,
-                    &key,
-                    "parameter names are snake_case (they are the method's arguments)",
-                );
-            }
-            let name = naming::argument(text);
-            if args.contains(&name) {
-                cx.error(
-                    text,
-                    &key,
-                    format!(
-                        "`{}` would be a second argument `{name}` of the method",
-                        &**text
-                    ),
-                );
-            }
-            args.push(name);
-        };
-        for param in r.path_params.keys() {
-            arg(self, param, field(&format!("path_params.{}", &**param)));
-        }
-        for param in r.query.keys() {
-            arg(self, param, field(&format!("query.{}", &**param)));
-        }
-        if let Some(exists) = &r.exists {
-            let stem = exists.field.strip_suffix("_id").unwrap_or(&exists.field);
-            if !stem.is_empty() {
-                let stem = Text::new(*exists.field.span(), stem.to_owned());
-                arg(self, &stem, field("exists.field"));
-            }
-        }
-        let method = match r.method.as_str() {
-            "GET" => Method::Get,
-            "POST" => Method::Post,
-            "PUT" => Method::Put,
-            "PATCH" => Method::Patch,
-            "DELETE" => Method::Delete,
-            other => {
-                self.error(
-                    &r.method,
-                    field("method"),
-                    format!("unknown method `{other}`: GET, POST, PUT, PATCH or DELETE"),
-                );
-                Method::Get
-            }
-        };
-        if !r.path.starts_with('/') {
-            self.error(&r.path, field("path"), "a path starts with `/`");
-        }
-        let placeholders = placeholders(&r.path);
-        for p in &placeholders {
-            if !r.path_params.keys().any(|k| k.as_str() == p) {
-                self.error(
-                    &r.path,
-                    field("path"),
-                    format!("placeholder `{{{p}}}` has no entry in `path_params`"),
-                );
-            }
-        }
-        let mut path_params = Vec::new();
-        for (param, ty) in &r.path_params {
-            if !placeholders.iter().any(|p| p == param.as_str()) {
-                self.error(
-                    param,
-                    field(&format!("path_params.{}", &**param)),
-                    format!(
-                        "path parameter `{}` is missing from the path template `{}`",
-                        &**param, &*r.path
-                    ),
-                );
-            }
-            let lowered = self.type_expr(ty, &field(&format!("path_params.{}", &**param)), names);
-            if let Some(t) = &lowered
-                && !matches!(t, TypeExpr::Id(_) | TypeExpr::String)
-            {
-                self.error(
-                    ty,
-                    field(&format!("path_params.{}", &**param)),
-                    "a path parameter is an ID type or `string`",
-                );
-            }
-            path_params.push((param.to_string(), lowered.unwrap_or(TypeExpr::String)));
-        }
-        // Keep template order: the emitter renders parameters as they appear.
-        path_params.sort_by_key(|(p, _)| placeholders.iter().position(|q| q == p));
-        let query = r
-            .query
-            .iter()
+        self.arguments(name, r);
+        let method = self.method(name, r);
+        let path_params = self.path_params(name, r, names);
+        let query = (r.query.iter())
             .map(|(q, ty)| {
-                let t = self.type_expr(ty, &field(&format!("query.{}", &**q)), names);
+                let t = self.type_expr(ty, &at(name, &format!("query.{}", &**q)), names);
                 (q.to_string(), t.unwrap_or(TypeExpr::String))
             })
             .collect();
-        let body = r
-            .body
-            .as_ref()
-            .and_then(|b| self.type_expr(b, &field("body"), names));
-        if body.is_some() && method == Method::Get {
-            self.error(
-                r.body.as_ref().expect("checked"),
-                field("body"),
-                "a GET route has no body",
-            );
-        }
-        let returns = match (&r.returns, &r.stream) {
-            (Some(_), Some(stream)) => {
-                self.error(stream, field("stream"), "a stream route has no `returns`");
-                Returns::Nothing
-            }
-            (None, Some(stream)) => match position(&names.streams, stream) {
-                Some(i) => Returns::Stream(i),
-                None => {
-                    self.error(
-                        stream,
-                        field("stream"),
-                        format!(
-                            "unknown stream `{}`: expected one of {}",
-                            &**stream,
-                            one_of(&names.streams)
-                        ),
-                    );
-                    Returns::Nothing
-                }
-            },
-            (Some(t), None) if t.as_str() == "none" => Returns::Nothing,
-            (Some(t), None) => Returns::Body(
-                self.type_expr(t, &field("returns"), names)
-                    .unwrap_or(TypeExpr::Json),
-            ),
-            (None, None) => {
-                self.error(
-                    name,
-                    field("returns"),
-                    "a route needs `returns` (or `stream`)",
-                );
-                Returns::Nothing
-            }
-        };
-        let timeout = self.reference(
-            &r.timeout,
-            &field("timeout"),
-            "timeout class",
-            &names.timeouts,
-        );
-        let retry = self.reference(&r.retry, &field("retry"), "retry class", &names.retries);
-        let budget = self.reference(&r.budget, &field("budget"), "budget", &names.budgets);
-        let scope = match &r.scope {
-            Some(s) => self.scope(s, &field("scope")).unwrap_or(service_scope),
-            None => service_scope,
-        };
-        if scope == ScopeNeed::Workspace && service_scope != ScopeNeed::Workspace {
-            self.error(
-                r.scope.as_ref().unwrap_or(&service.scope),
-                field("scope"),
-                "a workspace route belongs to a service whose scope is `workspace` (its handle carries the workspace)",
-            );
-        }
-        if needs_workspace && scope != ScopeNeed::Workspace {
-            let at = r.scope.as_ref().unwrap_or(&service.scope);
-            self.error(
-                at,
-                field("scope"),
-                format!(
-                    "`{}` is a workspace service (policy §3.2): every route needs the workspace, so scope must be `workspace`",
-                    &*service.service
-                ),
-            );
-        }
-        let conflict = match r.conflict.as_ref().map(|c| c.as_str()) {
-            None => Conflict::Error,
-            Some("success") => Conflict::Success,
-            Some("poll") => Conflict::Poll,
-            Some(other) => {
-                self.error(
-                    r.conflict.as_ref().expect("some"),
-                    field("conflict"),
-                    format!("unknown conflict rule `{other}`: `success` or `poll`"),
-                );
-                Conflict::Error
-            }
-        };
-        if conflict == Conflict::Success && method == Method::Get {
-            self.error(
-                r.conflict.as_ref().expect("some"),
-                field("conflict"),
-                "`conflict: success` is for create routes, not GET",
-            );
-        }
-        if defaults.needs_pipeline && !r.pipeline_id {
-            self.error(
-                name,
-                field("pipeline_id"),
-                format!(
-                    "every `{}` route carries the pipeline header (api.yaml `pipeline_services`): add `pipeline_id: true`",
-                    &*service.service
-                ),
-            );
-        }
-        if r.pipeline_id && !names.pipeline_header {
-            self.error(
-                name,
-                field("pipeline_id"),
-                "routes that carry the pipeline header need `headers.pipeline` in api.yaml",
-            );
-        }
-        if r.pipeline_id && !names.ids.contains(&"PipelineId") {
-            self.error(
-                name,
-                field("pipeline_id"),
-                "routes that carry the pipeline header need a `PipelineId` in `ids.types`",
-            );
-        }
-        let max_response = r
-            .max_response
-            .as_ref()
-            .and_then(|m| self.size(m, &field("max_response")))
+        let body = self.body(name, r, method, names);
+        let returns = self.returns(name, r, names);
+        let scope = self.route_scope(name, r, service, defaults);
+        let conflict = self.conflict(name, r, method);
+        self.pipeline(name, r, service, defaults, names);
+        let max_response = (r.max_response.as_ref())
+            .and_then(|m| self.size(m, &at(name, "max_response")))
             .unwrap_or(defaults.max_response);
-        let index = |i: Option<usize>| i.unwrap_or(0) as u16;
+        let (timeout, retry, budget) = self.route_classes(name, r, names);
         let endpoint = Endpoint {
             service: defaults.service,
             operation: leak(name),
@@ -641,10 +435,10 @@ impl Cx<'_> {
             path: leak(&format!("{}{}", &*service.prefix, &*r.path)),
             scope,
             lane: defaults.lane,
-            timeout: TimeoutIx::new(index(timeout)),
-            retry: RetryIx::new(index(retry)),
+            timeout,
+            retry,
             idempotent: r.idempotent,
-            budget: BudgetIx::new(index(budget)),
+            budget,
             replay: r.replay,
             conflict,
             pipeline_id: r.pipeline_id,
@@ -669,6 +463,274 @@ impl Cx<'_> {
             source: self.source(&r.source, r.inferred),
         }
     }
+
+    /// The method's arguments (path parameters, query parameters, the body,
+    /// the proof of an ID that must exist): snake_case, and no two alike.
+    fn arguments(&mut self, name: &Text, r: &spec::Route) {
+        let mut args: Vec<String> = r.body.iter().map(|_| "body".to_owned()).collect();
+        let mut arg = |cx: &mut Self, text: &Text, key: String| {
+            if !is_snake(text) {
+                cx.error(
+                    text,
+                    &key,
+                    "parameter names are snake_case (they are the method's arguments)",
+                );
+            }
+            let argument = naming::argument(text);
+            if args.contains(&argument) {
+                let message = format!(
+                    "`{}` would be a second argument `{argument}` of the method",
+                    &**text
+                );
+                cx.error(text, &key, message);
+            }
+            args.push(argument);
+        };
+        for param in r.path_params.keys() {
+            arg(self, param, at(name, &format!("path_params.{}", &**param)));
+        }
+        for param in r.query.keys() {
+            arg(self, param, at(name, &format!("query.{}", &**param)));
+        }
+        if let Some(exists) = &r.exists {
+            let stem = exists.field.strip_suffix("_id").unwrap_or(&exists.field);
+            if !stem.is_empty() {
+                let stem = Text::new(*exists.field.span(), stem.to_owned());
+                arg(self, &stem, at(name, "exists.field"));
+            }
+        }
+    }
+
+    fn method(&mut self, name: &Text, r: &spec::Route) -> Method {
+        match r.method.as_str() {
+            "GET" => Method::Get,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "PATCH" => Method::Patch,
+            "DELETE" => Method::Delete,
+            other => {
+                self.error(
+                    &r.method,
+                    at(name, "method"),
+                    format!("unknown method `{other}`: GET, POST, PUT, PATCH or DELETE"),
+                );
+                Method::Get
+            }
+        }
+    }
+
+    /// The path's placeholders and `path_params` name the same parameters,
+    /// each an ID or a string; they are kept in the template's order.
+    fn path_params(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        names: &Known,
+    ) -> Vec<(String, TypeExpr)> {
+        if !r.path.starts_with('/') {
+            self.error(&r.path, at(name, "path"), "a path starts with `/`");
+        }
+        let placeholders = placeholders(&r.path);
+        for p in &placeholders {
+            if !r.path_params.keys().any(|k| k.as_str() == p) {
+                self.error(
+                    &r.path,
+                    at(name, "path"),
+                    format!("placeholder `{{{p}}}` has no entry in `path_params`"),
+                );
+            }
+        }
+        let mut path_params = Vec::new();
+        for (param, ty) in &r.path_params {
+            let field = at(name, &format!("path_params.{}", &**param));
+            if !placeholders.iter().any(|p| p == param.as_str()) {
+                let message = format!(
+                    "path parameter `{}` is missing from the path template `{}`",
+                    &**param, &*r.path
+                );
+                self.error(param, &field, message);
+            }
+            let lowered = self.type_expr(ty, &field, names);
+            if let Some(t) = &lowered
+                && !matches!(t, TypeExpr::Id(_) | TypeExpr::String)
+            {
+                self.error(ty, &field, "a path parameter is an ID type or `string`");
+            }
+            path_params.push((param.to_string(), lowered.unwrap_or(TypeExpr::String)));
+        }
+        // Keep template order: the emitter renders parameters as they appear.
+        path_params.sort_by_key(|(p, _)| placeholders.iter().position(|q| q == p));
+        path_params
+    }
+
+    fn body(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        method: Method,
+        names: &Known,
+    ) -> Option<TypeExpr> {
+        let text = r.body.as_ref()?;
+        let body = self.type_expr(text, &at(name, "body"), names);
+        if body.is_some() && method == Method::Get {
+            self.error(text, at(name, "body"), "a GET route has no body");
+        }
+        body
+    }
+
+    /// A body's type, nothing, or a stream of `streams.yaml`.
+    fn returns(&mut self, name: &Text, r: &spec::Route, names: &Known) -> Returns {
+        match (&r.returns, &r.stream) {
+            (Some(_), Some(stream)) => {
+                self.error(
+                    stream,
+                    at(name, "stream"),
+                    "a stream route has no `returns`",
+                );
+                Returns::Nothing
+            }
+            (None, Some(stream)) => {
+                (self.reference(stream, &at(name, "stream"), "stream", &names.streams))
+                    .map_or(Returns::Nothing, Returns::Stream)
+            }
+            (Some(t), None) if t.as_str() == "none" => Returns::Nothing,
+            (Some(t), None) => Returns::Body(
+                self.type_expr(t, &at(name, "returns"), names)
+                    .unwrap_or(TypeExpr::Json),
+            ),
+            (None, None) => {
+                self.error(
+                    name,
+                    at(name, "returns"),
+                    "a route needs `returns` (or `stream`)",
+                );
+                Returns::Nothing
+            }
+        }
+    }
+
+    /// The route's timeout class, retry class and budget, by name.
+    fn route_classes(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        names: &Known,
+    ) -> (TimeoutIx, RetryIx, BudgetIx) {
+        let mut index = |text: &Text, key: &str, what: &str, table: &[&str]| {
+            let found = self.reference(text, &at(name, key), what, table);
+            found.unwrap_or(0) as u16
+        };
+        let timeout = index(&r.timeout, "timeout", "timeout class", &names.timeouts);
+        let retry = index(&r.retry, "retry", "retry class", &names.retries);
+        let budget = index(&r.budget, "budget", "budget", &names.budgets);
+        (
+            TimeoutIx::new(timeout),
+            RetryIx::new(retry),
+            BudgetIx::new(budget),
+        )
+    }
+
+    /// The service's scope unless the route names one; a workspace route
+    /// only in a workspace service, and every route of one needs it.
+    fn route_scope(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        service: &spec::ServiceFile,
+        defaults: &Defaults,
+    ) -> ScopeNeed {
+        let service_scope = defaults.scope;
+        let scope = match &r.scope {
+            Some(s) => self.scope(s, &at(name, "scope")).unwrap_or(service_scope),
+            None => service_scope,
+        };
+        let written = r.scope.as_ref().unwrap_or(&service.scope);
+        if scope == ScopeNeed::Workspace && service_scope != ScopeNeed::Workspace {
+            self.error(
+                written,
+                at(name, "scope"),
+                "a workspace route belongs to a service whose scope is `workspace` (its handle carries the workspace)",
+            );
+        }
+        if defaults.needs_workspace && scope != ScopeNeed::Workspace {
+            self.error(
+                written,
+                at(name, "scope"),
+                format!(
+                    "`{}` is a workspace service (policy §3.2): every route needs the workspace, so scope must be `workspace`",
+                    &*service.service
+                ),
+            );
+        }
+        scope
+    }
+
+    /// What a 409 means: an error unless the route says `success` (a create
+    /// that found its object) or `poll`.
+    fn conflict(&mut self, name: &Text, r: &spec::Route, method: Method) -> Conflict {
+        let Some(text) = &r.conflict else {
+            return Conflict::Error;
+        };
+        let conflict = match text.as_str() {
+            "success" => Conflict::Success,
+            "poll" => Conflict::Poll,
+            other => {
+                let message = format!("unknown conflict rule `{other}`: `success` or `poll`");
+                self.error(text, at(name, "conflict"), message);
+                Conflict::Error
+            }
+        };
+        if conflict == Conflict::Success && method == Method::Get {
+            self.error(
+                text,
+                at(name, "conflict"),
+                "`conflict: success` is for create routes, not GET",
+            );
+        }
+        conflict
+    }
+
+    /// The pipeline header: on every route of a pipeline service, and only
+    /// where the API names the header and a `PipelineId`.
+    fn pipeline(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        service: &spec::ServiceFile,
+        defaults: &Defaults,
+        names: &Known,
+    ) {
+        let field = at(name, "pipeline_id");
+        if defaults.needs_pipeline && !r.pipeline_id {
+            self.error(
+                name,
+                &field,
+                format!(
+                    "every `{}` route carries the pipeline header (api.yaml `pipeline_services`): add `pipeline_id: true`",
+                    &*service.service
+                ),
+            );
+        }
+        if r.pipeline_id && !names.pipeline_header {
+            self.error(
+                name,
+                &field,
+                "routes that carry the pipeline header need `headers.pipeline` in api.yaml",
+            );
+        }
+        if r.pipeline_id && !names.ids.contains(&"PipelineId") {
+            self.error(
+                name,
+                &field,
+                "routes that carry the pipeline header need a `PipelineId` in `ids.types`",
+            );
+        }
+    }
+}
+
+/// The field `key` of the route `name`: `routes.upsert_entity.timeout`.
+fn at(name: &Text, key: &str) -> String {
+    format!("routes.{}.{key}", &**name)
 }
 
 /// What a route of a service has unless it says otherwise.
