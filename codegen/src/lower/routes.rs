@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use crate::model::*;
 use crate::naming;
-use marked_yaml::Spanned;
+use marked_yaml::{Span, Spanned};
 
 use crate::spec::{self, Text};
 
@@ -16,105 +16,117 @@ impl Cx<'_> {
         let mut out = Vec::new();
         for service in services {
             for (name, t) in &service.types {
-                let field = format!("types.{}", &**name);
-                if !is_camel(name) {
-                    self.error(name, &field, "type names are CamelCase");
-                } else if self.name(name, &field) {
-                    self.type_name(name, name, &field);
-                }
-                if api.ids.iter().any(|i| i.name == name.as_str())
-                    || ["TenantId", "WorkspaceId"].contains(&name.as_str())
-                {
-                    self.error(name, &field, "this name is already an ID type");
-                }
-                if let Some(other) = seen.insert(name.to_string(), service.service.to_string()) {
-                    self.error(
-                        name,
-                        &field,
-                        format!("type `{}` is already defined by service `{other}`", &**name),
-                    );
-                }
-                let shape = match (&t.fields, &t.values) {
-                    (Some(fields), None) => Shape::Struct(
-                        fields
-                            .iter()
-                            .map(|(f, _)| Field {
-                                name: f.to_string(),
-                                ty: TypeExpr::String, // resolved below, once every name is known
-                            })
-                            .collect(),
-                    ),
-                    (None, Some(values)) if !values.is_empty() => {
-                        Shape::Enum(self.variants(name, values))
-                    }
-                    _ => {
-                        self.error(
-                            name,
-                            &field,
-                            "a type has either `fields` or a non-empty `values` list",
-                        );
-                        Shape::Enum(Vec::new())
-                    }
-                };
-                out.push(TypeDef {
-                    name: name.to_string(),
-                    doc: t.doc.to_string(),
-                    shape,
-                    service: service.service.to_string(),
-                    source: t.source.as_ref().map(|s| self.source(s, t.inferred)),
-                });
+                out.push(self.type_def(&service.service, name, t, api, &mut seen));
             }
         }
         // Resolve field types now that every type name is known.
         let type_names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
-        let ids: Vec<&str> = api.ids.iter().map(|i| i.name.as_str()).collect();
         let names = Known {
             timeouts: vec![],
             retries: vec![],
             budgets: vec![],
             streams: vec![],
-            ids,
+            ids: api.ids.iter().map(|i| i.name.as_str()).collect(),
             types: type_names.iter().map(|s| s.as_str()).collect(),
             details: vec![],
             alerts: vec![],
             states: vec![],
             pipeline_header: api.headers.pipeline.is_some(),
         };
-        let mut i = 0;
-        for service in services {
-            for (name, t) in &service.types {
-                if let (Some(fields), Shape::Struct(lowered)) = (&t.fields, &mut out[i].shape) {
-                    for (field, _) in fields.iter() {
-                        // `self` is written `self_` (serde keeps the wire name).
-                        if fields.keys().any(|other| {
-                            other.as_str() == naming::argument(field) && other != field
-                        }) {
-                            self.error(
-                                field,
-                                format!("types.{}.fields.{}", &**name, &**field),
-                                format!(
-                                    "`{}` is written `{}_` in Rust, the name of another field",
-                                    &**field, &**field
-                                ),
-                            );
-                        }
-                    }
-                    for ((field, ty), target) in fields.iter().zip(lowered.iter_mut()) {
-                        if !is_snake(field) {
-                            self.error(
-                                field,
-                                format!("types.{}.fields.{}", &**name, &**field),
-                                "field names are snake_case",
-                            );
-                        }
-                        let path = format!("types.{}.fields.{}", &**name, &**field);
-                        target.ty = self.type_expr(ty, &path, &names).unwrap_or(TypeExpr::Json);
-                    }
-                }
-                i += 1;
+        let written = services.iter().flat_map(|s| &s.types);
+        for ((name, t), lowered) in written.zip(&mut out) {
+            if let (Some(fields), Shape::Struct(lowered)) = (&t.fields, &mut lowered.shape) {
+                self.fields(name, fields, lowered, &names);
             }
         }
         out
+    }
+
+    /// A type of `service`: a name of its own, and fields (typed later, by
+    /// [`Self::fields`]) or values.
+    fn type_def(
+        &mut self,
+        service: &Text,
+        name: &Text,
+        t: &spec::TypeDef,
+        api: &Api,
+        seen: &mut HashMap<String, String>,
+    ) -> TypeDef {
+        let field = format!("types.{}", &**name);
+        if !is_camel(name) {
+            self.error(name, &field, "type names are CamelCase");
+        } else if self.name(name, &field) {
+            self.type_name(name, name, &field);
+        }
+        if api.ids.iter().any(|i| i.name == name.as_str())
+            || ["TenantId", "WorkspaceId"].contains(&name.as_str())
+        {
+            self.error(name, &field, "this name is already an ID type");
+        }
+        if let Some(other) = seen.insert(name.to_string(), service.to_string()) {
+            self.error(
+                name,
+                &field,
+                format!("type `{}` is already defined by service `{other}`", &**name),
+            );
+        }
+        let shape = match (&t.fields, &t.values) {
+            (Some(fields), None) => Shape::Struct(
+                (fields.keys())
+                    .map(|f| Field {
+                        name: f.to_string(),
+                        ty: TypeExpr::String, // resolved by `fields`, once every name is known
+                    })
+                    .collect(),
+            ),
+            (None, Some(values)) if !values.is_empty() => Shape::Enum(self.variants(name, values)),
+            _ => {
+                self.error(
+                    name,
+                    &field,
+                    "a type has either `fields` or a non-empty `values` list",
+                );
+                Shape::Enum(Vec::new())
+            }
+        };
+        TypeDef {
+            name: name.to_string(),
+            doc: t.doc.to_string(),
+            shape,
+            service: service.to_string(),
+            source: t.source.as_ref().map(|s| self.source(s, t.inferred)),
+        }
+    }
+
+    /// The fields of the struct `name`: snake_case, none written as another
+    /// (`self` is `self_`), each of a type the spec knows.
+    fn fields(
+        &mut self,
+        name: &Text,
+        fields: &indexmap::IndexMap<Text, Text>,
+        lowered: &mut [Field],
+        names: &Known,
+    ) {
+        for field in fields.keys() {
+            let path = format!("types.{}.fields.{}", &**name, &**field);
+            // `self` is written `self_` (serde keeps the wire name).
+            if (fields.keys())
+                .any(|other| other.as_str() == naming::argument(field) && other != field)
+            {
+                let message = format!(
+                    "`{}` is written `{}_` in Rust, the name of another field",
+                    &**field, &**field
+                );
+                self.error(field, &path, message);
+            }
+        }
+        for ((field, ty), target) in fields.iter().zip(lowered) {
+            let path = format!("types.{}.fields.{}", &**name, &**field);
+            if !is_snake(field) {
+                self.error(field, &path, "field names are snake_case");
+            }
+            target.ty = self.type_expr(ty, &path, names).unwrap_or(TypeExpr::Json);
+        }
     }
 
     /// The values of a string enum, each a distinct wire string and a distinct
@@ -147,32 +159,7 @@ impl Cx<'_> {
                     .at(at, &field, format!("the value `{wire}` is listed twice"));
                 continue;
             }
-            if !is_camel(&variant) {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!(
-                        "the value `{wire}` makes no Rust variant name: values are words of letters and digits, starting with a letter, joined by `_`, `-` or spaces"
-                    ),
-                );
-                continue;
-            }
-            if variant == "Self" {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!("the value `{wire}` would be the variant `Self`, a Rust keyword"),
-                );
-                continue;
-            }
-            if variant == "Unknown" {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!(
-                        "the value `{wire}` would be the variant `Unknown`, which holds the values this client does not know"
-                    ),
-                );
+            if !self.variant_name(at, &field, wire, &variant) {
                 continue;
             }
             if let Some(other) = variants.insert(variant.clone(), wire) {
@@ -183,24 +170,7 @@ impl Cx<'_> {
                 );
                 continue;
             }
-            let source = v.source.as_ref().map(|s| Source {
-                section: s.clone(),
-                inferred: v.inferred,
-            });
-            if v.source.as_ref().is_some_and(|s| s.trim().is_empty()) {
-                self.sources.at(
-                    at,
-                    &field,
-                    "a value's `source` must name the policy section (e.g. \"§6.1\")",
-                );
-            }
-            if v.inferred && v.source.is_none() {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!("the value `{wire}` is `inferred` but names no `source`"),
-                );
-            }
+            let source = self.value_source(at, &field, v, wire);
             out.push(Variant {
                 wire: wire.to_owned(),
                 name: variant,
@@ -209,6 +179,54 @@ impl Cx<'_> {
             });
         }
         out
+    }
+
+    /// Whether the value `wire` makes a variant of its own: a Rust name that
+    /// is neither `Self` nor `Unknown` (the values the spec does not list).
+    fn variant_name(&mut self, at: &Span, field: &str, wire: &str, variant: &str) -> bool {
+        let message = if !is_camel(variant) {
+            format!(
+                "the value `{wire}` makes no Rust variant name: values are words of letters and digits, starting with a letter, joined by `_`, `-` or spaces"
+            )
+        } else if variant == "Self" {
+            format!("the value `{wire}` would be the variant `Self`, a Rust keyword")
+        } else if variant == "Unknown" {
+            format!(
+                "the value `{wire}` would be the variant `Unknown`, which holds the values this client does not know"
+            )
+        } else {
+            return true;
+        };
+        self.sources.at(at, field, message);
+        false
+    }
+
+    /// Where the policy says a value, if it says: a section, named when inferred.
+    fn value_source(
+        &mut self,
+        at: &Span,
+        field: &str,
+        v: &spec::EnumValue,
+        wire: &str,
+    ) -> Option<Source> {
+        if v.source.as_ref().is_some_and(|s| s.trim().is_empty()) {
+            self.sources.at(
+                at,
+                field,
+                "a value's `source` must name the policy section (e.g. \"§6.1\")",
+            );
+        }
+        if v.inferred && v.source.is_none() {
+            self.sources.at(
+                at,
+                field,
+                format!("the value `{wire}` is `inferred` but names no `source`"),
+            );
+        }
+        v.source.as_ref().map(|s| Source {
+            section: s.clone(),
+            inferred: v.inferred,
+        })
     }
 
     fn type_expr(&mut self, text: &Text, field: &str, names: &Known) -> Option<TypeExpr> {
@@ -228,156 +246,12 @@ impl Cx<'_> {
         names: &Known,
         max_response: Option<u64>,
     ) -> Vec<Service> {
-        let mut handles: HashMap<String, String> = HashMap::new();
-        let mut handle_types: HashMap<String, String> = HashMap::new();
-        let mut modules: HashMap<String, String> = HashMap::new();
+        let mut taken = Taken::default();
         let mut out = Vec::new();
         for s in services {
-            // The handle's struct and the service's module sit beside the
-            // client struct and Rust's own crates in the generated crate root.
-            let pascal = naming::camel(&s.handle);
-            let module = naming::module(&s.service);
-            if !is_snake(&s.handle) {
-                self.error(&s.handle, "handle", "handles are snake_case method names");
-            } else if self.name(&s.handle, "handle") {
-                self.type_name(&s.handle, &pascal, "handle");
-                if let Some(other) = handle_types.insert(pascal.clone(), s.handle.to_string())
-                    && other != s.handle.as_str()
-                {
-                    self.error(
-                        &s.handle,
-                        "handle",
-                        format!(
-                            "the handles `{other}` and `{}` would both be the type `{pascal}`",
-                            &*s.handle
-                        ),
-                    );
-                }
-            }
-            if api.ids.iter().any(|i| i.name == pascal) {
-                self.error(
-                    &s.handle,
-                    "handle",
-                    format!("the handle's type `{pascal}` would clash with the ID type `{pascal}`"),
-                );
-            }
-            if pascal == api.client {
-                self.error(
-                    &s.handle,
-                    "handle",
-                    format!(
-                        "the handle's type `{pascal}` would clash with the client `{}`",
-                        api.client
-                    ),
-                );
-            }
-            if self.service_name(&s.service)
-                && let Some(other) = modules.insert(module.clone(), s.service.to_string())
-            {
-                let message = if other == s.service.as_str() {
-                    format!("another service file already defines the service `{other}`")
-                } else {
-                    format!(
-                        "`{other}` and `{}` would both be the module `{module}`",
-                        &*s.service
-                    )
-                };
-                self.error(&s.service, "service", message);
-            }
-            if let Some(other) = handles.insert(s.handle.to_string(), s.service.to_string()) {
-                self.error(
-                    &s.handle,
-                    "handle",
-                    format!(
-                        "duplicate method name: service `{other}` already has handle `{}`",
-                        &*s.handle
-                    ),
-                );
-            }
-            let scope = self.scope(&s.scope, "scope");
-            let lane = match s.lane.as_str() {
-                "key" => Lane::Key,
-                name => match api.lanes.iter().find(|(lane, _)| lane == name) {
-                    Some((_, true)) => Lane::Key,
-                    // Until the lane's own auth lands, a proxy injects the key.
-                    Some((_, false)) => Lane::Keyless,
-                    None => {
-                        let known: Vec<String> =
-                            api.lanes.iter().map(|(l, _)| format!("`{l}`")).collect();
-                        let mut choices = vec!["`key`".to_owned()];
-                        choices.extend(known);
-                        self.error(
-                            &s.lane,
-                            "lane",
-                            format!(
-                                "lane is one of {} (auth.lanes_authenticated)",
-                                choices.join(", ")
-                            ),
-                        );
-                        Lane::Key
-                    }
-                },
-            };
-            if let Some(doc) = &s.openapi
-                && (!doc.starts_with('/') || doc.contains(['?', '#', '{']))
-            {
-                self.error(
-                    doc,
-                    "openapi",
-                    "the document's path starts with `/` and has no query, fragment or placeholder",
-                );
-            }
-            if !s.prefix.starts_with('/') || s.prefix.ends_with('/') {
-                self.error(
-                    &s.prefix,
-                    "prefix",
-                    "a prefix starts with `/` and does not end with one",
-                );
-            }
-            let needs_workspace = api
-                .workspace_services
-                .iter()
-                .any(|w| w == s.service.as_str());
-            if scope == Some(ScopeNeed::Workspace) && api.headers.workspace.is_none() {
-                self.error(
-                    &s.scope,
-                    "scope",
-                    "a workspace service needs `headers.workspace` in api.yaml (the header its calls carry)",
-                );
-            }
-            let needs_pipeline = api
-                .pipeline_services
-                .iter()
-                .any(|p| p == s.service.as_str());
-            let mut routes = Vec::new();
-            for (name, r) in &s.routes {
-                let defaults = Defaults {
-                    service: leak(&s.service),
-                    scope: scope.unwrap_or(ScopeNeed::Tenant),
-                    lane,
-                    needs_workspace,
-                    needs_pipeline,
-                    max_response: max_response.unwrap_or(0),
-                    position: out.iter().map(|s: &Service| s.routes.len()).sum::<usize>()
-                        + routes.len(),
-                };
-                let route = self.route(name, r, s, &defaults, names);
-                routes.push(route);
-            }
-            out.push(Service {
-                at: self.sources.locate(s.service.span()),
-                name: s.service.to_string(),
-                module,
-                handle: s.handle.to_string(),
-                handle_type: pascal,
-                doc: s.doc.to_string(),
-                prefix: s.prefix.to_string(),
-                openapi: s.openapi.as_ref().map(|d| d.to_string()),
-                scope: scope.unwrap_or(ScopeNeed::Tenant),
-                lane,
-                routes,
-                source: self.source(&s.source, s.inferred),
-            });
+            let position = out.iter().map(|s: &Service| s.routes.len()).sum();
+            let service = self.service(s, api, names, &mut taken, (position, max_response));
+            out.push(service);
         }
         // `workspace_services` entries are checked at their own line (`lower`).
         for w in &api.pipeline_services {
@@ -390,6 +264,178 @@ impl Cx<'_> {
             }
         }
         out
+    }
+
+    /// A service and its routes, the first at `position` among the API's,
+    /// each reading at most `max_response` unless it says otherwise.
+    fn service(
+        &mut self,
+        s: &spec::ServiceFile,
+        api: &Api,
+        names: &Known,
+        taken: &mut Taken,
+        (position, max_response): (usize, Option<u64>),
+    ) -> Service {
+        // The handle's struct and the service's module sit beside the
+        // client struct and Rust's own crates in the generated crate root.
+        let handle_type = naming::camel(&s.handle);
+        let module = naming::module(&s.service);
+        self.service_names(s, api, taken, &handle_type, &module);
+        let scope = self.scope(&s.scope, "scope");
+        let lane = self.lane(s, api);
+        self.service_paths(s);
+        if scope == Some(ScopeNeed::Workspace) && api.headers.workspace.is_none() {
+            self.error(
+                &s.scope,
+                "scope",
+                "a workspace service needs `headers.workspace` in api.yaml (the header its calls carry)",
+            );
+        }
+        let listed = |list: &[String]| list.iter().any(|w| w == s.service.as_str());
+        let mut routes = Vec::new();
+        for (name, r) in &s.routes {
+            let defaults = Defaults {
+                service: leak(&s.service),
+                scope: scope.unwrap_or(ScopeNeed::Tenant),
+                lane,
+                needs_workspace: listed(&api.workspace_services),
+                needs_pipeline: listed(&api.pipeline_services),
+                max_response: max_response.unwrap_or(0),
+                position: position + routes.len(),
+            };
+            routes.push(self.route(name, r, s, &defaults, names));
+        }
+        Service {
+            at: self.sources.locate(s.service.span()),
+            name: s.service.to_string(),
+            module,
+            handle: s.handle.to_string(),
+            handle_type,
+            doc: s.doc.to_string(),
+            prefix: s.prefix.to_string(),
+            openapi: s.openapi.as_ref().map(|d| d.to_string()),
+            scope: scope.unwrap_or(ScopeNeed::Tenant),
+            lane,
+            routes,
+            source: self.source(&s.source, s.inferred),
+        }
+    }
+
+    /// The handle (a client method), its type and the service's module: each
+    /// a name of its own, and none another service's or the crate's.
+    fn service_names(
+        &mut self,
+        s: &spec::ServiceFile,
+        api: &Api,
+        taken: &mut Taken,
+        pascal: &str,
+        module: &str,
+    ) {
+        if !is_snake(&s.handle) {
+            self.error(&s.handle, "handle", "handles are snake_case method names");
+        } else if self.name(&s.handle, "handle") {
+            self.type_name(&s.handle, pascal, "handle");
+            if let Some(other) =
+                (taken.handle_types).insert(pascal.to_owned(), s.handle.to_string())
+                && other != s.handle.as_str()
+            {
+                self.error(
+                    &s.handle,
+                    "handle",
+                    format!(
+                        "the handles `{other}` and `{}` would both be the type `{pascal}`",
+                        &*s.handle
+                    ),
+                );
+            }
+        }
+        if api.ids.iter().any(|i| i.name == pascal) {
+            self.error(
+                &s.handle,
+                "handle",
+                format!("the handle's type `{pascal}` would clash with the ID type `{pascal}`"),
+            );
+        }
+        if pascal == api.client {
+            self.error(
+                &s.handle,
+                "handle",
+                format!(
+                    "the handle's type `{pascal}` would clash with the client `{}`",
+                    api.client
+                ),
+            );
+        }
+        if self.service_name(&s.service)
+            && let Some(other) = (taken.modules).insert(module.to_owned(), s.service.to_string())
+        {
+            let message = if other == s.service.as_str() {
+                format!("another service file already defines the service `{other}`")
+            } else {
+                format!(
+                    "`{other}` and `{}` would both be the module `{module}`",
+                    &*s.service
+                )
+            };
+            self.error(&s.service, "service", message);
+        }
+        if let Some(other) = (taken.handles).insert(s.handle.to_string(), s.service.to_string()) {
+            self.error(
+                &s.handle,
+                "handle",
+                format!(
+                    "duplicate method name: service `{other}` already has handle `{}`",
+                    &*s.handle
+                ),
+            );
+        }
+    }
+
+    /// `key`, or a lane of `auth.lanes_authenticated`: keyless until its auth lands.
+    fn lane(&mut self, s: &spec::ServiceFile, api: &Api) -> Lane {
+        if s.lane.as_str() == "key" {
+            return Lane::Key;
+        }
+        match api.lanes.iter().find(|(lane, _)| lane == s.lane.as_str()) {
+            Some((_, true)) => Lane::Key,
+            // Until the lane's own auth lands, a proxy injects the key.
+            Some((_, false)) => Lane::Keyless,
+            None => {
+                let known = api.lanes.iter().map(|(l, _)| format!("`{l}`"));
+                let choices: Vec<String> =
+                    std::iter::once("`key`".to_owned()).chain(known).collect();
+                self.error(
+                    &s.lane,
+                    "lane",
+                    format!(
+                        "lane is one of {} (auth.lanes_authenticated)",
+                        choices.join(", ")
+                    ),
+                );
+                Lane::Key
+            }
+        }
+    }
+
+    /// The prefix of every route's path, and the path of the service's own
+    /// OpenAPI document.
+    fn service_paths(&mut self, s: &spec::ServiceFile) {
+        if let Some(doc) = &s.openapi
+            && (!doc.starts_with('/') || doc.contains(['?', '#', '{']))
+        {
+            self.error(
+                doc,
+                "openapi",
+                "the document's path starts with `/` and has no query, fragment or placeholder",
+            );
+        }
+        if !s.prefix.starts_with('/') || s.prefix.ends_with('/') {
+            self.error(
+                &s.prefix,
+                "prefix",
+                "a prefix starts with `/` and does not end with one",
+            );
+        }
     }
 
     /// A route: the checks of each of its parts, then its descriptor.
@@ -731,6 +777,15 @@ impl Cx<'_> {
 /// The field `key` of the route `name`: `routes.upsert_entity.timeout`.
 fn at(name: &Text, key: &str) -> String {
     format!("routes.{}.{key}", &**name)
+}
+
+/// The names the services took so far: a handle, a handle's type, a module
+/// each belong to one service.
+#[derive(Default)]
+struct Taken {
+    handles: HashMap<String, String>,
+    handle_types: HashMap<String, String>,
+    modules: HashMap<String, String>,
 }
 
 /// What a route of a service has unless it says otherwise.
