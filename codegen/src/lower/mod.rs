@@ -10,6 +10,7 @@ mod names;
 mod policy;
 mod routes;
 mod taxonomy;
+mod types;
 
 use std::time::Duration;
 
