@@ -105,19 +105,19 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     cx.existence(&raw.services, &mut services, &types);
     cx.reconciles(&raw.services, &mut services);
     cx.caller_budgets(&raw.policy.throttle, &services);
-    let (rows, classes) = cx.rows(
-        &raw.taxonomy,
-        &raw.degradation,
-        &names,
-        &states,
-        taxonomy::Sections {
-            breaker: raw.policy.breaker.is_some(),
-            streams: !raw.streams.streams.is_empty(),
-            jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
-            replay: raw.policy.replay.is_some(),
-        },
-        &services,
-    );
+    let known = taxonomy::RowsKnow {
+        names: &names,
+        states: &states,
+        services: &services,
+        degradation: &raw.degradation,
+    };
+    let sections = taxonomy::Sections {
+        breaker: raw.policy.breaker.is_some(),
+        streams: !raw.streams.streams.is_empty(),
+        jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
+        replay: raw.policy.replay.is_some(),
+    };
+    let (rows, classes) = cx.rows(&raw.taxonomy, &known, sections);
     let messages = cx.messages(&raw.degradation, &rows);
     let unknown_outcome = cx.unknown_outcome(&raw.degradation, &raw.taxonomy);
     cx.streams_bounded(&services, &throttle, &raw.services);
