@@ -6,6 +6,7 @@ pub mod error;
 pub mod load;
 pub mod lower;
 pub mod model;
+pub mod naming;
 pub mod spec;
 pub mod sync;
 

@@ -4,9 +4,17 @@
 use std::time::Duration;
 
 pub use sdk_policy::Method;
-pub use sdk_policy::endpoint::{Lane, ScopeNeed};
+pub use sdk_policy::endpoint::{Endpoint, Lane, ScopeNeed};
+pub use sdk_policy::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
+pub use sdk_policy::log::LogNames;
 pub use sdk_policy::policy::Replay as RowReplay;
-pub use sdk_policy::policy::{Conflict, OutcomeKind, RetrySchedule, StateTrigger};
+pub use sdk_policy::policy::{
+    AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
+    Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
+    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, ReplayPolicy, RetryBounds,
+    RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback, StreamPolicy,
+    TaxonomyRow, TimeoutClass, UNCLASSIFIED, WarmUpCall,
+};
 
 /// Where an item is written in the spec: errors found after lowering (a
 /// crate name two APIs share, a failure of the emitter) point there.
@@ -36,14 +44,34 @@ pub struct Source {
     pub inferred: bool,
 }
 
+/// A value of the policy's vocabulary with what the runtime does not hold:
+/// the spec's words about it and where the policy says it. It reads as the
+/// value itself (`timeout.per_attempt`).
+#[derive(Debug, Clone)]
+pub struct Item<T> {
+    pub value: T,
+    pub doc: String,
+    pub source: Source,
+}
+
+impl<T> std::ops::Deref for Item<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
 #[derive(Debug)]
 pub struct Model {
     pub api: Api,
-    pub timeouts: Vec<Timeout>,
+    pub timeouts: Vec<Item<TimeoutClass>>,
     pub deadline: Duration,
     pub deadline_source: Source,
-    pub retries: Vec<Retry>,
-    pub breaker: Option<Breaker>,
+    pub retries: Vec<Item<RetryClass>>,
+    pub breaker: Option<Item<BreakerPolicy>>,
+    /// Calls fired once after a breaker close, when the client enables them.
+    pub warm_up: Vec<Item<WarmUpCall>>,
     pub throttle: Throttle,
     pub limits: Limits,
     /// How long an idle pooled connection is kept.
@@ -55,30 +83,32 @@ pub struct Model {
     /// Statuses after which no pooled connection is reused.
     pub fresh_after: Vec<u16>,
     /// `None`: the API's writes are not queued for replay.
-    pub replay: Option<Replay>,
+    pub replay: Option<Item<ReplayPolicy>>,
     /// `None`: no fleet section (every replica on its own).
-    pub fleet: Option<Fleet>,
-    /// requests, duration, circuit_state, circuit_open_seconds, sse_fallback.
+    pub fleet: Option<Item<FleetPolicy>>,
     pub metrics: MetricNames,
     pub log: LogNames,
-    pub details: Vec<DetailSet>,
-    pub rows: Vec<Row>,
+    pub log_fields: LogFields,
+    pub details: Vec<Item<DetailSet>>,
+    pub rows: Vec<Item<TaxonomyRow>>,
+    /// Every class of the rows that can end a call as an error, in row
+    /// order, and the runtime's `unclassified` (no row matched) last.
+    pub classes: Vec<Class>,
     pub streams: Vec<Stream>,
-    pub buffering: Option<Buffering>,
+    pub buffering: Option<BufferingRule>,
     /// At least this many fallbacks within this long raise the alert.
-    pub fallbacks_sustained: Option<(u32, Duration, String)>,
-    pub states: Vec<State>,
-    pub messages: Vec<Message>,
+    pub fallbacks_sustained: Option<(AlertRate, &'static str)>,
+    pub states: Vec<Item<FeatureStateCopy>>,
+    pub messages: Vec<Item<ClassMessage>>,
     /// The copy of an error whose outcome is unknown (`class` is empty).
-    pub unknown_outcome: Option<Message>,
+    pub unknown_outcome: Option<&'static str>,
     pub alerts: Vec<Alert>,
-    pub breaker_alert: Option<String>,
     /// Raise the retry-exhaustion alert only at this rate (count, window).
-    pub retry_exhausted_rate: Option<(u32, Duration)>,
-    pub retry_exhausted_alert: String,
+    pub retry_exhausted_rate: Option<AlertRate>,
+    pub retry_exhausted_alert: &'static str,
     /// How long a rule over the raised-alerts counter fires after a raise.
     pub alert_look_back: Duration,
-    pub features: Vec<Feature>,
+    pub features: Vec<Item<FeaturePolicy>>,
     pub types: Vec<TypeDef>,
     pub services: Vec<Service>,
 }
@@ -103,11 +133,9 @@ pub struct Api {
     pub tenant_env: String,
     /// Marks a production deployment (`auth.production_env`), if the API has one.
     pub production_env: Option<String>,
-    pub headers: Headers,
-    pub id_pattern: IdPattern,
-    pub reserved_tenants: Vec<String>,
-    /// Longest value of an opaque ID, in bytes.
-    pub opaque_max_len: u32,
+    pub headers: HeaderNames,
+    /// What an ID must look like, and the tenants refused.
+    pub id_rules: IdRules,
     pub ids: Vec<IdType>,
     /// The lanes besides `key` (auth.lanes_authenticated), and whether each
     /// presents the API key; one that does not has it injected server-side.
@@ -126,44 +154,6 @@ pub struct Api {
     pub source: Source,
 }
 
-/// `ids.pattern`, lowered: see [`sdk_policy::policy::IdPattern`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IdPattern {
-    /// As the spec wrote it.
-    pub text: String,
-    pub first: Vec<(u8, u8)>,
-    pub rest: Vec<(u8, u8)>,
-    pub min_len: usize,
-    pub max_len: usize,
-}
-
-impl IdPattern {
-    /// The runtime's view, to check a value the spec itself names.
-    pub fn rule(&self) -> sdk_policy::policy::IdPattern<'_> {
-        sdk_policy::policy::IdPattern {
-            text: &self.text,
-            first: &self.first,
-            rest: &self.rest,
-            min_len: self.min_len,
-            max_len: self.max_len,
-        }
-    }
-}
-
-#[derive(Debug)]
-pub struct Headers {
-    pub authorization: String,
-    /// The scheme before the key (`Bearer`).
-    pub auth_scheme: String,
-    pub tenant: String,
-    /// `None`: the API has no workspace scope.
-    pub workspace: Option<String>,
-    pub request_id: String,
-    pub retry_after: String,
-    /// `None`: no route carries a pipeline id.
-    pub pipeline: Option<String>,
-}
-
 #[derive(Debug)]
 pub struct IdType {
     pub name: String,
@@ -173,84 +163,14 @@ pub struct IdType {
     pub source: Source,
 }
 
+/// What the generated log lines call the fields the runtime hands over
+/// unnamed (the runtime's part is [`LogNames`]).
 #[derive(Debug)]
-pub struct Timeout {
-    pub name: String,
-    pub doc: String,
-    pub per_attempt: Duration,
-    pub deploy_suspected: Option<Duration>,
-    pub source: Source,
-}
-
-/// The log lines' target and field names.
-#[derive(Debug)]
-pub struct LogNames {
-    pub target: String,
+pub struct LogFields {
     /// The field naming the service (`grag_service`).
-    pub service_field: String,
+    pub service: String,
     /// The field of the workspace (`workspace_id`).
-    pub workspace_field: String,
-    /// Fields taken from path placeholders: `(field, placeholders)`.
-    pub path_fields: Vec<(String, Vec<String>)>,
-}
-
-/// Names of the exported metrics (counters without `_total`).
-#[derive(Debug)]
-pub struct MetricNames {
-    pub requests: String,
-    pub duration: String,
-    pub circuit_state: Option<String>,
-    pub circuit_open_seconds: Option<String>,
-    pub sse_fallback: Option<String>,
-    pub sse_buffered: Option<String>,
-    /// Alerts raised, by name.
-    pub alerts: String,
-    /// 429s by whether they carried `Retry-After`.
-    pub rate_limited: String,
-}
-
-#[derive(Debug)]
-pub struct Buffering {
-    pub min_events: u32,
-    pub burst: Duration,
-    pub silent_for: Duration,
-    pub confirm_after: u32,
-    pub alert: String,
-}
-
-/// The durable replay queue (`policy.yaml replay`).
-#[derive(Debug)]
-pub struct Replay {
-    /// Index of the throttle budget replays run in.
-    pub budget: usize,
-    pub lease: Duration,
-    pub pause: Duration,
-    pub split: u32,
-    pub kinds: Vec<String>,
-    pub lock_attempts: u32,
-    pub lock_step: Duration,
-    pub depth_metric: String,
-    pub failures_metric: String,
-    pub failure_alert: String,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct Retry {
-    pub name: String,
-    pub doc: String,
-    pub schedule: RetrySchedule,
-    /// The configuration may set attempts and step within these.
-    pub configurable: Option<RetryBounds>,
-    pub source: Source,
-}
-
-/// What a configuration may set a linear retry class to.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RetryBounds {
-    pub min_attempts: u32,
-    pub max_attempts: u32,
-    pub min_step: Duration,
+    pub workspace: String,
 }
 
 /// A route named as `service.route`, resolved to indices.
@@ -260,207 +180,82 @@ pub struct RouteRef {
     pub route: usize,
 }
 
-#[derive(Debug)]
-pub struct Breaker {
-    pub threshold: u32,
-    pub window: Duration,
-    pub distinct_endpoints: bool,
-    pub probe: RouteRef,
-    pub probe_interval: Duration,
-    pub probe_timeout: usize,
-    pub healthy_probes: u32,
-    pub canary: RouteRef,
-    pub canary_timeout: usize,
-    pub deploy_suspected: Duration,
-    pub alert_after: Duration,
-    pub warm_up: Vec<WarmUp>,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct WarmUp {
-    pub route: RouteRef,
-    pub path: Vec<String>,
-    /// Compact JSON text.
-    pub body: Option<String>,
-    /// A timeout class instead of the route's own.
-    pub timeout: Option<usize>,
-    /// The pipeline header's value, for a route that carries it.
-    pub pipeline_id: Option<String>,
-    pub source: Source,
-}
-
+/// The throttle section. The runtime's `ThrottlePolicy` is made of it when
+/// the policy is; the polling cadence keeps the names under which
+/// `sdk-runtime`'s fixture test compares its own with the spec's.
 #[derive(Debug)]
 pub struct Throttle {
     pub max_in_flight: u32,
     pub per_second: u32,
-    pub budgets: Vec<Budget>,
+    pub budgets: Vec<Item<BudgetPolicy>>,
     pub polling_interval: Duration,
     pub polling_floor: Duration,
     pub polling_hot_factor: u32,
     pub source: Source,
 }
 
-/// How replicas share the throttle.
-#[derive(Debug)]
-pub struct Fleet {
-    /// `backend: redis`: a client needs a Redis URL.
-    pub shared: bool,
-    pub url_env: String,
-    pub deadline: Duration,
-    pub breaker_failures: u32,
-    /// The failures in a row must span this long: a shorter stall is not an outage.
-    pub breaker_over: Duration,
-    pub breaker_retry: Duration,
-    pub lease: Duration,
-    pub heartbeat: Duration,
-    /// Percent below the share while degraded.
-    pub margin_percent: u32,
-    /// `fail: closed`: degraded replicas refuse.
-    pub fail_closed: bool,
-    /// Indices of the budgets each replica keeps alone.
-    pub per_replica: Vec<usize>,
-    pub admission_metric: String,
-    pub decisions_metric: String,
-    pub degraded_metric: String,
-    pub share_metric: String,
-    pub alert: String,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct Budget {
-    pub name: String,
-    pub doc: String,
-    pub max_in_flight: Option<u32>,
-    pub per_minute: Option<u32>,
-    pub source: Source,
-}
-
-/// Bounds on what a server may send, in bytes.
-#[derive(Debug)]
-pub struct Limits {
-    pub response: u64,
-    pub error_body: u64,
-    pub detail: u64,
-    pub sse_line: u64,
-    pub sse_event: u64,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct DetailSet {
-    pub name: String,
-    pub doc: String,
-    pub contains: Vec<String>,
-    pub source: Source,
-}
-
-#[derive(Debug)]
-pub struct Row {
-    pub row: String,
-    pub outcome: OutcomeKind,
-    pub status: Option<(u16, u16)>,
-    pub detail: Option<usize>,
-    pub retry_after: Option<bool>,
-    pub conflict: Option<Conflict>,
-    pub keyless: Option<bool>,
-    /// Only these routes, when set.
-    pub routes: Option<Vec<RouteRef>>,
-    pub class: String,
-    pub retry: Option<usize>,
-    pub feeds_breaker: bool,
-    pub outcome_unknown: bool,
-    pub alert: Option<String>,
-    pub alert_outside_deploy: bool,
-    /// Index into [`Model::states`].
-    pub feature_state: Option<usize>,
-    pub remember_for: Option<Duration>,
-    /// Index into [`Model::rows`].
-    pub escalate_to: Option<usize>,
-    /// What the row means for a queued write; `Never` without a replay queue.
-    pub replay: RowReplay,
-    pub action: String,
-    pub source: Source,
-}
-
+/// A stream contract: the runtime's [`StreamPolicy`], and the typed events
+/// the generated event enum decodes. It reads as its policy.
 #[derive(Debug)]
 pub struct Stream {
-    pub name: String,
+    pub value: StreamPolicy,
     pub doc: String,
-    pub watchdog: Duration,
-    pub keepalive: Option<Duration>,
-    pub ceiling: Option<Duration>,
-    pub fallback: Option<RouteRef>,
-    pub resync_after_reconnect: bool,
-    pub resend: bool,
-    pub first_event: Option<String>,
-    pub terminal_events: Vec<String>,
-    pub ends_with_terminal: bool,
-    /// `event:` names that fail the stream as `stream_error` / `stream_timeout`.
-    pub error_event: String,
-    pub timeout_event: String,
-    /// Set exactly when `fallback` is.
-    pub status: Option<StatusRead>,
-    /// Event name and index into [`Model::types`].
-    pub events: Vec<(String, usize)>,
-    pub stages: Option<Stages>,
-    pub lost_copy: Option<String>,
+    /// The enum its typed events decode to (`OrchestratorEvent`).
+    pub event_type: String,
+    pub events: Vec<Event>,
     pub source: Source,
 }
 
+/// A typed event of a stream.
 #[derive(Debug)]
-pub struct Stages {
-    pub event: String,
-    pub stage_field: String,
-    pub status_field: String,
-    pub failed: Vec<String>,
-    pub fail_closed: Vec<String>,
-    pub detail_field: Option<String>,
-    pub feature: String,
-}
-
-#[derive(Debug)]
-pub struct StatusRead {
-    pub field: String,
-    pub completed: Vec<String>,
-    pub failed: Vec<String>,
-    pub error_field: Option<String>,
-    pub reopen_after: u32,
-}
-
-#[derive(Debug)]
-pub struct State {
+pub struct Event {
+    /// `event:` on the wire.
     pub name: String,
-    pub doc: String,
-    pub when: StateTrigger,
-    pub copy: Option<String>,
-    pub source: Source,
+    /// Its variant of the stream's event enum.
+    pub variant: String,
+    /// Its data's type: an index into [`Model::types`].
+    pub ty: usize,
 }
 
+/// An error class of the taxonomy, as the generated `ErrorClass` has it.
 #[derive(Debug)]
-pub struct Message {
-    pub class: String,
-    pub copy: String,
-    pub source: Source,
+pub struct Class {
+    /// As the spec spells it (`feature_dark`).
+    pub name: &'static str,
+    /// Its variant of `ErrorClass` (`FeatureDark`).
+    pub variant: String,
+    /// The rows that give it, in taxonomy order.
+    pub rows: Vec<&'static str>,
+    /// The first row's action: what the class means.
+    pub action: &'static str,
 }
 
+impl std::ops::Deref for Stream {
+    type Target = StreamPolicy;
+
+    fn deref(&self) -> &StreamPolicy {
+        &self.value
+    }
+}
+
+/// An alert of the spec: the runtime holds its severity; the rules and
+/// tables add its doc and who a severity reaches. It reads as its
+/// [`AlertSeverity`] (`alert.alert` is its name).
 #[derive(Debug)]
 pub struct Alert {
-    pub name: String,
+    pub value: AlertSeverity,
     pub doc: String,
-    pub severity: String,
     /// Who an alert of this severity reaches (degradation.yaml `severities`).
     pub reaches: String,
     pub source: Source,
 }
 
-#[derive(Debug)]
-pub struct Feature {
-    pub name: String,
-    pub doc: String,
-    pub routes: Vec<RouteRef>,
-    pub source: Source,
+impl std::ops::Deref for Alert {
+    type Target = AlertSeverity;
+
+    fn deref(&self) -> &AlertSeverity {
+        &self.value
+    }
 }
 
 /// A named request or response type.
@@ -520,7 +315,12 @@ pub struct Service {
     /// The `service:` line: what the service's generated file is blamed on.
     pub at: Location,
     pub name: String,
+    /// Its module in the generated crate (`kg_service`).
+    pub module: String,
+    /// The client's method that hands out its handle (`kg`).
     pub handle: String,
+    /// The handle's type (`Kg`).
+    pub handle_type: String,
     pub doc: String,
     pub prefix: String,
     /// The path of the service's own OpenAPI document on the platform.
@@ -548,32 +348,34 @@ pub enum Returns {
     Stream(usize),
 }
 
+/// A route: the runtime's descriptor, and what becomes its method. It reads
+/// as its [`Endpoint`] (`route.method`, `route.path`, `route.timeout`).
 #[derive(Debug)]
 pub struct Route {
+    /// What the runtime sends it by; the generated crate's static of it.
+    pub endpoint: &'static Endpoint,
+    /// The method's name (the descriptor's `operation`).
     pub name: String,
+    /// The descriptor's static in its service's module (`UPSERT_ENTITY`).
+    pub constant: String,
     pub doc: String,
-    pub method: Method,
-    /// Prefix and path together, with `{param}` placeholders.
-    pub path: String,
     pub path_params: Vec<(String, TypeExpr)>,
     pub query: Vec<(String, TypeExpr)>,
     pub body: Option<TypeExpr>,
     pub returns: Returns,
-    pub idempotent: bool,
-    pub timeout: usize,
-    pub retry: usize,
-    pub budget: usize,
-    pub replay: bool,
-    pub scope: ScopeNeed,
-    pub conflict: Conflict,
-    pub pipeline_id: bool,
-    /// Largest 2xx body, in bytes.
-    pub max_response: u64,
     /// The read that settles an unknown outcome (a route of the same service).
     pub reconcile: Option<RouteRef>,
     /// The body ID that must name something existing, and its proof.
     pub exists: Option<Existence>,
     pub source: Source,
+}
+
+impl std::ops::Deref for Route {
+    type Target = Endpoint;
+
+    fn deref(&self) -> &Endpoint {
+        self.endpoint
+    }
 }
 
 /// A route that only takes an ID proven to exist.
@@ -588,6 +390,36 @@ pub struct Existence {
 }
 
 impl Model {
+    /// The timeout class a typed index names.
+    pub fn timeout(&self, index: TimeoutIx) -> &Item<TimeoutClass> {
+        &self.timeouts[index.get()]
+    }
+
+    /// The retry class a typed index names.
+    pub fn retry(&self, index: RetryIx) -> &Item<RetryClass> {
+        &self.retries[index.get()]
+    }
+
+    /// The budget a typed index names.
+    pub fn budget(&self, index: BudgetIx) -> &Item<BudgetPolicy> {
+        &self.throttle.budgets[index.get()]
+    }
+
+    /// The `ErrorClass` variant of the class `name`.
+    pub fn variant(&self, class: &str) -> &str {
+        self.classes.iter().find(|c| c.name == class).map_or_else(
+            || panic!("`{class}` is a class of the taxonomy"),
+            |c| &c.variant,
+        )
+    }
+
+    /// The route a descriptor of the policy is, with its service.
+    pub fn route_of(&self, endpoint: &Endpoint) -> (&Service, &Route) {
+        self.routes()
+            .nth(endpoint.route.get())
+            .expect("every descriptor of the policy is a route of the model")
+    }
+
     pub fn route(&self, r: RouteRef) -> (&Service, &Route) {
         let service = &self.services[r.service];
         (service, &service.routes[r.route])
@@ -595,13 +427,57 @@ impl Model {
 
     /// Budgets no route draws from: modes a caller opts into (a bulk
     /// backfill), each a method on the client.
-    pub fn caller_budgets(&self) -> impl Iterator<Item = &Budget> {
+    pub fn caller_budgets(&self) -> impl Iterator<Item = &Item<BudgetPolicy>> {
         self.throttle
             .budgets
             .iter()
             .enumerate()
-            .filter(|(i, _)| !self.routes().any(|(_, r)| r.budget == *i))
+            .filter(|(i, _)| !self.routes().any(|(_, r)| r.budget.get() == *i))
             .map(|(_, b)| b)
+    }
+
+    /// Every name of the model the generated crate writes as an identifier,
+    /// with the spec item a file that holds it is blamed on: the service's
+    /// `service:` line for its own names, the `api:` line for the rest.
+    pub fn identifiers(&self) -> Vec<(&Location, String)> {
+        let api = &self.api.at;
+        let mut out: Vec<(&Location, String)> = vec![(api, self.api.client.clone())];
+        out.extend(self.api.ids.iter().map(|i| (api, i.name.clone())));
+        for t in &self.types {
+            out.push((api, t.name.clone()));
+            match &t.shape {
+                Shape::Struct(fields) => {
+                    out.extend((fields.iter()).map(|f| (api, crate::naming::argument(&f.name))))
+                }
+                Shape::Enum(variants) => out.extend(variants.iter().map(|v| (api, v.name.clone()))),
+            }
+        }
+        out.extend(self.classes.iter().map(|c| (api, c.variant.clone())));
+        let tables = (self.timeouts.iter().map(|t| t.name))
+            .chain(self.retries.iter().map(|r| r.name))
+            .chain(self.throttle.budgets.iter().map(|b| b.name))
+            .chain(self.streams.iter().map(|s| s.name));
+        out.extend(tables.map(|name| (api, crate::naming::screaming(name))));
+        out.extend(self.caller_budgets().map(|b| (api, b.name.to_owned())));
+        for s in &self.streams {
+            out.push((api, s.event_type.clone()));
+            out.extend(s.events.iter().map(|e| (api, e.variant.clone())));
+        }
+        for s in &self.services {
+            let at = &s.at;
+            out.extend([&s.module, &s.handle, &s.handle_type].map(|n| (at, n.clone())));
+            for r in &s.routes {
+                out.extend([&r.name, &r.constant].map(|n| (at, n.clone())));
+                let params = r.path_params.iter().chain(&r.query);
+                out.extend(params.map(|(p, _)| (at, crate::naming::argument(p))));
+                if let Some(e) = &r.exists {
+                    let stem = e.field.strip_suffix("_id").unwrap_or(&e.field);
+                    let names = [&e.field, stem, &e.id].map(crate::naming::argument);
+                    out.extend(names.map(|n| (at, n)));
+                }
+            }
+        }
+        out
     }
 
     /// Routes in spec order, with their service.
@@ -609,5 +485,113 @@ impl Model {
         self.services
             .iter()
             .flat_map(|s| s.routes.iter().map(move |r| (s, r)))
+    }
+}
+
+/// A text the policy holds for the rest of the process: the vocabulary's
+/// types are `'static` (a generated crate keeps its policy in statics), and
+/// the generator is a build tool that exits. Each distinct text is kept
+/// once, so a process that lowers spec after spec (the spec fuzz) does not
+/// grow by every name and copy of every one.
+pub fn leak(text: &str) -> &'static str {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static TEXTS: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut texts = TEXTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(kept) = texts.get(text) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(text.into());
+    texts.insert(kept);
+    kept
+}
+
+/// A table the policy holds for the rest of the process (see [`leak`]).
+pub fn leak_all<T>(items: Vec<T>) -> &'static [T] {
+    Box::leak(items.into_boxed_slice())
+}
+
+/// Texts the policy holds for the rest of the process (see [`leak`]).
+pub fn leak_texts<'a>(texts: impl IntoIterator<Item = &'a str>) -> &'static [&'static str] {
+    leak_all(texts.into_iter().map(leak).collect())
+}
+
+/// The log lines' writer the policy names: the generated crate writes its
+/// own (`src/log.rs`); the generator's copy of the policy writes nothing.
+#[derive(Debug)]
+pub struct Unwritten;
+
+impl sdk_policy::log::LogLines for Unwritten {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn sent(&self, _: &sdk_policy::log::SentLine<'_>) {}
+    fn attempt(&self, _: &sdk_policy::log::AttemptLine<'_>) {}
+    fn alert(&self, _: &sdk_policy::log::AlertLine<'_>) {}
+    fn retry_exhausted(&self, _: &sdk_policy::log::ExhaustedLine<'_>) {}
+    fn stream_failed(&self, _: &sdk_policy::log::StreamFailedLine<'_>) {}
+    fn breaker(&self, _: &str, _: &str) {}
+    fn warm_up(&self, _: &str, _: bool) {}
+}
+
+impl Model {
+    /// The policy the runtime executes, as the generated crate holds it.
+    pub fn policy(&self) -> sdk_policy::Policy {
+        use sdk_policy::policy as p;
+        sdk_policy::Policy {
+            api: leak(&self.api.name),
+            headers: self.api.headers.clone(),
+            ids: self.api.id_rules.clone(),
+            reserved_floor: self.api.id_rules.reserved_tenants,
+            timeouts: leak_all(self.timeouts.iter().map(|t| t.value.clone()).collect()),
+            deadline: self.deadline,
+            retries: leak_all(self.retries.iter().map(|r| r.value.clone()).collect()),
+            breaker: self.breaker.as_ref().map(|b| b.value.clone()),
+            throttle: p::ThrottlePolicy {
+                max_in_flight: self.throttle.max_in_flight,
+                per_second: self.throttle.per_second,
+                rate_period: Duration::from_secs(1),
+                budget_period: Duration::from_secs(60),
+                budgets: leak_all(
+                    self.throttle
+                        .budgets
+                        .iter()
+                        .map(|b| b.value.clone())
+                        .collect(),
+                ),
+                polling: p::PollingPolicy {
+                    interval: self.throttle.polling_interval,
+                    floor: self.throttle.polling_floor,
+                    hot_factor: self.throttle.polling_hot_factor,
+                },
+            },
+            taxonomy: leak_all(self.rows.iter().map(|r| r.value.clone()).collect()),
+            detail_sets: leak_all(self.details.iter().map(|d| d.value.clone()).collect()),
+            streams: leak_all(self.streams.iter().map(|s| s.value.clone()).collect()),
+            buffering: self.buffering.clone(),
+            fallbacks_sustained: self.fallbacks_sustained,
+            states: leak_all(self.states.iter().map(|s| s.value.clone()).collect()),
+            messages: leak_all(self.messages.iter().map(|m| m.value.clone()).collect()),
+            warm_up: leak_all(self.warm_up.iter().map(|w| w.value.clone()).collect()),
+            features: leak_all(self.features.iter().map(|f| f.value.clone()).collect()),
+            alerts: p::AlertNames {
+                retry_exhausted: self.retry_exhausted_alert,
+                retry_exhausted_rate: self.retry_exhausted_rate,
+                severities: leak_all(self.alerts.iter().map(|a| a.value).collect()),
+            },
+            limits: self.limits.clone(),
+            routes: leak_all(self.routes().map(|(_, r)| r.endpoint).collect()),
+            pool_idle: self.pool_idle,
+            pool_idle_floor: self.pool_idle_floor,
+            keep_alive_margin: self.keep_alive_margin,
+            metrics: self.metrics.clone(),
+            log: self.log.clone(),
+            log_lines: &Unwritten,
+            fresh_after: leak_all(self.fresh_after.clone()),
+            replay: self.replay.as_ref().map(|r| r.value.clone()),
+            fleet: self.fleet.as_ref().map(|f| f.value.clone()),
+        }
     }
 }

@@ -169,21 +169,21 @@ pub struct WorkspaceServices {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyFile {
-    pub timeouts: IndexMap<Text, TimeoutClass>,
+    pub timeouts: IndexMap<Text, Timeout>,
     pub deadline: Deadline,
-    pub retries: IndexMap<Text, RetryClass>,
+    pub retries: IndexMap<Text, Retry>,
     /// Absent: the API has no circuit breaker (and no probe, canary or warm-up).
     #[serde(default)]
     pub breaker: Option<Breaker>,
     pub throttle: Throttle,
     pub connections: Connections,
-    pub limits: Limits,
+    pub limits: SizeLimits,
     pub metrics: Metrics,
     /// Alerts the runtime raises on its own (not tied to one taxonomy row).
     pub alerts: PolicyAlerts,
     /// Absent: the API's writes are not queued for replay.
     #[serde(default)]
-    pub replay: Option<Replay>,
+    pub replay: Option<ReplayQueue>,
     /// Absent: every replica keeps the budgets on its own, with no way to share them.
     #[serde(default)]
     pub fleet: Option<Fleet>,
@@ -237,7 +237,7 @@ pub struct FleetMetrics {
 /// The durable replay queue of the writes marked `replay:`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Replay {
+pub struct ReplayQueue {
     /// The throttle budget replays run in (its `max_in_flight` bounds them).
     pub budget: Text,
     /// How long a claimed job is its worker's without a checkpoint; after it,
@@ -296,7 +296,7 @@ pub type Duration = Text;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TimeoutClass {
+pub struct Timeout {
     pub doc: Text,
     pub per_attempt: Duration,
     /// Longer budget while the origin is deploy-suspected (cold starts).
@@ -325,7 +325,7 @@ pub struct Deadline {
 /// - `once`: `attempts` (2).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RetryClass {
+pub struct Retry {
     pub doc: Text,
     pub kind: Text,
     #[serde(default)]
@@ -515,7 +515,7 @@ pub struct Connections {
 /// Bounds on what a server may send. Sizes are `<n> B|KiB|MiB|GiB`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Limits {
+pub struct SizeLimits {
     /// Largest 2xx body a route reads unless it says otherwise (`max_response`).
     pub response: Text,
     /// Bytes of a non-2xx body read for its `detail`; the rest is not read.
@@ -536,13 +536,13 @@ pub struct Limits {
 pub struct TaxonomyFile {
     /// Named lists of substrings of the `detail` text, matched case-insensitively.
     #[serde(default)]
-    pub details: IndexMap<Text, DetailSet>,
+    pub details: IndexMap<Text, Details>,
     pub rows: Vec<Row>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DetailSet {
+pub struct Details {
     pub doc: Text,
     pub contains: Vec<Text>,
     pub source: Text,

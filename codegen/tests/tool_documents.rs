@@ -56,8 +56,8 @@ fn the_openapi_document_is_3_1_and_has_every_route_of_the_spec() {
                 method,
                 route.path
             );
-            assert_eq!(op["x-timeout"]["class"], model.timeouts[route.timeout].name);
-            assert_eq!(op["x-retry"]["class"], model.retries[route.retry].name);
+            assert_eq!(op["x-timeout"]["class"], model.timeout(route.timeout).name);
+            assert_eq!(op["x-retry"]["class"], model.retry(route.retry).name);
             assert_eq!(op["x-idempotent"], route.idempotent);
             let tenant = &model.api.headers.tenant;
             let has_tenant = op["parameters"]
@@ -92,24 +92,24 @@ fn every_alert_has_a_rule_and_a_firing_resolving_and_a_silent_test() {
         let tests = file(&files, "alerts.test.yml");
         for alert in &model.alerts {
             assert!(
-                rules.contains(&format!("- alert: \"{}\"\n", alert.name)),
+                rules.contains(&format!("- alert: \"{}\"\n", alert.alert)),
                 "{}",
-                alert.name
+                alert.alert
             );
             for case in ["fires", "stays silent"] {
                 assert!(
-                    tests.contains(&format!("- name: \"{} {case}", alert.name)),
+                    tests.contains(&format!("- name: \"{} {case}", alert.alert)),
                     "{} {case}",
-                    alert.name
+                    alert.alert
                 );
             }
             assert!(
-                tests.contains(&format!("- name: \"{} fires", alert.name))
+                tests.contains(&format!("- name: \"{} fires", alert.alert))
                     && tests.lines().any(|l| l
-                        .starts_with(&format!("  - name: \"{} fires", alert.name))
+                        .starts_with(&format!("  - name: \"{} fires", alert.alert))
                         && l.contains("resolves")),
                 "{}: a case that shows it resolving",
-                alert.name
+                alert.alert
             );
         }
         // The client exports every series a rule reads at 0 from its start:

@@ -71,7 +71,7 @@ fn the_toy_ids_follow_the_toy_pattern() {
     let toy = sdk_codegen::model(&toy_files()).unwrap_or_else(|e| panic!("{e}"));
     let grag_files = sdk_codegen::load::read_dir(&root().join("spec/grag")).unwrap();
     let grag = sdk_codegen::model(&grag_files).unwrap_or_else(|e| panic!("{e}"));
-    let (toy, grag) = (toy.api.id_pattern.rule(), grag.api.id_pattern.rule());
+    let (toy, grag) = (toy.api.id_rules.pattern, grag.api.id_rules.pattern);
     for only_toy in ["Note_7", "NOTE", "a-B"] {
         assert!(toy.matches(only_toy), "{only_toy}");
         assert!(!grag.matches(only_toy), "{only_toy}");

@@ -76,3 +76,54 @@ pub struct Endpoint {
     /// entry is this very descriptor.
     pub route: RouteIx,
 }
+
+#[cfg(feature = "bake")]
+mod bake {
+    use proc_macro2::TokenStream;
+
+    use super::*;
+    use crate::bake::{Bake, Names, bake_struct, bake_unit_enum};
+
+    bake_unit_enum!(Method {
+        Get,
+        Post,
+        Put,
+        Patch,
+        Delete
+    });
+    bake_unit_enum!(ScopeNeed {
+        Public,
+        Tenant,
+        Workspace
+    });
+    bake_unit_enum!(Lane { Key, Keyless });
+
+    /// The descriptor itself, as its static's value; a reference to one
+    /// elsewhere in a policy is [`Names::endpoint`].
+    impl Bake for Endpoint {
+        fn bake(&self, n: &dyn Names) -> TokenStream {
+            bake_struct!(
+                self,
+                n,
+                Endpoint {
+                    service,
+                    operation,
+                    method,
+                    path,
+                    scope,
+                    lane,
+                    timeout,
+                    retry,
+                    idempotent,
+                    budget,
+                    replay,
+                    conflict,
+                    pipeline_id,
+                    stream,
+                    max_response,
+                    route,
+                }
+            )
+        }
+    }
+}

@@ -69,3 +69,50 @@ index!(
     /// A named set of detail substrings: an index into [`crate::Policy::detail_sets`].
     DetailIx => DetailSet
 );
+
+#[cfg(feature = "bake")]
+mod bake {
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    use super::*;
+    use crate::bake::{Bake, Names, int};
+
+    impl Bake for TimeoutIx {
+        fn bake(&self, names: &dyn Names) -> TokenStream {
+            names.timeout(*self)
+        }
+    }
+
+    impl Bake for RetryIx {
+        fn bake(&self, names: &dyn Names) -> TokenStream {
+            names.retry(*self)
+        }
+    }
+
+    impl Bake for BudgetIx {
+        fn bake(&self, names: &dyn Names) -> TokenStream {
+            names.budget(*self)
+        }
+    }
+
+    impl Bake for StreamIx {
+        fn bake(&self, names: &dyn Names) -> TokenStream {
+            names.stream(*self)
+        }
+    }
+
+    macro_rules! positional {
+        ($($ty:ident),*) => {$(
+            /// By position: a row, detail set or route has no named constant.
+            impl Bake for $ty {
+                fn bake(&self, _: &dyn Names) -> TokenStream {
+                    let i = int(self.get() as u64);
+                    quote!($ty::new(#i))
+                }
+            }
+        )*};
+    }
+
+    positional!(RowIx, DetailIx, RouteIx);
+}

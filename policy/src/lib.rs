@@ -3,6 +3,8 @@
 //! `cargo xtask codegen` builds without the runtime's HTTP stack and without
 //! the generated crates.
 
+#[cfg(feature = "bake")]
+pub mod bake;
 pub mod endpoint;
 pub mod index;
 pub mod log;

@@ -124,3 +124,17 @@ pub struct LogNames {
     /// `("kb_id", &["kb", "kb_id"])`.
     pub path_fields: &'static [(&'static str, &'static [&'static str])],
 }
+
+#[cfg(feature = "bake")]
+impl crate::bake::Bake for LogNames {
+    fn bake(&self, n: &dyn crate::bake::Names) -> proc_macro2::TokenStream {
+        crate::bake::bake_struct!(
+            self,
+            n,
+            LogNames {
+                target,
+                path_fields
+            }
+        )
+    }
+}

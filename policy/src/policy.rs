@@ -9,6 +9,18 @@ use crate::Endpoint;
 pub use crate::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 use crate::log::{LogLines, LogNames};
 
+#[cfg(feature = "bake")]
+use crate::bake::{
+    Bake, Names, Part, bake_fields, bake_struct, bake_unit_enum, byte_ranges, endpoints, part_or,
+};
+#[cfg(feature = "bake")]
+use proc_macro2::TokenStream;
+#[cfg(feature = "bake")]
+use quote::quote;
+
+/// The class of an error no taxonomy row matched: every API has it.
+pub const UNCLASSIFIED: &str = "unclassified";
+
 /// The whole policy of one API.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -73,6 +85,49 @@ pub struct Policy {
     pub fleet: Option<FleetPolicy>,
 }
 
+#[cfg(feature = "bake")]
+/// The tables and the log writer are the generated crate's statics; `fresh_after` is written with its suffix (`500u16`), as generated crates have it.
+impl Bake for Policy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            Policy {
+                api,
+                headers,
+                ids,
+                reserved_floor,
+                limits,
+                routes = part_or(n, Part::Routes, || endpoints(routes, n)),
+                pool_idle,
+                pool_idle_floor,
+                keep_alive_margin,
+                fresh_after = quote!(&[#(#fresh_after),*]),
+                log,
+                log_lines = n.log_lines(),
+                metrics,
+                timeouts = part_or(n, Part::Timeouts, || timeouts.bake(n)),
+                deadline,
+                retries = part_or(n, Part::Retries, || retries.bake(n)),
+                breaker,
+                throttle,
+                taxonomy,
+                detail_sets,
+                streams,
+                buffering,
+                fallbacks_sustained,
+                states,
+                messages,
+                warm_up,
+                features,
+                alerts,
+                replay,
+                fleet,
+            }
+        )
+    }
+}
+
 /// How several replicas of one client keep the throttle's promises as one
 /// tenant, through a shared store (Redis).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +161,31 @@ pub struct FleetPolicy {
     pub alert: &'static str,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for FleetPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            FleetPolicy {
+                shared,
+                url_env,
+                deadline,
+                breaker_failures,
+                breaker_over,
+                breaker_retry,
+                lease,
+                heartbeat,
+                margin_percent,
+                degraded,
+                per_replica,
+                metrics,
+                alert,
+            }
+        )
+    }
+}
+
 /// What a replica does while the shared store is unreachable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Degraded {
@@ -114,6 +194,9 @@ pub enum Degraded {
     /// Refuse every call until the store is back.
     Closed,
 }
+
+#[cfg(feature = "bake")]
+bake_unit_enum!(Degraded { Open, Closed });
 
 /// What the fleet's metrics are called.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +209,22 @@ pub struct FleetMetricNames {
     pub degraded: &'static str,
     /// Gauge: this replica's share of the fleet's limits (1 when shared).
     pub share: &'static str,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for FleetMetricNames {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            FleetMetricNames {
+                admission,
+                decisions,
+                degraded,
+                share,
+            }
+        )
+    }
 }
 
 /// How queued writes are replayed (GRAG §5.3): the numbers a job queue reads.
@@ -156,6 +255,28 @@ pub struct ReplayPolicy {
     pub failure_alert: &'static str,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for ReplayPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            ReplayPolicy {
+                budget,
+                lease,
+                pause,
+                split,
+                kinds,
+                lock_attempts,
+                lock_step,
+                depth_metric,
+                failures_metric,
+                failure_alert,
+            }
+        )
+    }
+}
+
 /// Names of the Prometheus metrics (counters without their `_total`). A
 /// metric of a section the API does not have (no breaker, no streams) is
 /// `None` and not exported.
@@ -178,6 +299,26 @@ pub struct MetricNames {
     pub rate_limited: &'static str,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for MetricNames {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            MetricNames {
+                requests,
+                duration,
+                circuit_state,
+                circuit_open_seconds,
+                sse_fallback,
+                sse_buffered,
+                alerts,
+                rate_limited,
+            }
+        )
+    }
+}
+
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per
 /// route ([`Endpoint::max_response`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +331,22 @@ pub struct Limits {
     pub sse_line: usize,
     /// Most data one SSE event may gather before its blank line.
     pub sse_event: usize,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for Limits {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            Limits {
+                error_body,
+                detail,
+                sse_line,
+                sse_event,
+            }
+        )
+    }
 }
 
 /// Alerts the runtime raises on its own.
@@ -206,6 +363,21 @@ pub struct AlertNames {
     pub severities: &'static [AlertSeverity],
 }
 
+#[cfg(feature = "bake")]
+impl Bake for AlertNames {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            AlertNames {
+                retry_exhausted,
+                retry_exhausted_rate,
+                severities,
+            }
+        )
+    }
+}
+
 /// An alert's severity (degradation.yaml `alerts.<name>.severity`, one of its
 /// `severities`: `page`, `ops`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,11 +386,25 @@ pub struct AlertSeverity {
     pub severity: &'static str,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for AlertSeverity {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, AlertSeverity { alert, severity })
+    }
+}
+
 /// "Elevated": at least `at_least` events within a rolling `within`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AlertRate {
     pub at_least: u32,
     pub within: Duration,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for AlertRate {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, AlertRate { at_least, within })
+    }
 }
 
 /// One warm-up call of §7.
@@ -235,11 +421,42 @@ pub struct WarmUpCall {
     pub pipeline_id: Option<&'static str>,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for WarmUpCall {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            WarmUpCall {
+                endpoint = n.endpoint(endpoint),
+                path,
+                body,
+                timeout,
+                pipeline_id,
+            }
+        )
+    }
+}
+
 /// A UI feature and the routes it depends on.
 #[derive(Debug, Clone)]
 pub struct FeaturePolicy {
     pub name: &'static str,
     pub routes: &'static [&'static Endpoint],
+}
+
+#[cfg(feature = "bake")]
+impl Bake for FeaturePolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            FeaturePolicy {
+                name,
+                routes = endpoints(routes, n),
+            }
+        )
+    }
 }
 
 /// Names of the headers the pipeline stamps.
@@ -259,6 +476,25 @@ pub struct HeaderNames {
     pub pipeline: Option<&'static str>,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for HeaderNames {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            HeaderNames {
+                authorization,
+                auth_scheme,
+                tenant,
+                workspace,
+                request_id,
+                retry_after,
+                pipeline,
+            }
+        )
+    }
+}
+
 /// What an ID must look like.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdRules {
@@ -271,6 +507,22 @@ pub struct IdRules {
     pub opaque: &'static [&'static str],
     /// Longest opaque ID, in bytes.
     pub opaque_max_len: usize,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for IdRules {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            IdRules {
+                pattern,
+                reserved_tenants,
+                opaque,
+                opaque_max_len,
+            }
+        )
+    }
 }
 
 /// An ID pattern `^[first][rest]{min,max}$`, lowered by the generator into
@@ -289,6 +541,24 @@ pub struct IdPattern<'a> {
     /// Shortest and longest ID, in bytes (the first character included).
     pub min_len: usize,
     pub max_len: usize,
+}
+
+#[cfg(feature = "bake")]
+/// The classes as byte literals: `(b'a', b'z')`.
+impl Bake for IdPattern<'_> {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            IdPattern {
+                text,
+                first = byte_ranges(first),
+                rest = byte_ranges(rest),
+                min_len,
+                max_len,
+            }
+        )
+    }
 }
 
 impl IdPattern<'_> {
@@ -316,6 +586,21 @@ pub struct TimeoutClass {
     pub deploy_suspected: Option<Duration>,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for TimeoutClass {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            TimeoutClass {
+                name,
+                per_attempt,
+                deploy_suspected,
+            }
+        )
+    }
+}
+
 impl TimeoutClass {
     /// The budget of one attempt, given whether a deploy is suspected.
     pub fn budget(&self, deploy_suspected: bool) -> Duration {
@@ -336,6 +621,21 @@ pub struct RetryClass {
     pub configurable: Option<RetryBounds>,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for RetryClass {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            RetryClass {
+                name,
+                schedule,
+                configurable,
+            }
+        )
+    }
+}
+
 /// What a configured linear retry may ask for: fewer attempts than
 /// `min_attempts`, more than `max_attempts` or a shorter step is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,6 +643,21 @@ pub struct RetryBounds {
     pub min_attempts: u32,
     pub max_attempts: u32,
     pub min_step: Duration,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for RetryBounds {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            RetryBounds {
+                min_attempts,
+                max_attempts,
+                min_step,
+            }
+        )
+    }
 }
 
 /// How a retry class spaces its attempts. `attempts` counts the first one.
@@ -372,6 +687,48 @@ pub enum RetrySchedule {
     /// A wait growing linearly, without jitter: `step * n` before retry `n`
     /// (the Core client's `retry_backoff_seconds * attempt`).
     Linear { attempts: u32, step: Duration },
+}
+
+#[cfg(feature = "bake")]
+impl Bake for RetrySchedule {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        match self {
+            RetrySchedule::Never => quote!(RetrySchedule::Never),
+            RetrySchedule::Exponential {
+                attempts,
+                base,
+                factor,
+                cap,
+            } => bake_fields!(
+                n,
+                RetrySchedule::Exponential {
+                    attempts,
+                    base,
+                    factor,
+                    cap
+                }
+            ),
+            RetrySchedule::DeployWindow { attempts } => {
+                bake_fields!(n, RetrySchedule::DeployWindow { attempts })
+            }
+            RetrySchedule::RetryAfter {
+                attempts,
+                floor,
+                jitter,
+            } => bake_fields!(
+                n,
+                RetrySchedule::RetryAfter {
+                    attempts,
+                    floor,
+                    jitter
+                }
+            ),
+            RetrySchedule::Once { attempts } => bake_fields!(n, RetrySchedule::Once { attempts }),
+            RetrySchedule::Linear { attempts, step } => {
+                bake_fields!(n, RetrySchedule::Linear { attempts, step })
+            }
+        }
+    }
 }
 
 impl RetrySchedule {
@@ -412,6 +769,30 @@ pub struct BreakerPolicy {
     pub open_alert: &'static str,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for BreakerPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            BreakerPolicy {
+                threshold,
+                window,
+                distinct_endpoints,
+                probe = part_or(n, Part::Probe, || n.endpoint(probe)),
+                canary = part_or(n, Part::Canary, || n.endpoint(canary)),
+                probe_interval,
+                probe_timeout,
+                healthy_probes,
+                canary_timeout,
+                deploy_suspected,
+                alert_after,
+                open_alert,
+            }
+        )
+    }
+}
+
 /// Client-side throttling.
 #[derive(Debug, Clone)]
 pub struct ThrottlePolicy {
@@ -426,6 +807,24 @@ pub struct ThrottlePolicy {
     pub polling: PollingPolicy,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for ThrottlePolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            ThrottlePolicy {
+                max_in_flight,
+                per_second,
+                rate_period,
+                budget_period,
+                budgets = part_or(n, Part::Budgets, || budgets.bake(n)),
+                polling,
+            }
+        )
+    }
+}
+
 /// A named budget a route draws from on top of the global limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetPolicy {
@@ -435,6 +834,21 @@ pub struct BudgetPolicy {
     pub per_minute: Option<u32>,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for BudgetPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            BudgetPolicy {
+                name,
+                max_in_flight,
+                per_minute,
+            }
+        )
+    }
+}
+
 /// Polling cadence of status routes.
 #[derive(Debug, Clone)]
 pub struct PollingPolicy {
@@ -442,6 +856,21 @@ pub struct PollingPolicy {
     pub floor: Duration,
     /// Interval multiplier while a 429 is hot.
     pub hot_factor: u32,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for PollingPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            PollingPolicy {
+                interval,
+                floor,
+                hot_factor,
+            }
+        )
+    }
 }
 
 /// Which kind of outcome a taxonomy row matches.
@@ -470,6 +899,22 @@ pub enum OutcomeKind {
     /// cancelled.
     JobFailed,
 }
+
+#[cfg(feature = "bake")]
+bake_unit_enum!(OutcomeKind {
+    Connection,
+    Status,
+    Decode,
+    Deadline,
+    CircuitOpen,
+    InvalidScope,
+    InvalidRequest,
+    TooLarge,
+    StreamError,
+    StreamTimeout,
+    StreamStalled,
+    JobFailed
+});
 
 impl OutcomeKind {
     /// Every kind, in the order the spec documents them.
@@ -518,6 +963,13 @@ pub enum Conflict {
     Poll,
 }
 
+#[cfg(feature = "bake")]
+bake_unit_enum!(Conflict {
+    Error,
+    Success,
+    Poll
+});
+
 /// Conditions of a taxonomy row; `None` matches anything.
 #[derive(Debug, Clone)]
 pub struct RowMatch {
@@ -532,6 +984,25 @@ pub struct RowMatch {
     pub keyless: Option<bool>,
     /// Only these routes (the policy's own descriptors, compared by address).
     pub routes: Option<&'static [&'static Endpoint]>,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for RowMatch {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            RowMatch {
+                outcome,
+                status,
+                detail,
+                retry_after,
+                conflict,
+                keyless,
+                routes = routes.map_or(quote!(None), |list| { let list = endpoints(list, n); quote!(Some(#list)) }),
+            }
+        )
+    }
 }
 
 /// One row of the error taxonomy.
@@ -573,6 +1044,35 @@ pub struct TaxonomyRow {
     pub unknown_message: Option<&'static str>,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for TaxonomyRow {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            TaxonomyRow {
+                index,
+                row,
+                matches,
+                class,
+                success,
+                retry,
+                feeds_breaker,
+                outcome_unknown,
+                alert,
+                alert_outside_deploy,
+                feature_state,
+                remember_for,
+                escalate_to,
+                replay,
+                action,
+                message,
+                unknown_message,
+            }
+        )
+    }
+}
+
 impl TaxonomyRow {
     /// Whether this row turns the outcome into a success.
     pub fn is_success(&self) -> bool {
@@ -599,6 +1099,14 @@ pub enum Replay {
     /// A verdict on the write: the job fails and keeps its error.
     Never,
 }
+
+#[cfg(feature = "bake")]
+bake_unit_enum!(Replay {
+    Outage,
+    Later,
+    Deploy,
+    Never
+});
 
 impl Replay {
     /// Every value, in the order the spec documents them.
@@ -630,6 +1138,13 @@ impl Replay {
 pub struct DetailSet {
     pub name: &'static str,
     pub contains: &'static [&'static str],
+}
+
+#[cfg(feature = "bake")]
+impl Bake for DetailSet {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, DetailSet { name, contains })
+    }
 }
 
 impl DetailSet {
@@ -676,6 +1191,32 @@ pub struct StreamPolicy {
     pub lost_copy: Option<&'static str>,
 }
 
+#[cfg(feature = "bake")]
+impl Bake for StreamPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            StreamPolicy {
+                name,
+                watchdog,
+                keepalive,
+                ceiling,
+                resync_after_reconnect,
+                resend,
+                ends_with_terminal,
+                error_event,
+                timeout_event,
+                first_event,
+                terminal_events,
+                fallback,
+                stages,
+                lost_copy,
+            }
+        )
+    }
+}
+
 /// A proxy that buffers event streams (§6.4) holds every byte back and
 /// delivers the stream in one burst when it ends. A stream whose events
 /// (at least `min_events`) all arrived within `burst` of each other, after
@@ -689,6 +1230,24 @@ pub struct BufferingRule {
     pub silent_for: Duration,
     pub confirm_after: u32,
     pub alert: &'static str,
+}
+
+#[cfg(feature = "bake")]
+/// The counts with their suffix (`3u32`), as generated crates have them.
+impl Bake for BufferingRule {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            BufferingRule {
+                min_events = quote!(#min_events),
+                burst,
+                silent_for,
+                confirm_after = quote!(#confirm_after),
+                alert,
+            }
+        )
+    }
 }
 
 /// A stream's stage trace: which events report stages, and which stages fail
@@ -708,6 +1267,25 @@ pub struct StagePolicy {
     pub detail_field: Option<&'static str>,
     /// The feature shown degraded while a stage fails open.
     pub feature: &'static str,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for StagePolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            StagePolicy {
+                event,
+                stage_field,
+                status_field,
+                failed,
+                fail_closed,
+                detail_field,
+                feature,
+            }
+        )
+    }
 }
 
 /// How a stream falls back to polling its status route, and how that route's
@@ -730,12 +1308,38 @@ pub struct StreamFallback {
     pub reopen_after: u32,
 }
 
+#[cfg(feature = "bake")]
+/// `reopen_after` with its suffix (`6u32`), as generated crates have it.
+impl Bake for StreamFallback {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            StreamFallback {
+                route = n.endpoint(route),
+                status_field,
+                completed,
+                failed,
+                error_field,
+                reopen_after = quote!(#reopen_after),
+            }
+        )
+    }
+}
+
 /// A feature state with its German UI copy and what triggers it.
 #[derive(Debug, Clone)]
 pub struct FeatureStateCopy {
     pub state: &'static str,
     pub copy: Option<&'static str>,
     pub when: StateTrigger,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for FeatureStateCopy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, FeatureStateCopy { state, copy, when })
+    }
 }
 
 /// What puts a feature in a state. Checked in this order: `Row` (the worst
@@ -750,11 +1354,27 @@ pub enum StateTrigger {
     StageFailed,
 }
 
+#[cfg(feature = "bake")]
+bake_unit_enum!(StateTrigger {
+    Otherwise,
+    Row,
+    BreakerOpen,
+    DeploySuspected,
+    StageFailed
+});
+
 /// German message shown for a final error of a class.
 #[derive(Debug, Clone)]
 pub struct ClassMessage {
     pub class: &'static str,
     pub copy: &'static str,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for ClassMessage {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, ClassMessage { class, copy })
+    }
 }
 
 impl Policy {

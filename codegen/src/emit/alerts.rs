@@ -55,9 +55,9 @@ impl Case {
 /// Time in the rules: the spec's (1), or divided by this for a test on a
 /// real Prometheus server, whose clock cannot be paused.
 #[derive(Debug, Clone, Copy)]
-struct Scale(u32);
+struct TimeScale(u32);
 
-impl Scale {
+impl TimeScale {
     fn of(self, d: Duration) -> Duration {
         d / self.0.max(1)
     }
@@ -96,7 +96,7 @@ fn series(name: &str, labels: &[(&str, &str)], n: u32) -> String {
 
 /// The rules of `model`, one per alert of its `alerts` table, with time divided by `by`.
 fn rules(model: &Model, by: u32) -> Vec<Rule<'_>> {
-    let t = Scale(by);
+    let t = TimeScale(by);
     model
         .alerts
         .iter()
@@ -104,30 +104,30 @@ fn rules(model: &Model, by: u32) -> Vec<Rule<'_>> {
         .collect()
 }
 
-fn rule<'m>(model: &'m Model, alert: &'m Alert, t: Scale) -> Rule<'m> {
-    let name = alert.name.as_str();
+fn rule<'m>(model: &'m Model, alert: &'m Alert, t: TimeScale) -> Rule<'m> {
+    let name = alert.alert;
     let m = &model.metrics;
     let breaker = model
         .breaker
         .as_ref()
         .zip(m.circuit_state.as_ref())
-        .filter(|_| model.breaker_alert.as_deref() == Some(name));
+        .filter(|(b, _)| b.open_alert == name);
     if let Some((b, state)) = breaker {
         return breaker_rule(alert, state, b.alert_after, t);
     }
     let fallbacks = model
         .fallbacks_sustained
         .as_ref()
-        .filter(|(_, _, a)| a == name)
-        .zip(m.sse_fallback.as_ref());
-    if let Some(((at_least, within, _), fallback)) = fallbacks {
+        .filter(|(_, a)| *a == name)
+        .zip(m.sse_fallback);
+    if let Some(((rate, _), fallback)) = fallbacks {
         let buffered = model
             .buffering
             .as_ref()
             .filter(|b| b.alert == name)
-            .zip(m.sse_buffered.as_ref())
-            .map(|(b, metric)| (b.confirm_after, metric.as_str()));
-        let rate = (*at_least, *within);
+            .zip(m.sse_buffered)
+            .map(|(b, metric)| (b.confirm_after, metric));
+        let rate = (rate.at_least, rate.within);
         return fallback_rule(alert, rate, fallback, buffered, model.alert_look_back, t);
     }
     let window = match (
@@ -135,7 +135,7 @@ fn rule<'m>(model: &'m Model, alert: &'m Alert, t: Scale) -> Rule<'m> {
         model.retry_exhausted_rate,
     ) {
         // Raised at most once per window while the rate holds.
-        (true, Some((_, within))) => within,
+        (true, Some(rate)) => rate.within,
         _ => model.alert_look_back,
     };
     let what = match &model.replay {
@@ -147,7 +147,7 @@ fn rule<'m>(model: &'m Model, alert: &'m Alert, t: Scale) -> Rule<'m> {
 }
 
 /// Firing while one replica's breaker is not closed for the hold.
-fn breaker_rule<'m>(alert: &'m Alert, state: &str, hold: Duration, t: Scale) -> Rule<'m> {
+fn breaker_rule<'m>(alert: &'m Alert, state: &str, hold: Duration, t: TimeScale) -> Rule<'m> {
     let h = minutes(hold);
     let one = series(state, &[], 1);
     let mut cases = vec![
@@ -194,7 +194,7 @@ fn fallback_rule<'m>(
     fallback: &str,
     buffered: Option<(u32, &str)>,
     look_back: Duration,
-    t: Scale,
+    t: TimeScale,
 ) -> Rule<'m> {
     let f = format!("{fallback}_total");
     let w = minutes(within);
@@ -265,9 +265,9 @@ fn counter_rule<'m>(
     raised: &str,
     window: Duration,
     what: &str,
-    t: Scale,
+    t: TimeScale,
 ) -> Rule<'m> {
-    let name = alert.name.as_str();
+    let name = alert.alert;
     let s = series(raised, &[("alert", name)], 1);
     let w = minutes(window);
     Rule {
@@ -321,10 +321,10 @@ pub fn rules_yml_compressed(model: &Model, by: u32) -> String {
     let _ = writeln!(out, "    rules:");
     for rule in rules(model, by) {
         let a = rule.alert;
-        let _ = writeln!(out, "      - alert: {}", q(&a.name));
+        let _ = writeln!(out, "      - alert: {}", q(a.alert));
         let _ = writeln!(out, "        expr: {}", q(&rule.expr));
         if let Some(hold) = rule.hold {
-            let _ = writeln!(out, "        for: {}", Scale(1).text(hold));
+            let _ = writeln!(out, "        for: {}", TimeScale(1).text(hold));
         }
         let _ = writeln!(out, "        labels:");
         for (k, v) in labels(model, a) {
@@ -355,7 +355,11 @@ pub fn tests_yml(model: &Model) -> String {
 
 fn test_case(out: &mut String, model: &Model, rule: &Rule, case: &Case) {
     let a = rule.alert;
-    let _ = writeln!(out, "  - name: {}", q(&format!("{} {}", a.name, case.name)));
+    let _ = writeln!(
+        out,
+        "  - name: {}",
+        q(&format!("{} {}", a.alert, case.name))
+    );
     let _ = writeln!(out, "    interval: 1m");
     let _ = writeln!(out, "    input_series:");
     for (name, values) in &case.series {
@@ -365,7 +369,7 @@ fn test_case(out: &mut String, model: &Model, rule: &Rule, case: &Case) {
     let _ = writeln!(out, "    alert_rule_test:");
     for (at, firing) in &case.checks {
         let _ = writeln!(out, "      - eval_time: {at}m");
-        let _ = writeln!(out, "        alertname: {}", q(&a.name));
+        let _ = writeln!(out, "        alertname: {}", q(a.alert));
         let Some(extra) = firing else {
             let _ = writeln!(out, "        exp_alerts: []");
             continue;
@@ -392,7 +396,7 @@ fn header(model: &Model) -> String {
 fn labels(model: &Model, a: &Alert) -> [(&'static str, String); 2] {
     [
         ("api", model.api.name.clone()),
-        ("severity", a.severity.clone()),
+        ("severity", a.severity.to_owned()),
     ]
 }
 

@@ -4,18 +4,16 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{doc, ident, inner_doc, source};
-use super::services::{handle_type, module_name};
 use crate::model::{Model, ScopeNeed};
 
 pub fn lib_rs(model: &Model) -> TokenStream {
     let client = ident(&model.api.client);
     let modules = model.services.iter().map(|s| {
-        let m = ident(&module_name(s));
+        let m = ident(&s.module);
         quote!(pub mod #m;)
     });
     let handles = model.services.iter().map(|s| {
-        let m = ident(&module_name(s));
-        let h = ident(&handle_type(s));
+        let (m, h) = (ident(&s.module), ident(&s.handle_type));
         quote!(pub use #m::#h;)
     });
     let ids = model.api.ids.iter().map(|i| ident(&i.name));
@@ -93,10 +91,13 @@ struct RetryConfig {
 
 impl RetryConfig {
     fn of(model: &Model) -> RetryConfig {
-        let Some(class) = model.retries.iter().find(|r| r.configurable.is_some()) else {
+        let Some((class, bounds)) = model
+            .retries
+            .iter()
+            .find_map(|r| Some((r, r.configurable?)))
+        else {
             return RetryConfig::default();
         };
-        let bounds = class.configurable.unwrap_or_default();
         let (min_attempts, max_attempts, min_step) =
             (bounds.min_attempts, bounds.max_attempts, bounds.min_step);
         let crate::model::RetrySchedule::Linear { attempts, step } = class.schedule else {
@@ -277,8 +278,8 @@ fn from_env_example(model: &Model) -> String {
     let class = model
         .rows
         .iter()
-        .map(|r| r.class.as_str())
-        .find(|c| *c != "success")
+        .find(|r| !r.success)
+        .map(|r| r.class)
         .unwrap_or("unclassified");
     let Some((service, route, ids)) = first_read(model) else {
         return String::new();
@@ -315,7 +316,7 @@ fn from_env_example(model: &Model) -> String {
         api.origin_env,
         api.key_env,
         api.tenant_env,
-        super::docs::camel(class),
+        model.variant(class),
     )
 }
 
@@ -409,8 +410,8 @@ pub fn client_rs(model: &Model) -> TokenStream {
         &model.api.tenant_env,
     );
     let modes = model.caller_budgets().map(|b| {
-        let method = ident(&b.name);
-        let constant = ident(&super::docs::screaming(&b.name));
+        let method = ident(b.name);
+        let constant = ident(&crate::naming::screaming(b.name));
         let text = doc(&format!(
             "The same client, every call of it also drawing from the `{}` budget: {} (policy {}).",
             b.name,
@@ -425,8 +426,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         }
     });
     let accessors = model.services.iter().map(|s| {
-        let module = ident(&module_name(s));
-        let handle = ident(&handle_type(s));
+        let (module, handle) = (ident(&s.module), ident(&s.handle_type));
         let method = ident(&s.handle);
         let mut text = format!("Calls of `{}`.", s.name);
         let (mut params, mut args) = (Vec::new(), vec![quote!(&self.client)]);
@@ -434,7 +434,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
             text = format!(
                 "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
                 s.name,
-                model.api.headers.workspace.as_deref().unwrap_or_default(),
+                model.api.headers.workspace.unwrap_or_default(),
                 super::docs::workspace_section(model)
             );
             params.push(quote!(workspace: &'c impl AsWorkspace));
@@ -443,7 +443,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         if s.carries_pipeline() {
             text.push_str(&format!(
                 " They exist only behind a pipeline id: its calls carry `{}`{}.",
-                model.api.headers.pipeline.as_deref().unwrap_or_default(),
+                model.api.headers.pipeline.unwrap_or_default(),
                 super::docs::pipeline_section(model)
             ));
             params.push(quote!(pipeline: &'c PipelineId));
@@ -691,7 +691,7 @@ struct WarmUpKnob {
 
 impl WarmUpKnob {
     fn of(model: &Model) -> Self {
-        let calls: Vec<_> = model.breaker.iter().flat_map(|b| &b.warm_up).collect();
+        let calls = &model.warm_up;
         if calls.is_empty() {
             return Self::default();
         }

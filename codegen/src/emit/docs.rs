@@ -6,6 +6,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
 
 use crate::model::{Source, TypeExpr};
+use crate::naming;
 
 /// `#[doc = "..."]` attributes, one per line, rendered as `///` by prettyplease.
 pub fn doc(text: &str) -> TokenStream {
@@ -39,71 +40,25 @@ pub fn int(n: impl Into<u64>) -> proc_macro2::Literal {
     proc_macro2::Literal::u64_unsuffixed(n.into())
 }
 
-/// A `Duration` constructor, in whole seconds where possible.
-pub fn duration(d: Duration) -> TokenStream {
-    let millis = d.as_millis() as u64;
-    if millis.is_multiple_of(1000) {
-        let secs = int(millis / 1000);
-        quote!(::std::time::Duration::from_secs(#secs))
-    } else {
-        let millis = int(millis);
-        quote!(::std::time::Duration::from_millis(#millis))
-    }
-}
-
-/// `Some(x)` or `None`.
-pub fn option<T>(value: Option<T>, f: impl FnOnce(T) -> TokenStream) -> TokenStream {
-    match value {
-        Some(v) => {
-            let inner = f(v);
-            quote!(Some(#inner))
-        }
-        None => quote!(None),
-    }
-}
-
-/// An identifier: a keyword is written raw (`r#type`). Lowering lets only
-/// names through that are identifiers; should one slip past it anyway, it is
-/// recorded (see [`take_invalid`]) and the file fails with an error instead
-/// of a panic.
+/// An identifier: a keyword is written raw (`r#type`). Every name the
+/// model holds was checked to be one before anything is emitted
+/// ([`crate::model::Model::identifiers`]); one that is not is the emitter's bug.
 pub fn ident(name: &str) -> Ident {
-    use crate::lower::names::{KEYWORDS, UNRAWABLE};
-    let mut chars = name.chars();
-    let valid = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name != "_"
-        && !UNRAWABLE.contains(&name);
-    if !valid {
-        INVALID.with(|names| names.borrow_mut().push(name.chars().take(80).collect()));
-        Ident::new("__invalid_identifier", Span::call_site())
-    } else if KEYWORDS.contains(&name) {
+    assert!(
+        naming::is_identifier(name),
+        "internal error: `{}` reached the emitter unchecked",
+        name.escape_debug()
+    );
+    if naming::KEYWORDS.contains(&name) {
         Ident::new_raw(name, Span::call_site())
     } else {
         Ident::new(name, Span::call_site())
     }
 }
 
-/// A struct field or an argument named as on the wire: a keyword is raw,
-/// and one a raw identifier cannot be gets a `_` (`self_`; a field keeps its
-/// wire name through `serde(rename)`).
+/// A struct field or an argument named as on the wire (see [`naming::argument`]).
 pub fn field_ident(name: &str) -> Ident {
-    if crate::lower::names::UNRAWABLE.contains(&name) {
-        ident(&format!("{name}_"))
-    } else {
-        ident(name)
-    }
-}
-
-thread_local! {
-    static INVALID: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The names [`ident`] was given on this thread that are no identifiers,
-/// since the last call.
-pub fn take_invalid() -> Vec<String> {
-    INVALID.with(|names| std::mem::take(&mut *names.borrow_mut()))
+    ident(&naming::argument(name))
 }
 
 /// ` (policy §3.2)` after a sentence about the workspace scope, or nothing
@@ -125,24 +80,6 @@ pub fn pipeline_section(model: &crate::model::Model) -> String {
         .as_ref()
         .map(|s| format!(" (policy {})", source(s)))
         .unwrap_or_default()
-}
-
-/// `snake_case` -> `CamelCase`.
-pub fn camel(name: &str) -> String {
-    name.split(['_', '-', ' '])
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let mut c = p.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect()
-}
-
-/// `snake_case` or `kebab-case` -> `SCREAMING_SNAKE`.
-pub fn screaming(name: &str) -> String {
-    name.replace('-', "_").to_ascii_uppercase()
 }
 
 /// The Rust type of a spec type expression, in one pass: the wrappers'

@@ -5,63 +5,35 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::docs::{camel, doc, ident, inner_doc, int};
-use crate::model::Model;
-
-/// The class of an error no row classified: the runtime's fallback, present
-/// in every API so the class of every error is one of its variants.
-const UNCLASSIFIED: &str = "unclassified";
-
-/// Every error class of the taxonomy, in row order, each once, with its rows;
-/// `success` is an outcome, not an error, and is left out.
-/// Each class comes with its rows and the first row's action.
-fn classes(model: &Model) -> Vec<(&str, Vec<&str>, &str)> {
-    let mut out: Vec<(&str, Vec<&str>, &str)> = Vec::new();
-    for row in model.rows.iter().filter(|r| r.class != "success") {
-        match out.iter_mut().find(|(class, ..)| *class == row.class) {
-            Some((_, rows, _)) => rows.push(&row.row),
-            None => out.push((&row.class, vec![&row.row], &row.action)),
-        }
-    }
-    if !out.iter().any(|(class, ..)| *class == UNCLASSIFIED) {
-        out.push((
-            UNCLASSIFIED,
-            Vec::new(),
-            "No taxonomy row matched the outcome.",
-        ));
-    }
-    out
-}
+use super::docs::{doc, ident, inner_doc, int};
+use crate::model::{Model, UNCLASSIFIED};
 
 pub fn error_rs(model: &Model) -> TokenStream {
-    let classes = classes(model);
-    let variants = classes.iter().map(|(class, rows, action)| {
-        let text = match rows.as_slice() {
+    let classes = &model.classes;
+    let variants = classes.iter().map(|c| {
+        let (class, action) = (c.name, c.action);
+        let text = match c.rows.as_slice() {
             [] => format!("`{class}`: {action}"),
             [row] => format!("`{class}` (row {row}): {action}"),
             rows => format!("`{class}` (rows {}): {action}", rows.join(", ")),
         };
         let docs = doc(&text);
-        let variant = ident(&camel(class));
+        let variant = ident(&c.variant);
         quote!(#docs #variant,)
     });
-    let names = classes.iter().map(|(class, ..)| {
-        let variant = ident(&camel(class));
+    let names = classes.iter().map(|c| {
+        let (variant, class) = (ident(&c.variant), c.name);
         quote!(ErrorClass::#variant => #class,)
     });
-    let all = classes.iter().map(|(class, ..)| {
-        let variant = ident(&camel(class));
+    let all = classes.iter().map(|c| {
+        let variant = ident(&c.variant);
         quote!(ErrorClass::#variant)
     });
-    let unclassified = ident(&camel(UNCLASSIFIED));
+    let unclassified = ident(model.variant(UNCLASSIFIED));
     // A success row never ends a call in an error: it reads as unclassified.
     let by_row = model.rows.iter().map(|r| {
-        let class = if r.class == "success" {
-            UNCLASSIFIED
-        } else {
-            &r.class
-        };
-        let variant = ident(&camel(class));
+        let class = if r.success { UNCLASSIFIED } else { r.class };
+        let variant = ident(model.variant(class));
         quote!(ErrorClass::#variant)
     });
     let count = int(classes.len() as u64);

@@ -10,8 +10,8 @@ use super::docs::{doc, inner_doc};
 use crate::model::Model;
 
 pub fn ids_rs(model: &Model) -> Result<String, String> {
-    let pattern = &model.api.id_pattern.text;
-    let reserved = model.api.reserved_tenants.join("`, `");
+    let pattern = model.api.id_rules.pattern.text;
+    let reserved = model.api.id_rules.reserved_tenants.join("`, `");
     let tenant = id_type(
         "TenantId",
         "IdKind::Tenant",
@@ -26,7 +26,6 @@ pub fn ids_rs(model: &Model) -> Result<String, String> {
         .api
         .headers
         .workspace
-        .as_deref()
         .map(|header| workspace(model, header));
     let (workspace, as_workspace) = workspace.unzip();
     let others = model.api.ids.iter().map(|id| {
@@ -35,7 +34,7 @@ pub fn ids_rs(model: &Model) -> Result<String, String> {
             format!(
                 "Minted by the platform, so only what keeps a path safe is checked: non-empty, \
                  at most {} bytes, no `/`, no control characters, not `.` or `..`.",
-                model.api.opaque_max_len
+                model.api.id_rules.opaque_max_len
             )
         } else {
             format!("Matches `{pattern}`.")

@@ -29,7 +29,7 @@ pub fn log_rs(model: &Model) -> String {
             "            {field} = line.path_values.{at}.copied().flatten(),"
         );
     }
-    let (service, workspace) = (&log.service_field, &log.workspace_field);
+    let (service, workspace) = (&model.log_fields.service, &model.log_fields.workspace);
     let module_doc = module_doc(model, [&alert, &breaker, &retry, &stream]);
     format!(
         r#"{module_doc}
@@ -150,8 +150,8 @@ fn module_doc(model: &Model, [alert, breaker, retry, stream]: [&String; 4]) -> S
         format!("attempts on target `{}`", model.log.target),
         format!("alerts on `{alert}`"),
     ];
-    if let Some(b) = &model.breaker {
-        let warm_ups = if b.warm_up.is_empty() {
+    if model.breaker.is_some() {
+        let warm_ups = if model.warm_up.is_empty() {
             ""
         } else {
             " and warm-ups"

@@ -4,10 +4,54 @@ use std::fmt::Write;
 
 use super::docs::{duration_text, source};
 use super::services::returns_text;
-use crate::model::{Conflict, Model, RetrySchedule, RowReplay, ScopeNeed};
+use crate::model::{
+    Conflict, Degraded, Item, Model, RetrySchedule, RowReplay, ScopeNeed, TaxonomyRow,
+};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
+    let sections: [fn(&mut String, &Model); 14] = [
+        head,
+        routes,
+        timeouts,
+        retries,
+        taxonomy,
+        breaker_section,
+        throttle,
+        streams,
+        stream_notes,
+        states,
+        messages,
+        alerts,
+        replay_section,
+        fleet_section,
+    ];
+    for section in sections {
+        section(&mut md, model);
+    }
+    md
+}
+
+/// A table: its header, the rule under it, a line per row.
+fn table(md: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
+    let _ = writeln!(md, "| {} |", header.join(" | "));
+    let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
+    for row in rows {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+    }
+}
+
+/// `header` and its `column` where `with` holds (the breaker's, the deploy window's).
+fn columns<'a>(header: &[&'a str], at: usize, column: &'a str, with: bool) -> Vec<&'a str> {
+    let mut out = header.to_vec();
+    if with {
+        out.insert(at, column);
+    }
+    out
+}
+
+/// The title, the API's words, the scope headers and the ID rules.
+fn head(md: &mut String, model: &Model) {
     let api = &model.api;
     let _ = writeln!(
         md,
@@ -25,41 +69,45 @@ pub fn policy_md(model: &Model) -> String {
         api.headers.tenant,
         api.headers
             .workspace
-            .as_ref()
             .map(|w| format!("workspace-scoped routes add `{w}`; "))
             .unwrap_or_default(),
         api.headers.authorization,
         lanes_text(&api.lanes),
-        api.id_pattern.text,
-        api.id_pattern.min_len,
-        api.id_pattern.max_len,
-        api.reserved_tenants
-            .iter()
-            .map(|t| format!("`{t}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        api.id_rules.pattern.text,
+        api.id_rules.pattern.min_len,
+        api.id_rules.pattern.max_len,
+        quoted(api.id_rules.reserved_tenants),
     );
-    let unauthenticated: Vec<String> = api
-        .lanes
-        .iter()
+    let unauthenticated: Vec<&str> = (api.lanes.iter())
         .filter(|(_, keyed)| !keyed)
-        .map(|(lane, _)| format!("`{lane}`"))
+        .map(|(lane, _)| lane.as_str())
         .collect();
     if let (Some(env), false) = (&api.production_env, unauthenticated.is_empty()) {
         let _ = writeln!(
             md,
             "A client configured for production (`Config::production`, `{env}`) refuses every call of {} unsent until its auth lands (`auth.lanes_authenticated`).\n",
-            unauthenticated.join(", ")
+            quoted(&unauthenticated)
         );
     }
+}
 
+fn routes(md: &mut String, model: &Model) {
     let _ = writeln!(md, "## Routes\n");
-    let _ = writeln!(
-        md,
-        "| service | method | path | scope | timeout | retry | idempotent | budget | replay | 409 | returns | source |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for (s, r) in model.routes() {
+    let header = [
+        "service",
+        "method",
+        "path",
+        "scope",
+        "timeout",
+        "retry",
+        "idempotent",
+        "budget",
+        "replay",
+        "409",
+        "returns",
+        "source",
+    ];
+    let rows = model.routes().map(|(s, r)| {
         let scope = match r.scope {
             ScopeNeed::Public => "public",
             ScopeNeed::Tenant => "tenant",
@@ -70,60 +118,58 @@ pub fn policy_md(model: &Model) -> String {
             Conflict::Success => "success",
             Conflict::Poll => "poll",
         };
-        let _ = writeln!(
-            md,
-            "| {} | {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            s.name,
-            r.method.as_str(),
-            r.path,
-            scope,
-            model.timeouts[r.timeout].name,
-            model.retries[r.retry].name,
-            yes(r.idempotent),
-            model.throttle.budgets[r.budget].name,
-            yes(r.replay),
-            conflict,
-            returns_text(model, r)
-                .replace('<', "&lt;")
-                .replace('>', "&gt;"),
-            source(&r.source)
-        );
-    }
+        let returns = returns_text(model, r)
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
+        vec![
+            s.name.clone(),
+            r.method.as_str().to_owned(),
+            format!("`{}`", r.path),
+            scope.to_owned(),
+            model.timeout(r.timeout).name.to_owned(),
+            model.retry(r.retry).name.to_owned(),
+            yes(r.idempotent).to_owned(),
+            model.budget(r.budget).name.to_owned(),
+            yes(r.replay).to_owned(),
+            conflict.to_owned(),
+            returns,
+            source(&r.source),
+        ]
+    });
+    table(md, &header, rows);
+}
 
-    // The deploy-suspected column only for an API whose spec has one.
+/// The timeout classes (with the deploy-suspected column where the spec
+/// has one), and the overall deadline.
+fn timeouts(md: &mut String, model: &Model) {
     let deploy = model.timeouts.iter().any(|t| t.deploy_suspected.is_some());
-    let _ = writeln!(
-        md,
-        "\n## Timeout classes\n\n| class | per attempt |{} source |\n|---|---|{}---|",
-        if deploy { " deploy-suspected |" } else { "" },
-        if deploy { "---|" } else { "" },
+    let _ = writeln!(md, "\n## Timeout classes\n");
+    let header = columns(
+        &["class", "per attempt", "source"],
+        2,
+        "deploy-suspected",
+        deploy,
     );
-    for t in &model.timeouts {
-        let longer = match (deploy, t.deploy_suspected) {
-            (false, _) => String::new(),
-            (true, Some(d)) => format!(" {} |", duration_text(d)),
-            (true, None) => " — |".into(),
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} |{longer} {} |",
-            t.name,
-            duration_text(t.per_attempt),
-            source(&t.source)
-        );
-    }
+    let rows = model.timeouts.iter().map(|t| {
+        let mut row = vec![t.name.to_owned(), duration_text(t.per_attempt)];
+        if deploy {
+            row.push(t.deploy_suspected.map_or("—".into(), duration_text));
+        }
+        row.push(source(&t.source));
+        row
+    });
+    table(md, &header, rows);
     let _ = writeln!(
         md,
         "\nOverall deadline of an interactive operation: {} ({}).",
         duration_text(model.deadline),
         source(&model.deadline_source)
     );
+}
 
-    let _ = writeln!(
-        md,
-        "\n## Retry classes\n\n| class | schedule | meaning | source |\n|---|---|---|---|"
-    );
-    for r in &model.retries {
+fn retries(md: &mut String, model: &Model) {
+    let _ = writeln!(md, "\n## Retry classes\n");
+    let rows = model.retries.iter().map(|r| {
         let configurable = r.configurable.map_or(String::new(), |b| {
             format!(
                 "; configurable: {} to {} attempts, a step of at least {}",
@@ -132,78 +178,50 @@ pub fn policy_md(model: &Model) -> String {
                 duration_text(b.min_step)
             )
         });
-        let _ = writeln!(
-            md,
-            "| {} | {}{configurable} | {} | {} |",
-            r.name,
-            schedule_text(&r.schedule),
-            r.doc.trim(),
-            source(&r.source)
-        );
-    }
+        vec![
+            r.name.to_owned(),
+            format!("{}{configurable}", schedule_text(&r.schedule)),
+            r.doc.trim().to_owned(),
+            source(&r.source),
+        ]
+    });
+    table(md, &["class", "schedule", "meaning", "source"], rows);
+}
 
-    // The breaker column only for an API with a breaker.
+/// The rows in match order (the breaker column only for an API with a
+/// breaker), then the detail sets they name.
+fn taxonomy(md: &mut String, model: &Model) {
     let breaker = model.breaker.is_some();
-    let _ = writeln!(
-        md,
-        "\n## Error taxonomy (first matching row wins)\n\n| row | matches | class | retry |{} outcome unknown | alert | action | source |\n|---|---|---|---|{}---|---|---|---|",
-        if breaker { " breaker |" } else { "" },
-        if breaker { "---|" } else { "" },
-    );
-    for row in &model.rows {
-        let mut matches = row.outcome.as_str().to_owned();
-        if let Some((lo, hi)) = row.status {
-            matches = if lo == hi {
-                format!("{lo}")
-            } else {
-                format!("{lo}–{hi}")
-            };
+    let _ = writeln!(md, "\n## Error taxonomy (first matching row wins)\n");
+    let header = [
+        "row",
+        "matches",
+        "class",
+        "retry",
+        "outcome unknown",
+        "alert",
+        "action",
+        "source",
+    ];
+    let rows = model.rows.iter().map(|row| {
+        let mut cells = vec![
+            row.row.to_owned(),
+            matches_text(model, row),
+            row.class.to_owned(),
+            row.retry.map_or("—", |i| model.retry(i).name).to_owned(),
+        ];
+        if breaker {
+            cells.push(yes(row.feeds_breaker).to_owned());
         }
-        if let Some(d) = row.detail {
-            let _ = write!(matches, ", detail ~ {}", model.details[d].name);
-        }
-        if let Some(ra) = row.retry_after {
-            let _ = write!(
-                matches,
-                ", {} Retry-After",
-                if ra { "with" } else { "without" }
-            );
-        }
-        if let Some(c) = row.conflict {
-            let _ = write!(matches, ", route 409 = {c:?}");
-        }
-        if let Some(routes) = &row.routes {
-            let names: Vec<String> = routes
-                .iter()
-                .map(|r| {
-                    let (s, r) = model.route(*r);
-                    format!("`{}.{}`", s.handle, r.name)
-                })
-                .collect();
-            let _ = write!(matches, ", on {}", names.join(", "));
-        }
-        let retry = row
-            .retry
-            .map(|i| model.retries[i].name.as_str())
-            .unwrap_or("—");
-        let feeds = if breaker {
-            format!(" {} |", yes(row.feeds_breaker))
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} |{feeds} {} | {} | {} | {} |",
-            row.row,
-            matches,
-            row.class,
-            retry,
-            yes(row.outcome_unknown),
-            row.alert.as_deref().unwrap_or("—"),
+        cells.extend([
+            yes(row.outcome_unknown).to_owned(),
+            row.alert.unwrap_or("—").to_owned(),
             row.action.replace('|', "/").replace('\n', " "),
-            source(&row.source)
-        );
-    }
+            source(&row.source),
+        ]);
+        cells
+    });
+    table(md, &columns(&header, 4, "breaker", breaker), rows);
     if !model.details.is_empty() {
         let _ = writeln!(
             md,
@@ -215,29 +233,48 @@ pub fn policy_md(model: &Model) -> String {
             md,
             "- **{}**: {} ({})",
             d.name,
-            d.contains
-                .iter()
-                .map(|c| format!("`{c}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            quoted(d.contains),
             source(&d.source)
         );
     }
+}
 
-    match &model.breaker {
-        Some(b) => breaker_section(&mut md, model, b),
-        None => {
-            let _ = writeln!(
-                md,
-                "\n## Circuit breaker\n\nNone: no failure opens anything, every call is sent."
-            );
-        }
+/// What a row matches: its outcome or statuses, and each condition.
+fn matches_text(model: &Model, row: &Item<TaxonomyRow>) -> String {
+    let m = &row.matches;
+    let mut text = match m.status {
+        Some((lo, hi)) if lo == hi => format!("{lo}"),
+        Some((lo, hi)) => format!("{lo}–{hi}"),
+        None => m.outcome.as_str().to_owned(),
+    };
+    if let Some(d) = m.detail {
+        let _ = write!(text, ", detail ~ {}", model.details[d.get()].name);
     }
+    if let Some(ra) = m.retry_after {
+        let with = if ra { "with" } else { "without" };
+        let _ = write!(text, ", {with} Retry-After");
+    }
+    if let Some(c) = m.conflict {
+        let _ = write!(text, ", route 409 = {c:?}");
+    }
+    if let Some(routes) = m.routes {
+        let names: Vec<String> = (routes.iter())
+            .map(|e| {
+                let (s, r) = model.route_of(e);
+                format!("`{}.{}`", s.handle, r.name)
+            })
+            .collect();
+        let _ = write!(text, ", on {}", names.join(", "));
+    }
+    text
+}
 
+/// The global limits and the budgets.
+fn throttle(md: &mut String, model: &Model) {
     let t = &model.throttle;
     let _ = writeln!(
         md,
-        "\n## Throttle ({})\n\nAt most {} requests in flight, {} per second sustained. Polling every {}, never below {}, ×{} while a 429 is hot. Every 429 is counted in `{}_total{{retry_after}}` (`present` when it carried a `Retry-After` the client could read, else `absent`).\n\n| budget | in flight | per rolling minute | meaning | source |\n|---|---|---|---|---|",
+        "\n## Throttle ({})\n\nAt most {} requests in flight, {} per second sustained. Polling every {}, never below {}, ×{} while a 429 is hot. Every 429 is counted in `{}_total{{retry_after}}` (`present` when it carried a `Retry-After` the client could read, else `absent`).\n",
         source(&t.source),
         t.max_in_flight,
         t.per_second,
@@ -246,60 +283,70 @@ pub fn policy_md(model: &Model) -> String {
         t.polling_hot_factor,
         model.metrics.rate_limited
     );
-    for b in &t.budgets {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} |",
-            b.name,
-            b.max_in_flight
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "—".into()),
-            b.per_minute
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| "—".into()),
-            b.doc.trim(),
-            source(&b.source)
-        );
-    }
+    let limit = |v: Option<u32>| v.map_or("—".into(), |v| v.to_string());
+    let rows = t.budgets.iter().map(|b| {
+        vec![
+            b.name.to_owned(),
+            limit(b.max_in_flight),
+            limit(b.per_minute),
+            b.doc.trim().to_owned(),
+            source(&b.source),
+        ]
+    });
+    let header = [
+        "budget",
+        "in flight",
+        "per rolling minute",
+        "meaning",
+        "source",
+    ];
+    table(md, &header, rows);
+}
 
-    let _ = writeln!(
-        md,
-        "\n## Streams\n\n{}",
-        if model.streams.is_empty() {
-            "None: no route streams."
-        } else {
-            "| stream | watchdog | keepalive | ceiling | fallback | resend | first event | terminal events | clean end before one | source |\n|---|---|---|---|---|---|---|---|---|---|"
-        }
-    );
-    for s in &model.streams {
-        let fallback = s
-            .fallback
-            .map(|f| {
-                let (_, r) = model.route(f);
-                format!("`{}`", r.path)
-            })
-            .unwrap_or_else(|| "—".into());
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            s.name,
+fn streams(md: &mut String, model: &Model) {
+    if model.streams.is_empty() {
+        let _ = writeln!(md, "\n## Streams\n\nNone: no route streams.");
+        return;
+    }
+    let _ = writeln!(md, "\n## Streams\n");
+    let header = [
+        "stream",
+        "watchdog",
+        "keepalive",
+        "ceiling",
+        "fallback",
+        "resend",
+        "first event",
+        "terminal events",
+        "clean end before one",
+        "source",
+    ];
+    let rows = model.streams.iter().map(|s| {
+        let fallback = s.fallback.as_ref();
+        vec![
+            s.name.to_owned(),
             duration_text(s.watchdog),
-            s.keepalive
-                .map(duration_text)
-                .unwrap_or_else(|| "none".into()),
-            s.ceiling.map(duration_text).unwrap_or_else(|| "—".into()),
-            fallback,
-            yes(s.resend),
-            s.first_event.as_deref().unwrap_or("—"),
+            s.keepalive.map_or("none".into(), duration_text),
+            s.ceiling.map_or("—".into(), duration_text),
+            fallback.map_or("—".into(), |f| format!("`{}`", f.route.path)),
+            yes(s.resend).to_owned(),
+            s.first_event.unwrap_or("—").to_owned(),
             s.terminal_events.join(", "),
-            if s.ends_with_terminal {
+            (if s.ends_with_terminal {
                 "a drop"
             } else {
                 "an end"
-            },
-            source(&s.source)
-        );
-    }
+            })
+            .to_owned(),
+            source(&s.source),
+        ]
+    });
+    table(md, &header, rows);
+}
+
+/// Below the streams' table: their error events, fallbacks, stages and the
+/// proxy buffering rule.
+fn stream_notes(md: &mut String, model: &Model) {
     if let Some(first) = model.streams.first() {
         let _ = writeln!(
             md,
@@ -308,33 +355,31 @@ pub fn policy_md(model: &Model) -> String {
         );
     }
     for s in &model.streams {
-        if let Some(read) = &s.status {
+        if let Some(read) = &s.fallback {
             let _ = writeln!(
                 md,
                 "\n`{}` falls back to its status route and reads `{}`: {} complete the job, {} fail it (T32); after {} polls of a running job the stream is reopened, then resynced by one poll.",
                 s.name,
-                read.field,
+                read.status_field,
                 read.completed.join(", "),
                 read.failed.join(", "),
                 read.reopen_after
             );
         }
         if let Some(g) = &s.stages {
+            let closed = match g.fail_closed {
+                [] => "none".to_owned(),
+                stages => stages.join(", "),
+            };
             let _ = writeln!(
                 md,
-                "\n`{}` reports stages in `{}` events (`{}`, `{}`); a failed stage fails open (the turn and `{}` are degraded) except {}, which ends the turn{}.",
+                "\n`{}` reports stages in `{}` events (`{}`, `{}`); a failed stage fails open (the turn and `{}` are degraded) except {closed}, which ends the turn{}.",
                 s.name,
                 g.event,
                 g.stage_field,
                 g.status_field,
                 g.feature,
-                if g.fail_closed.is_empty() {
-                    "none".to_owned()
-                } else {
-                    g.fail_closed.join(", ")
-                },
                 s.lost_copy
-                    .as_deref()
                     .map(|c| format!(" with „{c}“"))
                     .unwrap_or_default()
             );
@@ -351,51 +396,52 @@ pub fn policy_md(model: &Model) -> String {
             b.alert
         );
     }
+}
 
-    let _ = writeln!(
-        md,
-        "\n## Feature states\n\n{}",
-        if model.states.is_empty() {
-            "None: no feature is shown degraded."
-        } else {
-            "| state | German copy | meaning | source |\n|---|---|---|---|"
-        }
-    );
-    for s in &model.states {
+fn states(md: &mut String, model: &Model) {
+    if model.states.is_empty() {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
-            s.name,
-            s.copy.as_deref().unwrap_or("—"),
-            s.doc.trim(),
-            source(&s.source)
+            "\n## Feature states\n\nNone: no feature is shown degraded."
         );
+        return;
     }
-    let _ = writeln!(
-        md,
-        "\n## Messages for final errors\n\n| class | German copy | source |\n|---|---|---|"
-    );
-    for m in &model.messages {
-        let _ = writeln!(md, "| {} | {} | {} |", m.class, m.copy, source(&m.source));
-    }
-    let _ = writeln!(
-        md,
-        "\n## Alerts\n\n| alert | severity | when | source |\n|---|---|---|---|"
-    );
-    for a in &model.alerts {
-        let _ = writeln!(
-            md,
-            "| {} | {} ({}) | {} | {} |",
-            a.name,
-            a.severity,
-            a.reaches,
-            a.doc.trim(),
-            source(&a.source)
-        );
-    }
-    replay_section(&mut md, model);
-    fleet_section(&mut md, model);
-    md
+    let _ = writeln!(md, "\n## Feature states\n");
+    let rows = model.states.iter().map(|s| {
+        vec![
+            s.state.to_owned(),
+            s.copy.unwrap_or("—").to_owned(),
+            s.doc.trim().to_owned(),
+            source(&s.source),
+        ]
+    });
+    table(md, &["state", "German copy", "meaning", "source"], rows);
+}
+
+fn messages(md: &mut String, model: &Model) {
+    let _ = writeln!(md, "\n## Messages for final errors\n");
+    let rows = (model.messages.iter())
+        .map(|m| vec![m.class.to_owned(), m.copy.to_owned(), source(&m.source)]);
+    table(md, &["class", "German copy", "source"], rows);
+}
+
+fn alerts(md: &mut String, model: &Model) {
+    let _ = writeln!(md, "\n## Alerts\n");
+    let rows = model.alerts.iter().map(|a| {
+        vec![
+            a.alert.to_owned(),
+            format!("{} ({})", a.severity, a.reaches),
+            a.doc.trim().to_owned(),
+            source(&a.source),
+        ]
+    });
+    table(md, &["alert", "severity", "when", "source"], rows);
+}
+
+/// `` `a`, `b` ``.
+fn quoted(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("`{i}`")).collect();
+    quoted.join(", ")
 }
 
 fn fleet_section(md: &mut String, model: &Model) {
@@ -406,19 +452,17 @@ fn fleet_section(md: &mut String, model: &Model) {
         );
         return;
     };
-    let budgets = &model.throttle.budgets;
-    let fleet: Vec<String> = budgets
-        .iter()
-        .enumerate()
+    let fleet: Vec<String> = (model.throttle.budgets.iter().enumerate())
         .filter(|(i, b)| {
-            !f.per_replica.contains(i) && (b.max_in_flight.is_some() || b.per_minute.is_some())
+            let per_replica = f.per_replica.iter().any(|r| r.get() == *i);
+            !per_replica && (b.max_in_flight.is_some() || b.per_minute.is_some())
         })
         .map(|(_, b)| format!("`{}`", b.name))
         .collect();
     let replica: Vec<String> = f
         .per_replica
         .iter()
-        .map(|&b| format!("`{}`", budgets[b].name))
+        .map(|&b| format!("`{}`", model.budget(b).name))
         .collect();
     let _ = writeln!(
         md,
@@ -450,7 +494,7 @@ fn fleet_section(md: &mut String, model: &Model) {
         duration_text(f.breaker_retry),
         duration_text(f.lease),
         duration_text(f.heartbeat),
-        if f.fail_closed {
+        if f.degraded == Degraded::Closed {
             "refuse every call (`fail: closed`)".to_string()
         } else {
             format!(
@@ -458,10 +502,10 @@ fn fleet_section(md: &mut String, model: &Model) {
                 f.margin_percent
             )
         },
-        f.admission_metric,
-        f.decisions_metric,
-        f.degraded_metric,
-        f.share_metric,
+        f.metrics.admission,
+        f.metrics.decisions,
+        f.metrics.degraded,
+        f.metrics.share,
         f.alert,
     );
 }
@@ -487,7 +531,7 @@ fn replay_section(md: &mut String, model: &Model) {
             .map(|k| format!("`{k}`"))
             .collect::<Vec<_>>()
             .join(", "),
-        model.throttle.budgets[r.budget].name,
+        model.budget(r.budget).name,
         duration_text(r.lease),
         duration_text(r.pause),
         r.split,
@@ -512,7 +556,7 @@ fn replay_rows(md: &mut String, model: &Model) {
             .rows
             .iter()
             .filter(|r| r.replay == value)
-            .map(|r| r.row.as_str())
+            .map(|r| r.row)
             .collect();
         let meaning = match value {
             RowReplay::Outage => {
@@ -571,9 +615,16 @@ pub(super) fn schedule_text(s: &RetrySchedule) -> String {
     }
 }
 
-fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
-    let (ps, pr) = model.route(b.probe);
-    let (cs, cr) = model.route(b.canary);
+fn breaker_section(md: &mut String, model: &Model) {
+    let Some(b) = &model.breaker else {
+        let _ = writeln!(
+            md,
+            "\n## Circuit breaker\n\nNone: no failure opens anything, every call is sent."
+        );
+        return;
+    };
+    let (ps, pr) = model.route_of(b.probe);
+    let (cs, cr) = model.route_of(b.canary);
     let _ = writeln!(
         md,
         "\n## Circuit breaker ({})\n\nOpens on {} connection-level failures or 502/503 {}within {}. While open, the probe `{} {}` runs every {} ({} timeout); \
@@ -590,11 +641,11 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
         pr.method.as_str(),
         pr.path,
         duration_text(b.probe_interval),
-        duration_text(model.timeouts[b.probe_timeout].per_attempt),
+        duration_text(b.probe_timeout),
         b.healthy_probes,
         cr.method.as_str(),
         cr.path,
-        duration_text(model.timeouts[b.canary_timeout].per_attempt),
+        duration_text(b.canary_timeout),
         duration_text(b.deploy_suspected),
         duration_text(b.alert_after),
         pr.name,
@@ -606,16 +657,21 @@ fn breaker_section(md: &mut String, model: &Model, b: &crate::model::Breaker) {
         md,
         "\nThe canary is sent as the client itself, with its own tenant and key: no tenant is kept for canaries."
     );
-    if b.warm_up.is_empty() {
+    warm_ups(md, model);
+}
+
+/// The calls fired after a close, where the client enables them.
+fn warm_ups(md: &mut String, model: &Model) {
+    if model.warm_up.is_empty() {
         return;
     }
-    let calls: Vec<String> = b
+    let calls: Vec<String> = model
         .warm_up
         .iter()
         .map(|w| {
-            let (_, r) = model.route(w.route);
+            let (_, r) = model.route_of(w.endpoint);
             let timeout = w.timeout.map_or(String::new(), |t| {
-                format!(", {} timeout", duration_text(model.timeouts[t].per_attempt))
+                format!(", {} timeout", duration_text(model.timeout(t).per_attempt))
             });
             let pipeline = match (&w.pipeline_id, &model.api.headers.pipeline) {
                 (Some(id), Some(header)) => format!(", `{header}: {id}`"),

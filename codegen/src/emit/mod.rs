@@ -38,7 +38,7 @@ pub struct File {
 /// line, or the API's `api:` line for the files of the crate root.
 pub fn files(model: &Model) -> Result<Vec<File>, SpecErrors> {
     let api = &model.api.at;
-    docs::take_invalid();
+    identifiers(model)?;
     let mut out = vec![
         (api, rust("src/lib.rs", client::lib_rs(model))),
         (api, rust("src/client.rs", client::client_rs(model))),
@@ -49,7 +49,7 @@ pub fn files(model: &Model) -> Result<Vec<File>, SpecErrors> {
         (api, rust("src/types.rs", types::types_rs(model))),
     ];
     for (index, service) in model.services.iter().enumerate() {
-        let path = format!("src/{}.rs", services::module_name(service));
+        let path = format!("src/{}.rs", service.module);
         out.push((&service.at, rust(&path, services::service_rs(model, index))));
     }
     let mut errors = Vec::new();
@@ -155,7 +155,6 @@ fn toml_string(text: &str) -> String {
 /// A file the emitter wrote as text (checked for names all the same).
 fn text(path: &str, code: Result<String, String>) -> Result<File, String> {
     let code = code?;
-    invalid_names(path)?;
     Ok(File {
         path: path.into(),
         contents: format!("{HEADER}{code}"),
@@ -172,27 +171,40 @@ fn rust(path: &str, tokens: TokenStream) -> Result<File, String> {
 
 /// `tokens` (items of the file at `path`) pretty-printed, items spaced.
 fn pretty(path: &str, tokens: TokenStream) -> Result<String, String> {
-    invalid_names(path)?;
     let file: syn::File = syn::parse2(tokens).map_err(|e| {
         format!("internal error: the emitter produced invalid Rust for {path}: {e}")
     })?;
     Ok(space_items(&prettyplease::unparse(&file)))
 }
 
-/// The names given to [`docs::ident`] for the file at `path` that are no identifiers.
-fn invalid_names(path: &str) -> Result<(), String> {
-    let invalid = docs::take_invalid();
+/// Refuses a model whose names are no identifiers (one changed after
+/// lowering, which checks them all): an error for each spec item, naming them.
+fn identifiers(model: &Model) -> Result<(), SpecErrors> {
+    let mut invalid: Vec<(&crate::model::Location, Vec<String>)> = Vec::new();
+    for (at, name) in model.identifiers() {
+        if crate::naming::is_identifier(&name) {
+            continue;
+        }
+        let shown = format!(
+            "`{}`",
+            name.chars().take(80).collect::<String>().escape_debug()
+        );
+        match invalid.iter_mut().find(|(place, _)| *place == at) {
+            Some((_, names)) => names.push(shown),
+            None => invalid.push((at, vec![shown])),
+        }
+    }
     if invalid.is_empty() {
         return Ok(());
     }
-    Err(format!(
-        "internal error: names that are no Rust identifiers reached {path}: {}",
-        invalid
-            .iter()
-            .map(|n| format!("`{}`", n.escape_debug()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
+    let errors = invalid.into_iter().map(|(at, names)| {
+        let message = format!(
+            "internal error: names that are no Rust identifiers reached the emitter: {}",
+            names.join(", ")
+        );
+        at.error("", message)
+    });
+    Err(SpecErrors(errors.collect()))
 }
 
 /// Runs the crate's Rust files through `rustfmt`, so `cargo fmt` leaves

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use super::docs::{source, type_text};
 use crate::model::{
-    Conflict, Lane, Model, Returns, Route, Row, ScopeNeed, Service, Shape, TypeDef, TypeExpr,
+    Conflict, Item, Lane, Model, Returns, Route, ScopeNeed, Service, Shape, TaxonomyRow, TypeDef,
+    TypeExpr,
 };
 
 type Map<V> = oas3::Map<String, V>;
@@ -59,10 +60,10 @@ fn document(model: &Model) -> Spec {
     let api = &model.api;
     let mut paths: Map<PathItem> = Map::new();
     for (service, route) in model.routes() {
-        if paths.get(&route.path).is_none() {
-            paths.insert(route.path.clone(), PathItem::default());
+        if paths.get(route.path).is_none() {
+            paths.insert(route.path.to_owned(), PathItem::default());
         }
-        let item = paths.get_mut(&route.path).expect("inserted above");
+        let item = paths.get_mut(route.path).expect("inserted above");
         let op = Some(operation(model, service, route));
         match route.method {
             crate::model::Method::Get => item.get = op,
@@ -78,8 +79,8 @@ fn document(model: &Model) -> Spec {
     extensions.insert("retries".into(), retries(model));
     extensions.insert("budgets".into(), budgets(model));
     if let Some(b) = &model.breaker {
-        let (probe_service, probe) = model.route(b.probe);
-        let (canary_service, canary) = model.route(b.canary);
+        let (probe_service, probe) = model.route_of(b.probe);
+        let (canary_service, canary) = model.route_of(b.canary);
         extensions.insert(
             "breaker".into(),
             json!({
@@ -155,9 +156,9 @@ fn components(model: &Model) -> Components {
     let mut schemas: Map<Schema> = Map::new();
     for id in &api.ids {
         let mut s = if id.opaque {
-            opaque_id(model.api.opaque_max_len)
+            opaque_id(model.api.id_rules.opaque_max_len)
         } else {
-            string_schema(Some(api.id_pattern.text.clone()))
+            string_schema(Some(api.id_rules.pattern.text.to_owned()))
         };
         s.description = Some(described(&id.doc, &source(&id.source)));
         schemas.insert(id.name.clone(), object(s));
@@ -203,12 +204,12 @@ fn components(model: &Model) -> Components {
 
 /// An opaque ID: only what keeps a path safe (non-empty, bounded, no `/`,
 /// no control character, not `.` or `..`).
-fn opaque_id(max_len: u32) -> ObjectSchema {
+fn opaque_id(max_len: usize) -> ObjectSchema {
     let c = r"[^/\x00-\x1F\x7F]";
     let d = r"[^/.\x00-\x1F\x7F]";
     let mut s = string_schema(Some(format!("^({d}{c}*|\\.{d}{c}*|\\.\\.{c}+)$")));
     s.min_length = Some(1);
-    s.max_length = Some(u64::from(max_len));
+    s.max_length = Some(max_len as u64);
     s
 }
 
@@ -370,12 +371,12 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
         ));
     }
     if route.scope != ScopeNeed::Public {
-        let mut tenant = string_schema(Some(api.id_pattern.text.clone()));
+        let mut tenant = string_schema(Some(api.id_rules.pattern.text.to_owned()));
         tenant
             .extensions
-            .insert("reserved".into(), json!(api.reserved_tenants));
+            .insert("reserved".into(), json!(api.id_rules.reserved_tenants));
         parameters.push(parameter(
-            &headers.tenant,
+            headers.tenant,
             ParameterIn::Header,
             true,
             object(tenant),
@@ -383,7 +384,7 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
                 "The tenant, from `${}`; never defaulted, and never one of the reserved tenants \
                  ({}) (policy {}).",
                 api.tenant_env,
-                api.reserved_tenants.join(", "),
+                api.id_rules.reserved_tenants.join(", "),
                 super::docs::source(&api.tenant_source)
             )),
         ));
@@ -393,7 +394,7 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             name,
             ParameterIn::Header,
             true,
-            object(string_schema(Some(api.id_pattern.text.clone()))),
+            object(string_schema(Some(api.id_rules.pattern.text.to_owned()))),
             Some(format!(
                 "The workspace; every `{}` route needs it (400 without).",
                 service.name
@@ -405,13 +406,13 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             name,
             ParameterIn::Header,
             true,
-            object(string_schema(Some(api.id_pattern.text.clone()))),
+            object(string_schema(Some(api.id_rules.pattern.text.to_owned()))),
             Some("The Gutachten run or Analyse batch this call belongs to.".into()),
         ));
     }
     // The client sends a UUIDv4; the platform echoes any value.
     parameters.push(parameter(
-        &headers.request_id,
+        headers.request_id,
         ParameterIn::Header,
         false,
         object(typed(SchemaType::String)),
@@ -438,20 +439,17 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
     };
 
     let mut extensions = Map::new();
-    let timeout = &model.timeouts[route.timeout];
+    let timeout = model.timeout(route.timeout);
     extensions.insert(
         "timeout".into(),
         json!({ "class": timeout.name, "per_attempt_ms": millis(timeout.per_attempt) }),
     );
-    let retry = &model.retries[route.retry];
+    let retry = model.retry(route.retry);
     extensions.insert(
         "retry".into(),
         json!({ "class": retry.name, "attempts": retry.schedule.attempts() }),
     );
-    extensions.insert(
-        "budget".into(),
-        json!(model.throttle.budgets[route.budget].name),
-    );
+    extensions.insert("budget".into(), json!(model.budget(route.budget).name));
     extensions.insert("idempotent".into(), json!(route.idempotent));
     extensions.insert("replay".into(), json!(route.replay));
     extensions.insert("scope".into(), json!(scope_name(route.scope)));
@@ -486,7 +484,7 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
         route.doc,
         timeout.name,
         retry.name,
-        model.throttle.budgets[route.budget].name,
+        model.budget(route.budget).name,
         if route.idempotent {
             "idempotent"
         } else {
@@ -522,7 +520,7 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
     let mut out = Map::new();
     let mut echo = Map::new();
     echo.insert(
-        model.api.headers.request_id.clone(),
+        model.api.headers.request_id.to_owned(),
         ObjectOrReference::Object(Header {
             description: Some("The request's id, echoed.".into()),
             schema: Some(object(typed(SchemaType::String))),
@@ -578,7 +576,9 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
         let mut extensions = Map::new();
         // A create route's 409 is the success the client returns as
         // `Created::Existing`: said for generators that treat 4xx as errors.
-        let success = rows.iter().all(|r| r.conflict == Some(Conflict::Success));
+        let success = rows
+            .iter()
+            .all(|r| r.matches.conflict == Some(Conflict::Success));
         if success {
             extensions.insert("success".into(), json!(true));
         }
@@ -627,27 +627,28 @@ fn error_answers<'m>(
     model: &'m Model,
     service: &Service,
     route: &Route,
-) -> Vec<(String, Vec<&'m Row>)> {
+) -> Vec<(String, Vec<&'m Item<TaxonomyRow>>)> {
     let keyless = service.lane == Lane::Keyless || route.scope == ScopeNeed::Public;
-    let applies = |r: &Row| {
-        r.keyless.is_none_or(|k| k == keyless) && r.conflict.is_none_or(|c| c == route.conflict)
+    let applies = |r: &Item<TaxonomyRow>| {
+        r.matches.keyless.is_none_or(|k| k == keyless)
+            && r.matches.conflict.is_none_or(|c| c == route.conflict)
     };
-    let rows: Vec<&Row> = model
+    let rows: Vec<&Item<TaxonomyRow>> = model
         .rows
         .iter()
-        .filter(|r| r.status.is_some() && applies(r))
+        .filter(|r| r.matches.status.is_some() && applies(r))
         .collect();
     // Rows that may answer `status`: in order, up to the first without a
     // further condition (a detail or Retry-After), which catches the rest.
-    let matching = |status: u16| -> Vec<&Row> {
+    let matching = |status: u16| -> Vec<&Item<TaxonomyRow>> {
         let mut out = Vec::new();
         for r in &rows {
-            let (lo, hi) = r.status.expect("status rows");
+            let (lo, hi) = r.matches.status.expect("status rows");
             if status < lo || status > hi {
                 continue;
             }
             out.push(*r);
-            if r.detail.is_none() && r.retry_after.is_none() {
+            if r.matches.detail.is_none() && r.matches.retry_after.is_none() {
                 break;
             }
         }
@@ -655,20 +656,20 @@ fn error_answers<'m>(
     };
     let mut codes: Vec<u16> = Vec::new();
     for r in &rows {
-        let (lo, hi) = r.status.expect("status rows");
+        let (lo, hi) = r.matches.status.expect("status rows");
         if (400..=599).contains(&lo) && hi - lo < 10 {
             codes.extend(lo..=hi);
         }
     }
     codes.sort_unstable();
     codes.dedup();
-    let mut out: Vec<(String, Vec<&Row>)> = codes
+    let mut out: Vec<(String, Vec<&Item<TaxonomyRow>>)> = codes
         .into_iter()
         .map(|c| (c.to_string(), matching(c)))
         .collect();
     for (range, lo, hi) in [("4XX", 400, 499), ("5XX", 500, 599)] {
         // The catch-all of the hundred, if a row covers it whole.
-        if let Some(r) = rows.iter().find(|r| r.status == Some((lo, hi))) {
+        if let Some(r) = rows.iter().find(|r| r.matches.status == Some((lo, hi))) {
             out.push((range.to_owned(), vec![*r]));
         }
     }
@@ -683,24 +684,24 @@ fn event_schema(model: &Model, index: usize) -> Value {
     let mut events: Vec<Value> = s
         .events
         .iter()
-        .map(|(name, ty)| {
+        .map(|e| {
             json!({
                 "type": "object",
                 "required": ["event", "data"],
                 "properties": {
-                    "event": { "const": name },
+                    "event": { "const": e.name },
                     "data": {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": { "$ref": format!("#/components/schemas/{}", model.types[*ty].name) },
+                        "contentSchema": { "$ref": format!("#/components/schemas/{}", model.types[e.ty].name) },
                     },
                 },
             })
         })
         .collect();
-    let ends: Vec<&String> = [&s.error_event, &s.timeout_event]
+    let ends: Vec<&str> = [s.error_event, s.timeout_event]
         .into_iter()
-        .filter(|e| !s.events.iter().any(|(name, _)| name == *e))
+        .filter(|end| !s.events.iter().any(|e| e.name == *end))
         .collect();
     events.push(json!({
         "type": "object",
@@ -721,8 +722,8 @@ fn stream(model: &Model, index: usize) -> Value {
     let events: Vec<Value> = s
         .events
         .iter()
-        .map(|(name, ty)| {
-            json!({ "event": name, "data": { "$ref": format!("#/components/schemas/{}", model.types[*ty].name) } })
+        .map(|e| {
+            json!({ "event": e.name, "data": { "$ref": format!("#/components/schemas/{}", model.types[e.ty].name) } })
         })
         .collect();
     json!({
@@ -735,8 +736,8 @@ fn stream(model: &Model, index: usize) -> Value {
         "watchdog_ms": millis(s.watchdog),
         "keepalive_ms": s.keepalive.map(millis),
         "ceiling_ms": s.ceiling.map(millis),
-        "fallback": s.fallback.map(|r| {
-            let (service, route) = model.route(r);
+        "fallback": s.fallback.as_ref().map(|f| {
+            let (service, route) = model.route_of(f.route);
             format!("{}.{}", service.name, route.name)
         }),
         "resend": s.resend,
@@ -753,12 +754,12 @@ fn taxonomy(model: &Model) -> Value {
             .map(|r| {
                 let mut row = json!({
                     "row": r.row,
-                    "outcome": r.outcome.as_str(),
-                    "status": r.status.map(|(lo, hi)| if lo == hi { json!(lo) } else { json!([lo, hi]) }),
-                    "detail": r.detail.map(|d| model.details[d].name.clone()),
-                    "retry_after": r.retry_after,
+                    "outcome": r.matches.outcome.as_str(),
+                    "status": r.matches.status.map(|(lo, hi)| if lo == hi { json!(lo) } else { json!([lo, hi]) }),
+                    "detail": r.matches.detail.map(|d| model.details[d.get()].name),
+                    "retry_after": r.matches.retry_after,
                     "class": r.class,
-                    "retry": r.retry.map(|i| model.retries[i].name.clone()),
+                    "retry": r.retry.map(|i| model.retry(i).name),
                     "alert": r.alert,
                     "action": r.action.trim(),
                     "source": source(&r.source),
@@ -790,7 +791,7 @@ fn timeouts(model: &Model) -> Value {
                 if model.breaker.is_some() {
                     timeout["deploy_suspected_ms"] = json!(t.deploy_suspected.map(millis));
                 }
-                (t.name.clone(), timeout)
+                (t.name.to_owned(), timeout)
             })
             .collect(),
     )
@@ -803,7 +804,7 @@ fn retries(model: &Model) -> Value {
             .iter()
             .map(|r| {
                 (
-                    r.name.clone(),
+                    r.name.to_owned(),
                     json!({
                         "attempts": r.schedule.attempts(),
                         "schedule": super::markdown::schedule_text(&r.schedule),
@@ -823,7 +824,7 @@ fn budgets(model: &Model) -> Value {
             .iter()
             .map(|b| {
                 (
-                    b.name.clone(),
+                    b.name.to_owned(),
                     json!({ "max_in_flight": b.max_in_flight, "per_minute": b.per_minute, "doc": b.doc }),
                 )
             })

@@ -4,29 +4,27 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{
-    camel, doc, duration_text, field_ident, ident, inner_doc, rust_type, screaming, source,
-    type_text,
+    doc, duration_text, field_ident, ident, inner_doc, rust_type, source, type_text,
 };
 use crate::model::{
-    Conflict, Existence, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service, TypeExpr,
+    Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service,
+    TaxonomyRow, TypeExpr,
 };
+use crate::naming;
 
 /// Rust module of a service (`kg-service` -> `kg_service`).
 pub fn module_name(service: &Service) -> String {
-    service.name.replace('-', "_")
+    service.module.clone()
 }
 
 /// Name of the handle struct (`kg` -> `Kg`).
 pub fn handle_type(service: &Service) -> String {
-    camel(&service.handle)
+    service.handle_type.clone()
 }
 
 pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
-    // The routes' positions in `ENDPOINTS`: every route of the services before, in spec order.
-    let first: usize = model.services[..index].iter().map(|s| s.routes.len()).sum();
-    let endpoints =
-        (service.routes.iter().enumerate()).map(|(i, r)| endpoint(model, service, r, first + i));
+    let endpoints = service.routes.iter().map(|r| endpoint(model, r));
     let methods = service.routes.iter().map(|r| method(model, r));
     let mut proofs: Vec<&Existence> = model
         .routes()
@@ -35,7 +33,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         .collect();
     proofs.dedup_by_key(|e| (e.proven_by.service, e.proven_by.route));
     let ensures = proofs.into_iter().map(|e| ensure(model, e));
-    let handle = ident(&handle_type(service));
+    let handle = ident(&service.handle_type);
     let scoped = service.scope == ScopeNeed::Workspace;
     let pipelined = service.carries_pipeline();
     let mut fields = vec![quote!(client: &'c Client)];
@@ -83,7 +81,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
         format!(
             "Calls of `{}`, bound to one workspace: every request carries `{}`{}.",
             service.name,
-            model.api.headers.workspace.as_deref().unwrap_or_default(),
+            model.api.headers.workspace.unwrap_or_default(),
             super::docs::workspace_section(model)
         )
     } else {
@@ -92,7 +90,7 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     if pipelined {
         handle_doc.push_str(&format!(
             " Bound to one pipeline id: every call of a route that carries `{}` sends it{}.",
-            model.api.headers.pipeline.as_deref().unwrap_or_default(),
+            model.api.headers.pipeline.unwrap_or_default(),
             super::docs::pipeline_section(model)
         ));
     }
@@ -125,50 +123,18 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
 }
 
 /// The descriptor of `r`, at position `route` of the policy's routes.
-fn endpoint(model: &Model, service: &Service, r: &Route, route: usize) -> TokenStream {
-    let name = ident(&screaming(&r.name));
-    let (svc, op, path) = (&service.name, &r.name, &r.path);
-    let method = ident(&camel(&r.method.as_str().to_ascii_lowercase()));
-    let scope = ident(&format!("{:?}", r.scope));
-    let lane = ident(match service.lane {
-        Lane::Key => "Key",
-        Lane::Keyless => "Keyless",
-    });
-    let timeout = ident(&screaming(&model.timeouts[r.timeout].name));
-    let retry = ident(&screaming(&model.retries[r.retry].name));
-    let budget = ident(&screaming(&model.throttle.budgets[r.budget].name));
-    let conflict = super::policy::conflict(r.conflict);
-    let (idempotent, replay, pipeline) = (r.idempotent, r.replay, r.pipeline_id);
-    let max_response = super::docs::int(r.max_response);
-    let stream = match &r.returns {
-        Returns::Stream(i) => {
-            let s = ident(&screaming(&model.streams[*i].name));
-            quote!(Some(stream::#s))
-        }
-        _ => quote!(None),
-    };
+fn endpoint(model: &Model, r: &Route) -> TokenStream {
+    use sdk_policy::bake::Bake;
+    let name = ident(&r.constant);
     let text = format!(" `{} {}`", r.method.as_str(), r.path);
-    let route = super::docs::int(route as u64);
+    let names = super::policy::CrateNames {
+        model,
+        statics: false,
+    };
+    let value = r.endpoint.bake(&names);
     quote! {
         #[doc = #text]
-        pub static #name: Endpoint = Endpoint {
-            service: #svc,
-            operation: #op,
-            method: Method::#method,
-            path: #path,
-            scope: ScopeNeed::#scope,
-            lane: Lane::#lane,
-            timeout: timeout::#timeout,
-            retry: retry::#retry,
-            idempotent: #idempotent,
-            budget: budget::#budget,
-            replay: #replay,
-            conflict: #conflict,
-            pipeline_id: #pipeline,
-            stream: #stream,
-            max_response: #max_response,
-            route: RouteIx::new(#route),
-        };
+        pub static #name: Endpoint = #value;
     }
 }
 
@@ -180,25 +146,25 @@ pub fn reconcile_link(model: &Model, r: &Route, read: &RouteRef) -> String {
     if service.routes.iter().any(|x| std::ptr::eq(x, r)) {
         format!("[`Self::{}`]", target.name)
     } else {
-        let handle = handle_type(service);
         format!(
             "[`{handle}::{name}`](crate::{module}::{handle}::{name})",
+            handle = service.handle_type,
             name = target.name,
-            module = module_name(service)
+            module = service.module
         )
     }
 }
 
 /// The rustdoc of a method: the spec's words, then the route's policy.
 fn method_doc(model: &Model, r: &Route) -> TokenStream {
-    let timeout = &model.timeouts[r.timeout];
-    let retry = &model.retries[r.retry];
-    let budget = &model.throttle.budgets[r.budget];
+    let timeout = model.timeout(r.timeout);
+    let retry = model.retry(r.retry);
+    let budget = model.budget(r.budget);
     // The class's own doc is on its index constant: link it, do not repeat it.
     let mut timeout_text = format!(
         "[`{}`](crate::policy::timeout::{}), {} per attempt",
         timeout.name,
-        super::docs::screaming(&timeout.name),
+        naming::screaming(timeout.name),
         duration_text(timeout.per_attempt)
     );
     if let Some(longer) = timeout.deploy_suspected {
@@ -215,7 +181,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         format!(
             "- Retry class: [`{}`](crate::policy::retry::{}), {}",
             retry.name,
-            super::docs::screaming(&retry.name),
+            naming::screaming(retry.name),
             super::markdown::schedule_text(&retry.schedule)
         ),
         format!(
@@ -264,7 +230,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
     if r.pipeline_id {
         lines.push(format!(
             "- Carries `{}`: the pipeline id the handle was made with",
-            model.api.headers.pipeline.as_deref().unwrap_or_default()
+            model.api.headers.pipeline.unwrap_or_default()
         ));
     }
     lines.push(endings_line(model, r));
@@ -275,7 +241,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
 /// The error classes a call of `r` can end in, each with the taxonomy rows
 /// that give it: what a caller's `match` on [`Error::class`] covers.
 fn endings_line(model: &Model, r: &Route) -> String {
-    let applying: Vec<&crate::model::Row> = model
+    let applying: Vec<&Item<TaxonomyRow>> = model
         .rows
         .iter()
         .filter(|row| applies(model, r, row))
@@ -283,19 +249,19 @@ fn endings_line(model: &Model, r: &Route) -> String {
     let mut classes: Vec<(&str, Vec<&str>)> = Vec::new();
     for (at, row) in applying.iter().enumerate() {
         // A success row, or a 409 that is success or progress, is no error.
-        let success = row.class == "success" || row.conflict.is_some_and(|c| c != Conflict::Error);
+        let success = row.success || row.matches.conflict.is_some_and(|c| c != Conflict::Error);
         if success || shadowed(row, &applying[..at]) {
             continue;
         }
         match classes.iter_mut().find(|(c, _)| *c == row.class) {
-            Some((_, rows)) => rows.push(&row.row),
-            None => classes.push((&row.class, vec![&row.row])),
+            Some((_, rows)) => rows.push(row.row),
+            None => classes.push((row.class, vec![row.row])),
         }
     }
     let listed: Vec<String> = classes
         .iter()
         .map(|(class, rows)| {
-            let variant = camel(class);
+            let variant = model.variant(class);
             format!(
                 "[`{variant}`](crate::ErrorClass::{variant}) ({})",
                 rows.join(", ")
@@ -309,7 +275,7 @@ fn endings_line(model: &Model, r: &Route) -> String {
 }
 
 /// Whether taxonomy row `row` can match an outcome of a call of `r`.
-fn applies(model: &Model, r: &Route, row: &crate::model::Row) -> bool {
+fn applies(model: &Model, r: &Route, row: &Item<TaxonomyRow>) -> bool {
     use crate::model::OutcomeKind as K;
     let keyless = r.scope == ScopeNeed::Public
         || model
@@ -318,27 +284,27 @@ fn applies(model: &Model, r: &Route, row: &crate::model::Row) -> bool {
             .find(|s| s.routes.iter().any(|x| std::ptr::eq(x, r)))
             .is_some_and(|s| s.lane == Lane::Keyless);
     let stream = matches!(r.returns, Returns::Stream(_));
-    let kind = match row.outcome {
+    let kind = match row.matches.outcome {
         K::StreamError | K::StreamTimeout | K::StreamStalled | K::JobFailed => stream,
         K::Decode | K::TooLarge => !matches!(r.returns, Returns::Nothing),
         K::CircuitOpen => model.breaker.is_some(),
         _ => true,
     };
-    kind && row.keyless.is_none_or(|k| k == keyless)
-        && row.conflict.is_none_or(|c| c == r.conflict)
-        && row
-            .routes
-            .as_ref()
-            .is_none_or(|only| only.iter().any(|at| std::ptr::eq(model.route(*at).1, r)))
+    let m = &row.matches;
+    kind && m.keyless.is_none_or(|k| k == keyless)
+        && m.conflict.is_none_or(|c| c == r.conflict)
+        && m.routes
+            .is_none_or(|only| only.iter().any(|e| std::ptr::eq(*e, r.endpoint)))
 }
 
 /// Whether an earlier row without a further condition catches every
 /// status of `row` first (rows match in order).
-fn shadowed(row: &crate::model::Row, earlier: &[&crate::model::Row]) -> bool {
-    let Some((lo, hi)) = row.status else {
+fn shadowed(row: &Item<TaxonomyRow>, earlier: &[&Item<TaxonomyRow>]) -> bool {
+    let Some((lo, hi)) = row.matches.status else {
         return false;
     };
     earlier.iter().any(|e| {
+        let e = &e.matches;
         e.detail.is_none()
             && e.retry_after.is_none()
             && e.status.is_some_and(|(elo, ehi)| elo <= lo && hi <= ehi)
@@ -347,7 +313,7 @@ fn shadowed(row: &crate::model::Row, earlier: &[&crate::model::Row]) -> bool {
 
 fn method(model: &Model, r: &Route) -> TokenStream {
     let name = ident(&r.name);
-    let endpoint = ident(&screaming(&r.name));
+    let endpoint = ident(&r.constant);
     let docs = method_doc(model, r);
     let mut args = Vec::new();
     let mut steps = Vec::new();
@@ -417,10 +383,14 @@ fn method(model: &Model, r: &Route) -> TokenStream {
             let event = if stream.events.is_empty() {
                 quote!(sdk_runtime::sse::SseEvent)
             } else {
-                let e = ident(&super::types::event_enum_name(stream));
+                let e = ident(&stream.event_type);
                 quote!(crate::types::#e)
             };
-            match stream.fallback.map(|f| &model.route(f).1.returns) {
+            match stream
+                .fallback
+                .as_ref()
+                .map(|f| &model.route_of(f.route).1.returns)
+            {
                 Some(Returns::Body(status)) => {
                     let status = rust_type(status);
                     // Lazy: nothing is sent until the stream is first polled.

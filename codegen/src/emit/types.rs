@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::docs::{camel, doc, field_ident, ident, inner_doc, rust_type, source};
+use super::docs::{doc, field_ident, ident, inner_doc, rust_type, source};
 use crate::model::{Model, Shape, Stream, TypeDef, TypeExpr, Variant};
 
 pub fn types_rs(model: &Model) -> TokenStream {
@@ -33,32 +33,27 @@ pub fn types_rs(model: &Model) -> TokenStream {
     }
 }
 
-/// The name of a stream's typed event enum (`orchestrator` → `OrchestratorEvent`).
-pub fn event_enum_name(stream: &Stream) -> String {
-    format!("{}Event", camel(&stream.name))
-}
-
 /// A stream's events as one enum: a variant per typed event, `Other` for the
 /// rest, decoded by the runtime through `sdk_runtime::StreamEvent`.
 fn event_enum(model: &Model, stream: &Stream) -> TokenStream {
-    let name = ident(&event_enum_name(stream));
+    let name = ident(&stream.event_type);
     let docs = doc(&format!(
         "An event of the `{}` stream, typed by its name (streams.yaml `events`).",
         stream.name
     ));
-    let variants = stream.events.iter().map(|(event, ty)| {
-        let variant = ident(&camel(event));
-        let ty = ident(&model.types[*ty].name);
-        let text = doc(&format!("`event: {event}`"));
+    let variants = stream.events.iter().map(|e| {
+        let variant = ident(&e.variant);
+        let ty = ident(&model.types[e.ty].name);
+        let text = doc(&format!("`event: {}`", e.name));
         quote!(#text #variant(#ty))
     });
-    let arms = stream.events.iter().map(|(event, _)| {
-        let variant = ident(&camel(event));
-        quote!(#event => #name::#variant(serde_json::from_str(&event.data)?))
+    let arms = stream.events.iter().map(|e| {
+        let (variant, wire) = (ident(&e.variant), &e.name);
+        quote!(#wire => #name::#variant(serde_json::from_str(&event.data)?))
     });
-    let names = stream.events.iter().map(|(event, _)| {
-        let variant = ident(&camel(event));
-        quote!(#name::#variant(_) => #event)
+    let names = stream.events.iter().map(|e| {
+        let (variant, wire) = (ident(&e.variant), &e.name);
+        quote!(#name::#variant(_) => #wire)
     });
     quote! {
         #docs

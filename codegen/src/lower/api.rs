@@ -6,14 +6,18 @@ use crate::spec;
 use super::{Cx, is_camel, is_snake};
 
 impl Cx<'_> {
-    pub(super) fn api(&mut self, api: &spec::ApiFile) -> Api {
-        let pattern = match super::id_pattern::parse(&api.ids.pattern) {
+    /// `ids.pattern`, or `None` with the error recorded.
+    pub(super) fn id_pattern(&mut self, api: &spec::ApiFile) -> Option<IdPattern<'static>> {
+        match super::id_pattern::parse(&api.ids.pattern) {
             Ok(pattern) => Some(pattern),
             Err(message) => {
                 self.error(&api.ids.pattern, "ids.pattern", message);
                 None
             }
-        };
+        }
+    }
+
+    pub(super) fn api(&mut self, api: &spec::ApiFile, pattern: Option<&IdPattern<'static>>) -> Api {
         // RFC 9110 §11.1: an auth scheme is a token.
         if api.auth.scheme.is_empty() || !api.auth.scheme.bytes().all(is_token_byte) {
             self.error(
@@ -61,11 +65,10 @@ impl Cx<'_> {
         }
         // Checked only against a pattern that lowered: a broken one is its own error.
         for reserved in pattern.iter().flat_map(|p| {
-            let rule = p.rule();
             api.ids
                 .reserved_tenants
                 .iter()
-                .filter(move |t| !rule.matches(t))
+                .filter(move |t| !p.matches(t))
         }) {
             self.error(
                 reserved,
@@ -118,7 +121,6 @@ impl Cx<'_> {
             at,
             crate_at: self.sources.locate(api.crate_name.span()),
             lanes,
-            opaque_max_len: *api.ids.opaque_max_len,
             name: api.api.to_string(),
             title: api.title.to_string(),
             crate_name: api.crate_name.to_string(),
@@ -128,22 +130,28 @@ impl Cx<'_> {
             key_env: api.auth.env.to_string(),
             tenant_env: api.auth.tenant_env.to_string(),
             production_env: api.auth.production_env.as_ref().map(|e| e.to_string()),
-            headers: Headers {
-                authorization: h.authorization.to_string(),
-                auth_scheme: api.auth.scheme.to_string(),
-                tenant: h.tenant.to_string(),
-                workspace: h.workspace.as_ref().map(|w| w.to_string()),
-                request_id: h.request_id.to_string(),
-                retry_after: h.retry_after.to_string(),
-                pipeline: h.pipeline.as_ref().map(|p| p.to_string()),
+            headers: HeaderNames {
+                authorization: leak(&h.authorization),
+                auth_scheme: leak(&api.auth.scheme),
+                tenant: leak(&h.tenant),
+                workspace: h.workspace.as_ref().map(|w| leak(w)),
+                request_id: leak(&h.request_id),
+                retry_after: leak(&h.retry_after),
+                pipeline: h.pipeline.as_ref().map(|p| leak(p)),
             },
-            id_pattern: pattern.unwrap_or_default(),
-            reserved_tenants: api
-                .ids
-                .reserved_tenants
-                .iter()
-                .map(|t| t.to_string())
-                .collect(),
+            id_rules: IdRules {
+                // A pattern that did not lower (its error recorded) matches nothing.
+                pattern: pattern.cloned().unwrap_or(IdPattern {
+                    text: leak(&api.ids.pattern),
+                    first: &[],
+                    rest: &[],
+                    min_len: 1,
+                    max_len: 0,
+                }),
+                reserved_tenants: leak_texts(api.ids.reserved_tenants.iter().map(|t| t.as_str())),
+                opaque: leak_texts((ids.iter().filter(|i| i.opaque)).map(|i| i.name.as_str())),
+                opaque_max_len: *api.ids.opaque_max_len as usize,
+            },
             ids,
             workspace_services: api
                 .workspace_services

@@ -8,7 +8,10 @@ use crate::spec;
 use super::Cx;
 
 impl Cx<'_> {
-    pub(super) fn degradation(&mut self, d: &spec::DegradationFile) -> (Vec<State>, Vec<Alert>) {
+    pub(super) fn degradation(
+        &mut self,
+        d: &spec::DegradationFile,
+    ) -> (Vec<Item<FeatureStateCopy>>, Vec<Alert>) {
         let mut states = Vec::new();
         for (name, s) in &d.states {
             let when = match s.when.as_str() {
@@ -26,11 +29,13 @@ impl Cx<'_> {
                     StateTrigger::Otherwise
                 }
             };
-            states.push(State {
-                name: name.to_string(),
+            states.push(Item {
+                value: FeatureStateCopy {
+                    state: leak(name),
+                    copy: s.copy.as_ref().map(|c| leak(c)),
+                    when,
+                },
                 doc: s.doc.to_string(),
-                when,
-                copy: s.copy.as_ref().map(|c| c.to_string()),
                 source: self.source(&s.source, s.inferred),
             });
         }
@@ -46,9 +51,11 @@ impl Cx<'_> {
                 );
             }
             alerts.push(Alert {
-                name: name.to_string(),
+                value: AlertSeverity {
+                    alert: leak(name),
+                    severity: leak(&a.severity),
+                },
                 doc: a.doc.to_string(),
-                severity: a.severity.to_string(),
                 reaches: d
                     .severities
                     .get(a.severity.as_str())
@@ -60,8 +67,12 @@ impl Cx<'_> {
         (states, alerts)
     }
 
-    pub(super) fn messages(&mut self, d: &spec::DegradationFile, rows: &[Row]) -> Vec<Message> {
-        let classes: BTreeSet<&str> = rows.iter().map(|r| r.class.as_str()).collect();
+    pub(super) fn messages(
+        &mut self,
+        d: &spec::DegradationFile,
+        rows: &[Item<TaxonomyRow>],
+    ) -> Vec<Item<ClassMessage>> {
+        let classes: BTreeSet<&str> = rows.iter().map(|r| r.class).collect();
         let mut out = Vec::new();
         for (class, m) in &d.messages {
             if !classes.contains(class.as_str()) {
@@ -71,9 +82,12 @@ impl Cx<'_> {
                     format!("no taxonomy row has the class `{}`", &**class),
                 );
             }
-            out.push(Message {
-                class: class.to_string(),
-                copy: m.copy.to_string(),
+            out.push(Item {
+                value: ClassMessage {
+                    class: leak(class),
+                    copy: leak(&m.copy),
+                },
+                doc: String::new(),
                 source: self.source(&m.source, m.inferred),
             });
         }
@@ -81,7 +95,7 @@ impl Cx<'_> {
         // answers (success, a 409 that means "still processing") need none.
         let at = d.messages.keys().next();
         for row in rows {
-            let answer = row.class == "success" || row.conflict.is_some();
+            let answer = row.success || row.matches.conflict.is_some();
             if !answer && !d.messages.keys().any(|c| c.as_str() == row.class) {
                 let message = format!(
                     "class `{}` (row {}) ends calls as an error and has no German message",
@@ -102,11 +116,10 @@ impl Cx<'_> {
         &mut self,
         d: &spec::DegradationFile,
         taxonomy: &spec::TaxonomyFile,
-    ) -> Option<Message> {
-        let copy = d.unknown_outcome.as_ref().map(|m| Message {
-            class: String::new(),
-            copy: m.copy.to_string(),
-            source: self.source(&m.source, m.inferred),
+    ) -> Option<&'static str> {
+        let copy = d.unknown_outcome.as_ref().map(|m| {
+            self.source(&m.source, m.inferred);
+            leak(&m.copy)
         });
         if copy.is_none()
             && let Some(r) = taxonomy.rows.iter().find(|r| r.outcome_unknown)
@@ -124,22 +137,22 @@ impl Cx<'_> {
         &mut self,
         d: &spec::DegradationFile,
         services: &[Service],
-    ) -> Vec<Feature> {
+    ) -> Vec<Item<FeaturePolicy>> {
         let mut out = Vec::new();
         for (name, f) in &d.features {
             let field = format!("features.{}.routes", &**name);
             if f.routes.is_empty() {
                 self.error(name, &field, "a feature depends on at least one route");
             }
-            let routes = f
-                .routes
-                .iter()
-                .filter_map(|r| self.route_ref(r, &field, services))
+            let routes = (f.routes.iter())
+                .filter_map(|r| self.endpoint_ref(r, &field, services))
                 .collect();
-            out.push(Feature {
-                name: name.to_string(),
+            out.push(Item {
+                value: FeaturePolicy {
+                    name: leak(name),
+                    routes: leak_all(routes),
+                },
                 doc: f.doc.to_string(),
-                routes,
                 source: self.source(&f.source, f.inferred),
             });
         }
@@ -169,11 +182,12 @@ impl Cx<'_> {
         for (index, (name, st)) in s.streams.iter().enumerate() {
             let field = |key: &str| format!("streams.{}.{key}", &**name);
             let at = format!("streams.{}", &**name);
+            let event_type = crate::naming::event_type(name);
             if !super::is_snake(name) {
                 self.error(name, &at, "stream names are snake_case");
             } else if self.name(name, &at) {
-                let enum_name = format!("{}Event", crate::emit::docs::camel(name));
-                if types.iter().any(|t| t.name == enum_name) {
+                let enum_name = &event_type;
+                if types.iter().any(|t| t.name == *enum_name) {
                     self.error(
                         name,
                         &at,
@@ -183,7 +197,7 @@ impl Cx<'_> {
             }
             let mut variants: Vec<String> = Vec::new();
             for event in st.events.keys() {
-                let variant = crate::emit::docs::camel(event);
+                let variant = crate::naming::camel(event);
                 let at = field(&format!("events.{}", &**event));
                 if !super::is_camel(&variant) || variant == "Self" {
                     self.error(
@@ -208,7 +222,10 @@ impl Cx<'_> {
                 self.fallback_fits(index, f, text, services, &field("fallback"));
             }
             let status = match (&st.fallback, &st.status) {
-                (Some(_), Some(read)) => Some(self.status_read(read, &field("status"))),
+                (Some(_), Some(read)) => {
+                    self.status_read(read, &field("status"));
+                    Some(read)
+                }
                 (Some(f), None) => {
                     self.error(
                         f,
@@ -228,12 +245,14 @@ impl Cx<'_> {
                 (None, None) => None,
             };
             let mut events = Vec::new();
-            for (event, ty) in &st.events {
+            for ((event, ty), variant) in st.events.iter().zip(variants) {
                 let at = field(&format!("events.{}", &**event));
                 match types.iter().position(|t| t.name == ty.as_str()) {
-                    Some(i) if matches!(types[i].shape, Shape::Struct(_)) => {
-                        events.push((event.to_string(), i))
-                    }
+                    Some(i) if matches!(types[i].shape, Shape::Struct(_)) => events.push(Event {
+                        name: event.to_string(),
+                        variant,
+                        ty: i,
+                    }),
                     Some(_) => self.error(
                         ty,
                         &at,
@@ -267,9 +286,8 @@ impl Cx<'_> {
                     self.states_listed(types, ty, &g.stage_field, &g.fail_closed, &at);
                 }
             }
-            out.push(Stream {
-                name: name.to_string(),
-                doc: st.doc.to_string(),
+            let value = StreamPolicy {
+                name: leak(name),
                 watchdog: self
                     .duration(&st.watchdog, &field("watchdog"))
                     .unwrap_or_default(),
@@ -281,21 +299,27 @@ impl Cx<'_> {
                     .ceiling
                     .as_ref()
                     .and_then(|c| self.duration(c, &field("ceiling"))),
-                fallback,
                 resync_after_reconnect: st.resync_after_reconnect,
                 resend: st.resend,
-                first_event: st.first_event.as_ref().map(|e| e.to_string()),
-                terminal_events: st.terminal_events.iter().map(|e| e.to_string()).collect(),
+                first_event: st.first_event.as_ref().map(|e| leak(e)),
+                terminal_events: leak_texts(st.terminal_events.iter().map(|e| e.as_str())),
                 ends_with_terminal: st.ends_with_terminal,
-                error_event: error_event.clone(),
-                timeout_event: timeout_event.clone(),
-                status,
-                events,
+                error_event,
+                timeout_event,
+                fallback: (fallback.zip(status)).map(|(f, read)| {
+                    fallback_read(services[f.service].routes[f.route].endpoint, read)
+                }),
                 stages: st
                     .stages
                     .as_ref()
                     .map(|g| self.stages(g, features, &field("stages"))),
-                lost_copy: st.lost_copy.as_ref().map(|c| c.to_string()),
+                lost_copy: st.lost_copy.as_ref().map(|c| leak(c)),
+            };
+            out.push(Stream {
+                value,
+                doc: st.doc.to_string(),
+                event_type,
+                events,
                 source: self.source(&st.source, st.inferred),
             });
         }
@@ -303,7 +327,7 @@ impl Cx<'_> {
     }
 
     /// The `error_events:` names: each one word, and not the same event.
-    fn error_events(&mut self, events: &spec::ErrorEvents) -> (String, String) {
+    fn error_events(&mut self, events: &spec::ErrorEvents) -> (&'static str, &'static str) {
         for (text, key) in [
             (&events.stream_error, "stream_error"),
             (&events.stream_timeout, "stream_timeout"),
@@ -323,10 +347,7 @@ impl Cx<'_> {
                 "stream_error and stream_timeout name different events",
             );
         }
-        (
-            events.stream_error.to_string(),
-            events.stream_timeout.to_string(),
-        )
+        (leak(&events.stream_error), leak(&events.stream_timeout))
     }
 
     /// The fallback is polled with the stream's own arguments: same scope,
@@ -366,7 +387,7 @@ impl Cx<'_> {
         }
     }
 
-    fn stages(&mut self, g: &spec::Stages, features: &[&str], field: &str) -> Stages {
+    fn stages(&mut self, g: &spec::Stages, features: &[&str], field: &str) -> StagePolicy {
         if !features.contains(&g.feature.as_str()) {
             self.error(
                 &g.feature,
@@ -381,15 +402,15 @@ impl Cx<'_> {
                 "name the status values of a failed stage (`failed`)",
             );
         }
-        let text = |v: &[spec::Text]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
-        Stages {
-            event: g.event.to_string(),
-            stage_field: g.stage_field.to_string(),
-            status_field: g.status_field.to_string(),
-            failed: text(&g.failed),
-            fail_closed: text(&g.fail_closed),
-            detail_field: g.detail_field.as_ref().map(|t| t.to_string()),
-            feature: g.feature.to_string(),
+        let texts = |v: &[spec::Text]| leak_texts(v.iter().map(|t| t.as_str()));
+        StagePolicy {
+            event: leak(&g.event),
+            stage_field: leak(&g.stage_field),
+            status_field: leak(&g.status_field),
+            failed: texts(&g.failed),
+            fail_closed: texts(&g.fail_closed),
+            detail_field: g.detail_field.as_ref().map(|t| leak(t)),
+            feature: leak(&g.feature),
         }
     }
 
@@ -435,7 +456,7 @@ impl Cx<'_> {
         }
     }
 
-    fn status_read(&mut self, read: &spec::StatusRead, field: &str) -> StatusRead {
+    fn status_read(&mut self, read: &spec::StatusRead, field: &str) {
         if read.completed.is_empty() || read.failed.is_empty() {
             self.error(
                 &read.field,
@@ -443,13 +464,18 @@ impl Cx<'_> {
                 "name at least one `completed` and one `failed` state",
             );
         }
-        let text = |v: &[spec::Text]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
-        StatusRead {
-            field: read.field.to_string(),
-            completed: text(&read.completed),
-            failed: text(&read.failed),
-            error_field: read.error_field.as_ref().map(|t| t.to_string()),
-            reopen_after: *read.reopen_after,
-        }
+    }
+}
+
+/// The status route a stream falls back to, and how its answer reads.
+fn fallback_read(route: &'static Endpoint, read: &spec::StatusRead) -> StreamFallback {
+    let texts = |v: &[spec::Text]| leak_texts(v.iter().map(|t| t.as_str()));
+    StreamFallback {
+        route,
+        status_field: leak(&read.field),
+        completed: texts(&read.completed),
+        failed: texts(&read.failed),
+        error_field: read.error_field.as_ref().map(|t| leak(t)),
+        reopen_after: *read.reopen_after,
     }
 }

@@ -2,7 +2,7 @@
 //! runtime checks an ID against, so the runtime needs no regex engine and the
 //! spec cannot name a pattern the runtime would enforce differently.
 
-use crate::model::IdPattern;
+use crate::model::{IdPattern, leak, leak_all};
 
 const SHAPE: &str = "an ID pattern is `^[first][rest]{min,max}$`, each class made of \
                      ranges (`a-z`, `0-9`) and single characters (`-`, `_`, `.`), \
@@ -13,7 +13,7 @@ const SHAPE: &str = "an ID pattern is `^[first][rest]{min,max}$`, each class mad
 pub const MAX_LEN: usize = 256;
 
 /// Parses `text`, or says what is wrong with it.
-pub fn parse(text: &str) -> Result<IdPattern, String> {
+pub fn parse(text: &str) -> Result<IdPattern<'static>, String> {
     let body = text
         .strip_prefix('^')
         .and_then(|t| t.strip_suffix('$'))
@@ -28,9 +28,9 @@ pub fn parse(text: &str) -> Result<IdPattern, String> {
         );
     }
     Ok(IdPattern {
-        text: text.to_owned(),
-        first,
-        rest,
+        text: leak(text),
+        first: leak_all(first),
+        rest: leak_all(rest),
         min_len: min + 1,
         max_len: max + 1,
     })

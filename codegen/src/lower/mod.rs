@@ -6,10 +6,11 @@
 mod api;
 mod degradation;
 mod id_pattern;
-pub(crate) mod names;
+mod names;
 mod policy;
 mod routes;
 mod taxonomy;
+mod types;
 
 use std::time::Duration;
 
@@ -25,7 +26,8 @@ pub use routes::placeholders;
 /// Lowers a parsed spec; returns `None` when any rule failed (see `sources`).
 pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let mut cx = Cx { sources };
-    let api = cx.api(&raw.api);
+    let pattern = cx.id_pattern(&raw.api);
+    let api = cx.api(&raw.api, pattern.as_ref());
     let timeouts = cx.timeouts(&raw.policy);
     let retries = cx.retries(&raw.policy);
     let throttle = cx.throttle(&raw.policy.throttle);
@@ -62,7 +64,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         }
     }
     let fresh_after = connections.fresh_after.iter().map(|s| **s).collect();
-    let log = cx.log(&raw.api.log);
+    let (log, log_fields) = cx.log(&raw.api.log);
     let metrics = cx.metrics(
         &raw.policy.metrics,
         raw.policy.breaker.is_some(),
@@ -73,19 +75,20 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let (states, alerts) = cx.degradation(&raw.degradation);
     let streams_index: Vec<&str> = raw.streams.streams.keys().map(|k| k.as_str()).collect();
     let types = cx.types(&raw.services, &api);
-    let names = Names {
-        timeouts: timeouts.iter().map(|t| t.name.as_str()).collect(),
-        retries: retries.iter().map(|r| r.name.as_str()).collect(),
-        budgets: throttle.budgets.iter().map(|b| b.name.as_str()).collect(),
+    let names = Known {
+        timeouts: timeouts.iter().map(|t| t.name).collect(),
+        retries: retries.iter().map(|r| r.name).collect(),
+        budgets: throttle.budgets.iter().map(|b| b.name).collect(),
         streams: streams_index,
         ids: api.ids.iter().map(|i| i.name.as_str()).collect(),
         types: types.iter().map(|t| t.name.as_str()).collect(),
-        details: details.iter().map(|d| d.name.as_str()).collect(),
-        alerts: alerts.iter().map(|a| a.name.as_str()).collect(),
-        states: states.iter().map(|s| s.name.as_str()).collect(),
+        details: details.iter().map(|d| d.name).collect(),
+        alerts: alerts.iter().map(|a| a.alert).collect(),
+        states: states.iter().map(|s| s.state).collect(),
         pipeline_header: api.headers.pipeline.is_some(),
     };
-    let mut services = cx.services(&raw.services, &api, &names, limits.as_ref());
+    let max_response = limits.as_ref().map(|(_, response)| *response);
+    let mut services = cx.services(&raw.services, &api, &names, max_response);
     for w in raw.api.workspace_services.iter().flat_map(|w| &w.services) {
         if !raw
             .services
@@ -102,27 +105,32 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     cx.existence(&raw.services, &mut services, &types);
     cx.reconciles(&raw.services, &mut services);
     cx.caller_budgets(&raw.policy.throttle, &services);
-    let states_when: Vec<StateTrigger> = states.iter().map(|s| s.when).collect();
-    let rows = cx.rows(
-        &raw.taxonomy,
-        &names,
-        &states_when,
-        taxonomy::Sections {
-            breaker: raw.policy.breaker.is_some(),
-            streams: !raw.streams.streams.is_empty(),
-            jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
-            replay: raw.policy.replay.is_some(),
-        },
-        &services,
-    );
+    let known = taxonomy::RowsKnow {
+        names: &names,
+        states: &states,
+        services: &services,
+        degradation: &raw.degradation,
+    };
+    let sections = taxonomy::Sections {
+        breaker: raw.policy.breaker.is_some(),
+        streams: !raw.streams.streams.is_empty(),
+        jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
+        replay: raw.policy.replay.is_some(),
+    };
+    let (rows, classes) = cx.rows(&raw.taxonomy, &known, sections);
     let messages = cx.messages(&raw.degradation, &rows);
     let unknown_outcome = cx.unknown_outcome(&raw.degradation, &raw.taxonomy);
     cx.streams_bounded(&services, &throttle, &raw.services);
+    let policy_alerts = &raw.policy.alerts;
+    let open_alert = policy_alerts.breaker_open.as_ref().map(|a| leak(a));
     let breaker = raw
         .policy
         .breaker
         .as_ref()
-        .map(|b| cx.breaker(b, &services, &names, &api.id_pattern));
+        .map(|b| cx.breaker(b, &services, &timeouts, open_alert.unwrap_or_default()));
+    let warm_up = (raw.policy.breaker.iter())
+        .flat_map(|b| cx.warm_up(b, &services, &names, pattern.as_ref()))
+        .collect();
     let feature_names: Vec<&str> = raw
         .degradation
         .features
@@ -140,21 +148,20 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         cx.source(&f.source, f.inferred);
         let at_least = cx.positive(&f.at_least, "fallbacks_sustained.at_least");
         let within = cx.duration(&f.within, "fallbacks_sustained.within")?;
-        Some((at_least, within, f.alert.to_string()))
+        Some((AlertRate { at_least, within }, leak(&f.alert)))
     });
     let buffering = raw.streams.buffering.as_ref().and_then(|b| {
         cx.reference(&b.alert, "buffering.alert", "alert", &names.alerts);
         cx.source(&b.source, b.inferred);
-        Some(Buffering {
+        Some(BufferingRule {
             min_events: cx.positive(&b.min_events, "buffering.min_events"),
             burst: cx.duration(&b.burst, "buffering.burst")?,
             silent_for: cx.duration(&b.silent_for, "buffering.silent_for")?,
             confirm_after: cx.positive(&b.confirm_after, "buffering.confirm_after"),
-            alert: b.alert.to_string(),
+            alert: leak(&b.alert),
         })
     });
     let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
-    let policy_alerts = &raw.policy.alerts;
     match (&policy_alerts.breaker_open, &raw.policy.breaker) {
         (Some(alert), Some(_)) => {
             cx.reference(alert, "alerts.breaker_open", "alert", &names.alerts);
@@ -181,7 +188,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let retry_exhausted_rate = policy_alerts.retry_exhausted_rate.as_ref().and_then(|r| {
         let at_least = cx.positive(&r.at_least, "alerts.retry_exhausted_rate.at_least");
         let within = cx.duration(&r.within, "alerts.retry_exhausted_rate.within")?;
-        Some((at_least, within))
+        Some(AlertRate { at_least, within })
     });
     let alert_look_back = cx.duration(&policy_alerts.look_back, "alerts.look_back");
     let features = cx.features(&raw.degradation, &services);
@@ -210,8 +217,9 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
             Some(b) => Some(b?),
             None => None,
         },
+        warm_up,
         throttle,
-        limits: limits?,
+        limits: limits?.0,
         pool_idle: pool_idle?,
         pool_idle_floor: pool_idle_floor?,
         keep_alive_margin: match keep_alive_margin {
@@ -229,8 +237,10 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         },
         metrics,
         log,
+        log_fields,
         details,
         rows,
+        classes,
         streams,
         buffering,
         fallbacks_sustained,
@@ -238,9 +248,8 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
         messages,
         unknown_outcome,
         alerts,
-        breaker_alert: policy_alerts.breaker_open.as_ref().map(|a| a.to_string()),
         retry_exhausted_rate,
-        retry_exhausted_alert: policy_alerts.retry_exhausted.to_string(),
+        retry_exhausted_alert: leak(&policy_alerts.retry_exhausted),
         alert_look_back: alert_look_back?,
         features,
         types,
@@ -249,7 +258,7 @@ pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
 }
 
 /// The names other items may refer to.
-struct Names<'a> {
+struct Known<'a> {
     timeouts: Vec<&'a str>,
     retries: Vec<&'a str>,
     budgets: Vec<&'a str>,
@@ -327,7 +336,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 impl Cx<'_> {
     /// Log names: a target of `[a-z_][a-z0-9_:]*`, fields that are snake_case
     /// and not one of the line's own, at most `MAX_PATH_FIELDS` path fields.
-    fn log(&mut self, l: &crate::spec::Log) -> LogNames {
+    fn log(&mut self, l: &crate::spec::Log) -> (LogNames, LogFields) {
         const OWN: &[&str] = &[
             "request_id",
             "tenant",
@@ -364,7 +373,7 @@ impl Cx<'_> {
         let field = |cx: &mut Self, text: &Text, key: &str| {
             if !is_snake(text)
                 || OWN.contains(&text.as_str())
-                || names::KEYWORDS.contains(&text.as_str())
+                || crate::naming::KEYWORDS.contains(&text.as_str())
             {
                 cx.error(
                     text,
@@ -375,7 +384,7 @@ impl Cx<'_> {
                     ),
                 );
             }
-            text.to_string()
+            leak(text)
         };
         let service_field = field(self, &l.service_field, "service_field");
         let workspace_field = field(self, &l.workspace_field, "workspace_field");
@@ -383,7 +392,7 @@ impl Cx<'_> {
         for (name, placeholders) in &l.path_fields {
             let key = format!("path_fields.{}", &**name);
             let name = field(self, name, &key);
-            path_fields.push((name, placeholders.iter().map(|p| p.to_string()).collect()));
+            path_fields.push((name, leak_texts(placeholders.iter().map(|p| p.as_str()))));
         }
         if path_fields.len() > sdk_policy::log::MAX_PATH_FIELDS {
             self.error(
@@ -393,18 +402,21 @@ impl Cx<'_> {
             );
         }
         self.source(&l.source, l.inferred);
-        LogNames {
-            target: l.target.to_string(),
-            service_field,
-            workspace_field,
-            path_fields,
-        }
+        let names = LogNames {
+            target: leak(&l.target),
+            path_fields: leak_all(path_fields),
+        };
+        let fields = LogFields {
+            service: service_field.to_owned(),
+            workspace: workspace_field.to_owned(),
+        };
+        (names, fields)
     }
 
     /// Metric names: Prometheus' charset, no `_total` (the exporter adds it
     /// to counters), and a breaker or stream metric only where there is one.
     /// A Prometheus metric name, without the `_total` counters get on export.
-    fn metric_name(&mut self, text: &Text, field: &str) -> String {
+    fn metric_name(&mut self, text: &Text, field: &str) -> &'static str {
         let ok = text.chars().enumerate().all(|(i, c)| {
             c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
         });
@@ -415,7 +427,7 @@ impl Cx<'_> {
                 "a metric name matches [a-zA-Z_:][a-zA-Z0-9_:]* and has no `_total` (counters get it on export)",
             );
         }
-        text.to_string()
+        leak(text)
     }
 
     fn metrics(&mut self, m: &crate::spec::Metrics, breaker: bool, streams: bool) -> MetricNames {
@@ -537,6 +549,17 @@ impl Cx<'_> {
             );
         }
         found
+    }
+
+    /// The descriptor of the route `text` names (`handle.route`).
+    fn endpoint_ref(
+        &mut self,
+        text: &Text,
+        field: &str,
+        services: &[Service],
+    ) -> Option<&'static Endpoint> {
+        let r = self.route_ref(text, field, services)?;
+        Some(services[r.service].routes[r.route].endpoint)
     }
 
     fn route_ref(&mut self, text: &Text, field: &str, services: &[Service]) -> Option<RouteRef> {

@@ -1,25 +1,13 @@
 //! Names that become Rust identifiers, file names or a crate name: each is
 //! checked here, so the emitter only ever sees names it can write.
 
+use crate::naming::{KEYWORDS, UNRAWABLE};
 use crate::spec::Text;
 
 use super::Cx;
 
 /// Longest name of anything the spec names (a service, route, field, class).
 pub const MAX_NAME: usize = 64;
-
-/// Rust's strict and reserved keywords (edition 2024): as identifiers they
-/// are written raw (`r#type`), except the [`UNRAWABLE`] ones.
-pub const KEYWORDS: &[&str] = &[
-    "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern",
-    "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub",
-    "ref", "return", "self", "Self", "static", "struct", "super", "trait", "true", "type",
-    "unsafe", "use", "where", "while", "abstract", "become", "box", "do", "final", "gen", "macro",
-    "override", "priv", "try", "typeof", "unsized", "virtual", "yield",
-];
-
-/// Keywords a raw identifier cannot be.
-pub const UNRAWABLE: &[&str] = &["self", "Self", "super", "crate"];
 
 /// Names the generated crate root and its `types` module already use.
 const TAKEN_TYPES: &[&str] = &[
@@ -142,7 +130,7 @@ impl Cx<'_> {
         if !self.name(text, "service") {
             return false;
         }
-        let module = text.replace('-', "_");
+        let module = crate::naming::module(text);
         if !is_lower_word(text, &['-', '_']) || text.ends_with(['-', '_']) {
             self.error(
                 text,

@@ -3,10 +3,10 @@
 use crate::model::*;
 use crate::spec::{self, Text};
 
-use super::{Cx, Names, is_snake};
+use super::{Cx, Known, is_snake};
 
 impl Cx<'_> {
-    pub(super) fn timeouts(&mut self, policy: &spec::PolicyFile) -> Vec<Timeout> {
+    pub(super) fn timeouts(&mut self, policy: &spec::PolicyFile) -> Vec<Item<TimeoutClass>> {
         let mut out = Vec::new();
         for (name, t) in &policy.timeouts {
             let field = format!("timeouts.{}", &**name);
@@ -18,18 +18,20 @@ impl Cx<'_> {
                 .deploy_suspected
                 .as_ref()
                 .and_then(|d| self.duration(d, &format!("{field}.deploy_suspected")));
-            out.push(Timeout {
-                name: name.to_string(),
+            out.push(Item {
+                value: TimeoutClass {
+                    name: leak(name),
+                    per_attempt: per_attempt.unwrap_or_default(),
+                    deploy_suspected,
+                },
                 doc: t.doc.to_string(),
-                per_attempt: per_attempt.unwrap_or_default(),
-                deploy_suspected,
                 source: self.source(&t.source, t.inferred),
             });
         }
         out
     }
 
-    pub(super) fn retries(&mut self, policy: &spec::PolicyFile) -> Vec<Retry> {
+    pub(super) fn retries(&mut self, policy: &spec::PolicyFile) -> Vec<Item<RetryClass>> {
         let mut out = Vec::new();
         for (name, r) in &policy.retries {
             let field = format!("retries.{}", &**name);
@@ -70,18 +72,20 @@ impl Cx<'_> {
                     }
                 }
             });
-            out.push(Retry {
-                name: name.to_string(),
+            out.push(Item {
+                value: RetryClass {
+                    name: leak(name),
+                    schedule: schedule.unwrap_or(RetrySchedule::Never),
+                    configurable,
+                },
                 doc: r.doc.to_string(),
-                schedule: schedule.unwrap_or(RetrySchedule::Never),
-                configurable,
                 source: self.source(&r.source, r.inferred),
             });
         }
         out
     }
 
-    fn schedule(&mut self, r: &spec::RetryClass, field: &str) -> Option<RetrySchedule> {
+    fn schedule(&mut self, r: &spec::Retry, field: &str) -> Option<RetrySchedule> {
         // Which optional numbers each kind takes; anything else is refused.
         let (allowed, _): (&[&str], ()) = match r.kind.as_str() {
             "never" => (&[], ()),
@@ -177,17 +181,19 @@ impl Cx<'_> {
             } else {
                 self.name(name, &field);
             }
-            budgets.push(Budget {
-                name: name.to_string(),
+            budgets.push(Item {
+                value: BudgetPolicy {
+                    name: leak(name),
+                    max_in_flight: b
+                        .max_in_flight
+                        .as_ref()
+                        .map(|v| self.positive(v, &format!("{field}.max_in_flight"))),
+                    per_minute: b
+                        .per_minute
+                        .as_ref()
+                        .map(|v| self.positive(v, &format!("{field}.per_minute"))),
+                },
                 doc: b.doc.to_string(),
-                max_in_flight: b
-                    .max_in_flight
-                    .as_ref()
-                    .map(|v| self.positive(v, &format!("{field}.max_in_flight"))),
-                per_minute: b
-                    .per_minute
-                    .as_ref()
-                    .map(|v| self.positive(v, &format!("{field}.per_minute"))),
                 source: self.source(&b.source, b.inferred),
             });
         }
@@ -216,7 +222,8 @@ impl Cx<'_> {
         }
     }
 
-    pub(super) fn limits(&mut self, l: &spec::Limits) -> Option<Limits> {
+    /// The limits, and the largest 2xx body of a route that names none (`limits.response`).
+    pub(super) fn limits(&mut self, l: &spec::SizeLimits) -> Option<(Limits, u64)> {
         let response = self.size(&l.response, "limits.response");
         let error_body = self.size(&l.error_body, "limits.error_body");
         let detail = self.size(&l.detail, "limits.detail");
@@ -231,15 +238,15 @@ impl Cx<'_> {
                 "a detail cannot be longer than the error body it is read from",
             );
         }
-        let source = self.source(&l.source, l.inferred);
-        Some(Limits {
-            response: response?,
-            error_body: error_body?,
-            detail: detail?,
-            sse_line: sse_line?,
-            sse_event: sse_event?,
-            source,
-        })
+        self.source(&l.source, l.inferred);
+        let bytes = |size: Option<u64>| size.map(|s| s as usize);
+        let limits = Limits {
+            error_body: bytes(error_body)?,
+            detail: bytes(detail)?,
+            sse_line: bytes(sse_line)?,
+            sse_event: bytes(sse_event)?,
+        };
+        Some((limits, response?))
     }
 
     /// An open stream holds its budget's slot for as long as it is open, so
@@ -254,7 +261,7 @@ impl Cx<'_> {
             for (route, (name, r)) in service.routes.iter().zip(&file.routes) {
                 let unbounded = throttle
                     .budgets
-                    .get(route.budget)
+                    .get(route.budget.get())
                     .is_some_and(|b| b.max_in_flight.is_none());
                 if matches!(route.returns, Returns::Stream(_)) && unbounded {
                     self.error(
@@ -270,70 +277,68 @@ impl Cx<'_> {
         }
     }
 
+    /// The breaker: its probe a public route, its canary a read, its
+    /// timeouts those of classes of `timeouts`.
     pub(super) fn breaker(
         &mut self,
         b: &spec::Breaker,
         services: &[Service],
-        names: &Names,
-        ids: &IdPattern,
-    ) -> Option<Breaker> {
-        let probe = self.route_ref(&b.probe_route, "breaker.probe_route", services);
-        let canary = self.route_ref(&b.canary_route, "breaker.canary_route", services);
-        if let Some(p) = probe
-            && services[p.service].routes[p.route].scope != ScopeNeed::Public
-        {
+        timeouts: &[Item<TimeoutClass>],
+        open_alert: &'static str,
+    ) -> Option<Item<BreakerPolicy>> {
+        let probe = self.endpoint_ref(&b.probe_route, "breaker.probe_route", services);
+        let canary = self.endpoint_ref(&b.canary_route, "breaker.canary_route", services);
+        if probe.is_some_and(|p| p.scope != ScopeNeed::Public) {
             self.error(
                 &b.probe_route,
                 "breaker.probe_route",
                 "the probe route must be public (it runs while auth may be broken)",
             );
         }
-        if let Some(c) = canary
-            && services[c.service].routes[c.route].method != Method::Get
-        {
+        if canary.is_some_and(|c| c.method != Method::Get) {
             self.error(
                 &b.canary_route,
                 "breaker.canary_route",
                 "the canary must be a read (GET)",
             );
         }
-        let probe_timeout = self.reference(
-            &b.probe_timeout,
-            "breaker.probe_timeout",
-            "timeout class",
-            &names.timeouts,
-        );
-        let canary_timeout = self.reference(
-            &b.canary_timeout,
-            "breaker.canary_timeout",
-            "timeout class",
-            &names.timeouts,
-        );
-        let warm_up = self.warm_up(b, services, names, ids);
-        Some(Breaker {
+        let names: Vec<&str> = timeouts.iter().map(|t| t.name).collect();
+        let timeout = |cx: &mut Self, text: &spec::Text, field: &str| {
+            let i = cx.reference(text, field, "timeout class", &names)?;
+            Some(timeouts[i].per_attempt)
+        };
+        let probe_timeout = timeout(self, &b.probe_timeout, "breaker.probe_timeout");
+        let canary_timeout = timeout(self, &b.canary_timeout, "breaker.canary_timeout");
+        let value = BreakerPolicy {
             threshold: self.positive(&b.threshold, "breaker.threshold"),
             window: self.duration(&b.window, "breaker.window")?,
             distinct_endpoints: b.distinct_endpoints,
             probe: probe?,
+            canary: canary?,
             probe_interval: self.duration(&b.probe_interval, "breaker.probe_interval")?,
             probe_timeout: probe_timeout?,
             healthy_probes: self.positive(&b.healthy_probes, "breaker.healthy_probes"),
-            canary: canary?,
             canary_timeout: canary_timeout?,
             deploy_suspected: self.duration(&b.deploy_suspected, "breaker.deploy_suspected")?,
             alert_after: self.duration(&b.alert_after, "breaker.alert_after")?,
-            warm_up,
+            open_alert,
+        };
+        Some(Item {
+            value,
+            doc: String::new(),
             source: self.source(&b.source, b.inferred),
         })
     }
 
-    fn warm_up(
+    /// The calls fired once after a close: each a route of the spec with
+    /// its path parameters and its body exactly when it takes one.
+    pub(super) fn warm_up(
         &mut self,
         b: &spec::Breaker,
         services: &[Service],
-        names: &Names,
-        ids: &IdPattern,
-    ) -> Vec<WarmUp> {
+        names: &Known,
+        ids: Option<&IdPattern<'static>>,
+    ) -> Vec<Item<WarmUpCall>> {
         let mut out = Vec::new();
         for (i, w) in b.warm_up.iter().enumerate() {
             let field = |key: &str| format!("breaker.warm_up.{i}.{key}");
@@ -355,7 +360,7 @@ impl Cx<'_> {
             }
             let body = w.body.as_ref().and_then(|text| {
                 match serde_json::from_str::<serde_json::Value>(text) {
-                    Ok(value) => Some(value.to_string()),
+                    Ok(value) => Some(leak(&value.to_string())),
                     Err(e) => {
                         self.error(text, field("body"), format!("not valid JSON: {e}"));
                         None
@@ -373,12 +378,16 @@ impl Cx<'_> {
                 self.reference(t, &field("timeout"), "timeout class", &names.timeouts)
             });
             let pipeline_id = self.warm_up_pipeline(w, target, ids, &field("pipeline_id"));
-            out.push(WarmUp {
-                route,
-                path: w.path.iter().map(|p| p.to_string()).collect(),
+            let value = WarmUpCall {
+                endpoint: target.endpoint,
+                path: leak_texts(w.path.iter().map(|p| p.as_str())),
                 body,
-                timeout,
+                timeout: timeout.map(|t| TimeoutIx::new(t as u16)),
                 pipeline_id,
+            };
+            out.push(Item {
+                value,
+                doc: String::new(),
                 source: self.source(&w.source, w.inferred),
             });
         }
@@ -393,9 +402,9 @@ impl Cx<'_> {
         &mut self,
         w: &spec::WarmUp,
         target: &Route,
-        ids: &IdPattern,
+        ids: Option<&IdPattern<'static>>,
         field: &str,
-    ) -> Option<String> {
+    ) -> Option<&'static str> {
         match (&w.pipeline_id, target.pipeline_id) {
             (None, true) => {
                 let message = "the route carries the pipeline header: give the warm-up call its own `pipeline_id`";
@@ -407,12 +416,13 @@ impl Cx<'_> {
                 None
             }
             // Checked only against a pattern that lowered: a broken one is its own error.
-            (Some(id), true) if *ids != IdPattern::default() && !ids.rule().matches(id) => {
-                let message = format!("`{}` does not match `ids.pattern` ({})", &**id, ids.text);
+            (Some(id), true) if ids.is_some_and(|p| !p.matches(id)) => {
+                let text = ids.map_or("", |p| p.text);
+                let message = format!("`{}` does not match `ids.pattern` ({text})", &**id);
                 self.error(id, field, message);
                 None
             }
-            (id, _) => id.as_ref().map(|id| id.to_string()),
+            (id, _) => id.as_ref().map(|id| leak(id)),
         }
     }
 }
@@ -426,7 +436,7 @@ impl Cx<'_> {
             let used = services
                 .iter()
                 .flat_map(|s| &s.routes)
-                .any(|r| r.budget == index);
+                .any(|r| r.budget.get() == index);
             if used {
                 continue;
             }
@@ -460,11 +470,11 @@ impl Cx<'_> {
     /// timings and sizes must be usable.
     pub(super) fn replay(
         &mut self,
-        r: &spec::Replay,
+        r: &spec::ReplayQueue,
         throttle: &Throttle,
-        names: &Names,
+        names: &Known,
         deadline: Option<std::time::Duration>,
-    ) -> Option<Replay> {
+    ) -> Option<Item<ReplayPolicy>> {
         let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
         if let Some(b) = budget
             && throttle.budgets[b].max_in_flight.is_none()
@@ -510,17 +520,21 @@ impl Cx<'_> {
             &names.alerts,
         );
         let source = self.source(&r.source, r.inferred);
-        Some(Replay {
-            budget: budget?,
+        let value = ReplayPolicy {
+            budget: BudgetIx::new(budget? as u16),
             lease: lease?,
             pause: pause?,
-            split,
-            kinds: r.kinds.iter().map(|k| k.to_string()).collect(),
+            split: split as usize,
+            kinds: leak_texts(r.kinds.iter().map(|k| k.as_str())),
             lock_attempts,
             lock_step: lock_step?,
             depth_metric,
             failures_metric,
-            failure_alert: r.failure_alert.to_string(),
+            failure_alert: leak(&r.failure_alert),
+        };
+        Some(Item {
+            value,
+            doc: String::new(),
             source,
         })
     }
@@ -533,8 +547,8 @@ impl Cx<'_> {
         &mut self,
         f: &spec::Fleet,
         throttle: &Throttle,
-        names: &Names,
-    ) -> Option<Fleet> {
+        names: &Known,
+    ) -> Option<Item<FleetPolicy>> {
         let shared = match f.backend.as_str() {
             "local" => Some(false),
             "redis" => Some(true),
@@ -547,9 +561,9 @@ impl Cx<'_> {
                 None
             }
         };
-        let fail_closed = match f.fail.as_str() {
-            "open" => Some(false),
-            "closed" => Some(true),
+        let degraded = match f.fail.as_str() {
+            "open" => Some(Degraded::Open),
+            "closed" => Some(Degraded::Closed),
             other => {
                 self.error(
                     &f.fail,
@@ -629,7 +643,7 @@ impl Cx<'_> {
                 ),
             );
         }
-        let mut per_replica: Vec<usize> = Vec::new();
+        let mut per_replica: Vec<BudgetIx> = Vec::new();
         for name in &f.per_replica {
             let Some(b) = self.reference(name, "fleet.per_replica", "budget", &names.budgets)
             else {
@@ -642,26 +656,28 @@ impl Cx<'_> {
                     "fleet.per_replica",
                     format!("`{}` has no limit of its own to keep per replica", &**name),
                 );
-            } else if per_replica.contains(&b) {
+            } else if per_replica.contains(&BudgetIx::new(b as u16)) {
                 self.error(
                     name,
                     "fleet.per_replica",
                     format!("`{}` is named twice", &**name),
                 );
             } else {
-                per_replica.push(b);
+                per_replica.push(BudgetIx::new(b as u16));
             }
         }
         let m = &f.metrics;
-        let admission_metric = self.metric_name(&m.admission, "fleet.metrics.admission");
-        let decisions_metric = self.metric_name(&m.decisions, "fleet.metrics.decisions");
-        let degraded_metric = self.metric_name(&m.degraded, "fleet.metrics.degraded");
-        let share_metric = self.metric_name(&m.share, "fleet.metrics.share");
+        let metrics = FleetMetricNames {
+            admission: self.metric_name(&m.admission, "fleet.metrics.admission"),
+            decisions: self.metric_name(&m.decisions, "fleet.metrics.decisions"),
+            degraded: self.metric_name(&m.degraded, "fleet.metrics.degraded"),
+            share: self.metric_name(&m.share, "fleet.metrics.share"),
+        };
         self.reference(&f.alert, "fleet.alert", "alert", &names.alerts);
         let source = self.source(&f.source, f.inferred);
-        Some(Fleet {
+        let value = FleetPolicy {
             shared: shared?,
-            url_env: f.url_env.to_string(),
+            url_env: leak(&f.url_env),
             deadline: deadline?,
             breaker_failures: failures,
             breaker_over: over?,
@@ -669,13 +685,14 @@ impl Cx<'_> {
             lease: lease?,
             heartbeat: heartbeat?,
             margin_percent: margin?,
-            fail_closed: fail_closed?,
-            per_replica,
-            admission_metric,
-            decisions_metric,
-            degraded_metric,
-            share_metric,
-            alert: f.alert.to_string(),
+            degraded: degraded?,
+            per_replica: leak_all(per_replica),
+            metrics,
+            alert: leak(&f.alert),
+        };
+        Some(Item {
+            value,
+            doc: String::new(),
             source,
         })
     }

@@ -1,379 +1,27 @@
-//! Checks and lowers the service files: types, services and their routes.
+//! Checks and lowers the service files: services and their routes.
 
 use std::collections::HashMap;
 
 use crate::model::*;
-use marked_yaml::Spanned;
-
+use crate::naming;
 use crate::spec::{self, Text};
 
-use super::{Cx, Names, is_camel, is_snake, one_of, position};
+use super::{Cx, Known, is_snake};
 
 impl Cx<'_> {
-    pub(super) fn types(&mut self, services: &[spec::ServiceFile], api: &Api) -> Vec<TypeDef> {
-        let mut seen: HashMap<String, String> = HashMap::new();
-        let mut out = Vec::new();
-        for service in services {
-            for (name, t) in &service.types {
-                let field = format!("types.{}", &**name);
-                if !is_camel(name) {
-                    self.error(name, &field, "type names are CamelCase");
-                } else if self.name(name, &field) {
-                    self.type_name(name, name, &field);
-                }
-                if api.ids.iter().any(|i| i.name == name.as_str())
-                    || ["TenantId", "WorkspaceId"].contains(&name.as_str())
-                {
-                    self.error(name, &field, "this name is already an ID type");
-                }
-                if let Some(other) = seen.insert(name.to_string(), service.service.to_string()) {
-                    self.error(
-                        name,
-                        &field,
-                        format!("type `{}` is already defined by service `{other}`", &**name),
-                    );
-                }
-                let shape = match (&t.fields, &t.values) {
-                    (Some(fields), None) => Shape::Struct(
-                        fields
-                            .iter()
-                            .map(|(f, _)| Field {
-                                name: f.to_string(),
-                                ty: TypeExpr::String, // resolved below, once every name is known
-                            })
-                            .collect(),
-                    ),
-                    (None, Some(values)) if !values.is_empty() => {
-                        Shape::Enum(self.variants(name, values))
-                    }
-                    _ => {
-                        self.error(
-                            name,
-                            &field,
-                            "a type has either `fields` or a non-empty `values` list",
-                        );
-                        Shape::Enum(Vec::new())
-                    }
-                };
-                out.push(TypeDef {
-                    name: name.to_string(),
-                    doc: t.doc.to_string(),
-                    shape,
-                    service: service.service.to_string(),
-                    source: t.source.as_ref().map(|s| self.source(s, t.inferred)),
-                });
-            }
-        }
-        // Resolve field types now that every type name is known.
-        let type_names: Vec<String> = out.iter().map(|t| t.name.clone()).collect();
-        let ids: Vec<&str> = api.ids.iter().map(|i| i.name.as_str()).collect();
-        let names = Names {
-            timeouts: vec![],
-            retries: vec![],
-            budgets: vec![],
-            streams: vec![],
-            ids,
-            types: type_names.iter().map(|s| s.as_str()).collect(),
-            details: vec![],
-            alerts: vec![],
-            states: vec![],
-            pipeline_header: api.headers.pipeline.is_some(),
-        };
-        let mut i = 0;
-        for service in services {
-            for (name, t) in &service.types {
-                if let (Some(fields), Shape::Struct(lowered)) = (&t.fields, &mut out[i].shape) {
-                    for (field, _) in fields.iter() {
-                        // `self` is written `self_` (serde keeps the wire name).
-                        if fields
-                            .keys()
-                            .any(|other| other.as_str() == arg_name(field) && other != field)
-                        {
-                            self.error(
-                                field,
-                                format!("types.{}.fields.{}", &**name, &**field),
-                                format!(
-                                    "`{}` is written `{}_` in Rust, the name of another field",
-                                    &**field, &**field
-                                ),
-                            );
-                        }
-                    }
-                    for ((field, ty), target) in fields.iter().zip(lowered.iter_mut()) {
-                        if !is_snake(field) {
-                            self.error(
-                                field,
-                                format!("types.{}.fields.{}", &**name, &**field),
-                                "field names are snake_case",
-                            );
-                        }
-                        let path = format!("types.{}.fields.{}", &**name, &**field);
-                        target.ty = self.type_expr(ty, &path, &names).unwrap_or(TypeExpr::Json);
-                    }
-                }
-                i += 1;
-            }
-        }
-        out
-    }
-
-    /// The values of a string enum, each a distinct wire string and a distinct
-    /// Rust variant that leaves `Unknown` to the values the spec does not list.
-    fn variants(&mut self, name: &Text, values: &[Spanned<spec::EnumValue>]) -> Vec<Variant> {
-        let field = format!("types.{}.values", &**name);
-        let mut wires = std::collections::HashSet::new();
-        let mut variants: HashMap<String, &str> = HashMap::new();
-        let mut out = Vec::new();
-        for v in values {
-            let at = v.span();
-            for key in &v.unknown_keys {
-                self.error(
-                    key,
-                    &field,
-                    format!(
-                        "unknown key `{}`: a value has `value`, `doc`, `source` and `inferred`",
-                        &**key
-                    ),
-                );
-            }
-            let Some(wire) = v.value.as_deref() else {
-                self.sources
-                    .at(at, &field, "a value in the long form needs `value`");
-                continue;
-            };
-            let variant = crate::emit::docs::camel(wire);
-            if !wires.insert(wire) {
-                self.sources
-                    .at(at, &field, format!("the value `{wire}` is listed twice"));
-                continue;
-            }
-            if !is_camel(&variant) {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!(
-                        "the value `{wire}` makes no Rust variant name: values are words of letters and digits, starting with a letter, joined by `_`, `-` or spaces"
-                    ),
-                );
-                continue;
-            }
-            if variant == "Self" {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!("the value `{wire}` would be the variant `Self`, a Rust keyword"),
-                );
-                continue;
-            }
-            if variant == "Unknown" {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!(
-                        "the value `{wire}` would be the variant `Unknown`, which holds the values this client does not know"
-                    ),
-                );
-                continue;
-            }
-            if let Some(other) = variants.insert(variant.clone(), wire) {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!("the values `{other}` and `{wire}` both make the variant `{variant}`"),
-                );
-                continue;
-            }
-            let source = v.source.as_ref().map(|s| Source {
-                section: s.clone(),
-                inferred: v.inferred,
-            });
-            if v.source.as_ref().is_some_and(|s| s.trim().is_empty()) {
-                self.sources.at(
-                    at,
-                    &field,
-                    "a value's `source` must name the policy section (e.g. \"§6.1\")",
-                );
-            }
-            if v.inferred && v.source.is_none() {
-                self.sources.at(
-                    at,
-                    &field,
-                    format!("the value `{wire}` is `inferred` but names no `source`"),
-                );
-            }
-            out.push(Variant {
-                wire: wire.to_owned(),
-                name: variant,
-                doc: v.doc.clone(),
-                source,
-            });
-        }
-        out
-    }
-
-    fn type_expr(&mut self, text: &Text, field: &str, names: &Names) -> Option<TypeExpr> {
-        match parse_type(text, names) {
-            Ok(t) => Some(t),
-            Err(message) => {
-                self.error(text, field, message);
-                None
-            }
-        }
-    }
-
     pub(super) fn services(
         &mut self,
         services: &[spec::ServiceFile],
         api: &Api,
-        names: &Names,
-        limits: Option<&Limits>,
+        names: &Known,
+        max_response: Option<u64>,
     ) -> Vec<Service> {
-        let mut handles: HashMap<String, String> = HashMap::new();
-        let mut handle_types: HashMap<String, String> = HashMap::new();
-        let mut modules: HashMap<String, String> = HashMap::new();
+        let mut taken = Taken::default();
         let mut out = Vec::new();
         for s in services {
-            if !is_snake(&s.handle) {
-                self.error(&s.handle, "handle", "handles are snake_case method names");
-            } else if self.name(&s.handle, "handle") {
-                let pascal = crate::emit::docs::camel(&s.handle);
-                self.type_name(&s.handle, &pascal, "handle");
-                if let Some(other) = handle_types.insert(pascal.clone(), s.handle.to_string())
-                    && other != s.handle.as_str()
-                {
-                    self.error(
-                        &s.handle,
-                        "handle",
-                        format!(
-                            "the handles `{other}` and `{}` would both be the type `{pascal}`",
-                            &*s.handle
-                        ),
-                    );
-                }
-            }
-            // The handle's struct and the service's module sit beside the
-            // client struct and Rust's own crates in the generated crate root.
-            // The name the emitter gives the handle's struct.
-            let pascal = crate::emit::docs::camel(&s.handle);
-            if api.ids.iter().any(|i| i.name == pascal) {
-                self.error(
-                    &s.handle,
-                    "handle",
-                    format!("the handle's type `{pascal}` would clash with the ID type `{pascal}`"),
-                );
-            }
-            if pascal == api.client {
-                self.error(
-                    &s.handle,
-                    "handle",
-                    format!(
-                        "the handle's type `{pascal}` would clash with the client `{}`",
-                        api.client
-                    ),
-                );
-            }
-            if self.service_name(&s.service) {
-                let module = s.service.replace('-', "_");
-                if let Some(other) = modules.insert(module.clone(), s.service.to_string()) {
-                    let message = if other == s.service.as_str() {
-                        format!("another service file already defines the service `{other}`")
-                    } else {
-                        format!(
-                            "`{other}` and `{}` would both be the module `{module}`",
-                            &*s.service
-                        )
-                    };
-                    self.error(&s.service, "service", message);
-                }
-            }
-            if let Some(other) = handles.insert(s.handle.to_string(), s.service.to_string()) {
-                self.error(
-                    &s.handle,
-                    "handle",
-                    format!(
-                        "duplicate method name: service `{other}` already has handle `{}`",
-                        &*s.handle
-                    ),
-                );
-            }
-            let scope = self.scope(&s.scope, "scope");
-            let lane = match s.lane.as_str() {
-                "key" => Lane::Key,
-                name => match api.lanes.iter().find(|(lane, _)| lane == name) {
-                    Some((_, true)) => Lane::Key,
-                    // Until the lane's own auth lands, a proxy injects the key.
-                    Some((_, false)) => Lane::Keyless,
-                    None => {
-                        let known: Vec<String> =
-                            api.lanes.iter().map(|(l, _)| format!("`{l}`")).collect();
-                        let mut choices = vec!["`key`".to_owned()];
-                        choices.extend(known);
-                        self.error(
-                            &s.lane,
-                            "lane",
-                            format!(
-                                "lane is one of {} (auth.lanes_authenticated)",
-                                choices.join(", ")
-                            ),
-                        );
-                        Lane::Key
-                    }
-                },
-            };
-            if let Some(doc) = &s.openapi
-                && (!doc.starts_with('/') || doc.contains(['?', '#', '{']))
-            {
-                self.error(
-                    doc,
-                    "openapi",
-                    "the document's path starts with `/` and has no query, fragment or placeholder",
-                );
-            }
-            if !s.prefix.starts_with('/') || s.prefix.ends_with('/') {
-                self.error(
-                    &s.prefix,
-                    "prefix",
-                    "a prefix starts with `/` and does not end with one",
-                );
-            }
-            let needs_workspace = api
-                .workspace_services
-                .iter()
-                .any(|w| w == s.service.as_str());
-            if scope == Some(ScopeNeed::Workspace) && api.headers.workspace.is_none() {
-                self.error(
-                    &s.scope,
-                    "scope",
-                    "a workspace service needs `headers.workspace` in api.yaml (the header its calls carry)",
-                );
-            }
-            let needs_pipeline = api
-                .pipeline_services
-                .iter()
-                .any(|p| p == s.service.as_str());
-            let mut routes = Vec::new();
-            for (name, r) in &s.routes {
-                let defaults = Defaults {
-                    scope: scope.unwrap_or(ScopeNeed::Tenant),
-                    needs_workspace,
-                    needs_pipeline,
-                    max_response: limits.map_or(0, |l| l.response),
-                };
-                let route = self.route(name, r, s, &defaults, names);
-                routes.push(route);
-            }
-            out.push(Service {
-                at: self.sources.locate(s.service.span()),
-                name: s.service.to_string(),
-                handle: s.handle.to_string(),
-                doc: s.doc.to_string(),
-                prefix: s.prefix.to_string(),
-                openapi: s.openapi.as_ref().map(|d| d.to_string()),
-                scope: scope.unwrap_or(ScopeNeed::Tenant),
-                lane,
-                routes,
-                source: self.source(&s.source, s.inferred),
-            });
+            let position = out.iter().map(|s: &Service| s.routes.len()).sum();
+            let service = self.service(s, api, names, &mut taken, (position, max_response));
+            out.push(service);
         }
         // `workspace_services` entries are checked at their own line (`lower`).
         for w in &api.pipeline_services {
@@ -388,16 +36,187 @@ impl Cx<'_> {
         out
     }
 
+    /// A service and its routes, the first at `position` among the API's,
+    /// each reading at most `max_response` unless it says otherwise.
+    fn service(
+        &mut self,
+        s: &spec::ServiceFile,
+        api: &Api,
+        names: &Known,
+        taken: &mut Taken,
+        (position, max_response): (usize, Option<u64>),
+    ) -> Service {
+        // The handle's struct and the service's module sit beside the
+        // client struct and Rust's own crates in the generated crate root.
+        let handle_type = naming::camel(&s.handle);
+        let module = naming::module(&s.service);
+        self.service_names(s, api, taken, &handle_type, &module);
+        let scope = self.scope(&s.scope, "scope");
+        let lane = self.lane(s, api);
+        self.service_paths(s);
+        if scope == Some(ScopeNeed::Workspace) && api.headers.workspace.is_none() {
+            self.error(
+                &s.scope,
+                "scope",
+                "a workspace service needs `headers.workspace` in api.yaml (the header its calls carry)",
+            );
+        }
+        let listed = |list: &[String]| list.iter().any(|w| w == s.service.as_str());
+        let mut routes = Vec::new();
+        for (name, r) in &s.routes {
+            let defaults = Defaults {
+                service: leak(&s.service),
+                scope: scope.unwrap_or(ScopeNeed::Tenant),
+                lane,
+                needs_workspace: listed(&api.workspace_services),
+                needs_pipeline: listed(&api.pipeline_services),
+                max_response: max_response.unwrap_or(0),
+                position: position + routes.len(),
+            };
+            routes.push(self.route(name, r, s, &defaults, names));
+        }
+        Service {
+            at: self.sources.locate(s.service.span()),
+            name: s.service.to_string(),
+            module,
+            handle: s.handle.to_string(),
+            handle_type,
+            doc: s.doc.to_string(),
+            prefix: s.prefix.to_string(),
+            openapi: s.openapi.as_ref().map(|d| d.to_string()),
+            scope: scope.unwrap_or(ScopeNeed::Tenant),
+            lane,
+            routes,
+            source: self.source(&s.source, s.inferred),
+        }
+    }
+
+    /// The handle (a client method), its type and the service's module: each
+    /// a name of its own, and none another service's or the crate's.
+    fn service_names(
+        &mut self,
+        s: &spec::ServiceFile,
+        api: &Api,
+        taken: &mut Taken,
+        pascal: &str,
+        module: &str,
+    ) {
+        if !is_snake(&s.handle) {
+            self.error(&s.handle, "handle", "handles are snake_case method names");
+        } else if self.name(&s.handle, "handle") {
+            self.type_name(&s.handle, pascal, "handle");
+            if let Some(other) =
+                (taken.handle_types).insert(pascal.to_owned(), s.handle.to_string())
+                && other != s.handle.as_str()
+            {
+                self.error(
+                    &s.handle,
+                    "handle",
+                    format!(
+                        "the handles `{other}` and `{}` would both be the type `{pascal}`",
+                        &*s.handle
+                    ),
+                );
+            }
+        }
+        if api.ids.iter().any(|i| i.name == pascal) {
+            self.error(
+                &s.handle,
+                "handle",
+                format!("the handle's type `{pascal}` would clash with the ID type `{pascal}`"),
+            );
+        }
+        if pascal == api.client {
+            self.error(
+                &s.handle,
+                "handle",
+                format!(
+                    "the handle's type `{pascal}` would clash with the client `{}`",
+                    api.client
+                ),
+            );
+        }
+        if self.service_name(&s.service)
+            && let Some(other) = (taken.modules).insert(module.to_owned(), s.service.to_string())
+        {
+            let message = if other == s.service.as_str() {
+                format!("another service file already defines the service `{other}`")
+            } else {
+                format!(
+                    "`{other}` and `{}` would both be the module `{module}`",
+                    &*s.service
+                )
+            };
+            self.error(&s.service, "service", message);
+        }
+        if let Some(other) = (taken.handles).insert(s.handle.to_string(), s.service.to_string()) {
+            self.error(
+                &s.handle,
+                "handle",
+                format!(
+                    "duplicate method name: service `{other}` already has handle `{}`",
+                    &*s.handle
+                ),
+            );
+        }
+    }
+
+    /// `key`, or a lane of `auth.lanes_authenticated`: keyless until its auth lands.
+    fn lane(&mut self, s: &spec::ServiceFile, api: &Api) -> Lane {
+        if s.lane.as_str() == "key" {
+            return Lane::Key;
+        }
+        match api.lanes.iter().find(|(lane, _)| lane == s.lane.as_str()) {
+            Some((_, true)) => Lane::Key,
+            // Until the lane's own auth lands, a proxy injects the key.
+            Some((_, false)) => Lane::Keyless,
+            None => {
+                let known = api.lanes.iter().map(|(l, _)| format!("`{l}`"));
+                let choices: Vec<String> =
+                    std::iter::once("`key`".to_owned()).chain(known).collect();
+                self.error(
+                    &s.lane,
+                    "lane",
+                    format!(
+                        "lane is one of {} (auth.lanes_authenticated)",
+                        choices.join(", ")
+                    ),
+                );
+                Lane::Key
+            }
+        }
+    }
+
+    /// The prefix of every route's path, and the path of the service's own
+    /// OpenAPI document.
+    fn service_paths(&mut self, s: &spec::ServiceFile) {
+        if let Some(doc) = &s.openapi
+            && (!doc.starts_with('/') || doc.contains(['?', '#', '{']))
+        {
+            self.error(
+                doc,
+                "openapi",
+                "the document's path starts with `/` and has no query, fragment or placeholder",
+            );
+        }
+        if !s.prefix.starts_with('/') || s.prefix.ends_with('/') {
+            self.error(
+                &s.prefix,
+                "prefix",
+                "a prefix starts with `/` and does not end with one",
+            );
+        }
+    }
+
+    /// A route: the checks of each of its parts, then its descriptor.
     fn route(
         &mut self,
         name: &Text,
         r: &spec::Route,
         service: &spec::ServiceFile,
         defaults: &Defaults,
-        names: &Names,
+        names: &Known,
     ) -> Route {
-        let (service_scope, needs_workspace) = (defaults.scope, defaults.needs_workspace);
-        let field = |key: &str| format!("routes.{}.{key}", &**name);
         if !is_snake(name) {
             self.error(
                 name,
@@ -407,7 +226,63 @@ impl Cx<'_> {
         } else {
             self.name(name, &format!("routes.{}", &**name));
         }
-        // The method's arguments: path parameters, query parameters, the body.
+        self.arguments(name, r);
+        let method = self.method(name, r);
+        let path_params = self.path_params(name, r, names);
+        let query = (r.query.iter())
+            .map(|(q, ty)| {
+                let t = self.type_expr(ty, &at(name, &format!("query.{}", &**q)), names);
+                (q.to_string(), t.unwrap_or(TypeExpr::String))
+            })
+            .collect();
+        let body = self.body(name, r, method, names);
+        let returns = self.returns(name, r, names);
+        let scope = self.route_scope(name, r, service, defaults);
+        let conflict = self.conflict(name, r, method);
+        self.pipeline(name, r, service, defaults, names);
+        let max_response = (r.max_response.as_ref())
+            .and_then(|m| self.size(m, &at(name, "max_response")))
+            .unwrap_or(defaults.max_response);
+        let (timeout, retry, budget) = self.route_classes(name, r, names);
+        let endpoint = Endpoint {
+            service: defaults.service,
+            operation: leak(name),
+            method,
+            path: leak(&format!("{}{}", &*service.prefix, &*r.path)),
+            scope,
+            lane: defaults.lane,
+            timeout,
+            retry,
+            idempotent: r.idempotent,
+            budget,
+            replay: r.replay,
+            conflict,
+            pipeline_id: r.pipeline_id,
+            stream: match returns {
+                Returns::Stream(i) => Some(StreamIx::new(i as u16)),
+                _ => None,
+            },
+            max_response: max_response as usize,
+            route: RouteIx::new(defaults.position as u16),
+        };
+        Route {
+            endpoint: Box::leak(Box::new(endpoint)),
+            name: name.to_string(),
+            constant: naming::screaming(name),
+            reconcile: None, // resolved by `reconciles`, once every route is known
+            exists: None,    // resolved by `existence`, once every route is known
+            doc: r.doc.to_string(),
+            path_params,
+            query,
+            body,
+            returns,
+            source: self.source(&r.source, r.inferred),
+        }
+    }
+
+    /// The method's arguments (path parameters, query parameters, the body,
+    /// the proof of an ID that must exist): snake_case, and no two alike.
+    fn arguments(&mut self, name: &Text, r: &spec::Route) {
         let mut args: Vec<String> = r.body.iter().map(|_| "body".to_owned()).collect();
         let mut arg = |cx: &mut Self, text: &Text, key: String| {
             if !is_snake(text) {
@@ -417,33 +292,33 @@ impl Cx<'_> {
                     "parameter names are snake_case (they are the method's arguments)",
                 );
             }
-            let name = arg_name(text);
-            if args.contains(&name) {
-                cx.error(
-                    text,
-                    &key,
-                    format!(
-                        "`{}` would be a second argument `{name}` of the method",
-                        &**text
-                    ),
+            let argument = naming::argument(text);
+            if args.contains(&argument) {
+                let message = format!(
+                    "`{}` would be a second argument `{argument}` of the method",
+                    &**text
                 );
+                cx.error(text, &key, message);
             }
-            args.push(name);
+            args.push(argument);
         };
         for param in r.path_params.keys() {
-            arg(self, param, field(&format!("path_params.{}", &**param)));
+            arg(self, param, at(name, &format!("path_params.{}", &**param)));
         }
         for param in r.query.keys() {
-            arg(self, param, field(&format!("query.{}", &**param)));
+            arg(self, param, at(name, &format!("query.{}", &**param)));
         }
         if let Some(exists) = &r.exists {
             let stem = exists.field.strip_suffix("_id").unwrap_or(&exists.field);
             if !stem.is_empty() {
                 let stem = Text::new(*exists.field.span(), stem.to_owned());
-                arg(self, &stem, field("exists.field"));
+                arg(self, &stem, at(name, "exists.field"));
             }
         }
-        let method = match r.method.as_str() {
+    }
+
+    fn method(&mut self, name: &Text, r: &spec::Route) -> Method {
+        match r.method.as_str() {
             "GET" => Method::Get,
             "POST" => Method::Post,
             "PUT" => Method::Put,
@@ -452,158 +327,200 @@ impl Cx<'_> {
             other => {
                 self.error(
                     &r.method,
-                    field("method"),
+                    at(name, "method"),
                     format!("unknown method `{other}`: GET, POST, PUT, PATCH or DELETE"),
                 );
                 Method::Get
             }
-        };
+        }
+    }
+
+    /// The path's placeholders and `path_params` name the same parameters,
+    /// each an ID or a string; they are kept in the template's order.
+    fn path_params(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        names: &Known,
+    ) -> Vec<(String, TypeExpr)> {
         if !r.path.starts_with('/') {
-            self.error(&r.path, field("path"), "a path starts with `/`");
+            self.error(&r.path, at(name, "path"), "a path starts with `/`");
         }
         let placeholders = placeholders(&r.path);
         for p in &placeholders {
             if !r.path_params.keys().any(|k| k.as_str() == p) {
                 self.error(
                     &r.path,
-                    field("path"),
+                    at(name, "path"),
                     format!("placeholder `{{{p}}}` has no entry in `path_params`"),
                 );
             }
         }
         let mut path_params = Vec::new();
         for (param, ty) in &r.path_params {
+            let field = at(name, &format!("path_params.{}", &**param));
             if !placeholders.iter().any(|p| p == param.as_str()) {
-                self.error(
-                    param,
-                    field(&format!("path_params.{}", &**param)),
-                    format!(
-                        "path parameter `{}` is missing from the path template `{}`",
-                        &**param, &*r.path
-                    ),
+                let message = format!(
+                    "path parameter `{}` is missing from the path template `{}`",
+                    &**param, &*r.path
                 );
+                self.error(param, &field, message);
             }
-            let lowered = self.type_expr(ty, &field(&format!("path_params.{}", &**param)), names);
+            let lowered = self.type_expr(ty, &field, names);
             if let Some(t) = &lowered
                 && !matches!(t, TypeExpr::Id(_) | TypeExpr::String)
             {
-                self.error(
-                    ty,
-                    field(&format!("path_params.{}", &**param)),
-                    "a path parameter is an ID type or `string`",
-                );
+                self.error(ty, &field, "a path parameter is an ID type or `string`");
             }
             path_params.push((param.to_string(), lowered.unwrap_or(TypeExpr::String)));
         }
         // Keep template order: the emitter renders parameters as they appear.
         path_params.sort_by_key(|(p, _)| placeholders.iter().position(|q| q == p));
-        let query = r
-            .query
-            .iter()
-            .map(|(q, ty)| {
-                let t = self.type_expr(ty, &field(&format!("query.{}", &**q)), names);
-                (q.to_string(), t.unwrap_or(TypeExpr::String))
-            })
-            .collect();
-        let body = r
-            .body
-            .as_ref()
-            .and_then(|b| self.type_expr(b, &field("body"), names));
+        path_params
+    }
+
+    fn body(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        method: Method,
+        names: &Known,
+    ) -> Option<TypeExpr> {
+        let text = r.body.as_ref()?;
+        let body = self.type_expr(text, &at(name, "body"), names);
         if body.is_some() && method == Method::Get {
-            self.error(
-                r.body.as_ref().expect("checked"),
-                field("body"),
-                "a GET route has no body",
-            );
+            self.error(text, at(name, "body"), "a GET route has no body");
         }
-        let returns = match (&r.returns, &r.stream) {
+        body
+    }
+
+    /// A body's type, nothing, or a stream of `streams.yaml`.
+    fn returns(&mut self, name: &Text, r: &spec::Route, names: &Known) -> Returns {
+        match (&r.returns, &r.stream) {
             (Some(_), Some(stream)) => {
-                self.error(stream, field("stream"), "a stream route has no `returns`");
+                self.error(
+                    stream,
+                    at(name, "stream"),
+                    "a stream route has no `returns`",
+                );
                 Returns::Nothing
             }
-            (None, Some(stream)) => match position(&names.streams, stream) {
-                Some(i) => Returns::Stream(i),
-                None => {
-                    self.error(
-                        stream,
-                        field("stream"),
-                        format!(
-                            "unknown stream `{}`: expected one of {}",
-                            &**stream,
-                            one_of(&names.streams)
-                        ),
-                    );
-                    Returns::Nothing
-                }
-            },
+            (None, Some(stream)) => {
+                (self.reference(stream, &at(name, "stream"), "stream", &names.streams))
+                    .map_or(Returns::Nothing, Returns::Stream)
+            }
             (Some(t), None) if t.as_str() == "none" => Returns::Nothing,
             (Some(t), None) => Returns::Body(
-                self.type_expr(t, &field("returns"), names)
+                self.type_expr(t, &at(name, "returns"), names)
                     .unwrap_or(TypeExpr::Json),
             ),
             (None, None) => {
                 self.error(
                     name,
-                    field("returns"),
+                    at(name, "returns"),
                     "a route needs `returns` (or `stream`)",
                 );
                 Returns::Nothing
             }
+        }
+    }
+
+    /// The route's timeout class, retry class and budget, by name.
+    fn route_classes(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        names: &Known,
+    ) -> (TimeoutIx, RetryIx, BudgetIx) {
+        let mut index = |text: &Text, key: &str, what: &str, table: &[&str]| {
+            let found = self.reference(text, &at(name, key), what, table);
+            found.unwrap_or(0) as u16
         };
-        let timeout = self.reference(
-            &r.timeout,
-            &field("timeout"),
-            "timeout class",
-            &names.timeouts,
-        );
-        let retry = self.reference(&r.retry, &field("retry"), "retry class", &names.retries);
-        let budget = self.reference(&r.budget, &field("budget"), "budget", &names.budgets);
+        let timeout = index(&r.timeout, "timeout", "timeout class", &names.timeouts);
+        let retry = index(&r.retry, "retry", "retry class", &names.retries);
+        let budget = index(&r.budget, "budget", "budget", &names.budgets);
+        (
+            TimeoutIx::new(timeout),
+            RetryIx::new(retry),
+            BudgetIx::new(budget),
+        )
+    }
+
+    /// The service's scope unless the route names one; a workspace route
+    /// only in a workspace service, and every route of one needs it.
+    fn route_scope(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        service: &spec::ServiceFile,
+        defaults: &Defaults,
+    ) -> ScopeNeed {
+        let service_scope = defaults.scope;
         let scope = match &r.scope {
-            Some(s) => self.scope(s, &field("scope")).unwrap_or(service_scope),
+            Some(s) => self.scope(s, &at(name, "scope")).unwrap_or(service_scope),
             None => service_scope,
         };
+        let written = r.scope.as_ref().unwrap_or(&service.scope);
         if scope == ScopeNeed::Workspace && service_scope != ScopeNeed::Workspace {
             self.error(
-                r.scope.as_ref().unwrap_or(&service.scope),
-                field("scope"),
+                written,
+                at(name, "scope"),
                 "a workspace route belongs to a service whose scope is `workspace` (its handle carries the workspace)",
             );
         }
-        if needs_workspace && scope != ScopeNeed::Workspace {
-            let at = r.scope.as_ref().unwrap_or(&service.scope);
+        if defaults.needs_workspace && scope != ScopeNeed::Workspace {
             self.error(
-                at,
-                field("scope"),
+                written,
+                at(name, "scope"),
                 format!(
                     "`{}` is a workspace service (policy §3.2): every route needs the workspace, so scope must be `workspace`",
                     &*service.service
                 ),
             );
         }
-        let conflict = match r.conflict.as_ref().map(|c| c.as_str()) {
-            None => Conflict::Error,
-            Some("success") => Conflict::Success,
-            Some("poll") => Conflict::Poll,
-            Some(other) => {
-                self.error(
-                    r.conflict.as_ref().expect("some"),
-                    field("conflict"),
-                    format!("unknown conflict rule `{other}`: `success` or `poll`"),
-                );
+        scope
+    }
+
+    /// What a 409 means: an error unless the route says `success` (a create
+    /// that found its object) or `poll`.
+    fn conflict(&mut self, name: &Text, r: &spec::Route, method: Method) -> Conflict {
+        let Some(text) = &r.conflict else {
+            return Conflict::Error;
+        };
+        let conflict = match text.as_str() {
+            "success" => Conflict::Success,
+            "poll" => Conflict::Poll,
+            other => {
+                let message = format!("unknown conflict rule `{other}`: `success` or `poll`");
+                self.error(text, at(name, "conflict"), message);
                 Conflict::Error
             }
         };
         if conflict == Conflict::Success && method == Method::Get {
             self.error(
-                r.conflict.as_ref().expect("some"),
-                field("conflict"),
+                text,
+                at(name, "conflict"),
                 "`conflict: success` is for create routes, not GET",
             );
         }
+        conflict
+    }
+
+    /// The pipeline header: on every route of a pipeline service, and only
+    /// where the API names the header and a `PipelineId`.
+    fn pipeline(
+        &mut self,
+        name: &Text,
+        r: &spec::Route,
+        service: &spec::ServiceFile,
+        defaults: &Defaults,
+        names: &Known,
+    ) {
+        let field = at(name, "pipeline_id");
         if defaults.needs_pipeline && !r.pipeline_id {
             self.error(
                 name,
-                field("pipeline_id"),
+                &field,
                 format!(
                     "every `{}` route carries the pipeline header (api.yaml `pipeline_services`): add `pipeline_id: true`",
                     &*service.service
@@ -613,59 +530,41 @@ impl Cx<'_> {
         if r.pipeline_id && !names.pipeline_header {
             self.error(
                 name,
-                field("pipeline_id"),
+                &field,
                 "routes that carry the pipeline header need `headers.pipeline` in api.yaml",
             );
         }
         if r.pipeline_id && !names.ids.contains(&"PipelineId") {
             self.error(
                 name,
-                field("pipeline_id"),
+                &field,
                 "routes that carry the pipeline header need a `PipelineId` in `ids.types`",
             );
-        }
-        let max_response = r
-            .max_response
-            .as_ref()
-            .and_then(|m| self.size(m, &field("max_response")))
-            .unwrap_or(defaults.max_response);
-        Route {
-            name: name.to_string(),
-            max_response,
-            reconcile: None, // resolved by `reconciles`, once every route is known
-            exists: None,    // resolved by `existence`, once every route is known
-            doc: r.doc.to_string(),
-            method,
-            path: format!("{}{}", &*service.prefix, &*r.path),
-            path_params,
-            query,
-            body,
-            returns,
-            idempotent: r.idempotent,
-            timeout: timeout.unwrap_or(0),
-            retry: retry.unwrap_or(0),
-            budget: budget.unwrap_or(0),
-            replay: r.replay,
-            scope,
-            conflict,
-            pipeline_id: r.pipeline_id,
-            source: self.source(&r.source, r.inferred),
         }
     }
 }
 
-/// The argument a parameter (or the ID a route proves) is passed as.
-fn arg_name(name: &str) -> String {
-    if super::names::UNRAWABLE.contains(&name) {
-        format!("{name}_")
-    } else {
-        name.to_owned()
-    }
+/// The field `key` of the route `name`: `routes.upsert_entity.timeout`.
+fn at(name: &Text, key: &str) -> String {
+    format!("routes.{}.{key}", &**name)
+}
+
+/// The names the services took so far: a handle, a handle's type, a module
+/// each belong to one service.
+#[derive(Default)]
+struct Taken {
+    handles: HashMap<String, String>,
+    handle_types: HashMap<String, String>,
+    modules: HashMap<String, String>,
 }
 
 /// What a route of a service has unless it says otherwise.
 struct Defaults {
+    service: &'static str,
     scope: ScopeNeed,
+    lane: Lane,
+    /// The route's position among every route of the API.
+    position: usize,
     /// A workspace service (policy §3.2): every route needs the workspace.
     needs_workspace: bool,
     /// A pipeline service (policy §10.1): every route carries the pipeline header.
@@ -686,67 +585,6 @@ pub fn placeholders(path: &str) -> Vec<String> {
         rest = &rest[open + close + 1..];
     }
     out
-}
-
-/// Deepest nesting of a type expression (`list<map<T>?>` is 3): the real
-/// specs nest 2, and the Rust type of a deeper one would reach syn, whose
-/// parser recurses (10,000 levels overflow its stack).
-pub const MAX_TYPE_DEPTH: usize = 8;
-
-/// Parses a type expression such as `list<KbId>?`: the wrappers from the
-/// outside in, then the named type, in one pass over the text.
-fn parse_type(text: &str, names: &Names) -> Result<TypeExpr, String> {
-    let whole = text;
-    let mut text = text.trim();
-    let mut wrappers: Vec<fn(Box<TypeExpr>) -> TypeExpr> = Vec::new();
-    loop {
-        if wrappers.len() > MAX_TYPE_DEPTH {
-            return Err(format!(
-                "the type nests deeper than {MAX_TYPE_DEPTH} levels of list<>, map<> and ?"
-            ));
-        }
-        if let Some(inner) = text.strip_suffix('?') {
-            wrappers.push(TypeExpr::Optional);
-            text = inner.trim();
-            continue;
-        }
-        let prefix = [
-            ("list<", TypeExpr::List as fn(Box<TypeExpr>) -> TypeExpr),
-            ("map<", TypeExpr::Map),
-        ]
-        .into_iter()
-        .find_map(|(prefix, wrap)| text.strip_prefix(prefix).map(|inner| (inner, wrap)));
-        match prefix {
-            Some((inner, wrap)) => {
-                let inner = inner
-                    .strip_suffix('>')
-                    .ok_or_else(|| format!("`{}` is missing its closing `>`", whole.trim()))?;
-                wrappers.push(wrap);
-                text = inner.trim();
-            }
-            None => break,
-        }
-    }
-    let leaf = match text {
-        "string" => TypeExpr::String,
-        "integer" => TypeExpr::Integer,
-        "number" => TypeExpr::Number,
-        "boolean" => TypeExpr::Boolean,
-        "json" => TypeExpr::Json,
-        "TenantId" | "WorkspaceId" => TypeExpr::Id(text.to_string()),
-        _ if names.ids.contains(&text) => TypeExpr::Id(text.to_string()),
-        _ if names.types.contains(&text) => TypeExpr::Named(text.to_string()),
-        _ => {
-            let shown: String = text.chars().take(super::names::MAX_NAME).collect();
-            return Err(format!(
-                "unknown type `{shown}`: expected string, integer, number, boolean, json, an ID type, a type from `types`, list<T> or map<T>"
-            ));
-        }
-    };
-    Ok(wrappers
-        .into_iter()
-        .rev()
-        .fold(leaf, |inner, wrap| wrap(Box::new(inner))))
 }
 
 impl Cx<'_> {
