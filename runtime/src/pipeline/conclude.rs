@@ -96,8 +96,9 @@ pub(super) fn conclude(
         caller.note(endpoint, &request_id, Some(status), true);
         let recorder = std::sync::Arc::clone(recorder);
         let reply = Reply::new(recorder, endpoint, status, body, request_id, ledger);
-        let (local, fleet) = (admitted.permit.detach(), admitted.fleet);
-        let stream = (sent.response).map(|r| (r, StreamSlots { local, fleet }));
+        // Only an open stream keeps its slots past this call; a read's are
+        // freed when `admitted` drops here.
+        let stream = sent.response.map(|r| (r, held_open(admitted)));
         let answered = Answered {
             reply,
             stream,
@@ -115,6 +116,15 @@ pub(super) fn conclude(
         plan, gate, recorder, caller, run, &sent, verdict, request_id,
     );
     (step, transition)
+}
+
+/// The slots an open stream holds until it ends.
+fn held_open(admitted: Admitted<'_>) -> StreamSlots {
+    let fleet = admitted.fleet;
+    StreamSlots {
+        local: admitted.permit.detach(),
+        fleet,
+    }
 }
 
 /// What only an attempt's log line reads, its latency and the breaker's
