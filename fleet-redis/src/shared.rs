@@ -16,7 +16,7 @@ use sdk_runtime::fleet::{
     DarkMark, Fleet, FleetFuture, FleetMetrics, FleetSetup, FleetSlots, FleetStatus, Refusal, Turn,
     TurnTimes,
 };
-use sdk_runtime::throttle::{MAX_BUDGETS, Throttle};
+use sdk_runtime::throttle::{MAX_BUDGETS, Throttle, WindowsLeft};
 
 use crate::store::{Again, Answer, Ask, Beat, Keys, LeaseSet, Shape, Store, StoreError};
 use crate::{Glimpse, Rates, StoreBreaker, Switch, cap_share, rate_share, unseen_share};
@@ -212,6 +212,8 @@ struct State {
     slowest_failure: Duration,
     /// When the store stopped answering, at the last switch to degraded.
     lost: Option<Instant>,
+    /// When this replica last set its throttle to its degraded shares.
+    went_local: Option<Instant>,
 }
 
 /// What the store keeps of the fleet: its lease, the token bucket's pace
@@ -296,6 +298,7 @@ impl RedisFleet {
                     gates: None,
                     slowest_failure: Duration::ZERO,
                     lost: None,
+                    went_local: None,
                 }),
                 held: Mutex::new(HashMap::new()),
                 ended: Mutex::new(Vec::new()),
@@ -656,11 +659,12 @@ impl Inner {
         if self.applied.swap(epoch, Ordering::AcqRel) == epoch {
             return;
         }
-        let state = self.lock_state();
+        let mut state = self.lock_state();
         let live = state.live.len().max(1);
         let degraded = state.breaker.degraded();
         let lost = state.lost;
         let alone = state.live.iter().all(|id| *id == self.replica);
+        state.went_local = degraded.then(Instant::now);
         drop(state);
         let margin = self.policy.margin_percent;
         throttle.set_window_limits(&|budget, limit| {
@@ -863,18 +867,18 @@ impl Inner {
             return Err(Refusal::Closed);
         }
         let sets = question.sets();
-        let gates: Vec<Arc<Semaphore>> = {
+        let (gates, settling) = {
             let mut state = self.lock_state();
             let live = state.live.clone();
+            // Within a rolling second of going local, slots taken under the
+            // shared limits or counted in the seed may still be held.
+            let settling =
+                (state.went_local).is_some_and(|at| at.elapsed() < self.throttle.rate_period);
             let gates = state.gates.get_or_insert_with(|| self.gates(&live));
-            sets.iter()
-                .filter_map(|set| {
-                    gates
-                        .iter()
-                        .find(|(s, _)| s == set)
-                        .map(|(_, g)| Arc::clone(g))
-                })
-                .collect()
+            let gates: Vec<(LeaseSet, Arc<Semaphore>)> = (sets.iter())
+                .filter_map(|set| gates.iter().find(|(s, _)| s == set).cloned())
+                .collect();
+            (gates, settling)
         };
         // A request the throttle admitted before the switch, against the
         // shared limits, goes within this replica's share of its windows:
@@ -883,16 +887,28 @@ impl Inner {
             throttle.leave_windows(question.windows()).retake().await;
         }
         let mut permits = Vec::with_capacity(gates.len());
-        // A request that must wait for its share (ingest's is 1/1/0 of 2
-        // over three) waits without its slot of this replica's rolling
-        // second, and takes one again before it goes.
-        let mut left = None;
-        for gate in gates {
+        // A budget's share may keep a request waiting long (ingest's is
+        // 1/1/0 of 2 over three): it waits without its slot of this
+        // replica's rolling second, and takes one again before the global
+        // share. The global share's wait is one request's flight: it waits
+        // holding its slot, as the throttle's own global stage does, so no
+        // holder of the share queues for a slot; only just after the switch
+        // it takes its slot again within the share before it goes.
+        let mut left: Option<WindowsLeft<'_>> = None;
+        for (set, gate) in gates {
+            if set.is_none()
+                && !settling
+                && let Some(left) = left.take()
+            {
+                left.retake().await;
+            }
             if let Ok(permit) = Arc::clone(&gate).try_acquire_owned() {
                 permits.push(permit);
                 continue;
             }
-            left.get_or_insert_with(|| throttle.leave_windows(&[]));
+            if set.is_some() || settling {
+                left.get_or_insert_with(|| throttle.leave_windows(&[]));
+            }
             match gate.acquire_owned().await {
                 Ok(permit) => permits.push(permit),
                 // The store came back while this call waited: ask it.
