@@ -494,6 +494,32 @@ async fn a_hand_made_public_descriptor_of_a_tenant_route_is_refused() {
     );
 }
 
+/// The route says whether its answer is an event stream: a stream route
+/// sent as a call (its events and its slots dropped with the body) is
+/// refused before a byte, as a plain route opened as a stream is.
+#[tokio::test]
+async fn a_route_is_taken_as_its_kind_or_refused_before_a_byte() {
+    let server = Recorder::start(|_| json!([]).to_string().into_response()).await;
+    let grag = client(&server.url());
+    let stream = Call::new(&grag_client::bff::ORCHESTRATOR_EVENTS).path("job-1");
+    let e = grag.runtime().send(stream).await.unwrap_err();
+    assert_eq!((e.row(), e.attempts()), ("T22", 0), "{e}");
+    assert!(
+        e.detail().is_some_and(|d| d.contains("is a stream route")),
+        "{e}"
+    );
+    let plain = Call::new(&grag_client::workspaces::LIST_KBS);
+    let Err(e) = grag.runtime().open_stream(plain).await else {
+        panic!("a plain route opened as a stream");
+    };
+    assert_eq!((e.row(), e.attempts()), ("T22", 0), "{e}");
+    assert!(
+        e.detail().is_some_and(|d| d.contains("not a stream route")),
+        "{e}"
+    );
+    assert!(server.stop().await.is_empty(), "a refused call was sent");
+}
+
 #[test]
 fn no_override_may_change_the_scope_headers_or_the_reserved_tenants() {
     let renamed: &'static Policy = Box::leak(Box::new(Policy {

@@ -12,6 +12,7 @@ use sdk_policy::scope::{Id, IdKind};
 use crate::call::Call;
 use crate::error::{Class, Error};
 use crate::memory::Remembered;
+use crate::wire::Wire;
 
 pub(crate) struct Plan {
     pub policy: &'static Policy,
@@ -48,6 +49,18 @@ impl Plan {
         self.error(Class::Judged(OutcomeKind::Status, Some(r.row)), endpoint)
             .with_status_opt(r.status, r.detail)
             .with_detail_prefix("remembered")
+    }
+
+    /// Refuses a call taken as the other kind than its route says (a
+    /// stream route sent whole would drop its events and its slots).
+    pub(crate) fn check_wire(&self, call: &Call<'_>, wire: Wire) -> Result<(), Error> {
+        let endpoint = call.endpoint;
+        let reason = match (Wire::of(endpoint), wire) {
+            (Wire::Stream, Wire::Read) => "is a stream route: it is opened, not sent",
+            (Wire::Read, Wire::Stream) => "is not a stream route",
+            _ => return Ok(()),
+        };
+        Err(self.refused(endpoint, format!("{} {reason}", endpoint.path)))
     }
 
     /// Refuses a call whose scope does not fit its route, before a byte is

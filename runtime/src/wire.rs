@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use reqwest::header::HeaderName;
+use sdk_policy::endpoint::Endpoint;
 use sdk_policy::policy::OutcomeKind;
 
 use crate::backoff::parse_retry_after;
@@ -19,6 +20,16 @@ use crate::pool::Pool;
 pub(crate) enum Wire {
     Read,
     Stream,
+}
+
+impl Wire {
+    /// The route says it: a stream route's 2xx is its event stream.
+    pub(crate) fn of(endpoint: &Endpoint) -> Wire {
+        match endpoint.stream {
+            Some(_) => Wire::Stream,
+            None => Wire::Read,
+        }
+    }
 }
 
 /// What one attempt brought back.

@@ -98,8 +98,9 @@ impl Client {
     }
 
     /// Opens a stream through the same pipeline. The route says it is a
-    /// stream: a 2xx hands back its open response; any other success (a 409
-    /// on a create route) has no event stream and is a decode error.
+    /// stream (a plain route is refused before a byte): a 2xx hands back its
+    /// open response; any other success (a 409 a create route takes as its
+    /// answer) has no event stream and is a decode error.
     pub(crate) async fn open(&self, call: &Call<'_>) -> Result<Opened, Error> {
         if let Some(error) = self.refused_at_once(call) {
             return Err(error);
@@ -183,6 +184,7 @@ impl Client {
             ..
         } = &*self.parts;
         plan.check_scope(call)?;
+        plan.check_wire(call, wire)?;
         let mut run = Run::new(plan, call);
         match prelude(plan, gate, call, run.started) {
             Prelude::Go => {}
