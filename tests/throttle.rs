@@ -23,6 +23,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use grag_client::policy::budget;
 use grag_client::types::{
     ConvertRequest, CreateKb, Point, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
@@ -30,7 +31,7 @@ use grag_client::{Config, Created, DocumentId, Grag, KbId, PipelineId, TenantId}
 use grag_sim::testkit::{self, arrivals, max_in_any_window};
 use grag_sim::{Fault, Rule, Sim};
 use sdk_runtime::Policy;
-use sdk_runtime::policy::ThrottlePolicy;
+use sdk_runtime::policy::{BudgetIx, ThrottlePolicy};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -684,4 +685,70 @@ async fn a_backfill_sends_at_most_30_per_rolling_minute() {
         "the 31st came inside the window"
     );
     sim.stop().await;
+}
+
+/// An answered call gives its slots back when it returns, whatever it
+/// answered: more calls in a row than any cap holds slots for, and the
+/// throttle holds none after each one (only an open stream keeps its slots).
+#[tokio::test]
+async fn an_answered_call_gives_its_slots_back() {
+    let _serial = SERIAL.lock().await;
+    let sim = sim().await;
+    let grag = client(&sim);
+    create_kb(&grag).await;
+    let throttle = grag.runtime().throttle();
+    let budgets = &SCALED.throttle.budgets;
+    let held = |budget: BudgetIx| throttle.budget_in_flight(budget.get());
+    let cap = |budget: BudgetIx| budgets[budget.get()].max_in_flight.unwrap() as usize;
+    let idle = || {
+        assert_eq!(throttle.in_flight(), 0, "global slots held");
+        assert_eq!(held(budget::INGEST), Some(0), "ingest slots held");
+        assert_eq!(held(budget::RETRIEVAL), Some(0), "retrieval slots held");
+    };
+    for _ in 0..=SCALED.throttle.max_in_flight {
+        grag.workspaces().list_kbs().await.expect("list_kbs");
+        idle();
+    }
+    for i in 0..=cap(budget::INGEST) {
+        let upload = UploadDocument {
+            document_id: DocumentId::parse(&format!("doc-{i}")).unwrap(),
+            filename: format!("bericht-{i}.txt"),
+            content_type: "text/plain".into(),
+            content_base64: "UHLDvGZiZXJpY2h0".into(),
+            metadata: None,
+        };
+        grag.workspaces()
+            .upload_document(&kb(), &upload)
+            .await
+            .expect("upload");
+        idle();
+    }
+    for _ in 0..=cap(budget::RETRIEVAL) {
+        let query = SearchRequest {
+            query_text: "Prüffristen".into(),
+            top_k: 1,
+        };
+        let pipeline = testkit::pipeline();
+        (grag
+            .ai_gateway(&pipeline)
+            .search_rerank(&kb(), &query)
+            .await)
+            .expect("search");
+        idle();
+    }
+    // A create answered 409 (the KB exists): an answer, not a 2xx.
+    for _ in 0..=SCALED.throttle.max_in_flight {
+        let again = CreateKb {
+            kb_id: kb(),
+            name: "Methodik".into(),
+            description: None,
+        };
+        let created = grag
+            .workspaces()
+            .create_kb(&again)
+            .await
+            .expect("create_kb");
+        assert!(matches!(created, Created::Existing), "{created:?}");
+        idle();
+    }
 }
