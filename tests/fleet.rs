@@ -66,6 +66,12 @@ fn the_fleet_numbers_are_the_issue_s() {
     assert!(!fleet.per_replica.contains(&budget::RETRIEVAL));
     assert!(!fleet.per_replica.contains(&budget::BACKFILL));
     assert_eq!(fleet.alert, "fleet_degraded");
+    // "at most 8 / 2 ingest in flight", "≤ 100 retrieval in any 60 s", and
+    // the bucket's bound in any 1 s (burst 8 + 50 - 1).
+    let limits = bounds();
+    assert_eq!(limits.per_second, 57);
+    assert_eq!(limits.retrieval_per_minute, 100);
+    assert_eq!((limits.in_flight, limits.ingest_in_flight), (8, 2));
 }
 
 #[test]
@@ -725,6 +731,29 @@ const INGEST: [&str; 3] = ["upload_document", "convert", "upsert_points"];
 /// platform may hold this many more than the policy's number.
 const ARRIVAL_JITTER: usize = 2;
 
+/// The policy's bounds the fleet keeps at the platform, read from the
+/// spec's policy (the issue's numbers are compared in
+/// `the_fleet_numbers_are_the_issue_s`).
+struct Bounds {
+    /// The token bucket's burst plus its rate, less one, per rolling second.
+    per_second: usize,
+    retrieval_per_minute: usize,
+    in_flight: usize,
+    ingest_in_flight: usize,
+}
+
+fn bounds() -> Bounds {
+    let throttle = &POLICY.throttle;
+    let budgets = &throttle.budgets;
+    let burst = throttle.max_in_flight.min(throttle.per_second);
+    Bounds {
+        per_second: (burst + throttle.per_second - 1) as usize,
+        retrieval_per_minute: budgets[budget::RETRIEVAL.get()].per_minute.unwrap() as usize,
+        in_flight: throttle.max_in_flight as usize,
+        ingest_in_flight: budgets[budget::INGEST.get()].max_in_flight.unwrap() as usize,
+    }
+}
+
 /// The platform's view: the bounds every window of `entries` must keep.
 /// `margin` widens the policy's numbers (degraded mode); the platform's own
 /// limits (100 per second, 120 retrieval calls per minute) hold always.
@@ -733,9 +762,10 @@ fn check_limits(entries: &[LoggedRequest], margin: f64) {
     let per_second = max_in_any_window(&all, second());
     let bound = |limit: usize| (limit as f64 * margin).floor() as usize + ARRIVAL_JITTER;
     let platform = PlatformLimits::platform();
+    let limits = bounds();
     // burst 8 + 50 - 1 per rolling second, half Traefik's ceiling.
     assert!(
-        per_second <= bound(57),
+        per_second <= bound(limits.per_second),
         "{per_second} in one rolling second"
     );
     assert!(per_second < platform.ceiling);
@@ -746,17 +776,23 @@ fn check_limits(entries: &[LoggedRequest], margin: f64) {
     );
     let per_minute = max_in_any_window(&retrieval, minute());
     assert!(
-        per_minute <= bound(100),
+        per_minute <= bound(limits.retrieval_per_minute),
         "{per_minute} retrieval calls in one rolling minute"
     );
     assert!(per_minute < platform.retrieval);
     let in_flight = max_overlap(entries);
-    assert!(in_flight <= 8, "{in_flight} in flight at once");
+    assert!(
+        in_flight <= limits.in_flight,
+        "{in_flight} in flight at once"
+    );
     let ingest = max_overlap(entries.iter().filter(|e| {
         e.operation
             .is_some_and(|operation| INGEST.contains(&operation))
     }));
-    assert!(ingest <= 2, "{ingest} ingest calls in flight at once");
+    assert!(
+        ingest <= limits.ingest_in_flight,
+        "{ingest} ingest calls in flight at once"
+    );
     eprintln!(
         "per rolling second {per_second}, retrieval per rolling minute {per_minute}, \
          in flight {in_flight}, ingest in flight {ingest}"
@@ -833,7 +869,7 @@ fn degraded_throughput(entries: &[LoggedRequest]) {
         .duration_since(middle[0].arrived);
     let rate = (middle.len() - 1) as f64 / span.as_secs_f64();
     let margin = policy().fleet.as_ref().unwrap().margin_percent;
-    let share = 57.0 * f64::from(100 - margin) / 100.0;
+    let share = bounds().per_second as f64 * f64::from(100 - margin) / 100.0;
     eprintln!("degraded: {rate:.1} req/s at the platform ({share:.1} the shares' sum)");
     assert!(rate >= 0.9 * share, "degraded at {rate:.1} req/s");
 }
