@@ -1016,6 +1016,63 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
     queue.drop_schema().await;
 }
 
+/// A frozen Redis (SIGSTOP: connections open, nothing answered) is a dead
+/// one to the replicas: each call ends at its deadline, they go degraded at
+/// their shares, no admission waits on the frozen store past the deadline,
+/// and when it answers again (with the commands sent meanwhile first) they
+/// are shared again. Counted at the platform, behind nginx's limiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_frozen_mid_run_degrades_to_shares_and_thawed_is_shared_again() {
+    let _serial = SERIAL.lock().await;
+    if !redis_available() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let sim = sim().await;
+    let limiter = Limiter::before(&sim);
+    let replicas = Replicas::spawn(&limiter.url, &redis, "load", 3);
+    replicas.all_ready().await;
+    let start = sim.log().entries().len();
+    replicas.go();
+    let frozen_at = logged(&sim, start + 400, Duration::from_secs(120)).await;
+    replicas.mark("killed");
+    redis.freeze();
+    let thawed_at = logged(&sim, frozen_at + 600, Duration::from_secs(120)).await;
+    replicas.mark("restarted");
+    redis.thaw();
+    logged(&sim, thawed_at + 600, Duration::from_secs(120)).await;
+    let reports = replicas.stop().await;
+    replicas.exit().await;
+    let entries = sim.log().entries();
+    eprintln!("reports: {reports:?}, {} requests", entries.len());
+    assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
+    assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
+    check_limits(&entries[start..frozen_at], 1.0);
+    check_limits(&entries[frozen_at..thawed_at], 1.05);
+    eprint!("whole run: ");
+    check_limits(&entries[start..], 1.0);
+    degraded_throughput(&entries[frozen_at..thawed_at]);
+    assert!(reports.iter().all(|r| r.errors == 0), "{reports:?}");
+    assert!(reports.iter().all(|r| r.degradations >= 1), "{reports:?}");
+    assert!(
+        reports.iter().all(|r| !r.degraded),
+        "shared again: {reports:?}"
+    );
+    let deadline = policy().fleet.as_ref().unwrap().deadline;
+    for r in &reports {
+        let slowest = Duration::from_micros(r.slowest_failed_us);
+        assert!(slowest <= deadline + Duration::from_millis(100), "{r:?}");
+    }
+    // Shared again: the thawed Redis counts every replica live.
+    let mut connection = connection(&redis).await;
+    let replicas_live: usize = redis::cmd("ZCARD")
+        .arg("{grag:knoll}:replicas")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(replicas_live, 3);
+}
+
 /// The switch to degraded mode starts each replica's rolling windows from
 /// what the fleet sent, not from its own sends alone. One replica fills the
 /// fleet's rolling minute of retrieval calls and runs at the bucket's rate;

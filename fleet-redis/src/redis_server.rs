@@ -98,6 +98,27 @@ impl RedisServer {
         panic!("redis-server did not listen on {}", self.port);
     }
 
+    /// SIGSTOP: the server keeps its connections and answers nothing, as
+    /// a Redis stuck in a long command or a paused VM does.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT: a frozen server answers again, the commands sent meanwhile
+    /// first.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("a running redis-server");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill {signal} redis-server: {status}");
+    }
+
     /// SIGKILL: no goodbye to any client.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
