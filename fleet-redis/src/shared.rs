@@ -867,19 +867,7 @@ impl Inner {
             return Err(Refusal::Closed);
         }
         let sets = question.sets();
-        let (gates, settling) = {
-            let mut state = self.lock_state();
-            let live = state.live.clone();
-            // Within a rolling second of going local, slots taken under the
-            // shared limits or counted in the seed may still be held.
-            let settling =
-                (state.went_local).is_some_and(|at| at.elapsed() < self.throttle.rate_period);
-            let gates = state.gates.get_or_insert_with(|| self.gates(&live));
-            let gates: Vec<(LeaseSet, Arc<Semaphore>)> = (sets.iter())
-                .filter_map(|set| gates.iter().find(|(s, _)| s == set).cloned())
-                .collect();
-            (gates, settling)
-        };
+        let (gates, settling) = self.shares_of(sets);
         // A request the throttle admitted before the switch, against the
         // shared limits, goes within this replica's share of its windows:
         // it takes its slots again first, holding no in-flight share.
@@ -932,6 +920,21 @@ impl Inner {
                 _permits: permits,
             },
         }))
+    }
+
+    /// The in-flight shares `sets` wait for while degraded, and whether this
+    /// replica went local less than a rolling second ago (slots taken under
+    /// the shared limits, or counted in the seed, may still be held).
+    fn shares_of(&self, sets: &[LeaseSet]) -> (Vec<(LeaseSet, Arc<Semaphore>)>, bool) {
+        let mut state = self.lock_state();
+        let live = state.live.clone();
+        let settling =
+            (state.went_local).is_some_and(|at| at.elapsed() < self.throttle.rate_period);
+        let gates = state.gates.get_or_insert_with(|| self.gates(&live));
+        let shares = (sets.iter())
+            .filter_map(|set| gates.iter().find(|(s, _)| s == set).cloned())
+            .collect();
+        (shares, settling)
     }
 
     /// Books a request sent on the degraded share in the shared budgets, in
