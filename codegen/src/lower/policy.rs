@@ -86,56 +86,8 @@ impl Cx<'_> {
     }
 
     fn schedule(&mut self, r: &spec::Retry, field: &str) -> Option<RetrySchedule> {
-        // Which optional numbers each kind takes; anything else is refused.
-        let (allowed, _): (&[&str], ()) = match r.kind.as_str() {
-            "never" => (&[], ()),
-            "exponential" => (&["attempts", "base", "factor", "cap"], ()),
-            "deploy_window" | "once" => (&["attempts"], ()),
-            "retry_after" => (&["attempts", "floor", "jitter"], ()),
-            "linear" => (&["attempts", "step"], ()),
-            other => {
-                self.error(
-                    &r.kind,
-                    format!("{field}.kind"),
-                    format!(
-                        "unknown retry kind `{other}`: expected `never`, `exponential`, `deploy_window`, `retry_after`, `once` or `linear`"
-                    ),
-                );
-                return None;
-            }
-        };
-        let present = [
-            ("attempts", r.attempts.as_ref().map(|a| a.span())),
-            ("base", r.base.as_ref().map(|a| a.span())),
-            ("factor", r.factor.as_ref().map(|a| a.span())),
-            ("cap", r.cap.as_ref().map(|a| a.span())),
-            ("floor", r.floor.as_ref().map(|a| a.span())),
-            ("jitter", r.jitter.as_ref().map(|a| a.span())),
-            ("step", r.step.as_ref().map(|a| a.span())),
-        ];
-        let mut ok = true;
-        for (key, span) in present {
-            match (span, allowed.contains(&key)) {
-                (Some(span), false) => {
-                    self.sources.at(
-                        span,
-                        format!("{field}.{key}"),
-                        format!("`{key}` does not apply to kind `{}`", &*r.kind),
-                    );
-                    ok = false;
-                }
-                (None, true) => {
-                    self.error(
-                        &r.kind,
-                        format!("{field}.{key}"),
-                        format!("kind `{}` needs `{key}`", &*r.kind),
-                    );
-                    ok = false;
-                }
-                _ => {}
-            }
-        }
-        if !ok {
+        let allowed = self.schedule_keys(r, field)?;
+        if !self.schedule_keys_fit(r, field, allowed) {
             return None;
         }
         let attempts = r
@@ -170,6 +122,64 @@ impl Cx<'_> {
                 jitter: d(self, &r.jitter, "jitter")?,
             },
         })
+    }
+
+    /// Which optional numbers the retry's kind takes; `None` for an unknown kind.
+    fn schedule_keys(&mut self, r: &spec::Retry, field: &str) -> Option<&'static [&'static str]> {
+        Some(match r.kind.as_str() {
+            "never" => &[],
+            "exponential" => &["attempts", "base", "factor", "cap"],
+            "deploy_window" | "once" => &["attempts"],
+            "retry_after" => &["attempts", "floor", "jitter"],
+            "linear" => &["attempts", "step"],
+            other => {
+                self.error(
+                    &r.kind,
+                    format!("{field}.kind"),
+                    format!(
+                        "unknown retry kind `{other}`: expected `never`, `exponential`, `deploy_window`, `retry_after`, `once` or `linear`"
+                    ),
+                );
+                return None;
+            }
+        })
+    }
+
+    /// Whether the retry gives exactly the numbers its kind takes; each one
+    /// missing or out of place is an error.
+    fn schedule_keys_fit(&mut self, r: &spec::Retry, field: &str, allowed: &[&str]) -> bool {
+        let present = [
+            ("attempts", r.attempts.as_ref().map(|a| a.span())),
+            ("base", r.base.as_ref().map(|a| a.span())),
+            ("factor", r.factor.as_ref().map(|a| a.span())),
+            ("cap", r.cap.as_ref().map(|a| a.span())),
+            ("floor", r.floor.as_ref().map(|a| a.span())),
+            ("jitter", r.jitter.as_ref().map(|a| a.span())),
+            ("step", r.step.as_ref().map(|a| a.span())),
+        ];
+        let mut ok = true;
+        for (key, span) in present {
+            match (span, allowed.contains(&key)) {
+                (Some(span), false) => {
+                    self.sources.at(
+                        span,
+                        format!("{field}.{key}"),
+                        format!("`{key}` does not apply to kind `{}`", &*r.kind),
+                    );
+                    ok = false;
+                }
+                (None, true) => {
+                    self.error(
+                        &r.kind,
+                        format!("{field}.{key}"),
+                        format!("kind `{}` needs `{key}`", &*r.kind),
+                    );
+                    ok = false;
+                }
+                _ => {}
+            }
+        }
+        ok
     }
 
     pub(super) fn throttle(&mut self, t: &spec::Throttle) -> Throttle {
