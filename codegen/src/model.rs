@@ -387,6 +387,11 @@ pub struct Existence {
     pub id: String,
     /// The create route whose answer proves it.
     pub proven_by: RouteRef,
+    /// The argument that takes the proof ([`crate::naming::proof_argument`]).
+    pub argument: String,
+    /// The method of the create route's handle that hands the proof out
+    /// ([`crate::naming::ensure`]).
+    pub ensure: String,
 }
 
 impl Model {

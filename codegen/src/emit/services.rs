@@ -258,13 +258,11 @@ fn caveat_lines(model: &Model, r: &Route) -> Vec<String> {
         Conflict::Error => {}
     }
     if let Some(e) = &r.exists {
-        let (service, prover) = model.route(e.proven_by);
+        let (service, _) = model.route(e.proven_by);
         lines.push(format!(
             "- Takes only an existing `{}`: the [`Existing`](crate::Existing) that \
              `{}().{}` hands out (the platform silently drops calls for an unknown one)",
-            e.field,
-            service.handle,
-            prover.name.replacen("create_", "ensure_", 1)
+            e.field, service.handle, e.ensure
         ));
     }
     if r.pipeline_id {
@@ -457,7 +455,7 @@ fn query_argument(param: &str, ty: &TypeExpr) -> (TokenStream, TokenStream) {
 /// The proof of existence a create route takes, and the check that the
 /// body names the proven object.
 fn existence_proof(e: &Existence, endpoint: &Ident) -> (TokenStream, TokenStream) {
-    let arg = field_ident(e.field.strip_suffix("_id").unwrap_or(&e.field));
+    let arg = field_ident(&e.argument);
     let id = ident(&e.id);
     let field = field_ident(&e.field);
     let detail = format!("the body's `{}` is not the one proven to exist", e.field);
@@ -528,7 +526,7 @@ fn stream_answer(model: &Model, stream: &Stream) -> Answer {
 fn ensure(model: &Model, e: &Existence) -> TokenStream {
     let (_, prover) = model.route(e.proven_by);
     let create = ident(&prover.name);
-    let name = ident(&prover.name.replacen("create_", "ensure_", 1));
+    let name = ident(&e.ensure);
     let body = rust_type(prover.body.as_ref().expect("checked in lowering"));
     let field = field_ident(&e.field);
     let id = ident(&e.id);
