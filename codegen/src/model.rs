@@ -7,13 +7,12 @@ pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Endpoint, Lane, ScopeNeed};
 pub use sdk_policy::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 pub use sdk_policy::log::LogNames;
-pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{
     AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
     Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
-    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, ReplayPolicy, RetryBounds,
-    RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback, StreamPolicy,
-    TaxonomyRow, TimeoutClass, UNCLASSIFIED, WarmUpCall,
+    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, Replay, ReplayPolicy,
+    RetryBounds, RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback,
+    StreamPolicy, TaxonomyRow, TimeoutClass, UNCLASSIFIED, WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
