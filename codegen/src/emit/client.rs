@@ -705,9 +705,9 @@ fn deferring_server_waits(model: &Model) -> Option<TokenStream> {
 
 /// One variant of the client per budget a caller may opt into.
 fn budget_modes(model: &Model) -> impl Iterator<Item = TokenStream> + '_ {
-    model.caller_budgets().map(|b| {
+    model.caller_budgets().map(|(index, b)| {
         let method = ident(b.name);
-        let constant = ident(&crate::naming::screaming(b.name));
+        let constant = ident(&model.constants.budgets[index.get()]);
         let text = doc(&format!(
             "The same client, every call of it also drawing from the `{}` budget: {} (policy {}).",
             b.name,

@@ -7,7 +7,6 @@ use sdk_policy::{BudgetIx, Endpoint, RetryIx, StreamIx, TimeoutIx};
 
 use super::docs::{doc, ident, inner_doc, int, source};
 use crate::model::{Model, Route, Service};
-use crate::naming::screaming;
 
 /// How the generated crate names what a baked value points to: each route's
 /// static in its service's module, the named indices of `src/policy.rs`,
@@ -29,22 +28,22 @@ impl Names for CrateNames<'_> {
     }
 
     fn timeout(&self, index: TimeoutIx) -> TokenStream {
-        let name = ident(&screaming(self.model.timeouts[index.get()].name));
+        let name = ident(&self.model.constants.timeouts[index.get()]);
         quote!(timeout::#name)
     }
 
     fn retry(&self, index: RetryIx) -> TokenStream {
-        let name = ident(&screaming(self.model.retries[index.get()].name));
+        let name = ident(&self.model.constants.retries[index.get()]);
         quote!(retry::#name)
     }
 
     fn budget(&self, index: BudgetIx) -> TokenStream {
-        let name = ident(&screaming(self.model.throttle.budgets[index.get()].name));
+        let name = ident(&self.model.constants.budgets[index.get()]);
         quote!(budget::#name)
     }
 
     fn stream(&self, index: StreamIx) -> TokenStream {
-        let name = ident(&screaming(self.model.streams[index.get()].name));
+        let name = ident(&self.model.constants.streams[index.get()]);
         quote!(stream::#name)
     }
 
@@ -193,7 +192,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Timeout classes, by name.",
             names(
                 "TimeoutIx",
-                model.timeouts.iter().map(|t| (t.name, t.doc.as_str())),
+                (model.constants.timeouts.iter()).zip(model.timeouts.iter().map(|t| &t.doc)),
             ),
         ),
         (
@@ -201,7 +200,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Retry classes, by name.",
             names(
                 "RetryIx",
-                model.retries.iter().map(|r| (r.name, r.doc.as_str())),
+                (model.constants.retries.iter()).zip(model.retries.iter().map(|r| &r.doc)),
             ),
         ),
         (
@@ -209,11 +208,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Throttle budgets, by name.",
             names(
                 "BudgetIx",
-                model
-                    .throttle
-                    .budgets
-                    .iter()
-                    .map(|b| (b.name, b.doc.as_str())),
+                (model.constants.budgets.iter()).zip(model.throttle.budgets.iter().map(|b| &b.doc)),
             ),
         ),
         (
@@ -221,7 +216,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Stream contracts, by name.",
             names(
                 "StreamIx",
-                model.streams.iter().map(|s| (s.name, s.doc.as_str())),
+                (model.constants.streams.iter()).zip(model.streams.iter().map(|s| &s.doc)),
             ),
         ),
     ]
@@ -243,11 +238,11 @@ fn endpoint_path(service: &Service, route: &Route) -> TokenStream {
 }
 
 /// `pub const NAME: TimeoutIx = TimeoutIx::new(i);` for each named item, typed by its table.
-fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a str, &'a str)>) -> TokenStream {
+fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStream {
     let ty = ident(ty);
     let consts = items.enumerate().map(|(i, (name, text))| {
         let docs = doc(text);
-        let name = ident(&screaming(name));
+        let name = ident(name);
         let i = int(i as u64);
         quote! {
             #docs

@@ -10,7 +10,6 @@ use crate::model::{
     Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service, Stream,
     TaxonomyRow, TypeExpr,
 };
-use crate::naming;
 
 /// Rust module of a service (`kg-service` -> `kg_service`).
 pub fn module_name(service: &Service) -> String {
@@ -192,7 +191,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         format!(
             "- Retry class: [`{}`](crate::policy::retry::{}), {}",
             retry.name,
-            naming::screaming(retry.name),
+            model.constants.retries[r.retry.get()],
             super::markdown::schedule_text(&retry.schedule)
         ),
         format!(
@@ -218,7 +217,7 @@ fn timeout_text(model: &Model, r: &Route) -> String {
     let mut timeout_text = format!(
         "[`{}`](crate::policy::timeout::{}), {} per attempt",
         timeout.name,
-        naming::screaming(timeout.name),
+        model.constants.timeouts[r.timeout.get()],
         duration_text(timeout.per_attempt)
     );
     if let Some(longer) = timeout.deploy_suspected {

@@ -120,6 +120,7 @@ impl Standalone {
 
 /// The model, once every part lowered; `None` if a part that must be there is not.
 fn model(own: Standalone, calls: Calls, guards: Guards) -> Option<Model> {
+    let constants = constants(&own, &guards);
     let (pool, alerting) = (own.pool, guards.alerting);
     Some(Model {
         api: own.api,
@@ -156,7 +157,23 @@ fn model(own: Standalone, calls: Calls, guards: Guards) -> Option<Model> {
         features: guards.features,
         types: own.types,
         services: calls.services,
+        constants,
     })
+}
+
+/// The constant of each item of the indexed tables.
+fn constants(own: &Standalone, guards: &Guards) -> Constants {
+    Constants {
+        timeouts: screaming(own.timeouts.iter().map(|t| t.name)),
+        retries: screaming(own.retries.iter().map(|r| r.name)),
+        budgets: screaming(own.throttle.budgets.iter().map(|b| b.name)),
+        streams: screaming(guards.streams.iter().map(|s| s.name)),
+    }
+}
+
+/// Each name as a constant ([`crate::naming::screaming`]).
+fn screaming<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    names.map(crate::naming::screaming).collect()
 }
 
 /// An optional section: absent (`Some(None)`), lowered (`Some(Some(_))`), or
