@@ -444,6 +444,7 @@ struct Knobs {
 }
 
 impl Knobs {
+    /// The knobs `model`'s spec calls for.
     fn of(model: &Model) -> Self {
         Knobs {
             retry: RetryConfig::of(model),

@@ -8,6 +8,7 @@ use quote::quote;
 use super::docs::{doc, ident, inner_doc, int};
 use crate::model::{Model, UNCLASSIFIED};
 
+/// `src/error.rs`: the error classes as an enum and the API's `Error` over the runtime's.
 pub fn error_rs(model: &Model) -> TokenStream {
     let title = &model.api.title;
     let module_doc = inner_doc(&format!(

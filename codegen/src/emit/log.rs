@@ -8,6 +8,7 @@ use std::fmt::Write;
 
 use crate::model::Model;
 
+/// `src/log.rs`: one `tracing` event per line the runtime writes, under the spec's targets.
 pub fn log_rs(model: &Model) -> String {
     let targets = Targets::of(model);
     let module_doc = module_doc(model, &targets);

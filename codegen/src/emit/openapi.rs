@@ -56,6 +56,7 @@ pub fn openapi_json(model: &Model) -> String {
     text
 }
 
+/// The whole OpenAPI document: info, server, paths, schemas and the policy as `x-` extensions.
 fn document(model: &Model) -> Spec {
     let api = &model.api;
     let mut extensions = Map::new();
@@ -363,6 +364,7 @@ fn schema(ty: &TypeExpr) -> Schema {
     }
 }
 
+/// The OpenAPI operation of a route: its parameters, body, answers, auth and policy.
 fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
     let mut parameters = value_parameters(route);
     parameters.extend(scope_parameters(model, service, route));
@@ -542,6 +544,7 @@ fn operation_description(model: &Model, route: &Route, authenticated: bool) -> S
     )
 }
 
+/// The answers of a route: its success, and each status the taxonomy tells apart.
 fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrReference<Response>> {
     let mut out = Map::new();
     let mut echo = Map::new();

@@ -63,6 +63,7 @@ impl Names for CrateNames<'_> {
     }
 }
 
+/// `src/policy.rs`: the named indices, the tables and the baked `POLICY`.
 pub fn policy_rs(model: &Model) -> TokenStream {
     let policy = model.policy();
     let names = CrateNames {

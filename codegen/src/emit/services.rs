@@ -21,6 +21,7 @@ pub fn handle_type(service: &Service) -> String {
     service.handle_type.clone()
 }
 
+/// `src/<service>.rs`: the service's route descriptors and its typed handle.
 pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
     let endpoints = service.routes.iter().map(|r| endpoint(model, r));
@@ -346,6 +347,7 @@ fn shadowed(row: &Item<TaxonomyRow>, earlier: &[&Item<TaxonomyRow>]) -> bool {
     })
 }
 
+/// The handle's method of route `r`: its arguments, the call it builds, what it returns.
 fn method(model: &Model, r: &Route) -> TokenStream {
     let name = ident(&r.name);
     let endpoint = ident(&r.constant);

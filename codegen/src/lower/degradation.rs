@@ -159,6 +159,7 @@ impl Cx<'_> {
         out
     }
 
+    /// The streams: the events that fail every one of them, then each stream.
     pub(super) fn streams(
         &mut self,
         s: &spec::StreamsFile,

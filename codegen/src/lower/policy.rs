@@ -85,6 +85,7 @@ impl Cx<'_> {
         out
     }
 
+    /// A retry class's schedule: its kind, the numbers the kind takes, each lowered.
     fn schedule(&mut self, r: &spec::Retry, field: &str) -> Option<RetrySchedule> {
         let allowed = self.schedule_keys(r, field)?;
         if !self.schedule_keys_fit(r, field, allowed) {
