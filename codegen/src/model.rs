@@ -7,13 +7,12 @@ pub use sdk_policy::Method;
 pub use sdk_policy::endpoint::{Endpoint, Lane, ScopeNeed};
 pub use sdk_policy::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 pub use sdk_policy::log::LogNames;
-pub use sdk_policy::policy::Replay as RowReplay;
 pub use sdk_policy::policy::{
     AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
     Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
-    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, ReplayPolicy, RetryBounds,
-    RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback, StreamPolicy,
-    TaxonomyRow, TimeoutClass, UNCLASSIFIED, WarmUpCall,
+    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, Replay, ReplayPolicy,
+    RetryBounds, RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback,
+    StreamPolicy, TaxonomyRow, TimeoutClass, UNCLASSIFIED, WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -111,6 +110,19 @@ pub struct Model {
     pub features: Vec<Item<FeaturePolicy>>,
     pub types: Vec<TypeDef>,
     pub services: Vec<Service>,
+    /// The constant that names each item of the indexed tables.
+    pub constants: Constants,
+}
+
+/// The constants of `src/policy.rs` that name each timeout class, retry
+/// class, budget and stream (`timeout::DEFAULT`), by the item's index:
+/// named by [`crate::naming::screaming`] when the model is built.
+#[derive(Debug)]
+pub struct Constants {
+    pub timeouts: Vec<String>,
+    pub retries: Vec<String>,
+    pub budgets: Vec<String>,
+    pub streams: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -387,6 +399,11 @@ pub struct Existence {
     pub id: String,
     /// The create route whose answer proves it.
     pub proven_by: RouteRef,
+    /// The argument that takes the proof ([`crate::naming::proof_argument`]).
+    pub argument: String,
+    /// The method of the create route's handle that hands the proof out
+    /// ([`crate::naming::ensure`]).
+    pub ensure: String,
 }
 
 impl Model {
@@ -427,13 +444,13 @@ impl Model {
 
     /// Budgets no route draws from: modes a caller opts into (a bulk
     /// backfill), each a method on the client.
-    pub fn caller_budgets(&self) -> impl Iterator<Item = &Item<BudgetPolicy>> {
+    pub fn caller_budgets(&self) -> impl Iterator<Item = (BudgetIx, &Item<BudgetPolicy>)> {
         self.throttle
             .budgets
             .iter()
             .enumerate()
             .filter(|(i, _)| !self.routes().any(|(_, r)| r.budget.get() == *i))
-            .map(|(_, b)| b)
+            .map(|(i, b)| (BudgetIx::new(i as u16), b))
     }
 
     /// Every name of the model the generated crate writes as an identifier,
@@ -453,12 +470,10 @@ impl Model {
             }
         }
         out.extend(self.classes.iter().map(|c| (api, c.variant.clone())));
-        let tables = (self.timeouts.iter().map(|t| t.name))
-            .chain(self.retries.iter().map(|r| r.name))
-            .chain(self.throttle.budgets.iter().map(|b| b.name))
-            .chain(self.streams.iter().map(|s| s.name));
-        out.extend(tables.map(|name| (api, crate::naming::screaming(name))));
-        out.extend(self.caller_budgets().map(|b| (api, b.name.to_owned())));
+        let c = &self.constants;
+        let tables = [&c.timeouts, &c.retries, &c.budgets, &c.streams];
+        out.extend(tables.into_iter().flatten().map(|name| (api, name.clone())));
+        out.extend(self.caller_budgets().map(|(_, b)| (api, b.name.to_owned())));
         for s in &self.streams {
             out.push((api, s.event_type.clone()));
             out.extend(s.events.iter().map(|e| (api, e.variant.clone())));

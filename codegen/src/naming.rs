@@ -56,6 +56,18 @@ pub fn event_type(stream: &str) -> String {
     format!("{}Event", camel(stream))
 }
 
+/// The argument that takes the proof that an ID exists: the ID's field
+/// without its `_id` (`project_id` -> `project`).
+pub fn proof_argument(field: &str) -> &str {
+    field.strip_suffix("_id").unwrap_or(field)
+}
+
+/// The method that creates an object or proves it is there already
+/// (`create_project` -> `ensure_project`).
+pub fn ensure(create: &str) -> String {
+    create.replacen("create_", "ensure_", 1)
+}
+
 /// A field or an argument named as on the wire: one a raw identifier cannot
 /// be gets a `_` (`self_`; a field keeps its wire name through `serde(rename)`).
 pub fn argument(name: &str) -> String {

@@ -29,57 +29,14 @@ impl std::error::Error for SyncError {}
 /// Every folder of `spec/` is an API: one without a readable `api.yaml` is an
 /// error, never skipped, and so is a `spec/` that holds no API at all.
 pub fn render(root: &Path) -> Result<Vec<File>, SyncError> {
-    let spec = root.join("spec");
-    let mut apis = Vec::new();
-    let mut refused = Vec::new();
-    let relative = |p: &Path| {
-        p.strip_prefix(root)
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|_| p.to_path_buf())
-    };
-    for entry in std::fs::read_dir(&spec).map_err(|e| SyncError::Io(spec.clone(), e))? {
-        let path = entry.map_err(|e| SyncError::Io(spec.clone(), e))?.path();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if name.starts_with('.') || name.ends_with(".md") {
-            continue;
-        }
-        if path.is_dir() {
-            apis.push(path);
-        } else {
-            refused.push(whole(
-                relative(&path),
-                "spec/ holds one folder per API (and Markdown notes), nothing else",
-            ));
-        }
-    }
-    apis.sort();
-    if apis.is_empty() && refused.is_empty() {
-        refused.push(whole(
-            relative(&spec),
-            "holds no API: each API is a folder `spec/<api>/` with an api.yaml",
-        ));
-    }
+    let (apis, mut refused) = api_folders(root)?;
     let mut out = Vec::new();
     let mut crates: Vec<(String, crate::model::Location)> = Vec::new();
     for dir in apis {
-        let model = crate::load::read_dir(&dir).and_then(|files| {
-            // Name files relative to the root, so errors read `spec/grag/policy.yaml:12:5`.
-            let files: Vec<(PathBuf, String)> = files
-                .into_iter()
-                .map(|(p, text)| (relative(&p), text))
-                .collect();
-            crate::model(&files)
-        });
-        let model = match model {
+        let model = match api_model(root, &dir) {
             Ok(model) => model,
             Err(errors) => {
-                refused.extend(errors.0.into_iter().map(|mut e| {
-                    e.file = relative(&e.file);
-                    e
-                }));
+                refused.extend(errors);
                 continue;
             }
         };
@@ -109,6 +66,66 @@ pub fn render(root: &Path) -> Result<Vec<File>, SyncError> {
         return Err(SyncError::Spec(crate::SpecErrors(refused)));
     }
     Ok(out)
+}
+
+/// `p` relative to `root`, as errors name files (`spec/grag/policy.yaml:12:5`).
+fn relative(root: &Path, p: &Path) -> PathBuf {
+    p.strip_prefix(root)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// The API folders of `spec/`, sorted, and an error for anything else
+/// there (Markdown notes and hidden files aside) or for no API at all.
+fn api_folders(root: &Path) -> Result<(Vec<PathBuf>, Vec<crate::SpecError>), SyncError> {
+    let spec = root.join("spec");
+    let mut apis = Vec::new();
+    let mut refused = Vec::new();
+    for entry in std::fs::read_dir(&spec).map_err(|e| SyncError::Io(spec.clone(), e))? {
+        let path = entry.map_err(|e| SyncError::Io(spec.clone(), e))?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with('.') || name.ends_with(".md") {
+            continue;
+        }
+        if path.is_dir() {
+            apis.push(path);
+        } else {
+            refused.push(whole(
+                relative(root, &path),
+                "spec/ holds one folder per API (and Markdown notes), nothing else",
+            ));
+        }
+    }
+    apis.sort();
+    if apis.is_empty() && refused.is_empty() {
+        refused.push(whole(
+            relative(root, &spec),
+            "holds no API: each API is a folder `spec/<api>/` with an api.yaml",
+        ));
+    }
+    Ok((apis, refused))
+}
+
+/// The model of one API folder, or its errors with files named from `root`.
+fn api_model(root: &Path, dir: &Path) -> Result<crate::model::Model, Vec<crate::SpecError>> {
+    let model = crate::load::read_dir(dir).and_then(|files| {
+        let files: Vec<(PathBuf, String)> = files
+            .into_iter()
+            .map(|(p, text)| (relative(root, &p), text))
+            .collect();
+        crate::model(&files)
+    });
+    model.map_err(|errors| {
+        (errors.0.into_iter())
+            .map(|mut e| {
+                e.file = relative(root, &e.file);
+                e
+            })
+            .collect()
+    })
 }
 
 fn whole(file: PathBuf, message: &str) -> crate::SpecError {

@@ -402,147 +402,19 @@ fn example(model: &Model, client: &str) -> String {
     text
 }
 
+/// `src/client.rs`: the `Config` the caller fills and the client it builds.
 pub fn client_rs(model: &Model) -> TokenStream {
-    let client = ident(&model.api.client);
-    let (url_env, key_env, tenant_env) = (
-        &model.api.origin_env,
-        &model.api.key_env,
-        &model.api.tenant_env,
-    );
-    let modes = model.caller_budgets().map(|b| {
-        let method = ident(b.name);
-        let constant = ident(&crate::naming::screaming(b.name));
-        let text = doc(&format!(
-            "The same client, every call of it also drawing from the `{}` budget: {} (policy {}).",
-            b.name,
-            b.doc.trim().trim_end_matches('.'),
-            super::docs::source(&b.source)
-        ));
-        quote! {
-            #text
-            pub fn #method(&self) -> Self {
-                Self { client: self.client.within_budget(crate::policy::budget::#constant) }
-            }
-        }
-    });
-    let accessors = model.services.iter().map(|s| {
-        let (module, handle) = (ident(&s.module), ident(&s.handle_type));
-        let method = ident(&s.handle);
-        let mut text = format!("Calls of `{}`.", s.name);
-        let (mut params, mut args) = (Vec::new(), vec![quote!(&self.client)]);
-        if s.scope == ScopeNeed::Workspace {
-            text = format!(
-                "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
-                s.name,
-                model.api.headers.workspace.unwrap_or_default(),
-                super::docs::workspace_section(model)
-            );
-            params.push(quote!(workspace: &'c impl AsWorkspace));
-            args.push(quote!(workspace.workspace_id()));
-        }
-        if s.carries_pipeline() {
-            text.push_str(&format!(
-                " They exist only behind a pipeline id: its calls carry `{}`{}.",
-                model.api.headers.pipeline.unwrap_or_default(),
-                super::docs::pipeline_section(model)
-            ));
-            params.push(quote!(pipeline: &'c PipelineId));
-            args.push(quote!(pipeline.id()));
-        }
-        let text = doc(&text);
-        if params.is_empty() {
-            return quote! {
-                #text
-                pub fn #method(&self) -> crate::#module::#handle<'_> {
-                    crate::#module::#handle::new(&self.client)
-                }
-            };
-        }
-        quote! {
-            #text
-            pub fn #method<'c>(&'c self, #(#params),*) -> crate::#module::#handle<'c> {
-                crate::#module::#handle::new(#(#args),*)
-            }
-        }
-    });
-    let workspace = model.api.headers.workspace.is_some();
-    let pipeline = model.api.headers.pipeline.is_some();
-    let scope_imports = match (workspace, pipeline) {
-        (true, true) => quote!(
-            use crate::ids::{AsWorkspace, PipelineId, TenantId};
-        ),
-        (true, false) => quote!(
-            use crate::ids::{AsWorkspace, TenantId};
-        ),
-        (false, true) => quote!(
-            use crate::ids::{PipelineId, TenantId};
-        ),
-        (false, false) => quote!(
-            use crate::ids::TenantId;
-        ),
-    };
-    let for_queue = model.replay.is_some().then(|| {
-        quote! {
-            /// The same client, for the replay queue: a wait the platform asks for
-            /// (`Retry-After`) ends the call with `Error::retry_after()` instead of
-            /// being slept out inside it; the queue re-schedules the job.
-            pub fn deferring_server_waits(&self) -> Self {
-                Self { client: self.client.deferring_server_waits() }
-            }
-        }
-    });
-    let retry = RetryConfig::of(model);
-    let (retry_fields, retry_init, retry_methods, retry_apply) =
-        (&retry.fields, &retry.init, &retry.methods, &retry.apply);
-    let fleet = FleetConfig::of(model);
-    let production = ProductionKnob::of(model);
-    let (prod_field, prod_init, prod_method, prod_from_env, prod_apply) = (
-        &production.field,
-        &production.init,
-        &production.method,
-        &production.from_env,
-        &production.apply,
-    );
-    let (fleet_field, fleet_init, fleet_method, fleet_from_env, fleet_apply) = (
-        &fleet.field,
-        &fleet.init,
-        &fleet.method,
-        &fleet.from_env,
-        &fleet.apply,
-    );
+    let knobs = Knobs::of(model);
     let module_doc = inner_doc(&format!(
         "The {} client. It cannot be built without a [`TenantId`], and every call goes through \
          the runtime pipeline, the one place that assembles headers.",
         model.api.title
     ));
-    let config_doc = doc(&format!(
-        "Where and as whom the client talks to the {}: origin, API key and tenant, all required.",
-        model.api.title
-    ));
-    let from_env_doc = doc(&format!(
-        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}{}.",
-        production.env_doc, fleet.env_doc
-    ));
-    // The breaker only for an API that has one.
-    let (shared, underneath) = match model.breaker {
-        Some(_) => ("the breaker, ", "breaker state, "),
-        None => ("", ""),
-    };
-    let client_doc = doc(&format!(
-        "The {} client. Cheap to clone: clones share {shared}the throttle and the telemetry.",
-        model.api.title
-    ));
-    let runtime_doc = doc(&format!(
-        "The runtime underneath: {underneath}throttle, telemetry."
-    ));
-    let warm = WarmUpKnob::of(model);
-    let (warm_field, warm_init, warm_method, warm_debug, warm_apply) = (
-        &warm.field,
-        &warm.init,
-        &warm.method,
-        &warm.debug,
-        &warm.apply,
-    );
+    let scope_imports = scope_imports(model);
+    let config = config_type(model, &knobs);
+    let config_impl = config_impl(model, &knobs);
+    let config_debug = config_debug(&knobs);
+    let client = client_type(model, &knobs);
     quote! {
         #module_doc
 
@@ -555,6 +427,66 @@ pub fn client_rs(model: &Model) -> TokenStream {
         #scope_imports
         use crate::policy::POLICY;
 
+        #config
+        #config_impl
+        #config_debug
+        #client
+    }
+}
+
+/// The knobs of `Config` whose presence depends on the spec: each is empty
+/// for an API whose spec has nothing for it to set.
+struct Knobs {
+    retry: RetryConfig,
+    fleet: FleetConfig,
+    production: ProductionKnob,
+    warm: WarmUpKnob,
+}
+
+impl Knobs {
+    /// The knobs `model`'s spec calls for.
+    fn of(model: &Model) -> Self {
+        Knobs {
+            retry: RetryConfig::of(model),
+            fleet: FleetConfig::of(model),
+            production: ProductionKnob::of(model),
+            warm: WarmUpKnob::of(model),
+        }
+    }
+}
+
+/// The ids `client.rs` imports: the tenant always, the scope ids the API's
+/// headers call for.
+fn scope_imports(model: &Model) -> TokenStream {
+    let workspace = model.api.headers.workspace.is_some();
+    let pipeline = model.api.headers.pipeline.is_some();
+    match (workspace, pipeline) {
+        (true, true) => quote!(
+            use crate::ids::{AsWorkspace, PipelineId, TenantId};
+        ),
+        (true, false) => quote!(
+            use crate::ids::{AsWorkspace, TenantId};
+        ),
+        (false, true) => quote!(
+            use crate::ids::{PipelineId, TenantId};
+        ),
+        (false, false) => quote!(
+            use crate::ids::TenantId;
+        ),
+    }
+}
+
+/// The `Config` struct: what the caller must give and the knobs it may set.
+fn config_type(model: &Model, knobs: &Knobs) -> TokenStream {
+    let config_doc = doc(&format!(
+        "Where and as whom the client talks to the {}: origin, API key and tenant, all required.",
+        model.api.title
+    ));
+    let warm_field = &knobs.warm.field;
+    let retry_fields = &knobs.retry.fields;
+    let fleet_field = &knobs.fleet.field;
+    let prod_field = &knobs.production.field;
+    quote! {
         #config_doc
         #[derive(Clone)]
         pub struct Config {
@@ -568,7 +500,27 @@ pub fn client_rs(model: &Model) -> TokenStream {
             #fleet_field
             #prod_field
         }
+    }
+}
 
+/// `Config`'s constructors and setters: the required parts, then each knob.
+fn config_impl(model: &Model, knobs: &Knobs) -> TokenStream {
+    let Knobs {
+        retry,
+        fleet,
+        production,
+        warm,
+    } = knobs;
+    let (warm_init, retry_init, fleet_init, prod_init) =
+        (&warm.init, &retry.init, &fleet.init, &production.init);
+    let (retry_methods, fleet_method, prod_method, warm_method) = (
+        &retry.methods,
+        &fleet.method,
+        &production.method,
+        &warm.method,
+    );
+    let from_env = config_from_env(model, knobs);
+    quote! {
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
                 Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, #warm_init pool_idle: None, #retry_init #fleet_init #prod_init }
@@ -596,20 +548,44 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 self
             }
 
-            #from_env_doc
-            pub fn from_env() -> Result<Self, ConfigError> {
-                let tenant = TenantId::parse(&sdk_runtime::env_var(#tenant_env)?)
-                    .map_err(ConfigError::Tenant)?;
-                let config = Self::new(sdk_runtime::env_var(#url_env)?, sdk_runtime::env_var(#key_env)?, tenant);
-                #prod_from_env
-                #fleet_from_env
-            }
+            #from_env
 
             pub fn tenant(&self) -> &TenantId {
                 &self.tenant
             }
         }
+    }
+}
 
+/// `Config::from_env`: the API's variables, the knobs' own after them.
+fn config_from_env(model: &Model, knobs: &Knobs) -> TokenStream {
+    let (url_env, key_env, tenant_env) = (
+        &model.api.origin_env,
+        &model.api.key_env,
+        &model.api.tenant_env,
+    );
+    let (production, fleet) = (&knobs.production, &knobs.fleet);
+    let from_env_doc = doc(&format!(
+        "Reads `{url_env}`, `{key_env}` and `{tenant_env}`{}{}.",
+        production.env_doc, fleet.env_doc
+    ));
+    let (prod_from_env, fleet_from_env) = (&production.from_env, &fleet.from_env);
+    quote! {
+        #from_env_doc
+        pub fn from_env() -> Result<Self, ConfigError> {
+            let tenant = TenantId::parse(&sdk_runtime::env_var(#tenant_env)?)
+                .map_err(ConfigError::Tenant)?;
+            let config = Self::new(sdk_runtime::env_var(#url_env)?, sdk_runtime::env_var(#key_env)?, tenant);
+            #prod_from_env
+            #fleet_from_env
+        }
+    }
+}
+
+/// `Config`'s `Debug`: every part but the API key, which never reaches a log.
+fn config_debug(knobs: &Knobs) -> TokenStream {
+    let warm_debug = &knobs.warm.debug;
+    quote! {
         impl fmt::Debug for Config {
             /// The API key never reaches a log.
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -622,7 +598,29 @@ pub fn client_rs(model: &Model) -> TokenStream {
                     .finish_non_exhaustive()
             }
         }
+    }
+}
 
+/// The client type: its construction, its variants and one accessor per service.
+fn client_type(model: &Model, knobs: &Knobs) -> TokenStream {
+    let client = ident(&model.api.client);
+    // The breaker only for an API that has one.
+    let (shared, underneath) = match model.breaker {
+        Some(_) => ("the breaker, ", "breaker state, "),
+        None => ("", ""),
+    };
+    let client_doc = doc(&format!(
+        "The {} client. Cheap to clone: clones share {shared}the throttle and the telemetry.",
+        model.api.title
+    ));
+    let runtime_doc = doc(&format!(
+        "The runtime underneath: {underneath}throttle, telemetry."
+    ));
+    let construction = client_construction(knobs);
+    let for_queue = deferring_server_waits(model);
+    let accessors = model.services.iter().map(|s| service_accessor(model, s));
+    let modes = budget_modes(model);
+    quote! {
         #client_doc
         #[derive(Clone)]
         pub struct #client {
@@ -630,32 +628,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
         }
 
         impl #client {
-            /// A client of the spec's policy (`POLICY.md`) built from `config`: an invalid
-            /// configuration is refused here, before any request is sent.
-            pub fn new(config: Config) -> Result<Self, ConfigError> {
-                Self::with_policy(config, &POLICY)
-            }
-
-            /// A client running `policy` instead of the spec's: an override, or the
-            /// spec's own policy with compressed durations for tests. An override
-            /// that changes the scope headers, the ID rules, the reserved tenants or
-            /// the route table is refused.
-            pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
-                let mut runtime = ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
-                    #warm_apply;
-                if let Some(alerts) = config.alerts {
-                    runtime = runtime.alerts(alerts);
-                }
-                if let Some(idle) = config.pool_idle {
-                    runtime = runtime.pool_idle(idle);
-                }
-                #retry_apply
-                #fleet_apply
-                #prod_apply
-                let client = Client::with_override(&POLICY, policy, runtime)?;
-                Ok(Self { client })
-            }
-
+            #construction
 
             /// The same client, noting the request ID of every call that reaches
             /// the server in `refs`, while every method returns what it always returns:
@@ -664,7 +637,7 @@ pub fn client_rs(model: &Model) -> TokenStream {
                 Self { client: self.client.noting_requests(refs) }
             }
 
-                #for_queue
+            #for_queue
 
             #runtime_doc
             pub fn runtime(&self) -> &Client {
@@ -674,6 +647,122 @@ pub fn client_rs(model: &Model) -> TokenStream {
             #(#accessors)*
 
             #(#modes)*
+        }
+    }
+}
+
+/// `new` and `with_policy`: the config handed to the runtime, each knob applied.
+fn client_construction(knobs: &Knobs) -> TokenStream {
+    let Knobs {
+        retry,
+        fleet,
+        production,
+        warm,
+    } = knobs;
+    let (warm_apply, retry_apply, fleet_apply, prod_apply) =
+        (&warm.apply, &retry.apply, &fleet.apply, &production.apply);
+    quote! {
+        /// A client of the spec's policy (`POLICY.md`) built from `config`: an invalid
+        /// configuration is refused here, before any request is sent.
+        pub fn new(config: Config) -> Result<Self, ConfigError> {
+            Self::with_policy(config, &POLICY)
+        }
+
+        /// A client running `policy` instead of the spec's: an override, or the
+        /// spec's own policy with compressed durations for tests. An override
+        /// that changes the scope headers, the ID rules, the reserved tenants or
+        /// the route table is refused.
+        pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
+            let mut runtime = ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
+                #warm_apply;
+            if let Some(alerts) = config.alerts {
+                runtime = runtime.alerts(alerts);
+            }
+            if let Some(idle) = config.pool_idle {
+                runtime = runtime.pool_idle(idle);
+            }
+            #retry_apply
+            #fleet_apply
+            #prod_apply
+            let client = Client::with_override(&POLICY, policy, runtime)?;
+            Ok(Self { client })
+        }
+    }
+}
+
+/// The replay queue's variant of the client, for an API with a replay queue.
+fn deferring_server_waits(model: &Model) -> Option<TokenStream> {
+    model.replay.is_some().then(|| {
+        quote! {
+            /// The same client, for the replay queue: a wait the platform asks for
+            /// (`Retry-After`) ends the call with `Error::retry_after()` instead of
+            /// being slept out inside it; the queue re-schedules the job.
+            pub fn deferring_server_waits(&self) -> Self {
+                Self { client: self.client.deferring_server_waits() }
+            }
+        }
+    })
+}
+
+/// One variant of the client per budget a caller may opt into.
+fn budget_modes(model: &Model) -> impl Iterator<Item = TokenStream> + '_ {
+    model.caller_budgets().map(|(index, b)| {
+        let method = ident(b.name);
+        let constant = ident(&model.constants.budgets[index.get()]);
+        let text = doc(&format!(
+            "The same client, every call of it also drawing from the `{}` budget: {} (policy {}).",
+            b.name,
+            b.doc.trim().trim_end_matches('.'),
+            super::docs::source(&b.source)
+        ));
+        quote! {
+            #text
+            pub fn #method(&self) -> Self {
+                Self { client: self.client.within_budget(crate::policy::budget::#constant) }
+            }
+        }
+    })
+}
+
+/// The accessor of a service's handle: it takes the scope ids the
+/// service's calls carry, and says so in its doc.
+fn service_accessor(model: &Model, s: &crate::model::Service) -> TokenStream {
+    let (module, handle) = (ident(&s.module), ident(&s.handle_type));
+    let method = ident(&s.handle);
+    let mut text = format!("Calls of `{}`.", s.name);
+    let (mut params, mut args) = (Vec::new(), vec![quote!(&self.client)]);
+    if s.scope == ScopeNeed::Workspace {
+        text = format!(
+            "Calls of `{}`. They exist only behind a workspace: each one carries `{}`{}.",
+            s.name,
+            model.api.headers.workspace.unwrap_or_default(),
+            super::docs::workspace_section(model)
+        );
+        params.push(quote!(workspace: &'c impl AsWorkspace));
+        args.push(quote!(workspace.workspace_id()));
+    }
+    if s.carries_pipeline() {
+        text.push_str(&format!(
+            " They exist only behind a pipeline id: its calls carry `{}`{}.",
+            model.api.headers.pipeline.unwrap_or_default(),
+            super::docs::pipeline_section(model)
+        ));
+        params.push(quote!(pipeline: &'c PipelineId));
+        args.push(quote!(pipeline.id()));
+    }
+    let text = doc(&text);
+    if params.is_empty() {
+        return quote! {
+            #text
+            pub fn #method(&self) -> crate::#module::#handle<'_> {
+                crate::#module::#handle::new(&self.client)
+            }
+        };
+    }
+    quote! {
+        #text
+        pub fn #method<'c>(&'c self, #(#params),*) -> crate::#module::#handle<'c> {
+            crate::#module::#handle::new(#(#args),*)
         }
     }
 }

@@ -8,7 +8,32 @@ use quote::quote;
 use super::docs::{doc, ident, inner_doc, int};
 use crate::model::{Model, UNCLASSIFIED};
 
+/// `src/error.rs`: the error classes as an enum and the API's `Error` over the runtime's.
 pub fn error_rs(model: &Model) -> TokenStream {
+    let title = &model.api.title;
+    let module_doc = inner_doc(&format!(
+        "The error of a call of the {title}, and the taxonomy's error classes (`POLICY.md`, \
+         Taxonomy) as a type: `error.class()` is matched against a variant, read from the \
+         row that classified the error, never from a string."
+    ));
+    let class = error_class(model);
+    let row_classes = row_classes(model);
+    let error = error_type(model);
+    let conversions = error_conversions();
+    quote! {
+        #module_doc
+
+        use std::fmt;
+
+        #class
+        #row_classes
+        #error
+        #conversions
+    }
+}
+
+/// `ErrorClass`: one variant per class, each documented with its rows and action.
+fn error_class(model: &Model) -> TokenStream {
     let classes = &model.classes;
     let variants = classes.iter().map(|c| {
         let (class, action) = (c.name, c.action);
@@ -29,36 +54,13 @@ pub fn error_rs(model: &Model) -> TokenStream {
         let variant = ident(&c.variant);
         quote!(ErrorClass::#variant)
     });
-    let unclassified = ident(model.variant(UNCLASSIFIED));
-    // A success row never ends a call in an error: it reads as unclassified.
-    let by_row = model.rows.iter().map(|r| {
-        let class = if r.success { UNCLASSIFIED } else { r.class };
-        let variant = ident(model.variant(class));
-        quote!(ErrorClass::#variant)
-    });
     let count = int(classes.len() as u64);
-    let n_rows = int(model.rows.len() as u64);
-    let api = &model.api.name;
-    let title = &model.api.title;
-    let module_doc = inner_doc(&format!(
-        "The error of a call of the {title}, and the taxonomy's error classes (`POLICY.md`, \
-         Taxonomy) as a type: `error.class()` is matched against a variant, read from the \
-         row that classified the error, never from a string."
-    ));
     let enum_doc = doc(&format!(
-        "The class of a failed call of the {title}: the taxonomy row that classified it \
-         decides it. A new taxonomy row may bring a new class: a `match` needs a `_` arm."
-    ));
-    let error_doc = doc(&format!(
-        "A failed call of the {title}: the runtime's [`sdk_runtime::Error`] (every accessor \
-         through `Deref`), with its class as this API's [`ErrorClass`]. Another API's error \
-         is another type: it is never read as one of these classes."
+        "The class of a failed call of the {}: the taxonomy row that classified it \
+         decides it. A new taxonomy row may bring a new class: a `match` needs a `_` arm.",
+        model.api.title
     ));
     quote! {
-        #module_doc
-
-        use std::fmt;
-
         #enum_doc
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[non_exhaustive]
@@ -83,10 +85,35 @@ pub fn error_rs(model: &Model) -> TokenStream {
                 f.write_str(self.as_str())
             }
         }
+    }
+}
 
+/// The class of each taxonomy row by its index; a success row never ends
+/// a call in an error, so it reads as unclassified.
+fn row_classes(model: &Model) -> TokenStream {
+    let by_row = model.rows.iter().map(|r| {
+        let class = if r.success { UNCLASSIFIED } else { r.class };
+        let variant = ident(model.variant(class));
+        quote!(ErrorClass::#variant)
+    });
+    let n_rows = int(model.rows.len() as u64);
+    quote! {
         /// The class of each taxonomy row, by the row's index.
         const ROW_CLASSES: [ErrorClass; #n_rows] = [#(#by_row),*];
+    }
+}
 
+/// The API's `Error`: the runtime's, with its class read as this API's.
+fn error_type(model: &Model) -> TokenStream {
+    let unclassified = ident(model.variant(UNCLASSIFIED));
+    let api = &model.api.name;
+    let error_doc = doc(&format!(
+        "A failed call of the {}: the runtime's [`sdk_runtime::Error`] (every accessor \
+         through `Deref`), with its class as this API's [`ErrorClass`]. Another API's error \
+         is another type: it is never read as one of these classes.",
+        model.api.title
+    ));
+    quote! {
         #error_doc
         pub struct Error(sdk_runtime::Error);
 
@@ -110,7 +137,13 @@ pub fn error_rs(model: &Model) -> TokenStream {
                 self.0
             }
         }
+    }
+}
 
+/// What does not vary with the spec: `Error` reads as the runtime's and
+/// converts both ways.
+fn error_conversions() -> TokenStream {
+    quote! {
         impl std::ops::Deref for Error {
             type Target = sdk_runtime::Error;
 

@@ -8,29 +8,19 @@ use std::fmt::Write;
 
 use crate::model::Model;
 
+/// `src/log.rs`: one `tracing` event per line the runtime writes, under the spec's targets.
 pub fn log_rs(model: &Model) -> String {
-    let log = &model.log;
-    let target = &log.target;
-    let (alert, breaker, retry, stream) = (
-        format!("{target}::alert"),
-        format!("{target}::breaker"),
-        format!("{target}::retry"),
-        format!("{target}::stream"),
-    );
-    let mut path_fields = String::new();
-    for (i, (field, _)) in log.path_fields.iter().enumerate() {
-        let at = if i == 0 {
-            "first()".to_string()
-        } else {
-            format!("get({i})")
-        };
-        let _ = writeln!(
-            path_fields,
-            "            {field} = line.path_values.{at}.copied().flatten(),"
-        );
-    }
-    let (service, workspace) = (&model.log_fields.service, &model.log_fields.workspace);
-    let module_doc = module_doc(model, [&alert, &breaker, &retry, &stream]);
+    let targets = Targets::of(model);
+    let module_doc = module_doc(model, &targets);
+    let methods = [
+        enabled(&targets),
+        sent(&targets),
+        attempt(model, &targets),
+        alert(&targets),
+        retry_exhausted(model, &targets),
+        stream_failed(&targets),
+        breaker_lines(&targets),
+    ];
     format!(
         r#"{module_doc}
 //! Never a body: only its length and sha256.
@@ -45,13 +35,68 @@ pub static LINES: Lines = Lines;
 pub struct Lines;
 
 impl LogLines for Lines {{
-    fn enabled(&self) -> bool {{
-        tracing::enabled!(target: "{target}", tracing::Level::INFO)
-    }}
+{}}}
+"#,
+        methods.join("\n")
+    )
+}
 
-    fn sent(&self, line: &SentLine<'_>) {{
+/// The target of each kind of line: the spec's, and one below it per kind.
+struct Targets {
+    target: &'static str,
+    alert: String,
+    breaker: String,
+    retry: String,
+    stream: String,
+}
+
+impl Targets {
+    fn of(model: &Model) -> Self {
+        let target = &model.log.target;
+        Targets {
+            target,
+            alert: format!("{target}::alert"),
+            breaker: format!("{target}::breaker"),
+            retry: format!("{target}::retry"),
+            stream: format!("{target}::stream"),
+        }
+    }
+}
+
+/// One field per path value the spec logs, the first as `first()`.
+fn path_fields(model: &Model) -> String {
+    let mut path_fields = String::new();
+    for (i, (field, _)) in model.log.path_fields.iter().enumerate() {
+        let at = if i == 0 {
+            "first()".to_string()
+        } else {
+            format!("get({i})")
+        };
+        let _ = writeln!(
+            path_fields,
+            "            {field} = line.path_values.{at}.copied().flatten(),"
+        );
+    }
+    path_fields
+}
+
+/// Whether the attempt lines are on: the runtime skips building them otherwise.
+fn enabled(t: &Targets) -> String {
+    format!(
+        r#"    fn enabled(&self) -> bool {{
+        tracing::enabled!(target: "{}", tracing::Level::INFO)
+    }}
+"#,
+        t.target
+    )
+}
+
+/// The line of a request as it leaves.
+fn sent(t: &Targets) -> String {
+    format!(
+        r#"    fn sent(&self, line: &SentLine<'_>) {{
         tracing::info!(
-            target: "{target}",
+            target: "{}",
             request_id = line.request_id,
             tenant = line.tenant,
             pipeline_id = line.pipeline_id,
@@ -62,8 +107,16 @@ impl LogLines for Lines {{
             "sent"
         );
     }}
+"#,
+        t.target
+    )
+}
 
-    fn attempt(&self, line: &AttemptLine<'_>) {{
+/// The line of an attempt's answer, with the spec's field names.
+fn attempt(model: &Model, t: &Targets) -> String {
+    let (service, workspace) = (&model.log_fields.service, &model.log_fields.workspace);
+    format!(
+        r#"    fn attempt(&self, line: &AttemptLine<'_>) {{
         tracing::info!(
             target: "{target}",
             request_id = line.request_id,
@@ -87,10 +140,18 @@ impl LogLines for Lines {{
             "attempt"
         );
     }}
+"#,
+        target = t.target,
+        path_fields = path_fields(model),
+    )
+}
 
-    fn alert(&self, line: &AlertLine<'_>) {{
+/// The line of a raised alert: never its detail, only its length and hash.
+fn alert(t: &Targets) -> String {
+    format!(
+        r#"    fn alert(&self, line: &AlertLine<'_>) {{
         tracing::warn!(
-            target: "{alert}",
+            target: "{}",
             alert = line.alert,
             severity = line.severity,
             endpoint = line.endpoint,
@@ -101,8 +162,16 @@ impl LogLines for Lines {{
             "alert"
         );
     }}
+"#,
+        t.alert
+    )
+}
 
-    fn retry_exhausted(&self, line: &ExhaustedLine<'_>) {{
+/// The line of a call whose retries are spent, with the spec's field names.
+fn retry_exhausted(model: &Model, t: &Targets) -> String {
+    let workspace = &model.log_fields.workspace;
+    format!(
+        r#"    fn retry_exhausted(&self, line: &ExhaustedLine<'_>) {{
         tracing::warn!(
             target: "{retry}",
             operation = line.operation,
@@ -116,10 +185,18 @@ impl LogLines for Lines {{
             "retry exhausted"
         );
     }}
+"#,
+        retry = t.retry,
+        path_fields = path_fields(model),
+    )
+}
 
-    fn stream_failed(&self, line: &StreamFailedLine<'_>) {{
+/// The line of a stream that failed after its head.
+fn stream_failed(t: &Targets) -> String {
+    format!(
+        r#"    fn stream_failed(&self, line: &StreamFailedLine<'_>) {{
         tracing::warn!(
-            target: "{stream}",
+            target: "{}",
             stream = line.stream,
             operation = line.operation,
             row = line.row,
@@ -130,22 +207,30 @@ impl LogLines for Lines {{
             "stream failed"
         );
     }}
+"#,
+        t.stream
+    )
+}
 
-    fn breaker(&self, transition: &str, state: &str) {{
+/// The breaker's lines: its transitions and the warm-up calls after a close.
+fn breaker_lines(t: &Targets) -> String {
+    format!(
+        r#"    fn breaker(&self, transition: &str, state: &str) {{
         tracing::info!(target: "{breaker}", transition, circuit_state = state, "breaker");
     }}
 
     fn warm_up(&self, operation: &str, ok: bool) {{
         tracing::info!(target: "{breaker}", operation, ok, "warm-up");
     }}
-}}
 "#,
+        breaker = t.breaker
     )
 }
 
 /// The module's first lines: the targets of the lines this API can write
 /// (no breaker line without a breaker, no stream line without streams).
-fn module_doc(model: &Model, [alert, breaker, retry, stream]: [&String; 4]) -> String {
+fn module_doc(model: &Model, t: &Targets) -> String {
+    let (alert, breaker, retry, stream) = (&t.alert, &t.breaker, &t.retry, &t.stream);
     let mut lines = vec![
         format!("attempts on target `{}`", model.log.target),
         format!("alerts on `{alert}`"),

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use super::docs::{duration_text, source};
 use super::services::returns_text;
 use crate::model::{
-    Conflict, Degraded, Item, Model, RetrySchedule, RowReplay, ScopeNeed, TaxonomyRow,
+    Conflict, Degraded, Item, Model, Replay, RetrySchedule, ScopeNeed, TaxonomyRow,
 };
 
 pub fn policy_md(model: &Model) -> String {
@@ -551,7 +551,7 @@ fn replay_rows(md: &mut String, model: &Model) {
         md,
         "\nA job whose step failed is settled by the `replay` column of the row that classified the error:\n"
     );
-    for value in RowReplay::ALL {
+    for value in Replay::ALL {
         let rows: Vec<&str> = model
             .rows
             .iter()
@@ -559,14 +559,14 @@ fn replay_rows(md: &mut String, model: &Model) {
             .map(|r| r.row)
             .collect();
         let meaning = match value {
-            RowReplay::Outage => {
+            Replay::Outage => {
                 "the platform or the way to it is down: replayed after the pause (or the platform's wait), never while the breaker is open; for the deploy-suspected window after it, a `deploy` row is the deploy's"
             }
-            RowReplay::Later => {
+            Replay::Later => {
                 "not now, not an outage: replayed after the platform's `Retry-After`, or the pause"
             }
-            RowReplay::Deploy => "replayed while a deploy is suspected, failed otherwise",
-            RowReplay::Never => "the job fails and keeps its error",
+            Replay::Deploy => "replayed while a deploy is suspected, failed otherwise",
+            Replay::Never => "the job fails and keeps its error",
         };
         let rows = if rows.is_empty() {
             "none".to_owned()

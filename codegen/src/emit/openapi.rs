@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 
 use super::docs::{source, type_text};
 use crate::model::{
-    Conflict, Item, Lane, Model, Returns, Route, ScopeNeed, Service, Shape, TaxonomyRow, TypeDef,
-    TypeExpr,
+    BreakerPolicy, Conflict, Item, Lane, Model, Returns, Route, ScopeNeed, Service, Shape,
+    TaxonomyRow, TypeDef, TypeExpr,
 };
 
 type Map<V> = oas3::Map<String, V>;
@@ -56,46 +56,16 @@ pub fn openapi_json(model: &Model) -> String {
     text
 }
 
+/// The whole OpenAPI document: info, server, paths, schemas and the policy as `x-` extensions.
 fn document(model: &Model) -> Spec {
     let api = &model.api;
-    let mut paths: Map<PathItem> = Map::new();
-    for (service, route) in model.routes() {
-        if paths.get(route.path).is_none() {
-            paths.insert(route.path.to_owned(), PathItem::default());
-        }
-        let item = paths.get_mut(route.path).expect("inserted above");
-        let op = Some(operation(model, service, route));
-        match route.method {
-            crate::model::Method::Get => item.get = op,
-            crate::model::Method::Post => item.post = op,
-            crate::model::Method::Put => item.put = op,
-            crate::model::Method::Patch => item.patch = op,
-            crate::model::Method::Delete => item.delete = op,
-        }
-    }
     let mut extensions = Map::new();
     extensions.insert("taxonomy".into(), taxonomy(model));
     extensions.insert("timeouts".into(), timeouts(model));
     extensions.insert("retries".into(), retries(model));
     extensions.insert("budgets".into(), budgets(model));
     if let Some(b) = &model.breaker {
-        let (probe_service, probe) = model.route_of(b.probe);
-        let (canary_service, canary) = model.route_of(b.canary);
-        extensions.insert(
-            "breaker".into(),
-            json!({
-                "threshold": b.threshold,
-                "window_ms": millis(b.window),
-                "distinct_endpoints": b.distinct_endpoints,
-                "probe": format!("{}.{}", probe_service.name, probe.name),
-                "probe_interval_ms": millis(b.probe_interval),
-                "healthy_probes": b.healthy_probes,
-                "canary": format!("{}.{}", canary_service.name, canary.name),
-                "deploy_suspected_ms": millis(b.deploy_suspected),
-                "alert_after_ms": millis(b.alert_after),
-                "source": source(&b.source),
-            }),
-        );
+        extensions.insert("breaker".into(), breaker(model, b));
     }
     Spec {
         openapi: "3.1.0".into(),
@@ -117,23 +87,8 @@ fn document(model: &Model) -> Spec {
             license: None,
             extensions: Map::new(),
         },
-        servers: vec![Server {
-            url: "{origin}".into(),
-            description: Some(format!("The platform's origin, `${}`.", api.origin_env)),
-            variables: [(
-                "origin".to_owned(),
-                oas3::spec::ServerVariable {
-                    default: "http://127.0.0.1:8080".into(),
-                    substitutions_enum: Vec::new(),
-                    description: Some(format!("`${}`", api.origin_env)),
-                    extensions: Map::new(),
-                },
-            )]
-            .into_iter()
-            .collect(),
-            extensions: Map::new(),
-        }],
-        paths: Some(paths),
+        servers: vec![server(model)],
+        paths: Some(paths(model)),
         components: Some(components(model)),
         security: Vec::new(),
         tags: model
@@ -148,6 +103,65 @@ fn document(model: &Model) -> Spec {
         webhooks: Map::new(),
         external_docs: None,
         extensions,
+    }
+}
+
+/// Each route's operation under its path and method.
+fn paths(model: &Model) -> Map<PathItem> {
+    let mut paths: Map<PathItem> = Map::new();
+    for (service, route) in model.routes() {
+        if paths.get(route.path).is_none() {
+            paths.insert(route.path.to_owned(), PathItem::default());
+        }
+        let item = paths.get_mut(route.path).expect("inserted above");
+        let op = Some(operation(model, service, route));
+        match route.method {
+            crate::model::Method::Get => item.get = op,
+            crate::model::Method::Post => item.post = op,
+            crate::model::Method::Put => item.put = op,
+            crate::model::Method::Patch => item.patch = op,
+            crate::model::Method::Delete => item.delete = op,
+        }
+    }
+    paths
+}
+
+/// The breaker as `x-breaker`: its thresholds and the routes it probes.
+fn breaker(model: &Model, b: &Item<BreakerPolicy>) -> Value {
+    let (probe_service, probe) = model.route_of(b.probe);
+    let (canary_service, canary) = model.route_of(b.canary);
+    json!({
+        "threshold": b.threshold,
+        "window_ms": millis(b.window),
+        "distinct_endpoints": b.distinct_endpoints,
+        "probe": format!("{}.{}", probe_service.name, probe.name),
+        "probe_interval_ms": millis(b.probe_interval),
+        "healthy_probes": b.healthy_probes,
+        "canary": format!("{}.{}", canary_service.name, canary.name),
+        "deploy_suspected_ms": millis(b.deploy_suspected),
+        "alert_after_ms": millis(b.alert_after),
+        "source": source(&b.source),
+    })
+}
+
+/// The one server: the platform's origin, a variable read from the environment.
+fn server(model: &Model) -> Server {
+    let api = &model.api;
+    Server {
+        url: "{origin}".into(),
+        description: Some(format!("The platform's origin, `${}`.", api.origin_env)),
+        variables: [(
+            "origin".to_owned(),
+            oas3::spec::ServerVariable {
+                default: "http://127.0.0.1:8080".into(),
+                substitutions_enum: Vec::new(),
+                description: Some(format!("`${}`", api.origin_env)),
+                extensions: Map::new(),
+            },
+        )]
+        .into_iter()
+        .collect(),
+        extensions: Map::new(),
     }
 }
 
@@ -350,9 +364,45 @@ fn schema(ty: &TypeExpr) -> Schema {
     }
 }
 
+/// The OpenAPI operation of a route: its parameters, body, answers, auth and policy.
 fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
-    let api = &model.api;
-    let headers = &api.headers;
+    let mut parameters = value_parameters(route);
+    parameters.extend(scope_parameters(model, service, route));
+    parameters.push(request_id_parameter(model));
+    let request_body = route.body.as_ref().map(|body| {
+        ObjectOrReference::Object(RequestBody {
+            description: Some(type_text(body)),
+            content: json_content(Some(schema(body))),
+            required: Some(true),
+        })
+    });
+    let authenticated = route.scope != ScopeNeed::Public && service.lane == Lane::Key;
+    // An empty requirement: explicitly no auth (public or key injected server-side).
+    let security = if authenticated {
+        [(AUTH.to_owned(), Vec::new())].into_iter().collect()
+    } else {
+        Map::new()
+    };
+    Operation {
+        tags: vec![service.name.clone()],
+        summary: route
+            .doc
+            .split(". ")
+            .next()
+            .map(|s| s.trim_end_matches('.').to_owned()),
+        description: Some(operation_description(model, route, authenticated)),
+        operation_id: Some(format!("{}.{}", service.handle, route.name)),
+        parameters,
+        request_body,
+        responses: Some(responses(model, service, route)),
+        security: vec![SecurityRequirement(security)],
+        extensions: operation_extensions(model, route),
+        ..Operation::default()
+    }
+}
+
+/// The path placeholders and the query parameters; an optional one is not required.
+fn value_parameters(route: &Route) -> Vec<ObjectOrReference<Parameter>> {
     let mut parameters = Vec::new();
     for (name, ty) in &route.path_params {
         parameters.push(parameter(name, ParameterIn::Path, true, schema(ty), None));
@@ -370,6 +420,18 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             None,
         ));
     }
+    parameters
+}
+
+/// The scope headers the route carries: tenant, workspace, pipeline.
+fn scope_parameters(
+    model: &Model,
+    service: &Service,
+    route: &Route,
+) -> Vec<ObjectOrReference<Parameter>> {
+    let (api, headers) = (&model.api, &model.api.headers);
+    let id = || object(string_schema(Some(api.id_rules.pattern.text.to_owned())));
+    let mut parameters = Vec::new();
     if route.scope != ScopeNeed::Public {
         let mut tenant = string_schema(Some(api.id_rules.pattern.text.to_owned()));
         tenant
@@ -390,29 +452,23 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
         ));
     }
     if let (ScopeNeed::Workspace, Some(name)) = (route.scope, &headers.workspace) {
-        parameters.push(parameter(
-            name,
-            ParameterIn::Header,
-            true,
-            object(string_schema(Some(api.id_rules.pattern.text.to_owned()))),
-            Some(format!(
-                "The workspace; every `{}` route needs it (400 without).",
-                service.name
-            )),
-        ));
+        let text = format!(
+            "The workspace; every `{}` route needs it (400 without).",
+            service.name
+        );
+        parameters.push(parameter(name, ParameterIn::Header, true, id(), Some(text)));
     }
     if let (true, Some(name)) = (route.pipeline_id, &headers.pipeline) {
-        parameters.push(parameter(
-            name,
-            ParameterIn::Header,
-            true,
-            object(string_schema(Some(api.id_rules.pattern.text.to_owned()))),
-            Some("The Gutachten run or Analyse batch this call belongs to.".into()),
-        ));
+        let text = "The Gutachten run or Analyse batch this call belongs to.".into();
+        parameters.push(parameter(name, ParameterIn::Header, true, id(), Some(text)));
     }
-    // The client sends a UUIDv4; the platform echoes any value.
-    parameters.push(parameter(
-        headers.request_id,
+    parameters
+}
+
+/// The request id: the client sends a UUIDv4; the platform echoes any value.
+fn request_id_parameter(model: &Model) -> ObjectOrReference<Parameter> {
+    parameter(
+        model.api.headers.request_id,
         ParameterIn::Header,
         false,
         object(typed(SchemaType::String)),
@@ -420,24 +476,12 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
             "Correlates the attempt: the client sends a fresh UUIDv4, the platform echoes it."
                 .into(),
         ),
-    ));
+    )
+}
 
-    let request_body = route.body.as_ref().map(|body| {
-        ObjectOrReference::Object(RequestBody {
-            description: Some(type_text(body)),
-            content: json_content(Some(schema(body))),
-            required: Some(true),
-        })
-    });
-    let authenticated = route.scope != ScopeNeed::Public && service.lane == Lane::Key;
-    let security = if authenticated {
-        vec![SecurityRequirement(
-            [(AUTH.to_owned(), Vec::new())].into_iter().collect(),
-        )]
-    } else {
-        Vec::new()
-    };
-
+/// The route's policy as `x-` extensions: classes, budget, scope, limits,
+/// and what the client reconciles, proves or streams.
+fn operation_extensions(model: &Model, route: &Route) -> Map<Value> {
     let mut extensions = Map::new();
     let timeout = model.timeout(route.timeout);
     extensions.insert(
@@ -471,7 +515,12 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
     if let Returns::Stream(index) = route.returns {
         extensions.insert("stream".into(), stream(model, index));
     }
+    extensions
+}
 
+/// The route's doc, then its classes, idempotency and auth in one line.
+fn operation_description(model: &Model, route: &Route, authenticated: bool) -> String {
+    let headers = &model.api.headers;
     let security_note = if authenticated {
         format!("`{}: {} <key>`", headers.authorization, headers.auth_scheme)
     } else if route.scope == ScopeNeed::Public {
@@ -479,11 +528,11 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
     } else {
         "none: this lane's key is injected server-side".to_owned()
     };
-    let description = format!(
+    format!(
         "{}\n\nTimeout `{}`, retry `{}`, budget `{}`, {}; auth {}. Policy {}.",
         route.doc,
-        timeout.name,
-        retry.name,
+        model.timeout(route.timeout).name,
+        model.retry(route.retry).name,
         model.budget(route.budget).name,
         if route.idempotent {
             "idempotent"
@@ -492,30 +541,10 @@ fn operation(model: &Model, service: &Service, route: &Route) -> Operation {
         },
         security_note,
         source(&route.source),
-    );
-    Operation {
-        tags: vec![service.name.clone()],
-        summary: route
-            .doc
-            .split(". ")
-            .next()
-            .map(|s| s.trim_end_matches('.').to_owned()),
-        description: Some(description),
-        operation_id: Some(format!("{}.{}", service.handle, route.name)),
-        parameters,
-        request_body,
-        responses: Some(responses(model, service, route)),
-        // An empty list: explicitly no auth (public or key injected server-side).
-        security: if authenticated {
-            security
-        } else {
-            vec![SecurityRequirement(Map::new())]
-        },
-        extensions,
-        ..Operation::default()
-    }
+    )
 }
 
+/// The answers of a route: its success, and each status the taxonomy tells apart.
 fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrReference<Response>> {
     let mut out = Map::new();
     let mut echo = Map::new();
@@ -527,7 +556,23 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
             ..Header::default()
         }),
     );
-    let ok = match &route.returns {
+    let ok = success_response(model, route);
+    out.insert(
+        "2XX".into(),
+        ObjectOrReference::Object(Response {
+            headers: echo,
+            ..ok
+        }),
+    );
+    for (code, rows) in error_answers(model, service, route) {
+        out.insert(code, ObjectOrReference::Object(error_response(&rows)));
+    }
+    out
+}
+
+/// The answer of a call that succeeds: nothing, a body, or an event stream.
+fn success_response(model: &Model, route: &Route) -> Response {
+    match &route.returns {
         Returns::Nothing => Response {
             description: Some("Done; no body.".into()),
             ..Response::default()
@@ -560,63 +605,54 @@ fn responses(model: &Model, service: &Service, route: &Route) -> Map<ObjectOrRef
                 ..Response::default()
             }
         }
-    };
-    out.insert(
-        "2XX".into(),
-        ObjectOrReference::Object(Response {
-            headers: echo,
-            ..ok
-        }),
-    );
-    for (code, rows) in error_answers(model, service, route) {
-        let text: Vec<String> = rows
-            .iter()
-            .map(|r| format!("{} `{}`: {}", r.row, r.class, r.action.trim()))
-            .collect();
-        let mut extensions = Map::new();
-        // A create route's 409 is the success the client returns as
-        // `Created::Existing`: said for generators that treat 4xx as errors.
-        let success = rows
-            .iter()
-            .all(|r| r.matches.conflict == Some(Conflict::Success));
-        if success {
-            extensions.insert("success".into(), json!(true));
-        }
-        extensions.insert(
-            "taxonomy".into(),
-            Value::Array(
-                rows.iter()
-                    .map(|r| json!({ "row": r.row, "class": r.class }))
-                    .collect(),
-            ),
-        );
-        let mut content = json_content(Some(reference(ERROR_BODY)));
-        content.insert(
-            "text/plain".into(),
-            MediaType {
-                schema: Some(object(typed(SchemaType::String))),
-                ..MediaType::default()
-            },
-        );
-        out.insert(
-            code,
-            ObjectOrReference::Object(Response {
-                description: Some(if success {
-                    format!(
-                        "Success (`x-success`): the object was already there. The body is the \
-                         platform's `detail`, not the object.\n\n{}",
-                        text.join("\n\n")
-                    )
-                } else {
-                    text.join("\n\n")
-                }),
-                content,
-                extensions,
-                ..Response::default()
-            }),
-        );
     }
-    out
+}
+
+/// The answer of one status, with the taxonomy rows that may match it.
+fn error_response(rows: &[&Item<TaxonomyRow>]) -> Response {
+    let text: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} `{}`: {}", r.row, r.class, r.action.trim()))
+        .collect();
+    let mut extensions = Map::new();
+    // A create route's 409 is the success the client returns as
+    // `Created::Existing`: said for generators that treat 4xx as errors.
+    let success = rows
+        .iter()
+        .all(|r| r.matches.conflict == Some(Conflict::Success));
+    if success {
+        extensions.insert("success".into(), json!(true));
+    }
+    extensions.insert(
+        "taxonomy".into(),
+        Value::Array(
+            rows.iter()
+                .map(|r| json!({ "row": r.row, "class": r.class }))
+                .collect(),
+        ),
+    );
+    let mut content = json_content(Some(reference(ERROR_BODY)));
+    content.insert(
+        "text/plain".into(),
+        MediaType {
+            schema: Some(object(typed(SchemaType::String))),
+            ..MediaType::default()
+        },
+    );
+    Response {
+        description: Some(if success {
+            format!(
+                "Success (`x-success`): the object was already there. The body is the \
+                 platform's `detail`, not the object.\n\n{}",
+                text.join("\n\n")
+            )
+        } else {
+            text.join("\n\n")
+        }),
+        content,
+        extensions,
+        ..Response::default()
+    }
 }
 
 /// The status answers the taxonomy tells apart on this route, keyed as

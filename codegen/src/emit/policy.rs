@@ -7,7 +7,6 @@ use sdk_policy::{BudgetIx, Endpoint, RetryIx, StreamIx, TimeoutIx};
 
 use super::docs::{doc, ident, inner_doc, int, source};
 use crate::model::{Model, Route, Service};
-use crate::naming::screaming;
 
 /// How the generated crate names what a baked value points to: each route's
 /// static in its service's module, the named indices of `src/policy.rs`,
@@ -29,22 +28,22 @@ impl Names for CrateNames<'_> {
     }
 
     fn timeout(&self, index: TimeoutIx) -> TokenStream {
-        let name = ident(&screaming(self.model.timeouts[index.get()].name));
+        let name = ident(&self.model.constants.timeouts[index.get()]);
         quote!(timeout::#name)
     }
 
     fn retry(&self, index: RetryIx) -> TokenStream {
-        let name = ident(&screaming(self.model.retries[index.get()].name));
+        let name = ident(&self.model.constants.retries[index.get()]);
         quote!(retry::#name)
     }
 
     fn budget(&self, index: BudgetIx) -> TokenStream {
-        let name = ident(&screaming(self.model.throttle.budgets[index.get()].name));
+        let name = ident(&self.model.constants.budgets[index.get()]);
         quote!(budget::#name)
     }
 
     fn stream(&self, index: StreamIx) -> TokenStream {
-        let name = ident(&screaming(self.model.streams[index.get()].name));
+        let name = ident(&self.model.constants.streams[index.get()]);
         quote!(stream::#name)
     }
 
@@ -64,19 +63,51 @@ impl Names for CrateNames<'_> {
     }
 }
 
+/// `src/policy.rs`: the named indices, the tables and the baked `POLICY`.
 pub fn policy_rs(model: &Model) -> TokenStream {
     let policy = model.policy();
     let names = CrateNames {
         model,
         statics: true,
     };
-    let api = &model.api.name;
+    let index_modules = index_modules(model);
+    let tables = tables(&policy, &names);
+    let documents = openapi_documents(model);
+    let breaker_statics = breaker_statics(&policy, &names);
+    let module_doc = inner_doc(&format!(
+        "The {} policy as data, lowered from `spec/{}/`. The runtime executes it; nothing here is code.",
+        model.api.title, model.api.name
+    ));
+    let policy_doc = policy_doc(model);
+    let policy = policy.bake(&names);
+    quote! {
+        #module_doc
+
+        use sdk_runtime::Endpoint;
+        use sdk_runtime::log::LogNames;
+        use sdk_runtime::policy::*;
+
+        #(#index_modules)*
+
+        #tables
+
+        #documents
+
+        #breaker_statics
+
+        #policy_doc
+        pub static POLICY: Policy = #policy;
+    }
+}
+
+/// The statics the policy's classes and routes are indexed into.
+fn tables(policy: &sdk_policy::Policy, names: &CrateNames) -> TokenStream {
     let table = |items: Vec<TokenStream>| quote!([#(#items),*]);
-    let timeouts = table(policy.timeouts.iter().map(|t| t.bake(&names)).collect());
-    let retries = table(policy.retries.iter().map(|r| r.bake(&names)).collect());
+    let timeouts = table(policy.timeouts.iter().map(|t| t.bake(names)).collect());
+    let retries = table(policy.retries.iter().map(|r| r.bake(names)).collect());
     let budgets = table(
         (policy.throttle.budgets.iter())
-            .map(|b| b.bake(&names))
+            .map(|b| b.bake(names))
             .collect(),
     );
     let endpoints = table(policy.routes.iter().map(|e| names.endpoint(e)).collect());
@@ -84,6 +115,24 @@ pub fn policy_rs(model: &Model) -> TokenStream {
     let n_retries = int(policy.retries.len() as u64);
     let n_budgets = int(policy.throttle.budgets.len() as u64);
     let n_endpoints = int(policy.routes.len() as u64);
+    quote! {
+        /// Every timeout class, indexed by [`timeout`].
+        pub static TIMEOUTS: [TimeoutClass; #n_timeouts] = #timeouts;
+
+        /// Every retry class, indexed by [`retry`].
+        pub static RETRIES: [RetryClass; #n_retries] = #retries;
+
+        /// Every throttle budget, indexed by [`budget`].
+        pub static BUDGETS: [BudgetPolicy; #n_budgets] = #budgets;
+
+        /// Every route of the API, in spec order.
+        pub static ENDPOINTS: [&Endpoint; #n_endpoints] = #endpoints;
+    }
+}
+
+/// Where each service serves its own OpenAPI document, and the document
+/// generated from the spec beside the crate.
+fn openapi_documents(model: &Model) -> TokenStream {
     let documents: Vec<TokenStream> = model
         .services
         .iter()
@@ -93,7 +142,19 @@ pub fn policy_rs(model: &Model) -> TokenStream {
         })
         .collect();
     let n_documents = int(documents.len() as u64);
-    let breaker_statics = policy.breaker.as_ref().map(|b| {
+    quote! {
+        /// Where each service serves its own OpenAPI document on the platform
+        /// (`services/*.yaml openapi`): `(service, path)`.
+        pub static OPENAPI_DOCUMENTS: [(&str, &str); #n_documents] = [#(#documents),*];
+
+        /// The OpenAPI 3.1 document generated from the same spec, beside this crate.
+        pub const OPENAPI: &str = include_str!("../openapi.json");
+    }
+}
+
+/// The breaker's probe and canary routes, for an API with a breaker.
+fn breaker_statics(policy: &sdk_policy::Policy, names: &CrateNames) -> Option<TokenStream> {
+    policy.breaker.as_ref().map(|b| {
         let (probe, canary) = (names.endpoint(b.probe), names.endpoint(b.canary));
         quote! {
             /// The public liveness route the open breaker probes.
@@ -102,13 +163,13 @@ pub fn policy_rs(model: &Model) -> TokenStream {
             /// The authenticated read sent alone while the breaker is half-open.
             pub static CANARY: &Endpoint = #canary;
         }
-    });
-    let index_modules = index_modules(model);
-    let module_doc = inner_doc(&format!(
-        "The {} policy as data, lowered from `spec/{api}/`. The runtime executes it; nothing here is code.",
-        model.api.title
-    ));
-    let policy_doc = doc(&format!(
+    })
+}
+
+/// The doc of `POLICY`: who hands it to the runtime, and the sources of
+/// its deadline, breaker and throttle.
+fn policy_doc(model: &Model) -> TokenStream {
+    doc(&format!(
         "The whole policy, handed to the runtime by [`crate::{}`].\n\n\
          Deadline: policy {}. Breaker: {}. Throttle: policy {}.",
         model.api.client,
@@ -121,41 +182,7 @@ pub fn policy_rs(model: &Model) -> TokenStream {
                 source(&b.source)
             )),
         source(&model.throttle.source)
-    ));
-    let policy = policy.bake(&names);
-    quote! {
-        #module_doc
-
-        use sdk_runtime::Endpoint;
-        use sdk_runtime::log::LogNames;
-        use sdk_runtime::policy::*;
-
-        #(#index_modules)*
-
-        /// Every timeout class, indexed by [`timeout`].
-        pub static TIMEOUTS: [TimeoutClass; #n_timeouts] = #timeouts;
-
-        /// Every retry class, indexed by [`retry`].
-        pub static RETRIES: [RetryClass; #n_retries] = #retries;
-
-        /// Every throttle budget, indexed by [`budget`].
-        pub static BUDGETS: [BudgetPolicy; #n_budgets] = #budgets;
-
-        /// Every route of the API, in spec order.
-        pub static ENDPOINTS: [&Endpoint; #n_endpoints] = #endpoints;
-
-        /// Where each service serves its own OpenAPI document on the platform
-        /// (`services/*.yaml openapi`): `(service, path)`.
-        pub static OPENAPI_DOCUMENTS: [(&str, &str); #n_documents] = [#(#documents),*];
-
-        /// The OpenAPI 3.1 document generated from the same spec, beside this crate.
-        pub const OPENAPI: &str = include_str!("../openapi.json");
-
-        #breaker_statics
-
-        #policy_doc
-        pub static POLICY: Policy = #policy;
-    }
+    ))
 }
 
 /// `pub mod timeout { … }` and its kin: the named index of every item of a table.
@@ -166,7 +193,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Timeout classes, by name.",
             names(
                 "TimeoutIx",
-                model.timeouts.iter().map(|t| (t.name, t.doc.as_str())),
+                (model.constants.timeouts.iter()).zip(model.timeouts.iter().map(|t| &t.doc)),
             ),
         ),
         (
@@ -174,7 +201,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Retry classes, by name.",
             names(
                 "RetryIx",
-                model.retries.iter().map(|r| (r.name, r.doc.as_str())),
+                (model.constants.retries.iter()).zip(model.retries.iter().map(|r| &r.doc)),
             ),
         ),
         (
@@ -182,11 +209,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Throttle budgets, by name.",
             names(
                 "BudgetIx",
-                model
-                    .throttle
-                    .budgets
-                    .iter()
-                    .map(|b| (b.name, b.doc.as_str())),
+                (model.constants.budgets.iter()).zip(model.throttle.budgets.iter().map(|b| &b.doc)),
             ),
         ),
         (
@@ -194,7 +217,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "Stream contracts, by name.",
             names(
                 "StreamIx",
-                model.streams.iter().map(|s| (s.name, s.doc.as_str())),
+                (model.constants.streams.iter()).zip(model.streams.iter().map(|s| &s.doc)),
             ),
         ),
     ]
@@ -216,11 +239,11 @@ fn endpoint_path(service: &Service, route: &Route) -> TokenStream {
 }
 
 /// `pub const NAME: TimeoutIx = TimeoutIx::new(i);` for each named item, typed by its table.
-fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a str, &'a str)>) -> TokenStream {
+fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStream {
     let ty = ident(ty);
     let consts = items.enumerate().map(|(i, (name, text))| {
         let docs = doc(text);
-        let name = ident(&screaming(name));
+        let name = ident(name);
         let i = int(i as u64);
         quote! {
             #docs

@@ -1,16 +1,15 @@
 //! `src/<service>.rs`: the endpoint descriptors and the typed handle of one service.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
 use super::docs::{
     doc, duration_text, field_ident, ident, inner_doc, rust_type, source, type_text,
 };
 use crate::model::{
-    Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service,
+    Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service, Stream,
     TaxonomyRow, TypeExpr,
 };
-use crate::naming;
 
 /// Rust module of a service (`kg-service` -> `kg_service`).
 pub fn module_name(service: &Service) -> String {
@@ -22,37 +21,84 @@ pub fn handle_type(service: &Service) -> String {
     service.handle_type.clone()
 }
 
+/// `src/<service>.rs`: the service's route descriptors and its typed handle.
 pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
     let endpoints = service.routes.iter().map(|r| endpoint(model, r));
     let methods = service.routes.iter().map(|r| method(model, r));
-    let mut proofs: Vec<&Existence> = model
-        .routes()
-        .filter_map(|(_, r)| r.exists.as_ref())
-        .filter(|e| model.services[e.proven_by.service].name == service.name)
-        .collect();
-    proofs.dedup_by_key(|e| (e.proven_by.service, e.proven_by.route));
-    let ensures = proofs.into_iter().map(|e| ensure(model, e));
+    let ensures = ensures(model, index);
     let handle = ident(&service.handle_type);
-    let scoped = service.scope == ScopeNeed::Workspace;
-    let pipelined = service.carries_pipeline();
-    let mut fields = vec![quote!(client: &'c Client)];
-    let mut names = vec![quote!(client)];
-    if scoped {
-        fields.push(quote!(workspace: &'c Id));
-        names.push(quote!(workspace));
-    }
-    if pipelined {
-        fields.push(quote!(pipeline: &'c Id));
-        names.push(quote!(pipeline));
-    }
+    let (fields, names) = handle_fields(service);
     let ctor = quote! {
         pub(crate) fn new(#(#fields),*) -> Self {
             Self { #(#names),* }
         }
     };
     let fields = quote!(#(#fields),*);
-    let id_import = (scoped || pipelined).then(|| {
+    let imports = service_imports(service);
+    let module_doc = inner_doc(&format!(
+        "`{}`: {}\n\nEvery path starts with `{}`. Policy {}.",
+        service.name,
+        service.doc,
+        service.prefix,
+        source(&service.source)
+    ));
+    let handle_doc = handle_doc(model, service);
+    quote! {
+        #module_doc
+
+        #imports
+
+        #(#endpoints)*
+
+        #handle_doc
+        #[derive(Clone, Copy)]
+        pub struct #handle<'c> {
+            #fields
+        }
+
+        impl<'c> #handle<'c> {
+            #ctor
+
+            #(#methods)*
+            #(#ensures)*
+        }
+    }
+}
+
+/// The `ensure_…` methods of the service `index`: one per create route of
+/// this service that proves an ID exists, however many routes take it.
+fn ensures(model: &Model, index: usize) -> impl Iterator<Item = TokenStream> + '_ {
+    let mut proofs: Vec<&Existence> = model
+        .routes()
+        .filter_map(|(_, r)| r.exists.as_ref())
+        .filter(|e| e.proven_by.service == index)
+        .collect();
+    proofs.dedup_by_key(|e| (e.proven_by.service, e.proven_by.route));
+    proofs.into_iter().map(|e| ensure(model, e))
+}
+
+/// The handle's fields and their names: the client, then the scope ids
+/// the service's calls carry.
+fn handle_fields(service: &Service) -> (Vec<TokenStream>, Vec<TokenStream>) {
+    let mut fields = vec![quote!(client: &'c Client)];
+    let mut names = vec![quote!(client)];
+    if service.scope == ScopeNeed::Workspace {
+        fields.push(quote!(workspace: &'c Id));
+        names.push(quote!(workspace));
+    }
+    if service.carries_pipeline() {
+        fields.push(quote!(pipeline: &'c Id));
+        names.push(quote!(pipeline));
+    }
+    (fields, names)
+}
+
+/// The module's imports: `Id` only for a scoped handle, the stream
+/// classes only for a service with a stream.
+fn service_imports(service: &Service) -> TokenStream {
+    let scoped = service.scope == ScopeNeed::Workspace || service.carries_pipeline();
+    let id_import = scoped.then(|| {
         quote!(
             use sdk_runtime::Id;
         )
@@ -70,14 +116,19 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
             use crate::policy::{budget, retry, timeout};
         )
     };
-    let module_doc = inner_doc(&format!(
-        "`{}`: {}\n\nEvery path starts with `{}`. Policy {}.",
-        service.name,
-        service.doc,
-        service.prefix,
-        source(&service.source)
-    ));
-    let mut handle_doc = if scoped {
+    quote! {
+        use sdk_runtime::policy::Conflict;
+        use crate::Error;
+        use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
+        #id_import
+
+        #policy_import
+    }
+}
+
+/// The handle's doc: the service, and the scope it is bound to.
+fn handle_doc(model: &Model, service: &Service) -> TokenStream {
+    let mut handle_doc = if service.scope == ScopeNeed::Workspace {
         format!(
             "Calls of `{}`, bound to one workspace: every request carries `{}`{}.",
             service.name,
@@ -87,39 +138,14 @@ pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     } else {
         format!("Calls of `{}`.", service.name)
     };
-    if pipelined {
+    if service.carries_pipeline() {
         handle_doc.push_str(&format!(
             " Bound to one pipeline id: every call of a route that carries `{}` sends it{}.",
             model.api.headers.pipeline.unwrap_or_default(),
             super::docs::pipeline_section(model)
         ));
     }
-    let handle_doc = doc(&handle_doc);
-    quote! {
-        #module_doc
-
-        use sdk_runtime::policy::Conflict;
-        use crate::Error;
-        use sdk_runtime::{Call, Client, Endpoint, Lane, Method, RouteIx, ScopeNeed};
-        #id_import
-
-        #policy_import
-
-        #(#endpoints)*
-
-        #handle_doc
-        #[derive(Clone, Copy)]
-        pub struct #handle<'c> {
-            #fields
-        }
-
-        impl<'c> #handle<'c> {
-            #ctor
-
-            #(#methods)*
-            #(#ensures)*
-        }
-    }
+    doc(&handle_doc)
 }
 
 /// The descriptor of `r`, at position `route` of the policy's routes.
@@ -157,31 +183,16 @@ pub fn reconcile_link(model: &Model, r: &Route, read: &RouteRef) -> String {
 
 /// The rustdoc of a method: the spec's words, then the route's policy.
 fn method_doc(model: &Model, r: &Route) -> TokenStream {
-    let timeout = model.timeout(r.timeout);
     let retry = model.retry(r.retry);
-    let budget = model.budget(r.budget);
-    // The class's own doc is on its index constant: link it, do not repeat it.
-    let mut timeout_text = format!(
-        "[`{}`](crate::policy::timeout::{}), {} per attempt",
-        timeout.name,
-        naming::screaming(timeout.name),
-        duration_text(timeout.per_attempt)
-    );
-    if let Some(longer) = timeout.deploy_suspected {
-        timeout_text.push_str(&format!(
-            " ({} while deploy-suspected)",
-            duration_text(longer)
-        ));
-    }
     let mut lines = vec![
         r.doc.clone(),
         String::new(),
         format!("- Route: `{} {}`", r.method.as_str(), r.path),
-        format!("- Timeout class: {timeout_text}"),
+        format!("- Timeout class: {}", timeout_text(model, r)),
         format!(
             "- Retry class: [`{}`](crate::policy::retry::{}), {}",
             retry.name,
-            naming::screaming(retry.name),
+            model.constants.retries[r.retry.get()],
             super::markdown::schedule_text(&retry.schedule)
         ),
         format!(
@@ -192,8 +203,37 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
                 "no: never retried once the request may have reached the server"
             }
         ),
-        format!("- Budget: `{}`", budget.name),
+        format!("- Budget: `{}`", model.budget(r.budget).name),
     ];
+    lines.extend(caveat_lines(model, r));
+    lines.push(endings_line(model, r));
+    lines.push(format!("- Policy: {}", source(&r.source)));
+    doc(&lines.join("\n"))
+}
+
+/// The timeout class, linked (its own doc is on its index constant: not
+/// repeated), and how long an attempt may take.
+fn timeout_text(model: &Model, r: &Route) -> String {
+    let timeout = model.timeout(r.timeout);
+    let mut timeout_text = format!(
+        "[`{}`](crate::policy::timeout::{}), {} per attempt",
+        timeout.name,
+        model.constants.timeouts[r.timeout.get()],
+        duration_text(timeout.per_attempt)
+    );
+    if let Some(longer) = timeout.deploy_suspected {
+        timeout_text.push_str(&format!(
+            " ({} while deploy-suspected)",
+            duration_text(longer)
+        ));
+    }
+    timeout_text
+}
+
+/// What a caller must know beyond the classes: how to reconcile an
+/// unknown outcome, replay, what a 409 is, the proof and the pipeline id.
+fn caveat_lines(model: &Model, r: &Route) -> Vec<String> {
+    let mut lines = Vec::new();
     if let Some(read) = &r.reconcile {
         lines.push(format!(
             "- Outcome unknown ([`Error::outcome_unknown`](sdk_runtime::Error::outcome_unknown)): \
@@ -218,13 +258,11 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
         Conflict::Error => {}
     }
     if let Some(e) = &r.exists {
-        let (service, prover) = model.route(e.proven_by);
+        let (service, _) = model.route(e.proven_by);
         lines.push(format!(
             "- Takes only an existing `{}`: the [`Existing`](crate::Existing) that \
              `{}().{}` hands out (the platform silently drops calls for an unknown one)",
-            e.field,
-            service.handle,
-            prover.name.replacen("create_", "ensure_", 1)
+            e.field, service.handle, e.ensure
         ));
     }
     if r.pipeline_id {
@@ -233,9 +271,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
             model.api.headers.pipeline.unwrap_or_default()
         ));
     }
-    lines.push(endings_line(model, r));
-    lines.push(format!("- Policy: {}", source(&r.source)));
-    doc(&lines.join("\n"))
+    lines
 }
 
 /// The error classes a call of `r` can end in, each with the taxonomy rows
@@ -311,10 +347,60 @@ fn shadowed(row: &Item<TaxonomyRow>, earlier: &[&Item<TaxonomyRow>]) -> bool {
     })
 }
 
+/// The handle's method of route `r`: its arguments, the call it builds, what it returns.
 fn method(model: &Model, r: &Route) -> TokenStream {
     let name = ident(&r.name);
     let endpoint = ident(&r.constant);
     let docs = method_doc(model, r);
+    let (mut args, steps) = call_arguments(r);
+    let proof = r.exists.as_ref().map(|e| {
+        let (arg, check) = existence_proof(e, &endpoint);
+        args.push(arg);
+        check
+    });
+    let body = r.body.as_ref().map(|b| {
+        let ty = rust_type(b);
+        args.push(quote!(body: &#ty));
+        quote!(.json(body))
+    });
+    let build = quote!(#proof let call = Call::new(&#endpoint) #(#steps)* #body;);
+    match answer(model, r) {
+        // Lazy: nothing is sent until the stream is first polled.
+        Answer::Job { event, status } => quote! {
+            #docs
+            pub fn #name(&self, #(#args),*) -> sdk_runtime::JobProgress<#event, #status> {
+                #build
+                self.client.follow_job(call)
+            }
+        },
+        Answer::Awaited { ret, finish } => quote! {
+            #docs
+            pub async fn #name(&self, #(#args),*) -> Result<#ret, Error> {
+                #build
+                self.client.fail_fast(&call)?;
+                #finish
+            }
+        },
+    }
+}
+
+/// What a method returns and how it gets it from the call.
+enum Answer {
+    /// A job followed through its stream, polled when the stream fails.
+    Job {
+        event: TokenStream,
+        status: TokenStream,
+    },
+    /// A call awaited: its result type and the expression that finishes it.
+    Awaited {
+        ret: TokenStream,
+        finish: TokenStream,
+    },
+}
+
+/// The method's arguments and the call's builder steps: the scope the
+/// handle carries, then the path placeholders and the query.
+fn call_arguments(r: &Route) -> (Vec<TokenStream>, Vec<TokenStream>) {
     let mut args = Vec::new();
     let mut steps = Vec::new();
     if r.scope == ScopeNeed::Workspace {
@@ -330,88 +416,67 @@ fn method(model: &Model, r: &Route) -> TokenStream {
         steps.push(quote!(.path(#value)));
     }
     for (param, ty) in &r.query {
-        let arg = field_ident(param);
-        match ty {
-            // A string enum is text already (`AsRef<str>`): passed as it is.
-            TypeExpr::Optional(inner) if matches!(**inner, TypeExpr::Named(_)) => {
-                let arg_ty = rust_type(inner);
-                args.push(quote!(#arg: Option<&#arg_ty>));
-                steps.push(quote!(.query_opt(#param, #arg)));
-            }
-            TypeExpr::Named(_) => {
-                let arg_ty = rust_type(ty);
-                args.push(quote!(#arg: &#arg_ty));
-                steps.push(quote!(.query(#param, #arg)));
-            }
-            TypeExpr::Optional(inner) => {
-                let (arg_ty, value) = arg_type(inner, quote!(v));
-                args.push(quote!(#arg: Option<#arg_ty>));
-                steps.push(quote!(.query_opt(#param, #arg.map(|v| #value))));
-            }
-            _ => {
-                let (arg_ty, value) = arg_type(ty, quote!(#arg));
-                args.push(quote!(#arg: #arg_ty));
-                steps.push(quote!(.query(#param, #value)));
-            }
+        let (arg, step) = query_argument(param, ty);
+        args.push(arg);
+        steps.push(step);
+    }
+    (args, steps)
+}
+
+/// A query parameter's argument and its step; an optional one is skipped when `None`.
+fn query_argument(param: &str, ty: &TypeExpr) -> (TokenStream, TokenStream) {
+    let arg = field_ident(param);
+    match ty {
+        // A string enum is text already (`AsRef<str>`): passed as it is.
+        TypeExpr::Optional(inner) if matches!(**inner, TypeExpr::Named(_)) => {
+            let arg_ty = rust_type(inner);
+            (
+                quote!(#arg: Option<&#arg_ty>),
+                quote!(.query_opt(#param, #arg)),
+            )
+        }
+        TypeExpr::Named(_) => {
+            let arg_ty = rust_type(ty);
+            (quote!(#arg: &#arg_ty), quote!(.query(#param, #arg)))
+        }
+        TypeExpr::Optional(inner) => {
+            let (arg_ty, value) = arg_type(inner, quote!(v));
+            (
+                quote!(#arg: Option<#arg_ty>),
+                quote!(.query_opt(#param, #arg.map(|v| #value))),
+            )
+        }
+        _ => {
+            let (arg_ty, value) = arg_type(ty, quote!(#arg));
+            (quote!(#arg: #arg_ty), quote!(.query(#param, #value)))
         }
     }
-    let proof = r.exists.as_ref().map(|e| {
-        let arg = field_ident(e.field.strip_suffix("_id").unwrap_or(&e.field));
-        let id = ident(&e.id);
-        let field = field_ident(&e.field);
-        let detail = format!("the body's `{}` is not the one proven to exist", e.field);
-        args.push(quote!(#arg: &crate::ids::Existing<crate::ids::#id>));
-        quote! {
-            if body.#field != *#arg.id() {
-                return Err(self.client.refused(&#endpoint, #detail).into());
-            }
+}
+
+/// The proof of existence a create route takes, and the check that the
+/// body names the proven object.
+fn existence_proof(e: &Existence, endpoint: &Ident) -> (TokenStream, TokenStream) {
+    let arg = field_ident(&e.argument);
+    let id = ident(&e.id);
+    let field = field_ident(&e.field);
+    let detail = format!("the body's `{}` is not the one proven to exist", e.field);
+    let check = quote! {
+        if body.#field != *#arg.id() {
+            return Err(self.client.refused(&#endpoint, #detail).into());
         }
-    });
-    let body = r.body.as_ref().map(|b| {
-        let ty = rust_type(b);
-        args.push(quote!(body: &#ty));
-        quote!(.json(body))
-    });
-    let build = quote!(#proof let call = Call::new(&#endpoint) #(#steps)* #body;);
+    };
+    (quote!(#arg: &crate::ids::Existing<crate::ids::#id>), check)
+}
+
+/// What the route answers: nothing, a body (plain, created or in
+/// progress), or a stream.
+fn answer(model: &Model, r: &Route) -> Answer {
     let (ret, finish) = match &r.returns {
         Returns::Nothing => (
             quote!(()),
             quote!(Ok(self.client.send(call).await?.empty()?)),
         ),
-        Returns::Stream(i) => {
-            let stream = &model.streams[*i];
-            let event = if stream.events.is_empty() {
-                quote!(sdk_runtime::sse::SseEvent)
-            } else {
-                let e = ident(&stream.event_type);
-                quote!(crate::types::#e)
-            };
-            match stream
-                .fallback
-                .as_ref()
-                .map(|f| &model.route_of(f.route).1.returns)
-            {
-                Some(Returns::Body(status)) => {
-                    let status = rust_type(status);
-                    // Lazy: nothing is sent until the stream is first polled.
-                    return quote! {
-                        #docs
-                        pub fn #name(&self, #(#args),*) -> sdk_runtime::JobProgress<#event, #status> {
-                            #build
-                            self.client.follow_job(call)
-                        }
-                    };
-                }
-                _ if !stream.events.is_empty() || stream.stages.is_some() => (
-                    quote!(sdk_runtime::Turn<#event>),
-                    quote!(Ok(self.client.turn(self.client.open_stream(call).await?))),
-                ),
-                _ => (
-                    quote!(sdk_runtime::Events),
-                    quote!(Ok(self.client.open_stream(call).await?)),
-                ),
-            }
-        }
+        Returns::Stream(i) => return stream_answer(model, &model.streams[*i]),
         Returns::Body(t) => {
             let ty = rust_type(t);
             match r.conflict {
@@ -427,14 +492,34 @@ fn method(model: &Model, r: &Route) -> TokenStream {
             }
         }
     };
-    quote! {
-        #docs
-        pub async fn #name(&self, #(#args),*) -> Result<#ret, Error> {
-            #build
-            self.client.fail_fast(&call)?;
-            #finish
+    Answer::Awaited { ret, finish }
+}
+
+/// A stream's answer: a job when it falls back to polling a status, typed
+/// turns when it has events or stages, raw events otherwise.
+fn stream_answer(model: &Model, stream: &Stream) -> Answer {
+    let event = if stream.events.is_empty() {
+        quote!(sdk_runtime::sse::SseEvent)
+    } else {
+        let e = ident(&stream.event_type);
+        quote!(crate::types::#e)
+    };
+    let fallback = (stream.fallback.as_ref()).map(|f| &model.route_of(f.route).1.returns);
+    let (ret, finish) = match fallback {
+        Some(Returns::Body(status)) => {
+            let status = rust_type(status);
+            return Answer::Job { event, status };
         }
-    }
+        _ if !stream.events.is_empty() || stream.stages.is_some() => (
+            quote!(sdk_runtime::Turn<#event>),
+            quote!(Ok(self.client.turn(self.client.open_stream(call).await?))),
+        ),
+        _ => (
+            quote!(sdk_runtime::Events),
+            quote!(Ok(self.client.open_stream(call).await?)),
+        ),
+    };
+    Answer::Awaited { ret, finish }
 }
 
 /// `ensure_…` of a create route that proves an ID exists: a create whose
@@ -442,7 +527,7 @@ fn method(model: &Model, r: &Route) -> TokenStream {
 fn ensure(model: &Model, e: &Existence) -> TokenStream {
     let (_, prover) = model.route(e.proven_by);
     let create = ident(&prover.name);
-    let name = ident(&prover.name.replacen("create_", "ensure_", 1));
+    let name = ident(&e.ensure);
     let body = rust_type(prover.body.as_ref().expect("checked in lowering"));
     let field = field_ident(&e.field);
     let id = ident(&e.id);

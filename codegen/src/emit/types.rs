@@ -144,6 +144,7 @@ fn string_enum(name: &proc_macro2::Ident, docs: TokenStream, variants: &[Variant
         let (variant, wire) = (ident(&v.name), &v.wire);
         quote!(#wire => #name::#variant)
     });
+    let conversions = string_enum_conversions(name);
     quote! {
         #docs
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -170,6 +171,14 @@ fn string_enum(name: &proc_macro2::Ident, docs: TokenStream, variants: &[Variant
             }
         }
 
+        #conversions
+    }
+}
+
+/// What every string enum has whatever its values: from and to text, and
+/// serde through the text.
+fn string_enum_conversions(name: &proc_macro2::Ident) -> TokenStream {
+    quote! {
         impl From<&str> for #name {
             fn from(value: &str) -> Self {
                 Self::known(value).unwrap_or_else(|| #name::Unknown(value.to_owned()))

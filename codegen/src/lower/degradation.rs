@@ -159,6 +159,7 @@ impl Cx<'_> {
         out
     }
 
+    /// The streams: the events that fail every one of them, then each stream.
     pub(super) fn streams(
         &mut self,
         s: &spec::StreamsFile,
@@ -166,8 +167,23 @@ impl Cx<'_> {
         types: &[TypeDef],
         features: &[&str],
     ) -> Vec<Stream> {
-        let mut out = Vec::new();
-        let (error_event, timeout_event) = match (&s.error_events, s.streams.keys().next()) {
+        let (error_event, timeout_event) = self.streams_error_events(s);
+        let refs = StreamRefs {
+            services,
+            types,
+            features,
+            error_event,
+            timeout_event,
+        };
+        let streams = s.streams.iter().enumerate();
+        streams
+            .map(|(index, (name, st))| self.stream(index, name, st, &refs))
+            .collect()
+    }
+
+    /// The events that fail every stream: required as soon as there is one.
+    fn streams_error_events(&mut self, s: &spec::StreamsFile) -> (&'static str, &'static str) {
+        match (&s.error_events, s.streams.keys().next()) {
             (Some(events), _) => self.error_events(events),
             (None, Some(first)) => {
                 self.error(
@@ -178,152 +194,219 @@ impl Cx<'_> {
                 Default::default()
             }
             (None, None) => Default::default(),
-        };
-        for (index, (name, st)) in s.streams.iter().enumerate() {
-            let field = |key: &str| format!("streams.{}.{key}", &**name);
-            let at = format!("streams.{}", &**name);
-            let event_type = crate::naming::event_type(name);
-            if !super::is_snake(name) {
-                self.error(name, &at, "stream names are snake_case");
-            } else if self.name(name, &at) {
-                let enum_name = &event_type;
-                if types.iter().any(|t| t.name == *enum_name) {
-                    self.error(
-                        name,
-                        &at,
-                        format!("the stream's event type `{enum_name}` is already a type of the service files"),
-                    );
-                }
-            }
-            let mut variants: Vec<String> = Vec::new();
-            for event in st.events.keys() {
-                let variant = crate::naming::camel(event);
-                let at = field(&format!("events.{}", &**event));
-                if !super::is_camel(&variant) || variant == "Self" {
-                    self.error(
-                        event,
-                        &at,
-                        "an event name is words of letters and digits, starting with a letter, joined by `_`, `-` or spaces",
-                    );
-                } else if variant == "Other" || variants.contains(&variant) {
-                    self.error(
-                        event,
-                        &at,
-                        format!("the event would be the variant `{variant}`, which another event (or `Other`, the untyped ones) already is"),
-                    );
-                }
-                variants.push(variant);
-            }
-            let fallback = st
-                .fallback
-                .as_ref()
-                .and_then(|f| self.route_ref(f, &field("fallback"), services));
-            if let (Some(f), Some(text)) = (fallback, &st.fallback) {
-                self.fallback_fits(index, f, text, services, &field("fallback"));
-            }
-            let status = match (&st.fallback, &st.status) {
-                (Some(_), Some(read)) => {
-                    self.status_read(read, &field("status"));
-                    Some(read)
-                }
-                (Some(f), None) => {
-                    self.error(
-                        f,
-                        field("status"),
-                        "a fallback route needs `status`: its state field and terminal states",
-                    );
-                    None
-                }
-                (None, Some(read)) => {
-                    self.error(
-                        &read.field,
-                        field("status"),
-                        "`status` reads the `fallback` route: add one",
-                    );
-                    None
-                }
-                (None, None) => None,
-            };
-            let mut events = Vec::new();
-            for ((event, ty), variant) in st.events.iter().zip(variants) {
-                let at = field(&format!("events.{}", &**event));
-                match types.iter().position(|t| t.name == ty.as_str()) {
-                    Some(i) if matches!(types[i].shape, Shape::Struct(_)) => events.push(Event {
-                        name: event.to_string(),
-                        variant,
-                        ty: i,
-                    }),
-                    Some(_) => self.error(
-                        ty,
-                        &at,
-                        "an event's data is an object: name a type with `fields`",
-                    ),
-                    None => self.error(
-                        ty,
-                        &at,
-                        format!("`{}` names no type of the service files", &**ty),
-                    ),
-                }
-            }
-            // The states the runtime reads by name are values of the fields' enums.
-            if let (Some(f), Some(read)) = (fallback, &st.status) {
-                let route = &services[f.service].routes[f.route];
-                if let Returns::Body(TypeExpr::Named(ty)) = &route.returns {
-                    let at = field("status");
-                    for states in [&read.completed, &read.failed] {
-                        self.states_listed(types, ty, &read.field, states, &at);
-                    }
-                }
-            }
-            if let Some(g) = &st.stages {
-                let ty = st
-                    .events
-                    .iter()
-                    .find(|(e, _)| e.as_str() == g.event.as_str());
-                if let Some((_, ty)) = ty {
-                    let at = field("stages");
-                    self.states_listed(types, ty, &g.status_field, &g.failed, &at);
-                    self.states_listed(types, ty, &g.stage_field, &g.fail_closed, &at);
-                }
-            }
-            let value = StreamPolicy {
-                name: leak(name),
-                watchdog: self
-                    .duration(&st.watchdog, &field("watchdog"))
-                    .unwrap_or_default(),
-                keepalive: st
-                    .keepalive
-                    .as_ref()
-                    .and_then(|k| self.duration(k, &field("keepalive"))),
-                ceiling: st
-                    .ceiling
-                    .as_ref()
-                    .and_then(|c| self.duration(c, &field("ceiling"))),
-                resync_after_reconnect: st.resync_after_reconnect,
-                resend: st.resend,
-                first_event: st.first_event.as_ref().map(|e| leak(e)),
-                terminal_events: leak_texts(st.terminal_events.iter().map(|e| e.as_str())),
-                ends_with_terminal: st.ends_with_terminal,
-                error_event,
-                timeout_event,
-                fallback: (fallback.zip(status)).map(|(f, read)| {
-                    fallback_read(services[f.service].routes[f.route].endpoint, read)
-                }),
-                stages: st
-                    .stages
-                    .as_ref()
-                    .map(|g| self.stages(g, features, &field("stages"))),
-                lost_copy: st.lost_copy.as_ref().map(|c| leak(c)),
-            };
-            out.push(Stream {
-                value,
-                doc: st.doc.to_string(),
-                event_type,
-                events,
-                source: self.source(&st.source, st.inferred),
-            });
         }
-        out
+    }
+
+    /// One stream: its name and events, its fallback and the states read
+    /// off it, then the policy the runtime holds.
+    fn stream(
+        &mut self,
+        index: usize,
+        name: &spec::Text,
+        st: &spec::Stream,
+        refs: &StreamRefs,
+    ) -> Stream {
+        let field = |key: &str| format!("streams.{}.{key}", &**name);
+        let event_type = self.stream_event_type(name, refs.types);
+        let variants = self.event_variants(name, st);
+        let fallback = st
+            .fallback
+            .as_ref()
+            .and_then(|f| self.route_ref(f, &field("fallback"), refs.services));
+        if let (Some(f), Some(text)) = (fallback, &st.fallback) {
+            self.fallback_fits(index, f, text, refs.services, &field("fallback"));
+        }
+        let status = self.stream_status(st, &field("status"));
+        let events = self.stream_events(name, st, variants, refs.types);
+        self.stream_states(name, st, fallback, refs);
+        let fallback = (fallback.zip(status)).map(|(f, read)| {
+            fallback_read(refs.services[f.service].routes[f.route].endpoint, read)
+        });
+        let value = self.stream_policy(name, st, fallback, refs);
+        Stream {
+            value,
+            doc: st.doc.to_string(),
+            event_type,
+            events,
+            source: self.source(&st.source, st.inferred),
+        }
+    }
+
+    /// The stream's event type: its name is snake_case and the type's name is free.
+    fn stream_event_type(&mut self, name: &spec::Text, types: &[TypeDef]) -> String {
+        let at = format!("streams.{}", &**name);
+        let event_type = crate::naming::event_type(name);
+        if !super::is_snake(name) {
+            self.error(name, &at, "stream names are snake_case");
+        } else if self.name(name, &at) {
+            let enum_name = &event_type;
+            if types.iter().any(|t| t.name == *enum_name) {
+                self.error(
+                    name,
+                    &at,
+                    format!("the stream's event type `{enum_name}` is already a type of the service files"),
+                );
+            }
+        }
+        event_type
+    }
+
+    /// The variant of each event: a word of its own, neither another's nor `Other`.
+    fn event_variants(&mut self, name: &spec::Text, st: &spec::Stream) -> Vec<String> {
+        let mut variants: Vec<String> = Vec::new();
+        for event in st.events.keys() {
+            let variant = crate::naming::camel(event);
+            let at = format!("streams.{}.events.{}", &**name, &**event);
+            if !super::is_camel(&variant) || variant == "Self" {
+                self.error(
+                    event,
+                    &at,
+                    "an event name is words of letters and digits, starting with a letter, joined by `_`, `-` or spaces",
+                );
+            } else if variant == "Other" || variants.contains(&variant) {
+                self.error(
+                    event,
+                    &at,
+                    format!("the event would be the variant `{variant}`, which another event (or `Other`, the untyped ones) already is"),
+                );
+            }
+            variants.push(variant);
+        }
+        variants
+    }
+
+    /// The status read of the fallback route: there with a fallback, never without.
+    fn stream_status<'a>(
+        &mut self,
+        st: &'a spec::Stream,
+        field: &str,
+    ) -> Option<&'a spec::StatusRead> {
+        match (&st.fallback, &st.status) {
+            (Some(_), Some(read)) => {
+                self.status_read(read, field);
+                Some(read)
+            }
+            (Some(f), None) => {
+                self.error(
+                    f,
+                    field,
+                    "a fallback route needs `status`: its state field and terminal states",
+                );
+                None
+            }
+            (None, Some(read)) => {
+                self.error(
+                    &read.field,
+                    field,
+                    "`status` reads the `fallback` route: add one",
+                );
+                None
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// Each event with the type of its data, which is an object.
+    fn stream_events(
+        &mut self,
+        name: &spec::Text,
+        st: &spec::Stream,
+        variants: Vec<String>,
+        types: &[TypeDef],
+    ) -> Vec<Event> {
+        let mut events = Vec::new();
+        for ((event, ty), variant) in st.events.iter().zip(variants) {
+            let at = format!("streams.{}.events.{}", &**name, &**event);
+            match types.iter().position(|t| t.name == ty.as_str()) {
+                Some(i) if matches!(types[i].shape, Shape::Struct(_)) => events.push(Event {
+                    name: event.to_string(),
+                    variant,
+                    ty: i,
+                }),
+                Some(_) => self.error(
+                    ty,
+                    &at,
+                    "an event's data is an object: name a type with `fields`",
+                ),
+                None => self.error(
+                    ty,
+                    &at,
+                    format!("`{}` names no type of the service files", &**ty),
+                ),
+            }
+        }
+        events
+    }
+
+    /// The states the runtime reads by name are values of the fields' enums:
+    /// the fallback's terminal states and the stages' failed ones.
+    fn stream_states(
+        &mut self,
+        name: &spec::Text,
+        st: &spec::Stream,
+        fallback: Option<RouteRef>,
+        refs: &StreamRefs,
+    ) {
+        let field = |key: &str| format!("streams.{}.{key}", &**name);
+        let types = refs.types;
+        if let (Some(f), Some(read)) = (fallback, &st.status) {
+            let route = &refs.services[f.service].routes[f.route];
+            if let Returns::Body(TypeExpr::Named(ty)) = &route.returns {
+                let at = field("status");
+                for states in [&read.completed, &read.failed] {
+                    self.states_listed(types, ty, &read.field, states, &at);
+                }
+            }
+        }
+        if let Some(g) = &st.stages {
+            let ty = st
+                .events
+                .iter()
+                .find(|(e, _)| e.as_str() == g.event.as_str());
+            if let Some((_, ty)) = ty {
+                let at = field("stages");
+                self.states_listed(types, ty, &g.status_field, &g.failed, &at);
+                self.states_listed(types, ty, &g.stage_field, &g.fail_closed, &at);
+            }
+        }
+    }
+
+    /// What the runtime holds of the stream.
+    fn stream_policy(
+        &mut self,
+        name: &spec::Text,
+        st: &spec::Stream,
+        fallback: Option<StreamFallback>,
+        refs: &StreamRefs,
+    ) -> StreamPolicy {
+        let field = |key: &str| format!("streams.{}.{key}", &**name);
+        StreamPolicy {
+            name: leak(name),
+            watchdog: self
+                .duration(&st.watchdog, &field("watchdog"))
+                .unwrap_or_default(),
+            keepalive: st
+                .keepalive
+                .as_ref()
+                .and_then(|k| self.duration(k, &field("keepalive"))),
+            ceiling: st
+                .ceiling
+                .as_ref()
+                .and_then(|c| self.duration(c, &field("ceiling"))),
+            resync_after_reconnect: st.resync_after_reconnect,
+            resend: st.resend,
+            first_event: st.first_event.as_ref().map(|e| leak(e)),
+            terminal_events: leak_texts(st.terminal_events.iter().map(|e| e.as_str())),
+            ends_with_terminal: st.ends_with_terminal,
+            error_event: refs.error_event,
+            timeout_event: refs.timeout_event,
+            fallback,
+            stages: st
+                .stages
+                .as_ref()
+                .map(|g| self.stages(g, refs.features, &field("stages"))),
+            lost_copy: st.lost_copy.as_ref().map(|c| leak(c)),
+        }
     }
 
     /// The `error_events:` names: each one word, and not the same event.
@@ -478,4 +561,13 @@ fn fallback_read(route: &'static Endpoint, read: &spec::StatusRead) -> StreamFal
         error_field: read.error_field.as_ref().map(|t| leak(t)),
         reopen_after: *read.reopen_after,
     }
+}
+
+/// What a stream may refer to, and the events that fail every stream.
+struct StreamRefs<'a> {
+    services: &'a [Service],
+    types: &'a [TypeDef],
+    features: &'a [&'a str],
+    error_event: &'static str,
+    timeout_event: &'static str,
 }

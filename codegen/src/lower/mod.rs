@@ -24,237 +24,420 @@ use crate::spec::Text;
 pub use routes::placeholders;
 
 /// Lowers a parsed spec; returns `None` when any rule failed (see `sources`).
+///
+/// The sections that refer to nothing come first, since what the others may
+/// refer to is read off them; then the services and the taxonomy; then the
+/// policy sections that refer to services. Every step runs whatever failed
+/// before it, so one run reports every problem.
 pub fn lower(raw: &RawSpec, sources: &mut Sources) -> Option<Model> {
     let mut cx = Cx { sources };
-    let pattern = cx.id_pattern(&raw.api);
-    let api = cx.api(&raw.api, pattern.as_ref());
-    let timeouts = cx.timeouts(&raw.policy);
-    let retries = cx.retries(&raw.policy);
-    let throttle = cx.throttle(&raw.policy.throttle);
-    let limits = cx.limits(&raw.policy.limits);
-    let connections = &raw.policy.connections;
-    let pool_idle = cx.duration(&connections.pool_idle, "connections.pool_idle");
-    let pool_idle_floor = match &connections.pool_idle_floor {
-        Some(text) => {
-            let floor = cx.duration(text, "connections.pool_idle_floor");
-            if let (Some(f), Some(idle)) = (floor, pool_idle)
-                && f > idle
-            {
-                cx.error(
-                    text,
-                    "connections.pool_idle_floor",
-                    "must not be above `pool_idle` (the default must be configurable)".to_owned(),
+    let own = cx.standalone(raw);
+    let names = own.known(raw);
+    let calls = cx.calls(raw, &own, &names);
+    let guards = cx.guards(raw, &own, &names, &calls.services);
+    if cx.sources.has_errors() {
+        return None;
+    }
+    model(own, calls, guards)
+}
+
+/// The sections that refer to no other part of the spec.
+struct Standalone {
+    pattern: Option<IdPattern<'static>>,
+    api: Api,
+    timeouts: Vec<Item<TimeoutClass>>,
+    retries: Vec<Item<RetryClass>>,
+    throttle: Throttle,
+    limits: Option<(Limits, u64)>,
+    pool: PoolSettings,
+    log: LogNames,
+    log_fields: LogFields,
+    metrics: MetricNames,
+    details: Vec<Item<DetailSet>>,
+    states: Vec<Item<FeatureStateCopy>>,
+    alerts: Vec<Alert>,
+    types: Vec<TypeDef>,
+}
+
+/// The connection pool's settings; a `None` is a value that did not lower
+/// (its error recorded).
+struct PoolSettings {
+    idle: Option<Duration>,
+    idle_floor: Option<Duration>,
+    keep_alive_margin: Option<Option<Duration>>,
+    fresh_after: Vec<u16>,
+}
+
+/// The services and the taxonomy: they refer to the standalone sections.
+struct Calls {
+    services: Vec<Service>,
+    rows: Vec<Item<TaxonomyRow>>,
+    classes: Vec<Class>,
+    messages: Vec<Item<ClassMessage>>,
+    unknown_outcome: Option<&'static str>,
+}
+
+/// The policy sections that refer to services and names. `Some(None)`: the
+/// section is there but did not lower (errors recorded).
+struct Guards {
+    breaker: Option<Option<Item<BreakerPolicy>>>,
+    warm_up: Vec<Item<WarmUpCall>>,
+    streams: Vec<Stream>,
+    fallbacks_sustained: Option<(AlertRate, &'static str)>,
+    buffering: Option<BufferingRule>,
+    deadline: Option<Duration>,
+    deadline_source: Source,
+    alerting: Alerting,
+    features: Vec<Item<FeaturePolicy>>,
+    replay: Option<Option<Item<ReplayPolicy>>>,
+    fleet: Option<Option<Item<FleetPolicy>>>,
+}
+
+/// When the policy's own alerts are raised and how long their rules look back.
+struct Alerting {
+    retry_exhausted: &'static str,
+    retry_exhausted_rate: Option<AlertRate>,
+    look_back: Option<Duration>,
+}
+
+impl Standalone {
+    /// The names other items may refer to.
+    fn known<'a>(&'a self, raw: &'a RawSpec) -> Known<'a> {
+        Known {
+            timeouts: self.timeouts.iter().map(|t| t.name).collect(),
+            retries: self.retries.iter().map(|r| r.name).collect(),
+            budgets: self.throttle.budgets.iter().map(|b| b.name).collect(),
+            streams: raw.streams.streams.keys().map(|k| k.as_str()).collect(),
+            ids: self.api.ids.iter().map(|i| i.name.as_str()).collect(),
+            types: self.types.iter().map(|t| t.name.as_str()).collect(),
+            details: self.details.iter().map(|d| d.name).collect(),
+            alerts: self.alerts.iter().map(|a| a.alert).collect(),
+            states: self.states.iter().map(|s| s.state).collect(),
+            pipeline_header: self.api.headers.pipeline.is_some(),
+        }
+    }
+}
+
+/// The model, once every part lowered; `None` if a part that must be there is not.
+fn model(own: Standalone, calls: Calls, guards: Guards) -> Option<Model> {
+    let constants = constants(&own, &guards);
+    let (pool, alerting) = (own.pool, guards.alerting);
+    Some(Model {
+        api: own.api,
+        timeouts: own.timeouts,
+        deadline: guards.deadline?,
+        deadline_source: guards.deadline_source,
+        retries: own.retries,
+        breaker: settled(guards.breaker)?,
+        warm_up: guards.warm_up,
+        throttle: own.throttle,
+        limits: own.limits?.0,
+        pool_idle: pool.idle?,
+        pool_idle_floor: pool.idle_floor?,
+        keep_alive_margin: settled(pool.keep_alive_margin)?,
+        fresh_after: pool.fresh_after,
+        replay: settled(guards.replay)?,
+        fleet: settled(guards.fleet)?,
+        metrics: own.metrics,
+        log: own.log,
+        log_fields: own.log_fields,
+        details: own.details,
+        rows: calls.rows,
+        classes: calls.classes,
+        streams: guards.streams,
+        buffering: guards.buffering,
+        fallbacks_sustained: guards.fallbacks_sustained,
+        states: own.states,
+        messages: calls.messages,
+        unknown_outcome: calls.unknown_outcome,
+        alerts: own.alerts,
+        retry_exhausted_rate: alerting.retry_exhausted_rate,
+        retry_exhausted_alert: alerting.retry_exhausted,
+        alert_look_back: alerting.look_back?,
+        features: guards.features,
+        types: own.types,
+        services: calls.services,
+        constants,
+    })
+}
+
+/// The constant of each item of the indexed tables.
+fn constants(own: &Standalone, guards: &Guards) -> Constants {
+    Constants {
+        timeouts: screaming(own.timeouts.iter().map(|t| t.name)),
+        retries: screaming(own.retries.iter().map(|r| r.name)),
+        budgets: screaming(own.throttle.budgets.iter().map(|b| b.name)),
+        streams: screaming(guards.streams.iter().map(|s| s.name)),
+    }
+}
+
+/// Each name as a constant ([`crate::naming::screaming`]).
+fn screaming<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+    names.map(crate::naming::screaming).collect()
+}
+
+/// An optional section: absent (`Some(None)`), lowered (`Some(Some(_))`), or
+/// present but not lowered (`None`).
+fn settled<T>(section: Option<Option<T>>) -> Option<Option<T>> {
+    match section {
+        Some(lowered) => Some(Some(lowered?)),
+        None => Some(None),
+    }
+}
+
+impl Cx<'_> {
+    /// The sections that refer to nothing, in the order their errors were always found.
+    fn standalone(&mut self, raw: &RawSpec) -> Standalone {
+        let pattern = self.id_pattern(&raw.api);
+        let api = self.api(&raw.api, pattern.as_ref());
+        let timeouts = self.timeouts(&raw.policy);
+        let retries = self.retries(&raw.policy);
+        let throttle = self.throttle(&raw.policy.throttle);
+        let limits = self.limits(&raw.policy.limits);
+        let pool = self.pool(&raw.policy.connections);
+        let (log, log_fields) = self.log(&raw.api.log);
+        let metrics = self.metrics(
+            &raw.policy.metrics,
+            raw.policy.breaker.is_some(),
+            !raw.streams.streams.is_empty(),
+        );
+        let connections = &raw.policy.connections;
+        self.source(&connections.source, connections.inferred);
+        let details = self.details(&raw.taxonomy);
+        let (states, alerts) = self.degradation(&raw.degradation);
+        let types = self.types(&raw.services, &api);
+        Standalone {
+            pattern,
+            api,
+            timeouts,
+            retries,
+            throttle,
+            limits,
+            pool,
+            log,
+            log_fields,
+            metrics,
+            details,
+            states,
+            alerts,
+            types,
+        }
+    }
+
+    /// The pool's idle time, its floor (never above it), the keep-alive
+    /// margin and the 5xx statuses after which no connection is reused.
+    fn pool(&mut self, connections: &crate::spec::Connections) -> PoolSettings {
+        let idle = self.duration(&connections.pool_idle, "connections.pool_idle");
+        let idle_floor = match &connections.pool_idle_floor {
+            Some(text) => {
+                let floor = self.duration(text, "connections.pool_idle_floor");
+                if let (Some(f), Some(idle)) = (floor, idle)
+                    && f > idle
+                {
+                    self.error(
+                        text,
+                        "connections.pool_idle_floor",
+                        "must not be above `pool_idle` (the default must be configurable)"
+                            .to_owned(),
+                    );
+                }
+                floor
+            }
+            None => idle,
+        };
+        let keep_alive_margin = connections
+            .keep_alive_margin
+            .as_ref()
+            .map(|text| self.duration(text, "connections.keep_alive_margin"));
+        for status in &connections.fresh_after {
+            if !(500..=599).contains(&**status) {
+                self.sources.at(
+                    status.span(),
+                    "connections.fresh_after",
+                    "must list 5xx statuses (the errors after which a server closes the connection)",
                 );
             }
-            floor
         }
-        None => pool_idle,
-    };
-    let keep_alive_margin = connections
-        .keep_alive_margin
-        .as_ref()
-        .map(|text| cx.duration(text, "connections.keep_alive_margin"));
-    for status in &connections.fresh_after {
-        if !(500..=599).contains(&**status) {
-            cx.sources.at(
-                status.span(),
-                "connections.fresh_after",
-                "must list 5xx statuses (the errors after which a server closes the connection)",
-            );
+        let fresh_after = connections.fresh_after.iter().map(|s| **s).collect();
+        PoolSettings {
+            idle,
+            idle_floor,
+            keep_alive_margin,
+            fresh_after,
         }
     }
-    let fresh_after = connections.fresh_after.iter().map(|s| **s).collect();
-    let (log, log_fields) = cx.log(&raw.api.log);
-    let metrics = cx.metrics(
-        &raw.policy.metrics,
-        raw.policy.breaker.is_some(),
-        !raw.streams.streams.is_empty(),
-    );
-    cx.source(&connections.source, connections.inferred);
-    let details = cx.details(&raw.taxonomy);
-    let (states, alerts) = cx.degradation(&raw.degradation);
-    let streams_index: Vec<&str> = raw.streams.streams.keys().map(|k| k.as_str()).collect();
-    let types = cx.types(&raw.services, &api);
-    let names = Known {
-        timeouts: timeouts.iter().map(|t| t.name).collect(),
-        retries: retries.iter().map(|r| r.name).collect(),
-        budgets: throttle.budgets.iter().map(|b| b.name).collect(),
-        streams: streams_index,
-        ids: api.ids.iter().map(|i| i.name.as_str()).collect(),
-        types: types.iter().map(|t| t.name.as_str()).collect(),
-        details: details.iter().map(|d| d.name).collect(),
-        alerts: alerts.iter().map(|a| a.alert).collect(),
-        states: states.iter().map(|s| s.state).collect(),
-        pipeline_header: api.headers.pipeline.is_some(),
-    };
-    let max_response = limits.as_ref().map(|(_, response)| *response);
-    let mut services = cx.services(&raw.services, &api, &names, max_response);
-    for w in raw.api.workspace_services.iter().flat_map(|w| &w.services) {
-        if !raw
-            .services
-            .iter()
-            .any(|s| s.service.as_str() == w.as_str())
-        {
-            cx.error(
-                w,
-                "workspace_services.services",
-                format!("no service file defines `{}`", &**w),
-            );
+
+    /// The services, checked against each other, then the taxonomy's rows
+    /// and the copy of each class.
+    fn calls(&mut self, raw: &RawSpec, own: &Standalone, names: &Known) -> Calls {
+        let max_response = own.limits.as_ref().map(|(_, response)| *response);
+        let mut services = self.services(&raw.services, &own.api, names, max_response);
+        self.workspace_services_defined(raw);
+        self.existence(&raw.services, &mut services, &own.types);
+        self.reconciles(&raw.services, &mut services);
+        self.caller_budgets(&raw.policy.throttle, &services);
+        let known = taxonomy::RowsKnow {
+            names,
+            states: &own.states,
+            services: &services,
+            degradation: &raw.degradation,
+        };
+        let sections = taxonomy::Sections {
+            breaker: raw.policy.breaker.is_some(),
+            streams: !raw.streams.streams.is_empty(),
+            jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
+            replay: raw.policy.replay.is_some(),
+        };
+        let (rows, classes) = self.rows(&raw.taxonomy, &known, sections);
+        let messages = self.messages(&raw.degradation, &rows);
+        let unknown_outcome = self.unknown_outcome(&raw.degradation, &raw.taxonomy);
+        self.streams_bounded(&services, &own.throttle, &raw.services);
+        Calls {
+            services,
+            rows,
+            classes,
+            messages,
+            unknown_outcome,
         }
     }
-    cx.existence(&raw.services, &mut services, &types);
-    cx.reconciles(&raw.services, &mut services);
-    cx.caller_budgets(&raw.policy.throttle, &services);
-    let known = taxonomy::RowsKnow {
-        names: &names,
-        states: &states,
-        services: &services,
-        degradation: &raw.degradation,
-    };
-    let sections = taxonomy::Sections {
-        breaker: raw.policy.breaker.is_some(),
-        streams: !raw.streams.streams.is_empty(),
-        jobs: raw.streams.streams.values().any(|s| s.fallback.is_some()),
-        replay: raw.policy.replay.is_some(),
-    };
-    let (rows, classes) = cx.rows(&raw.taxonomy, &known, sections);
-    let messages = cx.messages(&raw.degradation, &rows);
-    let unknown_outcome = cx.unknown_outcome(&raw.degradation, &raw.taxonomy);
-    cx.streams_bounded(&services, &throttle, &raw.services);
-    let policy_alerts = &raw.policy.alerts;
-    let open_alert = policy_alerts.breaker_open.as_ref().map(|a| leak(a));
-    let breaker = raw
-        .policy
-        .breaker
-        .as_ref()
-        .map(|b| cx.breaker(b, &services, &timeouts, open_alert.unwrap_or_default()));
-    let warm_up = (raw.policy.breaker.iter())
-        .flat_map(|b| cx.warm_up(b, &services, &names, pattern.as_ref()))
-        .collect();
-    let feature_names: Vec<&str> = raw
-        .degradation
-        .features
-        .keys()
-        .map(|k| k.as_str())
-        .collect();
-    let streams = cx.streams(&raw.streams, &services, &types, &feature_names);
-    let fallbacks_sustained = raw.streams.fallbacks_sustained.as_ref().and_then(|f| {
-        cx.reference(
+
+    /// Each service the API puts behind a workspace has a service file.
+    fn workspace_services_defined(&mut self, raw: &RawSpec) {
+        for w in raw.api.workspace_services.iter().flat_map(|w| &w.services) {
+            if !raw
+                .services
+                .iter()
+                .any(|s| s.service.as_str() == w.as_str())
+            {
+                self.error(
+                    w,
+                    "workspace_services.services",
+                    format!("no service file defines `{}`", &**w),
+                );
+            }
+        }
+    }
+
+    /// The breaker and its warm-up, the streams, the alerts' rules, the
+    /// features, the replay queue and the fleet.
+    fn guards(
+        &mut self,
+        raw: &RawSpec,
+        own: &Standalone,
+        names: &Known,
+        services: &[Service],
+    ) -> Guards {
+        let policy = &raw.policy;
+        let open_alert = policy.alerts.breaker_open.as_ref().map(|a| leak(a));
+        let breaker = policy
+            .breaker
+            .as_ref()
+            .map(|b| self.breaker(b, services, &own.timeouts, open_alert.unwrap_or_default()));
+        let warm_up = (policy.breaker.iter())
+            .flat_map(|b| self.warm_up(b, services, names, own.pattern.as_ref()))
+            .collect();
+        let feature_names: Vec<&str> = raw
+            .degradation
+            .features
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        let streams = self.streams(&raw.streams, services, &own.types, &feature_names);
+        let fallbacks_sustained = self.fallbacks_sustained(&raw.streams, names);
+        let buffering = self.buffering(&raw.streams, names);
+        let deadline = self.duration(&policy.deadline.interactive, "deadline.interactive");
+        let alerting = self.alerting(policy, names);
+        let features = self.features(&raw.degradation, services);
+        let replay =
+            (policy.replay.as_ref()).map(|r| self.replay(r, &own.throttle, names, deadline));
+        let fleet = (policy.fleet.as_ref()).map(|f| self.fleet(f, &own.throttle, names));
+        let deadline_source = self.source(&policy.deadline.source, policy.deadline.inferred);
+        Guards {
+            breaker,
+            warm_up,
+            streams,
+            fallbacks_sustained,
+            buffering,
+            deadline,
+            deadline_source,
+            alerting,
+            features,
+            replay,
+            fleet,
+        }
+    }
+
+    /// How many fallbacks within how long raise which alert.
+    fn fallbacks_sustained(
+        &mut self,
+        streams: &crate::spec::StreamsFile,
+        names: &Known,
+    ) -> Option<(AlertRate, &'static str)> {
+        let f = streams.fallbacks_sustained.as_ref()?;
+        self.reference(
             &f.alert,
             "fallbacks_sustained.alert",
             "alert",
             &names.alerts,
         );
-        cx.source(&f.source, f.inferred);
-        let at_least = cx.positive(&f.at_least, "fallbacks_sustained.at_least");
-        let within = cx.duration(&f.within, "fallbacks_sustained.within")?;
+        self.source(&f.source, f.inferred);
+        let at_least = self.positive(&f.at_least, "fallbacks_sustained.at_least");
+        let within = self.duration(&f.within, "fallbacks_sustained.within")?;
         Some((AlertRate { at_least, within }, leak(&f.alert)))
-    });
-    let buffering = raw.streams.buffering.as_ref().and_then(|b| {
-        cx.reference(&b.alert, "buffering.alert", "alert", &names.alerts);
-        cx.source(&b.source, b.inferred);
+    }
+
+    /// When a stream that buffers instead of streaming raises its alert.
+    fn buffering(
+        &mut self,
+        streams: &crate::spec::StreamsFile,
+        names: &Known,
+    ) -> Option<BufferingRule> {
+        let b = streams.buffering.as_ref()?;
+        self.reference(&b.alert, "buffering.alert", "alert", &names.alerts);
+        self.source(&b.source, b.inferred);
         Some(BufferingRule {
-            min_events: cx.positive(&b.min_events, "buffering.min_events"),
-            burst: cx.duration(&b.burst, "buffering.burst")?,
-            silent_for: cx.duration(&b.silent_for, "buffering.silent_for")?,
-            confirm_after: cx.positive(&b.confirm_after, "buffering.confirm_after"),
+            min_events: self.positive(&b.min_events, "buffering.min_events"),
+            burst: self.duration(&b.burst, "buffering.burst")?,
+            silent_for: self.duration(&b.silent_for, "buffering.silent_for")?,
+            confirm_after: self.positive(&b.confirm_after, "buffering.confirm_after"),
             alert: leak(&b.alert),
         })
-    });
-    let deadline = cx.duration(&raw.policy.deadline.interactive, "deadline.interactive");
-    match (&policy_alerts.breaker_open, &raw.policy.breaker) {
-        (Some(alert), Some(_)) => {
-            cx.reference(alert, "alerts.breaker_open", "alert", &names.alerts);
+    }
+
+    /// The policy's own alerts: a breaker's goes with a breaker, the
+    /// retry-exhaustion alert's rate, and how long their rules look back.
+    fn alerting(&mut self, policy: &crate::spec::PolicyFile, names: &Known) -> Alerting {
+        let alerts = &policy.alerts;
+        match (&alerts.breaker_open, &policy.breaker) {
+            (Some(alert), Some(_)) => {
+                self.reference(alert, "alerts.breaker_open", "alert", &names.alerts);
+            }
+            (Some(alert), None) => self.error(
+                alert,
+                "alerts.breaker_open",
+                "there is no breaker to stay open: drop it, or add a `breaker` section",
+            ),
+            (None, Some(_)) => self.error(
+                &alerts.retry_exhausted,
+                "alerts.breaker_open",
+                "a breaker needs the alert it raises when it stays open: add `breaker_open`",
+            ),
+            (None, None) => {}
         }
-        (Some(alert), None) => cx.error(
-            alert,
-            "alerts.breaker_open",
-            "there is no breaker to stay open: drop it, or add a `breaker` section",
-        ),
-        (None, Some(_)) => cx.error(
-            &policy_alerts.retry_exhausted,
-            "alerts.breaker_open",
-            "a breaker needs the alert it raises when it stays open: add `breaker_open`",
-        ),
-        (None, None) => {}
+        let field = "alerts.retry_exhausted";
+        self.reference(&alerts.retry_exhausted, field, "alert", &names.alerts);
+        self.source(&alerts.source, alerts.inferred);
+        let retry_exhausted_rate = alerts.retry_exhausted_rate.as_ref().and_then(|r| {
+            let at_least = self.positive(&r.at_least, "alerts.retry_exhausted_rate.at_least");
+            let within = self.duration(&r.within, "alerts.retry_exhausted_rate.within")?;
+            Some(AlertRate { at_least, within })
+        });
+        Alerting {
+            retry_exhausted: leak(&alerts.retry_exhausted),
+            retry_exhausted_rate,
+            look_back: self.duration(&alerts.look_back, "alerts.look_back"),
+        }
     }
-    cx.reference(
-        &policy_alerts.retry_exhausted,
-        "alerts.retry_exhausted",
-        "alert",
-        &names.alerts,
-    );
-    cx.source(&policy_alerts.source, policy_alerts.inferred);
-    let retry_exhausted_rate = policy_alerts.retry_exhausted_rate.as_ref().and_then(|r| {
-        let at_least = cx.positive(&r.at_least, "alerts.retry_exhausted_rate.at_least");
-        let within = cx.duration(&r.within, "alerts.retry_exhausted_rate.within")?;
-        Some(AlertRate { at_least, within })
-    });
-    let alert_look_back = cx.duration(&policy_alerts.look_back, "alerts.look_back");
-    let features = cx.features(&raw.degradation, &services);
-    let replay = raw
-        .policy
-        .replay
-        .as_ref()
-        .map(|r| cx.replay(r, &throttle, &names, deadline));
-    let fleet = raw
-        .policy
-        .fleet
-        .as_ref()
-        .map(|f| cx.fleet(f, &throttle, &names));
-    let deadline_source = cx.source(&raw.policy.deadline.source, raw.policy.deadline.inferred);
-    if cx.sources.has_errors() {
-        return None;
-    }
-    Some(Model {
-        api,
-        timeouts,
-        deadline: deadline?,
-        deadline_source,
-        retries,
-        // `Some(None)`: the section is there but did not lower (errors recorded).
-        breaker: match breaker {
-            Some(b) => Some(b?),
-            None => None,
-        },
-        warm_up,
-        throttle,
-        limits: limits?.0,
-        pool_idle: pool_idle?,
-        pool_idle_floor: pool_idle_floor?,
-        keep_alive_margin: match keep_alive_margin {
-            Some(margin) => Some(margin?),
-            None => None,
-        },
-        fresh_after,
-        replay: match replay {
-            Some(r) => Some(r?),
-            None => None,
-        },
-        fleet: match fleet {
-            Some(f) => Some(f?),
-            None => None,
-        },
-        metrics,
-        log,
-        log_fields,
-        details,
-        rows,
-        classes,
-        streams,
-        buffering,
-        fallbacks_sustained,
-        states,
-        messages,
-        unknown_outcome,
-        alerts,
-        retry_exhausted_rate,
-        retry_exhausted_alert: leak(&policy_alerts.retry_exhausted),
-        alert_look_back: alert_look_back?,
-        features,
-        types,
-        services,
-    })
 }
 
 /// The names other items may refer to.

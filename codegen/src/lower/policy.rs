@@ -85,57 +85,10 @@ impl Cx<'_> {
         out
     }
 
+    /// A retry class's schedule: its kind, the numbers the kind takes, each lowered.
     fn schedule(&mut self, r: &spec::Retry, field: &str) -> Option<RetrySchedule> {
-        // Which optional numbers each kind takes; anything else is refused.
-        let (allowed, _): (&[&str], ()) = match r.kind.as_str() {
-            "never" => (&[], ()),
-            "exponential" => (&["attempts", "base", "factor", "cap"], ()),
-            "deploy_window" | "once" => (&["attempts"], ()),
-            "retry_after" => (&["attempts", "floor", "jitter"], ()),
-            "linear" => (&["attempts", "step"], ()),
-            other => {
-                self.error(
-                    &r.kind,
-                    format!("{field}.kind"),
-                    format!(
-                        "unknown retry kind `{other}`: expected `never`, `exponential`, `deploy_window`, `retry_after`, `once` or `linear`"
-                    ),
-                );
-                return None;
-            }
-        };
-        let present = [
-            ("attempts", r.attempts.as_ref().map(|a| a.span())),
-            ("base", r.base.as_ref().map(|a| a.span())),
-            ("factor", r.factor.as_ref().map(|a| a.span())),
-            ("cap", r.cap.as_ref().map(|a| a.span())),
-            ("floor", r.floor.as_ref().map(|a| a.span())),
-            ("jitter", r.jitter.as_ref().map(|a| a.span())),
-            ("step", r.step.as_ref().map(|a| a.span())),
-        ];
-        let mut ok = true;
-        for (key, span) in present {
-            match (span, allowed.contains(&key)) {
-                (Some(span), false) => {
-                    self.sources.at(
-                        span,
-                        format!("{field}.{key}"),
-                        format!("`{key}` does not apply to kind `{}`", &*r.kind),
-                    );
-                    ok = false;
-                }
-                (None, true) => {
-                    self.error(
-                        &r.kind,
-                        format!("{field}.{key}"),
-                        format!("kind `{}` needs `{key}`", &*r.kind),
-                    );
-                    ok = false;
-                }
-                _ => {}
-            }
-        }
-        if !ok {
+        let allowed = self.schedule_keys(r, field)?;
+        if !self.schedule_keys_fit(r, field, allowed) {
             return None;
         }
         let attempts = r
@@ -170,6 +123,64 @@ impl Cx<'_> {
                 jitter: d(self, &r.jitter, "jitter")?,
             },
         })
+    }
+
+    /// Which optional numbers the retry's kind takes; `None` for an unknown kind.
+    fn schedule_keys(&mut self, r: &spec::Retry, field: &str) -> Option<&'static [&'static str]> {
+        Some(match r.kind.as_str() {
+            "never" => &[],
+            "exponential" => &["attempts", "base", "factor", "cap"],
+            "deploy_window" | "once" => &["attempts"],
+            "retry_after" => &["attempts", "floor", "jitter"],
+            "linear" => &["attempts", "step"],
+            other => {
+                self.error(
+                    &r.kind,
+                    format!("{field}.kind"),
+                    format!(
+                        "unknown retry kind `{other}`: expected `never`, `exponential`, `deploy_window`, `retry_after`, `once` or `linear`"
+                    ),
+                );
+                return None;
+            }
+        })
+    }
+
+    /// Whether the retry gives exactly the numbers its kind takes; each one
+    /// missing or out of place is an error.
+    fn schedule_keys_fit(&mut self, r: &spec::Retry, field: &str, allowed: &[&str]) -> bool {
+        let present = [
+            ("attempts", r.attempts.as_ref().map(|a| a.span())),
+            ("base", r.base.as_ref().map(|a| a.span())),
+            ("factor", r.factor.as_ref().map(|a| a.span())),
+            ("cap", r.cap.as_ref().map(|a| a.span())),
+            ("floor", r.floor.as_ref().map(|a| a.span())),
+            ("jitter", r.jitter.as_ref().map(|a| a.span())),
+            ("step", r.step.as_ref().map(|a| a.span())),
+        ];
+        let mut ok = true;
+        for (key, span) in present {
+            match (span, allowed.contains(&key)) {
+                (Some(span), false) => {
+                    self.sources.at(
+                        span,
+                        format!("{field}.{key}"),
+                        format!("`{key}` does not apply to kind `{}`", &*r.kind),
+                    );
+                    ok = false;
+                }
+                (None, true) => {
+                    self.error(
+                        &r.kind,
+                        format!("{field}.{key}"),
+                        format!("kind `{}` needs `{key}`", &*r.kind),
+                    );
+                    ok = false;
+                }
+                _ => {}
+            }
+        }
+        ok
     }
 
     pub(super) fn throttle(&mut self, t: &spec::Throttle) -> Throttle {
@@ -549,7 +560,47 @@ impl Cx<'_> {
         throttle: &Throttle,
         names: &Known,
     ) -> Option<Item<FleetPolicy>> {
-        let shared = match f.backend.as_str() {
+        let shared = self.fleet_backend(f);
+        let degraded = self.fleet_degraded(f);
+        if !is_env_name(&f.url_env) {
+            self.error(
+                &f.url_env,
+                "fleet.url_env",
+                "an environment variable name is SCREAMING_SNAKE_CASE",
+            );
+        }
+        let outage = self.fleet_outage(f);
+        let (lease, heartbeat) = self.fleet_lease(f, outage.deadline);
+        let margin = self.fleet_margin(f);
+        let per_replica = self.fleet_per_replica(f, throttle, names);
+        let metrics = self.fleet_metrics(&f.metrics);
+        self.reference(&f.alert, "fleet.alert", "alert", &names.alerts);
+        let source = self.source(&f.source, f.inferred);
+        let value = FleetPolicy {
+            shared: shared?,
+            url_env: leak(&f.url_env),
+            deadline: outage.deadline?,
+            breaker_failures: outage.failures,
+            breaker_over: outage.over?,
+            breaker_retry: outage.retry?,
+            lease: lease?,
+            heartbeat: heartbeat?,
+            margin_percent: margin?,
+            degraded: degraded?,
+            per_replica: leak_all(per_replica),
+            metrics,
+            alert: leak(&f.alert),
+        };
+        Some(Item {
+            value,
+            doc: String::new(),
+            source,
+        })
+    }
+
+    /// Whether the replicas share the throttle: `local` or `redis`.
+    fn fleet_backend(&mut self, f: &spec::Fleet) -> Option<bool> {
+        match f.backend.as_str() {
             "local" => Some(false),
             "redis" => Some(true),
             other => {
@@ -560,8 +611,12 @@ impl Cx<'_> {
                 );
                 None
             }
-        };
-        let degraded = match f.fail.as_str() {
+        }
+    }
+
+    /// What a replica does while Redis is out: admit or refuse.
+    fn fleet_degraded(&mut self, f: &spec::Fleet) -> Option<Degraded> {
+        match f.fail.as_str() {
             "open" => Some(Degraded::Open),
             "closed" => Some(Degraded::Closed),
             other => {
@@ -572,14 +627,12 @@ impl Cx<'_> {
                 );
                 None
             }
-        };
-        if !is_env_name(&f.url_env) {
-            self.error(
-                &f.url_env,
-                "fleet.url_env",
-                "an environment variable name is SCREAMING_SNAKE_CASE",
-            );
         }
+    }
+
+    /// The deadline and the breaker over Redis: an outage is seen within
+    /// 1 s, and a returned Redis is shared again within 2 s.
+    fn fleet_outage(&mut self, f: &spec::Fleet) -> FleetOutage {
         let second = std::time::Duration::from_secs(1);
         let deadline = self.duration(&f.deadline, "fleet.deadline");
         let failures = self.positive(&f.breaker.failures, "fleet.breaker.failures");
@@ -612,6 +665,21 @@ impl Cx<'_> {
                 "must be under 2 s: a returned Redis is shared again within 2 s",
             );
         }
+        FleetOutage {
+            deadline,
+            failures,
+            over,
+            retry,
+        }
+    }
+
+    /// The lease of a replica's slots and its heartbeat: one missed beat
+    /// loses nothing, and a lease outlasts the deadline.
+    fn fleet_lease(
+        &mut self,
+        f: &spec::Fleet,
+        deadline: Option<std::time::Duration>,
+    ) -> (Option<std::time::Duration>, Option<std::time::Duration>) {
         let lease = self.duration(&f.lease, "fleet.lease");
         let heartbeat = self.duration(&f.heartbeat, "fleet.heartbeat");
         if let (Some(lease), Some(heartbeat)) = (lease, heartbeat)
@@ -628,6 +696,11 @@ impl Cx<'_> {
         {
             self.error(&f.lease, "fleet.lease", "must outlast `fleet.deadline`");
         }
+        (lease, heartbeat)
+    }
+
+    /// The share of a budget kept back from the fleet, a percentage below 100.
+    fn fleet_margin(&mut self, f: &spec::Fleet) -> Option<u32> {
         let margin = f
             .margin
             .strip_suffix('%')
@@ -643,6 +716,16 @@ impl Cx<'_> {
                 ),
             );
         }
+        margin
+    }
+
+    /// The budgets each replica keeps to itself: each has a limit, named once.
+    fn fleet_per_replica(
+        &mut self,
+        f: &spec::Fleet,
+        throttle: &Throttle,
+        names: &Known,
+    ) -> Vec<BudgetIx> {
         let mut per_replica: Vec<BudgetIx> = Vec::new();
         for name in &f.per_replica {
             let Some(b) = self.reference(name, "fleet.per_replica", "budget", &names.budgets)
@@ -666,36 +749,27 @@ impl Cx<'_> {
                 per_replica.push(BudgetIx::new(b as u16));
             }
         }
-        let m = &f.metrics;
-        let metrics = FleetMetricNames {
+        per_replica
+    }
+
+    /// The names of the fleet's metrics.
+    fn fleet_metrics(&mut self, m: &spec::FleetMetrics) -> FleetMetricNames {
+        FleetMetricNames {
             admission: self.metric_name(&m.admission, "fleet.metrics.admission"),
             decisions: self.metric_name(&m.decisions, "fleet.metrics.decisions"),
             degraded: self.metric_name(&m.degraded, "fleet.metrics.degraded"),
             share: self.metric_name(&m.share, "fleet.metrics.share"),
-        };
-        self.reference(&f.alert, "fleet.alert", "alert", &names.alerts);
-        let source = self.source(&f.source, f.inferred);
-        let value = FleetPolicy {
-            shared: shared?,
-            url_env: leak(&f.url_env),
-            deadline: deadline?,
-            breaker_failures: failures,
-            breaker_over: over?,
-            breaker_retry: retry?,
-            lease: lease?,
-            heartbeat: heartbeat?,
-            margin_percent: margin?,
-            degraded: degraded?,
-            per_replica: leak_all(per_replica),
-            metrics,
-            alert: leak(&f.alert),
-        };
-        Some(Item {
-            value,
-            doc: String::new(),
-            source,
-        })
+        }
     }
+}
+
+/// How fast the fleet sees a Redis outage and uses Redis again; a `None`
+/// is a value that did not lower (its error recorded).
+struct FleetOutage {
+    deadline: Option<std::time::Duration>,
+    failures: u32,
+    over: Option<std::time::Duration>,
+    retry: Option<std::time::Duration>,
 }
 
 /// `SCREAMING_SNAKE_CASE`, as an environment variable is named.

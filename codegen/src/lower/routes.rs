@@ -309,7 +309,7 @@ impl Cx<'_> {
             arg(self, param, at(name, &format!("query.{}", &**param)));
         }
         if let Some(exists) = &r.exists {
-            let stem = exists.field.strip_suffix("_id").unwrap_or(&exists.field);
+            let stem = crate::naming::proof_argument(&exists.field);
             if !stem.is_empty() {
                 let stem = Text::new(*exists.field.span(), stem.to_owned());
                 arg(self, &stem, at(name, "exists.field"));
@@ -709,6 +709,8 @@ impl Cx<'_> {
                     field: exists.field.to_string(),
                     id,
                     proven_by: proof,
+                    argument: crate::naming::proof_argument(&exists.field).to_owned(),
+                    ensure: crate::naming::ensure(&prover.name),
                 });
             }
         }

@@ -392,7 +392,7 @@ impl Cx<'_> {
 impl Cx<'_> {
     /// The row's `replay`: required with a replay queue (a new row cannot
     /// leave the queue guessing), refused without one (nothing to decide).
-    fn replay_of(&mut self, r: &spec::Row, queue: bool) -> RowReplay {
+    fn replay_of(&mut self, r: &spec::Row, queue: bool) -> Replay {
         let field = format!("rows.{}.replay", &*r.row);
         let Some(text) = &r.replay else {
             if queue {
@@ -401,11 +401,11 @@ impl Cx<'_> {
                     field,
                     format!(
                         "policy.yaml has a replay queue: say what this row means for a queued write (`replay: {}`)",
-                        RowReplay::ALL.map(RowReplay::as_str).join(" | ")
+                        Replay::ALL.map(Replay::as_str).join(" | ")
                     ),
                 );
             }
-            return RowReplay::Never;
+            return Replay::Never;
         };
         if !queue {
             self.error(
@@ -413,15 +413,15 @@ impl Cx<'_> {
                 field,
                 "policy.yaml has no replay queue: no write is queued, drop `replay`",
             );
-            return RowReplay::Never;
+            return Replay::Never;
         }
-        match RowReplay::ALL
+        match Replay::ALL
             .into_iter()
             .find(|v| v.as_str() == text.as_str())
         {
             Some(replay) => replay,
             None => {
-                let known = RowReplay::ALL.map(RowReplay::as_str);
+                let known = Replay::ALL.map(Replay::as_str);
                 self.error(
                     text,
                     field,
@@ -431,7 +431,7 @@ impl Cx<'_> {
                         one_of(&known)
                     ),
                 );
-                RowReplay::Never
+                Replay::Never
             }
         }
     }
