@@ -968,7 +968,7 @@ mod tests {
         // 2 in any 3 s, one lease: x and y reserve their slots at the end of
         // a pause while h holds the lease, and go a second late; z, reserved
         // one window after x's reservation, must not go before one window
-        // after x and y went.
+        // after the first of x and y went.
         let ms = Duration::from_millis;
         let window = 3 * S;
         let shape = shape(
@@ -1036,13 +1036,12 @@ mod tests {
             score(&store, &keys.window(2), "y").await,
         ];
         let sent_z = score(&store, &keys.window(2), "z").await;
+        // 2 in any window: the window ending when z went holds at most one
+        // of x and y (z goes a window after the first of them, which under
+        // load went a little before the other).
         let window_us = window.as_micros() as f64;
-        for at in sent {
-            assert!(
-                sent_z - at >= window_us,
-                "z {sent_z} within a window of {at}"
-            );
-        }
+        let within = sent.iter().filter(|at| sent_z - **at < window_us).count();
+        assert!(within < 2, "z {sent_z} within a window of both {sent:?}");
     }
 
     #[tokio::test]
