@@ -93,6 +93,7 @@ impl Gate {
     /// probes it (the call has nothing to catch up) and nothing else would
     /// refuse it first (its scope, its body, a remembered answer). The
     /// refusal of a route is built once and shared after.
+    #[inline]
     pub fn refused_while_open(&self, plan: &Plan, call: &Call<'_>) -> Option<Error> {
         if self.breaker.state() == CircuitState::Closed
             || !self.probing()
