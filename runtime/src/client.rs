@@ -20,6 +20,7 @@ use crate::transport::Transport;
 
 /// What a client needs besides its policy. The tenant is an [`Id`] of kind
 /// tenant: validated, never defaulted.
+#[derive(Clone)]
 pub struct ClientConfig {
     pub(crate) base_url: String,
     pub(crate) api_key: String,
@@ -111,6 +112,21 @@ impl ClientConfig {
     pub fn production(mut self, production: bool) -> Self {
         self.production = production;
         self
+    }
+}
+
+/// Every part a log may show: never the API key, nor the store's URL (it
+/// may carry a password).
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &"<redacted>")
+            .field("tenant", &self.tenant)
+            .field("warm_up", &self.warm_up)
+            .field("production", &self.production)
+            .field("pool_idle", &self.pool_idle)
+            .finish_non_exhaustive()
     }
 }
 

@@ -6,6 +6,7 @@
 //! timeouts, taxonomy classification, retries inside the deadline.
 
 pub mod alerts;
+mod api_error;
 pub mod backoff;
 pub mod breaker;
 mod call;
@@ -40,6 +41,7 @@ mod transport;
 mod turn;
 mod wire;
 
+pub use api_error::{ApiError, ErrorClasses};
 pub use call::Call;
 pub use client::{Client, ClientConfig};
 pub use error::{ConfigError, Error, env_flag, env_var};
