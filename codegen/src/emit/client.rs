@@ -83,10 +83,7 @@ pub fn lib_rs(model: &Model) -> TokenStream {
 /// for a policy without one.
 #[derive(Default)]
 struct RetryConfig {
-    fields: TokenStream,
-    init: TokenStream,
     methods: TokenStream,
-    apply: TokenStream,
 }
 
 impl RetryConfig {
@@ -116,30 +113,17 @@ impl RetryConfig {
             super::docs::duration_text(min_step)
         ));
         RetryConfig {
-            fields: quote! {
-                retry_attempts: Option<u32>,
-                retry_backoff: Option<std::time::Duration>,
-            },
-            init: quote!(retry_attempts: None, retry_backoff: None,),
             methods: quote! {
                 #attempts_doc
                 pub fn retry_attempts(mut self, attempts: u32) -> Self {
-                    self.retry_attempts = Some(attempts);
+                    self.runtime = self.runtime.retry_attempts(attempts);
                     self
                 }
 
                 #backoff_doc
                 pub fn retry_backoff(mut self, backoff: std::time::Duration) -> Self {
-                    self.retry_backoff = Some(backoff);
+                    self.runtime = self.runtime.retry_backoff(backoff);
                     self
-                }
-            },
-            apply: quote! {
-                if let Some(attempts) = config.retry_attempts {
-                    runtime = runtime.retry_attempts(attempts);
-                }
-                if let Some(backoff) = config.retry_backoff {
-                    runtime = runtime.retry_backoff(backoff);
                 }
             },
         }
@@ -150,11 +134,8 @@ impl RetryConfig {
 /// the throttle (a `fleet` section).
 #[derive(Default)]
 struct FleetConfig {
-    field: TokenStream,
-    init: TokenStream,
     method: TokenStream,
     from_env: TokenStream,
-    apply: TokenStream,
     env_doc: String,
 }
 
@@ -181,12 +162,14 @@ impl FleetConfig {
             }
         ));
         FleetConfig {
-            field: quote!(redis_url: Option<String>,),
-            init: quote!(redis_url: None,),
             method: quote! {
                 #method_doc
                 pub fn redis_url(mut self, url: impl Into<String>) -> Self {
-                    self.redis_url = Some(url.into());
+                    self.runtime = self.runtime.redis_url(url);
+                    #[cfg(feature = "redis")]
+                    {
+                        self.runtime = self.runtime.fleet_backend(sdk_fleet_redis::Redis);
+                    }
                     self
                 }
             },
@@ -194,15 +177,6 @@ impl FleetConfig {
                 match std::env::var(#env) {
                     Ok(url) if !url.is_empty() => Ok(config.redis_url(url)),
                     _ => Ok(config),
-                }
-            },
-            apply: quote! {
-                if let Some(url) = config.redis_url {
-                    runtime = runtime.redis_url(url);
-                    #[cfg(feature = "redis")]
-                    {
-                        runtime = runtime.fleet_backend(sdk_fleet_redis::Redis);
-                    }
                 }
             },
             env_doc: format!(", and `{env}` when set (several replicas)"),
@@ -215,11 +189,8 @@ impl FleetConfig {
 /// is refused. Nothing for an API without one.
 #[derive(Default)]
 struct ProductionKnob {
-    field: TokenStream,
-    init: TokenStream,
     method: TokenStream,
     from_env: TokenStream,
-    apply: TokenStream,
     env_doc: String,
 }
 
@@ -246,20 +217,15 @@ impl ProductionKnob {
         };
         let method_doc = doc(&format!("A production deployment (`{env}`): {refused}."));
         ProductionKnob {
-            field: quote!(production: bool,),
-            init: quote!(production: false,),
             method: quote! {
                 #method_doc
                 pub fn production(mut self, production: bool) -> Self {
-                    self.production = production;
+                    self.runtime = self.runtime.production(production);
                     self
                 }
             },
             from_env: quote! {
                 let config = config.production(sdk_runtime::env_flag(#env)?);
-            },
-            apply: quote! {
-                runtime = runtime.production(config.production);
             },
             env_doc: format!(", `{env}` (`true` or `1` in production)"),
         }
@@ -411,15 +377,14 @@ pub fn client_rs(model: &Model) -> TokenStream {
         model.api.title
     ));
     let scope_imports = scope_imports(model);
-    let config = config_type(model, &knobs);
+    let config = config_type(model);
     let config_impl = config_impl(model, &knobs);
-    let config_debug = config_debug(&knobs);
-    let client = client_type(model, &knobs);
+    let config_debug = config_debug();
+    let client = client_type(model);
     quote! {
         #module_doc
 
         use std::fmt;
-        use std::sync::Arc;
 
         use sdk_runtime::alerts::AlertSink;
         use sdk_runtime::{Client, ClientConfig, ConfigError, Policy, RequestRefs};
@@ -476,34 +441,25 @@ fn scope_imports(model: &Model) -> TokenStream {
     }
 }
 
-/// The `Config` struct: what the caller must give and the knobs it may set.
-fn config_type(model: &Model, knobs: &Knobs) -> TokenStream {
+/// The `Config` struct: the runtime's configuration, with the tenant as
+/// this API's type.
+fn config_type(model: &Model) -> TokenStream {
     let config_doc = doc(&format!(
         "Where and as whom the client talks to the {}: origin, API key and tenant, all required.",
         model.api.title
     ));
-    let warm_field = &knobs.warm.field;
-    let retry_fields = &knobs.retry.fields;
-    let fleet_field = &knobs.fleet.field;
-    let prod_field = &knobs.production.field;
     quote! {
         #config_doc
         #[derive(Clone)]
         pub struct Config {
-            base_url: String,
-            api_key: String,
+            runtime: ClientConfig,
             tenant: TenantId,
-            alerts: Option<Arc<dyn AlertSink>>,
-            #warm_field
-            pool_idle: Option<std::time::Duration>,
-            #retry_fields
-            #fleet_field
-            #prod_field
         }
     }
 }
 
-/// `Config`'s constructors and setters: the required parts, then each knob.
+/// `Config`'s constructors and setters: the required parts, then each knob
+/// the spec calls for, each set on the runtime's configuration.
 fn config_impl(model: &Model, knobs: &Knobs) -> TokenStream {
     let Knobs {
         retry,
@@ -511,8 +467,6 @@ fn config_impl(model: &Model, knobs: &Knobs) -> TokenStream {
         production,
         warm,
     } = knobs;
-    let (warm_init, retry_init, fleet_init, prod_init) =
-        (&warm.init, &retry.init, &fleet.init, &production.init);
     let (retry_methods, fleet_method, prod_method, warm_method) = (
         &retry.methods,
         &fleet.method,
@@ -523,7 +477,8 @@ fn config_impl(model: &Model, knobs: &Knobs) -> TokenStream {
     quote! {
         impl Config {
             pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-                Self { base_url: base_url.into(), api_key: api_key.into(), tenant, alerts: None, #warm_init pool_idle: None, #retry_init #fleet_init #prod_init }
+                let runtime = ClientConfig::new(base_url, api_key, tenant.id().clone());
+                Self { runtime, tenant }
             }
 
             #retry_methods
@@ -534,7 +489,7 @@ fn config_impl(model: &Model, knobs: &Knobs) -> TokenStream {
 
             /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
             pub fn alerts(mut self, sink: impl AlertSink) -> Self {
-                self.alerts = Some(Arc::new(sink));
+                self.runtime = self.runtime.alerts(sink);
                 self
             }
 
@@ -544,7 +499,7 @@ fn config_impl(model: &Model, knobs: &Knobs) -> TokenStream {
             /// default): below the keep-alive of a proxy in front that closes sooner. Below the
             /// spec's `pool_idle_floor` the client is refused.
             pub fn pool_idle(mut self, idle: std::time::Duration) -> Self {
-                self.pool_idle = Some(idle);
+                self.runtime = self.runtime.pool_idle(idle);
                 self
             }
 
@@ -582,27 +537,19 @@ fn config_from_env(model: &Model, knobs: &Knobs) -> TokenStream {
     }
 }
 
-/// `Config`'s `Debug`: every part but the API key, which never reaches a log.
-fn config_debug(knobs: &Knobs) -> TokenStream {
-    let warm_debug = &knobs.warm.debug;
+/// `Config`'s `Debug`: the runtime configuration's, which never shows the API key.
+fn config_debug() -> TokenStream {
     quote! {
         impl fmt::Debug for Config {
-            /// The API key never reaches a log.
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct("Config")
-                    .field("base_url", &self.base_url)
-                    .field("api_key", &"<redacted>")
-                    .field("tenant", &self.tenant)
-                    #warm_debug
-                    .field("pool_idle", &self.pool_idle)
-                    .finish_non_exhaustive()
+                fmt::Debug::fmt(&self.runtime, f)
             }
         }
     }
 }
 
 /// The client type: its construction, its variants and one accessor per service.
-fn client_type(model: &Model, knobs: &Knobs) -> TokenStream {
+fn client_type(model: &Model) -> TokenStream {
     let client = ident(&model.api.client);
     // The breaker only for an API that has one.
     let (shared, underneath) = match model.breaker {
@@ -616,7 +563,7 @@ fn client_type(model: &Model, knobs: &Knobs) -> TokenStream {
     let runtime_doc = doc(&format!(
         "The runtime underneath: {underneath}throttle, telemetry."
     ));
-    let construction = client_construction(knobs);
+    let construction = client_construction();
     let for_queue = deferring_server_waits(model);
     let accessors = model.services.iter().map(|s| service_accessor(model, s));
     let modes = budget_modes(model);
@@ -651,16 +598,8 @@ fn client_type(model: &Model, knobs: &Knobs) -> TokenStream {
     }
 }
 
-/// `new` and `with_policy`: the config handed to the runtime, each knob applied.
-fn client_construction(knobs: &Knobs) -> TokenStream {
-    let Knobs {
-        retry,
-        fleet,
-        production,
-        warm,
-    } = knobs;
-    let (warm_apply, retry_apply, fleet_apply, prod_apply) =
-        (&warm.apply, &retry.apply, &fleet.apply, &production.apply);
+/// `new` and `with_policy`: the config handed to the runtime.
+fn client_construction() -> TokenStream {
     quote! {
         /// A client of the spec's policy (`POLICY.md`) built from `config`: an invalid
         /// configuration is refused here, before any request is sent.
@@ -673,18 +612,7 @@ fn client_construction(knobs: &Knobs) -> TokenStream {
         /// that changes the scope headers, the ID rules, the reserved tenants or
         /// the route table is refused.
         pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
-            let mut runtime = ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
-                #warm_apply;
-            if let Some(alerts) = config.alerts {
-                runtime = runtime.alerts(alerts);
-            }
-            if let Some(idle) = config.pool_idle {
-                runtime = runtime.pool_idle(idle);
-            }
-            #retry_apply
-            #fleet_apply
-            #prod_apply
-            let client = Client::with_override(&POLICY, policy, runtime)?;
+            let client = Client::with_override(&POLICY, policy, config.runtime)?;
             Ok(Self { client })
         }
     }
@@ -771,11 +699,7 @@ fn service_accessor(model: &Model, s: &crate::model::Service) -> TokenStream {
 /// nothing for one without (a knob that could do nothing is not offered).
 #[derive(Default)]
 struct WarmUpKnob {
-    field: TokenStream,
-    init: TokenStream,
     method: TokenStream,
-    debug: TokenStream,
-    apply: TokenStream,
 }
 
 impl WarmUpKnob {
@@ -791,17 +715,13 @@ impl WarmUpKnob {
             sources.join(", ")
         ));
         Self {
-            field: quote!(warm_up: bool,),
-            init: quote!(warm_up: false,),
             method: quote! {
                 #method_doc
                 pub fn warm_up(mut self, enabled: bool) -> Self {
-                    self.warm_up = enabled;
+                    self.runtime = self.runtime.warm_up(enabled);
                     self
                 }
             },
-            debug: quote!(.field("warm_up", &self.warm_up)),
-            apply: quote!(.warm_up(config.warm_up)),
         }
     }
 }

@@ -17,18 +17,16 @@ pub fn error_rs(model: &Model) -> TokenStream {
          row that classified the error, never from a string."
     ));
     let class = error_class(model);
-    let row_classes = row_classes(model);
+    let classes = classes_impl(model);
     let error = error_type(model);
-    let conversions = error_conversions();
     quote! {
         #module_doc
 
         use std::fmt;
 
         #class
-        #row_classes
+        #classes
         #error
-        #conversions
     }
 }
 
@@ -88,25 +86,28 @@ fn error_class(model: &Model) -> TokenStream {
     }
 }
 
-/// The class of each taxonomy row by its index; a success row never ends
-/// a call in an error, so it reads as unclassified.
-fn row_classes(model: &Model) -> TokenStream {
+/// What `ApiError` needs of this API's classes: the API, the class of each
+/// taxonomy row by its index (a success row never ends a call in an error,
+/// so it reads as unclassified), and the unclassified class.
+fn classes_impl(model: &Model) -> TokenStream {
     let by_row = model.rows.iter().map(|r| {
         let class = if r.success { UNCLASSIFIED } else { r.class };
         let variant = ident(model.variant(class));
         quote!(ErrorClass::#variant)
     });
-    let n_rows = int(model.rows.len() as u64);
+    let unclassified = ident(model.variant(UNCLASSIFIED));
+    let api = &model.api.name;
     quote! {
-        /// The class of each taxonomy row, by the row's index.
-        const ROW_CLASSES: [ErrorClass; #n_rows] = [#(#by_row),*];
+        impl sdk_runtime::ErrorClasses for ErrorClass {
+            const API: &'static str = #api;
+            const BY_ROW: &'static [Self] = &[#(#by_row),*];
+            const UNCLASSIFIED: Self = ErrorClass::#unclassified;
+        }
     }
 }
 
-/// The API's `Error`: the runtime's, with its class read as this API's.
+/// The API's `Error`: the runtime's `ApiError` over this API's classes.
 fn error_type(model: &Model) -> TokenStream {
-    let unclassified = ident(model.variant(UNCLASSIFIED));
-    let api = &model.api.name;
     let error_doc = doc(&format!(
         "A failed call of the {}: the runtime's [`sdk_runtime::Error`] (every accessor \
          through `Deref`), with its class as this API's [`ErrorClass`]. Another API's error \
@@ -115,72 +116,6 @@ fn error_type(model: &Model) -> TokenStream {
     ));
     quote! {
         #error_doc
-        pub struct Error(sdk_runtime::Error);
-
-        impl Error {
-            /// The taxonomy class: the class of the row that classified the
-            /// error (by its index), `Unclassified` when none did. An error
-            /// another API's policy classified (a runtime error converted by
-            /// hand) is `Unclassified` too, never one of this API's classes.
-            pub fn class(&self) -> ErrorClass {
-                match self.0.row_index() {
-                    Some(row) if self.0.api() == #api => ROW_CLASSES
-                        .get(row.get())
-                        .copied()
-                        .unwrap_or(ErrorClass::#unclassified),
-                    _ => ErrorClass::#unclassified,
-                }
-            }
-
-            /// The runtime's error.
-            pub fn into_inner(self) -> sdk_runtime::Error {
-                self.0
-            }
-        }
-    }
-}
-
-/// What does not vary with the spec: `Error` reads as the runtime's and
-/// converts both ways.
-fn error_conversions() -> TokenStream {
-    quote! {
-        impl std::ops::Deref for Error {
-            type Target = sdk_runtime::Error;
-
-            fn deref(&self) -> &sdk_runtime::Error {
-                &self.0
-            }
-        }
-
-        /// A runtime error of a call of this API (a stream's, a raw call's).
-        impl From<sdk_runtime::Error> for Error {
-            fn from(error: sdk_runtime::Error) -> Self {
-                Error(error)
-            }
-        }
-
-        impl From<Error> for sdk_runtime::Error {
-            fn from(error: Error) -> Self {
-                error.0
-            }
-        }
-
-        impl fmt::Display for Error {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
-            }
-        }
-
-        impl fmt::Debug for Error {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Debug::fmt(&self.0, f)
-            }
-        }
-
-        impl std::error::Error for Error {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                std::error::Error::source(&self.0)
-            }
-        }
+        pub type Error = sdk_runtime::ApiError<ErrorClass>;
     }
 }

@@ -6,48 +6,35 @@ use crate::policy::POLICY;
 use sdk_runtime::alerts::AlertSink;
 use sdk_runtime::{Client, ClientConfig, ConfigError, Policy, RequestRefs};
 use std::fmt;
-use std::sync::Arc;
 
 /// Where and as whom the client talks to the Core API: origin, API key and tenant, all required.
 #[derive(Clone)]
 pub struct Config {
-    base_url: String,
-    api_key: String,
+    runtime: ClientConfig,
     tenant: TenantId,
-    alerts: Option<Arc<dyn AlertSink>>,
-    pool_idle: Option<std::time::Duration>,
-    retry_attempts: Option<u32>,
-    retry_backoff: Option<std::time::Duration>,
 }
 
 impl Config {
     pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-        Self {
-            base_url: base_url.into(),
-            api_key: api_key.into(),
-            tenant,
-            alerts: None,
-            pool_idle: None,
-            retry_attempts: None,
-            retry_backoff: None,
-        }
+        let runtime = ClientConfig::new(base_url, api_key, tenant.id().clone());
+        Self { runtime, tenant }
     }
 
     /// Attempts in all, the first included, of retry class `C1` (default 2, from 1 to 5); fewer or more is refused when the client is built.
     pub fn retry_attempts(mut self, attempts: u32) -> Self {
-        self.retry_attempts = Some(attempts);
+        self.runtime = self.runtime.retry_attempts(attempts);
         self
     }
 
     /// The step of retry class `C1`: the wait before retry `n` is `backoff × n` (default 250 ms, at least 0 s); less is refused when the client is built.
     pub fn retry_backoff(mut self, backoff: std::time::Duration) -> Self {
-        self.retry_backoff = Some(backoff);
+        self.runtime = self.runtime.retry_backoff(backoff);
         self
     }
 
     /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
     pub fn alerts(mut self, sink: impl AlertSink) -> Self {
-        self.alerts = Some(Arc::new(sink));
+        self.runtime = self.runtime.alerts(sink);
         self
     }
 
@@ -55,7 +42,7 @@ impl Config {
     /// default): below the keep-alive of a proxy in front that closes sooner. Below the
     /// spec's `pool_idle_floor` the client is refused.
     pub fn pool_idle(mut self, idle: std::time::Duration) -> Self {
-        self.pool_idle = Some(idle);
+        self.runtime = self.runtime.pool_idle(idle);
         self
     }
 
@@ -77,14 +64,8 @@ impl Config {
 }
 
 impl fmt::Debug for Config {
-    /// The API key never reaches a log.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("base_url", &self.base_url)
-            .field("api_key", &"<redacted>")
-            .field("tenant", &self.tenant)
-            .field("pool_idle", &self.pool_idle)
-            .finish_non_exhaustive()
+        fmt::Debug::fmt(&self.runtime, f)
     }
 }
 
@@ -106,25 +87,7 @@ impl Core {
     /// that changes the scope headers, the ID rules, the reserved tenants or
     /// the route table is refused.
     pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
-        let mut runtime =
-            ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone());
-        if let Some(alerts) = config.alerts {
-            runtime = runtime.alerts(alerts);
-        }
-
-        if let Some(idle) = config.pool_idle {
-            runtime = runtime.pool_idle(idle);
-        }
-
-        if let Some(attempts) = config.retry_attempts {
-            runtime = runtime.retry_attempts(attempts);
-        }
-
-        if let Some(backoff) = config.retry_backoff {
-            runtime = runtime.retry_backoff(backoff);
-        }
-
-        let client = Client::with_override(&POLICY, policy, runtime)?;
+        let client = Client::with_override(&POLICY, policy, config.runtime)?;
         Ok(Self { client })
     }
 

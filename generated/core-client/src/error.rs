@@ -66,78 +66,21 @@ impl fmt::Display for ErrorClass {
     }
 }
 
-/// The class of each taxonomy row, by the row's index.
-const ROW_CLASSES: [ErrorClass; 9] = [
-    ErrorClass::InvalidScope,
-    ErrorClass::InvalidRequest,
-    ErrorClass::Deadline,
-    ErrorClass::Transport,
-    ErrorClass::ServerError,
-    ErrorClass::HttpError,
-    ErrorClass::UnexpectedStatus,
-    ErrorClass::InvalidJson,
-    ErrorClass::TooLarge,
-];
+impl sdk_runtime::ErrorClasses for ErrorClass {
+    const API: &'static str = "core";
+    const BY_ROW: &'static [Self] = &[
+        ErrorClass::InvalidScope,
+        ErrorClass::InvalidRequest,
+        ErrorClass::Deadline,
+        ErrorClass::Transport,
+        ErrorClass::ServerError,
+        ErrorClass::HttpError,
+        ErrorClass::UnexpectedStatus,
+        ErrorClass::InvalidJson,
+        ErrorClass::TooLarge,
+    ];
+    const UNCLASSIFIED: Self = ErrorClass::Unclassified;
+}
 
 /// A failed call of the Core API: the runtime's [`sdk_runtime::Error`] (every accessor through `Deref`), with its class as this API's [`ErrorClass`]. Another API's error is another type: it is never read as one of these classes.
-pub struct Error(sdk_runtime::Error);
-
-impl Error {
-    /// The taxonomy class: the class of the row that classified the
-    /// error (by its index), `Unclassified` when none did. An error
-    /// another API's policy classified (a runtime error converted by
-    /// hand) is `Unclassified` too, never one of this API's classes.
-    pub fn class(&self) -> ErrorClass {
-        match self.0.row_index() {
-            Some(row) if self.0.api() == "core" => ROW_CLASSES
-                .get(row.get())
-                .copied()
-                .unwrap_or(ErrorClass::Unclassified),
-
-            _ => ErrorClass::Unclassified,
-        }
-    }
-
-    /// The runtime's error.
-    pub fn into_inner(self) -> sdk_runtime::Error {
-        self.0
-    }
-}
-
-impl std::ops::Deref for Error {
-    type Target = sdk_runtime::Error;
-    fn deref(&self) -> &sdk_runtime::Error {
-        &self.0
-    }
-}
-
-/// A runtime error of a call of this API (a stream's, a raw call's).
-impl From<sdk_runtime::Error> for Error {
-    fn from(error: sdk_runtime::Error) -> Self {
-        Error(error)
-    }
-}
-
-impl From<Error> for sdk_runtime::Error {
-    fn from(error: Error) -> Self {
-        error.0
-    }
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-impl fmt::Debug for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&self.0)
-    }
-}
+pub type Error = sdk_runtime::ApiError<ErrorClass>;

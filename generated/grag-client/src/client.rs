@@ -6,56 +6,46 @@ use crate::policy::POLICY;
 use sdk_runtime::alerts::AlertSink;
 use sdk_runtime::{Client, ClientConfig, ConfigError, Policy, RequestRefs};
 use std::fmt;
-use std::sync::Arc;
 
 /// Where and as whom the client talks to the GRAG AI platform: origin, API key and tenant, all required.
 #[derive(Clone)]
 pub struct Config {
-    base_url: String,
-    api_key: String,
+    runtime: ClientConfig,
     tenant: TenantId,
-    alerts: Option<Arc<dyn AlertSink>>,
-    warm_up: bool,
-    pool_idle: Option<std::time::Duration>,
-    redis_url: Option<String>,
-    production: bool,
 }
 
 impl Config {
     pub fn new(base_url: impl Into<String>, api_key: impl Into<String>, tenant: TenantId) -> Self {
-        Self {
-            base_url: base_url.into(),
-            api_key: api_key.into(),
-            tenant,
-            alerts: None,
-            warm_up: false,
-            pool_idle: None,
-            redis_url: None,
-            production: false,
-        }
+        let runtime = ClientConfig::new(base_url, api_key, tenant.id().clone());
+        Self { runtime, tenant }
     }
 
     /// Share the throttle with the other replicas through the Redis at `url` (`redis://host:port/db`): the budgets, the in-flight caps, Retry-After pauses, dark features and the breaker's probe are kept by the whole fleet. A URL that cannot work is refused when the client is built; an unreachable Redis is degraded mode (each replica at its share) with the `fleet_degraded` alert.
     pub fn redis_url(mut self, url: impl Into<String>) -> Self {
-        self.redis_url = Some(url.into());
+        self.runtime = self.runtime.redis_url(url);
+        #[cfg(feature = "redis")]
+        {
+            self.runtime = self.runtime.fleet_backend(sdk_fleet_redis::Redis);
+        }
+
         self
     }
 
     /// A production deployment (`GRAG_PRODUCTION`): the calls of a lane whose auth has not landed (`auth.lanes_authenticated`: `bff`) are refused unsent.
     pub fn production(mut self, production: bool) -> Self {
-        self.production = production;
+        self.runtime = self.runtime.production(production);
         self
     }
 
     /// Where the spec's alerts go (`POLICY.md`, Alerts); by default a `warn` log event.
     pub fn alerts(mut self, sink: impl AlertSink) -> Self {
-        self.alerts = Some(Arc::new(sink));
+        self.runtime = self.runtime.alerts(sink);
         self
     }
 
     /// Fire the spec's warm-up calls once after every breaker close (policy §7.3).
     pub fn warm_up(mut self, enabled: bool) -> Self {
-        self.warm_up = enabled;
+        self.runtime = self.runtime.warm_up(enabled);
         self
     }
 
@@ -63,7 +53,7 @@ impl Config {
     /// default): below the keep-alive of a proxy in front that closes sooner. Below the
     /// spec's `pool_idle_floor` the client is refused.
     pub fn pool_idle(mut self, idle: std::time::Duration) -> Self {
-        self.pool_idle = Some(idle);
+        self.runtime = self.runtime.pool_idle(idle);
         self
     }
 
@@ -89,15 +79,8 @@ impl Config {
 }
 
 impl fmt::Debug for Config {
-    /// The API key never reaches a log.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("base_url", &self.base_url)
-            .field("api_key", &"<redacted>")
-            .field("tenant", &self.tenant)
-            .field("warm_up", &self.warm_up)
-            .field("pool_idle", &self.pool_idle)
-            .finish_non_exhaustive()
+        fmt::Debug::fmt(&self.runtime, f)
     }
 }
 
@@ -119,27 +102,7 @@ impl Grag {
     /// that changes the scope headers, the ID rules, the reserved tenants or
     /// the route table is refused.
     pub fn with_policy(config: Config, policy: &'static Policy) -> Result<Self, ConfigError> {
-        let mut runtime =
-            ClientConfig::new(config.base_url, config.api_key, config.tenant.id().clone())
-                .warm_up(config.warm_up);
-        if let Some(alerts) = config.alerts {
-            runtime = runtime.alerts(alerts);
-        }
-
-        if let Some(idle) = config.pool_idle {
-            runtime = runtime.pool_idle(idle);
-        }
-
-        if let Some(url) = config.redis_url {
-            runtime = runtime.redis_url(url);
-            #[cfg(feature = "redis")]
-            {
-                runtime = runtime.fleet_backend(sdk_fleet_redis::Redis);
-            }
-        }
-
-        runtime = runtime.production(config.production);
-        let client = Client::with_override(&POLICY, policy, runtime)?;
+        let client = Client::with_override(&POLICY, policy, config.runtime)?;
         Ok(Self { client })
     }
 
