@@ -769,6 +769,30 @@ pub struct BreakerPolicy {
     pub open_alert: &'static str,
 }
 
+impl BreakerPolicy {
+    /// A breaker of ordinary values (3 failures of distinct endpoints in
+    /// 30 s; probes every 5 s, two healthy ones to half-open) probing
+    /// `probe`, which is its canary too. Tests start from it and change
+    /// what they need with `..`, so a new field gets its value here, once.
+    /// Its durations are whole seconds: the scaling test reads them so.
+    pub const fn example(probe: &'static Endpoint) -> BreakerPolicy {
+        BreakerPolicy {
+            threshold: 3,
+            window: Duration::from_secs(30),
+            distinct_endpoints: true,
+            probe,
+            canary: probe,
+            probe_interval: Duration::from_secs(5),
+            probe_timeout: Duration::from_secs(3),
+            healthy_probes: 2,
+            canary_timeout: Duration::from_secs(5),
+            deploy_suspected: Duration::from_secs(120),
+            alert_after: Duration::from_secs(300),
+            open_alert: "breaker_open_long",
+        }
+    }
+}
+
 #[cfg(feature = "bake")]
 impl Bake for BreakerPolicy {
     fn bake(&self, n: &dyn Names) -> TokenStream {

@@ -3,7 +3,8 @@
 //!
 //! Every struct that holds a duration is taken apart field by field, never
 //! with `..`: a field added to one of them does not compile here until it
-//! is scaled or said to stay as it is.
+//! is scaled or said to stay as it is. The breaker is the exception: it
+//! names only its durations, and a test fails for one that is not scaled.
 
 use std::time::Duration;
 
@@ -216,34 +217,18 @@ impl Scale {
         }
     }
 
+    /// Only the breaker's durations, named; the rest is copied with `..`, so
+    /// a field that is not a duration is not listed here.
+    /// `breaker_durations_are_all_scaled` fails for a duration left out.
     fn breaker(self, b: &BreakerPolicy) -> BreakerPolicy {
-        let BreakerPolicy {
-            threshold,
-            window,
-            distinct_endpoints,
-            probe,
-            canary,
-            probe_interval,
-            probe_timeout,
-            healthy_probes,
-            canary_timeout,
-            deploy_suspected,
-            alert_after,
-            open_alert,
-        } = b;
         BreakerPolicy {
-            threshold: *threshold,
-            window: self.of(*window),
-            distinct_endpoints: *distinct_endpoints,
-            probe,
-            canary,
-            probe_interval: self.of(*probe_interval),
-            probe_timeout: self.of(*probe_timeout),
-            healthy_probes: *healthy_probes,
-            canary_timeout: self.of(*canary_timeout),
-            deploy_suspected: self.of(*deploy_suspected),
-            alert_after: self.of(*alert_after),
-            open_alert,
+            window: self.of(b.window),
+            probe_interval: self.of(b.probe_interval),
+            probe_timeout: self.of(b.probe_timeout),
+            canary_timeout: self.of(b.canary_timeout),
+            deploy_suspected: self.of(b.deploy_suspected),
+            alert_after: self.of(b.alert_after),
+            ..b.clone()
         }
     }
 
@@ -410,5 +395,48 @@ fn unscaled_fleet(f: &FleetPolicy) -> FleetPolicy {
         per_replica,
         metrics: metrics.clone(),
         alert,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Conflict;
+    use crate::{BudgetIx, Endpoint, Lane, Method, RetryIx, RouteIx, ScopeNeed, TimeoutIx};
+
+    static HEALTH: Endpoint = Endpoint {
+        service: "svc",
+        operation: "health",
+        method: Method::Get,
+        path: "/health",
+        scope: ScopeNeed::Public,
+        lane: Lane::Key,
+        timeout: TimeoutIx::new(0),
+        retry: RetryIx::new(0),
+        idempotent: true,
+        budget: BudgetIx::new(0),
+        replay: false,
+        conflict: Conflict::Error,
+        pipeline_id: false,
+        stream: None,
+        max_response: 1024,
+        route: RouteIx::new(0),
+    };
+
+    /// The breaker copies what it does not name: every duration of the
+    /// example is whole seconds, so one still in seconds after dividing by
+    /// 1000 is one `breaker` does not scale. Read from `Debug`, which
+    /// lists every field.
+    #[test]
+    fn breaker_durations_are_all_scaled() {
+        let scaled = Scale(1000).breaker(&BreakerPolicy::example(&HEALTH));
+        let text = format!("{scaled:?}");
+        let unscaled: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+            .filter(|t| t.ends_with('s') && !t.ends_with("ms"))
+            .filter(|t| t[..t.len() - 1].parse::<f64>().is_ok())
+            .collect();
+        assert!(unscaled.is_empty(), "not scaled: {unscaled:?} in {text}");
+        assert!(text.contains("window: 30ms"), "{text}");
     }
 }

@@ -557,20 +557,7 @@ mod tests {
         route: sdk_policy::RouteIx::new(0),
     };
 
-    static POLICY: BreakerPolicy = BreakerPolicy {
-        threshold: 3,
-        window: Duration::from_secs(30),
-        distinct_endpoints: true,
-        probe: &ROUTE,
-        canary: &ROUTE,
-        open_alert: "breaker_open_long",
-        probe_interval: Duration::from_secs(5),
-        probe_timeout: Duration::from_secs(3),
-        healthy_probes: 2,
-        canary_timeout: Duration::from_secs(5),
-        deploy_suspected: Duration::from_secs(120),
-        alert_after: Duration::from_secs(5 * 60),
-    };
+    static POLICY: BreakerPolicy = BreakerPolicy::example(&ROUTE);
 
     const KBS: &str = "/workspaces/api/v1/kbs";
     const DOCS: &str = "/workspaces/api/v1/kbs/{kb}/documents";

@@ -29,20 +29,7 @@ static HEALTH: Endpoint = Endpoint {
     route: sdk_runtime::RouteIx::new(0),
 };
 
-static POLICY: BreakerPolicy = BreakerPolicy {
-    threshold: 3,
-    window: Duration::from_secs(30),
-    distinct_endpoints: true,
-    probe: &HEALTH,
-    canary: &HEALTH,
-    open_alert: "breaker_open_long",
-    probe_interval: Duration::from_secs(5),
-    probe_timeout: Duration::from_secs(3),
-    healthy_probes: 2,
-    canary_timeout: Duration::from_secs(5),
-    deploy_suspected: Duration::from_secs(120),
-    alert_after: Duration::from_secs(300),
-};
+static POLICY: BreakerPolicy = BreakerPolicy::example(&HEALTH);
 
 fn half_open(now: Instant) -> Breaker {
     let mut breaker = Breaker::new(&POLICY);
