@@ -824,26 +824,67 @@ fn equal_shares(reports: &[Report]) {
     within_percent("list", reports, 10.0, |r| r.list);
 }
 
+/// Three `load` replicas on a Redis and a simulator of their own, behind
+/// nginx's limiter, sending from `start` (the simulator's log until then is
+/// the setup's).
+struct LoadRun {
+    redis: RedisServer,
+    sim: Sim,
+    limiter: Limiter,
+    replicas: Replicas,
+    start: usize,
+}
+
+impl LoadRun {
+    async fn go() -> LoadRun {
+        let redis = RedisServer::start();
+        let sim = sim().await;
+        let limiter = Limiter::before(&sim);
+        let replicas = Replicas::spawn(&limiter.url, &redis, "load", 3);
+        replicas.all_ready().await;
+        let start = sim.log().entries().len();
+        replicas.go();
+        LoadRun {
+            redis,
+            sim,
+            limiter,
+            replicas,
+            start,
+        }
+    }
+
+    /// Stops the replicas: their reports and the platform's log, checked
+    /// for answers 429 at the simulator and in nginx; Redis is still up.
+    async fn stop(self) -> (Vec<Report>, Vec<LoggedRequest>, RedisServer) {
+        let reports = self.replicas.stop().await;
+        self.replicas.exit().await;
+        let entries = self.sim.log().entries();
+        eprintln!("reports: {reports:?}, {} requests", entries.len());
+        assert_eq!(
+            self.sim.log().count_status(429),
+            0,
+            "the platform answered 429"
+        );
+        assert_eq!(
+            self.limiter.limited().0,
+            0,
+            "nginx's limit_req answered 429"
+        );
+        (reports, entries, self.redis)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_keep_the_platform_s_limits_as_one_polite_tenant() {
     let _serial = SERIAL.lock().await;
     if !redis_available() {
         return;
     }
-    let redis = RedisServer::start();
-    let sim = sim().await;
-    let limiter = Limiter::before(&sim);
-    let replicas = Replicas::spawn(&limiter.url, &redis, "load", 3);
-    replicas.all_ready().await;
-    let before = sim.log().entries().len();
-    replicas.go();
-    logged(&sim, before + 900, Duration::from_secs(120)).await;
-    let reports = replicas.stop().await;
-    replicas.exit().await;
-    let entries: Vec<LoggedRequest> = sim.log().entries().split_off(before);
-    eprintln!("reports: {reports:?}, {} requests", entries.len());
-    assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
-    assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
+    let run = LoadRun::go().await;
+    let start = run.start;
+    logged(&run.sim, start + 900, Duration::from_secs(120)).await;
+    let (reports, mut entries, _redis) = run.stop().await;
+    let entries = entries.split_off(start);
     check_limits(&entries, 1.0);
     // The fleet's budgets are kept by all: the platform saw the rolling
     // second full, not three replicas' worth of it.
@@ -1027,26 +1068,16 @@ async fn redis_frozen_mid_run_degrades_to_shares_and_thawed_is_shared_again() {
     if !redis_available() {
         return;
     }
-    let redis = RedisServer::start();
-    let sim = sim().await;
-    let limiter = Limiter::before(&sim);
-    let replicas = Replicas::spawn(&limiter.url, &redis, "load", 3);
-    replicas.all_ready().await;
-    let start = sim.log().entries().len();
-    replicas.go();
-    let frozen_at = logged(&sim, start + 400, Duration::from_secs(120)).await;
-    replicas.mark("killed");
-    redis.freeze();
-    let thawed_at = logged(&sim, frozen_at + 600, Duration::from_secs(120)).await;
-    replicas.mark("restarted");
-    redis.thaw();
-    logged(&sim, thawed_at + 600, Duration::from_secs(120)).await;
-    let reports = replicas.stop().await;
-    replicas.exit().await;
-    let entries = sim.log().entries();
-    eprintln!("reports: {reports:?}, {} requests", entries.len());
-    assert_eq!(sim.log().count_status(429), 0, "the platform answered 429");
-    assert_eq!(limiter.limited().0, 0, "nginx's limit_req answered 429");
+    let run = LoadRun::go().await;
+    let (sim, start) = (&run.sim, run.start);
+    let frozen_at = logged(sim, start + 400, Duration::from_secs(120)).await;
+    run.replicas.mark("killed");
+    run.redis.freeze();
+    let thawed_at = logged(sim, frozen_at + 600, Duration::from_secs(120)).await;
+    run.replicas.mark("restarted");
+    run.redis.thaw();
+    logged(sim, thawed_at + 600, Duration::from_secs(120)).await;
+    let (reports, entries, redis) = run.stop().await;
     check_limits(&entries[start..frozen_at], 1.0);
     check_limits(&entries[frozen_at..thawed_at], 1.05);
     eprint!("whole run: ");
