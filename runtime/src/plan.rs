@@ -12,7 +12,6 @@ use sdk_policy::scope::{Id, IdKind};
 use crate::call::Call;
 use crate::error::{Class, Error};
 use crate::memory::Remembered;
-use crate::wire::Wire;
 
 pub(crate) struct Plan {
     pub policy: &'static Policy,
@@ -51,16 +50,20 @@ impl Plan {
             .with_detail_prefix("remembered")
     }
 
-    /// Refuses a call taken as the other kind than its route says (a
-    /// stream route sent whole would drop its events and its slots).
-    pub(crate) fn check_wire(&self, call: &Call<'_>, wire: Wire) -> Result<(), Error> {
-        let endpoint = call.endpoint;
-        let reason = match (Wire::of(endpoint), wire) {
-            (Wire::Stream, Wire::Read) => "is a stream route: it is opened, not sent",
-            (Wire::Read, Wire::Stream) => "is not a stream route",
-            _ => return Ok(()),
-        };
-        Err(self.refused(endpoint, format!("{} {reason}", endpoint.path)))
+    /// Refuses a stream route sent as a call: its events and its throttle
+    /// slots would be dropped with the body. (A plain route opened as a
+    /// stream is refused where streams open, which reads the stream's policy.)
+    pub(crate) fn refuse_stream_sent(&self, endpoint: &Endpoint) -> Result<(), Error> {
+        match endpoint.stream {
+            Some(_) => Err(self.refused(
+                endpoint,
+                format!(
+                    "{} is a stream route: it is opened, not sent",
+                    endpoint.path
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Refuses a call whose scope does not fit its route, before a byte is

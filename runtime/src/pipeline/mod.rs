@@ -94,18 +94,19 @@ impl Client {
         if let Some(error) = self.refused_at_once(&call) {
             return Err(error);
         }
-        Ok(self.run(&call, Wire::Read).await?.reply)
+        self.plan().refuse_stream_sent(call.endpoint)?;
+        Ok(self.run(&call).await?.reply)
     }
 
-    /// Opens a stream through the same pipeline. The route says it is a
-    /// stream (a plain route is refused before a byte): a 2xx hands back its
-    /// open response; any other success (a 409 a create route takes as its
+    /// Opens a stream through the same pipeline, for a stream route (its
+    /// caller, `open_stream`, refuses any other): a 2xx hands back its open
+    /// response; any other success (a 409 a create route takes as its
     /// answer) has no event stream and is a decode error.
     pub(crate) async fn open(&self, call: &Call<'_>) -> Result<Opened, Error> {
         if let Some(error) = self.refused_at_once(call) {
             return Err(error);
         }
-        let answered = self.run(call, Wire::Stream).await?;
+        let answered = self.run(call).await?;
         let Some((response, slots)) = answered.stream else {
             let reply = answered.reply;
             let detail = Some(Detail::Shown("the answer has no event stream".into()));
@@ -160,22 +161,22 @@ impl Client {
     }
 
     /// The attempt loop, in the call's span (`spans`).
-    async fn run(&self, call: &Call<'_>, wire: Wire) -> Result<Answered, Error> {
+    async fn run(&self, call: &Call<'_>) -> Result<Answered, Error> {
         use tracing::Instrument;
         let base = self.transport().origin.base();
         let span = crate::spans::call(self.policy(), base, call);
         // `Span::none()` (nothing records spans): entering it does nothing,
         // so the loop's future is not moved into a wrapper that would.
         let result = if span.is_none() {
-            self.attempts(call, wire).await
+            self.attempts(call).await
         } else {
-            self.attempts(call, wire).instrument(span.clone()).await
+            self.attempts(call).instrument(span.clone()).await
         };
         crate::spans::finished(&span, result.as_ref().map(|a| a.reply.status()));
         result
     }
 
-    async fn attempts(&self, call: &Call<'_>, wire: Wire) -> Result<Answered, Error> {
+    async fn attempts(&self, call: &Call<'_>) -> Result<Answered, Error> {
         let Parts {
             plan,
             gate,
@@ -184,7 +185,9 @@ impl Client {
             ..
         } = &*self.parts;
         plan.check_scope(call)?;
-        plan.check_wire(call, wire)?;
+        // The route says how its 2xx body is taken: a stream route's is its
+        // event stream.
+        let wire = Wire::of(call.endpoint);
         let mut run = Run::new(plan, call);
         match prelude(plan, gate, call, run.started) {
             Prelude::Go => {}
