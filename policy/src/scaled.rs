@@ -3,15 +3,16 @@
 //!
 //! Every struct that holds a duration is taken apart field by field, never
 //! with `..`: a field added to one of them does not compile here until it
-//! is scaled or said to stay as it is. The breaker is the exception: it
-//! names only its durations, and a test fails for one that is not scaled.
+//! is scaled or said to stay as it is. Two exceptions: the breaker names
+//! only its durations, and a test fails for one that is not scaled; the
+//! fleet is copied whole, since none of its timers is scaled.
 
 use std::time::Duration;
 
 use crate::policy::{
-    AlertNames, AlertRate, BreakerPolicy, BufferingRule, FleetPolicy, Policy, PollingPolicy,
-    ReplayPolicy, RetryBounds, RetryClass, RetrySchedule, StreamPolicy, TaxonomyRow,
-    ThrottlePolicy, TimeoutClass,
+    AlertNames, AlertRate, BreakerPolicy, BufferingRule, Policy, PollingPolicy, ReplayPolicy,
+    RetryBounds, RetryClass, RetrySchedule, StreamPolicy, TaxonomyRow, ThrottlePolicy,
+    TimeoutClass,
 };
 
 impl Policy {
@@ -85,7 +86,10 @@ impl Policy {
             fallbacks_sustained: fallbacks_sustained.map(|(r, alert)| (s.rate(r), alert)),
             alerts: s.alerts(alerts),
             replay: replay.as_ref().map(|r| s.replay(r)),
-            fleet: fleet.as_ref().map(unscaled_fleet),
+            // The fleet's timers stay as the spec has them: they bound round
+            // trips to a real Redis server (a store call's deadline, the lease
+            // a heartbeat renews), which dividing them cannot make faster.
+            fleet: fleet.clone(),
         }))
     }
 }
@@ -359,42 +363,6 @@ impl Scale {
             failures_metric,
             failure_alert,
         }
-    }
-}
-
-/// The fleet's timers stay as the spec has them: they bound round trips
-/// to a real Redis server (a store call's deadline, the lease a heartbeat
-/// renews), which a test cannot make faster by dividing them.
-fn unscaled_fleet(f: &FleetPolicy) -> FleetPolicy {
-    let FleetPolicy {
-        shared,
-        url_env,
-        deadline,
-        breaker_failures,
-        breaker_over,
-        breaker_retry,
-        lease,
-        heartbeat,
-        margin_percent,
-        degraded,
-        per_replica,
-        metrics,
-        alert,
-    } = f;
-    FleetPolicy {
-        shared: *shared,
-        url_env,
-        deadline: *deadline,
-        breaker_failures: *breaker_failures,
-        breaker_over: *breaker_over,
-        breaker_retry: *breaker_retry,
-        lease: *lease,
-        heartbeat: *heartbeat,
-        margin_percent: *margin_percent,
-        degraded: *degraded,
-        per_replica,
-        metrics: metrics.clone(),
-        alert,
     }
 }
 
