@@ -884,17 +884,17 @@ impl Inner {
         // it takes its slot again within the share before it goes.
         let mut left: Option<WindowsLeft<'_>> = None;
         for (set, gate) in gates {
-            if set.is_none()
-                && !settling
-                && let Some(left) = left.take()
-            {
+            let holds_slots = set.is_none() && !settling;
+            // What a budget's wait left is taken again before a wait that
+            // holds its slots.
+            if holds_slots && let Some(left) = left.take() {
                 left.retake().await;
             }
             if let Ok(permit) = Arc::clone(&gate).try_acquire_owned() {
                 permits.push(permit);
                 continue;
             }
-            if set.is_some() || settling {
+            if !holds_slots {
                 left.get_or_insert_with(|| throttle.leave_windows(&[]));
             }
             match gate.acquire_owned().await {
