@@ -11,6 +11,8 @@ pub mod log;
 pub mod policy;
 mod scaled;
 pub mod scope;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use endpoint::{Endpoint, Lane, Method, ScopeNeed};
 pub use index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};

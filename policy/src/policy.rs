@@ -772,16 +772,19 @@ pub struct BreakerPolicy {
 impl BreakerPolicy {
     /// A breaker of ordinary values (3 failures of distinct endpoints in
     /// 30 s; probes every 5 s, two healthy ones to half-open) probing
-    /// `probe`, which is its canary too. Tests start from it and change
-    /// what they need with `..`, so a new field gets its value here, once.
-    /// Its durations are whole seconds: the scaling test reads them so.
-    pub const fn example(probe: &'static Endpoint) -> BreakerPolicy {
+    /// [`HEALTH`](crate::testing::HEALTH), which is its canary too. Tests
+    /// start from it and change what they need with `..`, so a new field
+    /// gets its value here, beside its declaration. Its durations are whole
+    /// seconds: the scaling test reads them so. Behind the `testing` feature.
+    #[cfg(any(test, feature = "testing"))]
+    pub const fn example() -> BreakerPolicy {
+        use crate::testing::HEALTH;
         BreakerPolicy {
             threshold: 3,
             window: Duration::from_secs(30),
             distinct_endpoints: true,
-            probe,
-            canary: probe,
+            probe: &HEALTH,
+            canary: &HEALTH,
             probe_interval: Duration::from_secs(5),
             probe_timeout: Duration::from_secs(3),
             healthy_probes: 2,
@@ -790,6 +793,20 @@ impl BreakerPolicy {
             alert_after: Duration::from_secs(300),
             open_alert: "breaker_open_long",
         }
+    }
+
+    /// Every duration of the breaker, for a scaled copy of the policy: a
+    /// duration added to the breaker is named here, next to its field
+    /// (`breaker_durations_are_all_scaled` fails for one left out).
+    pub(crate) fn durations_mut(&mut self) -> [&mut Duration; 6] {
+        [
+            &mut self.window,
+            &mut self.probe_interval,
+            &mut self.probe_timeout,
+            &mut self.canary_timeout,
+            &mut self.deploy_suspected,
+            &mut self.alert_after,
+        ]
     }
 }
 

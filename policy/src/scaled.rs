@@ -4,8 +4,8 @@
 //! Every struct that holds a duration is taken apart field by field, never
 //! with `..`: a field added to one of them does not compile here until it
 //! is scaled or said to stay as it is. Two exceptions: the breaker names
-//! only its durations, and a test fails for one that is not scaled; the
-//! fleet is copied whole, since none of its timers is scaled.
+//! its durations next to its fields, and a test fails for one that is not
+//! scaled; the fleet is copied whole, since none of its timers is scaled.
 
 use std::time::Duration;
 
@@ -221,19 +221,14 @@ impl Scale {
         }
     }
 
-    /// Only the breaker's durations, named; the rest is copied with `..`, so
-    /// a field that is not a duration is not listed here.
-    /// `breaker_durations_are_all_scaled` fails for a duration left out.
+    /// The breaker names its durations itself (`durations_mut`), so one
+    /// added to it is scaled without a line here.
     fn breaker(self, b: &BreakerPolicy) -> BreakerPolicy {
-        BreakerPolicy {
-            window: self.of(b.window),
-            probe_interval: self.of(b.probe_interval),
-            probe_timeout: self.of(b.probe_timeout),
-            canary_timeout: self.of(b.canary_timeout),
-            deploy_suspected: self.of(b.deploy_suspected),
-            alert_after: self.of(b.alert_after),
-            ..b.clone()
+        let mut b = b.clone();
+        for d in b.durations_mut() {
+            *d = self.of(*d);
         }
+        b
     }
 
     fn throttle(self, t: &ThrottlePolicy) -> ThrottlePolicy {
@@ -369,27 +364,6 @@ impl Scale {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Conflict;
-    use crate::{BudgetIx, Endpoint, Lane, Method, RetryIx, RouteIx, ScopeNeed, TimeoutIx};
-
-    static HEALTH: Endpoint = Endpoint {
-        service: "svc",
-        operation: "health",
-        method: Method::Get,
-        path: "/health",
-        scope: ScopeNeed::Public,
-        lane: Lane::Key,
-        timeout: TimeoutIx::new(0),
-        retry: RetryIx::new(0),
-        idempotent: true,
-        budget: BudgetIx::new(0),
-        replay: false,
-        conflict: Conflict::Error,
-        pipeline_id: false,
-        stream: None,
-        max_response: 1024,
-        route: RouteIx::new(0),
-    };
 
     /// The breaker copies what it does not name: every duration of the
     /// example is whole seconds, so one still in seconds after dividing by
@@ -397,7 +371,7 @@ mod tests {
     /// lists every field.
     #[test]
     fn breaker_durations_are_all_scaled() {
-        let scaled = Scale(1000).breaker(&BreakerPolicy::example(&HEALTH));
+        let scaled = Scale(1000).breaker(&BreakerPolicy::example());
         let text = format!("{scaled:?}");
         let unscaled: Vec<&str> = text
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))

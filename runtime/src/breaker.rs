@@ -536,28 +536,7 @@ impl Drop for BreakerGuard<'_> {
 mod tests {
     use super::*;
 
-    /// The probe and canary routes are the client's business, not the
-    /// state machine's: one placeholder serves for both.
-    static ROUTE: sdk_policy::Endpoint = sdk_policy::Endpoint {
-        service: "svc",
-        operation: "health",
-        method: sdk_policy::Method::Get,
-        path: "/health",
-        scope: sdk_policy::ScopeNeed::Public,
-        lane: sdk_policy::Lane::Key,
-        timeout: sdk_policy::policy::TimeoutIx::new(0),
-        retry: sdk_policy::policy::RetryIx::new(0),
-        idempotent: true,
-        budget: sdk_policy::policy::BudgetIx::new(0),
-        replay: false,
-        conflict: sdk_policy::policy::Conflict::Error,
-        pipeline_id: false,
-        stream: None,
-        max_response: 1024,
-        route: sdk_policy::RouteIx::new(0),
-    };
-
-    static POLICY: BreakerPolicy = BreakerPolicy::example(&ROUTE);
+    static POLICY: BreakerPolicy = BreakerPolicy::example();
 
     const KBS: &str = "/workspaces/api/v1/kbs";
     const DOCS: &str = "/workspaces/api/v1/kbs/{kb}/documents";

@@ -5,31 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sdk_runtime::breaker::{Admission, Breaker, CircuitState};
-use sdk_runtime::policy::{BreakerPolicy, Conflict};
-use sdk_runtime::{Endpoint, Lane, Method, ScopeNeed};
+use sdk_runtime::policy::BreakerPolicy;
 use tokio::time::Instant;
 
-/// Probe and canary are the client's business, not the state machine's.
-static HEALTH: Endpoint = Endpoint {
-    service: "svc",
-    operation: "health",
-    method: Method::Get,
-    path: "/health",
-    scope: ScopeNeed::Public,
-    lane: Lane::Key,
-    timeout: sdk_runtime::policy::TimeoutIx::new(0),
-    retry: sdk_runtime::policy::RetryIx::new(0),
-    idempotent: true,
-    budget: sdk_runtime::policy::BudgetIx::new(0),
-    replay: false,
-    conflict: Conflict::Error,
-    pipeline_id: false,
-    stream: None,
-    max_response: 1024,
-    route: sdk_runtime::RouteIx::new(0),
-};
-
-static POLICY: BreakerPolicy = BreakerPolicy::example(&HEALTH);
+static POLICY: BreakerPolicy = BreakerPolicy::example();
 
 fn half_open(now: Instant) -> Breaker {
     let mut breaker = Breaker::new(&POLICY);
