@@ -8,11 +8,12 @@ pub use sdk_policy::endpoint::{Endpoint, Lane, ScopeNeed};
 pub use sdk_policy::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 pub use sdk_policy::log::LogNames;
 pub use sdk_policy::policy::{
-    AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage, Conflict,
-    Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
-    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, Replay, ReplayPolicy,
-    RetryBounds, RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger, StreamFallback,
-    StreamPolicy, TaxonomyRow, TimeoutClass, UNCLASSIFIED, WarmUpCall,
+    AlertNames, AlertRate, AlertSeverity, BreakerPolicy, BudgetPolicy, BufferingRule, ClassMessage,
+    Conflict, Degraded, DetailSet, FeaturePolicy, FeatureStateCopy, FleetMetricNames, FleetPolicy,
+    HeaderNames, IdPattern, IdRules, Limits, MetricNames, OutcomeKind, PollingPolicy, Replay,
+    ReplayPolicy, RetryBounds, RetryClass, RetrySchedule, RowMatch, StagePolicy, StateTrigger,
+    StreamFallback, StreamPolicy, TaxonomyRow, ThrottlePolicy, TimeoutClass, UNCLASSIFIED,
+    WarmUpCall,
 };
 
 /// Where an item is written in the spec: errors found after lowering (a
@@ -102,9 +103,9 @@ pub struct Model {
     /// The copy of an error whose outcome is unknown (`class` is empty).
     pub unknown_outcome: Option<&'static str>,
     pub alerts: Vec<Alert>,
-    /// Raise the retry-exhaustion alert only at this rate (count, window).
-    pub retry_exhausted_rate: Option<AlertRate>,
-    pub retry_exhausted_alert: &'static str,
+    /// The runtime's part of the alerts: the retry-exhaustion alert, the
+    /// rate it is raised at, and every alert's severity.
+    pub alert_names: AlertNames,
     /// How long a rule over the raised-alerts counter fires after a raise.
     pub alert_look_back: Duration,
     pub features: Vec<Item<FeaturePolicy>>,
@@ -192,17 +193,12 @@ pub struct RouteRef {
     pub route: usize,
 }
 
-/// The throttle section. The runtime's `ThrottlePolicy` is made of it when
-/// the policy is; the polling cadence keeps the names under which
-/// `sdk-runtime`'s fixture test compares its own with the spec's.
+/// The throttle section: the runtime's `ThrottlePolicy`, and its budgets
+/// again as items, each with its doc and source.
 #[derive(Debug)]
 pub struct Throttle {
-    pub max_in_flight: u32,
-    pub per_second: u32,
+    pub value: ThrottlePolicy,
     pub budgets: Vec<Item<BudgetPolicy>>,
-    pub polling_interval: Duration,
-    pub polling_floor: Duration,
-    pub polling_hot_factor: u32,
     pub source: Source,
 }
 
@@ -554,7 +550,6 @@ impl sdk_policy::log::LogLines for Unwritten {
 impl Model {
     /// The policy the runtime executes, as the generated crate holds it.
     pub fn policy(&self) -> sdk_policy::Policy {
-        use sdk_policy::policy as p;
         sdk_policy::Policy {
             api: leak(&self.api.name),
             headers: self.api.headers.clone(),
@@ -564,24 +559,7 @@ impl Model {
             deadline: self.deadline,
             retries: leak_all(self.retries.iter().map(|r| r.value.clone()).collect()),
             breaker: self.breaker.as_ref().map(|b| b.value.clone()),
-            throttle: p::ThrottlePolicy {
-                max_in_flight: self.throttle.max_in_flight,
-                per_second: self.throttle.per_second,
-                rate_period: Duration::from_secs(1),
-                budget_period: Duration::from_secs(60),
-                budgets: leak_all(
-                    self.throttle
-                        .budgets
-                        .iter()
-                        .map(|b| b.value.clone())
-                        .collect(),
-                ),
-                polling: p::PollingPolicy {
-                    interval: self.throttle.polling_interval,
-                    floor: self.throttle.polling_floor,
-                    hot_factor: self.throttle.polling_hot_factor,
-                },
-            },
+            throttle: self.throttle.value.clone(),
             taxonomy: leak_all(self.rows.iter().map(|r| r.value.clone()).collect()),
             detail_sets: leak_all(self.details.iter().map(|d| d.value.clone()).collect()),
             streams: leak_all(self.streams.iter().map(|s| s.value.clone()).collect()),
@@ -591,11 +569,7 @@ impl Model {
             messages: leak_all(self.messages.iter().map(|m| m.value.clone()).collect()),
             warm_up: leak_all(self.warm_up.iter().map(|w| w.value.clone()).collect()),
             features: leak_all(self.features.iter().map(|f| f.value.clone()).collect()),
-            alerts: p::AlertNames {
-                retry_exhausted: self.retry_exhausted_alert,
-                retry_exhausted_rate: self.retry_exhausted_rate,
-                severities: leak_all(self.alerts.iter().map(|a| a.value).collect()),
-            },
+            alerts: self.alert_names.clone(),
             limits: self.limits.clone(),
             routes: leak_all(self.routes().map(|(_, r)| r.endpoint).collect()),
             pool_idle: self.pool_idle,

@@ -348,8 +348,9 @@ mod tests {
             );
         }
         let polling = &POLICY.throttle.polling;
-        assert_eq!(polling.interval, model.throttle.polling_interval);
-        assert_eq!(polling.floor, model.throttle.polling_floor);
-        assert_eq!(polling.hot_factor, model.throttle.polling_hot_factor);
+        let theirs = &model.throttle.value.polling;
+        assert_eq!(polling.interval, theirs.interval);
+        assert_eq!(polling.floor, theirs.floor);
+        assert_eq!(polling.hot_factor, theirs.hot_factor);
     }
 }

@@ -131,8 +131,8 @@ fn rule<'m>(model: &'m Model, alert: &'m Alert, t: TimeScale) -> Rule<'m> {
         return fallback_rule(alert, rate, fallback, buffered, model.alert_look_back, t);
     }
     let window = match (
-        name == model.retry_exhausted_alert,
-        model.retry_exhausted_rate,
+        name == model.alert_names.retry_exhausted,
+        model.alert_names.retry_exhausted_rate,
     ) {
         // Raised at most once per window while the rate holds.
         (true, Some(rate)) => rate.within,

@@ -276,11 +276,11 @@ fn throttle(md: &mut String, model: &Model) {
         md,
         "\n## Throttle ({})\n\nAt most {} requests in flight, {} per second sustained. Polling every {}, never below {}, ×{} while a 429 is hot. Every 429 is counted in `{}_total{{retry_after}}` (`present` when it carried a `Retry-After` the client could read, else `absent`).\n",
         source(&t.source),
-        t.max_in_flight,
-        t.per_second,
-        duration_text(t.polling_interval),
-        duration_text(t.polling_floor),
-        t.polling_hot_factor,
+        t.value.max_in_flight,
+        t.value.per_second,
+        duration_text(t.value.polling.interval),
+        duration_text(t.value.polling.floor),
+        t.value.polling.hot_factor,
         model.metrics.rate_limited
     );
     let limit = |v: Option<u32>| v.map_or("—".into(), |v| v.to_string());
@@ -480,8 +480,8 @@ fn fleet_section(md: &mut String, model: &Model) {
         source(&f.source),
         if f.shared { "redis" } else { "local" },
         f.url_env,
-        model.throttle.max_in_flight,
-        model.throttle.per_second,
+        model.throttle.value.max_in_flight,
+        model.throttle.value.per_second,
         fleet.join(", "),
         if replica.is_empty() {
             "none".to_string()

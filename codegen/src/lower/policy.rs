@@ -1,5 +1,7 @@
 //! Checks and lowers `policy.yaml`: timeouts, retries, throttle and breaker.
 
+use std::time::Duration;
+
 use crate::model::*;
 use crate::spec::{self, Text};
 
@@ -222,13 +224,22 @@ impl Cx<'_> {
                 "the polling interval is below its own floor",
             );
         }
-        Throttle {
+        let value = ThrottlePolicy {
             max_in_flight: self.positive(&t.max_in_flight, "throttle.max_in_flight"),
             per_second: self.positive(&t.per_second, "throttle.per_second"),
+            // The units the spec's names give: `per_second`, `per_minute`.
+            rate_period: Duration::from_secs(1),
+            budget_period: Duration::from_secs(60),
+            budgets: leak_all(budgets.iter().map(|b| b.value.clone()).collect()),
+            polling: PollingPolicy {
+                interval,
+                floor,
+                hot_factor: self.positive(&p.hot_factor, "throttle.polling.hot_factor"),
+            },
+        };
+        Throttle {
+            value,
             budgets,
-            polling_interval: interval,
-            polling_floor: floor,
-            polling_hot_factor: self.positive(&p.hot_factor, "throttle.polling.hot_factor"),
             source: self.source(&t.source, t.inferred),
         }
     }
