@@ -59,7 +59,11 @@ impl CoreSim {
     }
 
     fn client_with(&self, adjust: impl FnOnce(Config) -> Config) -> Core {
-        Core::new(adjust(config(&format!("http://{}", self.addr)))).expect("a Core client")
+        Core::new(adjust(config(&self.url()))).expect("a Core client")
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     fn paths(&self) -> Vec<String> {
@@ -198,6 +202,43 @@ async fn a_4xx_is_surfaced_at_once_with_its_status_and_detail() {
         (1, 1),
         "never retried"
     );
+}
+
+/// An error's class is read by its own API only (by the route table of the
+/// policy that classified it): a Core error converted by hand into GRAG's
+/// error type is unclassified there, never the GRAG class its row's index
+/// names; converted back, it is Core's class again. A client running a
+/// scaled copy of the policy keeps the route table, so its errors read as
+/// Core's classes too.
+#[tokio::test(start_paused = true)]
+async fn an_error_is_read_as_a_class_of_its_own_api_only() {
+    let core = CoreSim::start([
+        Step::Status(422, "text must not be empty"),
+        Step::Status(422, "text must not be empty"),
+    ])
+    .await;
+    let error = core
+        .client()
+        .engine()
+        .analyse(&analyse())
+        .await
+        .unwrap_err();
+    assert_eq!(error.class(), core_client::ErrorClass::HttpError);
+    let raw = sdk_runtime::Error::from(error);
+    let row = raw.row_index().expect("a row classified it").get();
+    let as_grag = grag_client::Error::from(raw);
+    assert_eq!(
+        as_grag.class(),
+        grag_client::ErrorClass::Unclassified,
+        "Core's row {row} read as a GRAG class"
+    );
+    let back = core_client::Error::from(as_grag.into_inner());
+    assert_eq!(back.class(), core_client::ErrorClass::HttpError);
+
+    let scaled = core_client::policy::POLICY.scaled(10);
+    let client = Core::with_policy(config(&core.url()), scaled).expect("a Core client");
+    let error = client.engine().analyse(&analyse()).await.unwrap_err();
+    assert_eq!(error.class(), core_client::ErrorClass::HttpError);
 }
 
 #[tokio::test(start_paused = true)]

@@ -468,8 +468,10 @@ async fn a_path_value_cannot_leave_its_placeholder() {
     }
 }
 
-/// A hand-made descriptor naming a class the policy lacks, or a plain route
-/// opened as a stream, is a typed refusal, never a panic, and sends nothing.
+/// A hand-made descriptor naming a class the policy lacks, another API's
+/// route, or a plain route opened as a stream, is a typed refusal, never a
+/// panic, and sends nothing. The refusal is GRAG's: read as GRAG's class,
+/// never as the other API's.
 #[tokio::test]
 async fn a_hand_made_endpoint_outside_the_policy_is_refused() {
     static STRAY: sdk_runtime::Endpoint = sdk_runtime::Endpoint {
@@ -489,6 +491,19 @@ async fn a_hand_made_endpoint_outside_the_policy_is_refused() {
         ("T22", "invalid_scope"),
         "{err}"
     );
+    let err = grag_client::Error::from(err);
+    assert_eq!(err.class(), grag_client::ErrorClass::InvalidScope, "{err}");
+    let core_route = Call::new(&core_client::engine::ANALYSE);
+    let err = grag.runtime().send(core_route).await.unwrap_err();
+    assert_eq!((err.row(), err.class_name()), ("T22", "invalid_scope"));
+    let as_core = core_client::Error::from(err);
+    assert_eq!(
+        as_core.class(),
+        core_client::ErrorClass::Unclassified,
+        "GRAG's refusal read as a Core class"
+    );
+    let as_grag = grag_client::Error::from(as_core.into_inner());
+    assert_eq!(as_grag.class(), grag_client::ErrorClass::InvalidScope);
     let err = grag
         .runtime()
         .open_stream(Call::new(&grag_client::workspaces::LIST_KBS))

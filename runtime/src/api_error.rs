@@ -6,14 +6,19 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Deref;
 
+use sdk_policy::Endpoint;
+
 use crate::error::Error;
 
 /// An API's error classes, as the generated crate's `ErrorClass` enum holds
 /// them: what [`ApiError::class`] needs to read a row as a variant.
 pub trait ErrorClasses: Copy + 'static {
-    /// The API whose policy's rows these are (`Policy::api`): an error
-    /// another API's policy classified is never read as one of these.
-    const API: &'static str;
+    /// The API's route table (`policy::ENDPOINTS`): an error is read as one
+    /// of these classes only when the policy that classified it has this
+    /// very table, so an error another API's client classified never is. A
+    /// policy override (a scaled copy) keeps the table, so its errors are
+    /// read too.
+    const ROUTES: &'static [&'static Endpoint];
     /// The class of each taxonomy row, by the row's index.
     const BY_ROW: &'static [Self];
     /// The class of an error no row of this API classified.
@@ -33,16 +38,22 @@ pub struct ApiError<C> {
 impl<C: ErrorClasses> ApiError<C> {
     /// The taxonomy class: the class of the row that classified the
     /// error (by its index), the unclassified one when none did. An error
-    /// another API's policy classified (a runtime error converted by
-    /// hand) is unclassified too, never one of this API's classes.
+    /// another API's client classified (a runtime error converted by hand)
+    /// is unclassified too, never one of this API's classes.
     pub fn class(&self) -> C {
+        let ours = same_table(self.error.policy().routes, C::ROUTES);
         match self.error.row_index() {
-            Some(row) if self.error.api() == C::API => {
-                C::BY_ROW.get(row.get()).copied().unwrap_or(C::UNCLASSIFIED)
-            }
+            Some(row) if ours => (C::BY_ROW.get(row.get()).copied()).unwrap_or(C::UNCLASSIFIED),
             _ => C::UNCLASSIFIED,
         }
     }
+}
+
+/// Whether two route tables are the same statics, one for one: what an
+/// override must keep ([`crate::Client::with_override`]) and what an API's
+/// classes recognise an error by.
+pub(crate) fn same_table(a: &[&'static Endpoint], b: &[&'static Endpoint]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| std::ptr::eq(*x, *y))
 }
 
 impl<C> ApiError<C> {

@@ -265,13 +265,7 @@ impl Client {
                 "the ID rules or the reserved tenants",
             ));
         }
-        let same_routes = policy.routes.len() == spec.routes.len()
-            && policy
-                .routes
-                .iter()
-                .zip(spec.routes)
-                .all(|(a, b)| std::ptr::eq(*a, *b));
-        if !same_routes {
+        if !crate::api_error::same_table(policy.routes, spec.routes) {
             return Err(ConfigError::Override("the route table"));
         }
         Client::new(policy, config)

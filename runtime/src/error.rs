@@ -21,8 +21,9 @@ struct Inner {
     kind: OutcomeKind,
     /// `None`: no row of the taxonomy matched (unclassified).
     row: Option<&'static TaxonomyRow>,
-    /// The API whose policy classified it (`Policy::api`).
-    api: &'static str,
+    /// The policy that classified it (a scaled copy or an override
+    /// included): its API's name and route table.
+    policy: &'static Policy,
     endpoint: &'static str,
     status: Option<u16>,
     /// What Display shows of the answer: the platform's own `detail`, a
@@ -82,7 +83,7 @@ impl Error {
             inner: Arc::new(Inner {
                 kind,
                 row,
-                api: policy.api,
+                policy,
                 endpoint: endpoint.operation,
                 status: None,
                 detail: None,
@@ -267,9 +268,12 @@ impl Error {
         self.inner.row.map(|r| r.index)
     }
 
-    /// The API whose policy classified the error (`Policy::api`: `grag`).
-    pub fn api(&self) -> &'static str {
-        self.inner.api
+    /// The policy that classified the error: the spec's, a scaled copy or
+    /// an override of it (its API's name is `policy().api`). A generated
+    /// crate reads its `ErrorClass` only from an error its own policy's
+    /// route table classified.
+    pub fn policy(&self) -> &'static Policy {
+        self.inner.policy
     }
 
     /// The error class as the spec spells it (`feature_dark`), for logs and

@@ -86,9 +86,9 @@ fn error_class(model: &Model) -> TokenStream {
     }
 }
 
-/// What `ApiError` needs of this API's classes: the API, the class of each
-/// taxonomy row by its index (a success row never ends a call in an error,
-/// so it reads as unclassified), and the unclassified class.
+/// What `ApiError` needs of this API's classes: the API's route table, the
+/// class of each taxonomy row by its index (a success row never ends a call
+/// in an error, so it reads as unclassified), and the unclassified class.
 fn classes_impl(model: &Model) -> TokenStream {
     let by_row = model.rows.iter().map(|r| {
         let class = if r.success { UNCLASSIFIED } else { r.class };
@@ -96,10 +96,9 @@ fn classes_impl(model: &Model) -> TokenStream {
         quote!(ErrorClass::#variant)
     });
     let unclassified = ident(model.variant(UNCLASSIFIED));
-    let api = &model.api.name;
     quote! {
         impl sdk_runtime::ErrorClasses for ErrorClass {
-            const API: &'static str = #api;
+            const ROUTES: &'static [&'static sdk_runtime::Endpoint] = &crate::policy::ENDPOINTS;
             const BY_ROW: &'static [Self] = &[#(#by_row),*];
             const UNCLASSIFIED: Self = ErrorClass::#unclassified;
         }

@@ -155,7 +155,7 @@ impl fmt::Display for ErrorClass {
 }
 
 impl sdk_runtime::ErrorClasses for ErrorClass {
-    const API: &'static str = "grag";
+    const ROUTES: &'static [&'static sdk_runtime::Endpoint] = &crate::policy::ENDPOINTS;
     const BY_ROW: &'static [Self] = &[
         ErrorClass::InvalidScope,
         ErrorClass::CircuitOpen,
