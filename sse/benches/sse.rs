@@ -18,78 +18,13 @@
 //! Run with `cargo bench -p sdk-sse --bench sse -- --warm-up-time 1 --measurement-time 3`.
 
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use futures_util::Stream;
 use sdk_sse::{Frame, SseParser};
 
-fn job_progress() -> Vec<u8> {
-    let mut out = String::new();
-    let mut i = 0u32;
-    while out.len() < 1 << 20 {
-        out.push_str(&format!(
-            "event: node_start\ndata: {{\"job_id\":\"j-4f1c2a\",\"node\":\"chunk_{i}\",\"ts\":17330{i:05}}}\n\n"
-        ));
-        if i % 4 == 3 {
-            out.push_str(": keepalive\n\n");
-        }
-        i += 1;
-    }
-    out.into_bytes()
-}
-
-fn chat() -> Vec<u8> {
-    let mut out = String::new();
-    let mut i = 0u32;
-    while out.len() < 1 << 20 {
-        let mut line = format!("data: {{\"type\":\"token\",\"seq\":{i},\"text\":\"");
-        while line.len() + "Größe und Gewicht ".len() <= 2048 - 3 {
-            line.push_str("Größe und Gewicht ");
-        }
-        while line.len() < 2048 - 3 {
-            line.push('.');
-        }
-        line.push_str("\"}\n\n");
-        out.push_str(&line);
-        i += 1;
-    }
-    out.into_bytes()
-}
-
-fn long_line() -> Vec<u8> {
-    let mut out = b"data: ".to_vec();
-    out.resize((1 << 20) - 2, b'x');
-    out.extend_from_slice(b"\n\n");
-    out
-}
-
-fn chunks(bytes: &[u8], size: usize) -> Vec<Bytes> {
-    bytes.chunks(size).map(Bytes::copy_from_slice).collect()
-}
-
-/// Drains a stream whose items are all ready, counting `Ok` items.
-fn drain<S: Stream<Item = Result<T, E>>, T, E: std::fmt::Debug>(stream: S) -> usize {
-    let mut stream = pin!(stream);
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut n = 0;
-    loop {
-        match stream.as_mut().poll_next(&mut cx) {
-            Poll::Ready(Some(item)) => {
-                black_box(item.expect("peer parses the input"));
-                n += 1;
-            }
-            Poll::Ready(None) => return n,
-            Poll::Pending => unreachable!("every chunk is ready"),
-        }
-    }
-}
-
-fn body(chunks: &[Bytes]) -> impl Stream<Item = Result<Bytes, std::io::Error>> + '_ {
-    futures_util::stream::iter(chunks.iter().cloned().map(Ok))
-}
+mod inputs;
+use inputs::{chat, chunks, eventsource_stream, job_progress, one_line, ours, sseer};
 
 /// Ours through the public `push_into`, frames (comments too) materialized.
 fn run_ours(chunks: &[Bytes]) -> usize {
@@ -107,39 +42,18 @@ fn run_ours(chunks: &[Bytes]) -> usize {
     n
 }
 
-/// Ours as `EventStream` reads a body: events kept, comments only counted.
-fn run_ours_events(chunks: &[Bytes]) -> usize {
-    let mut parser = SseParser::new();
-    let mut events = Vec::new();
-    let mut n = 0;
-    for chunk in chunks {
-        parser.push_events(chunk, &mut events).unwrap();
-        n += events.drain(..).map(black_box).count();
-    }
-    parser.finish().unwrap();
-    n
-}
-
-fn run_eventsource_stream(chunks: &[Bytes]) -> usize {
-    drain(eventsource_stream::EventStream::new(body(chunks)))
-}
-
-fn run_sseer(chunks: &[Bytes]) -> usize {
-    drain(sseer::EventStream::new(body(chunks)))
-}
-
 fn bench_sse(c: &mut Criterion) {
     let inputs = [
-        ("job_progress", job_progress(), 16 * 1024),
-        ("chat", chat(), 16 * 1024),
-        ("long_line", long_line(), 1024),
+        ("job_progress", job_progress(1 << 20), 16 * 1024),
+        ("chat", chat(1 << 20), 16 * 1024),
+        ("long_line", one_line((1 << 20) - 2), 1024),
     ];
     type Run = fn(&[Bytes]) -> usize;
     let contenders: [(&str, Run); 4] = [
         ("ours", run_ours),
-        ("ours_events", run_ours_events),
-        ("eventsource_stream", run_eventsource_stream),
-        ("sseer", run_sseer),
+        ("ours_events", ours),
+        ("eventsource_stream", eventsource_stream),
+        ("sseer", sseer),
     ];
     let mut group = c.benchmark_group("sse");
     for (name, bytes, chunk) in &inputs {
