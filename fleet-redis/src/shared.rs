@@ -1,25 +1,35 @@
 //! The fleet stage of admission: the store's answer, the leases a replica
-//! holds (renewed with its heartbeat), and degraded mode.
+//! holds (renewed with its heartbeat), and degraded mode. Here the asking;
+//! beside it the store's health and the mode switch (`store_health`), the
+//! shares while degraded (`degraded`), the leases' return and rebooking
+//! (`leases`) and the background task (`heartbeat`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use sdk_policy::RowIx;
-use sdk_policy::policy::{Degraded, FleetPolicy, Policy, ThrottlePolicy};
-use sdk_runtime::alerts::{Alert, AlertSink, LogAlerts};
+use sdk_policy::policy::{FleetPolicy, Policy, ThrottlePolicy};
+use sdk_runtime::alerts::{AlertSink, LogAlerts};
 use sdk_runtime::fleet::{
     DarkMark, Fleet, FleetFuture, FleetMetrics, FleetSetup, FleetSlots, FleetStatus, Refusal, Turn,
     TurnTimes,
 };
-use sdk_runtime::throttle::{MAX_BUDGETS, Throttle, WindowsLeft};
+use sdk_runtime::throttle::{MAX_BUDGETS, Throttle};
 
-use crate::store::{Again, Answer, Ask, Beat, Keys, LeaseSet, Shape, Store, StoreError};
-use crate::{Glimpse, Rates, StoreBreaker, Switch, cap_share, rate_share, unseen_share};
+use crate::store::{Answer, Ask, Keys, LeaseSet, Shape, Store};
+use crate::{Glimpse, Rates, StoreBreaker};
+
+mod degraded;
+mod heartbeat;
+mod leases;
+mod store_health;
+
+use leases::Sent;
 
 /// The fleet's side of one admitted request: its leases in the store, or
 /// its slots of the degraded share. Dropping it (the request ended, or its
@@ -549,156 +559,6 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether a call may go to the store now (its breaker is not open).
-    fn store_allowed(&self) -> bool {
-        self.lock_state().breaker.allows(Instant::now())
-    }
-
-    fn lock_held(&self) -> MutexGuard<'_, HashMap<u64, Vec<LeaseSet>>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn decision(&self, backend: &'static str, outcome: &'static str) {
-        if let Some(m) = &self.metrics {
-            m.decision(backend, outcome);
-        }
-    }
-
-    fn observe(&self, backend: &'static str, started: Instant) {
-        if let Some(m) = &self.metrics {
-            m.admission(backend, started.elapsed());
-        }
-    }
-
-    /// Runs a store call in the background, unless the store's breaker is open.
-    fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
-        if !self.lock_state().breaker.allows(Instant::now()) {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(work);
-        }
-    }
-
-    /// Books the outcome of a store call made at `called` with the breaker.
-    fn account<T>(&self, result: Result<T, StoreError>, called: Instant) -> Option<T> {
-        match result {
-            Ok(value) => {
-                self.succeeded(None);
-                Some(value)
-            }
-            Err(e) => {
-                self.failed(&e, called);
-                None
-            }
-        }
-    }
-
-    fn succeeded(&self, live: Option<Vec<String>>) {
-        let mut state = self.lock_state();
-        if let Some(live) = live {
-            state.live = live;
-        }
-        if state.breaker.success() == Some(Switch::Shared) {
-            // Waiters on the degraded share go back to the store.
-            for (_, gate) in state.gates.take().into_iter().flatten() {
-                gate.close();
-            }
-            drop(state);
-            self.epoch.fetch_add(1, Ordering::Release);
-            if let Some(m) = &self.metrics {
-                m.mode(false, 1.0);
-            }
-        }
-    }
-
-    /// A store call made at `called` failed. One whose deadline this
-    /// process saw late says nothing about the store: not counted.
-    fn failed(&self, error: &StoreError, called: Instant) {
-        let now = Instant::now();
-        let switched = {
-            let mut state = self.lock_state();
-            let took = now.duration_since(called);
-            state.slowest_failure = state.slowest_failure.max(took);
-            if matches!(error, StoreError::Late(..)) {
-                return;
-            }
-            let switched = state.breaker.failure(called, now);
-            if switched == Some(Switch::Degraded) {
-                state.lost = state.breaker.failing_since();
-            }
-            switched
-        };
-        if switched == Some(Switch::Degraded) {
-            self.epoch.fetch_add(1, Ordering::Release);
-            let live = self.lock_state().live.len().max(1);
-            if let Some(m) = &self.metrics {
-                m.mode(true, 1.0 / live as f64);
-            }
-            let rule = match self.policy.degraded {
-                Degraded::Open => format!("each of {live} replicas runs at its share"),
-                Degraded::Closed => "every call is refused (fail: closed)".to_string(),
-            };
-            self.alerts.alert(Alert {
-                name: self.policy.alert,
-                severity: self.severity,
-                endpoint: None,
-                row: None,
-                detail: Some(format!(
-                    "the fleet's Redis is unreachable ({error}); {rule}"
-                )),
-                request_id: None,
-            });
-        }
-    }
-
-    /// Sets the throttle's rolling windows to this replica's share while
-    /// degraded, back to the policy's limits when shared.
-    fn follow_mode(&self, throttle: &Throttle) {
-        let epoch = self.epoch.load(Ordering::Acquire);
-        if self.applied.swap(epoch, Ordering::AcqRel) == epoch {
-            return;
-        }
-        let mut state = self.lock_state();
-        let live = state.live.len().max(1);
-        let degraded = state.breaker.degraded();
-        let lost = state.lost;
-        let alone = state.live.iter().all(|id| *id == self.replica);
-        state.went_local = degraded.then(Instant::now);
-        drop(state);
-        let margin = self.policy.margin_percent;
-        throttle.set_window_limits(&|budget, limit| {
-            let fleet_wide =
-                budget.is_none_or(|b| !self.policy.per_replica.iter().any(|r| r.get() == b));
-            if degraded && fleet_wide {
-                rate_share(limit, live, margin)
-            } else {
-                limit
-            }
-        });
-        // Going local, this replica's windows start from what the fleet
-        // sent, not from its own sends alone: the others may have used the
-        // window it now takes a share of. Alone, its own sends are all.
-        if !degraded || alone {
-            return;
-        }
-        let glimpse = self.lock_glimpse().take();
-        if let (Some(lost), Some(glimpse)) = (lost, glimpse) {
-            let (second, windows) = unseen_share(&glimpse, lost, self.rates, live);
-            throttle.seed_windows(&second, &windows);
-        }
-    }
-
-    fn lock_glimpse(&self) -> MutexGuard<'_, Option<Glimpse>> {
-        self.glimpse.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The store's name of this replica's admission `number`: its lease
-    /// member (and a window reservation's).
-    fn member(&self, number: u64) -> String {
-        format!("{}:{number}", self.replica)
-    }
-
     /// One round trip: `Some` slots to send with, `None` to ask again
     /// (what is reserved already is struck from `left`). The lease member
     /// is that of a lease of this replica that ended, when one in no other
@@ -775,50 +635,6 @@ impl Inner {
         self.wait_for(answer, left).await.map(|()| None)
     }
 
-    /// Books again what this replica sent in the last window and the leases
-    /// it holds into the store's `run` (a Redis that restarted empty, or a
-    /// replica new to the fleet: nothing to book), and knows that run from
-    /// then on. Once per run: callers beside it wait for the first.
-    async fn rebook(&self, run: u64) {
-        let _one = self.rebooking.lock().await;
-        if self.run.load(Ordering::Acquire) == run {
-            return;
-        }
-        let now = Instant::now();
-        let (second, windows) = self.lock_sent().ages(now);
-        let leases = self.held_by_set();
-        let again = Again {
-            run,
-            replica: &self.replica,
-            second,
-            leases: &leases,
-            windows: &windows,
-        };
-        let booked = self.store.rebook(&self.keys, &again).await;
-        if self.account(booked, now) == Some(run) {
-            self.run.store(run, Ordering::Release);
-        }
-    }
-
-    fn lock_sent(&self) -> MutexGuard<'_, Sent> {
-        self.sent.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The members of the leases this replica holds, by lease set (every
-    /// set of the fleet listed).
-    fn held_by_set(&self) -> Vec<(LeaseSet, Vec<String>)> {
-        let mut grouped: Vec<(LeaseSet, Vec<String>)> =
-            self.sets.iter().map(|&set| (set, Vec::new())).collect();
-        for (number, sets) in self.lock_held().iter() {
-            for set in sets {
-                if let Some((_, members)) = grouped.iter_mut().find(|(s, _)| s == set) {
-                    members.push(self.member(*number));
-                }
-            }
-        }
-        grouped
-    }
-
     /// Follows an answer that sends nothing now: sleeps until the slot it
     /// reserved (or an in-flight slot may be free), or refuses (dark).
     async fn wait_for(&self, answer: Answer, left: &mut Left<'_>) -> Result<(), Refusal> {
@@ -852,361 +668,11 @@ impl Inner {
         Ok(())
     }
 
-    /// The in-flight caps while the store is away: this replica's share of
-    /// each, or a refusal (`fail: closed`). `None`: the store came back
-    /// meanwhile.
-    async fn admit_degraded(
-        self: &Arc<Self>,
-        throttle: &Throttle,
-        question: &Question,
-        started: Instant,
-        stale: bool,
-    ) -> Result<Option<Slots>, Refusal> {
-        if self.policy.degraded == Degraded::Closed {
-            self.decision("local", "refused");
-            return Err(Refusal::Closed);
-        }
-        let sets = question.sets();
-        let (gates, settling) = self.shares_of(sets);
-        // A request the throttle admitted before the switch, against the
-        // shared limits, goes within this replica's share of its windows:
-        // it takes its slots again first, holding no in-flight share.
-        if stale {
-            throttle.leave_windows(question.windows()).retake().await;
-        }
-        let mut permits = Vec::with_capacity(gates.len());
-        // A budget's share may keep a request waiting long (ingest's is
-        // 1/1/0 of 2 over three): it waits without its slot of this
-        // replica's rolling second, and takes one again before the global
-        // share. The global share's wait is one request's flight: it waits
-        // holding its slot, as the throttle's own global stage does, so no
-        // holder of the share queues for a slot; only just after the switch
-        // it takes its slot again within the share before it goes.
-        let mut left: Option<WindowsLeft<'_>> = None;
-        for (set, gate) in gates {
-            let holds_slots = set.is_none() && !settling;
-            // What a budget's wait left is taken again before a wait that
-            // holds its slots.
-            if holds_slots && let Some(left) = left.take() {
-                left.retake().await;
-            }
-            if let Ok(permit) = Arc::clone(&gate).try_acquire_owned() {
-                permits.push(permit);
-                continue;
-            }
-            if !holds_slots {
-                left.get_or_insert_with(|| throttle.leave_windows(&[]));
-            }
-            match gate.acquire_owned().await {
-                Ok(permit) => permits.push(permit),
-                // The store came back while this call waited: ask it.
-                Err(_) => return Ok(None),
-            }
-        }
-        if let Some(left) = left {
-            left.retake().await;
-        }
-        self.decision("local", "go");
-        self.observe("local", started);
-        self.lock_sent().record(question.windows(), Instant::now());
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let sets = sets.to_vec();
-        self.book(number, &sets, question.windows());
-        Ok(Some(Slots {
-            held: Held::Booked {
-                fleet: Arc::clone(self),
-                number,
-                sets,
-                _permits: permits,
-            },
-        }))
-    }
-
-    /// The in-flight shares `sets` wait for while degraded, and whether this
-    /// replica went local less than a rolling second ago (slots taken under
-    /// the shared limits, or counted in the seed, may still be held).
-    fn shares_of(&self, sets: &[LeaseSet]) -> (Vec<(LeaseSet, Arc<Semaphore>)>, bool) {
-        let mut state = self.lock_state();
-        let live = state.live.clone();
-        let settling =
-            (state.went_local).is_some_and(|at| at.elapsed() < self.throttle.rate_period);
-        let gates = state.gates.get_or_insert_with(|| self.gates(&live));
-        let shares = (sets.iter())
-            .filter_map(|set| gates.iter().find(|(s, _)| s == set).cloned())
-            .collect();
-        (shares, settling)
-    }
-
-    /// Books a request sent on the degraded share in the shared budgets, in
-    /// the background and outside the store's breaker: a Redis that is only
-    /// slow for this replica (the others still reach it) takes it, so the
-    /// others leave room for it and the fleet stays one tenant; a dead
-    /// Redis loses nothing that counts.
-    fn book(self: &Arc<Self>, number: u64, sets: &[LeaseSet], windows: &[usize]) {
-        let inner = Arc::clone(self);
-        let (sets, windows) = (sets.to_vec(), windows.to_vec());
-        self.background(async move {
-            let member = inner.member(number);
-            let keys = &inner.keys;
-            let known = inner.run.load(Ordering::Acquire);
-            let booked = inner
-                .store
-                .book(keys, &member, known, &sets, &windows)
-                .await;
-            // Redis lost the state: what this replica sent goes back in.
-            if let Ok(run) = booked
-                && run != known
-            {
-                inner.rebook(run).await;
-            }
-        });
-    }
-
-    /// Gives back a booked request's leases (see [`Inner::book`]).
-    fn unbook(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
-        let inner = Arc::clone(self);
-        self.background(async move {
-            let member = [inner.member(number)];
-            let _ = inner.store.release(&inner.keys, &member, &sets).await;
-        });
-    }
-
     /// Runs `work` on the current runtime, if there is one.
     fn background(&self, work: impl Future<Output = ()> + Send + 'static) {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(work);
         }
-    }
-
-    /// This replica's share of every in-flight cap, from the last live list.
-    fn gates(&self, live: &[String]) -> Vec<(Option<usize>, Arc<Semaphore>)> {
-        let count = if live.contains(&self.replica) {
-            live.len()
-        } else {
-            live.len() + 1
-        };
-        let rank = live
-            .iter()
-            .position(|id| *id == self.replica)
-            .unwrap_or(live.len());
-        let mut gates = vec![(
-            None,
-            Arc::new(Semaphore::new(
-                cap_share(self.throttle.max_in_flight.max(1), count, rank) as usize,
-            )),
-        )];
-        for (b, budget) in self.throttle.budgets.iter().enumerate() {
-            if let Some(cap) = budget.max_in_flight
-                && !self.policy.per_replica.iter().any(|r| r.get() == b)
-            {
-                let share = cap_share(cap.max(1), count, rank) as usize;
-                gates.push((Some(b), Arc::new(Semaphore::new(share))));
-            }
-        }
-        gates
-    }
-
-    /// A lease of `sets` ended (its request did): the next admission may
-    /// take its member again, else the background task gives it back.
-    fn end(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
-        self.lock_ended().push((number, sets));
-        if self.left.load(Ordering::Acquire) {
-            let inner = Arc::clone(self);
-            self.background(async move { inner.give_back().await });
-            return;
-        }
-        self.ending.notify_one();
-    }
-
-    /// The number of an ended lease whose sets are all among `sets` (the
-    /// script takes it again in each, which ends it), if there is one.
-    fn take_ended(&self, sets: &[LeaseSet]) -> Option<u64> {
-        let mut ended = self.lock_ended();
-        let at = ended
-            .iter()
-            .position(|(_, of)| of.iter().all(|set| sets.contains(set)))?;
-        Some(ended.swap_remove(at).0)
-    }
-
-    fn lock_ended(&self) -> MutexGuard<'_, Vec<Release>> {
-        self.ended.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Gives back the ended leases no admission took again, in one call.
-    async fn give_back(&self) {
-        let ended = std::mem::take(&mut *self.lock_ended());
-        if ended.is_empty() || !self.store_allowed() {
-            return; // without the store they expire within one lease
-        }
-        let mut sets: Vec<LeaseSet> = Vec::new();
-        let mut members = Vec::with_capacity(ended.len());
-        for (number, of) in ended {
-            members.push(self.member(number));
-            for set in of {
-                if !sets.contains(&set) {
-                    sets.push(set);
-                }
-            }
-        }
-        let called = Instant::now();
-        let result = self.store.release(&self.keys, &members, &sets).await;
-        self.account(result, called);
-    }
-
-    /// Starts the background task (heartbeat, renewals, give-backs) once,
-    /// on the runtime of the first admission.
-    fn start(self: &Arc<Self>) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let weak: Weak<Inner> = Arc::downgrade(self);
-        let heartbeat = self.policy.heartbeat;
-        let ending = Arc::clone(&self.ending);
-        tokio::spawn(async move {
-            if let Some(inner) = weak.upgrade() {
-                // Bounded: an unreachable Redis is found by the calls themselves.
-                inner.store.ready().await;
-            }
-            let mut tick = tokio::time::interval(heartbeat);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let Some(inner) = weak.upgrade() else { break };
-                        if inner.left.load(Ordering::Acquire) {
-                            break;
-                        }
-                        inner.beat().await;
-                    }
-                    () = ending.notified() => {
-                        // A caller that ends a request and admits the next
-                        // one at once takes the member again first.
-                        tokio::task::yield_now().await;
-                        let Some(inner) = weak.upgrade() else { break };
-                        inner.give_back().await;
-                        if inner.left.load(Ordering::Acquire) {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-    }
-
-    /// One heartbeat: renews the held leases and says this replica is live;
-    /// a failed beat is tried again, so a dead store is seen within one
-    /// heartbeat even without traffic. Every lease set and window of the
-    /// fleet is named, for the trimming.
-    async fn beat(&self) {
-        let _beating = self.beating.lock().await;
-        if self.left.load(Ordering::Acquire) {
-            return;
-        }
-        let grouped = self.held_by_set();
-        // A failed beat is tried again, `failures` times over the breaker's
-        // `over`: a dead store opens the breaker within this one heartbeat.
-        let tries = self.policy.breaker_failures.max(1);
-        let pause = self.policy.breaker_over / tries;
-        for _ in 0..=tries {
-            if !self.store_allowed() {
-                return;
-            }
-            let called = Instant::now();
-            let known = self.run.load(Ordering::Acquire);
-            let renewed = (self.store)
-                .renew(&self.keys, &self.replica, known, &grouped, &self.windows)
-                .await;
-            match renewed {
-                Ok(Beat { run, recent, live }) => {
-                    if let Some(m) = &self.metrics
-                        && !self.lock_state().breaker.degraded()
-                    {
-                        m.mode(false, 1.0);
-                    }
-                    let limit = |b: usize| self.throttle.budgets[b].per_minute.unwrap_or(u32::MAX);
-                    *self.lock_glimpse() = Some(Glimpse {
-                        asked: called,
-                        answered: Instant::now(),
-                        tat_ahead: recent.tat_ahead,
-                        windows: (recent.windows.into_iter())
-                            .map(|(b, ages)| (b, limit(b), ages))
-                            .collect(),
-                    });
-                    self.succeeded(Some(live));
-                    if run != known {
-                        self.rebook(run).await;
-                    }
-                    return;
-                }
-                Err(e) => self.failed(&e, called),
-            }
-            tokio::time::sleep(pause).await;
-        }
-    }
-}
-
-/// What one replica sent lately, on its own clock, within what can matter:
-/// the sends of the last rate period (at most what it admits) and of each
-/// fleet window's last window (at most its limit). Booked again into a
-/// Redis that restarted empty.
-#[derive(Debug)]
-struct Sent {
-    period: Duration,
-    second: (VecDeque<Instant>, usize),
-    window: Duration,
-    /// By budget: its sends and its limit.
-    windows: Vec<(usize, VecDeque<Instant>, usize)>,
-}
-
-impl Sent {
-    fn new(second: (Duration, usize), window: Duration, limits: &[(usize, u32)]) -> Sent {
-        let (period, most) = second;
-        Sent {
-            period,
-            second: (VecDeque::with_capacity(most), most.max(1)),
-            window,
-            windows: (limits.iter())
-                .map(|&(b, limit)| (b, VecDeque::new(), (limit as usize).max(1)))
-                .collect(),
-        }
-    }
-
-    /// A request of `windows` sent at `at`.
-    fn record(&mut self, windows: &[usize], at: Instant) {
-        let keep = |log: &mut VecDeque<Instant>, most: usize, width: Duration| {
-            while log.len() >= most || log.front().is_some_and(|&t| t + width < at) {
-                log.pop_front();
-            }
-            log.push_back(at);
-        };
-        let (log, most) = &mut self.second;
-        keep(log, *most, self.period);
-        for (b, log, most) in &mut self.windows {
-            if windows.contains(b) {
-                keep(log, *most, self.window);
-            }
-        }
-    }
-
-    /// The sends within the last rate period at `now`, and each window's
-    /// sends within its last window by age.
-    fn ages(&self, now: Instant) -> (usize, Vec<(usize, Vec<Duration>)>) {
-        let within = |t: &&Instant, width: Duration| now.saturating_duration_since(**t) < width;
-        let second = self
-            .second
-            .0
-            .iter()
-            .filter(|t| within(t, self.period))
-            .count();
-        let windows = (self.windows.iter())
-            .map(|(b, log, _)| {
-                let ages = (log.iter().filter(|t| within(t, self.window)))
-                    .map(|t| now.saturating_duration_since(*t))
-                    .collect();
-                (*b, ages)
-            })
-            .collect();
-        (second, windows)
     }
 }
 
@@ -1271,6 +737,7 @@ impl Fleet for RedisFleet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{rate_share, unseen_share};
     use sdk_policy::policy::{BudgetPolicy, PollingPolicy};
 
     const RETRIEVAL: usize = 1;

@@ -1,0 +1,158 @@
+//! The store's health as this replica sees it: each store call booked with
+//! the store's breaker, the switch between shared and degraded mode (with
+//! its alert and metrics), and the throttle's windows following the mode.
+
+use std::sync::atomic::Ordering;
+use std::sync::{MutexGuard, PoisonError};
+
+use tokio::time::Instant;
+
+use sdk_policy::policy::Degraded;
+use sdk_runtime::alerts::Alert;
+use sdk_runtime::throttle::Throttle;
+
+use super::Inner;
+use crate::store::StoreError;
+use crate::{Glimpse, Switch, rate_share, unseen_share};
+
+impl Inner {
+    /// Whether a call may go to the store now (its breaker is not open).
+    pub(super) fn store_allowed(&self) -> bool {
+        self.lock_state().breaker.allows(Instant::now())
+    }
+
+    pub(super) fn decision(&self, backend: &'static str, outcome: &'static str) {
+        if let Some(m) = &self.metrics {
+            m.decision(backend, outcome);
+        }
+    }
+
+    pub(super) fn observe(&self, backend: &'static str, started: Instant) {
+        if let Some(m) = &self.metrics {
+            m.admission(backend, started.elapsed());
+        }
+    }
+
+    /// Runs a store call in the background, unless the store's breaker is open.
+    pub(super) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if !self.lock_state().breaker.allows(Instant::now()) {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(work);
+        }
+    }
+
+    /// Books the outcome of a store call made at `called` with the breaker.
+    pub(super) fn account<T>(&self, result: Result<T, StoreError>, called: Instant) -> Option<T> {
+        match result {
+            Ok(value) => {
+                self.succeeded(None);
+                Some(value)
+            }
+            Err(e) => {
+                self.failed(&e, called);
+                None
+            }
+        }
+    }
+
+    pub(super) fn succeeded(&self, live: Option<Vec<String>>) {
+        let mut state = self.lock_state();
+        if let Some(live) = live {
+            state.live = live;
+        }
+        if state.breaker.success() == Some(Switch::Shared) {
+            // Waiters on the degraded share go back to the store.
+            for (_, gate) in state.gates.take().into_iter().flatten() {
+                gate.close();
+            }
+            drop(state);
+            self.epoch.fetch_add(1, Ordering::Release);
+            if let Some(m) = &self.metrics {
+                m.mode(false, 1.0);
+            }
+        }
+    }
+
+    /// A store call made at `called` failed. One whose deadline this
+    /// process saw late says nothing about the store: not counted.
+    pub(super) fn failed(&self, error: &StoreError, called: Instant) {
+        let now = Instant::now();
+        let switched = {
+            let mut state = self.lock_state();
+            let took = now.duration_since(called);
+            state.slowest_failure = state.slowest_failure.max(took);
+            if matches!(error, StoreError::Late(..)) {
+                return;
+            }
+            let switched = state.breaker.failure(called, now);
+            if switched == Some(Switch::Degraded) {
+                state.lost = state.breaker.failing_since();
+            }
+            switched
+        };
+        if switched == Some(Switch::Degraded) {
+            self.epoch.fetch_add(1, Ordering::Release);
+            let live = self.lock_state().live.len().max(1);
+            if let Some(m) = &self.metrics {
+                m.mode(true, 1.0 / live as f64);
+            }
+            let rule = match self.policy.degraded {
+                Degraded::Open => format!("each of {live} replicas runs at its share"),
+                Degraded::Closed => "every call is refused (fail: closed)".to_string(),
+            };
+            self.alerts.alert(Alert {
+                name: self.policy.alert,
+                severity: self.severity,
+                endpoint: None,
+                row: None,
+                detail: Some(format!(
+                    "the fleet's Redis is unreachable ({error}); {rule}"
+                )),
+                request_id: None,
+            });
+        }
+    }
+
+    /// Sets the throttle's rolling windows to this replica's share while
+    /// degraded, back to the policy's limits when shared.
+    pub(super) fn follow_mode(&self, throttle: &Throttle) {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if self.applied.swap(epoch, Ordering::AcqRel) == epoch {
+            return;
+        }
+        let mut state = self.lock_state();
+        let live = state.live.len().max(1);
+        let degraded = state.breaker.degraded();
+        let lost = state.lost;
+        let alone = state.live.iter().all(|id| *id == self.replica);
+        state.went_local = degraded.then(Instant::now);
+        drop(state);
+        let margin = self.policy.margin_percent;
+        throttle.set_window_limits(&|budget, limit| {
+            let fleet_wide =
+                budget.is_none_or(|b| !self.policy.per_replica.iter().any(|r| r.get() == b));
+            if degraded && fleet_wide {
+                rate_share(limit, live, margin)
+            } else {
+                limit
+            }
+        });
+        // Going local, this replica's windows start from what the fleet
+        // sent, not from its own sends alone: the others may have used the
+        // window it now takes a share of. Alone, its own sends are all.
+        if !degraded || alone {
+            return;
+        }
+        let glimpse = self.lock_glimpse().take();
+        if let (Some(lost), Some(glimpse)) = (lost, glimpse) {
+            let (second, windows) = unseen_share(&glimpse, lost, self.rates, live);
+            throttle.seed_windows(&second, &windows);
+        }
+    }
+
+    pub(super) fn lock_glimpse(&self) -> MutexGuard<'_, Option<Glimpse>> {
+        self.glimpse.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
