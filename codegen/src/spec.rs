@@ -138,7 +138,7 @@ pub struct Ids {
     /// Longest value of an `opaque` ID, in bytes.
     pub opaque_max_len: Spanned<u32>,
     /// ID newtypes beyond `TenantId` and `WorkspaceId`: name -> what it names.
-    pub types: IndexMap<Text, IdType>,
+    pub types: IndexMap<Text, IdTypeEntry>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -146,7 +146,7 @@ pub struct Ids {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IdType {
+pub struct IdTypeEntry {
     pub doc: Text,
     /// `pattern` (matches `ids.pattern`; IDs the client chooses) or `opaque`
     /// (IDs the platform mints: only what keeps a path safe is checked).
@@ -175,7 +175,7 @@ pub struct PolicyFile {
     /// Absent: the API has no circuit breaker (and no probe, canary or warm-up).
     #[serde(default)]
     pub breaker: Option<Breaker>,
-    pub throttle: Throttle,
+    pub throttle: ThrottleSection,
     pub connections: Connections,
     pub limits: SizeLimits,
     pub metrics: Metrics,
@@ -450,7 +450,7 @@ pub struct WarmUp {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Throttle {
+pub struct ThrottleSection {
     /// Requests in flight, all routes together.
     pub max_in_flight: Spanned<u32>,
     /// Sustained rate of the token bucket.
@@ -630,7 +630,7 @@ pub struct Match {
 #[serde(deny_unknown_fields)]
 #[derive(Default)]
 pub struct StreamsFile {
-    pub streams: IndexMap<Text, Stream>,
+    pub streams: IndexMap<Text, StreamEntry>,
     /// The event names a server fails any stream with, by the taxonomy
     /// outcome they are classified as.
     /// Required when `streams` names any stream.
@@ -683,7 +683,7 @@ pub struct Buffering {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Stream {
+pub struct StreamEntry {
     pub doc: Text,
     /// Silence (no byte at all) after which the stream counts as stalled.
     pub watchdog: Duration,
@@ -775,7 +775,7 @@ pub struct DegradationFile {
     pub unknown_outcome: Option<Message>,
     /// The severities an alert may have, each with who it reaches.
     pub severities: IndexMap<Text, Text>,
-    pub alerts: IndexMap<Text, Alert>,
+    pub alerts: IndexMap<Text, AlertEntry>,
     /// UI features and the routes each depends on.
     #[serde(default)]
     pub features: IndexMap<Text, Feature>,
@@ -819,7 +819,7 @@ pub struct Message {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Alert {
+pub struct AlertEntry {
     pub doc: Text,
     pub severity: Text,
     pub source: Text,
@@ -847,8 +847,8 @@ pub struct ServiceFile {
     /// `key` (Authorization + tenant) or a lane of `auth.lanes_authenticated`.
     pub lane: Text,
     #[serde(default)]
-    pub types: IndexMap<Text, TypeDef>,
-    pub routes: IndexMap<Text, Route>,
+    pub types: IndexMap<Text, TypeEntry>,
+    pub routes: IndexMap<Text, RouteEntry>,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,
@@ -857,7 +857,7 @@ pub struct ServiceFile {
 /// A named type: a struct (`fields`) or a string enum (`values`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TypeDef {
+pub struct TypeEntry {
     pub doc: Text,
     /// Field name -> type expression: `string`, `integer`, `number`, `boolean`,
     /// `json`, an ID type, a named type, `list<T>`, `map<T>`; a trailing `?`
@@ -876,7 +876,7 @@ pub struct TypeDef {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Route {
+pub struct RouteEntry {
     pub doc: Text,
     pub method: Text,
     /// Path under the service prefix, with `{param}` placeholders.

@@ -203,7 +203,7 @@ impl Cx<'_> {
         &mut self,
         index: usize,
         name: &spec::Text,
-        st: &spec::Stream,
+        st: &spec::StreamEntry,
         refs: &StreamRefs,
     ) -> Stream {
         let field = |key: &str| format!("streams.{}.{key}", &**name);
@@ -252,7 +252,7 @@ impl Cx<'_> {
     }
 
     /// The variant of each event: a word of its own, neither another's nor `Other`.
-    fn event_variants(&mut self, name: &spec::Text, st: &spec::Stream) -> Vec<String> {
+    fn event_variants(&mut self, name: &spec::Text, st: &spec::StreamEntry) -> Vec<String> {
         let mut variants: Vec<String> = Vec::new();
         for event in st.events.keys() {
             let variant = crate::naming::camel(event);
@@ -278,7 +278,7 @@ impl Cx<'_> {
     /// The status read of the fallback route: there with a fallback, never without.
     fn stream_status<'a>(
         &mut self,
-        st: &'a spec::Stream,
+        st: &'a spec::StreamEntry,
         field: &str,
     ) -> Option<&'a spec::StatusRead> {
         match (&st.fallback, &st.status) {
@@ -310,7 +310,7 @@ impl Cx<'_> {
     fn stream_events(
         &mut self,
         name: &spec::Text,
-        st: &spec::Stream,
+        st: &spec::StreamEntry,
         variants: Vec<String>,
         types: &[TypeDef],
     ) -> Vec<Event> {
@@ -343,7 +343,7 @@ impl Cx<'_> {
     fn stream_states(
         &mut self,
         name: &spec::Text,
-        st: &spec::Stream,
+        st: &spec::StreamEntry,
         fallback: Option<RouteRef>,
         refs: &StreamRefs,
     ) {
@@ -375,7 +375,7 @@ impl Cx<'_> {
     fn stream_policy(
         &mut self,
         name: &spec::Text,
-        st: &spec::Stream,
+        st: &spec::StreamEntry,
         fallback: Option<StreamFallback>,
         refs: &StreamRefs,
     ) -> StreamPolicy {

@@ -43,10 +43,10 @@ fn unreserved(b: u8) -> bool {
 }
 
 /// A character class: inclusive byte ranges.
-type Class = Vec<(u8, u8)>;
+type ByteRanges = Vec<(u8, u8)>;
 
 /// `[...]` at the start of `s`: its ranges, and what follows.
-fn class(s: &str) -> Result<(Class, &str), String> {
+fn class(s: &str) -> Result<(ByteRanges, &str), String> {
     let s = s
         .strip_prefix('[')
         .ok_or_else(|| format!("{SHAPE}: expected a class `[...]` at `{s}`"))?;

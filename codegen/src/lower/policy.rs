@@ -185,7 +185,7 @@ impl Cx<'_> {
         ok
     }
 
-    pub(super) fn throttle(&mut self, t: &spec::Throttle) -> Throttle {
+    pub(super) fn throttle(&mut self, t: &spec::ThrottleSection) -> Throttle {
         let mut budgets = Vec::new();
         for (name, b) in &t.budgets {
             let field = format!("throttle.budgets.{}", &**name);
@@ -452,7 +452,7 @@ impl Cx<'_> {
 impl Cx<'_> {
     /// A budget no route draws from becomes a method on the client (a
     /// caller's mode): its name must be a free method name there.
-    pub(super) fn caller_budgets(&mut self, t: &spec::Throttle, services: &[Service]) {
+    pub(super) fn caller_budgets(&mut self, t: &spec::ThrottleSection, services: &[Service]) {
         const CLIENT_METHODS: [&str; 4] = ["new", "with_policy", "noting_requests", "runtime"];
         for (index, name) in t.budgets.keys().enumerate() {
             let used = services

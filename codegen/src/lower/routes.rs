@@ -212,7 +212,7 @@ impl Cx<'_> {
     fn route(
         &mut self,
         name: &Text,
-        r: &spec::Route,
+        r: &spec::RouteEntry,
         service: &spec::ServiceFile,
         defaults: &Defaults,
         names: &Known,
@@ -282,7 +282,7 @@ impl Cx<'_> {
 
     /// The method's arguments (path parameters, query parameters, the body,
     /// the proof of an ID that must exist): snake_case, and no two alike.
-    fn arguments(&mut self, name: &Text, r: &spec::Route) {
+    fn arguments(&mut self, name: &Text, r: &spec::RouteEntry) {
         let mut args: Vec<String> = r.body.iter().map(|_| "body".to_owned()).collect();
         let mut arg = |cx: &mut Self, text: &Text, key: String| {
             if !is_snake(text) {
@@ -317,7 +317,7 @@ impl Cx<'_> {
         }
     }
 
-    fn method(&mut self, name: &Text, r: &spec::Route) -> Method {
+    fn method(&mut self, name: &Text, r: &spec::RouteEntry) -> Method {
         match r.method.as_str() {
             "GET" => Method::Get,
             "POST" => Method::Post,
@@ -340,7 +340,7 @@ impl Cx<'_> {
     fn path_params(
         &mut self,
         name: &Text,
-        r: &spec::Route,
+        r: &spec::RouteEntry,
         names: &Known,
     ) -> Vec<(String, TypeExpr)> {
         if !r.path.starts_with('/') {
@@ -382,7 +382,7 @@ impl Cx<'_> {
     fn body(
         &mut self,
         name: &Text,
-        r: &spec::Route,
+        r: &spec::RouteEntry,
         method: Method,
         names: &Known,
     ) -> Option<TypeExpr> {
@@ -395,7 +395,7 @@ impl Cx<'_> {
     }
 
     /// A body's type, nothing, or a stream of `streams.yaml`.
-    fn returns(&mut self, name: &Text, r: &spec::Route, names: &Known) -> Returns {
+    fn returns(&mut self, name: &Text, r: &spec::RouteEntry, names: &Known) -> Returns {
         match (&r.returns, &r.stream) {
             (Some(_), Some(stream)) => {
                 self.error(
@@ -429,7 +429,7 @@ impl Cx<'_> {
     fn route_classes(
         &mut self,
         name: &Text,
-        r: &spec::Route,
+        r: &spec::RouteEntry,
         names: &Known,
     ) -> (TimeoutIx, RetryIx, BudgetIx) {
         let mut index = |text: &Text, key: &str, what: &str, table: &[&str]| {
@@ -451,7 +451,7 @@ impl Cx<'_> {
     fn route_scope(
         &mut self,
         name: &Text,
-        r: &spec::Route,
+        r: &spec::RouteEntry,
         service: &spec::ServiceFile,
         defaults: &Defaults,
     ) -> ScopeNeed {
@@ -483,7 +483,7 @@ impl Cx<'_> {
 
     /// What a 409 means: an error unless the route says `success` (a create
     /// that found its object) or `poll`.
-    fn conflict(&mut self, name: &Text, r: &spec::Route, method: Method) -> Conflict {
+    fn conflict(&mut self, name: &Text, r: &spec::RouteEntry, method: Method) -> Conflict {
         let Some(text) = &r.conflict else {
             return Conflict::Error;
         };
@@ -511,7 +511,7 @@ impl Cx<'_> {
     fn pipeline(
         &mut self,
         name: &Text,
-        r: &spec::Route,
+        r: &spec::RouteEntry,
         service: &spec::ServiceFile,
         defaults: &Defaults,
         names: &Known,

@@ -49,7 +49,7 @@ impl Cx<'_> {
         &mut self,
         service: &Text,
         name: &Text,
-        t: &spec::TypeDef,
+        t: &spec::TypeEntry,
         api: &Api,
         seen: &mut HashMap<String, String>,
     ) -> TypeDef {
