@@ -258,8 +258,8 @@ impl Client {
         let scope = LogScope::of(plan.policy, &plan.tenant, &call);
         let request = transport.request(&call, &path, &request_id);
         telemetry::sent(plan.policy, &scope, &request_id, 1);
-        let limits = transport.limits(plan.policy, endpoint);
-        let performed = perform(&transport.pool, request, Wire::Read, limits);
+        let caps = transport.read_caps(plan.policy, endpoint);
+        let performed = perform(&transport.pool, request, Wire::Read, caps);
         let result = tokio::time::timeout(timeout, performed).await;
         let (status, echoed) = match result {
             Ok((

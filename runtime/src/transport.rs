@@ -8,7 +8,7 @@ use sdk_policy::policy::Policy;
 use crate::call::Call;
 use crate::origin::Origin;
 use crate::pool::Pool;
-use crate::wire::Limits;
+use crate::wire::ReadCaps;
 
 pub(crate) struct Transport {
     pub pool: Pool,
@@ -62,8 +62,8 @@ impl Transport {
     }
 
     /// What reading an answer of `endpoint` needs.
-    pub fn limits(&self, policy: &Policy, endpoint: &Endpoint) -> Limits<'_> {
-        Limits {
+    pub fn read_caps(&self, policy: &Policy, endpoint: &Endpoint) -> ReadCaps<'_> {
+        ReadCaps {
             response: endpoint.max_response,
             error_body: policy.limits.error_body,
             request_id: &self.origin.request_id,

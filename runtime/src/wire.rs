@@ -94,7 +94,7 @@ fn never_written(e: &reqwest::Error) -> bool {
 
 /// What reading one answer needs: its size caps and the headers it reads.
 #[derive(Clone, Copy)]
-pub(crate) struct Limits<'c> {
+pub(crate) struct ReadCaps<'c> {
     /// Largest 2xx body.
     pub response: usize,
     /// Bytes of an error body read for its detail.
@@ -119,7 +119,7 @@ pub(crate) async fn perform(
     pool: &Pool,
     request: reqwest::RequestBuilder,
     wire: Wire,
-    limits: Limits<'_>,
+    caps: ReadCaps<'_>,
 ) -> (Attempt, Option<reqwest::Response>) {
     let mut response = match request.send().await {
         Ok(r) => r,
@@ -141,11 +141,11 @@ pub(crate) async fn perform(
     let headers = response.headers();
     pool.answered(status, headers);
     let retry_after = headers
-        .get(limits.retry_after)
+        .get(caps.retry_after)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, SystemTime::now()));
     let echoed_id = headers
-        .get(limits.request_id)
+        .get(caps.request_id)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= MAX_ECHOED_ID)
         .map(str::to_owned);
@@ -168,9 +168,9 @@ pub(crate) async fn perform(
         return (answer, Some(response));
     }
     let cap = if success {
-        limits.response
+        caps.response
     } else {
-        limits.error_body
+        caps.error_body
     };
     let body = match read_body(&mut response, success, cap).await {
         Ok(body) => body,

@@ -49,9 +49,9 @@ pub(super) async fn attempt(
     let attempt_deadline = clock::after(started, budget).min(run.deadline);
     let request = transport.request(call, path, &request_id);
     telemetry::sent(plan.policy, &run.scope, &request_id, run.attempt);
-    let limits = transport.limits(plan.policy, endpoint);
+    let caps = transport.read_caps(plan.policy, endpoint);
     let span = crate::spans::attempt(run.attempt);
-    let performed = perform(&transport.pool, request, wire, limits);
+    let performed = perform(&transport.pool, request, wire, caps);
     // As the call's loop: a `Span::none()` is not entered around it.
     let timed = if span.is_none() {
         tokio::time::timeout_at(attempt_deadline, performed).await
