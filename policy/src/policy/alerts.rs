@@ -1,0 +1,66 @@
+//! The alerts the runtime raises: their names, severities and rates.
+
+use std::time::Duration;
+
+#[cfg(feature = "bake")]
+use crate::bake::{Bake, Names, bake_struct};
+#[cfg(feature = "bake")]
+use proc_macro2::TokenStream;
+
+/// Alerts the runtime raises on its own.
+#[derive(Debug, Clone)]
+pub struct AlertNames {
+    /// A call failed after its retry class was used up.
+    pub retry_exhausted: &'static str,
+    /// `None`: raised for every exhausted call. `Some`: only when exhaustion
+    /// is elevated, at least this many within this long (the Core policy:
+    /// "alert on elevated retry-exhaustion rates").
+    pub retry_exhausted_rate: Option<AlertRate>,
+    /// Every alert of the spec (degradation.yaml `alerts`) with its severity:
+    /// what a sink routes on.
+    pub severities: &'static [AlertSeverity],
+}
+
+#[cfg(feature = "bake")]
+impl Bake for AlertNames {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            AlertNames {
+                retry_exhausted,
+                retry_exhausted_rate,
+                severities,
+            }
+        )
+    }
+}
+
+/// An alert's severity (degradation.yaml `alerts.<name>.severity`, one of its
+/// `severities`: `page`, `ops`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlertSeverity {
+    pub alert: &'static str,
+    pub severity: &'static str,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for AlertSeverity {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, AlertSeverity { alert, severity })
+    }
+}
+
+/// "Elevated": at least `at_least` events within a rolling `within`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlertRate {
+    pub at_least: u32,
+    pub within: Duration,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for AlertRate {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, AlertRate { at_least, within })
+    }
+}

@@ -1,0 +1,159 @@
+//! The fleet: several replicas keeping one tenant's budgets, and the durable replay queue.
+
+use std::time::Duration;
+
+use crate::index::BudgetIx;
+
+#[cfg(feature = "bake")]
+use crate::bake::{Bake, Names, bake_struct, bake_unit_enum};
+#[cfg(feature = "bake")]
+use proc_macro2::TokenStream;
+
+/// How several replicas of one client keep the throttle's promises as one
+/// tenant, through a shared store (Redis).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetPolicy {
+    /// The spec asks for the shared backend: a client without a store URL
+    /// is refused. `false`: shared only when a URL is configured.
+    pub shared: bool,
+    /// The environment variable the store URL is read from.
+    pub url_env: &'static str,
+    /// Every call to the store ends within this, answered or not.
+    pub deadline: Duration,
+    /// Failed store calls in a row that open the store's breaker...
+    pub breaker_failures: u32,
+    /// ...the first and the last at least this far apart: a stall shorter
+    /// than this (a loaded machine, a slow fork) is not an outage.
+    pub breaker_over: Duration,
+    /// How long the store's breaker stays open before one call tries again.
+    pub breaker_retry: Duration,
+    /// How long an in-flight slot (a lease) lives without renewal.
+    pub lease: Duration,
+    /// How often a replica renews its leases and says it is live.
+    pub heartbeat: Duration,
+    /// Percent kept below `limit ÷ live replicas` while degraded.
+    pub margin_percent: u32,
+    /// What a replica does while the store is away.
+    pub degraded: Degraded,
+    /// Indices of the budgets each replica keeps on its own.
+    pub per_replica: &'static [BudgetIx],
+    pub metrics: FleetMetricNames,
+    /// Raised when a replica goes degraded.
+    pub alert: &'static str,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for FleetPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            FleetPolicy {
+                shared,
+                url_env,
+                deadline,
+                breaker_failures,
+                breaker_over,
+                breaker_retry,
+                lease,
+                heartbeat,
+                margin_percent,
+                degraded,
+                per_replica,
+                metrics,
+                alert,
+            }
+        )
+    }
+}
+
+/// What a replica does while the shared store is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Degraded {
+    /// Go on at this replica's share of the local budgets.
+    Open,
+    /// Refuse every call until the store is back.
+    Closed,
+}
+
+#[cfg(feature = "bake")]
+bake_unit_enum!(Degraded { Open, Closed });
+
+/// What the fleet's metrics are called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetMetricNames {
+    /// Histogram of admission time, by backend.
+    pub admission: &'static str,
+    /// Counter of admission decisions, by backend and outcome.
+    pub decisions: &'static str,
+    /// Gauge: 1 while degraded.
+    pub degraded: &'static str,
+    /// Gauge: this replica's share of the fleet's limits (1 when shared).
+    pub share: &'static str,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for FleetMetricNames {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            FleetMetricNames {
+                admission,
+                decisions,
+                degraded,
+                share,
+            }
+        )
+    }
+}
+
+/// How queued writes are replayed (GRAG §5.3): the numbers a job queue reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayPolicy {
+    /// The throttle budget replays run in; its `max_in_flight` is how many
+    /// jobs a worker runs at once.
+    pub budget: BudgetIx,
+    /// How long a claimed job stays its worker's without a checkpoint;
+    /// after it, another worker (a replica) takes the job over.
+    pub lease: Duration,
+    /// How long a job interrupted by an outage waits before its replay,
+    /// unless the platform named a wait (`Retry-After`).
+    pub pause: Duration,
+    /// Most items of one batch after a 413 split it.
+    pub split: usize,
+    /// The job kinds: the `kind` label of the depth gauge.
+    pub kinds: &'static [&'static str],
+    /// Tries of a store write that meets "database is locked", in all.
+    pub lock_attempts: u32,
+    /// The delay before try n+1 is `lock_step` × n.
+    pub lock_step: Duration,
+    /// Gauge of jobs not done, by kind.
+    pub depth_metric: &'static str,
+    /// Counter of jobs that ended failed (without `_total`).
+    pub failures_metric: &'static str,
+    /// Raised when a job ends failed.
+    pub failure_alert: &'static str,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for ReplayPolicy {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            ReplayPolicy {
+                budget,
+                lease,
+                pause,
+                split,
+                kinds,
+                lock_attempts,
+                lock_step,
+                depth_metric,
+                failures_metric,
+                failure_alert,
+            }
+        )
+    }
+}

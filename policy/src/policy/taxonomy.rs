@@ -1,0 +1,320 @@
+//! The taxonomy: how an outcome is classified, and what a row decides.
+
+use std::time::Duration;
+
+use crate::Endpoint;
+use crate::index::{DetailIx, RetryIx, RowIx};
+
+#[cfg(feature = "bake")]
+use crate::bake::{Bake, Names, bake_struct, bake_unit_enum, endpoints};
+#[cfg(feature = "bake")]
+use proc_macro2::TokenStream;
+#[cfg(feature = "bake")]
+use quote::quote;
+
+/// Which kind of outcome a taxonomy row matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutcomeKind {
+    /// Refused, reset, TLS failure or per-attempt timeout.
+    Connection,
+    /// An HTTP status was received.
+    Status,
+    /// A 2xx body that does not decode.
+    Decode,
+    /// The overall deadline ended the call.
+    Deadline,
+    /// The breaker refused the call client-side.
+    CircuitOpen,
+    /// A scope or ID was refused client-side.
+    InvalidScope,
+    /// A request that could not be built (nothing was sent).
+    InvalidRequest,
+    /// A 2xx body larger than the route's cap (reading stopped there).
+    TooLarge,
+    StreamError,
+    StreamTimeout,
+    StreamStalled,
+    /// A job followed on a stream (or its status route) ended failed or
+    /// cancelled.
+    JobFailed,
+}
+
+#[cfg(feature = "bake")]
+bake_unit_enum!(OutcomeKind {
+    Connection,
+    Status,
+    Decode,
+    Deadline,
+    CircuitOpen,
+    InvalidScope,
+    InvalidRequest,
+    TooLarge,
+    StreamError,
+    StreamTimeout,
+    StreamStalled,
+    JobFailed
+});
+
+impl OutcomeKind {
+    /// Every kind, in the order the spec documents them.
+    pub const ALL: [OutcomeKind; 12] = [
+        OutcomeKind::Connection,
+        OutcomeKind::Status,
+        OutcomeKind::Decode,
+        OutcomeKind::Deadline,
+        OutcomeKind::CircuitOpen,
+        OutcomeKind::InvalidScope,
+        OutcomeKind::InvalidRequest,
+        OutcomeKind::TooLarge,
+        OutcomeKind::StreamError,
+        OutcomeKind::StreamTimeout,
+        OutcomeKind::StreamStalled,
+        OutcomeKind::JobFailed,
+    ];
+
+    /// The spec's spelling (`circuit_open`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Connection => "connection",
+            OutcomeKind::Status => "status",
+            OutcomeKind::Decode => "decode",
+            OutcomeKind::Deadline => "deadline",
+            OutcomeKind::CircuitOpen => "circuit_open",
+            OutcomeKind::InvalidScope => "invalid_scope",
+            OutcomeKind::InvalidRequest => "invalid_request",
+            OutcomeKind::TooLarge => "too_large",
+            OutcomeKind::StreamError => "stream_error",
+            OutcomeKind::StreamTimeout => "stream_timeout",
+            OutcomeKind::StreamStalled => "stream_stalled",
+            OutcomeKind::JobFailed => "job_failed",
+        }
+    }
+}
+
+/// What a 409 means on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// A plain error.
+    Error,
+    /// The thing already exists: success (idempotent create).
+    Success,
+    /// Still being processed: poll again.
+    Poll,
+}
+
+#[cfg(feature = "bake")]
+bake_unit_enum!(Conflict {
+    Error,
+    Success,
+    Poll
+});
+
+/// Conditions of a taxonomy row; `None` matches anything.
+#[derive(Debug, Clone)]
+pub struct RowMatch {
+    pub outcome: OutcomeKind,
+    /// Inclusive status range (a single status is `(s, s)`).
+    pub status: Option<(u16, u16)>,
+    /// The detail set the answer's `detail` must match.
+    pub detail: Option<DetailIx>,
+    pub retry_after: Option<bool>,
+    pub conflict: Option<Conflict>,
+    /// `Some(true)`: only routes that present no key (an unauthenticated lane).
+    pub keyless: Option<bool>,
+    /// Only these routes (the policy's own descriptors, compared by address).
+    pub routes: Option<&'static [&'static Endpoint]>,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for RowMatch {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            RowMatch {
+                outcome,
+                status,
+                detail,
+                retry_after,
+                conflict,
+                keyless,
+                routes = routes.map_or(quote!(None), |list| { let list = endpoints(list, n); quote!(Some(#list)) }),
+            }
+        )
+    }
+}
+
+/// One row of the error taxonomy.
+#[derive(Debug, Clone)]
+pub struct TaxonomyRow {
+    /// This row's own position in [`Policy::taxonomy`]: an error keeps it,
+    /// and a generated crate reads its class from it.
+    pub index: RowIx,
+    pub row: &'static str,
+    pub matches: RowMatch,
+    /// Error class (snake_case), for logs and metrics.
+    pub class: &'static str,
+    /// The row turns the outcome into a success (the spec's `success` class).
+    pub success: bool,
+    pub retry: Option<RetryIx>,
+    pub feeds_breaker: bool,
+    /// A call that is not idempotent and ends here after its request may
+    /// have reached the server has an unknown outcome: the server may have
+    /// applied it (a 500 raised after the write, a gateway's 502/504 whose
+    /// upstream got the request). Never re-sent blindly; read the state first.
+    pub outcome_unknown: bool,
+    pub alert: Option<&'static str>,
+    /// Raise `alert` only outside the deploy-suspected window.
+    pub alert_outside_deploy: bool,
+    /// The feature state the route's features enter when this row ends a call.
+    pub feature_state: Option<&'static str>,
+    /// A stable answer: remembered per route this long, failing fast meanwhile.
+    pub remember_for: Option<Duration>,
+    /// The row that applies when the retry brings back the same detail.
+    pub escalate_to: Option<RowIx>,
+    /// What this row means for a queued write: replayed, or failed.
+    pub replay: Replay,
+    pub action: &'static str,
+    /// The German message of `class`, resolved by the generator (the same as
+    /// [`Policy::message`], without a lookup on the error path).
+    pub message: Option<&'static str>,
+    /// The German message instead of `message` when the outcome is unknown
+    /// (`outcome_unknown`): check the current state before trying again.
+    pub unknown_message: Option<&'static str>,
+}
+
+#[cfg(feature = "bake")]
+impl Bake for TaxonomyRow {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(
+            self,
+            n,
+            TaxonomyRow {
+                index,
+                row,
+                matches,
+                class,
+                success,
+                retry,
+                feeds_breaker,
+                outcome_unknown,
+                alert,
+                alert_outside_deploy,
+                feature_state,
+                remember_for,
+                escalate_to,
+                replay,
+                action,
+                message,
+                unknown_message,
+            }
+        )
+    }
+}
+
+impl TaxonomyRow {
+    /// Whether this row turns the outcome into a success.
+    pub fn is_success(&self) -> bool {
+        self.success
+    }
+}
+
+/// What a failure means for a queued write (a job of the replay queue,
+/// GRAG §5.3): whether the job waits and is sent again, or fails for a
+/// person to decide. The taxonomy row says it, so the queue keeps no status
+/// list of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Replay {
+    /// The platform, or the way to it, is down: the job is replayed once
+    /// the breaker closes, and a deploy is suspected meanwhile.
+    Outage,
+    /// Not now, but not an outage either (the platform asked for time with
+    /// `Retry-After`, a feature is switched off): the job is replayed after
+    /// the platform's wait, or the queue's pause.
+    Later,
+    /// Transient while a deploy is suspected (containers coming up behind
+    /// the proxy): replayed then, a verdict on the job otherwise.
+    Deploy,
+    /// A verdict on the write: the job fails and keeps its error.
+    Never,
+}
+
+#[cfg(feature = "bake")]
+bake_unit_enum!(Replay {
+    Outage,
+    Later,
+    Deploy,
+    Never
+});
+
+impl Replay {
+    /// Every value, in the order the spec documents them.
+    pub const ALL: [Replay; 4] = [Replay::Outage, Replay::Later, Replay::Deploy, Replay::Never];
+
+    /// The spec's spelling (`outage`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replay::Outage => "outage",
+            Replay::Later => "later",
+            Replay::Deploy => "deploy",
+            Replay::Never => "never",
+        }
+    }
+
+    /// Whether a job that failed on this row is replayed, given whether a
+    /// deploy is suspected.
+    pub fn replays(self, deploy_suspected: bool) -> bool {
+        match self {
+            Replay::Outage | Replay::Later => true,
+            Replay::Deploy => deploy_suspected,
+            Replay::Never => false,
+        }
+    }
+}
+
+/// Named substrings of the `detail` text (matched case-insensitively).
+#[derive(Debug, Clone)]
+pub struct DetailSet {
+    pub name: &'static str,
+    pub contains: &'static [&'static str],
+}
+
+#[cfg(feature = "bake")]
+impl Bake for DetailSet {
+    fn bake(&self, n: &dyn Names) -> TokenStream {
+        bake_struct!(self, n, DetailSet { name, contains })
+    }
+}
+
+impl DetailSet {
+    /// Whether `detail` contains one of the set's substrings, ignoring ASCII
+    /// case. Allocation-free: it runs on every classified error answer.
+    pub fn matches(&self, detail: &str) -> bool {
+        let haystack = detail.as_bytes();
+        self.contains.iter().any(|needle| {
+            let needle = needle.as_bytes();
+            needle.is_empty()
+                || haystack
+                    .windows(needle.len())
+                    .any(|window| window.eq_ignore_ascii_case(needle))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detail_sets_match_substrings_ignoring_case() {
+        let dark = DetailSet {
+            name: "dark",
+            contains: &["feature flag", "disabled"],
+        };
+        assert!(dark.matches("Rerank is DISABLED on this instance"));
+        assert!(dark.matches("blocked by Feature Flag rerank_v2"));
+        assert!(!dark.matches("admission control: overloaded"));
+        assert!(!dark.matches(""));
+        assert!(!dark.matches("disable"), "a prefix of a needle is no match");
+    }
+}
