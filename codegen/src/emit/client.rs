@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{doc, ident, inner_doc, source};
-use crate::model::{Model, ScopeNeed};
+use crate::model::{Model, ScopeNeed, UNCLASSIFIED};
 
 pub fn lib_rs(model: &Model) -> TokenStream {
     let client = ident(&model.api.client);
@@ -232,8 +232,6 @@ impl ProductionKnob {
     }
 }
 
-/// The crate doc's example: building the client, a first read without
-/// parameters, and a workspace handle when the API has one.
 /// The crate root's first example: the client from the environment, one
 /// call, and a `match` on the class of its error.
 fn from_env_example(model: &Model) -> String {
@@ -246,7 +244,7 @@ fn from_env_example(model: &Model) -> String {
         .iter()
         .find(|r| !r.success)
         .map(|r| r.class)
-        .unwrap_or("unclassified");
+        .unwrap_or(UNCLASSIFIED);
     let Some((service, route, ids)) = first_read(model) else {
         return String::new();
     };
@@ -317,6 +315,8 @@ fn first_read(model: &Model) -> Option<(&crate::model::Service, &crate::model::R
     reads.into_iter().next()
 }
 
+/// The crate doc's example: building the client, a first read without
+/// parameters, and a workspace handle when the API has one.
 fn example(model: &Model, client: &str) -> String {
     let krate = model.api.crate_name.replace('-', "_");
     let workspace = model
