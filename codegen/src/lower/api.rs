@@ -3,7 +3,7 @@
 use crate::model::*;
 use crate::spec;
 
-use super::{Cx, is_camel, is_snake};
+use super::{Cx, KEY_LANE, is_camel, is_snake};
 
 impl Cx<'_> {
     /// `ids.pattern`, or `None` with the error recorded.
@@ -142,7 +142,7 @@ impl Cx<'_> {
     fn lanes(&mut self, api: &spec::ApiFile) -> Vec<(String, bool)> {
         let mut lanes = Vec::new();
         for (lane, &authenticated) in &api.auth.lanes_authenticated {
-            if lane.as_str() == "key" || !is_snake(lane) {
+            if lane.as_str() == KEY_LANE || !is_snake(lane) {
                 self.error(
                     lane,
                     format!("auth.lanes_authenticated.{}", &**lane),

@@ -23,6 +23,10 @@ use crate::spec::Text;
 
 pub use routes::placeholders;
 
+/// The lane that always sends the key: a service's `lane`, never one of
+/// `auth.lanes_authenticated`.
+const KEY_LANE: &str = "key";
+
 /// Lowers a parsed spec; returns `None` when any rule failed (see `sources`).
 ///
 /// The sections that refer to nothing come first, since what the others may

@@ -6,7 +6,7 @@ use crate::model::*;
 use crate::naming;
 use crate::spec::{self, Text};
 
-use super::{Cx, Known, is_snake};
+use super::{Cx, KEY_LANE, Known, is_snake};
 
 impl Cx<'_> {
     pub(super) fn services(
@@ -163,7 +163,7 @@ impl Cx<'_> {
 
     /// `key`, or a lane of `auth.lanes_authenticated`: keyless until its auth lands.
     fn lane(&mut self, s: &spec::ServiceFile, api: &Api) -> Lane {
-        if s.lane.as_str() == "key" {
+        if s.lane.as_str() == KEY_LANE {
             return Lane::Key;
         }
         match api.lanes.iter().find(|(lane, _)| lane == s.lane.as_str()) {
