@@ -62,6 +62,17 @@ impl<T> std::ops::Deref for Item<T> {
     }
 }
 
+/// The methods the generated client type has whatever the spec says
+/// (`emit/client.rs` writes them): a caller's budget, which becomes a
+/// method of that type too, must not take one of these names.
+pub const CLIENT_METHODS: [&str; 5] = [
+    "new",
+    "with_policy",
+    "noting_requests",
+    "deferring_server_waits",
+    "runtime",
+];
+
 #[derive(Debug)]
 pub struct Model {
     pub api: Api,

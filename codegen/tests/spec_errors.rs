@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use sdk_codegen::model::CLIENT_METHODS;
 use sdk_codegen::{SpecError, model};
 
 fn spec_files() -> Vec<(PathBuf, String)> {
@@ -281,6 +282,37 @@ fn a_caller_budget_must_not_shadow_a_client_method() {
         "throttle.budgets.kg",
     );
     assert!(e.message.contains("the client already has `kg`"), "{e}");
+    for method in CLIENT_METHODS {
+        let e = one(
+            broken(file, "  backfill:", &format!("  {method}:"), 0),
+            file,
+            line,
+            &format!("throttle.budgets.{method}"),
+        );
+        assert!(e.message.contains("the client already has"), "{e}");
+    }
+}
+
+/// The names a caller's budget may not take are every method the generated
+/// client type has apart from its service handles and budget modes: read
+/// off the generated GRAG client, so a method added to the emitter and not
+/// to `CLIENT_METHODS` fails here.
+#[test]
+fn the_client_methods_a_budget_may_not_take_are_all_of_them() {
+    let model = model(&spec_files()).expect("the real spec");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let client = std::fs::read_to_string(root.join("generated/grag-client/src/client.rs")).unwrap();
+    let body = &client[client.find("impl Grag {").expect("the client's impl")..];
+    let own: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("    pub fn "))
+        .map(|l| l.split(['(', '<']).next().unwrap())
+        .filter(|name| {
+            !model.services.iter().any(|s| s.handle == *name)
+                && !model.throttle.budgets.iter().any(|b| b.name == *name)
+        })
+        .collect();
+    assert_eq!(own, CLIENT_METHODS, "the client's own methods");
 }
 
 #[test]

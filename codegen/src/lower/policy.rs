@@ -453,7 +453,6 @@ impl Cx<'_> {
     /// A budget no route draws from becomes a method on the client (a
     /// caller's mode): its name must be a free method name there.
     pub(super) fn caller_budgets(&mut self, t: &spec::ThrottleSection, services: &[Service]) {
-        const CLIENT_METHODS: [&str; 4] = ["new", "with_policy", "noting_requests", "runtime"];
         for (index, name) in t.budgets.keys().enumerate() {
             let used = services
                 .iter()
@@ -462,19 +461,12 @@ impl Cx<'_> {
             if used {
                 continue;
             }
-            let field = format!("throttle.budgets.{}", &**name);
+            // A name that is no snake_case identifier is reported by `throttle`.
             if !is_snake(name) {
-                self.error(name, &field, "budget names are snake_case");
-            } else {
-                self.name(name, &field);
+                continue;
             }
-            if !is_snake(name) {
-                self.error(
-                    name,
-                    &field,
-                    "a budget no route uses becomes a client method: its name must be snake_case",
-                );
-            } else if CLIENT_METHODS.contains(&name.as_str())
+            let field = format!("throttle.budgets.{}", &**name);
+            if CLIENT_METHODS.contains(&name.as_str())
                 || services.iter().any(|s| s.handle == name.as_str())
             {
                 self.error(
