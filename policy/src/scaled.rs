@@ -4,8 +4,9 @@
 //! Every struct that holds a duration is taken apart field by field, never
 //! with `..`: a field added to one of them does not compile here until it
 //! is scaled or said to stay as it is. Two exceptions: the breaker names
-//! its durations next to its fields, and a test fails for one that is not
-//! scaled; the fleet is copied whole, since none of its timers is scaled.
+//! its durations itself (`BreakerPolicy::durations_mut`), and a test fails
+//! for one that is not scaled; the fleet is copied whole, since none of its
+//! timers is scaled.
 
 use std::time::Duration;
 
@@ -365,10 +366,9 @@ impl Scale {
 mod tests {
     use super::*;
 
-    /// The breaker copies what it does not name: every duration of the
-    /// example is whole seconds, so one still in seconds after dividing by
-    /// 1000 is one `breaker` does not scale. Read from `Debug`, which
-    /// lists every field.
+    /// Every duration of the example breaker is whole seconds, so one still
+    /// in seconds after dividing by 1000 is one `durations_mut` left out.
+    /// Read from `Debug`, which lists every field.
     #[test]
     fn breaker_durations_are_all_scaled() {
         let scaled = Scale(1000).breaker(&BreakerPolicy::example());

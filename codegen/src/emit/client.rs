@@ -315,8 +315,9 @@ fn first_read(model: &Model) -> Option<(&crate::model::Service, &crate::model::R
     reads.into_iter().next()
 }
 
-/// The crate doc's example: building the client, a first read without
-/// parameters, and a workspace handle when the API has one.
+/// The crate doc's example: building the client, a first read (the one
+/// taking the fewest IDs, see `first_read`), and a workspace handle when
+/// the API has one.
 fn example(model: &Model, client: &str) -> String {
     let krate = model.api.crate_name.replace('-', "_");
     let workspace = model

@@ -92,7 +92,7 @@ impl BreakerPolicy {
     }
 
     /// Every duration of the breaker, for a scaled copy of the policy: a
-    /// duration added to the breaker is named here, next to its field
+    /// duration added to the breaker is named here, in the type's own file
     /// (`breaker_durations_are_all_scaled` fails for one left out).
     pub(crate) fn durations_mut(&mut self) -> [&mut Duration; 6] {
         [
