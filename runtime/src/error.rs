@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sdk_policy::endpoint::Endpoint;
-use sdk_policy::policy::{OutcomeKind, Policy, Replay, RowIx, TaxonomyRow};
+use sdk_policy::policy::{OutcomeKind, Policy, Replay, RowIx, TaxonomyRow, UNCLASSIFIED};
 
 /// A failed call, with the taxonomy row that classified it.
 pub struct Error {
@@ -77,7 +77,7 @@ impl Error {
         };
         let message = match row {
             Some(r) => r.message,
-            None => policy.message("unclassified"),
+            None => policy.message(UNCLASSIFIED),
         };
         Error {
             inner: Arc::new(Inner {
@@ -280,7 +280,7 @@ impl Error {
     /// metrics; a generated crate's error gives it as that API's
     /// `ErrorClass` enum.
     pub fn class_name(&self) -> &'static str {
-        self.inner.row.map_or("unclassified", |r| r.class)
+        self.inner.row.map_or(UNCLASSIFIED, |r| r.class)
     }
 
     /// `service.operation` of the call.
