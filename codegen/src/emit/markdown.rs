@@ -4,9 +4,7 @@ use std::fmt::Write;
 
 use super::docs::{duration_text, source};
 use super::services::returns_text;
-use crate::model::{
-    Conflict, Degraded, Item, Model, Replay, RetrySchedule, ScopeNeed, TaxonomyRow,
-};
+use crate::model::{Degraded, Item, Model, Replay, RetrySchedule, TaxonomyRow};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
@@ -108,16 +106,7 @@ fn routes(md: &mut String, model: &Model) {
         "source",
     ];
     let rows = model.routes().map(|(s, r)| {
-        let scope = match r.scope {
-            ScopeNeed::Public => "public",
-            ScopeNeed::Tenant => "tenant",
-            ScopeNeed::Workspace => "workspace",
-        };
-        let conflict = match r.conflict {
-            Conflict::Error => "error",
-            Conflict::Success => "success",
-            Conflict::Poll => "poll",
-        };
+        let (scope, conflict) = (r.scope.as_str(), r.conflict.as_str());
         let returns = returns_text(model, r)
             .replace('<', "&lt;")
             .replace('>', "&gt;");

@@ -496,10 +496,10 @@ fn operation_extensions(model: &Model, route: &Route) -> Map<Value> {
     extensions.insert("budget".into(), json!(model.budget(route.budget).name));
     extensions.insert("idempotent".into(), json!(route.idempotent));
     extensions.insert("replay".into(), json!(route.replay));
-    extensions.insert("scope".into(), json!(scope_name(route.scope)));
+    extensions.insert("scope".into(), json!(route.scope.as_str()));
     extensions.insert("max-response-bytes".into(), json!(route.max_response));
     if route.conflict != Conflict::Error {
-        extensions.insert("conflict".into(), json!(conflict_name(route.conflict)));
+        extensions.insert("conflict".into(), json!(route.conflict.as_str()));
     }
     if let Some(read) = route.reconcile {
         let (s, r) = model.route(read);
@@ -937,20 +937,4 @@ fn described(doc: &str, from: &str) -> String {
 
 fn millis(d: std::time::Duration) -> u64 {
     d.as_millis() as u64
-}
-
-fn scope_name(scope: ScopeNeed) -> &'static str {
-    match scope {
-        ScopeNeed::Public => "public",
-        ScopeNeed::Tenant => "tenant",
-        ScopeNeed::Workspace => "workspace",
-    }
-}
-
-fn conflict_name(c: Conflict) -> &'static str {
-    match c {
-        Conflict::Error => "error",
-        Conflict::Success => "success",
-        Conflict::Poll => "poll",
-    }
 }

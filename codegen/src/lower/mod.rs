@@ -714,15 +714,11 @@ impl Cx<'_> {
     }
 
     fn scope(&mut self, text: &Text, field: &str) -> Option<ScopeNeed> {
-        match text.as_str() {
-            "public" => Some(ScopeNeed::Public),
-            "tenant" => Some(ScopeNeed::Tenant),
-            "workspace" => Some(ScopeNeed::Workspace),
-            _ => {
-                self.error(text, field, "scope is `public`, `tenant` or `workspace`");
-                None
-            }
+        let scope = ScopeNeed::named(text);
+        if scope.is_none() {
+            self.error(text, field, "scope is `public`, `tenant` or `workspace`");
         }
+        scope
     }
 
     fn reference(&mut self, text: &Text, field: &str, what: &str, names: &[&str]) -> Option<usize> {

@@ -487,11 +487,11 @@ impl Cx<'_> {
         let Some(text) = &r.conflict else {
             return Conflict::Error;
         };
-        let conflict = match text.as_str() {
-            "success" => Conflict::Success,
-            "poll" => Conflict::Poll,
-            other => {
-                let message = format!("unknown conflict rule `{other}`: `success` or `poll`");
+        // `error` is what a route without the key means; it is not written.
+        let conflict = match Conflict::named(text) {
+            Some(c) if c != Conflict::Error => c,
+            _ => {
+                let message = format!("unknown conflict rule `{}`: `success` or `poll`", &**text);
                 self.error(text, at(name, "conflict"), message);
                 Conflict::Error
             }

@@ -271,9 +271,8 @@ impl Cx<'_> {
                 &known.names.details,
             )
         });
-        let conflict = m.conflict.as_ref().and_then(|c| match c.as_str() {
-            "success" => Some(Conflict::Success),
-            "poll" => Some(Conflict::Poll),
+        let conflict = m.conflict.as_ref().and_then(|c| match Conflict::named(c) {
+            Some(conflict) if conflict != Conflict::Error => Some(conflict),
             _ => {
                 let message = "conflict is `success` or `poll`";
                 self.error(c, field("match.conflict"), message);

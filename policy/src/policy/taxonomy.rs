@@ -102,6 +102,25 @@ pub enum Conflict {
     Poll,
 }
 
+impl Conflict {
+    /// Every rule, in declaration order.
+    pub const ALL: [Conflict; 3] = [Conflict::Error, Conflict::Success, Conflict::Poll];
+
+    /// As the spec spells it (`poll`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Conflict::Error => "error",
+            Conflict::Success => "success",
+            Conflict::Poll => "poll",
+        }
+    }
+
+    /// The rule the spec's word names.
+    pub fn named(name: &str) -> Option<Conflict> {
+        Conflict::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+}
+
 #[cfg(feature = "bake")]
 bake_unit_enum!(Conflict {
     Error,
