@@ -36,24 +36,11 @@ pub enum ScopeNeed {
     Workspace,
 }
 
-impl ScopeNeed {
-    /// Every scope need, in declaration order.
-    pub const ALL: [ScopeNeed; 3] = [ScopeNeed::Public, ScopeNeed::Tenant, ScopeNeed::Workspace];
-
-    /// As the spec spells it (`workspace`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ScopeNeed::Public => "public",
-            ScopeNeed::Tenant => "tenant",
-            ScopeNeed::Workspace => "workspace",
-        }
-    }
-
-    /// The scope need the spec's word names.
-    pub fn named(name: &str) -> Option<ScopeNeed> {
-        ScopeNeed::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-}
+crate::spelled::spelled!(ScopeNeed {
+    Public => "public",
+    Tenant => "tenant",
+    Workspace => "workspace",
+});
 
 /// How a route is authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,7 @@ pub mod log;
 pub mod policy;
 mod scaled;
 pub mod scope;
+mod spelled;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

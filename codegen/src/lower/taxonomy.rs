@@ -224,7 +224,7 @@ impl Cx<'_> {
     fn row_match(&mut self, r: &spec::Row, known: &RowsKnow) -> RowMatch {
         let field = |key: &str| format!("rows.{}.{key}", &*r.row);
         let m = &r.matches;
-        let outcome = (OutcomeKind::ALL.into_iter()).find(|k| k.as_str() == m.outcome.as_str());
+        let outcome = OutcomeKind::named(&m.outcome);
         if outcome.is_none() {
             let known: Vec<&str> = OutcomeKind::ALL.iter().map(|k| k.as_str()).collect();
             self.error(
@@ -414,10 +414,7 @@ impl Cx<'_> {
             );
             return Replay::Never;
         }
-        match Replay::ALL
-            .into_iter()
-            .find(|v| v.as_str() == text.as_str())
-        {
+        match Replay::named(text) {
             Some(replay) => replay,
             None => {
                 let known = Replay::ALL.map(Replay::as_str);

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::Endpoint;
 use crate::index::{DetailIx, RetryIx, RowIx};
+use crate::spelled::spelled;
 
 #[cfg(feature = "bake")]
 use crate::bake::{Bake, Names, bake_struct, bake_unit_enum, endpoints};
@@ -55,41 +56,20 @@ bake_unit_enum!(OutcomeKind {
     JobFailed
 });
 
-impl OutcomeKind {
-    /// Every kind, in the order the spec documents them.
-    pub const ALL: [OutcomeKind; 12] = [
-        OutcomeKind::Connection,
-        OutcomeKind::Status,
-        OutcomeKind::Decode,
-        OutcomeKind::Deadline,
-        OutcomeKind::CircuitOpen,
-        OutcomeKind::InvalidScope,
-        OutcomeKind::InvalidRequest,
-        OutcomeKind::TooLarge,
-        OutcomeKind::StreamError,
-        OutcomeKind::StreamTimeout,
-        OutcomeKind::StreamStalled,
-        OutcomeKind::JobFailed,
-    ];
-
-    /// The spec's spelling (`circuit_open`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OutcomeKind::Connection => "connection",
-            OutcomeKind::Status => "status",
-            OutcomeKind::Decode => "decode",
-            OutcomeKind::Deadline => "deadline",
-            OutcomeKind::CircuitOpen => "circuit_open",
-            OutcomeKind::InvalidScope => "invalid_scope",
-            OutcomeKind::InvalidRequest => "invalid_request",
-            OutcomeKind::TooLarge => "too_large",
-            OutcomeKind::StreamError => "stream_error",
-            OutcomeKind::StreamTimeout => "stream_timeout",
-            OutcomeKind::StreamStalled => "stream_stalled",
-            OutcomeKind::JobFailed => "job_failed",
-        }
-    }
-}
+spelled!(OutcomeKind {
+    Connection => "connection",
+    Status => "status",
+    Decode => "decode",
+    Deadline => "deadline",
+    CircuitOpen => "circuit_open",
+    InvalidScope => "invalid_scope",
+    InvalidRequest => "invalid_request",
+    TooLarge => "too_large",
+    StreamError => "stream_error",
+    StreamTimeout => "stream_timeout",
+    StreamStalled => "stream_stalled",
+    JobFailed => "job_failed",
+});
 
 /// What a 409 means on a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,24 +82,11 @@ pub enum Conflict {
     Poll,
 }
 
-impl Conflict {
-    /// Every rule, in declaration order.
-    pub const ALL: [Conflict; 3] = [Conflict::Error, Conflict::Success, Conflict::Poll];
-
-    /// As the spec spells it (`poll`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Conflict::Error => "error",
-            Conflict::Success => "success",
-            Conflict::Poll => "poll",
-        }
-    }
-
-    /// The rule the spec's word names.
-    pub fn named(name: &str) -> Option<Conflict> {
-        Conflict::ALL.into_iter().find(|c| c.as_str() == name)
-    }
-}
+spelled!(Conflict {
+    Error => "error",
+    Success => "success",
+    Poll => "poll",
+});
 
 #[cfg(feature = "bake")]
 bake_unit_enum!(Conflict {
@@ -266,20 +233,14 @@ bake_unit_enum!(Replay {
     Never
 });
 
+spelled!(Replay {
+    Outage => "outage",
+    Later => "later",
+    Deploy => "deploy",
+    Never => "never",
+});
+
 impl Replay {
-    /// Every value, in the order the spec documents them.
-    pub const ALL: [Replay; 4] = [Replay::Outage, Replay::Later, Replay::Deploy, Replay::Never];
-
-    /// The spec's spelling (`outage`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Replay::Outage => "outage",
-            Replay::Later => "later",
-            Replay::Deploy => "deploy",
-            Replay::Never => "never",
-        }
-    }
-
     /// Whether a job that failed on this row is replayed, given whether a
     /// deploy is suspected.
     pub fn replays(self, deploy_suspected: bool) -> bool {
