@@ -133,7 +133,7 @@ impl Bake for RowMatch {
 /// One row of the error taxonomy.
 #[derive(Debug, Clone)]
 pub struct TaxonomyRow {
-    /// This row's own position in [`Policy::taxonomy`]: an error keeps it,
+    /// This row's own position in [`Policy::taxonomy`](super::Policy::taxonomy): an error keeps it,
     /// and a generated crate reads its class from it.
     pub index: RowIx,
     pub row: &'static str,
@@ -162,7 +162,7 @@ pub struct TaxonomyRow {
     pub replay: Replay,
     pub action: &'static str,
     /// The German message of `class`, resolved by the generator (the same as
-    /// [`Policy::message`], without a lookup on the error path).
+    /// [`Policy::message`](super::Policy::message), without a lookup on the error path).
     pub message: Option<&'static str>,
     /// The German message instead of `message` when the outcome is unknown
     /// (`outcome_unknown`): check the current state before trying again.

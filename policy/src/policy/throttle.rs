@@ -13,7 +13,7 @@ pub struct ThrottlePolicy {
     pub max_in_flight: u32,
     pub per_second: u32,
     /// The period `per_second` counts in: one second (compressed only by
-    /// [`Policy::scaled`], for tests).
+    /// [`Policy::scaled`](super::Policy::scaled), for tests).
     pub rate_period: Duration,
     /// The rolling window budgets' `per_minute` counts in: one minute.
     pub budget_period: Duration,
