@@ -147,7 +147,7 @@ struct Left<'a> {
 const GRACE: Duration = Duration::from_millis(1);
 
 /// One API client's membership of the fleet. A client given a store URL
-/// makes its own; [`Fleet::alone`] makes one without a client (the bench
+/// makes its own; [`RedisFleet::alone`](Self::alone) makes one without a client (the bench
 /// measures the fleet stage by itself).
 #[derive(Debug, Clone)]
 pub struct RedisFleet {
