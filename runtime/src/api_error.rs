@@ -41,9 +41,10 @@ impl<C: ErrorClasses> ApiError<C> {
     /// another API's client classified (a runtime error converted by hand)
     /// is unclassified too, never one of this API's classes.
     pub fn class(&self) -> C {
-        let ours = same_table(self.error.policy().routes, C::ROUTES);
         match self.error.row_index() {
-            Some(row) if ours => (C::BY_ROW.get(row.get()).copied()).unwrap_or(C::UNCLASSIFIED),
+            Some(row) if same_table(self.error.policy().routes, C::ROUTES) => {
+                C::BY_ROW.get(row.get()).copied().unwrap_or(C::UNCLASSIFIED)
+            }
             _ => C::UNCLASSIFIED,
         }
     }
