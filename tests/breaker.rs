@@ -428,6 +428,45 @@ async fn two_healthy_probes_then_exactly_one_canary_whose_200_closes() {
     assert_eq!(env.count("health"), probes, "no probes while closed");
 }
 
+/// §5.2 "half-open after 2 consecutive healthy probes": an unhealthy probe
+/// between two healthy ones starts the count again, through the real probe
+/// loop. The probe timeout is long so that no probe is missed on a loaded
+/// machine (a missed probe would be one more unhealthy probe).
+#[tokio::test]
+async fn an_unhealthy_probe_starts_the_healthy_count_again() {
+    let env = Env::with(sim_config(), slow_canary_policy()).await;
+    env.sim
+        .faults()
+        .push(Rule::new(Fault::BadGateway).on("health").skip(1).once());
+    env.open_breaker().await;
+
+    assert!(
+        env.wait_for_state(CircuitState::Closed, Duration::from_secs(10))
+            .await,
+        "the canary closes in the end (state {:?})",
+        env.state()
+    );
+    let sequence: Vec<(&str, Option<u16>)> = env
+        .sim
+        .log()
+        .entries()
+        .iter()
+        .filter(|e| matches!(e.operation, Some("health" | "list_kbs")))
+        .map(|e| (e.operation.unwrap_or_default(), e.status))
+        .collect();
+    assert_eq!(
+        sequence,
+        [
+            ("health", Some(200)),
+            ("health", Some(502)),
+            ("health", Some(200)),
+            ("health", Some(200)),
+            ("list_kbs", Some(200)),
+        ],
+        "healthy, unhealthy, healthy is not two consecutive healthy probes"
+    );
+}
+
 #[tokio::test]
 async fn a_canary_401_reopens_and_the_next_canary_closes() {
     let env = Env::start().await;

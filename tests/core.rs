@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use core_client::types::{AnalyseRequest, Decision};
+use core_client::types::{AnalyseRequest, Decision, Discussion};
 use core_client::{Config, Core, DocumentId, FindingId, SessionId, TenantId};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -137,6 +137,12 @@ fn decision() -> Decision {
     Decision {
         finding_id: FindingId::parse("f-1").unwrap(),
         comment: None,
+    }
+}
+
+fn discussion() -> Discussion {
+    Discussion {
+        message: "Bitte Lastannahme prüfen".into(),
     }
 }
 
@@ -355,6 +361,49 @@ async fn a_5xx_answer_to_a_workflow_action_is_an_unknown_outcome_never_re_sent()
             1,
             "{status}: not idempotent: never re-sent"
         );
+    }
+}
+
+/// The four workflow actions of the Idempotency section, each sent the way a
+/// caller sends it; the route's last path segment names the action.
+async fn send_action(client: &Core, action: &str) -> core_client::Error {
+    let sessions = client.sessions();
+    let outcome = match action {
+        "accept" => sessions.accept(&session(), &decision()).await,
+        "reject" => sessions.reject(&session(), &decision()).await,
+        "advance" => sessions.advance(&session()).await,
+        "discuss" => sessions.discuss(&session(), &discussion()).await,
+        other => panic!("not a workflow action: {other}"),
+    };
+    outcome.expect_err("the scripted Core fails it")
+}
+
+/// Idempotency, Workflow Actions: accept, reject, advance and discuss "are not
+/// universally idempotent". Whichever of them meets a failure after it may
+/// have reached the Platform (a 5xx, or no answer in time) is sent once and
+/// says its outcome is unknown, so the caller reads the session first.
+#[tokio::test(start_paused = true)]
+async fn every_workflow_action_is_sent_once_and_unknown_after_a_5xx_or_no_answer() {
+    let failures = [
+        Step::Status(500, "Internal Server Error"),
+        Step::Status(503, "database is locked"),
+        Step::Hang(Duration::from_secs(60)),
+    ];
+    for action in ["accept", "reject", "advance", "discuss"] {
+        for failure in &failures {
+            let core = CoreSim::start([failure.clone()]).await;
+            let error = send_action(&core.client(), action).await;
+            assert!(
+                error.outcome_unknown(),
+                "{action} after {failure:?}: it may have been applied: {error}"
+            );
+            assert_eq!(error.attempts(), 1, "{action} after {failure:?}: {error}");
+            assert_eq!(
+                core.paths(),
+                [format!("/platform/v1/sessions/s-1/{action}")],
+                "{action} after {failure:?}: the Platform saw it exactly once"
+            );
+        }
     }
 }
 

@@ -246,3 +246,19 @@ fn core_keeps_the_documents_transport_numbers() {
         "no breaker, no streams"
     );
 }
+
+#[test]
+fn core_workflow_actions_are_its_only_non_idempotent_routes() {
+    // Idempotency: contract calls are at-least-once; "session actions
+    // (accept/reject/advance/discuss) ... are not universally idempotent".
+    let non_idempotent: Vec<&str> = core_client::policy::ENDPOINTS
+        .iter()
+        .filter(|e| !e.idempotent)
+        .map(|e| e.operation)
+        .collect();
+    assert_eq!(
+        non_idempotent,
+        ["accept", "reject", "advance", "discuss"],
+        "Idempotency: Workflow Actions"
+    );
+}

@@ -2,8 +2,8 @@
 //! recording server, carries exactly the headers the spec requires (policy
 //! §2, §3.4): Authorization on non-public key-lane routes, X-Tenant-ID on every
 //! non-public route, X-Workspace-ID on workspace routes only, a fresh UUIDv4
-//! X-Request-ID on every request, X-Pipeline-Id on pipeline routes when the
-//! client has a pipeline id.
+//! X-Request-ID on every request, X-Pipeline-Id on every pipeline route (the
+//! handle of such a route exists only behind a pipeline id).
 //!
 //! The walk must reach every route of `grag_client::policy::ENDPOINTS`: the
 //! recorded requests are matched back to their templates and the set is
