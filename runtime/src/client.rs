@@ -310,6 +310,13 @@ impl Client {
         self.parts.plan.deadline
     }
 
+    /// Why every call of `endpoint` is refused before a byte is sent (a
+    /// keyless lane in production), if it is: a tool skips such a step with
+    /// this reason instead of counting the refusal as a fault.
+    pub fn lane_refusal(&self, endpoint: &Endpoint) -> Option<String> {
+        self.parts.plan.lane_refusal(endpoint)
+    }
+
     pub fn tenant(&self) -> &Id {
         &self.parts.plan.tenant
     }

@@ -98,15 +98,25 @@ impl Plan {
                 _ if endpoint.pipeline_id && call.pipeline.is_none() => {
                     format!("{} needs a pipeline id", endpoint.path)
                 }
-                _ if endpoint.lane == Lane::Keyless && self.production => format!(
-                    "{} is on a lane whose auth has not landed (a proxy injects the key): \
-                     refused in production",
-                    endpoint.path
-                ),
-                _ => return Ok(()),
+                _ => match self.lane_refusal(endpoint) {
+                    Some(reason) => reason,
+                    None => return Ok(()),
+                },
             }
         };
         Err(self.refused(endpoint, reason))
+    }
+
+    /// Why every call of `endpoint` is refused unsent, whatever it carries: a
+    /// keyless lane in production (its auth has not landed).
+    pub fn lane_refusal(&self, endpoint: &Endpoint) -> Option<String> {
+        (endpoint.lane == Lane::Keyless && self.production).then(|| {
+            format!(
+                "{} is on a lane whose auth has not landed (a proxy injects the key): \
+                 refused in production",
+                endpoint.path
+            )
+        })
     }
 
     /// The deadline ended a call of `endpoint` after `attempts`; `in_flight`:

@@ -292,6 +292,9 @@ const JOBS_LANE: &str = "/next/api/orchestrator/events/{id}";
 const CHAT_LANE: &str = "/next/api/chat/stream";
 
 async fn jobs_lane(grag: &Grag, options: &ProbeOptions, progress: &Progress) -> Item {
+    if let Some(why) = canary::not_run(grag, &grag_client::bff::ORCHESTRATOR_EVENTS) {
+        return not_seen(JOBS_LANE, why);
+    }
     let job = match &options.job {
         Some(job) => Ok(job.clone()),
         None => canary_job(grag, options.writes).await,
@@ -395,6 +398,9 @@ async fn canary_job(grag: &Grag, writes: bool) -> Result<JobId, String> {
 }
 
 async fn chat_lane(grag: &Grag, writes: bool, progress: &Progress) -> Item {
+    if let Some(why) = canary::not_run(grag, &grag_client::bff::CHAT_STREAM) {
+        return not_seen(CHAT_LANE, why);
+    }
     if !writes {
         return not_seen(
             CHAT_LANE,

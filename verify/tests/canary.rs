@@ -190,3 +190,79 @@ async fn read_only_the_canary_writes_nothing_and_says_what_it_skipped() {
         .count();
     assert_eq!(writes, 0, "{report}");
 }
+
+/// The operator's command in production: read from the backend's own
+/// environment, the client refuses the keyless BFF lane unsent, so the
+/// canary names the steps on it as not run, with the reason, and judges
+/// the rest (a refusal of our own would otherwise fail it as our side's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_production_the_keyless_lane_steps_are_not_run_and_the_rest_is_judged() {
+    let sim = grag_sim::testkit::start(grag_sim::testkit::sim_config(1000)).await;
+    let url = sim.url();
+    let run = |production: &'static str| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_grag-verify"))
+                .args(["canary", "--write", "--json"])
+                .env("GRAG_URL", url)
+                .env("GRAG_API_KEY", grag_sim::testkit::KEY)
+                .env("GRAG_TENANT", grag_sim::testkit::TENANT)
+                .env("GRAG_PRODUCTION", production)
+                .env_remove("GRAG_REDIS_URL")
+                .output()
+                .expect("grag-verify runs")
+        })
+    };
+    let out = run("1").await.unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    let outcome = |name: &str| {
+        let step = report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == name)
+            .unwrap_or_else(|| panic!("no {name} step: {report:#}"));
+        (
+            step["outcome"].as_str().unwrap().to_owned(),
+            step["detail"].as_str().unwrap().to_owned(),
+        )
+    };
+    for name in ["ingest", "chat"] {
+        let (outcome, detail) = outcome(name);
+        assert_eq!(outcome, "skipped", "{name}: {report:#}");
+        assert!(
+            detail.starts_with("not run: /next/api/") && detail.contains("refused in production"),
+            "{name} says why: {detail}"
+        );
+    }
+    for name in ["health", "kb", "upload", "search", "ledger"] {
+        assert_eq!(outcome(name).0, "ok", "{name}: {report:#}");
+    }
+    assert!(
+        !sim.log()
+            .entries()
+            .iter()
+            .any(|e| e.path.starts_with("/next/api/")),
+        "nothing was sent on the keyless lane"
+    );
+
+    // Outside production the same run follows the ingest and chats.
+    let out = run("0").await.unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert!(
+        report["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["outcome"] == "ok"),
+        "{report:#}"
+    );
+}

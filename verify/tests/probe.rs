@@ -137,3 +137,42 @@ fn metrics_texts_are_read_by_the_counters_name_and_label() {
     assert_eq!(count_429(&text), (4, 1));
     assert_eq!(count_429("nothing here"), (0, 0));
 }
+
+/// In production the client refuses the keyless BFF lane unsent: both
+/// buffering questions are not seen, each saying why, and nothing is sent
+/// on the lane.
+#[tokio::test]
+async fn in_production_the_lanes_are_not_seen_and_say_why() {
+    let stage = Stage::direct(sim_config(JOB)).await;
+    let config = grag_client::Config::new(
+        stage.sim.url(),
+        grag_sim::testkit::KEY,
+        grag_client::TenantId::parse(grag_sim::testkit::TENANT).unwrap(),
+    )
+    .production(true);
+    let grag = grag_client::Grag::with_policy(config, common::policy()).unwrap();
+    let report = probe::run(&grag, &writing(), &Progress::quiet()).await;
+    assert_eq!(
+        answers(&report)[1..],
+        [Answer::NotSeen, Answer::NotSeen],
+        "{report}"
+    );
+    for item in &report.items[1..] {
+        assert!(
+            item.evidence.iter().any(
+                |e| e.starts_with("not run: /next/api/") && e.contains("refused in production")
+            ),
+            "{report}"
+        );
+    }
+    assert_eq!(report.exit(), Exit::Ok, "{report}");
+    assert!(
+        !stage
+            .sim
+            .log()
+            .entries()
+            .iter()
+            .any(|e| e.path.starts_with("/next/api/")),
+        "nothing was sent on the keyless lane"
+    );
+}
