@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use base64::Engine;
-use grag_client::policy::POLICY;
+use grag_client::policy::{POLICY, stream};
 use grag_client::types::{
     ChatEvent, ChatRequest, CreateConversation, CreateKb, OrchestratorEvent, SearchRequest,
     SpendGrouping, UploadDocument,
@@ -163,14 +163,17 @@ pub(super) async fn simulated() -> Result<()> {
             progress.keepalives()
         );
     }
-    println!(
-        "   knoll_sse_fallback_total: {}",
-        live.runtime()
-            .metrics_text()
-            .lines()
-            .find(|l| l.starts_with("knoll_sse_fallback_total{"))
-            .unwrap_or("none")
-    );
+    // The series of the stream that fell back, not the first one listed.
+    if let Some(name) = POLICY.metrics.sse_fallback {
+        let stream = POLICY.streams[stream::ORCHESTRATOR].name;
+        let series = format!("{name}_total{{stream=\"{stream}\"}} ");
+        let text = live.runtime().metrics_text();
+        let line = text.lines().find(|l| l.starts_with(&series));
+        println!(
+            "   {}",
+            line.unwrap_or("no fallback series for the job stream")
+        );
+    }
 
     step(
         4,

@@ -39,9 +39,15 @@ fn main() -> ExitCode {
 /// never needs the generated crates to compile.
 fn demo() -> ExitCode {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // cargo's own progress shows: a first build takes minutes, and silence
+    // through it reads as a hang.
+    eprintln!(
+        "building and running the demo (cargo run -p grag-demo); the first build \
+         compiles the workspace, about two minutes on two cores"
+    );
     let status = Command::new(cargo)
         .current_dir(root())
-        .args(["run", "--quiet", "--package", "grag-demo"])
+        .args(["run", "--package", "grag-demo"])
         .status();
     match status {
         Ok(s) if s.success() => ExitCode::SUCCESS,
