@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use grag_client::policy::POLICY;
 use grag_client::types::{
-    ChatEvent, ChatRequest, CreateConversation, CreateKb, JobStatus, OrchestratorEvent, Point,
-    UploadDocument, UpsertPoints,
+    ChatEvent, ChatRequest, CompletionRequest, CreateConversation, CreateKb, JobStatus,
+    OrchestratorEvent, Point, UploadDocument, UpsertPoints,
 };
 use grag_client::{Config, ConversationId, DocumentId, Error, Grag, KbId, PipelineId, TenantId};
 use grag_jobs::{JobState, Jobs, Upload};
@@ -466,6 +466,59 @@ async fn a_keep_alive_timeout_nginx_announces_lowers_the_pool_idle() {
     assert_eq!(
         last.connection_requests, 1,
         "a fresh connection: {access:?}"
+    );
+}
+
+/// nginx closes an idle connection after 2 s and announces nothing; the
+/// client keeps the spec's 4 s. A completion is not idempotent: one written
+/// on a connection nginx is closing at that moment would be lost unanswered
+/// and could not be sent again. Writes go out on connections idle at most
+/// `pool_idle_floor`, so every completion sent at nginx's edge (1.990–2.000 s
+/// after the previous answer) is answered, and reaches the upstream once.
+#[tokio::test]
+async fn completions_sent_at_the_proxys_keep_alive_edge_all_arrive_exactly_once() {
+    const CLIENTS: usize = 20;
+    const ROUNDS: usize = 10;
+    let setup = Setup::unbuffered().server("keepalive_timeout 2s;");
+    let Some(p) = Proxied::start_with(sim_config(Duration::ZERO), setup, &POLICY, |c| c).await
+    else {
+        return;
+    };
+    assert_eq!(p.grag.runtime().pool_idle(), POLICY.pool_idle);
+    let completion = CompletionRequest {
+        messages: Vec::new(),
+        model: None,
+        max_tokens: Some(16),
+        temperature: None,
+    };
+    let run = PipelineId::parse("run-edge").unwrap();
+    let mut clients = tokio::task::JoinSet::new();
+    for c in 0..CLIENTS {
+        let config = Config::new(p.nginx.url(), KEY, TenantId::parse(TENANT).unwrap());
+        let grag = Grag::with_policy(config, &POLICY).expect("a client");
+        let (completion, run) = (completion.clone(), run.clone());
+        clients.spawn(async move {
+            let gateway = grag.ai_gateway(&run);
+            gateway
+                .complete(&completion)
+                .await
+                .expect("the first completion");
+            for round in 0..ROUNDS {
+                let edge = Duration::from_millis(1990 + ((c + round) % 11) as u64);
+                tokio::time::sleep(edge).await;
+                if let Err(e) = gateway.complete(&completion).await {
+                    panic!("client {c}, round {round}, {edge:?} idle: {e}");
+                }
+            }
+        });
+    }
+    while let Some(done) = clients.join_next().await {
+        done.expect("every completion at the edge was answered");
+    }
+    assert_eq!(
+        p.sim.log().count("complete"),
+        CLIENTS * (ROUNDS + 1),
+        "each completion reached the upstream exactly once"
     );
 }
 

@@ -207,8 +207,13 @@ impl Client {
         let retries = configured_retries(policy, config.retry_attempts, config.retry_backoff)?;
         let deadline = overall_deadline(policy, &retries);
         let idle = configured_idle(policy, config.pool_idle)?;
-        let pool = Pool::new(idle, policy.fresh_after, policy.keep_alive_margin)
-            .map_err(|e| ConfigError::Http(e.to_string()))?;
+        let pool = Pool::new(
+            idle,
+            policy.pool_idle_floor,
+            policy.fresh_after,
+            policy.keep_alive_margin,
+        )
+        .map_err(|e| ConfigError::Http(e.to_string()))?;
         let alerts = config
             .alerts
             .unwrap_or_else(|| Arc::new(LogAlerts::new(policy.log_lines)));

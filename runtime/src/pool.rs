@@ -19,6 +19,13 @@ const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 /// written onto a connection the server is about to reset. A server's
 /// announced `Keep-Alive: timeout=` shorter than the pool idle lowers it.
 ///
+/// A write that is not idempotent goes out on connections of its own, kept
+/// idle no longer than the policy's floor: a connection a proxy closes at
+/// the moment a request is written on it loses the request unanswered, and
+/// only an idempotent one may be sent again. hyper checks each connection's
+/// idle time when it hands it out, so no write meets a proxy's keep-alive
+/// edge above the floor.
+///
 /// A replacement is built off the async workers (building an HTTP client sets
 /// up TLS, blocking work: 112–163 ms per rebuild were seen on a worker); until it is ready, calls go out on a
 /// client that keeps no idle connection at all, built with the first one.
@@ -26,12 +33,39 @@ pub(crate) struct Pool {
     inner: Arc<Inner>,
 }
 
+/// What requests go out on: one client for any request, one for writes
+/// that are not idempotent (see [`Pool`]).
+#[derive(Clone)]
+struct Clients {
+    any: reqwest::Client,
+    writes: reqwest::Client,
+}
+
+impl Clients {
+    /// Connections kept `idle`, a write's no longer than `write_idle`.
+    fn build(idle: Duration, write_idle: Duration) -> reqwest::Result<Clients> {
+        Ok(Clients {
+            any: build(Some(idle))?,
+            writes: build(Some(idle.min(write_idle)))?,
+        })
+    }
+
+    fn unpooled(unpooled: &reqwest::Client) -> Clients {
+        Clients {
+            any: unpooled.clone(),
+            writes: unpooled.clone(),
+        }
+    }
+}
+
 struct Inner {
-    current: RwLock<reqwest::Client>,
+    current: RwLock<Clients>,
     /// Keeps no idle connection: every request on a fresh one.
     unpooled: reqwest::Client,
     /// The idle limit the next pool is built with, in ms.
     idle_ms: AtomicU64,
+    /// The longest a write's connection is kept idle.
+    write_idle: Duration,
     fresh_after: &'static [u16],
     /// How long before an announced keep-alive idle connections go.
     margin: Option<Duration>,
@@ -47,14 +81,16 @@ struct Inner {
 impl Pool {
     pub(crate) fn new(
         idle: Duration,
+        write_idle: Duration,
         fresh_after: &'static [u16],
         margin: Option<Duration>,
     ) -> reqwest::Result<Pool> {
         Ok(Pool {
             inner: Arc::new(Inner {
-                current: RwLock::new(build(Some(idle))?),
+                current: RwLock::new(Clients::build(idle, write_idle)?),
                 unpooled: build(None)?,
                 idle_ms: AtomicU64::new(millis(idle)),
+                write_idle,
                 fresh_after,
                 margin,
                 rebuilding: AtomicBool::new(false),
@@ -65,13 +101,15 @@ impl Pool {
         })
     }
 
-    /// The client to send the next request with (a handle: cloning is cheap).
-    pub(crate) fn client(&self) -> reqwest::Client {
-        self.inner
-            .current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+    /// The client to send the next request with (a handle: cloning is
+    /// cheap); `idempotent`: whether the request may be sent again.
+    pub(crate) fn client(&self, idempotent: bool) -> reqwest::Client {
+        let clients = self.inner.current.read().unwrap_or_else(|e| e.into_inner());
+        if idempotent {
+            clients.any.clone()
+        } else {
+            clients.writes.clone()
+        }
     }
 
     /// The idle limit pooled connections are kept to now.
@@ -102,7 +140,8 @@ impl Pool {
     /// needs more than the first one did), calls stay unpooled.
     fn retire(&self) {
         let inner = &self.inner;
-        *inner.current.write().unwrap_or_else(|e| e.into_inner()) = inner.unpooled.clone();
+        *inner.current.write().unwrap_or_else(|e| e.into_inner()) =
+            Clients::unpooled(&inner.unpooled);
         if inner.rebuilding.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -115,7 +154,7 @@ impl Pool {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(std::thread::current().id());
             let idle = Duration::from_millis(inner.idle_ms.load(Ordering::Relaxed));
-            if let Ok(fresh) = build(Some(idle)) {
+            if let Ok(fresh) = Clients::build(idle, inner.write_idle) {
                 *inner.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
                 inner.replaced.fetch_add(1, Ordering::Relaxed);
             }
@@ -235,7 +274,7 @@ mod tests {
     /// replacement built inline would be built here.
     #[tokio::test(flavor = "current_thread")]
     async fn a_retired_pool_is_rebuilt_off_the_async_worker() {
-        let pool = Pool::new(Duration::from_secs(4), &[500], None).unwrap();
+        let pool = Pool::new(Duration::from_secs(4), Duration::from_secs(1), &[500], None).unwrap();
         pool.answered(200, &headers(None));
         pool.answered(500, &headers(Some("close")));
         assert_eq!(pool.replaced(), 0, "nothing to retire");
@@ -252,7 +291,13 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn an_announced_keep_alive_lowers_the_idle_limit_and_never_raises_it() {
-        let pool = Pool::new(Duration::from_secs(4), &[], Some(Duration::from_secs(1))).unwrap();
+        let pool = Pool::new(
+            Duration::from_secs(4),
+            Duration::from_secs(1),
+            &[],
+            Some(Duration::from_secs(1)),
+        )
+        .unwrap();
         pool.answered(200, &keep_alive("timeout=10, max=100"));
         assert_eq!(
             pool.idle(),
@@ -278,7 +323,7 @@ mod tests {
         assert_eq!(pool.idle(), Duration::ZERO);
         assert_eq!(pool.replaced(), 2, "only a lower limit replaces the pool");
         // Not read where the policy names no margin.
-        let pool = Pool::new(Duration::from_secs(4), &[], None).unwrap();
+        let pool = Pool::new(Duration::from_secs(4), Duration::from_secs(1), &[], None).unwrap();
         pool.answered(200, &keep_alive("timeout=2"));
         assert_eq!(pool.idle(), Duration::from_secs(4));
     }

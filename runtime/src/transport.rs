@@ -30,7 +30,7 @@ impl Transport {
         let origin = &self.origin;
         let mut request = self
             .pool
-            .client()
+            .client(endpoint.idempotent)
             .request(
                 method(endpoint),
                 origin.route_url(endpoint, path, &call.query),
