@@ -71,6 +71,18 @@ fn non_probe_requests(env: &Env) -> usize {
         .count()
 }
 
+/// The probes (`health`) and canaries (`list_kbs`) in the order they
+/// arrived, with the status each was answered.
+fn probes_and_canaries(env: &Env) -> Vec<(&'static str, Option<u16>)> {
+    env.sim
+        .log()
+        .entries()
+        .iter()
+        .filter(|e| matches!(e.operation, Some("health" | "list_kbs")))
+        .map(|e| (e.operation.unwrap_or_default(), e.status))
+        .collect()
+}
+
 /// An instant the open of [`Env::open_breaker`] came after: the breaker
 /// opens on the failure of the third distinct endpoint, so after each of
 /// the three first arrived. (Not the last arrival: a retry sent before the
@@ -446,16 +458,8 @@ async fn an_unhealthy_probe_starts_the_healthy_count_again() {
         "the canary closes in the end (state {:?})",
         env.state()
     );
-    let sequence: Vec<(&str, Option<u16>)> = env
-        .sim
-        .log()
-        .entries()
-        .iter()
-        .filter(|e| matches!(e.operation, Some("health" | "list_kbs")))
-        .map(|e| (e.operation.unwrap_or_default(), e.status))
-        .collect();
     assert_eq!(
-        sequence,
+        probes_and_canaries(&env),
         [
             ("health", Some(200)),
             ("health", Some(502)),
@@ -524,12 +528,7 @@ async fn a_canary_401_reopens_and_the_next_canary_closes() {
         "the next canary closes (state {:?})",
         env.state()
     );
-    let mut sequence: Vec<(&str, Option<u16>)> = log
-        .entries()
-        .iter()
-        .filter(|e| matches!(e.operation, Some("health" | "list_kbs")))
-        .map(|e| (e.operation.unwrap_or_default(), e.status))
-        .collect();
+    let mut sequence = probes_and_canaries(&env);
     // However many probes failed while the test looked, they were one run.
     sequence.dedup_by(|later, earlier| later == earlier && later.1 == Some(502));
     assert_eq!(
