@@ -15,7 +15,7 @@ mod sqlite;
 mod store;
 
 pub use error::StoreError;
-pub use job::{Claim, Finish, Job, JobError, JobState, Lease, NewJob};
+pub use job::{Claim, Erasure, Finish, Footprint, Job, JobError, JobState, Lease, NewJob};
 pub use lock_retry::{LockRetry, lock_retry_delay};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;

@@ -6,15 +6,16 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::limits::Limit;
 use rusqlite::types::FromSql;
-use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::runtime::RuntimeFlavor;
 
 use crate::row::{
-    COLUMNS, Columns, RawRow, duplicate_yet_absent, encode_error, expiry_ms, inserted,
+    COLUMNS, Columns, RawRow, duplicate_yet_absent, expiry_ms, finish_columns, inserted,
     payload_text, to_ms,
 };
 use crate::{
-    Claim, Finish, Job, JobState, JobStore, LockRetry, NewJob, StoreError, lock_retry_delay,
+    Claim, Erasure, Finish, Footprint, Job, JobState, JobStore, Lease, LockRetry, NewJob,
+    StoreError, lock_retry_delay,
 };
 
 const SCHEMA: &str = "
@@ -144,6 +145,10 @@ impl SqliteStore {
                 reason: format!("WAL mode refused, journal mode is {mode}"),
             });
         }
+        // A forgotten job's bytes, and the content a done job drops, are overwritten with zeros
+        // instead of lingering in free pages of the file.
+        conn.pragma_update(None, "secure_delete", "ON")
+            .map_err(refused)?;
         conn.execute_batch(SCHEMA).map_err(refused)?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -300,7 +305,7 @@ fn to_i64(n: usize) -> i64 {
 #[async_trait::async_trait]
 impl JobStore for SqliteStore {
     async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError> {
-        let (payload, now) = (payload_text(&job)?, to_ms(now));
+        let (payload, now) = (payload_text(&job.key, &job.payload)?, to_ms(now));
         let (key, kind) = (job.key.clone(), job.kind.clone());
         let known = self
             .run("submit", Some(&job.key), move |conn| {
@@ -411,22 +416,16 @@ impl JobStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let job_key = key;
         let (key, owner, state) = (key.to_owned(), owner.to_owned(), finish.state().as_str());
-        let (error, not_before) = match &finish {
-            Finish::Done => (None, None),
-            Finish::Failed(e) => (Some(encode_error(e)), None),
-            Finish::Replay { error, not_before } => {
-                (Some(encode_error(error)), not_before.map(to_ms))
-            }
-        };
+        let (error, not_before, kept) = finish_columns(&finish);
         let now = to_ms(now);
         self.run("finish", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.prepare_cached(
                 "UPDATE jobs SET state = ?1, last_error = COALESCE(?2, last_error), not_before = ?3, \
-                 lease_owner = NULL, lease_until = NULL, updated_at = ?4 \
+                 lease_owner = NULL, lease_until = NULL, updated_at = ?4, payload = COALESCE(?7, payload) \
                  WHERE key = ?5 AND state = 'in_flight' AND lease_owner = ?6",
             )?
-            .execute(params![state, error, not_before, now, key, owner])?;
+            .execute(params![state, error, not_before, now, key, owner, kept])?;
             tx.commit()?;
             held(changed, &key)
         })
@@ -494,20 +493,81 @@ impl JobStore for SqliteStore {
     async fn rerun(
         &self,
         key: &str,
+        payload: &serde_json::Value,
         progress: &serde_json::Value,
         now: SystemTime,
     ) -> Result<bool, StoreError> {
         let job_key = key;
+        let payload = payload_text(key, payload)?;
         let (key, now, progress) = (key.to_owned(), to_ms(now), progress.to_string());
         self.run("rerun", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.prepare_cached(
-                "UPDATE jobs SET state = 'pending', progress = ?1, not_before = NULL, updated_at = ?2 \
+                "UPDATE jobs SET state = 'pending', payload = ?4, progress = ?1, not_before = NULL, updated_at = ?2 \
                  WHERE key = ?3 AND state = 'done'",
             )?
-            .execute(params![progress, now, key])?;
+            .execute(params![progress, now, key, payload])?;
             tx.commit()?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn forget(
+        &self,
+        key: &str,
+        owner: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Erasure, StoreError> {
+        let job_key = key;
+        let (key, owner, now) = (key.to_owned(), owner.map(str::to_owned), to_ms(now));
+        self.run("forget", Some(job_key), move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let holder: Option<(Option<String>, Option<i64>)> = tx
+                .prepare_cached("SELECT lease_owner, lease_until FROM jobs WHERE key = ?1")?
+                .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let erasure = match holder {
+                None => Erasure::Absent,
+                Some((Some(holder), Some(until)))
+                    if until >= now && owner.as_ref() != Some(&holder) =>
+                {
+                    let until = crate::row::from_ms(until).unwrap_or(std::time::UNIX_EPOCH);
+                    Erasure::Held(Lease {
+                        owner: holder,
+                        until,
+                    })
+                }
+                Some(_) => {
+                    tx.prepare_cached("DELETE FROM jobs WHERE key = ?1")?
+                        .execute([&key])?;
+                    Erasure::Erased
+                }
+            };
+            tx.commit()?;
+            Ok(erasure)
+        })
+        .await
+    }
+
+    async fn footprint(&self) -> Result<Vec<Footprint>, StoreError> {
+        self.run("footprint", None, |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT state, COUNT(*), COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM jobs \
+                 GROUP BY state ORDER BY state",
+            )?;
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let state = JobState::parse("(footprint)", &depth_col::<String>(r, 0, "state")?)?;
+                let (rows, bytes): (i64, i64) = (r.get(1)?, r.get(2)?);
+                out.push(Footprint {
+                    state,
+                    rows: u64::try_from(rows).unwrap_or(0),
+                    payload_bytes: u64::try_from(bytes).unwrap_or(0),
+                });
+            }
+            Ok(out)
         })
         .await
     }

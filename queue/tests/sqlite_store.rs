@@ -203,7 +203,17 @@ async fn every_write_is_under_the_rule_and_its_lock_lines_name_the_job() {
                 .checkpoint("a", "w", &serde_json::json!(1), LEASE, now())
                 .await,
         ),
-        ("finish", store.finish("a", "w", Finish::Done, now()).await),
+        (
+            "finish",
+            store
+                .finish(
+                    "a",
+                    "w",
+                    Finish::Done(serde_json::json!({"kept": true})),
+                    now(),
+                )
+                .await,
+        ),
     ];
     for (name, result) in results {
         assert!(
