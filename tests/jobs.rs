@@ -817,7 +817,7 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
     assert_eq!(q.env.sim.points("knoll", KB).len(), 3);
 
     // Nothing lost: a rerun reads, and makes nothing twice.
-    let again = q.jobs.rerun(&job.key).await.unwrap().unwrap();
+    let again = q.jobs.rerun(&job.key, upload(1, 3)).await.unwrap().unwrap();
     assert_eq!(again.state, JobState::Done, "{again:?}");
     assert_eq!(
         q.env.count("upload_document"),
@@ -829,7 +829,7 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
 
     assert!(q.env.sim.lose_document("knoll", KB, "doc-1"));
     assert!(q.env.sim.points("knoll", KB).is_empty());
-    let again = q.jobs.rerun(&job.key).await.unwrap().unwrap();
+    let again = q.jobs.rerun(&job.key, upload(1, 3)).await.unwrap().unwrap();
     assert_eq!(again.state, JobState::Done, "{again:?}");
     assert_eq!(
         q.env.count("upload_document"),
@@ -842,7 +842,165 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
     assert_eq!(q.env.sim.points("knoll", KB).len(), 3);
 
     // Only a done job runs again this way; an unknown key is `None`.
-    assert!(q.jobs.rerun("no-such-job").await.unwrap().is_none());
+    assert!(
+        q.jobs
+            .rerun("no-such-job", upload(1, 3))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// A done job keeps no content: a rerun takes it from Knoll again, and
+/// content that is not what the job ran (the file changed, another
+/// document) is refused before anything is sent.
+#[tokio::test]
+async fn a_rerun_with_content_other_than_the_jobs_is_refused_and_sends_nothing() {
+    let q = Queue::start().await;
+    let job = q.jobs.submit_upload(upload(1, 3)).await.unwrap();
+    assert_eq!(job.state, JobState::Done, "{job:?}");
+    let kept = q.jobs.job(&job.key).await.unwrap().unwrap().payload;
+    assert_eq!(kept["document_id"], "doc-1");
+    assert_eq!(kept["points"], 3);
+    assert!(kept.get("points").is_some_and(|p| p.is_u64()), "{kept}");
+    assert!(!kept.to_string().contains("SGFsbG8gS25vbGw="), "{kept}");
+
+    let mut changed = upload(1, 3);
+    changed.document.content_base64 = "b3RoZXI=".into();
+    let err = q.jobs.rerun(&job.key, changed).await.unwrap_err();
+    assert!(
+        matches!(&err, grag_jobs::JobsError::NotItsContent { key, reason }
+            if key == &job.key && reason.contains("SHA-256")),
+        "{err}"
+    );
+    let other = q.jobs.rerun(&job.key, upload(2, 3)).await.unwrap_err();
+    assert!(
+        other.to_string().contains("ingest:kb-jobs:doc-2"),
+        "{other}"
+    );
+    let kg = q.jobs.rerun(&job.key, batch(1)).await.unwrap_err();
+    assert!(
+        matches!(kg, grag_jobs::JobsError::NotItsContent { .. }),
+        "{kg}"
+    );
+    assert_eq!(q.state(&job.key).await, JobState::Done);
+    assert_eq!(q.env.count("upload_document"), 1, "nothing was sent");
+    assert_eq!(q.env.count("list_documents"), 0, "not even a read");
+
+    let again = q.jobs.rerun(&job.key, upload(1, 3)).await.unwrap().unwrap();
+    assert_eq!(again.state, JobState::Done, "{again:?}");
+    assert_eq!(q.env.count("list_documents"), 1, "the right content runs");
+}
+
+/// An upload of real size: `content` bytes of document, `points` chunk
+/// embeddings of 384 dimensions.
+fn sized_upload(n: usize, content: usize, points: usize) -> Upload {
+    let mut up = upload(n, 0);
+    up.document.content_base64 = format!("{n:08}").repeat(content / 8);
+    up.points = (0..points)
+        .map(|i| Point {
+            id: format!("doc-{n}-chunk-{i}"),
+            vector: (0..384).map(|d| (d + i) as f64 / 1000.0).collect(),
+            payload: None,
+        })
+        .collect();
+    up
+}
+
+/// The store keeps what it still needs: many uploads of real size done, and
+/// the payload bytes it holds are a small constant per job, not the
+/// documents and their embeddings.
+#[tokio::test]
+async fn done_uploads_leave_a_small_constant_of_payload_bytes_not_their_content() {
+    const UPLOADS: usize = 100;
+    let q = Queue::start().await;
+    let mut content_bytes = 0;
+    for n in 0..UPLOADS {
+        let up = sized_upload(n, 32 << 10, 8);
+        content_bytes += serde_json::to_vec(&up).unwrap().len();
+        let job = q.jobs.submit_upload(up).await.unwrap();
+        assert_eq!(job.state, JobState::Done, "{job:?}");
+    }
+    let store = q._db.store();
+    let footprint = sdk_queue::JobStore::footprint(&*store).await.unwrap();
+    assert_eq!(footprint.len(), 1, "{footprint:?}");
+    let done = footprint[0];
+    assert_eq!((done.state, done.rows), (JobState::Done, UPLOADS as u64));
+    let per_job = done.payload_bytes / UPLOADS as u64;
+    assert!(
+        per_job < 400,
+        "{per_job} bytes a done job, of {} bytes content",
+        content_bytes / UPLOADS
+    );
+    assert!(
+        content_bytes > 100 * done.payload_bytes as usize,
+        "{content_bytes} bytes of content, {footprint:?}"
+    );
+}
+
+/// The bytes of the store's file and its WAL, once the WAL is checkpointed.
+fn file_bytes(db: &TempDb) -> Vec<u8> {
+    let conn = rusqlite::Connection::open(&db.0).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(conn);
+    let mut bytes = std::fs::read(&db.0).unwrap();
+    if let Ok(wal) = std::fs::read(format!("{}-wal", db.0.display())) {
+        bytes.extend(wal);
+    }
+    bytes
+}
+
+fn holds(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// Erasure: a forgotten job's row is gone, and so are its bytes. SQLite
+/// runs with `secure_delete`, so neither the content a done job dropped nor
+/// a forgotten failed job's lingers in the file's free pages.
+#[tokio::test]
+async fn forgotten_and_done_content_leaves_no_trace_in_the_sqlite_file() {
+    let q = Queue::start().await;
+    let marker = |n: usize| format!("KNOLLMARKER{n}XYZ");
+    let mut done = sized_upload(1, 8 << 10, 2);
+    done.document.content_base64 = marker(1).repeat(500);
+    let done = q.jobs.submit_upload(done).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+
+    // A write the platform refuses (404: no such KB) fails and keeps its
+    // content for the UI's re-upload, until it is forgotten.
+    let mut failed = sized_upload(2, 8 << 10, 2);
+    failed.kb = KbId::parse("kb-absent").unwrap();
+    failed.document.content_base64 = marker(2).repeat(500);
+    let failed = q.jobs.submit_upload(failed).await.unwrap();
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    let bytes = file_bytes(&q._db);
+    assert!(!holds(&bytes, &marker(1)), "a done job's content is gone");
+    assert!(holds(&bytes, &marker(2)), "a failed job keeps its content");
+
+    let erased = q
+        .jobs
+        .forget_document(
+            &KbId::parse("kb-absent").unwrap(),
+            &DocumentId::parse("doc-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(erased, grag_jobs::Erasure::Erased);
+    assert_eq!(q.jobs.job(&failed.key).await.unwrap(), None);
+    assert_eq!(
+        q.jobs.forget(&failed.key).await.unwrap(),
+        grag_jobs::Erasure::Absent
+    );
+    assert_eq!(
+        q.jobs.forget(&done.key).await.unwrap(),
+        grag_jobs::Erasure::Erased
+    );
+    let bytes = file_bytes(&q._db);
+    assert!(!holds(&bytes, &marker(2)), "the forgotten content is gone");
+    assert!(!holds(&bytes, "doc-1.txt"), "the forgotten done job too");
 }
 
 /// T3 says `replay: deploy`: a 401 while no deploy is suspected is a verdict
