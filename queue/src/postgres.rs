@@ -47,6 +47,9 @@ struct Sql {
     rerun: String,
     holder: String,
     forget: String,
+    prune: String,
+    /// The advisory lock key of this schema's retention pass.
+    pruner: String,
     footprint: String,
 }
 
@@ -92,6 +95,12 @@ impl Sql {
             // The row locked, so a claim cannot take it between the look and the delete.
             holder: format!("SELECT lease_owner, lease_until FROM {t} WHERE key = $1 FOR UPDATE"),
             forget: format!("DELETE FROM {t} WHERE key = $1"),
+            prune: format!(
+                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} \
+                 WHERE (state = 'done' AND updated_at < $1) OR (state = 'failed' AND updated_at < $2) \
+                 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED)"
+            ),
+            pruner: format!("{schema}.jobs prune"),
             footprint: format!(
                 "SELECT state, COUNT(*), COALESCE(SUM(octet_length(payload)), 0)::BIGINT FROM {t} \
                  GROUP BY state ORDER BY state"
@@ -517,6 +526,35 @@ impl JobStore for PgStore {
         tx.execute(&forget, &[&key]).await.map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(Erasure::Erased)
+    }
+
+    async fn prune(
+        &self,
+        done_before: SystemTime,
+        failed_before: SystemTime,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        let db = |e| StoreError::database("prune", e);
+        let mut client = self.client("prune").await?;
+        let tx = client.transaction().await.map_err(db)?;
+        // Held to the transaction's end: at most one replica prunes a schema at a time.
+        let lock = tx
+            .query_one("SELECT pg_try_advisory_xact_lock(hashtext($1))", &[&self.sql.pruner])
+            .await
+            .map_err(db)?;
+        if !lock.try_get::<_, bool>(0).map_err(db)? {
+            return Ok(0);
+        }
+        let prune = tx.prepare_cached(&self.sql.prune).await.map_err(db)?;
+        let deleted = tx
+            .execute(
+                &prune,
+                &[&to_ms(done_before), &to_ms(failed_before), &to_i64(limit)],
+            )
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(deleted)
     }
 
     async fn footprint(&self) -> Result<Vec<Footprint>, StoreError> {

@@ -550,6 +550,26 @@ impl JobStore for SqliteStore {
         .await
     }
 
+    async fn prune(
+        &self,
+        done_before: SystemTime,
+        failed_before: SystemTime,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        let (done, failed, limit) = (to_ms(done_before), to_ms(failed_before), to_i64(limit));
+        self.run("prune", None, move |conn| {
+            let deleted = conn
+                .prepare_cached(
+                    "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs \
+                     WHERE (state = 'done' AND updated_at < ?1) OR (state = 'failed' AND updated_at < ?2) \
+                     ORDER BY seq LIMIT ?3)",
+                )?
+                .execute(params![done, failed, limit])?;
+            Ok(deleted as u64)
+        })
+        .await
+    }
+
     async fn footprint(&self) -> Result<Vec<Footprint>, StoreError> {
         self.run("footprint", None, |conn| {
             let mut stmt = conn.prepare_cached(

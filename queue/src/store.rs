@@ -75,6 +75,17 @@ pub trait JobStore: Send + Sync + 'static {
         owner: Option<&str>,
         now: SystemTime,
     ) -> Result<Erasure, StoreError>;
+    /// Delete at most `limit` jobs that ended long enough ago: `done` ones last updated before
+    /// `done_before`, `failed` ones before `failed_before` (their content kept for the UI's
+    /// re-upload until then). One short statement that skips any row a claim holds, so a
+    /// retention pass calls it in a loop of small batches and never holds a claim back. On a
+    /// shared store one replica prunes at a time: another's call deletes nothing. The number deleted.
+    async fn prune(
+        &self,
+        done_before: SystemTime,
+        failed_before: SystemTime,
+        limit: usize,
+    ) -> Result<u64, StoreError>;
     /// Rows and payload bytes per state, every state with a row.
     async fn footprint(&self) -> Result<Vec<Footprint>, StoreError>;
 }
