@@ -1141,3 +1141,40 @@ async fn a_job_still_running_when_the_grace_ends_is_handed_back_as_its_checkpoin
     tokio::time::sleep(Duration::from_millis(300)).await;
     another_replica_finishes(&q, &key).await;
 }
+
+/// Retention from the spec: a done job goes `keep_done` after it ended, a
+/// failed one (its content kept for the UI's re-upload) `keep_failed`
+/// after; the worker runs the pass every `prune_every` on its own.
+#[tokio::test]
+async fn the_retention_pass_deletes_ended_jobs_once_the_spec_lets_it() {
+    let q = Queue::start().await;
+    let done = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    let mut absent = upload(2, 1);
+    absent.kb = KbId::parse("kb-absent").unwrap();
+    let failed = q.jobs.submit_upload(absent).await.unwrap();
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+
+    let policy = q.env.grag.runtime().policy().replay.clone().unwrap();
+    assert!(policy.keep_done < policy.keep_failed, "{policy:?}");
+    let at = |ahead: Duration| q.jobs.clone().with_clock(move || SystemTime::now() + ahead);
+    let second = Duration::from_secs(1);
+    assert_eq!(at(policy.keep_done - second).prune().await.unwrap(), 0);
+    assert_eq!(at(policy.keep_done + second).prune().await.unwrap(), 1);
+    assert_eq!(q.jobs.job(&done.key).await.unwrap(), None);
+    assert_eq!(
+        q.state(&failed.key).await,
+        JobState::Failed,
+        "kept for the UI"
+    );
+
+    let worker = at(policy.keep_failed + second);
+    let run = tokio::spawn(worker.clone().work());
+    let deadline = tokio::time::Instant::now() + policy.prune_every * 20;
+    while q.jobs.job(&failed.key).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "no pass ran");
+        tokio::time::sleep(policy.prune_every / 4).await;
+    }
+    worker.shutdown(Duration::ZERO).await.unwrap();
+    run.await.unwrap();
+}

@@ -346,6 +346,10 @@ impl Scale {
             depth_metric,
             failures_metric,
             failure_alert,
+            keep_done,
+            keep_failed,
+            prune_batch,
+            prune_every,
         } = r;
         ReplayPolicy {
             budget: *budget,
@@ -358,6 +362,10 @@ impl Scale {
             depth_metric,
             failures_metric,
             failure_alert,
+            keep_done: self.of(*keep_done),
+            keep_failed: self.of(*keep_failed),
+            prune_batch: *prune_batch,
+            prune_every: self.of(*prune_every),
         }
     }
 }

@@ -539,7 +539,10 @@ impl JobStore for PgStore {
         let tx = client.transaction().await.map_err(db)?;
         // Held to the transaction's end: at most one replica prunes a schema at a time.
         let lock = tx
-            .query_one("SELECT pg_try_advisory_xact_lock(hashtext($1))", &[&self.sql.pruner])
+            .query_one(
+                "SELECT pg_try_advisory_xact_lock(hashtext($1))",
+                &[&self.sql.pruner],
+            )
             .await
             .map_err(db)?;
         if !lock.try_get::<_, bool>(0).map_err(db)? {

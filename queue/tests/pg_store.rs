@@ -169,7 +169,11 @@ async fn one_replica_prunes_at_a_time() {
         };
         store.submit(job, support::at(0)).await.unwrap();
         let lease = Duration::from_secs(30);
-        store.claim_key(key, "w", lease, support::at(0)).await.unwrap().unwrap();
+        store
+            .claim_key(key, "w", lease, support::at(0))
+            .await
+            .unwrap()
+            .unwrap();
         let kept = sdk_queue::Finish::Done(serde_json::json!({}));
         store.finish(key, "w", kept, support::at(1)).await.unwrap();
     }
@@ -182,7 +186,11 @@ async fn one_replica_prunes_at_a_time() {
     .await
     .unwrap();
     let later = support::at(10_000);
-    assert_eq!(store.prune(later, later, 10).await.unwrap(), 0, "another prunes");
+    assert_eq!(
+        store.prune(later, later, 10).await.unwrap(),
+        0,
+        "another prunes"
+    );
     assert!(store.get("a").await.unwrap().is_some());
     tx.rollback().await.unwrap();
     assert_eq!(store.prune(later, later, 10).await.unwrap(), 2);

@@ -488,7 +488,7 @@ impl Cx<'_> {
         throttle: &Throttle,
         names: &Known,
         deadline: Option<std::time::Duration>,
-    ) -> Option<Item<ReplayPolicy>> {
+    ) -> Option<(Item<ReplayPolicy>, Source)> {
         let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
         if let Some(b) = budget
             && throttle.budgets[b].max_in_flight.is_none()
@@ -533,6 +533,11 @@ impl Cx<'_> {
             "alert",
             &names.alerts,
         );
+        let keep_done = self.duration(&r.retention.done, "replay.retention.done");
+        let keep_failed = self.duration(&r.retention.failed, "replay.retention.failed");
+        let prune_batch = self.positive(&r.retention.batch, "replay.retention.batch");
+        let prune_every = self.duration(&r.retention.every, "replay.retention.every");
+        let retention = self.source(&r.retention.source, r.retention.inferred);
         let source = self.source(&r.source, r.inferred);
         let value = ReplayPolicy {
             budget: BudgetIx::new(budget? as u16),
@@ -545,12 +550,17 @@ impl Cx<'_> {
             depth_metric,
             failures_metric,
             failure_alert: leak(&r.failure_alert),
+            keep_done: keep_done?,
+            keep_failed: keep_failed?,
+            prune_batch: prune_batch as usize,
+            prune_every: prune_every?,
         };
-        Some(Item {
+        let replay = Item {
             value,
             doc: String::new(),
             source,
-        })
+        };
+        Some((replay, retention))
     }
 
     /// The fleet section: how replicas share the throttle through Redis.

@@ -1640,6 +1640,10 @@ pub static POLICY: Policy = Policy {
         depth_metric: "knoll_replay_queue_depth",
         failures_metric: "knoll_replay_failures",
         failure_alert: "replay_failures",
+        keep_done: ::std::time::Duration::from_secs(86400),
+        keep_failed: ::std::time::Duration::from_secs(604800),
+        prune_batch: 500,
+        prune_every: ::std::time::Duration::from_secs(60),
     }),
     fleet: Some(FleetPolicy {
         shared: false,

@@ -27,6 +27,7 @@ mod job;
 mod kept;
 mod kg;
 mod metrics;
+mod retention;
 mod run;
 mod settle;
 mod stop;

@@ -134,6 +134,14 @@ pub struct ReplayPolicy {
     pub failures_metric: &'static str,
     /// Raised when a job ends failed.
     pub failure_alert: &'static str,
+    /// A done job's row is deleted this long after it ended.
+    pub keep_done: Duration,
+    /// A failed job, its content kept for the UI's re-upload, is deleted this long after.
+    pub keep_failed: Duration,
+    /// Most rows one delete of a retention pass removes: short statements, no long lock.
+    pub prune_batch: usize,
+    /// How often a replica runs a retention pass.
+    pub prune_every: Duration,
 }
 
 #[cfg(feature = "bake")]
@@ -153,6 +161,10 @@ impl Bake for ReplayPolicy {
                 depth_metric,
                 failures_metric,
                 failure_alert,
+                keep_done,
+                keep_failed,
+                prune_batch,
+                prune_every,
             }
         )
     }

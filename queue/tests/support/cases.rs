@@ -906,16 +906,27 @@ pub async fn prune_deletes_ended_jobs_past_their_age_in_batches_and_spares_the_r
 ) {
     let s = h.store();
     for i in 0..5 {
-        s.submit(new_job(&format!("done-{i}"), "ingest"), at(0)).await.unwrap();
+        s.submit(new_job(&format!("done-{i}"), "ingest"), at(0))
+            .await
+            .unwrap();
     }
-    let more = ["done-late", "failed-old", "failed-late", "pending", "held", "replay"];
+    let more = [
+        "done-late",
+        "failed-old",
+        "failed-late",
+        "pending",
+        "held",
+        "replay",
+    ];
     for key in more {
         s.submit(new_job(key, "ingest"), at(0)).await.unwrap();
     }
     for i in 0..5 {
         let key = format!("done-{i}");
         s.claim_key(&key, "w", LEASE, at(0)).await.unwrap().unwrap();
-        s.finish(&key, "w", Finish::Done(json!({})), at(100)).await.unwrap();
+        s.finish(&key, "w", Finish::Done(json!({})), at(100))
+            .await
+            .unwrap();
     }
     let end = |key: &'static str, finish: Finish, ms: u64| {
         let s = s.clone();
@@ -932,7 +943,10 @@ pub async fn prune_deletes_ended_jobs_past_their_age_in_batches_and_spares_the_r
         not_before: None,
     };
     end("replay", replay, 100).await;
-    s.claim_key("held", "w", LEASE, at(0)).await.unwrap().unwrap();
+    s.claim_key("held", "w", LEASE, at(0))
+        .await
+        .unwrap()
+        .unwrap();
 
     // Done jobs older than 1 s, failed ones older than 2 s: 6 rows, 4 a batch.
     let (done_before, failed_before) = (at(1_000), at(2_000));
@@ -940,12 +954,26 @@ pub async fn prune_deletes_ended_jobs_past_their_age_in_batches_and_spares_the_r
     assert_eq!(s.prune(done_before, failed_before, 4).await.unwrap(), 2);
     assert_eq!(s.prune(done_before, failed_before, 4).await.unwrap(), 0);
     let mut left = Vec::new();
-    for key in (0..5).map(|i| format!("done-{i}")).chain(more.map(String::from)) {
+    for key in (0..5)
+        .map(|i| format!("done-{i}"))
+        .chain(more.map(String::from))
+    {
         if s.get(&key).await.unwrap().is_some() {
             left.push(key);
         }
     }
-    assert_eq!(left, ["done-late", "failed-late", "pending", "held", "replay"]);
-    assert_eq!(s.prune(at(9_000), at(1_000), 10).await.unwrap(), 1, "done-late");
-    assert_eq!(s.prune(at(9_000), at(9_000), 0).await.unwrap(), 0, "no batch, nothing");
+    assert_eq!(
+        left,
+        ["done-late", "failed-late", "pending", "held", "replay"]
+    );
+    assert_eq!(
+        s.prune(at(9_000), at(1_000), 10).await.unwrap(),
+        1,
+        "done-late"
+    );
+    assert_eq!(
+        s.prune(at(9_000), at(9_000), 0).await.unwrap(),
+        0,
+        "no batch, nothing"
+    );
 }
