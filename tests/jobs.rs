@@ -14,7 +14,7 @@ use grag_client::types::{CreateKb, Edge, Entity, Point, UploadDocument};
 use grag_client::{DocumentId, EdgeId, EntityId, KbId, WorkspaceId};
 use grag_jobs::{JobState, Jobs, KgBatch, Upload, upload_key};
 use grag_sim::{ChurnPhase, Fault, RetryAfter, Rule};
-use sdk_queue::SqliteStore;
+use sdk_queue::{JobStore, PgStore, SqliteStore};
 use sdk_runtime::breaker::CircuitState;
 
 const KB: &str = "kb-jobs";
@@ -909,20 +909,17 @@ fn sized_upload(n: usize, content: usize, points: usize) -> Upload {
 
 /// The store keeps what it still needs: many uploads of real size done, and
 /// the payload bytes it holds are a small constant per job, not the
-/// documents and their embeddings.
-#[tokio::test]
-async fn done_uploads_leave_a_small_constant_of_payload_bytes_not_their_content() {
+/// documents and their embeddings; after the retention pass, nothing.
+async fn done_uploads_keep_a_small_constant(q: &Queue, jobs: &Jobs, store: &dyn JobStore) {
     const UPLOADS: usize = 100;
-    let q = Queue::start().await;
     let mut content_bytes = 0;
     for n in 0..UPLOADS {
         let up = sized_upload(n, 32 << 10, 8);
         content_bytes += serde_json::to_vec(&up).unwrap().len();
-        let job = q.jobs.submit_upload(up).await.unwrap();
+        let job = jobs.submit_upload(up).await.unwrap();
         assert_eq!(job.state, JobState::Done, "{job:?}");
     }
-    let store = q._db.store();
-    let footprint = sdk_queue::JobStore::footprint(&*store).await.unwrap();
+    let footprint = store.footprint().await.unwrap();
     assert_eq!(footprint.len(), 1, "{footprint:?}");
     let done = footprint[0];
     assert_eq!((done.state, done.rows), (JobState::Done, UPLOADS as u64));
@@ -936,6 +933,54 @@ async fn done_uploads_leave_a_small_constant_of_payload_bytes_not_their_content(
         content_bytes > 100 * done.payload_bytes as usize,
         "{content_bytes} bytes of content, {footprint:?}"
     );
+
+    let keep = q
+        .env
+        .grag
+        .runtime()
+        .policy()
+        .replay
+        .clone()
+        .unwrap()
+        .keep_done;
+    let later = jobs
+        .clone()
+        .with_clock(move || SystemTime::now() + keep + Duration::from_secs(1));
+    assert_eq!(later.prune().await.unwrap(), UPLOADS as u64);
+    assert_eq!(store.footprint().await.unwrap(), []);
+}
+
+#[tokio::test]
+async fn done_uploads_leave_a_small_constant_of_payload_bytes_not_their_content() {
+    let q = Queue::start().await;
+    done_uploads_keep_a_small_constant(&q, &q.jobs, &*q._db.store()).await;
+}
+
+/// The same on PostgreSQL. Needs `SDK_QUEUE_PG_URL`.
+#[tokio::test]
+async fn done_uploads_leave_a_small_constant_of_payload_bytes_on_postgres_too() {
+    let Ok(url) = std::env::var("SDK_QUEUE_PG_URL") else {
+        eprintln!(
+            "PostgreSQL test skipped: set SDK_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test"
+        );
+        return;
+    };
+    let schema = format!("grag_jobs_{}", uuid::Uuid::new_v4().simple());
+    let store = Arc::new(
+        PgStore::connect(&url, &schema)
+            .await
+            .expect("PostgreSQL answers"),
+    );
+    let q = Queue::start().await;
+    let jobs = Jobs::new(q.env.grag.clone(), store.clone(), "worker-pg").unwrap();
+    done_uploads_keep_a_small_constant(&q, &jobs, &*store).await;
+    let (raw, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
 }
 
 /// The bytes of the store's file and its WAL, once the WAL is checkpointed.
