@@ -151,8 +151,39 @@ fn schema_ddl(schema: &str) -> String {
              IF to_regclass('\"{schema}\".jobs_state_seq') IS NOT NULL THEN
                  DROP INDEX \"{schema}\".jobs_state_seq;
              END IF;
-         END $$;"
+         END $$;
+         CREATE TABLE IF NOT EXISTS \"{schema}\".schema_version (version BIGINT NOT NULL);
+         INSERT INTO \"{schema}\".schema_version (version)
+             SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM \"{schema}\".schema_version);"
     )
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION), inside the connect's
+/// transaction and advisory lock: an unversioned schema (an earlier release's, version 0) is
+/// stamped, its jobs as they are; a later one refused. The `jobs` table is the same in both, so
+/// replicas of the earlier release go on working beside this one: they never read the version.
+async fn migrate(tx: &deadpool_postgres::Transaction<'_>, schema: &str) -> Result<(), String> {
+    let t = format!("\"{schema}\".schema_version");
+    let row = tx
+        .query_one(&format!("SELECT MAX(version) FROM {t}"), &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    let version: Option<i64> = row.try_get(0).map_err(|e| e.to_string())?;
+    match version.unwrap_or(0) {
+        v if v == crate::SCHEMA_VERSION => Ok(()),
+        0 => tx
+            .execute(
+                &format!("UPDATE {t} SET version = $1"),
+                &[&crate::SCHEMA_VERSION],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        v => Err(format!(
+            "schema version {v} is not one this release knows (it writes {}): written by a later release",
+            crate::SCHEMA_VERSION
+        )),
+    }
 }
 
 /// A plain identifier, so it can be spliced into SQL: lower-case letters, digits, `_`, at most 63 bytes.
@@ -211,6 +242,7 @@ impl PgStore {
         tx.batch_execute(&schema_ddl(schema))
             .await
             .map_err(|e| refused(e.to_string()))?;
+        migrate(&tx, schema).await.map_err(refused)?;
         tx.commit().await.map_err(|e| refused(e.to_string()))?;
         drop(client);
         Ok(PgStore {

@@ -132,7 +132,7 @@ impl SqliteStore {
             what: path.display().to_string(),
             reason: e.to_string(),
         };
-        let conn = Connection::open(&path).map_err(refused)?;
+        let mut conn = Connection::open(&path).map_err(refused)?;
         conn.busy_timeout(busy_timeout).map_err(refused)?;
         conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, Self::VALUE_MAX as i32)
             .map_err(refused)?;
@@ -150,6 +150,10 @@ impl SqliteStore {
         conn.pragma_update(None, "secure_delete", "ON")
             .map_err(refused)?;
         conn.execute_batch(SCHEMA).map_err(refused)?;
+        migrate(&mut conn).map_err(|reason| StoreError::Open {
+            what: path.display().to_string(),
+            reason,
+        })?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
@@ -227,6 +231,35 @@ impl Inner {
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Brings the file to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION): an unversioned file (an
+/// earlier release's) is stamped in one write transaction, its jobs as they are; a later one is
+/// refused. A current file is only read, so opening it waits for no other writer.
+fn migrate(conn: &mut Connection) -> Result<(), String> {
+    let version = |c: &Connection| -> Result<i64, String> {
+        c.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| e.to_string())
+    };
+    if version(conn)? == crate::SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| e.to_string())?;
+    match version(&tx)? {
+        v if v == crate::SCHEMA_VERSION => return Ok(()),
+        0 => tx
+            .pragma_update(None, "user_version", crate::SCHEMA_VERSION)
+            .map_err(|e| e.to_string())?,
+        v => {
+            return Err(format!(
+                "schema version {v} is not one this release knows (it writes {}): written by a later release",
+                crate::SCHEMA_VERSION
+            ));
+        }
+    }
+    tx.commit().map_err(|e| e.to_string())
 }
 
 fn is_locked(e: &rusqlite::Error) -> bool {

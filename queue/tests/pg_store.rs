@@ -199,3 +199,60 @@ async fn one_replica_prunes_at_a_time() {
         .await
         .unwrap();
 }
+
+/// A schema an earlier release made is stamped with the schema version at connect, its job
+/// kept and claimable while a replica of that release (which reads only `jobs`, the same
+/// table) works beside; a schema of a later version is refused.
+#[tokio::test]
+async fn an_unversioned_schema_is_stamped_and_a_later_one_is_refused() {
+    let Some(url) = support::pg_url() else { return };
+    let schema = support::fresh_schema("sdk_queue_version");
+    let raw = support::pg_raw(&url, &schema).await;
+    raw.batch_execute(&format!(
+        "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {EARLIER}"
+    ))
+    .await
+    .unwrap();
+    let version = || async {
+        let row = raw
+            .query_one(
+                &format!("SELECT version FROM \"{schema}\".schema_version"),
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let store = PgStore::connect(&url, &schema).await.unwrap();
+    assert_eq!(version().await, sdk_queue::SCHEMA_VERSION);
+    drop(PgStore::connect(&url, &schema).await.unwrap());
+    let rows = raw
+        .query_one(
+            &format!("SELECT COUNT(*) FROM \"{schema}\".schema_version"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.get::<_, i64>(0), 1, "one row, however many connects");
+    let job = store
+        .claim_key("waiting", "w", Duration::from_secs(30), support::at(0))
+        .await
+        .unwrap()
+        .expect("the earlier release's job is claimable");
+    assert_eq!(job.state, JobState::InFlight);
+
+    raw.batch_execute(&format!(
+        "UPDATE \"{schema}\".schema_version SET version = 99"
+    ))
+    .await
+    .unwrap();
+    match PgStore::connect(&url, &schema).await {
+        Err(StoreError::Open { reason, .. }) => {
+            assert!(reason.contains("schema version 99"), "{reason}")
+        }
+        other => panic!("a later version is refused: {:?}", other.err()),
+    }
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+}
