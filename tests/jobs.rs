@@ -1223,3 +1223,47 @@ async fn the_retention_pass_deletes_ended_jobs_once_the_spec_lets_it() {
     worker.shutdown(Duration::ZERO).await.unwrap();
     run.await.unwrap();
 }
+
+/// A file the release before the schema version wrote, with uploads still
+/// pending: opened by this release it is migrated in place and every job
+/// runs to done.
+#[tokio::test]
+async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_jobs_run_to_done() {
+    let q = Queue::start().await;
+    let db = TempDb::new();
+    let conn = rusqlite::Connection::open(&db.0).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,
+            payload TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+            progress TEXT NOT NULL, last_error TEXT, not_before INTEGER, lease_owner TEXT,
+            lease_until INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+         CREATE INDEX jobs_state_seq ON jobs (state, seq);",
+    )
+    .unwrap();
+    let keys: Vec<String> = (1..=5).map(|n| upload_key(&upload(n, 2))).collect();
+    for n in 1..=5 {
+        let payload = serde_json::to_string(&upload(n, 2)).unwrap();
+        conn.execute(
+            "INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at) \
+             VALUES (?1, 'ingest', ?2, 'pending', 0, 'null', 1, 1)",
+            rusqlite::params![keys[n - 1], payload],
+        )
+        .unwrap();
+    }
+    drop(conn);
+
+    let jobs = Jobs::new(q.env.grag.clone(), db.store(), "worker-new").unwrap();
+    assert_eq!(jobs.drain().await.unwrap(), 5);
+    for key in &keys {
+        let job = jobs.job(key).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Done, "{job:?}");
+        assert!(job.payload.get("digest").is_some(), "{}", job.payload);
+    }
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 5);
+    let conn = rusqlite::Connection::open(&db.0).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, sdk_queue::SCHEMA_VERSION);
+}
