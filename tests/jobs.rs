@@ -921,6 +921,18 @@ async fn done_uploads_keep_a_small_constant(q: &Queue, jobs: &Jobs, store: &dyn 
     }
     let footprint = store.footprint().await.unwrap();
     assert_eq!(footprint.len(), 1, "{footprint:?}");
+    let text = jobs.metrics_text().await;
+    let policy = q.env.grag.runtime().policy().replay.clone().unwrap();
+    let gauge = |name: &str| {
+        let line = format!("{name}{{state=\"done\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or_else(|| panic!("{line} in {text}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(gauge(policy.store_rows_metric), footprint[0].rows);
+    assert_eq!(gauge(policy.store_bytes_metric), footprint[0].payload_bytes);
     let done = footprint[0];
     assert_eq!((done.state, done.rows), (JobState::Done, UPLOADS as u64));
     let per_job = done.payload_bytes / UPLOADS as u64;

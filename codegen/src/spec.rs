@@ -256,6 +256,10 @@ pub struct ReplayQueue {
     pub depth_metric: Text,
     /// Counter of jobs that ended failed (without `_total`).
     pub failures_metric: Text,
+    /// Gauge of the store's rows, by state.
+    pub store_rows_metric: Text,
+    /// Gauge of the bytes of the store's payloads, by state.
+    pub store_bytes_metric: Text,
     /// Raised when a job ends failed.
     pub failure_alert: Text,
     /// How long the store keeps a job that ended.

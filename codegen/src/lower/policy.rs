@@ -527,6 +527,9 @@ impl Cx<'_> {
         let lock_step = self.duration(&r.lock_retry.step, "replay.lock_retry.step");
         let depth_metric = self.metric_name(&r.depth_metric, "replay.depth_metric");
         let failures_metric = self.metric_name(&r.failures_metric, "replay.failures_metric");
+        let store_rows_metric = self.metric_name(&r.store_rows_metric, "replay.store_rows_metric");
+        let store_bytes_metric =
+            self.metric_name(&r.store_bytes_metric, "replay.store_bytes_metric");
         self.reference(
             &r.failure_alert,
             "replay.failure_alert",
@@ -549,6 +552,8 @@ impl Cx<'_> {
             lock_step: lock_step?,
             depth_metric,
             failures_metric,
+            store_rows_metric,
+            store_bytes_metric,
             failure_alert: leak(&r.failure_alert),
             keep_done: keep_done?,
             keep_failed: keep_failed?,

@@ -297,7 +297,7 @@ impl Jobs {
     }
 
     /// The queue's metrics (§10.3) in the Prometheus text format, the
-    /// depth read from the store now.
+    /// depth and the store's rows and payload bytes read from it now.
     pub async fn metrics_text(&self) -> String {
         self.refresh_depth().await;
         self.inner.metrics.encode()
@@ -312,6 +312,9 @@ impl Jobs {
     async fn refresh_depth(&self) {
         if let Ok(depth) = self.inner.store.depth().await {
             self.inner.metrics.set_depth(&depth);
+        }
+        if let Ok(footprint) = self.inner.store.footprint().await {
+            self.inner.metrics.set_footprint(&footprint);
         }
     }
 

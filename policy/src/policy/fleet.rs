@@ -132,6 +132,11 @@ pub struct ReplayPolicy {
     pub depth_metric: &'static str,
     /// Counter of jobs that ended failed (without `_total`).
     pub failures_metric: &'static str,
+    /// Gauge of the store's rows, by state.
+    pub store_rows_metric: &'static str,
+    /// Gauge of the bytes of the store's payloads, by state: what a done job's content would
+    /// cost if it were kept.
+    pub store_bytes_metric: &'static str,
     /// Raised when a job ends failed.
     pub failure_alert: &'static str,
     /// A done job's row is deleted this long after it ended.
@@ -160,6 +165,8 @@ impl Bake for ReplayPolicy {
                 lock_step,
                 depth_metric,
                 failures_metric,
+                store_rows_metric,
+                store_bytes_metric,
                 failure_alert,
                 keep_done,
                 keep_failed,
