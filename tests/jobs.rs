@@ -1279,3 +1279,30 @@ async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_jobs_run_t
         .unwrap();
     assert_eq!(version, sdk_queue::SCHEMA_VERSION);
 }
+
+/// Erasure of a job in flight: another replica's lease is waited for, and
+/// the answer says whose; this process's worker is stopped first and the
+/// job erased, never to come back.
+#[tokio::test]
+async fn forgetting_a_running_job_stops_this_workers_run_and_waits_for_another_replicas() {
+    let (q, key, worker) = a_replay_mid_step(300).await;
+    let other = Jobs::new(q.env.grag.clone(), q._db.store(), "worker-2").unwrap();
+    match other.forget(&key).await.unwrap() {
+        grag_jobs::Erasure::Held(lease) => assert_eq!(lease.owner, "worker-1"),
+        erased => panic!("another replica's job is waited for: {erased:?}"),
+    }
+    assert_eq!(q.state(&key).await, JobState::InFlight);
+
+    assert_eq!(
+        q.jobs.forget(&key).await.unwrap(),
+        grag_jobs::Erasure::Erased
+    );
+    assert_eq!(q.jobs.job(&key).await.unwrap(), None);
+    // Past the step it was in: the erased job does not come back, and no
+    // later step is sent for it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(q.jobs.job(&key).await.unwrap(), None);
+    assert_eq!(q.env.count("convert"), 0, "its next step never ran");
+    q.jobs.shutdown(Duration::ZERO).await.unwrap();
+    worker.await.unwrap();
+}
