@@ -171,6 +171,23 @@ fn the_replay_queue_keeps_the_core_documents_lock_rule() {
 }
 
 #[test]
+fn the_job_stores_retention_is_the_specs_own_numbers() {
+    // The policy names no retention (§1.4 only says Knoll's state is the
+    // source of truth): ours, River's defaults (completed 24 h, discarded 7 d).
+    let replay = GRAG.replay.as_ref().expect("§5.3 replay queue");
+    let hours = |h: u64| std::time::Duration::from_secs(h * 3600);
+    assert_eq!(replay.keep_done, hours(24));
+    assert_eq!(replay.keep_failed, hours(24 * 7));
+    assert_eq!(replay.prune_batch, 500);
+    assert_eq!(replay.prune_every, std::time::Duration::from_secs(60));
+    let md = include_str!("../generated/grag-client/POLICY.md");
+    assert!(
+        md.contains("Retention (§1.4; ours") && md.contains("(inferred)): a done job"),
+        "POLICY.md marks the retention numbers as ours"
+    );
+}
+
+#[test]
 fn the_replay_column_keeps_the_documents_queue_rules() {
     let replay = |row: &str| {
         GRAG.taxonomy

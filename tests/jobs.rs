@@ -14,7 +14,7 @@ use grag_client::types::{CreateKb, Edge, Entity, Point, UploadDocument};
 use grag_client::{DocumentId, EdgeId, EntityId, KbId, WorkspaceId};
 use grag_jobs::{JobState, Jobs, KgBatch, Upload, upload_key};
 use grag_sim::{ChurnPhase, Fault, RetryAfter, Rule};
-use sdk_queue::SqliteStore;
+use sdk_queue::{JobStore, PgStore, SqliteStore};
 use sdk_runtime::breaker::CircuitState;
 
 const KB: &str = "kb-jobs";
@@ -817,7 +817,7 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
     assert_eq!(q.env.sim.points("knoll", KB).len(), 3);
 
     // Nothing lost: a rerun reads, and makes nothing twice.
-    let again = q.jobs.rerun(&job.key).await.unwrap().unwrap();
+    let again = q.jobs.rerun(&job.key, upload(1, 3)).await.unwrap().unwrap();
     assert_eq!(again.state, JobState::Done, "{again:?}");
     assert_eq!(
         q.env.count("upload_document"),
@@ -829,7 +829,7 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
 
     assert!(q.env.sim.lose_document("knoll", KB, "doc-1"));
     assert!(q.env.sim.points("knoll", KB).is_empty());
-    let again = q.jobs.rerun(&job.key).await.unwrap().unwrap();
+    let again = q.jobs.rerun(&job.key, upload(1, 3)).await.unwrap().unwrap();
     assert_eq!(again.state, JobState::Done, "{again:?}");
     assert_eq!(
         q.env.count("upload_document"),
@@ -842,7 +842,222 @@ async fn a_done_job_whose_document_was_lost_runs_again_without_a_second_copy() {
     assert_eq!(q.env.sim.points("knoll", KB).len(), 3);
 
     // Only a done job runs again this way; an unknown key is `None`.
-    assert!(q.jobs.rerun("no-such-job").await.unwrap().is_none());
+    assert!(
+        q.jobs
+            .rerun("no-such-job", upload(1, 3))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// A done job keeps no content: a rerun takes it from Knoll again, and
+/// content that is not what the job ran (the file changed, another
+/// document) is refused before anything is sent.
+#[tokio::test]
+async fn a_rerun_with_content_other_than_the_jobs_is_refused_and_sends_nothing() {
+    let q = Queue::start().await;
+    let job = q.jobs.submit_upload(upload(1, 3)).await.unwrap();
+    assert_eq!(job.state, JobState::Done, "{job:?}");
+    let kept = q.jobs.job(&job.key).await.unwrap().unwrap().payload;
+    assert_eq!(kept["document_id"], "doc-1");
+    assert_eq!(kept["points"], 3);
+    assert!(kept.get("points").is_some_and(|p| p.is_u64()), "{kept}");
+    assert!(!kept.to_string().contains("SGFsbG8gS25vbGw="), "{kept}");
+
+    let mut changed = upload(1, 3);
+    changed.document.content_base64 = "b3RoZXI=".into();
+    let err = q.jobs.rerun(&job.key, changed).await.unwrap_err();
+    assert!(
+        matches!(&err, grag_jobs::JobsError::NotItsContent { key, reason }
+            if key == &job.key && reason.contains("SHA-256")),
+        "{err}"
+    );
+    let other = q.jobs.rerun(&job.key, upload(2, 3)).await.unwrap_err();
+    assert!(
+        other.to_string().contains("ingest:kb-jobs:doc-2"),
+        "{other}"
+    );
+    let kg = q.jobs.rerun(&job.key, batch(1)).await.unwrap_err();
+    assert!(
+        matches!(kg, grag_jobs::JobsError::NotItsContent { .. }),
+        "{kg}"
+    );
+    assert_eq!(q.state(&job.key).await, JobState::Done);
+    assert_eq!(q.env.count("upload_document"), 1, "nothing was sent");
+    assert_eq!(q.env.count("list_documents"), 0, "not even a read");
+
+    let again = q.jobs.rerun(&job.key, upload(1, 3)).await.unwrap().unwrap();
+    assert_eq!(again.state, JobState::Done, "{again:?}");
+    assert_eq!(q.env.count("list_documents"), 1, "the right content runs");
+}
+
+/// An upload of real size: `content` bytes of document, `points` chunk
+/// embeddings of 384 dimensions.
+fn sized_upload(n: usize, content: usize, points: usize) -> Upload {
+    let mut up = upload(n, 0);
+    up.document.content_base64 = format!("{n:08}").repeat(content / 8);
+    up.points = (0..points)
+        .map(|i| Point {
+            id: format!("doc-{n}-chunk-{i}"),
+            vector: (0..384).map(|d| (d + i) as f64 / 1000.0).collect(),
+            payload: None,
+        })
+        .collect();
+    up
+}
+
+/// The store keeps what it still needs: many uploads of real size done, and
+/// the payload bytes it holds are a small constant per job, not the
+/// documents and their embeddings; after the retention pass, nothing.
+async fn done_uploads_keep_a_small_constant(q: &Queue, jobs: &Jobs, store: &dyn JobStore) {
+    const UPLOADS: usize = 100;
+    let mut content_bytes = 0;
+    for n in 0..UPLOADS {
+        let up = sized_upload(n, 32 << 10, 8);
+        content_bytes += serde_json::to_vec(&up).unwrap().len();
+        let job = jobs.submit_upload(up).await.unwrap();
+        assert_eq!(job.state, JobState::Done, "{job:?}");
+    }
+    let footprint = store.footprint().await.unwrap();
+    assert_eq!(footprint.len(), 1, "{footprint:?}");
+    let text = jobs.metrics_text().await;
+    let policy = q.env.grag.runtime().policy().replay.clone().unwrap();
+    let gauge = |name: &str| {
+        let line = format!("{name}{{state=\"done\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&line))
+            .unwrap_or_else(|| panic!("{line} in {text}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert_eq!(gauge(policy.store_rows_metric), footprint[0].rows);
+    assert_eq!(gauge(policy.store_bytes_metric), footprint[0].payload_bytes);
+    let done = footprint[0];
+    assert_eq!((done.state, done.rows), (JobState::Done, UPLOADS as u64));
+    let per_job = done.payload_bytes / UPLOADS as u64;
+    assert!(
+        per_job < 400,
+        "{per_job} bytes a done job, of {} bytes content",
+        content_bytes / UPLOADS
+    );
+    assert!(
+        content_bytes > 100 * done.payload_bytes as usize,
+        "{content_bytes} bytes of content, {footprint:?}"
+    );
+
+    let keep = q
+        .env
+        .grag
+        .runtime()
+        .policy()
+        .replay
+        .clone()
+        .unwrap()
+        .keep_done;
+    let later = jobs
+        .clone()
+        .with_clock(move || SystemTime::now() + keep + Duration::from_secs(1));
+    assert_eq!(later.prune().await.unwrap(), UPLOADS as u64);
+    assert_eq!(store.footprint().await.unwrap(), []);
+}
+
+#[tokio::test]
+async fn done_uploads_leave_a_small_constant_of_payload_bytes_not_their_content() {
+    let q = Queue::start().await;
+    done_uploads_keep_a_small_constant(&q, &q.jobs, &*q._db.store()).await;
+}
+
+/// The same on PostgreSQL. Needs `SDK_QUEUE_PG_URL`.
+#[tokio::test]
+async fn done_uploads_leave_a_small_constant_of_payload_bytes_on_postgres_too() {
+    let Ok(url) = std::env::var("SDK_QUEUE_PG_URL") else {
+        eprintln!(
+            "PostgreSQL test skipped: set SDK_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test"
+        );
+        return;
+    };
+    let schema = format!("grag_jobs_{}", uuid::Uuid::new_v4().simple());
+    let store = Arc::new(
+        PgStore::connect(&url, &schema)
+            .await
+            .expect("PostgreSQL answers"),
+    );
+    let q = Queue::start().await;
+    let jobs = Jobs::new(q.env.grag.clone(), store.clone(), "worker-pg").unwrap();
+    done_uploads_keep_a_small_constant(&q, &jobs, &*store).await;
+    let (raw, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+}
+
+/// The bytes of the store's file and its WAL, once the WAL is checkpointed.
+fn file_bytes(db: &TempDb) -> Vec<u8> {
+    let conn = rusqlite::Connection::open(&db.0).unwrap();
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(conn);
+    let mut bytes = std::fs::read(&db.0).unwrap();
+    if let Ok(wal) = std::fs::read(format!("{}-wal", db.0.display())) {
+        bytes.extend(wal);
+    }
+    bytes
+}
+
+fn holds(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// Erasure: a forgotten job's row is gone, and so are its bytes. SQLite
+/// runs with `secure_delete`, so neither the content a done job dropped nor
+/// a forgotten failed job's lingers in the file's free pages.
+#[tokio::test]
+async fn forgotten_and_done_content_leaves_no_trace_in_the_sqlite_file() {
+    let q = Queue::start().await;
+    let marker = |n: usize| format!("KNOLLMARKER{n}XYZ");
+    let mut done = sized_upload(1, 8 << 10, 2);
+    done.document.content_base64 = marker(1).repeat(500);
+    let done = q.jobs.submit_upload(done).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+
+    // A write the platform refuses (404: no such KB) fails and keeps its
+    // content for the UI's re-upload, until it is forgotten.
+    let mut failed = sized_upload(2, 8 << 10, 2);
+    failed.kb = KbId::parse("kb-absent").unwrap();
+    failed.document.content_base64 = marker(2).repeat(500);
+    let failed = q.jobs.submit_upload(failed).await.unwrap();
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+    let bytes = file_bytes(&q._db);
+    assert!(!holds(&bytes, &marker(1)), "a done job's content is gone");
+    assert!(holds(&bytes, &marker(2)), "a failed job keeps its content");
+
+    let erased = q
+        .jobs
+        .forget_document(
+            &KbId::parse("kb-absent").unwrap(),
+            &DocumentId::parse("doc-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(erased, grag_jobs::Erasure::Erased);
+    assert_eq!(q.jobs.job(&failed.key).await.unwrap(), None);
+    assert_eq!(
+        q.jobs.forget(&failed.key).await.unwrap(),
+        grag_jobs::Erasure::Absent
+    );
+    assert_eq!(
+        q.jobs.forget(&done.key).await.unwrap(),
+        grag_jobs::Erasure::Erased
+    );
+    let bytes = file_bytes(&q._db);
+    assert!(!holds(&bytes, &marker(2)), "the forgotten content is gone");
+    assert!(!holds(&bytes, "doc-1.txt"), "the forgotten done job too");
 }
 
 /// T3 says `replay: deploy`: a 401 while no deploy is suspected is a verdict
@@ -982,4 +1197,112 @@ async fn a_job_still_running_when_the_grace_ends_is_handed_back_as_its_checkpoin
     // and sends it again only if it never landed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     another_replica_finishes(&q, &key).await;
+}
+
+/// Retention from the spec: a done job goes `keep_done` after it ended, a
+/// failed one (its content kept for the UI's re-upload) `keep_failed`
+/// after; the worker runs the pass every `prune_every` on its own.
+#[tokio::test]
+async fn the_retention_pass_deletes_ended_jobs_once_the_spec_lets_it() {
+    let q = Queue::start().await;
+    let done = q.jobs.submit_upload(upload(1, 1)).await.unwrap();
+    assert_eq!(done.state, JobState::Done, "{done:?}");
+    let mut absent = upload(2, 1);
+    absent.kb = KbId::parse("kb-absent").unwrap();
+    let failed = q.jobs.submit_upload(absent).await.unwrap();
+    assert_eq!(failed.state, JobState::Failed, "{failed:?}");
+
+    let policy = q.env.grag.runtime().policy().replay.clone().unwrap();
+    assert!(policy.keep_done < policy.keep_failed, "{policy:?}");
+    let at = |ahead: Duration| q.jobs.clone().with_clock(move || SystemTime::now() + ahead);
+    let second = Duration::from_secs(1);
+    assert_eq!(at(policy.keep_done - second).prune().await.unwrap(), 0);
+    assert_eq!(at(policy.keep_done + second).prune().await.unwrap(), 1);
+    assert_eq!(q.jobs.job(&done.key).await.unwrap(), None);
+    assert_eq!(
+        q.state(&failed.key).await,
+        JobState::Failed,
+        "kept for the UI"
+    );
+
+    let worker = at(policy.keep_failed + second);
+    let run = tokio::spawn(worker.clone().work());
+    let deadline = tokio::time::Instant::now() + policy.prune_every * 20;
+    while q.jobs.job(&failed.key).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "no pass ran");
+        tokio::time::sleep(policy.prune_every / 4).await;
+    }
+    worker.shutdown(Duration::ZERO).await.unwrap();
+    run.await.unwrap();
+}
+
+/// A file the release before the schema version wrote, with uploads still
+/// pending: opened by this release it is migrated in place and every job
+/// runs to done.
+#[tokio::test]
+async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_jobs_run_to_done() {
+    let q = Queue::start().await;
+    let db = TempDb::new();
+    let conn = rusqlite::Connection::open(&db.0).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,
+            payload TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+            progress TEXT NOT NULL, last_error TEXT, not_before INTEGER, lease_owner TEXT,
+            lease_until INTEGER, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+         CREATE INDEX jobs_state_seq ON jobs (state, seq);",
+    )
+    .unwrap();
+    let keys: Vec<String> = (1..=5).map(|n| upload_key(&upload(n, 2))).collect();
+    for n in 1..=5 {
+        let payload = serde_json::to_string(&upload(n, 2)).unwrap();
+        conn.execute(
+            "INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at) \
+             VALUES (?1, 'ingest', ?2, 'pending', 0, 'null', 1, 1)",
+            rusqlite::params![keys[n - 1], payload],
+        )
+        .unwrap();
+    }
+    drop(conn);
+
+    let jobs = Jobs::new(q.env.grag.clone(), db.store(), "worker-new").unwrap();
+    assert_eq!(jobs.drain().await.unwrap(), 5);
+    for key in &keys {
+        let job = jobs.job(key).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Done, "{job:?}");
+        assert!(job.payload.get("digest").is_some(), "{}", job.payload);
+    }
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 5);
+    let conn = rusqlite::Connection::open(&db.0).unwrap();
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, sdk_queue::SCHEMA_VERSION);
+}
+
+/// Erasure of a job in flight: another replica's lease is waited for, and
+/// the answer says whose; this process's worker is stopped first and the
+/// job erased, never to come back.
+#[tokio::test]
+async fn forgetting_a_running_job_stops_this_workers_run_and_waits_for_another_replicas() {
+    let (q, key, worker) = a_replay_mid_step(300).await;
+    let other = Jobs::new(q.env.grag.clone(), q._db.store(), "worker-2").unwrap();
+    match other.forget(&key).await.unwrap() {
+        grag_jobs::Erasure::Held(lease) => assert_eq!(lease.owner, "worker-1"),
+        erased => panic!("another replica's job is waited for: {erased:?}"),
+    }
+    assert_eq!(q.state(&key).await, JobState::InFlight);
+
+    assert_eq!(
+        q.jobs.forget(&key).await.unwrap(),
+        grag_jobs::Erasure::Erased
+    );
+    assert_eq!(q.jobs.job(&key).await.unwrap(), None);
+    // Past the step it was in: the erased job does not come back, and no
+    // later step is sent for it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(q.jobs.job(&key).await.unwrap(), None);
+    assert_eq!(q.env.count("convert"), 0, "its next step never ran");
+    q.jobs.shutdown(Duration::ZERO).await.unwrap();
+    worker.await.unwrap();
 }

@@ -55,7 +55,12 @@ async fn through_store(store: &dyn JobStore, n: usize) {
             .expect("claim");
         assert!(claimed.is_some(), "the job just submitted is claimed");
         store
-            .finish(&key, "bench", Finish::Done, now)
+            .finish(
+                &key,
+                "bench",
+                Finish::Done(serde_json::json!({"kept": true})),
+                now,
+            )
             .await
             .expect("finish");
     }

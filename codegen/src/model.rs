@@ -95,6 +95,8 @@ pub struct Model {
     pub fresh_after: Vec<u16>,
     /// `None`: the API's writes are not queued for replay.
     pub replay: Option<Item<ReplayPolicy>>,
+    /// Where the replay queue's retention numbers come from.
+    pub retention_source: Option<Source>,
     /// `None`: no fleet section (every replica on its own).
     pub fleet: Option<Item<FleetPolicy>>,
     pub metrics: MetricNames,

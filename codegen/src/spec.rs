@@ -256,8 +256,31 @@ pub struct ReplayQueue {
     pub depth_metric: Text,
     /// Counter of jobs that ended failed (without `_total`).
     pub failures_metric: Text,
+    /// Gauge of the store's rows, by state.
+    pub store_rows_metric: Text,
+    /// Gauge of the bytes of the store's payloads, by state.
+    pub store_bytes_metric: Text,
     /// Raised when a job ends failed.
     pub failure_alert: Text,
+    /// How long the store keeps a job that ended.
+    pub retention: Retention,
+    pub source: Text,
+    #[serde(default)]
+    pub inferred: bool,
+}
+
+/// How long a store keeps ended jobs, and how it deletes them.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    /// A done job's row is deleted this long after it ended.
+    pub done: Duration,
+    /// A failed job (its content kept for the UI's re-upload) is deleted this long after.
+    pub failed: Duration,
+    /// Most rows one delete statement removes.
+    pub batch: Spanned<u32>,
+    /// How often a replica runs a retention pass.
+    pub every: Duration,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

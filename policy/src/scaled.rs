@@ -345,7 +345,13 @@ impl Scale {
             lock_step,
             depth_metric,
             failures_metric,
+            store_rows_metric,
+            store_bytes_metric,
             failure_alert,
+            keep_done,
+            keep_failed,
+            prune_batch,
+            prune_every,
         } = r;
         ReplayPolicy {
             budget: *budget,
@@ -357,7 +363,13 @@ impl Scale {
             lock_step: self.of(*lock_step),
             depth_metric,
             failures_metric,
+            store_rows_metric,
+            store_bytes_metric,
             failure_alert,
+            keep_done: self.of(*keep_done),
+            keep_failed: self.of(*keep_failed),
+            prune_batch: *prune_batch,
+            prune_every: self.of(*prune_every),
         }
     }
 }

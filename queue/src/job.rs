@@ -151,7 +151,9 @@ pub struct Job {
 /// How a claim ends.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Finish {
-    Done,
+    /// It took effect: the payload is replaced by this one, what identifies the job without its
+    /// content (the caller's source of truth holds that; a rerun brings it back).
+    Done(serde_json::Value),
     /// Given up: the error stays on the job.
     Failed(JobError),
     /// Run again later, not before `not_before` (at once when `None`).
@@ -165,11 +167,32 @@ impl Finish {
     /// The state a job ends in.
     pub fn state(&self) -> JobState {
         match self {
-            Finish::Done => JobState::Done,
+            Finish::Done(_) => JobState::Done,
             Finish::Failed(_) => JobState::Failed,
             Finish::Replay { .. } => JobState::PendingReplay,
         }
     }
+}
+
+/// What [`JobStore::forget`](crate::JobStore::forget) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Erasure {
+    /// The row and its content are gone.
+    Erased,
+    /// No job has the key.
+    Absent,
+    /// Another owner holds it under a lease that has not run out: nothing was deleted, since
+    /// that worker would write its checkpoint to a row that no longer exists. Stop it, or
+    /// forget again once the lease ends.
+    Held(Lease),
+}
+
+/// Rows and stored payload bytes of the jobs in one state: what the store costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    pub state: JobState,
+    pub rows: u64,
+    pub payload_bytes: u64,
 }
 
 /// A worker's request for work.

@@ -12,10 +12,12 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use crate::row::{
-    COLUMNS, Columns, RawRow, duplicate_yet_absent, encode_error, expiry_ms, inserted,
+    COLUMNS, Columns, RawRow, duplicate_yet_absent, expiry_ms, finish_columns, inserted,
     payload_text, to_ms,
 };
-use crate::{Claim, Finish, Job, JobState, JobStore, NewJob, StoreError};
+use crate::{
+    Claim, Erasure, Finish, Footprint, Job, JobState, JobStore, Lease, NewJob, StoreError,
+};
 
 /// Eligible to claim at `$3` (now, ms): see [`JobStore`].
 const ELIGIBLE: &str = "((state IN ('pending', 'pending_replay') AND (not_before IS NULL OR not_before <= $3)) \
@@ -43,6 +45,12 @@ struct Sql {
     depth: String,
     requeue: String,
     rerun: String,
+    holder: String,
+    forget: String,
+    prune: String,
+    /// The advisory lock key of this schema's retention pass.
+    pruner: String,
+    footprint: String,
 }
 
 impl Sql {
@@ -72,7 +80,7 @@ impl Sql {
             ),
             finish: format!(
                 "UPDATE {t} SET state = $1, last_error = COALESCE($2, last_error), not_before = $3, \
-                 lease_owner = NULL, lease_until = NULL, updated_at = $4 \
+                 lease_owner = NULL, lease_until = NULL, updated_at = $4, payload = COALESCE($7, payload) \
                  WHERE key = $5 AND state = 'in_flight' AND lease_owner = $6"
             ),
             list: format!("SELECT {COLUMNS} FROM {t} WHERE state = $1 ORDER BY seq LIMIT $2"),
@@ -81,8 +89,21 @@ impl Sql {
                  WHERE key = $2 AND state = 'failed'"
             ),
             rerun: format!(
-                "UPDATE {t} SET state = 'pending', progress = $1, not_before = NULL, updated_at = $2 \
+                "UPDATE {t} SET state = 'pending', payload = $4, progress = $1, not_before = NULL, updated_at = $2 \
                  WHERE key = $3 AND state = 'done'"
+            ),
+            // The row locked, so a claim cannot take it between the look and the delete.
+            holder: format!("SELECT lease_owner, lease_until FROM {t} WHERE key = $1 FOR UPDATE"),
+            forget: format!("DELETE FROM {t} WHERE key = $1"),
+            prune: format!(
+                "DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} \
+                 WHERE (state = 'done' AND updated_at < $1) OR (state = 'failed' AND updated_at < $2) \
+                 ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED)"
+            ),
+            pruner: format!("{schema}.jobs prune"),
+            footprint: format!(
+                "SELECT state, COUNT(*), COALESCE(SUM(octet_length(payload)), 0)::BIGINT FROM {t} \
+                 GROUP BY state ORDER BY state"
             ),
             depth: format!(
                 "SELECT kind, state, COUNT(*) FROM {t} WHERE state <> 'done' GROUP BY kind, state ORDER BY kind, state"
@@ -130,8 +151,39 @@ fn schema_ddl(schema: &str) -> String {
              IF to_regclass('\"{schema}\".jobs_state_seq') IS NOT NULL THEN
                  DROP INDEX \"{schema}\".jobs_state_seq;
              END IF;
-         END $$;"
+         END $$;
+         CREATE TABLE IF NOT EXISTS \"{schema}\".schema_version (version BIGINT NOT NULL);
+         INSERT INTO \"{schema}\".schema_version (version)
+             SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM \"{schema}\".schema_version);"
     )
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION), inside the connect's
+/// transaction and advisory lock: an unversioned schema (an earlier release's, version 0) is
+/// stamped, its jobs as they are; a later one refused. The `jobs` table is the same in both, so
+/// replicas of the earlier release go on working beside this one: they never read the version.
+async fn migrate(tx: &deadpool_postgres::Transaction<'_>, schema: &str) -> Result<(), String> {
+    let t = format!("\"{schema}\".schema_version");
+    let row = tx
+        .query_one(&format!("SELECT MAX(version) FROM {t}"), &[])
+        .await
+        .map_err(|e| e.to_string())?;
+    let version: Option<i64> = row.try_get(0).map_err(|e| e.to_string())?;
+    match version.unwrap_or(0) {
+        v if v == crate::SCHEMA_VERSION => Ok(()),
+        0 => tx
+            .execute(
+                &format!("UPDATE {t} SET version = $1"),
+                &[&crate::SCHEMA_VERSION],
+            )
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        v => Err(format!(
+            "schema version {v} is not one this release knows (it writes {}): written by a later release",
+            crate::SCHEMA_VERSION
+        )),
+    }
 }
 
 /// A plain identifier, so it can be spliced into SQL: lower-case letters, digits, `_`, at most 63 bytes.
@@ -190,6 +242,7 @@ impl PgStore {
         tx.batch_execute(&schema_ddl(schema))
             .await
             .map_err(|e| refused(e.to_string()))?;
+        migrate(&tx, schema).await.map_err(refused)?;
         tx.commit().await.map_err(|e| refused(e.to_string()))?;
         drop(client);
         Ok(PgStore {
@@ -313,7 +366,7 @@ fn to_i64(n: usize) -> i64 {
 impl JobStore for PgStore {
     async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError> {
         let db = |e| StoreError::database("submit", e);
-        let (payload, now) = (payload_text(&job)?, to_ms(now));
+        let (payload, now) = (payload_text(&job.key, &job.payload)?, to_ms(now));
         let client = self.client("submit").await?;
         let stmt = client.prepare_cached(&self.sql.insert).await.map_err(db)?;
         let row = client
@@ -392,19 +445,13 @@ impl JobStore for PgStore {
         now: SystemTime,
     ) -> Result<(), StoreError> {
         let state = finish.state().as_str();
-        let (error, not_before) = match &finish {
-            Finish::Done => (None, None),
-            Finish::Failed(e) => (Some(encode_error(e)), None),
-            Finish::Replay { error, not_before } => {
-                (Some(encode_error(error)), not_before.map(to_ms))
-            }
-        };
+        let (error, not_before, kept) = finish_columns(&finish);
         let now = to_ms(now);
         self.guarded(
             "finish",
             key,
             &self.sql.finish,
-            &[&state, &error, &not_before, &now, &key, &owner],
+            &[&state, &error, &not_before, &now, &key, &owner, &kept],
         )
         .await
     }
@@ -465,18 +512,107 @@ impl JobStore for PgStore {
     async fn rerun(
         &self,
         key: &str,
+        payload: &serde_json::Value,
         progress: &serde_json::Value,
         now: SystemTime,
     ) -> Result<bool, StoreError> {
         let db = |e| StoreError::database("rerun", e);
+        let payload = payload_text(key, payload)?;
         let client = self.client("rerun").await?;
         let stmt = client.prepare_cached(&self.sql.rerun).await.map_err(db)?;
         let progress = progress.to_string();
         let changed = client
-            .execute(&stmt, &[&progress, &to_ms(now), &key])
+            .execute(&stmt, &[&progress, &to_ms(now), &key, &payload])
             .await
             .map_err(db)?;
         Ok(changed == 1)
+    }
+
+    async fn forget(
+        &self,
+        key: &str,
+        owner: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Erasure, StoreError> {
+        let db = |e| StoreError::database("forget", e);
+        let mut client = self.client("forget").await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let holder = tx.prepare_cached(&self.sql.holder).await.map_err(db)?;
+        let row = tx.query_opt(&holder, &[&key]).await.map_err(db)?;
+        let Some(row) = row else {
+            return Ok(Erasure::Absent);
+        };
+        let lease: (Option<String>, Option<i64>) =
+            (row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?);
+        if let (Some(holder), Some(until)) = lease
+            && until >= to_ms(now)
+            && owner != Some(holder.as_str())
+        {
+            let until = crate::row::from_ms(until).unwrap_or(std::time::UNIX_EPOCH);
+            return Ok(Erasure::Held(Lease {
+                owner: holder,
+                until,
+            }));
+        }
+        let forget = tx.prepare_cached(&self.sql.forget).await.map_err(db)?;
+        tx.execute(&forget, &[&key]).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(Erasure::Erased)
+    }
+
+    async fn prune(
+        &self,
+        done_before: SystemTime,
+        failed_before: SystemTime,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        let db = |e| StoreError::database("prune", e);
+        let mut client = self.client("prune").await?;
+        let tx = client.transaction().await.map_err(db)?;
+        // Held to the transaction's end: at most one replica prunes a schema at a time.
+        let lock = tx
+            .query_one(
+                "SELECT pg_try_advisory_xact_lock(hashtext($1))",
+                &[&self.sql.pruner],
+            )
+            .await
+            .map_err(db)?;
+        if !lock.try_get::<_, bool>(0).map_err(db)? {
+            return Ok(0);
+        }
+        let prune = tx.prepare_cached(&self.sql.prune).await.map_err(db)?;
+        let deleted = tx
+            .execute(
+                &prune,
+                &[&to_ms(done_before), &to_ms(failed_before), &to_i64(limit)],
+            )
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(deleted)
+    }
+
+    async fn footprint(&self) -> Result<Vec<Footprint>, StoreError> {
+        let db = |e| StoreError::database("footprint", e);
+        let client = self.client("footprint").await?;
+        let stmt = client
+            .prepare_cached(&self.sql.footprint)
+            .await
+            .map_err(db)?;
+        let mut out = Vec::new();
+        for r in client.query(&stmt, &[]).await.map_err(db)? {
+            let (state, rows, bytes): (String, i64, i64) = (
+                r.try_get(0).map_err(db)?,
+                r.try_get(1).map_err(db)?,
+                r.try_get(2).map_err(db)?,
+            );
+            out.push(Footprint {
+                state: JobState::parse("(footprint)", &state)?,
+                rows: u64::try_from(rows).unwrap_or(0),
+                payload_bytes: u64::try_from(bytes).unwrap_or(0),
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Job, JobError, JobState, Lease, NewJob, StoreError};
+use crate::{Finish, Job, JobError, JobState, Lease, NewJob, StoreError};
 
 /// The columns every `SELECT` and `RETURNING` lists, in [`RawRow`] order.
 pub(crate) const COLUMNS: &str = "key, seq, kind, payload, state, attempts, progress, last_error, \
@@ -136,16 +136,16 @@ impl RawRow {
 /// The stored text of a new job's payload. A value nested deeper than the JSON reader
 /// accepts would be stored yet never read back, so it is refused (`Corrupt`, field
 /// `payload`) before anything is written.
-pub(crate) fn payload_text(job: &NewJob) -> Result<String, StoreError> {
+pub(crate) fn payload_text(key: &str, payload: &serde_json::Value) -> Result<String, StoreError> {
     // Straight into a buffer: `Value`'s `Display` goes through `fmt` one piece at a time.
-    let text = serde_json::to_string(&job.payload).map_err(|e| StoreError::Corrupt {
-        key: clip(&job.key, 128).to_owned(),
+    let text = serde_json::to_string(payload).map_err(|e| StoreError::Corrupt {
+        key: clip(key, 128).to_owned(),
         field: "payload",
         reason: e.to_string(),
     })?;
-    if nested_deeper_than(&job.payload, 64) {
+    if nested_deeper_than(payload, 64) {
         serde_json::from_str::<serde_json::Value>(&text).map_err(|e| StoreError::Corrupt {
-            key: clip(&job.key, 128).to_owned(),
+            key: clip(key, 128).to_owned(),
             field: "payload",
             reason: e.to_string(),
         })?;
@@ -190,6 +190,18 @@ pub(crate) fn duplicate_yet_absent(key: String) -> StoreError {
         key,
         field: "key",
         reason: "refused as a duplicate, yet absent".into(),
+    }
+}
+
+/// The columns a finish writes beside its state: the error, `not_before`, and the payload a
+/// done job keeps in place of its content.
+pub(crate) fn finish_columns(finish: &Finish) -> (Option<String>, Option<i64>, Option<String>) {
+    match finish {
+        Finish::Done(kept) => (None, None, Some(kept.to_string())),
+        Finish::Failed(e) => (Some(encode_error(e)), None, None),
+        Finish::Replay { error, not_before } => {
+            (Some(encode_error(error)), not_before.map(to_ms), None)
+        }
     }
 }
 
@@ -389,7 +401,8 @@ mod tests {
                 .unwrap(),
         };
         for depth in [1, 64, 65, 127] {
-            let text = payload_text(&nested(depth)).unwrap();
+            let job = nested(depth);
+            let text = payload_text(&job.key, &job.payload).unwrap();
             assert_eq!(
                 serde_json::from_str::<serde_json::Value>(&text).unwrap(),
                 nested(depth).payload
@@ -404,7 +417,7 @@ mod tests {
             ..nested(1)
         };
         assert!(matches!(
-            payload_text(&job),
+            payload_text(&job.key, &job.payload),
             Err(StoreError::Corrupt {
                 field: "payload",
                 ..

@@ -6,15 +6,16 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::limits::Limit;
 use rusqlite::types::FromSql;
-use rusqlite::{Connection, ErrorCode, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use tokio::runtime::RuntimeFlavor;
 
 use crate::row::{
-    COLUMNS, Columns, RawRow, duplicate_yet_absent, encode_error, expiry_ms, inserted,
+    COLUMNS, Columns, RawRow, duplicate_yet_absent, expiry_ms, finish_columns, inserted,
     payload_text, to_ms,
 };
 use crate::{
-    Claim, Finish, Job, JobState, JobStore, LockRetry, NewJob, StoreError, lock_retry_delay,
+    Claim, Erasure, Finish, Footprint, Job, JobState, JobStore, Lease, LockRetry, NewJob,
+    StoreError, lock_retry_delay,
 };
 
 const SCHEMA: &str = "
@@ -131,7 +132,7 @@ impl SqliteStore {
             what: path.display().to_string(),
             reason: e.to_string(),
         };
-        let conn = Connection::open(&path).map_err(refused)?;
+        let mut conn = Connection::open(&path).map_err(refused)?;
         conn.busy_timeout(busy_timeout).map_err(refused)?;
         conn.set_limit(Limit::SQLITE_LIMIT_LENGTH, Self::VALUE_MAX as i32)
             .map_err(refused)?;
@@ -144,7 +145,15 @@ impl SqliteStore {
                 reason: format!("WAL mode refused, journal mode is {mode}"),
             });
         }
+        // A forgotten job's bytes, and the content a done job drops, are overwritten with zeros
+        // instead of lingering in free pages of the file.
+        conn.pragma_update(None, "secure_delete", "ON")
+            .map_err(refused)?;
         conn.execute_batch(SCHEMA).map_err(refused)?;
+        migrate(&mut conn).map_err(|reason| StoreError::Open {
+            what: path.display().to_string(),
+            reason,
+        })?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
@@ -224,6 +233,35 @@ impl Inner {
     }
 }
 
+/// Brings the file to [`SCHEMA_VERSION`](crate::SCHEMA_VERSION): an unversioned file (an
+/// earlier release's) is stamped in one write transaction, its jobs as they are; a later one is
+/// refused. A current file is only read, so opening it waits for no other writer.
+fn migrate(conn: &mut Connection) -> Result<(), String> {
+    let version = |c: &Connection| -> Result<i64, String> {
+        c.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| e.to_string())
+    };
+    if version(conn)? == crate::SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| e.to_string())?;
+    match version(&tx)? {
+        v if v == crate::SCHEMA_VERSION => return Ok(()),
+        0 => tx
+            .pragma_update(None, "user_version", crate::SCHEMA_VERSION)
+            .map_err(|e| e.to_string())?,
+        v => {
+            return Err(format!(
+                "schema version {v} is not one this release knows (it writes {}): written by a later release",
+                crate::SCHEMA_VERSION
+            ));
+        }
+    }
+    tx.commit().map_err(|e| e.to_string())
+}
+
 fn is_locked(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
@@ -300,7 +338,7 @@ fn to_i64(n: usize) -> i64 {
 #[async_trait::async_trait]
 impl JobStore for SqliteStore {
     async fn submit(&self, job: NewJob, now: SystemTime) -> Result<Job, StoreError> {
-        let (payload, now) = (payload_text(&job)?, to_ms(now));
+        let (payload, now) = (payload_text(&job.key, &job.payload)?, to_ms(now));
         let (key, kind) = (job.key.clone(), job.kind.clone());
         let known = self
             .run("submit", Some(&job.key), move |conn| {
@@ -411,22 +449,16 @@ impl JobStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let job_key = key;
         let (key, owner, state) = (key.to_owned(), owner.to_owned(), finish.state().as_str());
-        let (error, not_before) = match &finish {
-            Finish::Done => (None, None),
-            Finish::Failed(e) => (Some(encode_error(e)), None),
-            Finish::Replay { error, not_before } => {
-                (Some(encode_error(error)), not_before.map(to_ms))
-            }
-        };
+        let (error, not_before, kept) = finish_columns(&finish);
         let now = to_ms(now);
         self.run("finish", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.prepare_cached(
                 "UPDATE jobs SET state = ?1, last_error = COALESCE(?2, last_error), not_before = ?3, \
-                 lease_owner = NULL, lease_until = NULL, updated_at = ?4 \
+                 lease_owner = NULL, lease_until = NULL, updated_at = ?4, payload = COALESCE(?7, payload) \
                  WHERE key = ?5 AND state = 'in_flight' AND lease_owner = ?6",
             )?
-            .execute(params![state, error, not_before, now, key, owner])?;
+            .execute(params![state, error, not_before, now, key, owner, kept])?;
             tx.commit()?;
             held(changed, &key)
         })
@@ -494,20 +526,101 @@ impl JobStore for SqliteStore {
     async fn rerun(
         &self,
         key: &str,
+        payload: &serde_json::Value,
         progress: &serde_json::Value,
         now: SystemTime,
     ) -> Result<bool, StoreError> {
         let job_key = key;
+        let payload = payload_text(key, payload)?;
         let (key, now, progress) = (key.to_owned(), to_ms(now), progress.to_string());
         self.run("rerun", Some(job_key), move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.prepare_cached(
-                "UPDATE jobs SET state = 'pending', progress = ?1, not_before = NULL, updated_at = ?2 \
+                "UPDATE jobs SET state = 'pending', payload = ?4, progress = ?1, not_before = NULL, updated_at = ?2 \
                  WHERE key = ?3 AND state = 'done'",
             )?
-            .execute(params![progress, now, key])?;
+            .execute(params![progress, now, key, payload])?;
             tx.commit()?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn forget(
+        &self,
+        key: &str,
+        owner: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Erasure, StoreError> {
+        let job_key = key;
+        let (key, owner, now) = (key.to_owned(), owner.map(str::to_owned), to_ms(now));
+        self.run("forget", Some(job_key), move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let holder: Option<(Option<String>, Option<i64>)> = tx
+                .prepare_cached("SELECT lease_owner, lease_until FROM jobs WHERE key = ?1")?
+                .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            let erasure = match holder {
+                None => Erasure::Absent,
+                Some((Some(holder), Some(until)))
+                    if until >= now && owner.as_ref() != Some(&holder) =>
+                {
+                    let until = crate::row::from_ms(until).unwrap_or(std::time::UNIX_EPOCH);
+                    Erasure::Held(Lease {
+                        owner: holder,
+                        until,
+                    })
+                }
+                Some(_) => {
+                    tx.prepare_cached("DELETE FROM jobs WHERE key = ?1")?
+                        .execute([&key])?;
+                    Erasure::Erased
+                }
+            };
+            tx.commit()?;
+            Ok(erasure)
+        })
+        .await
+    }
+
+    async fn prune(
+        &self,
+        done_before: SystemTime,
+        failed_before: SystemTime,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        let (done, failed, limit) = (to_ms(done_before), to_ms(failed_before), to_i64(limit));
+        self.run("prune", None, move |conn| {
+            let deleted = conn
+                .prepare_cached(
+                    "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs \
+                     WHERE (state = 'done' AND updated_at < ?1) OR (state = 'failed' AND updated_at < ?2) \
+                     ORDER BY seq LIMIT ?3)",
+                )?
+                .execute(params![done, failed, limit])?;
+            Ok(deleted as u64)
+        })
+        .await
+    }
+
+    async fn footprint(&self) -> Result<Vec<Footprint>, StoreError> {
+        self.run("footprint", None, |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT state, COUNT(*), COALESCE(SUM(LENGTH(CAST(payload AS BLOB))), 0) FROM jobs \
+                 GROUP BY state ORDER BY state",
+            )?;
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let state = JobState::parse("(footprint)", &depth_col::<String>(r, 0, "state")?)?;
+                let (rows, bytes): (i64, i64) = (r.get(1)?, r.get(2)?);
+                out.push(Footprint {
+                    state,
+                    rows: u64::try_from(rows).unwrap_or(0),
+                    payload_bytes: u64::try_from(bytes).unwrap_or(0),
+                });
+            }
+            Ok(out)
         })
         .await
     }

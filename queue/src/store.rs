@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{Claim, Finish, Job, JobState, NewJob, StoreError};
+use crate::{Claim, Erasure, Finish, Footprint, Job, JobState, NewJob, StoreError};
 
 /// A durable job store. Eligibility to claim: state `pending` or `pending_replay` with
 /// `not_before` unset or `<= now`, or `in_flight` with a lease that expired (`until < now`: a
@@ -39,8 +39,8 @@ pub trait JobStore: Send + Sync + 'static {
         lease: Duration,
         now: SystemTime,
     ) -> Result<(), StoreError>;
-    /// End the claim: `done`, `failed` (keeps the error) or `pending_replay` (keeps the error,
-    /// sets `not_before`); the lease is cleared. `LeaseLost` if `owner` does not hold the job.
+    /// End the claim: `done` (the payload replaced by the one it keeps), `failed` (keeps the
+    /// error) or `pending_replay` (keeps the error, sets `not_before`); the lease is cleared. `LeaseLost` if `owner` does not hold the job.
     async fn finish(
         &self,
         key: &str,
@@ -56,13 +56,36 @@ pub trait JobStore: Send + Sync + 'static {
     /// Make a `failed` job `pending` again, a person's decision (the UI's re-upload): its
     /// attempts, checkpoint and last error stay. `false` if the job is not failed.
     async fn requeue(&self, key: &str, now: SystemTime) -> Result<bool, StoreError>;
-    /// Make a `done` job `pending` again with `progress` as its checkpoint, a person's request
-    /// to run it again from the caller's own state (the platform lost what it made): its
-    /// attempts and last error stay. `false` if the job is not done.
+    /// Make a `done` job `pending` again with `payload` (its content, from the caller's own
+    /// state: a done job no longer has it) and `progress` as its checkpoint, a person's request
+    /// to run it again (the platform lost what it made): its attempts and last error stay.
+    /// `false` if the job is not done.
     async fn rerun(
         &self,
         key: &str,
+        payload: &serde_json::Value,
         progress: &serde_json::Value,
         now: SystemTime,
     ) -> Result<bool, StoreError>;
+    /// Delete the job and its content, whatever its state, unless an owner other than `owner`
+    /// holds it under a lease still running at `now` (see [`Erasure::Held`]).
+    async fn forget(
+        &self,
+        key: &str,
+        owner: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Erasure, StoreError>;
+    /// Delete at most `limit` jobs that ended long enough ago: `done` ones last updated before
+    /// `done_before`, `failed` ones before `failed_before` (their content kept for the UI's
+    /// re-upload until then). One short statement that skips any row a claim holds, so a
+    /// retention pass calls it in a loop of small batches and never holds a claim back. On a
+    /// shared store one replica prunes at a time: another's call deletes nothing. The number deleted.
+    async fn prune(
+        &self,
+        done_before: SystemTime,
+        failed_before: SystemTime,
+        limit: usize,
+    ) -> Result<u64, StoreError>;
+    /// Rows and payload bytes per state, every state with a row.
+    async fn footprint(&self) -> Result<Vec<Footprint>, StoreError>;
 }

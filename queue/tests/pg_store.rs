@@ -153,3 +153,106 @@ async fn a_connect_to_a_current_table_waits_for_no_reader() {
         .await
         .unwrap();
 }
+
+/// One replica prunes a schema at a time: while another holds the pass's advisory lock, a
+/// prune deletes nothing, and once it is released the same call does its batch.
+#[tokio::test]
+async fn one_replica_prunes_at_a_time() {
+    let Some(url) = support::pg_url() else { return };
+    let schema = support::fresh_schema("sdk_queue_prune");
+    let store = PgStore::connect(&url, &schema).await.unwrap();
+    for key in ["a", "b"] {
+        let job = sdk_queue::NewJob {
+            key: key.into(),
+            kind: "ingest".into(),
+            payload: serde_json::json!({}),
+        };
+        store.submit(job, support::at(0)).await.unwrap();
+        let lease = Duration::from_secs(30);
+        store
+            .claim_key(key, "w", lease, support::at(0))
+            .await
+            .unwrap()
+            .unwrap();
+        let kept = sdk_queue::Finish::Done(serde_json::json!({}));
+        store.finish(key, "w", kept, support::at(1)).await.unwrap();
+    }
+    let mut other = support::pg_raw(&url, &schema).await;
+    let tx = other.transaction().await.unwrap();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext($1))",
+        &[&format!("{schema}.jobs prune")],
+    )
+    .await
+    .unwrap();
+    let later = support::at(10_000);
+    assert_eq!(
+        store.prune(later, later, 10).await.unwrap(),
+        0,
+        "another prunes"
+    );
+    assert!(store.get("a").await.unwrap().is_some());
+    tx.rollback().await.unwrap();
+    assert_eq!(store.prune(later, later, 10).await.unwrap(), 2);
+    other
+        .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+}
+
+/// A schema an earlier release made is stamped with the schema version at connect, its job
+/// kept and claimable while a replica of that release (which reads only `jobs`, the same
+/// table) works beside; a schema of a later version is refused.
+#[tokio::test]
+async fn an_unversioned_schema_is_stamped_and_a_later_one_is_refused() {
+    let Some(url) = support::pg_url() else { return };
+    let schema = support::fresh_schema("sdk_queue_version");
+    let raw = support::pg_raw(&url, &schema).await;
+    raw.batch_execute(&format!(
+        "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {EARLIER}"
+    ))
+    .await
+    .unwrap();
+    let version = || async {
+        let row = raw
+            .query_one(
+                &format!("SELECT version FROM \"{schema}\".schema_version"),
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let store = PgStore::connect(&url, &schema).await.unwrap();
+    assert_eq!(version().await, sdk_queue::SCHEMA_VERSION);
+    drop(PgStore::connect(&url, &schema).await.unwrap());
+    let rows = raw
+        .query_one(
+            &format!("SELECT COUNT(*) FROM \"{schema}\".schema_version"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.get::<_, i64>(0), 1, "one row, however many connects");
+    let job = store
+        .claim_key("waiting", "w", Duration::from_secs(30), support::at(0))
+        .await
+        .unwrap()
+        .expect("the earlier release's job is claimable");
+    assert_eq!(job.state, JobState::InFlight);
+
+    raw.batch_execute(&format!(
+        "UPDATE \"{schema}\".schema_version SET version = 99"
+    ))
+    .await
+    .unwrap();
+    match PgStore::connect(&url, &schema).await {
+        Err(StoreError::Open { reason, .. }) => {
+            assert!(reason.contains("schema version 99"), "{reason}")
+        }
+        other => panic!("a later version is refused: {:?}", other.err()),
+    }
+    raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .await
+        .unwrap();
+}

@@ -147,7 +147,12 @@ async fn drain(
             .await
             .unwrap_or_else(|e| panic!("{} ran twice: {e}", job.key));
             store
-                .finish(&job.key, owner, Finish::Done, now)
+                .finish(
+                    &job.key,
+                    owner,
+                    Finish::Done(serde_json::json!({"kept": true})),
+                    now,
+                )
                 .await
                 .unwrap();
             ran += 1;

@@ -203,7 +203,17 @@ async fn every_write_is_under_the_rule_and_its_lock_lines_name_the_job() {
                 .checkpoint("a", "w", &serde_json::json!(1), LEASE, now())
                 .await,
         ),
-        ("finish", store.finish("a", "w", Finish::Done, now()).await),
+        (
+            "finish",
+            store
+                .finish(
+                    "a",
+                    "w",
+                    Finish::Done(serde_json::json!({"kept": true})),
+                    now(),
+                )
+                .await,
+        ),
     ];
     for (name, result) in results {
         assert!(
@@ -388,4 +398,66 @@ async fn a_waiting_operation_leaves_its_worker_to_the_other_tasks() {
     });
     let job = submitted.await.unwrap().unwrap();
     assert_eq!(job.key, "a");
+}
+
+/// The `jobs` table as the releases before the schema version wrote it.
+const UNVERSIONED: &str = "
+    CREATE TABLE jobs (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, kind TEXT NOT NULL,
+        payload TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL, progress TEXT NOT NULL,
+        last_error TEXT, not_before INTEGER, lease_owner TEXT, lease_until INTEGER,
+        created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+    CREATE INDEX jobs_state_seq ON jobs (state, seq);
+    INSERT INTO jobs (key, kind, payload, state, attempts, progress, created_at, updated_at) VALUES
+        ('waiting', 'ingest', '{\"doc\":1}', 'pending', 0, 'null', 1, 1),
+        ('given-up', 'ingest', '{\"doc\":2}', 'failed', 1, '{\"step\":2}', 1, 1);";
+
+fn user_version(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A file an earlier release wrote is stamped with the schema version at open, its pending
+/// and failed jobs kept as they were; a file of a later version is refused, not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unversioned_file_is_stamped_keeping_its_jobs_and_a_later_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("earlier.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(UNVERSIONED)
+        .unwrap();
+    assert_eq!(user_version(&path), 0);
+    let store = SqliteStore::open(&path, LockRetry::CORE_POLICY).unwrap();
+    assert_eq!(user_version(&path), sdk_queue::SCHEMA_VERSION);
+    let failed = store.get("given-up").await.unwrap().unwrap();
+    assert_eq!(
+        (failed.payload, failed.progress),
+        (
+            serde_json::json!({"doc": 2}),
+            serde_json::json!({"step": 2})
+        )
+    );
+    let claimed = store
+        .claim_key("waiting", "w", Duration::from_secs(30), SystemTime::now())
+        .await
+        .unwrap()
+        .expect("the pending job is claimable");
+    assert_eq!(claimed.payload, serde_json::json!({"doc": 1}));
+    drop(store);
+    // Opening again changes nothing.
+    drop(SqliteStore::open(&path, LockRetry::CORE_POLICY).unwrap());
+    assert_eq!(user_version(&path), sdk_queue::SCHEMA_VERSION);
+
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    match SqliteStore::open(&path, LockRetry::CORE_POLICY) {
+        Err(StoreError::Open { reason, .. }) => {
+            assert!(reason.contains("schema version 99"), "{reason}")
+        }
+        other => panic!("a later version is refused: {:?}", other.err()),
+    }
 }

@@ -530,6 +530,22 @@ fn replay_section(md: &mut String, model: &Model) {
         r.failures_metric,
         r.failure_alert,
     );
+    if let Some(retention) = &model.retention_source {
+        let _ = writeln!(
+            md,
+            "\nRetention ({}): a done job keeps only what identifies it (its content's digest, not the content) and \
+             its row is deleted {} after it ended; a failed job keeps its content for the UI's re-upload for {}, then \
+             goes too. Each replica runs a retention pass every {}, at most {} rows a statement; on a shared store one \
+             replica at a time. Metrics `{}{{state}}` (rows) and `{}{{state}}` (payload bytes).",
+            source(retention),
+            duration_text(r.keep_done),
+            duration_text(r.keep_failed),
+            duration_text(r.prune_every),
+            r.prune_batch,
+            r.store_rows_metric,
+            r.store_bytes_metric,
+        );
+    }
     replay_rows(md, model);
 }
 

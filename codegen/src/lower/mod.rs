@@ -93,7 +93,8 @@ struct Guards {
     deadline_source: Source,
     alerting: Alerting,
     features: Vec<Item<FeaturePolicy>>,
-    replay: Option<Option<Item<ReplayPolicy>>>,
+    /// The replay queue, and where its retention numbers come from.
+    replay: Option<Option<(Item<ReplayPolicy>, Source)>>,
     fleet: Option<Option<Item<FleetPolicy>>>,
 }
 
@@ -126,6 +127,11 @@ impl Standalone {
 fn model(own: Standalone, calls: Calls, guards: Guards) -> Option<Model> {
     let constants = constants(&own, &guards);
     let (pool, alerting) = (own.pool, guards.alerting);
+    let replay = settled(guards.replay)?;
+    let (replay, retention_source) = match replay {
+        Some((r, s)) => (Some(r), Some(s)),
+        None => (None, None),
+    };
     Some(Model {
         api: own.api,
         timeouts: own.timeouts,
@@ -140,7 +146,8 @@ fn model(own: Standalone, calls: Calls, guards: Guards) -> Option<Model> {
         pool_idle_floor: pool.idle_floor?,
         keep_alive_margin: settled(pool.keep_alive_margin)?,
         fresh_after: pool.fresh_after,
-        replay: settled(guards.replay)?,
+        replay,
+        retention_source,
         fleet: settled(guards.fleet)?,
         metrics: own.metrics,
         log: own.log,

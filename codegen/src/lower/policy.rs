@@ -488,7 +488,7 @@ impl Cx<'_> {
         throttle: &Throttle,
         names: &Known,
         deadline: Option<std::time::Duration>,
-    ) -> Option<Item<ReplayPolicy>> {
+    ) -> Option<(Item<ReplayPolicy>, Source)> {
         let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
         if let Some(b) = budget
             && throttle.budgets[b].max_in_flight.is_none()
@@ -527,12 +527,20 @@ impl Cx<'_> {
         let lock_step = self.duration(&r.lock_retry.step, "replay.lock_retry.step");
         let depth_metric = self.metric_name(&r.depth_metric, "replay.depth_metric");
         let failures_metric = self.metric_name(&r.failures_metric, "replay.failures_metric");
+        let store_rows_metric = self.metric_name(&r.store_rows_metric, "replay.store_rows_metric");
+        let store_bytes_metric =
+            self.metric_name(&r.store_bytes_metric, "replay.store_bytes_metric");
         self.reference(
             &r.failure_alert,
             "replay.failure_alert",
             "alert",
             &names.alerts,
         );
+        let keep_done = self.duration(&r.retention.done, "replay.retention.done");
+        let keep_failed = self.duration(&r.retention.failed, "replay.retention.failed");
+        let prune_batch = self.positive(&r.retention.batch, "replay.retention.batch");
+        let prune_every = self.duration(&r.retention.every, "replay.retention.every");
+        let retention = self.source(&r.retention.source, r.retention.inferred);
         let source = self.source(&r.source, r.inferred);
         let value = ReplayPolicy {
             budget: BudgetIx::new(budget? as u16),
@@ -544,13 +552,20 @@ impl Cx<'_> {
             lock_step: lock_step?,
             depth_metric,
             failures_metric,
+            store_rows_metric,
+            store_bytes_metric,
             failure_alert: leak(&r.failure_alert),
+            keep_done: keep_done?,
+            keep_failed: keep_failed?,
+            prune_batch: prune_batch as usize,
+            prune_every: prune_every?,
         };
-        Some(Item {
+        let replay = Item {
             value,
             doc: String::new(),
             source,
-        })
+        };
+        Some((replay, retention))
     }
 
     /// The fleet section: how replicas share the throttle through Redis.

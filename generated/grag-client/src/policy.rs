@@ -1639,7 +1639,13 @@ pub static POLICY: Policy = Policy {
         lock_step: ::std::time::Duration::from_millis(20),
         depth_metric: "knoll_replay_queue_depth",
         failures_metric: "knoll_replay_failures",
+        store_rows_metric: "knoll_replay_store_rows",
+        store_bytes_metric: "knoll_replay_store_payload_bytes",
         failure_alert: "replay_failures",
+        keep_done: ::std::time::Duration::from_secs(86400),
+        keep_failed: ::std::time::Duration::from_secs(604800),
+        prune_batch: 500,
+        prune_every: ::std::time::Duration::from_secs(60),
     }),
     fleet: Some(FleetPolicy {
         shared: false,

@@ -2,7 +2,7 @@
 //! job is made, so a replay addresses exactly what the first run did.
 
 use grag_client::types::{Edge, Entity, Point, UploadDocument};
-use grag_client::{KbId, WorkspaceId};
+use grag_client::{DocumentId, KbId, WorkspaceId};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -28,11 +28,12 @@ pub struct KgBatch {
 
 /// The job of an upload: one per document of a knowledge base.
 pub fn upload_key(upload: &Upload) -> String {
-    format!(
-        "ingest:{}:{}",
-        upload.kb.as_str(),
-        upload.document.document_id.as_str()
-    )
+    document_key(&upload.kb, &upload.document.document_id)
+}
+
+/// The job of the upload of document `document_id` into `kb`.
+pub fn document_key(kb: &KbId, document_id: &DocumentId) -> String {
+    format!("ingest:{}:{}", kb.as_str(), document_id.as_str())
 }
 
 /// The job of a KG batch: the same batch (same content) is the same job.
@@ -56,6 +57,11 @@ pub enum JobsError {
         what: &'static str,
         reason: String,
     },
+    /// A rerun given content that is not the content the job ran: nothing
+    /// was run. The caller's file store holds another version (replace the
+    /// document under a new id) or the wrong document.
+    #[error("job {key}: refused to rerun: {reason}")]
+    NotItsContent { key: String, reason: String },
     #[error("the client's policy has no `replay` section: its writes are never queued")]
     NoReplayPolicy,
 }

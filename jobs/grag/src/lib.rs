@@ -24,16 +24,19 @@
 //! is the `replay` column of `taxonomy.yaml` ([`settle`]).
 
 mod job;
+mod kept;
 mod kg;
 mod metrics;
+mod retention;
 mod run;
 mod settle;
 mod stop;
 mod upload;
 mod worker;
 
-pub use job::{JobsError, KgBatch, Upload, kg_key, upload_key};
+pub use job::{JobsError, KgBatch, Upload, document_key, kg_key, upload_key};
+pub use kept::Content;
 pub use run::{Jobs, lock_retry};
-pub use sdk_queue::{Job, JobState, JobStore};
+pub use sdk_queue::{Erasure, Job, JobState, JobStore};
 pub use settle::{Settle, settle};
 pub use stop::Stopped;

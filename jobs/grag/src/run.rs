@@ -5,16 +5,19 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use grag_client::Grag;
 use grag_client::policy::POLICY;
-use sdk_queue::{Finish, Job, JobError, JobState, JobStore, LockRetry, NewJob, StoreError};
+use grag_client::{DocumentId, Grag, KbId};
+use sdk_queue::{
+    Erasure, Finish, Job, JobError, JobState, JobStore, LockRetry, NewJob, StoreError,
+};
 use sdk_runtime::alerts::Alert;
 use sdk_runtime::policy::ReplayPolicy;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use crate::job::{JobsError, KgBatch, Upload, kg_key, upload_key};
+use crate::job::{JobsError, KgBatch, Upload, document_key, kg_key, upload_key};
+use crate::kept::{Content, digest, kept, kept_digest};
 use crate::kg;
 use crate::metrics::Metrics;
 use crate::settle::{Settle, is_outage, settle};
@@ -156,17 +159,47 @@ impl Jobs {
     /// Runs a done job again from Knoll's state, on a person's request: the
     /// platform lost what it made (a knowledge base purged, a document gone;
     /// §1.4 "anything lost on the GRAG side must be replayable from
-    /// Knoll-side state"). Every write step of an upload reads first, so what
-    /// still exists is not made again: the document is uploaded only if the
-    /// KB's list lacks it, a conversion already started is followed instead
-    /// of starting (and billing) a second, and points and KG upserts are
-    /// idempotent by their IDs. `None` if there is no such job; a job that is
-    /// not done is returned as it is.
-    pub async fn rerun(&self, key: &str) -> Result<Option<Job>, JobsError> {
+    /// Knoll-side state"). A done job keeps no content, so `content` is the
+    /// job's content from Knoll's file store; content whose digest is not the
+    /// one the job kept is refused ([`JobsError::NotItsContent`]), nothing run.
+    /// Every write step of an upload reads first, so what still exists is not
+    /// made again: the document is uploaded only if the KB's list lacks it, a
+    /// conversion already started is followed instead of starting (and
+    /// billing) a second, and points and KG upserts are idempotent by their
+    /// IDs. `None` if there is no such job; a job that is not done is returned
+    /// as it is.
+    pub async fn rerun(
+        &self,
+        key: &str,
+        content: impl Into<Content>,
+    ) -> Result<Option<Job>, JobsError> {
         let store = &self.inner.store;
         let Some(job) = store.get(key).await? else {
             return Ok(None);
         };
+        if job.state != JobState::Done {
+            return Ok(Some(job));
+        }
+        let refused = |reason: String| JobsError::NotItsContent {
+            key: key.to_owned(),
+            reason,
+        };
+        let (kind, given_key, payload) = match content.into() {
+            Content::Upload(u) => (INGEST, upload_key(&u), serde_json::to_value(&u)),
+            Content::Kg(b) => (KG, kg_key(&b), serde_json::to_value(&b)),
+        };
+        let payload = payload.map_err(|e| refused(e.to_string()))?;
+        if kind != job.kind || given_key != key {
+            return Err(refused(format!(
+                "the content given is that of job {given_key} ({kind})"
+            )));
+        }
+        let (kept, given) = (kept_digest(&job.payload), digest(&payload));
+        if kept != given {
+            return Err(refused(format!(
+                "its content's SHA-256 is {given}, the job ran content of SHA-256 {kept}"
+            )));
+        }
         let start = match job.kind.as_str() {
             INGEST => serde_json::to_value(UploadProgress {
                 reconcile: true,
@@ -175,11 +208,35 @@ impl Jobs {
             .expect("a checkpoint serializes"),
             _ => serde_json::Value::Null,
         };
-        let rerun = store.rerun(key, &start, self.now()).await;
+        let rerun = store.rerun(key, &payload, &start, self.now()).await;
         if rerun.map_err(|e| self.watch(key, e))? {
             self.run_key(key).await?;
         }
         Ok(store.get(key).await?)
+    }
+
+    /// Erases a job and its content from the store, whatever its state (a
+    /// person's request: the document is deleted in Knoll). A job this
+    /// process's worker runs is stopped first; one that another replica, or
+    /// a submit still running here, holds is left, and the answer says whose
+    /// lease it waits for ([`Erasure::Held`]): forget it again once that ends.
+    pub async fn forget(&self, key: &str) -> Result<Erasure, JobsError> {
+        let stopped = self.lock_running().remove(key);
+        let owner = stopped.map(|task| {
+            task.abort();
+            self.inner.owner.as_str()
+        });
+        let erased = self.inner.store.forget(key, owner, self.now()).await;
+        Ok(erased.map_err(|e| self.watch(key, e))?)
+    }
+
+    /// [`Jobs::forget`] of the upload of document `document_id` into `kb`.
+    pub async fn forget_document(
+        &self,
+        kb: &KbId,
+        document_id: &DocumentId,
+    ) -> Result<Erasure, JobsError> {
+        self.forget(&document_key(kb, document_id)).await
     }
 
     /// Claims the job by key and runs it, if no other worker holds it.
@@ -240,7 +297,7 @@ impl Jobs {
     }
 
     /// The queue's metrics (§10.3) in the Prometheus text format, the
-    /// depth read from the store now.
+    /// depth and the store's rows and payload bytes read from it now.
     pub async fn metrics_text(&self) -> String {
         self.refresh_depth().await;
         self.inner.metrics.encode()
@@ -256,6 +313,9 @@ impl Jobs {
         if let Ok(depth) = self.inner.store.depth().await {
             self.inner.metrics.set_depth(&depth);
         }
+        if let Ok(footprint) = self.inner.store.footprint().await {
+            self.inner.metrics.set_footprint(&footprint);
+        }
     }
 
     /// Runs a job this worker holds to its end or to its next replay, and
@@ -263,7 +323,7 @@ impl Jobs {
     /// runs out and a worker takes it over.
     pub(crate) async fn run_claimed(&self, job: Job) -> Result<JobState, JobsError> {
         let (finish, state) = match self.run_steps(&job).await {
-            Ok(()) => (Finish::Done, JobState::Done),
+            Ok(()) => (Finish::Done(kept(&job.kind, &job.payload)), JobState::Done),
             Err(StepError::Store(e)) => return Err(e.into()),
             Err(StepError::Unknown {
                 step,

@@ -18,13 +18,20 @@ const HANDED_BACK: Duration = Duration::from_millis(500);
 
 impl Jobs {
     /// Replays pending jobs for the life of the process, or until
-    /// [`shutdown`](Self::shutdown). Store errors are waited out (the jobs
-    /// stay in the store).
+    /// [`shutdown`](Self::shutdown), and meanwhile runs the retention pass
+    /// (`replay.retention`). Store errors are waited out (the jobs stay in
+    /// the store).
     pub async fn work(self) {
-        while !self.stopping() {
-            if self.work_once(true).await.is_err() {
-                tokio::time::sleep(self.idle()).await;
+        let replay = async {
+            while !self.stopping() {
+                if self.work_once(true).await.is_err() {
+                    tokio::time::sleep(self.idle()).await;
+                }
             }
+        };
+        tokio::select! {
+            () = replay => {}
+            () = self.retain() => {}
         }
     }
 

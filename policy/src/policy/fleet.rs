@@ -132,8 +132,21 @@ pub struct ReplayPolicy {
     pub depth_metric: &'static str,
     /// Counter of jobs that ended failed (without `_total`).
     pub failures_metric: &'static str,
+    /// Gauge of the store's rows, by state.
+    pub store_rows_metric: &'static str,
+    /// Gauge of the bytes of the store's payloads, by state: what a done job's content would
+    /// cost if it were kept.
+    pub store_bytes_metric: &'static str,
     /// Raised when a job ends failed.
     pub failure_alert: &'static str,
+    /// A done job's row is deleted this long after it ended.
+    pub keep_done: Duration,
+    /// A failed job, its content kept for the UI's re-upload, is deleted this long after.
+    pub keep_failed: Duration,
+    /// Most rows one delete of a retention pass removes: short statements, no long lock.
+    pub prune_batch: usize,
+    /// How often a replica runs a retention pass.
+    pub prune_every: Duration,
 }
 
 #[cfg(feature = "bake")]
@@ -152,7 +165,13 @@ impl Bake for ReplayPolicy {
                 lock_step,
                 depth_metric,
                 failures_metric,
+                store_rows_metric,
+                store_bytes_metric,
                 failure_alert,
+                keep_done,
+                keep_failed,
+                prune_batch,
+                prune_every,
             }
         )
     }

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sdk_queue::{Claim, Finish, Job, JobError, JobState, JobStore, NewJob, StoreError};
+use sdk_queue::{
+    Claim, Erasure, Finish, Footprint, Job, JobError, JobState, JobStore, NewJob, StoreError,
+};
 use serde_json::json;
 
 use super::{Harness, at};
@@ -278,7 +280,15 @@ pub async fn the_old_owner_loses_the_lease(h: &impl Harness) {
     assert!(lost(
         s.checkpoint("j", "w1", &json!(1), LEASE, at(40_000)).await
     ));
-    assert!(lost(s.finish("j", "w1", Finish::Done, at(40_000)).await));
+    assert!(lost(
+        s.finish(
+            "j",
+            "w1",
+            Finish::Done(serde_json::json!({"kept": true})),
+            at(40_000)
+        )
+        .await
+    ));
     assert_eq!(
         get(&*s, "j").await.progress,
         serde_json::Value::Null,
@@ -288,9 +298,24 @@ pub async fn the_old_owner_loses_the_lease(h: &impl Harness) {
     s.checkpoint("j", "w2", &json!(2), LEASE, at(40_000))
         .await
         .unwrap();
-    s.finish("j", "w2", Finish::Done, at(41_000)).await.unwrap();
+    s.finish(
+        "j",
+        "w2",
+        Finish::Done(serde_json::json!({"kept": true})),
+        at(41_000),
+    )
+    .await
+    .unwrap();
     assert!(
-        lost(s.finish("j", "w2", Finish::Done, at(42_000)).await),
+        lost(
+            s.finish(
+                "j",
+                "w2",
+                Finish::Done(serde_json::json!({"kept": true})),
+                at(42_000)
+            )
+            .await
+        ),
         "a finished claim is over"
     );
     assert!(lost(
@@ -333,7 +358,14 @@ pub async fn finish_sets_each_end_state(h: &impl Harness) {
     s.finish("failed", "w", Finish::Failed(huge), at(1))
         .await
         .unwrap();
-    s.finish("done", "w", Finish::Done, at(2)).await.unwrap();
+    s.finish(
+        "done",
+        "w",
+        Finish::Done(serde_json::json!({"kept": true})),
+        at(2),
+    )
+    .await
+    .unwrap();
 
     let done = get(&*s, "done").await;
     assert_eq!(
@@ -356,7 +388,14 @@ pub async fn finish_sets_each_end_state(h: &impl Harness) {
 
     // A replayed job that then succeeds keeps the error it met on the way, for the record.
     assert_eq!(claim(&*s, "w", &["ingest"], 3, 5).await, ["replay"]);
-    s.finish("replay", "w", Finish::Done, at(6)).await.unwrap();
+    s.finish(
+        "replay",
+        "w",
+        Finish::Done(serde_json::json!({"kept": true})),
+        at(6),
+    )
+    .await
+    .unwrap();
     let replayed = get(&*s, "replay").await;
     assert_eq!(
         (replayed.state, replayed.not_before, replayed.attempts),
@@ -388,7 +427,14 @@ pub async fn claim_key_takes_only_an_eligible_job(h: &impl Harness) {
     s.finish("b", "w", Finish::Failed(error("invalid")), at(11))
         .await
         .unwrap();
-    s.finish("a", "w", Finish::Done, at(11)).await.unwrap();
+    s.finish(
+        "a",
+        "w",
+        Finish::Done(serde_json::json!({"kept": true})),
+        at(11),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         s.claim_key("a", "w", LEASE, at(12)).await.unwrap(),
         None,
@@ -422,7 +468,14 @@ pub async fn depth_counts_every_job_not_done(h: &impl Harness) {
     for key in ["j0", "j1", "j2", "j3", "j6"] {
         s.claim_key(key, "w", LEASE, at(10)).await.unwrap().unwrap();
     }
-    s.finish("j0", "w", Finish::Done, at(11)).await.unwrap();
+    s.finish(
+        "j0",
+        "w",
+        Finish::Done(serde_json::json!({"kept": true})),
+        at(11),
+    )
+    .await
+    .unwrap();
     s.finish("j1", "w", Finish::Failed(error("invalid")), at(11))
         .await
         .unwrap();
@@ -612,7 +665,12 @@ pub async fn concurrent_claimers_never_share_a_job(h: &impl Harness) {
                         .await
                         .unwrap();
                     store
-                        .finish(&job.key, &owner, Finish::Done, at(1_000))
+                        .finish(
+                            &job.key,
+                            &owner,
+                            Finish::Done(serde_json::json!({"kept": true})),
+                            at(1_000),
+                        )
                         .await
                         .unwrap();
                     mine.push(job.key);
@@ -654,7 +712,14 @@ pub async fn requeue_revives_only_a_failed_job(h: &impl Harness) {
     s.finish("failed", "w", Finish::Failed(error("not_found")), at(1))
         .await
         .unwrap();
-    s.finish("done", "w", Finish::Done, at(1)).await.unwrap();
+    s.finish(
+        "done",
+        "w",
+        Finish::Done(serde_json::json!({"kept": true})),
+        at(1),
+    )
+    .await
+    .unwrap();
 
     assert!(s.requeue("failed", at(2)).await.unwrap());
     let revived = get(&*s, "failed").await;
@@ -697,23 +762,218 @@ pub async fn rerun_revives_only_a_done_job_from_the_given_checkpoint(h: &impl Ha
     )
     .await
     .unwrap();
-    s.finish("done", "w", Finish::Done, at(1)).await.unwrap();
+    let kept = json!({"digest": "abc"});
+    s.finish("done", "w", Finish::Done(kept.clone()), at(1))
+        .await
+        .unwrap();
     s.finish("failed", "w", Finish::Failed(error("not_found")), at(1))
         .await
         .unwrap();
+    assert_eq!(
+        get(&*s, "done").await.payload,
+        kept,
+        "a done job keeps only what identifies it"
+    );
+    assert_eq!(
+        get(&*s, "failed").await.payload,
+        new_job("failed", "ingest").payload,
+        "a failed job keeps its content"
+    );
 
     let start = serde_json::json!({"step": "first", "reconcile": true});
-    assert!(s.rerun("done", &start, at(2)).await.unwrap());
+    let content = json!({"content": "again"});
+    assert!(s.rerun("done", &content, &start, at(2)).await.unwrap());
     let again = get(&*s, "done").await;
     assert_eq!(
         (again.state, again.attempts, again.updated_at),
         (JobState::Pending, 1, at(2))
     );
     assert_eq!(again.progress, start, "the checkpoint the caller gave");
+    assert_eq!(again.payload, content, "the content the caller gave");
     assert!(
-        !s.rerun("failed", &start, at(2)).await.unwrap(),
+        !s.rerun("failed", &content, &start, at(2)).await.unwrap(),
         "only a done job"
     );
-    assert!(!s.rerun("missing", &start, at(2)).await.unwrap());
+    assert_eq!(
+        get(&*s, "failed").await.payload,
+        new_job("failed", "ingest").payload
+    );
+    assert!(!s.rerun("missing", &content, &start, at(2)).await.unwrap());
     assert_eq!(claim(&*s, "w", &["ingest"], 5, 3).await, ["done"]);
+}
+
+pub async fn forget_erases_a_job_in_any_state_but_one_another_holds(h: &impl Harness) {
+    let s = h.store();
+    let keys = [
+        "pending", "held", "expired", "mine", "done", "failed", "replay",
+    ];
+    for key in keys {
+        s.submit(new_job(key, "ingest"), at(0)).await.unwrap();
+    }
+    let lease = Duration::from_secs(10);
+    for (key, owner) in [
+        ("held", "w1"),
+        ("expired", "w1"),
+        ("mine", "w2"),
+        ("done", "w1"),
+        ("failed", "w1"),
+        ("replay", "w1"),
+    ] {
+        s.claim_key(key, owner, lease, at(0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    s.finish("done", "w1", Finish::Done(json!({})), at(1))
+        .await
+        .unwrap();
+    s.finish("failed", "w1", Finish::Failed(error("x")), at(1))
+        .await
+        .unwrap();
+    let replay = Finish::Replay {
+        error: error("x"),
+        not_before: Some(at(99_000)),
+    };
+    s.finish("replay", "w1", replay, at(1)).await.unwrap();
+    s.checkpoint("held", "w1", &json!(1), Duration::from_secs(60), at(5_000))
+        .await
+        .unwrap();
+
+    let now = at(20_000);
+    match s.forget("held", Some("w2"), now).await.unwrap() {
+        Erasure::Held(l) => assert_eq!((l.owner.as_str(), l.until), ("w1", at(65_000))),
+        other => panic!("a job another worker holds stays: {other:?}"),
+    }
+    assert_eq!(get(&*s, "held").await.state, JobState::InFlight);
+    for key in ["pending", "expired", "mine", "done", "failed", "replay"] {
+        assert_eq!(
+            s.forget(key, Some("w2"), now).await.unwrap(),
+            Erasure::Erased,
+            "{key}"
+        );
+        assert_eq!(s.get(key).await.unwrap(), None, "{key}");
+    }
+    assert_eq!(
+        s.forget("pending", None, now).await.unwrap(),
+        Erasure::Absent
+    );
+    assert_eq!(
+        s.forget("held", Some("w1"), now).await.unwrap(),
+        Erasure::Erased
+    );
+    let left: Vec<_> = s.footprint().await.unwrap();
+    assert!(left.is_empty(), "nothing left: {left:?}");
+}
+
+pub async fn footprint_counts_rows_and_payload_bytes_per_state(h: &impl Harness) {
+    let s = h.store();
+    let big = |key: &str| NewJob {
+        key: key.into(),
+        kind: "ingest".into(),
+        payload: json!({ "content": "é".repeat(1000) }),
+    };
+    let content_bytes = json!({ "content": "é".repeat(1000) }).to_string().len() as u64;
+    for key in ["a", "b", "c"] {
+        s.submit(big(key), at(0)).await.unwrap();
+    }
+    s.claim_key("a", "w", Duration::from_secs(10), at(0))
+        .await
+        .unwrap()
+        .unwrap();
+    let kept = json!({"d": 1});
+    s.finish("a", "w", Finish::Done(kept.clone()), at(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.footprint().await.unwrap(),
+        [
+            Footprint {
+                state: JobState::Done,
+                rows: 1,
+                payload_bytes: kept.to_string().len() as u64,
+            },
+            Footprint {
+                state: JobState::Pending,
+                rows: 2,
+                payload_bytes: 2 * content_bytes,
+            },
+        ]
+    );
+}
+
+pub async fn prune_deletes_ended_jobs_past_their_age_in_batches_and_spares_the_rest(
+    h: &impl Harness,
+) {
+    let s = h.store();
+    for i in 0..5 {
+        s.submit(new_job(&format!("done-{i}"), "ingest"), at(0))
+            .await
+            .unwrap();
+    }
+    let more = [
+        "done-late",
+        "failed-old",
+        "failed-late",
+        "pending",
+        "held",
+        "replay",
+    ];
+    for key in more {
+        s.submit(new_job(key, "ingest"), at(0)).await.unwrap();
+    }
+    for i in 0..5 {
+        let key = format!("done-{i}");
+        s.claim_key(&key, "w", LEASE, at(0)).await.unwrap().unwrap();
+        s.finish(&key, "w", Finish::Done(json!({})), at(100))
+            .await
+            .unwrap();
+    }
+    let end = |key: &'static str, finish: Finish, ms: u64| {
+        let s = s.clone();
+        async move {
+            s.claim_key(key, "w", LEASE, at(0)).await.unwrap().unwrap();
+            s.finish(key, "w", finish, at(ms)).await.unwrap();
+        }
+    };
+    end("done-late", Finish::Done(json!({})), 5_000).await;
+    end("failed-old", Finish::Failed(error("x")), 100).await;
+    end("failed-late", Finish::Failed(error("x")), 5_000).await;
+    let replay = Finish::Replay {
+        error: error("x"),
+        not_before: None,
+    };
+    end("replay", replay, 100).await;
+    s.claim_key("held", "w", LEASE, at(0))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Done jobs older than 1 s, failed ones older than 2 s: 6 rows, 4 a batch.
+    let (done_before, failed_before) = (at(1_000), at(2_000));
+    assert_eq!(s.prune(done_before, failed_before, 4).await.unwrap(), 4);
+    assert_eq!(s.prune(done_before, failed_before, 4).await.unwrap(), 2);
+    assert_eq!(s.prune(done_before, failed_before, 4).await.unwrap(), 0);
+    let mut left = Vec::new();
+    for key in (0..5)
+        .map(|i| format!("done-{i}"))
+        .chain(more.map(String::from))
+    {
+        if s.get(&key).await.unwrap().is_some() {
+            left.push(key);
+        }
+    }
+    assert_eq!(
+        left,
+        ["done-late", "failed-late", "pending", "held", "replay"]
+    );
+    assert_eq!(
+        s.prune(at(9_000), at(1_000), 10).await.unwrap(),
+        1,
+        "done-late"
+    );
+    assert_eq!(
+        s.prune(at(9_000), at(9_000), 0).await.unwrap(),
+        0,
+        "no batch, nothing"
+    );
 }

@@ -185,6 +185,9 @@ macro_rules! suite {
             concurrent_claimers_never_share_a_job,
             requeue_revives_only_a_failed_job,
             rerun_revives_only_a_done_job_from_the_given_checkpoint,
+            forget_erases_a_job_in_any_state_but_one_another_holds,
+            footprint_counts_rows_and_payload_bytes_per_state,
+            prune_deletes_ended_jobs_past_their_age_in_batches_and_spares_the_rest,
         );
     };
 }
