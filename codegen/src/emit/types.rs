@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{doc, field_ident, ident, inner_doc, rust_type, source};
-use crate::model::{Model, Shape, Stream, TypeDef, TypeExpr, Variant};
+use crate::model::{Field, Model, Shape, Stream, TypeDef, TypeExpr, Variant};
 
 pub fn types_rs(model: &Model) -> TokenStream {
     let types = model.types.iter().map(type_def);
@@ -109,15 +109,81 @@ fn type_def(t: &TypeDef) -> TokenStream {
                     pub #field: #ty
                 }
             });
+            let default = fields_all_optional(t).then(|| quote!(Default,));
+            let building = constructors(&name, t);
             quote! {
                 #docs
-                #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+                #[derive(Debug, Clone, PartialEq, #default Serialize, Deserialize)]
                 pub struct #name {
                     #(#fields,)*
                 }
+
+                #building
             }
         }
         Shape::Enum(variants) => string_enum(&name, docs, variants),
+    }
+}
+
+/// Whether every field of a struct is optional: then `new()` takes nothing
+/// and the type is `Default` too.
+fn fields_all_optional(t: &TypeDef) -> bool {
+    match &t.shape {
+        Shape::Struct(fields) => fields
+            .iter()
+            .all(|f| matches!(f.ty, TypeExpr::Optional(_))),
+        Shape::Enum(_) => false,
+    }
+}
+
+/// `new` over the required fields and a `with_` setter per optional one, so
+/// a caller builds a value the way that keeps compiling when the spec adds
+/// an optional field.
+fn constructors(name: &proc_macro2::Ident, t: &TypeDef) -> TokenStream {
+    let Shape::Struct(fields) = &t.shape else {
+        return TokenStream::new();
+    };
+    let (optional, required): (Vec<&Field>, Vec<&Field>) = fields
+        .iter()
+        .partition(|f| matches!(f.ty, TypeExpr::Optional(_)));
+    let params = required.iter().map(|f| {
+        let (field, ty) = (field_ident(&f.name), rust_type(&f.ty));
+        quote!(#field: impl Into<#ty>)
+    });
+    let inits = fields.iter().map(|f| {
+        let field = field_ident(&f.name);
+        match f.ty {
+            TypeExpr::Optional(_) => quote!(#field: None),
+            _ => quote!(#field: #field.into()),
+        }
+    });
+    let setters = optional.iter().map(|f| {
+        let TypeExpr::Optional(inner) = &f.ty else {
+            unreachable!("partitioned as optional")
+        };
+        let (field, ty) = (field_ident(&f.name), rust_type(inner));
+        let bare = field.to_string().trim_start_matches("r#").to_owned();
+        let setter = ident(&format!("with_{bare}"));
+        let text = doc(&format!("Sets `{}`.", f.name));
+        quote! {
+            #text
+            pub fn #setter(mut self, #field: impl Into<#ty>) -> Self {
+                self.#field = Some(#field.into());
+                self
+            }
+        }
+    });
+    let many = (required.len() > 7).then(|| quote!(#[allow(clippy::too_many_arguments)]));
+    quote! {
+        impl #name {
+            /// A value of the required fields; every optional field starts empty.
+            #many
+            pub fn new(#(#params),*) -> Self {
+                Self { #(#inits,)* }
+            }
+
+            #(#setters)*
+        }
     }
 }
 
