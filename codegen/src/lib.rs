@@ -7,6 +7,7 @@ pub mod load;
 pub mod lower;
 pub mod model;
 pub mod naming;
+pub mod record;
 pub mod spec;
 pub mod sync;
 
