@@ -3,6 +3,7 @@
 //! `cargo xtask codegen` calls [`generate`] for every API under `spec/`.
 
 pub mod error;
+pub mod history;
 pub mod load;
 pub mod lower;
 pub mod model;
