@@ -156,12 +156,19 @@ mod tests {
     fn an_optional_field_bumps_the_patch_and_adds_an_entry_above_the_old() {
         let old = "# Changelog\n\n## 0.2.0\n\nThe first record.\n";
         let tmp = crate_dir(&[("CHANGELOG.md", old), ("api.lock", "field A.x string\n")]);
-        let s = settle(tmp.path(), Path::new(""), "field A.note string?\nfield A.x string\n");
+        let s = settle(
+            tmp.path(),
+            Path::new(""),
+            "field A.note string?\nfield A.x string\n",
+        );
         assert_eq!(s.version, "0.2.1");
         let at_new = s.changelog.find("## 0.2.1").unwrap();
         let at_old = s.changelog.find("## 0.2.0").unwrap();
         assert!(at_new < at_old, "{}", s.changelog);
-        assert!(s.changelog.contains("### Compatible\n\n- field `A.note` added"));
+        assert!(
+            s.changelog
+                .contains("### Compatible\n\n- field `A.note` added")
+        );
     }
 
     #[test]
@@ -170,7 +177,10 @@ mod tests {
         let tmp = crate_dir(&[("CHANGELOG.md", old), ("api.lock", "value Mode.slow -\n")]);
         let s = settle(tmp.path(), Path::new(""), "");
         assert_eq!(s.version, "0.3.0");
-        assert!(s.changelog.contains("### Breaking\n\n- enum value `Mode.slow` removed. To do: "));
+        assert!(
+            s.changelog
+                .contains("### Breaking\n\n- enum value `Mode.slow` removed. To do: ")
+        );
     }
 
     #[test]

@@ -191,7 +191,11 @@ fn change(class: Class, what: String, action: Option<String>) -> Change {
 
 fn removed((kind, key): &(String, String), before: &str) -> Change {
     if kind == "behaviour" {
-        return change(Class::Behaviour, format!("`{key}` removed ({before})"), None);
+        return change(
+            Class::Behaviour,
+            format!("`{key}` removed ({before})"),
+            None,
+        );
     }
     let noun = noun(kind);
     change(
@@ -210,7 +214,9 @@ fn added((kind, key): &(String, String), after: &str) -> Change {
         "field" if !after.ends_with('?') => change(
             Class::Breaking,
             format!("required field `{key}` ({after}) added"),
-            Some(format!("pass `{key}` wherever the type is built (its `new`)")),
+            Some(format!(
+                "pass `{key}` wherever the type is built (its `new`)"
+            )),
         ),
         "param" => change(
             Class::Breaking,

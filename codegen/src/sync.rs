@@ -58,7 +58,7 @@ pub fn render(root: &Path) -> Result<Vec<File>, SyncError> {
                 let settled = settle(root, &crate_dir, &files);
                 crate::history::apply(&mut files, &settled);
                 out.extend(files.into_iter().map(|file| File {
-                path: crate_dir.join(file.path),
+                    path: crate_dir.join(file.path),
                     contents: file.contents,
                 }))
             }

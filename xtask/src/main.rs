@@ -98,14 +98,22 @@ fn codegen(check: bool) -> ExitCode {
 
 /// Each change of each crate's record with its class, and the version it
 /// led to (the newest entry of the crate's `CHANGELOG.md`).
-fn print_verdicts(root: &std::path::Path, verdicts: &[(PathBuf, Vec<sdk_codegen::record::Change>)]) {
+fn print_verdicts(
+    root: &std::path::Path,
+    verdicts: &[(PathBuf, Vec<sdk_codegen::record::Change>)],
+) {
     for (dir, changes) in verdicts.iter().filter(|(_, c)| !c.is_empty()) {
-        let changelog = std::fs::read_to_string(root.join(dir).join("CHANGELOG.md")).unwrap_or_default();
+        let changelog =
+            std::fs::read_to_string(root.join(dir).join("CHANGELOG.md")).unwrap_or_default();
         let version = changelog
             .lines()
             .find_map(|l| l.strip_prefix("## "))
             .unwrap_or("?");
-        println!("{}: {} change(s), now version {version}", dir.display(), changes.len());
+        println!(
+            "{}: {} change(s), now version {version}",
+            dir.display(),
+            changes.len()
+        );
         for c in changes {
             let class = match c.class {
                 sdk_codegen::record::Class::Breaking => "breaking",

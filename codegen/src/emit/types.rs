@@ -129,9 +129,7 @@ fn type_def(t: &TypeDef) -> TokenStream {
 /// and the type is `Default` too.
 fn fields_all_optional(t: &TypeDef) -> bool {
     match &t.shape {
-        Shape::Struct(fields) => fields
-            .iter()
-            .all(|f| matches!(f.ty, TypeExpr::Optional(_))),
+        Shape::Struct(fields) => fields.iter().all(|f| matches!(f.ty, TypeExpr::Optional(_))),
         Shape::Enum(_) => false,
     }
 }

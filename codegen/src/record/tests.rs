@@ -73,19 +73,32 @@ fn the_rehearsal_table_gives_each_edit_its_class_and_version() {
         ),
         (
             "route removed",
-            edit(&[path, "param ai.search.kb_id path:KbId", "returns ai.search SearchResponse"], &[]),
+            edit(
+                &[
+                    path,
+                    "param ai.search.kb_id path:KbId",
+                    "returns ai.search SearchResponse",
+                ],
+                &[],
+            ),
             Class::Breaking,
             "0.3.0",
         ),
         (
             "field made required",
-            edit(&["field SearchHit.title string?"], &["field SearchHit.title string"]),
+            edit(
+                &["field SearchHit.title string?"],
+                &["field SearchHit.title string"],
+            ),
             Class::Breaking,
             "0.3.0",
         ),
         (
             "field retyped",
-            edit(&["field SearchRequest.top_k integer"], &["field SearchRequest.top_k string"]),
+            edit(
+                &["field SearchRequest.top_k integer"],
+                &["field SearchRequest.top_k string"],
+            ),
             Class::Breaking,
             "0.3.0",
         ),
@@ -130,7 +143,11 @@ fn a_field_made_required_says_so_and_what_to_do() {
     let changes = diff(old, new);
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].class, Class::Breaking);
-    assert!(changes[0].what.contains("made required"), "{:?}", changes[0]);
+    assert!(
+        changes[0].what.contains("made required"),
+        "{:?}",
+        changes[0]
+    );
     assert!(changes[0].action.as_deref().unwrap().contains("`new`"));
 }
 
@@ -142,7 +159,10 @@ fn a_required_field_added_is_breaking() {
 
 #[test]
 fn every_breaking_change_says_what_a_consumer_must_do() {
-    let new = edit(&["value Mode.slow -", "field SearchRequest.top_k integer"], &[]);
+    let new = edit(
+        &["value Mode.slow -", "field SearchRequest.top_k integer"],
+        &[],
+    );
     for c in diff(BASE, &new) {
         assert_eq!(c.class, Class::Breaking);
         assert!(c.action.is_some(), "{c:?}");
