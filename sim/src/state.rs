@@ -220,7 +220,8 @@ impl Job {
             JobState::Running => "processing",
             JobState::Failed => "failed",
             JobState::Completed | JobState::Cancelled => "indexed",
-            JobState::Unknown(_) => "queued",
+            // Unknown, or a state a later spec adds.
+            _ => "queued",
         }
     }
 }

@@ -58,6 +58,7 @@ fn event_enum(model: &Model, stream: &Stream) -> TokenStream {
     quote! {
         #docs
         #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
         pub enum #name {
             #(#variants,)*
             /// An event the spec does not type, as it was sent.
@@ -212,6 +213,7 @@ fn string_enum(name: &proc_macro2::Ident, docs: TokenStream, variants: &[Variant
     quote! {
         #docs
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum #name {
             #(#decls,)*
             /// A value this client version does not know yet, kept verbatim so nothing is lost.

@@ -86,6 +86,7 @@ impl SearchResults {
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ChatRole {
     /// Instructions the model follows.
     System,
@@ -256,6 +257,7 @@ impl Completion {
 ///
 /// Service `bff`, policy §6.1.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum JobState {
     /// Still working; a stream that timed out or dropped says nothing about the job. Policy §6.1 (inferred).
     Running,
@@ -501,6 +503,7 @@ impl JobCancelled {
 ///
 /// Service `bff`, policy §6.2, §4.2.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ChatStage {
     /// The user's turn is saved first, so a turn that fails loses no input.
     PersistUser,
@@ -585,6 +588,7 @@ impl<'de> Deserialize<'de> for ChatStage {
 ///
 /// Service `bff`, policy §6.2.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum StageStatus {
     /// The stage went well. Policy §6.2 (inferred).
     Ok,
@@ -906,6 +910,7 @@ impl ConvertRequest {
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ConversionState {
     /// Still converting; its result route answers 409 until it is done (keep polling).
     Processing,
@@ -1268,6 +1273,7 @@ impl Edge {
 ///
 /// Service `ledger`, policy §10.1.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SpendGrouping {
     /// `service`.
     Service,
@@ -1811,6 +1817,7 @@ mod wire {
 
 /// An event of the `orchestrator` stream, typed by its name (streams.yaml `events`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum OrchestratorEvent {
     /// `event: subscribed`
     Subscribed(JobSubscribed),
@@ -1869,6 +1876,7 @@ impl sdk_runtime::StreamEvent for OrchestratorEvent {
 
 /// An event of the `chat` stream, typed by its name (streams.yaml `events`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ChatEvent {
     /// `event: trace`
     Trace(ChatTrace),
@@ -1905,6 +1913,7 @@ impl sdk_runtime::StreamEvent for ChatEvent {
 
 /// An event of the `agent` stream, typed by its name (streams.yaml `events`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// `event: session`
     Session(AgentSession),
