@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Service `engine`, policy Transport (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Health {
     pub status: String,
 }
@@ -52,6 +53,7 @@ impl AnalyseRequest {
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Analysis {
     pub document_id: crate::ids::DocumentId,
     pub summary: String,
@@ -96,6 +98,7 @@ impl ExtractRequest {
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding_id: Option<crate::ids::FindingId>,
@@ -142,6 +145,7 @@ impl Finding {
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Findings {
     pub document_id: crate::ids::DocumentId,
     pub findings: Vec<crate::types::Finding>,
@@ -164,6 +168,7 @@ impl Findings {
 ///
 /// Service `sessions`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Session {
     pub session_id: crate::ids::SessionId,
     pub status: String,
@@ -198,6 +203,7 @@ impl Session {
 ///
 /// Service `sessions`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionFinding {
     pub finding_id: crate::ids::FindingId,
     pub title: String,

@@ -26,6 +26,7 @@ impl SearchRequest {
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SearchHit {
     pub chunk_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -69,6 +70,7 @@ impl SearchHit {
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SearchResults {
     pub results: Vec<crate::types::SearchHit>,
 }
@@ -222,6 +224,7 @@ impl CompletionRequest {
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Completion {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -334,6 +337,7 @@ impl<'de> Deserialize<'de> for JobState {
 ///
 /// Service `bff`, policy §6.1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobStatus {
     pub status: crate::types::JobState,
     pub progress: f64,
@@ -371,6 +375,7 @@ impl JobStatus {
 ///
 /// Service `bff`, policy §6.1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobSubscribed {
     pub job_id: String,
 }
@@ -388,6 +393,7 @@ impl JobSubscribed {
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct NodeEvent {
     pub job_id: String,
     pub node: String,
@@ -434,6 +440,7 @@ impl NodeEvent {
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobCompleted {
     pub job_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -460,6 +467,7 @@ impl JobCompleted {
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobFailedEvent {
     pub job_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -486,6 +494,7 @@ impl JobFailedEvent {
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobCancelled {
     pub job_id: String,
 }
@@ -657,6 +666,7 @@ impl<'de> Deserialize<'de> for StageStatus {
 ///
 /// Service `bff`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatTrace {
     pub stage: crate::types::ChatStage,
     pub status: crate::types::StageStatus,
@@ -724,6 +734,7 @@ impl ChatTrace {
 ///
 /// Service `bff`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatDelta {
     pub text: String,
 }
@@ -739,6 +750,7 @@ impl ChatDelta {
 ///
 /// Service `bff`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatDone {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation_id: Option<String>,
@@ -781,6 +793,7 @@ impl ChatDone {
 ///
 /// Service `bff`, policy §6.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AgentSession {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -807,6 +820,7 @@ impl AgentSession {
 ///
 /// Service `bff`, policy §6.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AgentStep {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -983,6 +997,7 @@ impl<'de> Deserialize<'de> for ConversionState {
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConversionJob {
     pub conversion_id: crate::ids::ConversionId,
     pub status: crate::types::ConversionState,
@@ -1005,6 +1020,7 @@ impl ConversionJob {
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConversionResult {
     pub conversion_id: crate::ids::ConversionId,
     pub status: crate::types::ConversionState,
@@ -1080,6 +1096,7 @@ impl LinkRequest {
 ///
 /// Service `entity-linking`, policy §3.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EntityLink {
     pub entity_id: crate::ids::EntityId,
     pub mention: String,
@@ -1158,6 +1175,7 @@ impl ScoreRequest {
 ///
 /// Service `groundedness`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Score {
     pub score: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1342,6 +1360,7 @@ impl<'de> Deserialize<'de> for SpendGrouping {
 ///
 /// Service `ledger`, policy §10.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LedgerTotals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_id: Option<crate::ids::PipelineId>,
@@ -1402,6 +1421,7 @@ impl LedgerTotals {
 ///
 /// Service `ledger`, policy §10.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SpendLine {
     pub key: String,
     pub cost: f64,
@@ -1430,6 +1450,7 @@ impl SpendLine {
 ///
 /// Service `ledger`, policy §10.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Spend {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_by: Option<crate::types::SpendGrouping>,
@@ -1501,6 +1522,7 @@ impl UpsertPoints {
 ///
 /// Service `voyager`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UpsertResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
@@ -1534,6 +1556,7 @@ impl UpsertResult {
 ///
 /// Service `workspaces`, policy §5.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Health {
     pub status: String,
 }
@@ -1551,6 +1574,7 @@ impl Health {
 ///
 /// Service `workspaces`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Kb {
     pub kb_id: crate::ids::KbId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1623,6 +1647,7 @@ impl CreateKb {
 ///
 /// Service `workspaces`, policy §5.3, §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Document {
     pub document_id: crate::ids::DocumentId,
     pub filename: String,
@@ -1753,6 +1778,7 @@ impl CreateConversation {
 ///
 /// Service `workspaces`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Conversation {
     pub conversation_id: crate::ids::ConversationId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
