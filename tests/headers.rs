@@ -88,8 +88,7 @@ mod sample {
     }
     pub fn search_results() -> SearchResults {
         SearchResults::new(vec![
-            SearchHit::new("chunk-1", "Methodik", 0.75)
-                .with_document_id(document_id()),
+            SearchHit::new("chunk-1", "Methodik", 0.75).with_document_id(document_id()),
         ])
     }
     pub fn completion() -> Completion {
@@ -140,15 +139,11 @@ mod sample {
             .with_calls(3)
     }
     pub fn spend() -> Spend {
-        Spend::new(vec![
-            SpendLine::new("provider-a", 2.5).with_currency("EUR"),
-        ])
-        .with_group_by(SpendGrouping::Provider)
+        Spend::new(vec![SpendLine::new("provider-a", 2.5).with_currency("EUR")])
+            .with_group_by(SpendGrouping::Provider)
     }
     pub fn upsert_result() -> UpsertResult {
-        UpsertResult::new()
-            .with_status("ok")
-            .with_upserted(0)
+        UpsertResult::new().with_status("ok").with_upserted(0)
     }
     pub fn health() -> Health {
         Health::new("ok")

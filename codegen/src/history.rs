@@ -11,8 +11,13 @@ use std::path::Path;
 use crate::emit::File;
 use crate::record::{self, Change, Class};
 
-/// The version a crate has before it has a changelog.
+/// The version the emitter writes, before the history sets the real one.
 const FIRST: &str = "0.1.0";
+
+/// The version of a crate's first record. The crates were 0.1.0 with plain
+/// structs; the first record comes with the evolvable types, which break a
+/// consumer's struct literals and exhaustive matches: a minor bump.
+const FIRST_RECORDED: &str = "0.2.0";
 
 /// What a crate's history became, and the changes that made it so.
 pub struct Settled {
@@ -29,10 +34,13 @@ pub fn settle(root: &Path, dir: &Path, new_record: &str) -> Settled {
     let version = changelog
         .as_deref()
         .and_then(top_version)
-        .unwrap_or(FIRST)
+        .unwrap_or(FIRST_RECORDED)
         .to_owned();
     let first = format!(
-        "## {version}\n\nThe first record of the API (`api.lock`): every later regeneration is compared with it.\n"
+        "## {version}\n\nThe first record of the API (`api.lock`): every later regeneration is compared with it.\n\n\
+         ### Breaking\n\n\
+         - The types only the platform sends are `#[non_exhaustive]`. To do: build them with `new` and the `with_` setters instead of struct literals.\n\
+         - The spec's enums and stream events are `#[non_exhaustive]`. To do: give every match over one a wildcard arm.\n"
     );
     let Some(old_record) = read("api.lock") else {
         return settled(version, changelog, &first, Vec::new());
@@ -147,8 +155,8 @@ mod tests {
     fn a_first_record_keeps_the_version_and_starts_the_changelog() {
         let tmp = crate_dir(&[]);
         let s = settle(tmp.path(), Path::new(""), "value Mode.fast -\n");
-        assert_eq!(s.version, "0.1.0");
-        assert!(s.changelog.contains("## 0.1.0\n\nThe first record"));
+        assert_eq!(s.version, "0.2.0");
+        assert!(s.changelog.contains("## 0.2.0\n\nThe first record"));
         assert!(s.changes.is_empty());
     }
 

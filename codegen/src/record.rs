@@ -89,9 +89,13 @@ fn types(model: &Model, lines: &mut Vec<String>) {
 fn policy(model: &Model, lines: &mut Vec<String>) {
     for t in &model.timeouts {
         let t = &t.value;
+        let deploy = t
+            .deploy_suspected
+            .map(|d| format!(" deploy_suspected={d:?}"))
+            .unwrap_or_default();
         lines.push(format!(
-            "behaviour timeout.{} per_attempt={:?} deploy_suspected={:?}",
-            t.name, t.per_attempt, t.deploy_suspected
+            "behaviour timeout.{} per_attempt={:?}{deploy}",
+            t.name, t.per_attempt
         ));
     }
     for r in &model.retries {
