@@ -47,12 +47,7 @@ fn an_unknown_state_is_kept_verbatim_and_round_trips() {
 
 #[test]
 fn serialization_writes_the_wire_string() {
-    let status = JobStatus {
-        status: JobState::Cancelled,
-        progress: 1.0,
-        error: None,
-        results: None,
-    };
+    let status = JobStatus::new(JobState::Cancelled, 1.0);
     assert_eq!(
         serde_json::to_string(&status).unwrap(),
         r#"{"status":"cancelled","progress":1.0}"#

@@ -87,61 +87,31 @@ mod sample {
         ConversionId::parse(placeholder("conversion_id")).unwrap()
     }
     pub fn search_results() -> SearchResults {
-        SearchResults {
-            results: vec![SearchHit {
-                chunk_id: "chunk-1".into(),
-                document_id: Some(document_id()),
-                text: "Methodik".into(),
-                score: 0.75,
-                metadata: None,
-            }],
-        }
+        SearchResults::new(vec![
+            SearchHit::new("chunk-1", "Methodik", 0.75).with_document_id(document_id()),
+        ])
     }
     pub fn completion() -> Completion {
-        Completion {
-            content: "Antwort".into(),
-            model: Some("m".into()),
-            usage: Some(json!({"tokens": 3})),
-        }
+        Completion::new("Antwort")
+            .with_model("m")
+            .with_usage(json!({"tokens": 3}))
     }
     pub fn job_status() -> JobStatus {
-        JobStatus {
-            status: "running".into(),
-            progress: 0.5,
-            error: None,
-            results: None,
-        }
+        JobStatus::new("running", 0.5)
     }
     pub fn conversion_job() -> ConversionJob {
-        ConversionJob {
-            conversion_id: conversion_id(),
-            status: "queued".into(),
-        }
+        ConversionJob::new(conversion_id(), "queued")
     }
     pub fn conversion_result() -> ConversionResult {
-        ConversionResult {
-            conversion_id: conversion_id(),
-            status: "done".into(),
-            content: Some("# Text".into()),
-            pages: Some(2),
-            metadata: None,
-        }
+        ConversionResult::new(conversion_id(), "done")
+            .with_content("# Text")
+            .with_pages(2)
     }
     pub fn links() -> Vec<EntityLink> {
-        vec![EntityLink {
-            entity_id: entity_id(),
-            mention: "Knoll".into(),
-            start: 0,
-            end: 5,
-            score: Some(0.5),
-        }]
+        vec![EntityLink::new(entity_id(), "Knoll", 0, 5).with_score(0.5)]
     }
     pub fn score() -> Score {
-        Score {
-            score: 0.5,
-            grounded: Some(true),
-            details: None,
-        }
+        Score::new(0.5).with_grounded(true)
     }
     pub fn entity() -> Entity {
         Entity {
@@ -162,60 +132,35 @@ mod sample {
         }
     }
     pub fn totals() -> LedgerTotals {
-        LedgerTotals {
-            pipeline_id: Some(pipeline()),
-            total_cost: Some(1.25),
-            currency: Some("EUR".into()),
-            calls: Some(3),
-            breakdown: None,
-        }
+        LedgerTotals::new()
+            .with_pipeline_id(pipeline())
+            .with_total_cost(1.25)
+            .with_currency("EUR")
+            .with_calls(3)
     }
     pub fn spend() -> Spend {
-        Spend {
-            group_by: Some(SpendGrouping::Provider),
-            items: vec![SpendLine {
-                key: "provider-a".into(),
-                cost: 2.5,
-                currency: Some("EUR".into()),
-            }],
-        }
+        Spend::new(vec![SpendLine::new("provider-a", 2.5).with_currency("EUR")])
+            .with_group_by(SpendGrouping::Provider)
     }
     pub fn upsert_result() -> UpsertResult {
-        UpsertResult {
-            status: Some("ok".into()),
-            upserted: Some(0),
-        }
+        UpsertResult::new().with_status("ok").with_upserted(0)
     }
     pub fn health() -> Health {
-        Health {
-            status: "ok".into(),
-        }
+        Health::new("ok")
     }
     pub fn kb() -> Kb {
-        Kb {
-            kb_id: kb_id(),
-            name: Some("Methodik".into()),
-            description: None,
-            created_at: None,
-        }
+        Kb::new(kb_id()).with_name("Methodik")
     }
     pub fn document() -> Document {
-        Document {
-            document_id: document_id(),
-            filename: "a.pdf".into(),
-            content_type: Some("application/pdf".into()),
-            status: Some("stored".into()),
-            created_at: None,
-            job_id: Some(JobId::parse("job-1").unwrap()),
-        }
+        Document::new(document_id(), "a.pdf")
+            .with_content_type("application/pdf")
+            .with_status("stored")
+            .with_job_id(JobId::parse("job-1").unwrap())
     }
     pub fn conversation() -> Conversation {
-        Conversation {
-            conversation_id: conversation_id(),
-            title: Some("Gutachten".into()),
-            kb_ids: Some(vec![kb_id()]),
-            created_at: None,
-        }
+        Conversation::new(conversation_id())
+            .with_title("Gutachten")
+            .with_kb_ids(vec![kb_id()])
     }
     pub fn settings() -> serde_json::Value {
         json!({"language": "de"})

@@ -3,10 +3,12 @@
 //! `cargo xtask codegen` calls [`generate`] for every API under `spec/`.
 
 pub mod error;
+pub mod history;
 pub mod load;
 pub mod lower;
 pub mod model;
 pub mod naming;
+pub mod record;
 pub mod spec;
 pub mod sync;
 

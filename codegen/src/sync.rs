@@ -54,16 +54,46 @@ pub fn render(root: &Path) -> Result<Vec<File>, SyncError> {
         crates.push((model.api.crate_name.clone(), model.api.crate_at.clone()));
         let crate_dir = Path::new("generated").join(&model.api.crate_name);
         match crate::emit::files(&model) {
-            Ok(files) => out.extend(files.into_iter().map(|file| File {
-                path: crate_dir.join(file.path),
-                contents: file.contents,
-            })),
+            Ok(mut files) => {
+                let settled = settle(root, &crate_dir, &files);
+                crate::history::apply(&mut files, &settled);
+                out.extend(files.into_iter().map(|file| File {
+                    path: crate_dir.join(file.path),
+                    contents: file.contents,
+                }))
+            }
             Err(errors) => refused.extend(errors.0),
         }
     }
     if !refused.is_empty() {
         refused.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         return Err(SyncError::Spec(crate::SpecErrors(refused)));
+    }
+    Ok(out)
+}
+
+/// The history of the crate at `crate_dir` given its newly rendered files
+/// (their `api.lock`).
+fn settle(root: &Path, crate_dir: &Path, files: &[File]) -> crate::history::Settled {
+    let record = files
+        .iter()
+        .find(|f| f.path == Path::new("api.lock"))
+        .map_or("", |f| f.contents.as_str());
+    crate::history::settle(root, crate_dir, record)
+}
+
+/// Every change between the record on disk and the rendered one, per
+/// crate that has one: what `cargo xtask codegen` prints before it writes.
+pub fn verdicts(root: &Path) -> Result<Vec<(PathBuf, Vec<crate::record::Change>)>, SyncError> {
+    let rendered = render(root)?;
+    let mut out = Vec::new();
+    for file in rendered.iter().filter(|f| f.path.ends_with("api.lock")) {
+        let Ok(old) = std::fs::read_to_string(root.join(&file.path)) else {
+            continue;
+        };
+        let changes = crate::record::diff(&old, &file.contents);
+        let dir = file.path.parent().unwrap_or(Path::new("")).to_path_buf();
+        out.push((dir, changes));
     }
     Ok(out)
 }

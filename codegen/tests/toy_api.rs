@@ -123,7 +123,10 @@ fn the_toy_enum_is_an_enum_that_keeps_unknown_values() {
         assert!(types.contains(wanted), "types.rs lacks {wanted}");
     }
     // Serde's derive would refuse an unknown value: the impls are written out.
-    assert!(types.contains("#[derive(Debug, Clone, PartialEq, Eq, Hash)]\npub enum NoteKind {"));
+    // Open and `#[non_exhaustive]`: a value the spec adds is a compatible change.
+    assert!(types.contains(
+        "#[derive(Debug, Clone, PartialEq, Eq, Hash)]\n#[non_exhaustive]\npub enum NoteKind {"
+    ));
     let notes = file(&files, "src/notes.rs");
     assert!(
         notes.contains("kind: Option<&crate::types::NoteKind>"),

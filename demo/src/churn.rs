@@ -86,10 +86,7 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
     let churn = Instant::now();
     sim.faults().deploy_churn_for(refused, flaky).await;
     println!("   {} the deploy starts", stamp(churn));
-    let query = SearchRequest {
-        query_text: QUESTION.into(),
-        top_k: 2,
-    };
+    let query = SearchRequest::new(QUESTION, 2);
     let pipeline = PipelineId::parse("demo-churn")?;
     // Three distinct endpoints fail at the connection level (R1 retries each).
     match grag.workspaces().list_documents(kb).await {

@@ -51,11 +51,7 @@ pub(super) async fn simulated() -> Result<()> {
     println!("   → {}", health.status);
 
     let kb = KbId::parse("kb-demo")?;
-    let create = CreateKb {
-        kb_id: kb.clone(),
-        name: "Prüfberichte".into(),
-        description: Some("Demo knowledge base".into()),
-    };
+    let create = CreateKb::new(kb.clone(), "Prüfberichte").with_description("Demo knowledge base");
     step(
         2,
         "Create the knowledge base kb-demo",
@@ -196,10 +192,7 @@ pub(super) async fn simulated() -> Result<()> {
     );
     println!("   „{QUESTION}“");
     let pipeline = PipelineId::parse("demo-run")?;
-    let query = SearchRequest {
-        query_text: QUESTION.into(),
-        top_k: 2,
-    };
+    let query = SearchRequest::new(QUESTION, 2);
     for hit in grag
         .ai_gateway(&pipeline)
         .search_rerank(&kb, &query)
@@ -221,11 +214,11 @@ pub(super) async fn simulated() -> Result<()> {
     );
     let conversation = grag
         .workspaces()
-        .ensure_conversation(&CreateConversation {
-            conversation_id: ConversationId::parse("conv-demo")?,
-            title: Some("Prüffristen".into()),
-            kb_ids: Some(vec![kb.clone()]),
-        })
+        .ensure_conversation(
+            &CreateConversation::new(ConversationId::parse("conv-demo")?)
+                .with_title("Prüffristen")
+                .with_kb_ids(vec![kb.clone()]),
+        )
         .await?;
     println!(
         "   conversation {} created (the chat stream does not create it; chat_stream takes only this proof)",
@@ -236,11 +229,7 @@ pub(super) async fn simulated() -> Result<()> {
         .bff()
         .chat_stream(
             &conversation,
-            &ChatRequest {
-                conversation_id: conversation.id().clone(),
-                message: QUESTION.into(),
-                kb_ids: None,
-            },
+            &ChatRequest::new(conversation.id().clone(), QUESTION),
         )
         .await?;
     let mut answer = String::new();

@@ -174,13 +174,8 @@ impl Job {
             .map(|s| self.node_start(s, 0))
             .filter(|f| now >= *f)
         else {
-            return JobStatus {
-                // Not a state the policy names: the client reads it as `Unknown`.
-                status: "queued".into(),
-                progress: 0.0,
-                error: None,
-                results: None,
-            };
+            // Not a state the policy names: the client reads it as `Unknown`.
+            return JobStatus::new("queued", 0.0);
         };
         let elapsed = now.saturating_duration_since(first);
         let done = if self.pace.is_zero() {
@@ -191,27 +186,14 @@ impl Job {
         if let Some(fail) = self.fail_at
             && done > fail
         {
-            return JobStatus {
-                status: JobState::Failed,
-                progress: fail as f64 / total as f64,
-                error: Some(self.failure()),
-                results: None,
-            };
+            return JobStatus::new(JobState::Failed, fail as f64 / total as f64)
+                .with_error(self.failure());
         }
         if done >= self.nodes.len() {
-            return JobStatus {
-                status: JobState::Completed,
-                progress: 1.0,
-                error: None,
-                results: Some(self.results()),
-            };
+            return JobStatus::new(JobState::Completed, 1.0).with_results(self.results());
         }
-        JobStatus {
-            status: JobState::Running,
-            progress: done as f64 / total as f64,
-            error: None,
-            results: Some(json!({ "node": self.nodes[done] })),
-        }
+        JobStatus::new(JobState::Running, done as f64 / total as f64)
+            .with_results(json!({ "node": self.nodes[done] }))
     }
 
     /// The document status the workspaces service shows for this job.
@@ -220,7 +202,8 @@ impl Job {
             JobState::Running => "processing",
             JobState::Failed => "failed",
             JobState::Completed | JobState::Cancelled => "indexed",
-            JobState::Unknown(_) => "queued",
+            // Unknown, or a state a later spec adds.
+            _ => "queued",
         }
     }
 }

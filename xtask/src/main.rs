@@ -73,7 +73,11 @@ fn codegen(check: bool) -> ExitCode {
     let result = if check {
         sdk_codegen::sync::stale(&root)
     } else {
-        sdk_codegen::sync::write(&root)
+        sdk_codegen::sync::verdicts(&root).and_then(|verdicts| {
+            let written = sdk_codegen::sync::write(&root)?;
+            print_verdicts(&root, &verdicts);
+            Ok(written)
+        })
     };
     match result {
         Err(e) => {
@@ -94,6 +98,38 @@ fn codegen(check: bool) -> ExitCode {
             }
             println!("generated/ {verb} in {:.1?}", started.elapsed());
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Each change of each crate's record with its class, and the version it
+/// led to (the newest entry of the crate's `CHANGELOG.md`).
+fn print_verdicts(
+    root: &std::path::Path,
+    verdicts: &[(PathBuf, Vec<sdk_codegen::record::Change>)],
+) {
+    for (dir, changes) in verdicts.iter().filter(|(_, c)| !c.is_empty()) {
+        let changelog =
+            std::fs::read_to_string(root.join(dir).join("CHANGELOG.md")).unwrap_or_default();
+        let version = changelog
+            .lines()
+            .find_map(|l| l.strip_prefix("## "))
+            .unwrap_or("?");
+        println!(
+            "{}: {} change(s), now version {version}",
+            dir.display(),
+            changes.len()
+        );
+        for c in changes {
+            let class = match c.class {
+                sdk_codegen::record::Class::Breaking => "breaking",
+                sdk_codegen::record::Class::Behaviour => "behaviour",
+                sdk_codegen::record::Class::Compatible => "compatible",
+            };
+            match &c.action {
+                Some(action) => println!("  {class}: {}; to do: {action}", c.what),
+                None => println!("  {class}: {}", c.what),
+            }
         }
     }
 }

@@ -93,6 +93,10 @@ pub fn files(model: &Model) -> Result<Vec<File>, SpecErrors> {
         contents: alerts::tests_yml(model),
     });
     files.push(File {
+        path: "api.lock".into(),
+        contents: crate::record::render(model),
+    });
+    files.push(File {
         path: "openapi.json".into(),
         contents: openapi::openapi_json(model),
     });

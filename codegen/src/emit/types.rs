@@ -4,10 +4,14 @@ use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::docs::{doc, field_ident, ident, inner_doc, rust_type, source};
-use crate::model::{Model, Shape, Stream, TypeDef, TypeExpr, Variant};
+use crate::model::{Field, Model, Shape, Stream, TypeDef, TypeExpr, Variant};
 
 pub fn types_rs(model: &Model) -> TokenStream {
-    let types = model.types.iter().map(type_def);
+    let answers = answer_only(model);
+    let types = model
+        .types
+        .iter()
+        .map(|t| type_def(t, answers.contains(t.name.as_str())));
     let events = model
         .streams
         .iter()
@@ -58,6 +62,7 @@ fn event_enum(model: &Model, stream: &Stream) -> TokenStream {
     quote! {
         #docs
         #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
         pub enum #name {
             #(#variants,)*
             /// An event the spec does not type, as it was sent.
@@ -85,7 +90,56 @@ fn event_enum(model: &Model, stream: &Stream) -> TokenStream {
     }
 }
 
-fn type_def(t: &TypeDef) -> TokenStream {
+/// The types only the platform sends: reachable from an answer or a stream
+/// event, never from what a caller sends. They are `#[non_exhaustive]`, so a
+/// field the spec adds breaks no consumer; a caller builds them (a mock, a
+/// test) through `new` and the setters.
+fn answer_only(model: &Model) -> std::collections::BTreeSet<&str> {
+    let mut sent = Vec::new();
+    let mut answered = Vec::new();
+    for route in model.services.iter().flat_map(|s| &s.routes) {
+        let params = route.path_params.iter().chain(&route.query).map(|(_, t)| t);
+        sent.extend(params.chain(&route.body));
+        if let crate::model::Returns::Body(ty) = &route.returns {
+            answered.push(ty);
+        }
+    }
+    let events: Vec<TypeExpr> = (model.streams.iter().flat_map(|s| &s.events))
+        .map(|e| TypeExpr::Named(model.types[e.ty].name.clone()))
+        .collect();
+    answered.extend(&events);
+    let sent = reachable(model, sent);
+    let mut out = reachable(model, answered);
+    out.retain(|name| !sent.contains(name));
+    out
+}
+
+/// The named types `roots` reach through fields, lists, maps and options.
+fn reachable<'m>(model: &'m Model, roots: Vec<&TypeExpr>) -> std::collections::BTreeSet<&'m str> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo: Vec<TypeExpr> = roots.into_iter().cloned().collect();
+    while let Some(ty) = todo.pop() {
+        match ty {
+            TypeExpr::List(inner) | TypeExpr::Map(inner) | TypeExpr::Optional(inner) => {
+                todo.push(*inner)
+            }
+            TypeExpr::Named(name) => {
+                let Some(t) = model.types.iter().find(|t| t.name == name) else {
+                    continue;
+                };
+                if out.insert(t.name.as_str())
+                    && let Shape::Struct(fields) = &t.shape
+                {
+                    todo.extend(fields.iter().map(|f| f.ty.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn type_def(t: &TypeDef, answer_only: bool) -> TokenStream {
     let name = ident(&t.name);
     let mut text = format!("{}\n\nService `{}`", t.doc, t.service);
     if let Some(s) = &t.source {
@@ -109,15 +163,81 @@ fn type_def(t: &TypeDef) -> TokenStream {
                     pub #field: #ty
                 }
             });
+            let default = fields_all_optional(t).then(|| quote!(Default,));
+            let building = constructors(&name, t);
+            let closed = answer_only.then(|| quote!(#[non_exhaustive]));
             quote! {
                 #docs
-                #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+                #[derive(Debug, Clone, PartialEq, #default Serialize, Deserialize)]
+                #closed
                 pub struct #name {
                     #(#fields,)*
                 }
+
+                #building
             }
         }
         Shape::Enum(variants) => string_enum(&name, docs, variants),
+    }
+}
+
+/// Whether every field of a struct is optional: then `new()` takes nothing
+/// and the type is `Default` too.
+fn fields_all_optional(t: &TypeDef) -> bool {
+    match &t.shape {
+        Shape::Struct(fields) => fields.iter().all(|f| matches!(f.ty, TypeExpr::Optional(_))),
+        Shape::Enum(_) => false,
+    }
+}
+
+/// `new` over the required fields and a `with_` setter per optional one, so
+/// a caller builds a value the way that keeps compiling when the spec adds
+/// an optional field.
+fn constructors(name: &proc_macro2::Ident, t: &TypeDef) -> TokenStream {
+    let Shape::Struct(fields) = &t.shape else {
+        return TokenStream::new();
+    };
+    let (optional, required): (Vec<&Field>, Vec<&Field>) = fields
+        .iter()
+        .partition(|f| matches!(f.ty, TypeExpr::Optional(_)));
+    let params = required.iter().map(|f| {
+        let (field, ty) = (field_ident(&f.name), rust_type(&f.ty));
+        quote!(#field: impl Into<#ty>)
+    });
+    let inits = fields.iter().map(|f| {
+        let field = field_ident(&f.name);
+        match f.ty {
+            TypeExpr::Optional(_) => quote!(#field: None),
+            _ => quote!(#field: #field.into()),
+        }
+    });
+    let setters = optional.iter().map(|f| {
+        let TypeExpr::Optional(inner) = &f.ty else {
+            unreachable!("partitioned as optional")
+        };
+        let (field, ty) = (field_ident(&f.name), rust_type(inner));
+        let bare = field.to_string().trim_start_matches("r#").to_owned();
+        let setter = ident(&format!("with_{bare}"));
+        let text = doc(&format!("Sets `{}`.", f.name));
+        quote! {
+            #text
+            pub fn #setter(mut self, #field: impl Into<#ty>) -> Self {
+                self.#field = Some(#field.into());
+                self
+            }
+        }
+    });
+    let many = (required.len() > 7).then(|| quote!(#[allow(clippy::too_many_arguments)]));
+    quote! {
+        impl #name {
+            /// A value of the required fields; every optional field starts empty.
+            #many
+            pub fn new(#(#params),*) -> Self {
+                Self { #(#inits,)* }
+            }
+
+            #(#setters)*
+        }
     }
 }
 
@@ -148,6 +268,7 @@ fn string_enum(name: &proc_macro2::Ident, docs: TokenStream, variants: &[Variant
     quote! {
         #docs
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
         pub enum #name {
             #(#decls,)*
             /// A value this client version does not know yet, kept verbatim so nothing is lost.

@@ -7,8 +7,18 @@ use serde::{Deserialize, Serialize};
 ///
 /// Service `engine`, policy Transport (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Health {
     pub status: String,
+}
+
+impl Health {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(status: impl Into<String>) -> Self {
+        Self {
+            status: status.into(),
+        }
+    }
 }
 
 /// A document to analyse, with the checklist it is analysed against.
@@ -22,14 +32,47 @@ pub struct AnalyseRequest {
     pub checklist: Option<Vec<String>>,
 }
 
+impl AnalyseRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(document_id: impl Into<crate::ids::DocumentId>, text: impl Into<String>) -> Self {
+        Self {
+            document_id: document_id.into(),
+            text: text.into(),
+            checklist: None,
+        }
+    }
+
+    /// Sets `checklist`.
+    pub fn with_checklist(mut self, checklist: impl Into<Vec<String>>) -> Self {
+        self.checklist = Some(checklist.into());
+        self
+    }
+}
+
 /// Core's analysis of one document.
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Analysis {
     pub document_id: crate::ids::DocumentId,
     pub summary: String,
     pub findings: Vec<crate::types::Finding>,
+}
+
+impl Analysis {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        document_id: impl Into<crate::ids::DocumentId>,
+        summary: impl Into<String>,
+        findings: impl Into<Vec<crate::types::Finding>>,
+    ) -> Self {
+        Self {
+            document_id: document_id.into(),
+            summary: summary.into(),
+            findings: findings.into(),
+        }
+    }
 }
 
 /// Text to extract findings from.
@@ -41,10 +84,21 @@ pub struct ExtractRequest {
     pub text: String,
 }
 
+impl ExtractRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(document_id: impl Into<crate::ids::DocumentId>, text: impl Into<String>) -> Self {
+        Self {
+            document_id: document_id.into(),
+            text: text.into(),
+        }
+    }
+}
+
 /// One finding: what Core noticed, where, and how sure it is.
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding_id: Option<crate::ids::FindingId>,
@@ -56,19 +110,65 @@ pub struct Finding {
     pub confidence: Option<f64>,
 }
 
+impl Finding {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(title: impl Into<String>, severity: impl Into<String>) -> Self {
+        Self {
+            finding_id: None,
+            title: title.into(),
+            detail: None,
+            severity: severity.into(),
+            confidence: None,
+        }
+    }
+
+    /// Sets `finding_id`.
+    pub fn with_finding_id(mut self, finding_id: impl Into<crate::ids::FindingId>) -> Self {
+        self.finding_id = Some(finding_id.into());
+        self
+    }
+
+    /// Sets `detail`.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// Sets `confidence`.
+    pub fn with_confidence(mut self, confidence: impl Into<f64>) -> Self {
+        self.confidence = Some(confidence.into());
+        self
+    }
+}
+
 /// The findings extracted from one text.
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Findings {
     pub document_id: crate::ids::DocumentId,
     pub findings: Vec<crate::types::Finding>,
+}
+
+impl Findings {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        document_id: impl Into<crate::ids::DocumentId>,
+        findings: impl Into<Vec<crate::types::Finding>>,
+    ) -> Self {
+        Self {
+            document_id: document_id.into(),
+            findings: findings.into(),
+        }
+    }
 }
 
 /// A review session and where its workflow stands.
 ///
 /// Service `sessions`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Session {
     pub session_id: crate::ids::SessionId,
     pub status: String,
@@ -77,16 +177,61 @@ pub struct Session {
     pub updated_at: Option<String>,
 }
 
+impl Session {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        session_id: impl Into<crate::ids::SessionId>,
+        status: impl Into<String>,
+        step: impl Into<i64>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            status: status.into(),
+            step: step.into(),
+            updated_at: None,
+        }
+    }
+
+    /// Sets `updated_at`.
+    pub fn with_updated_at(mut self, updated_at: impl Into<String>) -> Self {
+        self.updated_at = Some(updated_at.into());
+        self
+    }
+}
+
 /// A finding of a session, with the reviewer's decision so far.
 ///
 /// Service `sessions`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionFinding {
     pub finding_id: crate::ids::FindingId,
     pub title: String,
     pub severity: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<String>,
+}
+
+impl SessionFinding {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        finding_id: impl Into<crate::ids::FindingId>,
+        title: impl Into<String>,
+        severity: impl Into<String>,
+    ) -> Self {
+        Self {
+            finding_id: finding_id.into(),
+            title: title.into(),
+            severity: severity.into(),
+            decision: None,
+        }
+    }
+
+    /// Sets `decision`.
+    pub fn with_decision(mut self, decision: impl Into<String>) -> Self {
+        self.decision = Some(decision.into());
+        self
+    }
 }
 
 /// Body of accept and reject; the finding the decision is about.
@@ -99,10 +244,35 @@ pub struct Decision {
     pub comment: Option<String>,
 }
 
+impl Decision {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(finding_id: impl Into<crate::ids::FindingId>) -> Self {
+        Self {
+            finding_id: finding_id.into(),
+            comment: None,
+        }
+    }
+
+    /// Sets `comment`.
+    pub fn with_comment(mut self, comment: impl Into<String>) -> Self {
+        self.comment = Some(comment.into());
+        self
+    }
+}
+
 /// Body of discuss; a reviewer's message on the session.
 ///
 /// Service `sessions`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Discussion {
     pub message: String,
+}
+
+impl Discussion {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
 }

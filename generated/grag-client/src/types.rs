@@ -12,10 +12,21 @@ pub struct SearchRequest {
     pub top_k: i64,
 }
 
+impl SearchRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(query_text: impl Into<String>, top_k: impl Into<i64>) -> Self {
+        Self {
+            query_text: query_text.into(),
+            top_k: top_k.into(),
+        }
+    }
+}
+
 /// One reranked chunk.
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SearchHit {
     pub chunk_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -26,18 +37,58 @@ pub struct SearchHit {
     pub metadata: Option<serde_json::Value>,
 }
 
+impl SearchHit {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        chunk_id: impl Into<String>,
+        text: impl Into<String>,
+        score: impl Into<f64>,
+    ) -> Self {
+        Self {
+            chunk_id: chunk_id.into(),
+            document_id: None,
+            text: text.into(),
+            score: score.into(),
+            metadata: None,
+        }
+    }
+
+    /// Sets `document_id`.
+    pub fn with_document_id(mut self, document_id: impl Into<crate::ids::DocumentId>) -> Self {
+        self.document_id = Some(document_id.into());
+        self
+    }
+
+    /// Sets `metadata`.
+    pub fn with_metadata(mut self, metadata: impl Into<serde_json::Value>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+}
+
 /// Reranked hits, best first.
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SearchResults {
     pub results: Vec<crate::types::SearchHit>,
+}
+
+impl SearchResults {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(results: impl Into<Vec<crate::types::SearchHit>>) -> Self {
+        Self {
+            results: results.into(),
+        }
+    }
 }
 
 /// Who a message of a completion prompt is from.
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ChatRole {
     /// Instructions the model follows.
     System,
@@ -115,6 +166,16 @@ pub struct ChatMessage {
     pub content: String,
 }
 
+impl ChatMessage {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(role: impl Into<crate::types::ChatRole>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
 /// A non-streaming LLM completion request.
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
@@ -129,10 +190,41 @@ pub struct CompletionRequest {
     pub temperature: Option<f64>,
 }
 
+impl CompletionRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(messages: impl Into<Vec<crate::types::ChatMessage>>) -> Self {
+        Self {
+            messages: messages.into(),
+            model: None,
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+
+    /// Sets `model`.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Sets `max_tokens`.
+    pub fn with_max_tokens(mut self, max_tokens: impl Into<i64>) -> Self {
+        self.max_tokens = Some(max_tokens.into());
+        self
+    }
+
+    /// Sets `temperature`.
+    pub fn with_temperature(mut self, temperature: impl Into<f64>) -> Self {
+        self.temperature = Some(temperature.into());
+        self
+    }
+}
+
 /// The full completion (the upstream does not stream).
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Completion {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,10 +233,34 @@ pub struct Completion {
     pub usage: Option<serde_json::Value>,
 }
 
+impl Completion {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            model: None,
+            usage: None,
+        }
+    }
+
+    /// Sets `model`.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Sets `usage`.
+    pub fn with_usage(mut self, usage: impl Into<serde_json::Value>) -> Self {
+        self.usage = Some(usage.into());
+        self
+    }
+}
+
 /// Where an orchestrator job stands, as its status hash says.
 ///
 /// Service `bff`, policy §6.1.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum JobState {
     /// Still working; a stream that timed out or dropped says nothing about the job. Policy §6.1 (inferred).
     Running,
@@ -221,6 +337,7 @@ impl<'de> Deserialize<'de> for JobState {
 ///
 /// Service `bff`, policy §6.1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobStatus {
     pub status: crate::types::JobState,
     pub progress: f64,
@@ -230,18 +347,53 @@ pub struct JobStatus {
     pub results: Option<serde_json::Value>,
 }
 
+impl JobStatus {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(status: impl Into<crate::types::JobState>, progress: impl Into<f64>) -> Self {
+        Self {
+            status: status.into(),
+            progress: progress.into(),
+            error: None,
+            results: None,
+        }
+    }
+
+    /// Sets `error`.
+    pub fn with_error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+
+    /// Sets `results`.
+    pub fn with_results(mut self, results: impl Into<serde_json::Value>) -> Self {
+        self.results = Some(results.into());
+        self
+    }
+}
+
 /// The relay's first event on a job stream; no event before it was seen.
 ///
 /// Service `bff`, policy §6.1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobSubscribed {
     pub job_id: String,
+}
+
+impl JobSubscribed {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(job_id: impl Into<String>) -> Self {
+        Self {
+            job_id: job_id.into(),
+        }
+    }
 }
 
 /// A pipeline node of the job started, completed or failed.
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct NodeEvent {
     pub job_id: String,
     pub node: String,
@@ -253,38 +405,114 @@ pub struct NodeEvent {
     pub error: Option<String>,
 }
 
+impl NodeEvent {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(job_id: impl Into<String>, node: impl Into<String>) -> Self {
+        Self {
+            job_id: job_id.into(),
+            node: node.into(),
+            index: None,
+            total: None,
+            error: None,
+        }
+    }
+
+    /// Sets `index`.
+    pub fn with_index(mut self, index: impl Into<i64>) -> Self {
+        self.index = Some(index.into());
+        self
+    }
+
+    /// Sets `total`.
+    pub fn with_total(mut self, total: impl Into<i64>) -> Self {
+        self.total = Some(total.into());
+        self
+    }
+
+    /// Sets `error`.
+    pub fn with_error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+}
+
 /// The job completed; its results.
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobCompleted {
     pub job_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<serde_json::Value>,
 }
 
+impl JobCompleted {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(job_id: impl Into<String>) -> Self {
+        Self {
+            job_id: job_id.into(),
+            results: None,
+        }
+    }
+
+    /// Sets `results`.
+    pub fn with_results(mut self, results: impl Into<serde_json::Value>) -> Self {
+        self.results = Some(results.into());
+        self
+    }
+}
+
 /// The job failed; its error.
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobFailedEvent {
     pub job_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+impl JobFailedEvent {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(job_id: impl Into<String>) -> Self {
+        Self {
+            job_id: job_id.into(),
+            error: None,
+        }
+    }
+
+    /// Sets `error`.
+    pub fn with_error(mut self, error: impl Into<String>) -> Self {
+        self.error = Some(error.into());
+        self
+    }
+}
+
 /// The job was cancelled.
 ///
 /// Service `bff`, policy §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobCancelled {
     pub job_id: String,
+}
+
+impl JobCancelled {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(job_id: impl Into<String>) -> Self {
+        Self {
+            job_id: job_id.into(),
+        }
+    }
 }
 
 /// A stage of a chat turn, in the order the BFF runs them.
 ///
 /// Service `bff`, policy §6.2, §4.2.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ChatStage {
     /// The user's turn is saved first, so a turn that fails loses no input.
     PersistUser,
@@ -369,6 +597,7 @@ impl<'de> Deserialize<'de> for ChatStage {
 ///
 /// Service `bff`, policy §6.2.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum StageStatus {
     /// The stage went well. Policy §6.2 (inferred).
     Ok,
@@ -437,6 +666,7 @@ impl<'de> Deserialize<'de> for StageStatus {
 ///
 /// Service `bff`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatTrace {
     pub stage: crate::types::ChatStage,
     pub status: crate::types::StageStatus,
@@ -452,18 +682,75 @@ pub struct ChatTrace {
     pub score: Option<f64>,
 }
 
+impl ChatTrace {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        stage: impl Into<crate::types::ChatStage>,
+        status: impl Into<crate::types::StageStatus>,
+    ) -> Self {
+        Self {
+            stage: stage.into(),
+            status: status.into(),
+            detail: None,
+            hits: None,
+            kept: None,
+            model: None,
+            score: None,
+        }
+    }
+
+    /// Sets `detail`.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// Sets `hits`.
+    pub fn with_hits(mut self, hits: impl Into<i64>) -> Self {
+        self.hits = Some(hits.into());
+        self
+    }
+
+    /// Sets `kept`.
+    pub fn with_kept(mut self, kept: impl Into<i64>) -> Self {
+        self.kept = Some(kept.into());
+        self
+    }
+
+    /// Sets `model`.
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Sets `score`.
+    pub fn with_score(mut self, score: impl Into<f64>) -> Self {
+        self.score = Some(score.into());
+        self
+    }
+}
+
 /// A piece of the answer.
 ///
 /// Service `bff`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatDelta {
     pub text: String,
+}
+
+impl ChatDelta {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self { text: text.into() }
+    }
 }
 
 /// The turn's closing event.
 ///
 /// Service `bff`, policy §6.2 (inferred).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatDone {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation_id: Option<String>,
@@ -473,26 +760,96 @@ pub struct ChatDone {
     pub persisted: Option<bool>,
 }
 
+impl ChatDone {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new() -> Self {
+        Self {
+            conversation_id: None,
+            answer: None,
+            persisted: None,
+        }
+    }
+
+    /// Sets `conversation_id`.
+    pub fn with_conversation_id(mut self, conversation_id: impl Into<String>) -> Self {
+        self.conversation_id = Some(conversation_id.into());
+        self
+    }
+
+    /// Sets `answer`.
+    pub fn with_answer(mut self, answer: impl Into<String>) -> Self {
+        self.answer = Some(answer.into());
+        self
+    }
+
+    /// Sets `persisted`.
+    pub fn with_persisted(mut self, persisted: impl Into<bool>) -> Self {
+        self.persisted = Some(persisted.into());
+        self
+    }
+}
+
 /// An agent session's state as relayed.
 ///
 /// Service `bff`, policy §6.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AgentSession {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
 }
 
+impl AgentSession {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(session_id: impl Into<String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            state: None,
+        }
+    }
+
+    /// Sets `state`.
+    pub fn with_state(mut self, state: impl Into<String>) -> Self {
+        self.state = Some(state.into());
+        self
+    }
+}
+
 /// One step of an agent session.
 ///
 /// Service `bff`, policy §6.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AgentStep {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
+}
+
+impl AgentStep {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(session_id: impl Into<String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            step: None,
+            action: None,
+        }
+    }
+
+    /// Sets `step`.
+    pub fn with_step(mut self, step: impl Into<i64>) -> Self {
+        self.step = Some(step.into());
+        self
+    }
+
+    /// Sets `action`.
+    pub fn with_action(mut self, action: impl Into<String>) -> Self {
+        self.action = Some(action.into());
+        self
+    }
 }
 
 /// One user turn; the conversation must already exist (workspaces.create_conversation).
@@ -504,6 +861,26 @@ pub struct ChatRequest {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kb_ids: Option<Vec<crate::ids::KbId>>,
+}
+
+impl ChatRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        conversation_id: impl Into<crate::ids::ConversationId>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            conversation_id: conversation_id.into(),
+            message: message.into(),
+            kb_ids: None,
+        }
+    }
+
+    /// Sets `kb_ids`.
+    pub fn with_kb_ids(mut self, kb_ids: impl Into<Vec<crate::ids::KbId>>) -> Self {
+        self.kb_ids = Some(kb_ids.into());
+        self
+    }
 }
 
 /// A document to convert.
@@ -519,10 +896,35 @@ pub struct ConvertRequest {
     pub kb_id: Option<crate::ids::KbId>,
 }
 
+impl ConvertRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        document_id: impl Into<crate::ids::DocumentId>,
+        filename: impl Into<String>,
+        content_type: impl Into<String>,
+        content_base64: impl Into<String>,
+    ) -> Self {
+        Self {
+            document_id: document_id.into(),
+            filename: filename.into(),
+            content_type: content_type.into(),
+            content_base64: content_base64.into(),
+            kb_id: None,
+        }
+    }
+
+    /// Sets `kb_id`.
+    pub fn with_kb_id(mut self, kb_id: impl Into<crate::ids::KbId>) -> Self {
+        self.kb_id = Some(kb_id.into());
+        self
+    }
+}
+
 /// Where a docfold conversion stands.
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ConversionState {
     /// Still converting; its result route answers 409 until it is done (keep polling).
     Processing,
@@ -595,15 +997,30 @@ impl<'de> Deserialize<'de> for ConversionState {
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConversionJob {
     pub conversion_id: crate::ids::ConversionId,
     pub status: crate::types::ConversionState,
+}
+
+impl ConversionJob {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        conversion_id: impl Into<crate::ids::ConversionId>,
+        status: impl Into<crate::types::ConversionState>,
+    ) -> Self {
+        Self {
+            conversion_id: conversion_id.into(),
+            status: status.into(),
+        }
+    }
 }
 
 /// The finished conversion.
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConversionResult {
     pub conversion_id: crate::ids::ConversionId,
     pub status: crate::types::ConversionState,
@@ -613,6 +1030,40 @@ pub struct ConversionResult {
     pub pages: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Value>,
+}
+
+impl ConversionResult {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        conversion_id: impl Into<crate::ids::ConversionId>,
+        status: impl Into<crate::types::ConversionState>,
+    ) -> Self {
+        Self {
+            conversion_id: conversion_id.into(),
+            status: status.into(),
+            content: None,
+            pages: None,
+            metadata: None,
+        }
+    }
+
+    /// Sets `content`.
+    pub fn with_content(mut self, content: impl Into<String>) -> Self {
+        self.content = Some(content.into());
+        self
+    }
+
+    /// Sets `pages`.
+    pub fn with_pages(mut self, pages: impl Into<i64>) -> Self {
+        self.pages = Some(pages.into());
+        self
+    }
+
+    /// Sets `metadata`.
+    pub fn with_metadata(mut self, metadata: impl Into<serde_json::Value>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
 }
 
 /// A text to link, optionally restricted to one knowledge base.
@@ -625,10 +1076,27 @@ pub struct LinkRequest {
     pub kb_id: Option<crate::ids::KbId>,
 }
 
+impl LinkRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            kb_id: None,
+        }
+    }
+
+    /// Sets `kb_id`.
+    pub fn with_kb_id(mut self, kb_id: impl Into<crate::ids::KbId>) -> Self {
+        self.kb_id = Some(kb_id.into());
+        self
+    }
+}
+
 /// One mention linked to an entity, with its character offsets.
 ///
 /// Service `entity-linking`, policy §3.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EntityLink {
     pub entity_id: crate::ids::EntityId,
     pub mention: String,
@@ -636,6 +1104,30 @@ pub struct EntityLink {
     pub end: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
+}
+
+impl EntityLink {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        entity_id: impl Into<crate::ids::EntityId>,
+        mention: impl Into<String>,
+        start: impl Into<i64>,
+        end: impl Into<i64>,
+    ) -> Self {
+        Self {
+            entity_id: entity_id.into(),
+            mention: mention.into(),
+            start: start.into(),
+            end: end.into(),
+            score: None,
+        }
+    }
+
+    /// Sets `score`.
+    pub fn with_score(mut self, score: impl Into<f64>) -> Self {
+        self.score = Some(score.into());
+        self
+    }
 }
 
 /// A retrieved chunk the response is checked against.
@@ -647,6 +1139,16 @@ pub struct Chunk {
     pub text: String,
 }
 
+impl Chunk {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(chunk_id: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            chunk_id: chunk_id.into(),
+            text: text.into(),
+        }
+    }
+}
+
 /// A response and the chunks it should be grounded in.
 ///
 /// Service `groundedness`, policy §7.
@@ -656,16 +1158,53 @@ pub struct ScoreRequest {
     pub chunks: Vec<crate::types::Chunk>,
 }
 
+impl ScoreRequest {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        response_text: impl Into<String>,
+        chunks: impl Into<Vec<crate::types::Chunk>>,
+    ) -> Self {
+        Self {
+            response_text: response_text.into(),
+            chunks: chunks.into(),
+        }
+    }
+}
+
 /// The groundedness verdict.
 ///
 /// Service `groundedness`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Score {
     pub score: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grounded: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
+}
+
+impl Score {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(score: impl Into<f64>) -> Self {
+        Self {
+            score: score.into(),
+            grounded: None,
+            details: None,
+        }
+    }
+
+    /// Sets `grounded`.
+    pub fn with_grounded(mut self, grounded: impl Into<bool>) -> Self {
+        self.grounded = Some(grounded.into());
+        self
+    }
+
+    /// Sets `details`.
+    pub fn with_details(mut self, details: impl Into<serde_json::Value>) -> Self {
+        self.details = Some(details.into());
+        self
+    }
 }
 
 /// A knowledge-graph entity, upserted by its id.
@@ -682,6 +1221,35 @@ pub struct Entity {
     pub properties: Option<serde_json::Value>,
 }
 
+impl Entity {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        entity_id: impl Into<crate::ids::EntityId>,
+        entity_type: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            entity_id: entity_id.into(),
+            entity_type: entity_type.into(),
+            name: name.into(),
+            kb_id: None,
+            properties: None,
+        }
+    }
+
+    /// Sets `kb_id`.
+    pub fn with_kb_id(mut self, kb_id: impl Into<crate::ids::KbId>) -> Self {
+        self.kb_id = Some(kb_id.into());
+        self
+    }
+
+    /// Sets `properties`.
+    pub fn with_properties(mut self, properties: impl Into<serde_json::Value>) -> Self {
+        self.properties = Some(properties.into());
+        self
+    }
+}
+
 /// A directed, typed relation between two entities, upserted by its id.
 ///
 /// Service `kg-service`, policy §5.3 (inferred).
@@ -695,10 +1263,35 @@ pub struct Edge {
     pub properties: Option<serde_json::Value>,
 }
 
+impl Edge {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        edge_id: impl Into<crate::ids::EdgeId>,
+        source_entity_id: impl Into<crate::ids::EntityId>,
+        target_entity_id: impl Into<crate::ids::EntityId>,
+        relation_type: impl Into<String>,
+    ) -> Self {
+        Self {
+            edge_id: edge_id.into(),
+            source_entity_id: source_entity_id.into(),
+            target_entity_id: target_entity_id.into(),
+            relation_type: relation_type.into(),
+            properties: None,
+        }
+    }
+
+    /// Sets `properties`.
+    pub fn with_properties(mut self, properties: impl Into<serde_json::Value>) -> Self {
+        self.properties = Some(properties.into());
+        self
+    }
+}
+
 /// The only two groupings /spend offers (there is no per-pipeline grouping).
 ///
 /// Service `ledger`, policy §10.1.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SpendGrouping {
     /// `service`.
     Service,
@@ -766,7 +1359,8 @@ impl<'de> Deserialize<'de> for SpendGrouping {
 /// Cost totals of one pipeline (Gutachten run / Analyse batch).
 ///
 /// Service `ledger`, policy §10.1 (inferred).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LedgerTotals {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline_id: Option<crate::ids::PipelineId>,
@@ -780,10 +1374,54 @@ pub struct LedgerTotals {
     pub breakdown: Option<serde_json::Value>,
 }
 
+impl LedgerTotals {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new() -> Self {
+        Self {
+            pipeline_id: None,
+            total_cost: None,
+            currency: None,
+            calls: None,
+            breakdown: None,
+        }
+    }
+
+    /// Sets `pipeline_id`.
+    pub fn with_pipeline_id(mut self, pipeline_id: impl Into<crate::ids::PipelineId>) -> Self {
+        self.pipeline_id = Some(pipeline_id.into());
+        self
+    }
+
+    /// Sets `total_cost`.
+    pub fn with_total_cost(mut self, total_cost: impl Into<f64>) -> Self {
+        self.total_cost = Some(total_cost.into());
+        self
+    }
+
+    /// Sets `currency`.
+    pub fn with_currency(mut self, currency: impl Into<String>) -> Self {
+        self.currency = Some(currency.into());
+        self
+    }
+
+    /// Sets `calls`.
+    pub fn with_calls(mut self, calls: impl Into<i64>) -> Self {
+        self.calls = Some(calls.into());
+        self
+    }
+
+    /// Sets `breakdown`.
+    pub fn with_breakdown(mut self, breakdown: impl Into<serde_json::Value>) -> Self {
+        self.breakdown = Some(breakdown.into());
+        self
+    }
+}
+
 /// Spend of one service or provider.
 ///
 /// Service `ledger`, policy §10.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SpendLine {
     pub key: String,
     pub cost: f64,
@@ -791,14 +1429,48 @@ pub struct SpendLine {
     pub currency: Option<String>,
 }
 
+impl SpendLine {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(key: impl Into<String>, cost: impl Into<f64>) -> Self {
+        Self {
+            key: key.into(),
+            cost: cost.into(),
+            currency: None,
+        }
+    }
+
+    /// Sets `currency`.
+    pub fn with_currency(mut self, currency: impl Into<String>) -> Self {
+        self.currency = Some(currency.into());
+        self
+    }
+}
+
 /// Tenant spend grouped by service or provider.
 ///
 /// Service `ledger`, policy §10.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Spend {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_by: Option<crate::types::SpendGrouping>,
     pub items: Vec<crate::types::SpendLine>,
+}
+
+impl Spend {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(items: impl Into<Vec<crate::types::SpendLine>>) -> Self {
+        Self {
+            group_by: None,
+            items: items.into(),
+        }
+    }
+
+    /// Sets `group_by`.
+    pub fn with_group_by(mut self, group_by: impl Into<crate::types::SpendGrouping>) -> Self {
+        self.group_by = Some(group_by.into());
+        self
+    }
 }
 
 /// One chunk embedding with its payload.
@@ -812,6 +1484,23 @@ pub struct Point {
     pub payload: Option<serde_json::Value>,
 }
 
+impl Point {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(id: impl Into<String>, vector: impl Into<Vec<f64>>) -> Self {
+        Self {
+            id: id.into(),
+            vector: vector.into(),
+            payload: None,
+        }
+    }
+
+    /// Sets `payload`.
+    pub fn with_payload(mut self, payload: impl Into<serde_json::Value>) -> Self {
+        self.payload = Some(payload.into());
+        self
+    }
+}
+
 /// A batch of points (at most 256).
 ///
 /// Service `voyager`, policy App. A (inferred).
@@ -820,10 +1509,20 @@ pub struct UpsertPoints {
     pub points: Vec<crate::types::Point>,
 }
 
+impl UpsertPoints {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(points: impl Into<Vec<crate::types::Point>>) -> Self {
+        Self {
+            points: points.into(),
+        }
+    }
+}
+
 /// Acknowledgement of an upsert batch.
 ///
 /// Service `voyager`, policy §5.3 (inferred).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UpsertResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
@@ -831,18 +1530,51 @@ pub struct UpsertResult {
     pub upserted: Option<i64>,
 }
 
+impl UpsertResult {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new() -> Self {
+        Self {
+            status: None,
+            upserted: None,
+        }
+    }
+
+    /// Sets `status`.
+    pub fn with_status(mut self, status: impl Into<String>) -> Self {
+        self.status = Some(status.into());
+        self
+    }
+
+    /// Sets `upserted`.
+    pub fn with_upserted(mut self, upserted: impl Into<i64>) -> Self {
+        self.upserted = Some(upserted.into());
+        self
+    }
+}
+
 /// Answer of the public liveness probe.
 ///
 /// Service `workspaces`, policy §5.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Health {
     pub status: String,
+}
+
+impl Health {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(status: impl Into<String>) -> Self {
+        Self {
+            status: status.into(),
+        }
+    }
 }
 
 /// A knowledge base (collection) of the tenant.
 ///
 /// Service `workspaces`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Kb {
     pub kb_id: crate::ids::KbId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -851,6 +1583,36 @@ pub struct Kb {
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+}
+
+impl Kb {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(kb_id: impl Into<crate::ids::KbId>) -> Self {
+        Self {
+            kb_id: kb_id.into(),
+            name: None,
+            description: None,
+            created_at: None,
+        }
+    }
+
+    /// Sets `name`.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Sets `description`.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Sets `created_at`.
+    pub fn with_created_at(mut self, created_at: impl Into<String>) -> Self {
+        self.created_at = Some(created_at.into());
+        self
+    }
 }
 
 /// Body of create_kb; the client chooses a deterministic KB id, so a replay answers 409.
@@ -864,10 +1626,28 @@ pub struct CreateKb {
     pub description: Option<String>,
 }
 
+impl CreateKb {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(kb_id: impl Into<crate::ids::KbId>, name: impl Into<String>) -> Self {
+        Self {
+            kb_id: kb_id.into(),
+            name: name.into(),
+            description: None,
+        }
+    }
+
+    /// Sets `description`.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+}
+
 /// A document stored in a knowledge base.
 ///
 /// Service `workspaces`, policy §5.3, §6.1 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Document {
     pub document_id: crate::ids::DocumentId,
     pub filename: String,
@@ -879,6 +1659,47 @@ pub struct Document {
     pub created_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<crate::ids::JobId>,
+}
+
+impl Document {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        document_id: impl Into<crate::ids::DocumentId>,
+        filename: impl Into<String>,
+    ) -> Self {
+        Self {
+            document_id: document_id.into(),
+            filename: filename.into(),
+            content_type: None,
+            status: None,
+            created_at: None,
+            job_id: None,
+        }
+    }
+
+    /// Sets `content_type`.
+    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Sets `status`.
+    pub fn with_status(mut self, status: impl Into<String>) -> Self {
+        self.status = Some(status.into());
+        self
+    }
+
+    /// Sets `created_at`.
+    pub fn with_created_at(mut self, created_at: impl Into<String>) -> Self {
+        self.created_at = Some(created_at.into());
+        self
+    }
+
+    /// Sets `job_id`.
+    pub fn with_job_id(mut self, job_id: impl Into<crate::ids::JobId>) -> Self {
+        self.job_id = Some(job_id.into());
+        self
+    }
 }
 
 /// Body of upload_document; the document id is deterministic, so a replay answers 409.
@@ -894,6 +1715,30 @@ pub struct UploadDocument {
     pub metadata: Option<serde_json::Value>,
 }
 
+impl UploadDocument {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(
+        document_id: impl Into<crate::ids::DocumentId>,
+        filename: impl Into<String>,
+        content_type: impl Into<String>,
+        content_base64: impl Into<String>,
+    ) -> Self {
+        Self {
+            document_id: document_id.into(),
+            filename: filename.into(),
+            content_type: content_type.into(),
+            content_base64: content_base64.into(),
+            metadata: None,
+        }
+    }
+
+    /// Sets `metadata`.
+    pub fn with_metadata(mut self, metadata: impl Into<serde_json::Value>) -> Self {
+        self.metadata = Some(metadata.into());
+        self
+    }
+}
+
 /// Body of create_conversation; the client chooses the conversation id.
 ///
 /// Service `workspaces`, policy §6.2 (inferred).
@@ -906,10 +1751,34 @@ pub struct CreateConversation {
     pub kb_ids: Option<Vec<crate::ids::KbId>>,
 }
 
+impl CreateConversation {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(conversation_id: impl Into<crate::ids::ConversationId>) -> Self {
+        Self {
+            conversation_id: conversation_id.into(),
+            title: None,
+            kb_ids: None,
+        }
+    }
+
+    /// Sets `title`.
+    pub fn with_title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Sets `kb_ids`.
+    pub fn with_kb_ids(mut self, kb_ids: impl Into<Vec<crate::ids::KbId>>) -> Self {
+        self.kb_ids = Some(kb_ids.into());
+        self
+    }
+}
+
 /// A chat conversation; it must exist before the first chat stream call.
 ///
 /// Service `workspaces`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Conversation {
     pub conversation_id: crate::ids::ConversationId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -918,6 +1787,36 @@ pub struct Conversation {
     pub kb_ids: Option<Vec<crate::ids::KbId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+}
+
+impl Conversation {
+    /// A value of the required fields; every optional field starts empty.
+    pub fn new(conversation_id: impl Into<crate::ids::ConversationId>) -> Self {
+        Self {
+            conversation_id: conversation_id.into(),
+            title: None,
+            kb_ids: None,
+            created_at: None,
+        }
+    }
+
+    /// Sets `title`.
+    pub fn with_title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+
+    /// Sets `kb_ids`.
+    pub fn with_kb_ids(mut self, kb_ids: impl Into<Vec<crate::ids::KbId>>) -> Self {
+        self.kb_ids = Some(kb_ids.into());
+        self
+    }
+
+    /// Sets `created_at`.
+    pub fn with_created_at(mut self, created_at: impl Into<String>) -> Self {
+        self.created_at = Some(created_at.into());
+        self
+    }
 }
 
 /// Decoding of string enums, in a module of its own so no spec type can
@@ -944,6 +1843,7 @@ mod wire {
 
 /// An event of the `orchestrator` stream, typed by its name (streams.yaml `events`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum OrchestratorEvent {
     /// `event: subscribed`
     Subscribed(JobSubscribed),
@@ -1002,6 +1902,7 @@ impl sdk_runtime::StreamEvent for OrchestratorEvent {
 
 /// An event of the `chat` stream, typed by its name (streams.yaml `events`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ChatEvent {
     /// `event: trace`
     Trace(ChatTrace),
@@ -1038,6 +1939,7 @@ impl sdk_runtime::StreamEvent for ChatEvent {
 
 /// An event of the `agent` stream, typed by its name (streams.yaml `events`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// `event: session`
     Session(AgentSession),

@@ -39,16 +39,13 @@ pub(super) fn search(
             for (i, chunk) in chunks(&doc.text).into_iter().enumerate() {
                 let score = overlap(&q, &chunk);
                 if score > 0.0 {
-                    hits.push(SearchHit {
-                        chunk_id: format!("{doc_id}-{i}"),
-                        document_id: DocumentId::parse(doc_id).ok(),
-                        text: chunk,
-                        score,
-                        metadata: Some(json!({
+                    let mut hit = SearchHit::new(format!("{doc_id}-{i}"), chunk, score)
+                        .with_metadata(json!({
                             "kb_id": kb_id,
                             "filename": doc.document.filename,
-                        })),
-                    });
+                        }));
+                    hit.document_id = DocumentId::parse(doc_id).ok();
+                    hits.push(hit);
                 }
             }
         }
@@ -61,13 +58,10 @@ pub(super) fn search(
             if let Some(text) = text {
                 let score = overlap(&q, text);
                 if score > 0.0 {
-                    hits.push(SearchHit {
-                        chunk_id: id.clone(),
-                        document_id: None,
-                        text: text.to_owned(),
-                        score,
-                        metadata: Some(json!({ "kb_id": kb_id })),
-                    });
+                    hits.push(
+                        SearchHit::new(id.clone(), text.to_owned(), score)
+                            .with_metadata(json!({ "kb_id": kb_id })),
+                    );
                 }
             }
         }
@@ -93,7 +87,7 @@ pub(super) fn search_rerank(p: &mut Platform, ctx: &Ctx) -> Answer {
     }
     let results = search(tenant, &[kb], &body.query_text, top_k as usize);
     charge(tenant, ctx, "ai-gateway", "sim-rerank", 0.0004);
-    Ok(json_status(200, &SearchResults { results }))
+    Ok(json_status(200, &SearchResults::new(results)))
 }
 
 pub(super) fn complete(p: &mut Platform, ctx: &Ctx) -> Answer {
@@ -133,11 +127,7 @@ pub(super) fn complete(p: &mut Platform, ctx: &Ctx) -> Answer {
     charge(p.tenant(&ctx.tenant), ctx, "ai-gateway", "sim-llm", 0.002);
     Ok(json_status(
         200,
-        &Completion {
-            content,
-            model: Some(model),
-            usage: Some(usage),
-        },
+        &Completion::new(content).with_model(model).with_usage(usage),
     ))
 }
 
@@ -160,10 +150,8 @@ pub(super) fn score(p: &mut Platform, ctx: &Ctx) -> Answer {
     );
     Ok(json_status(
         200,
-        &Score {
-            score,
-            grounded: Some(score >= 0.5),
-            details: Some(json!({ "response_words": response.len(), "chunks": body.chunks.len() })),
-        },
+        &Score::new(score)
+            .with_grounded(score >= 0.5)
+            .with_details(json!({ "response_words": response.len(), "chunks": body.chunks.len() })),
     ))
 }

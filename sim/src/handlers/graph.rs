@@ -25,18 +25,19 @@ pub(super) fn link(p: &mut Platform, ctx: &Ctx) -> Answer {
         let name = entity.name.to_lowercase();
         for (byte, _) in lower.match_indices(&name) {
             let start = lower[..byte].chars().count() as i64;
-            links.push(EntityLink {
-                entity_id: entity.entity_id.clone(),
-                mention: body
-                    .text
-                    .chars()
-                    .skip(start as usize)
-                    .take(name.chars().count())
-                    .collect(),
-                start,
-                end: start + name.chars().count() as i64,
-                score: Some(1.0),
-            });
+            links.push(
+                EntityLink::new(
+                    entity.entity_id.clone(),
+                    body.text
+                        .chars()
+                        .skip(start as usize)
+                        .take(name.chars().count())
+                        .collect::<String>(),
+                    start,
+                    start + name.chars().count() as i64,
+                )
+                .with_score(1.0),
+            );
         }
     }
     links.sort_by_key(|l| l.start);

@@ -36,10 +36,9 @@ pub(super) fn upsert_points(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Ans
     }
     Ok(json_status(
         200,
-        &UpsertResult {
-            status: Some("ok".into()),
-            upserted: Some(n as i64),
-        },
+        &UpsertResult::new()
+            .with_status("ok")
+            .with_upserted(n as i64),
     ))
 }
 
@@ -70,10 +69,7 @@ pub(super) fn convert(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {
     let conversion_id = ConversionId::parse(&id).map_err(|e| detail(500, e.to_string()))?;
     Ok(json_status(
         202,
-        &ConversionJob {
-            conversion_id,
-            status: ConversionState::Processing,
-        },
+        &ConversionJob::new(conversion_id, ConversionState::Processing),
     ))
 }
 
@@ -98,13 +94,7 @@ pub(super) fn conversion_of(p: &mut Platform, ctx: &Ctx) -> Answer {
         "completed"
     };
     let conversion_id = ConversionId::parse(&c.id).map_err(|e| detail(500, e.to_string()))?;
-    Ok(json_status(
-        200,
-        &ConversionJob {
-            conversion_id,
-            status: status.into(),
-        },
-    ))
+    Ok(json_status(200, &ConversionJob::new(conversion_id, status)))
 }
 
 pub(super) fn conversion_result(p: &mut Platform, ctx: &Ctx) -> Answer {
@@ -118,12 +108,9 @@ pub(super) fn conversion_result(p: &mut Platform, ctx: &Ctx) -> Answer {
     let conversion_id = ConversionId::parse(&c.id).map_err(|e| detail(500, e.to_string()))?;
     Ok(json_status(
         200,
-        &ConversionResult {
-            conversion_id,
-            status: ConversionState::Completed,
-            content: Some(c.text.clone()),
-            pages: Some(1 + c.text.len() as i64 / 3000),
-            metadata: Some(json!({ "converter": "grag-sim" })),
-        },
+        &ConversionResult::new(conversion_id, ConversionState::Completed)
+            .with_content(c.text.clone())
+            .with_pages(1 + c.text.len() as i64 / 3000)
+            .with_metadata(json!({ "converter": "grag-sim" })),
     ))
 }

@@ -32,16 +32,13 @@ pub(super) fn totals(p: &mut Platform, ctx: &Ctx) -> Answer {
         total += c.cost;
         calls += 1;
     }
-    Ok(json_status(
-        200,
-        &LedgerTotals {
-            pipeline_id: grag_client::PipelineId::parse(pipeline).ok(),
-            total_cost: Some(total),
-            currency: Some("EUR".into()),
-            calls: Some(calls),
-            breakdown: Some(json!(breakdown)),
-        },
-    ))
+    let mut totals = LedgerTotals::new()
+        .with_total_cost(total)
+        .with_currency("EUR")
+        .with_calls(calls)
+        .with_breakdown(json!(breakdown));
+    totals.pipeline_id = grag_client::PipelineId::parse(pipeline).ok();
+    Ok(json_status(200, &totals))
 }
 
 pub(super) fn spend(p: &mut Platform, ctx: &Ctx) -> Answer {
@@ -64,17 +61,7 @@ pub(super) fn spend(p: &mut Platform, ctx: &Ctx) -> Answer {
     }
     let items = sums
         .into_iter()
-        .map(|(key, cost)| SpendLine {
-            key: key.to_owned(),
-            cost,
-            currency: Some("EUR".into()),
-        })
-        .collect();
-    Ok(json_status(
-        200,
-        &Spend {
-            group_by: Some(group_by),
-            items,
-        },
-    ))
+        .map(|(key, cost)| SpendLine::new(key.to_owned(), cost).with_currency("EUR"))
+        .collect::<Vec<_>>();
+    Ok(json_status(200, &Spend::new(items).with_group_by(group_by)))
 }

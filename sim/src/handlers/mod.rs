@@ -35,12 +35,7 @@ type Answer = Result<Response, Response>;
 /// Runs the route's handler.
 pub(crate) async fn dispatch(shared: &Arc<Shared>, ctx: Ctx) -> Response {
     let answer = match ctx.endpoint.operation {
-        "health" => Ok(json_status(
-            200,
-            &Health {
-                status: "ok".into(),
-            },
-        )),
+        "health" => Ok(json_status(200, &Health::new("ok"))),
         "list_kbs" => with(shared, |p| list_kbs(p, &ctx)),
         "create_kb" => with(shared, |p| create_kb(p, &ctx)),
         "list_documents" => with(shared, |p| list_documents(p, &ctx)),

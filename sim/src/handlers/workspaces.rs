@@ -33,12 +33,10 @@ pub(super) fn create_kb(p: &mut Platform, ctx: &Ctx) -> Answer {
     if tenant.kbs.contains_key(&id) {
         return Err(detail(409, format!("knowledge base '{id}' already exists")));
     }
-    let kb = Kb {
-        kb_id: body.kb_id,
-        name: Some(body.name),
-        description: body.description,
-        created_at: Some(now_rfc3339()),
-    };
+    let mut kb = Kb::new(body.kb_id)
+        .with_name(body.name)
+        .with_created_at(now_rfc3339());
+    kb.description = body.description;
     tenant.kbs.insert(
         id,
         KbState {
@@ -106,14 +104,11 @@ pub(super) fn upload_document(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> A
     } else {
         doc_id.clone()
     };
-    let document = Document {
-        document_id: body.document_id,
-        filename: body.filename,
-        content_type: Some(body.content_type),
-        status: Some("queued".into()),
-        created_at: Some(now_rfc3339()),
-        job_id: JobId::parse(&job_id).ok(),
-    };
+    let mut document = Document::new(body.document_id, body.filename)
+        .with_content_type(body.content_type)
+        .with_status("queued")
+        .with_created_at(now_rfc3339());
+    document.job_id = JobId::parse(&job_id).ok();
     let chunk_count = chunks(&text).len();
     tenant.jobs.insert(
         job_id.clone(),
@@ -158,12 +153,9 @@ pub(super) fn create_conversation(p: &mut Platform, ctx: &Ctx) -> Answer {
     if tenant.conversations.contains_key(&id) {
         return Err(detail(409, format!("conversation '{id}' already exists")));
     }
-    let conversation = Conversation {
-        conversation_id: body.conversation_id,
-        title: body.title,
-        kb_ids: body.kb_ids,
-        created_at: Some(now_rfc3339()),
-    };
+    let mut conversation = Conversation::new(body.conversation_id).with_created_at(now_rfc3339());
+    conversation.title = body.title;
+    conversation.kb_ids = body.kb_ids;
     tenant.conversations.insert(
         id,
         ConversationState {

@@ -1,0 +1,130 @@
+//! A spec that grows, on a scratch copy of GRAG's tree: each regeneration
+//! prints its verdict, bumps the crate's version by it and writes a
+//! changelog entry; a spec edit that was not regenerated is stale.
+
+use std::path::Path;
+
+use sdk_codegen::record::Class;
+
+const CRATE: &str = "generated/grag-client";
+
+/// `spec/grag/` and the committed history of its crate, copied.
+fn scratch() -> tempfile::TempDir {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (path, text) in sdk_codegen::load::read_dir(&root.join("spec/grag")).unwrap() {
+        let to = tmp.path().join(path.strip_prefix(root).unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, text).unwrap();
+    }
+    std::fs::create_dir_all(tmp.path().join(CRATE)).unwrap();
+    for name in ["api.lock", "CHANGELOG.md", "Cargo.toml"] {
+        let from = root.join(CRATE).join(name);
+        std::fs::copy(from, tmp.path().join(CRATE).join(name)).unwrap();
+    }
+    sdk_codegen::sync::write(tmp.path()).unwrap();
+    tmp
+}
+
+fn edit(root: &Path, file: &str, from: &str, to: &str) {
+    let path = root.join("spec/grag").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(from), "{file} has no {from:?}");
+    std::fs::write(path, text.replacen(from, to, 1)).unwrap();
+}
+
+fn read(root: &Path, name: &str) -> String {
+    std::fs::read_to_string(root.join(CRATE).join(name)).unwrap()
+}
+
+/// The version in the crate's `Cargo.toml`.
+fn version(root: &Path) -> String {
+    let toml = read(root, "Cargo.toml");
+    let line = toml.lines().find(|l| l.starts_with("version = ")).unwrap();
+    line.trim_start_matches("version = ")
+        .trim_matches('"')
+        .to_owned()
+}
+
+/// `x.y.z` and the version one patch and one minor above it.
+fn next(version: &str) -> (String, String) {
+    let n: Vec<u64> = version.split('.').map(|p| p.parse().unwrap()).collect();
+    (
+        format!("{}.{}.{}", n[0], n[1], n[2] + 1),
+        format!("{}.{}.0", n[0], n[1] + 1),
+    )
+}
+
+#[test]
+fn an_optional_answer_field_is_a_patch_and_a_removed_enum_value_a_minor() {
+    let tmp = scratch();
+    let root = tmp.path();
+    assert!(sdk_codegen::sync::stale(root).unwrap().is_empty());
+    let start = version(root);
+    let (patch, _) = next(&start);
+
+    edit(
+        root,
+        "services/ai-gateway.yaml",
+        "      metadata: json?\n",
+        "      metadata: json?\n      note: string?\n",
+    );
+    let stale = sdk_codegen::sync::stale(root).unwrap();
+    assert!(stale.iter().any(|p| p.ends_with("api.lock")), "{stale:?}");
+    let verdicts = sdk_codegen::sync::verdicts(root).unwrap();
+    let changes = &verdicts[0].1;
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].class, Class::Compatible);
+    assert!(changes[0].what.contains("`SearchHit.note`"), "{changes:?}");
+    sdk_codegen::sync::write(root).unwrap();
+    assert_eq!(version(root), patch);
+    let changelog = read(root, "CHANGELOG.md");
+    assert!(
+        changelog.contains(&format!(
+            "## {patch}\n\n### Compatible\n\n- field `SearchHit.note` added"
+        )),
+        "{changelog}"
+    );
+    assert!(sdk_codegen::sync::stale(root).unwrap().is_empty());
+
+    let (_, minor) = next(&patch);
+    edit(
+        root,
+        "services/ai-gateway.yaml",
+        "      - value: system\n        doc: Instructions the model follows.\n",
+        "",
+    );
+    let changes = &sdk_codegen::sync::verdicts(root).unwrap()[0].1;
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].class, Class::Breaking);
+    assert!(
+        changes[0].what.contains("`ChatRole.system` removed"),
+        "{changes:?}"
+    );
+    assert!(changes[0].action.is_some());
+    sdk_codegen::sync::write(root).unwrap();
+    assert_eq!(version(root), minor);
+    let changelog = read(root, "CHANGELOG.md");
+    assert!(
+        changelog.contains(&format!(
+            "## {minor}\n\n### Breaking\n\n- enum value `ChatRole.system` removed. To do: "
+        )),
+        "{changelog}"
+    );
+    assert!(changelog.find(&format!("## {minor}")) < changelog.find(&format!("## {patch}")));
+}
+
+#[test]
+fn a_hand_edited_version_is_stale() {
+    let tmp = scratch();
+    let root = tmp.path();
+    let toml = read(root, "Cargo.toml");
+    let edited = toml.replacen(
+        &format!("version = \"{}\"", version(root)),
+        "version = \"9.9.9\"",
+        1,
+    );
+    std::fs::write(root.join(CRATE).join("Cargo.toml"), edited).unwrap();
+    let stale = sdk_codegen::sync::stale(root).unwrap();
+    assert!(stale.iter().any(|p| p.ends_with("Cargo.toml")), "{stale:?}");
+}
