@@ -15,9 +15,7 @@ use crate::row::{
     COLUMNS, Columns, RawRow, duplicate_yet_absent, expiry_ms, finish_columns, inserted,
     payload_text, to_ms,
 };
-use crate::{
-    Claim, Erasure, Finish, Footprint, Job, JobState, JobStore, Lease, NewJob, StoreError,
-};
+use crate::{Claim, Erasure, Finish, Footprint, Job, JobState, JobStore, NewJob, StoreError};
 
 /// Eligible to claim at `$3` (now, ms): see [`JobStore`].
 const ELIGIBLE: &str = "((state IN ('pending', 'pending_replay') AND (not_before IS NULL OR not_before <= $3)) \
@@ -542,17 +540,9 @@ impl JobStore for PgStore {
         let Some(row) = row else {
             return Ok(Erasure::Absent);
         };
-        let lease: (Option<String>, Option<i64>) =
-            (row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?);
-        if let (Some(holder), Some(until)) = lease
-            && until >= to_ms(now)
-            && owner != Some(holder.as_str())
-        {
-            let until = crate::row::from_ms(until).unwrap_or(std::time::UNIX_EPOCH);
-            return Ok(Erasure::Held(Lease {
-                owner: holder,
-                until,
-            }));
+        let (holder, until) = (row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?);
+        if let Some(lease) = crate::row::foreign_lease(holder, until, owner, to_ms(now)) {
+            return Ok(Erasure::Held(lease));
         }
         let forget = tx.prepare_cached(&self.sql.forget).await.map_err(db)?;
         tx.execute(&forget, &[&key]).await.map_err(db)?;

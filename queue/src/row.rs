@@ -206,6 +206,23 @@ pub(crate) fn finish_columns(finish: &Finish) -> (Option<String>, Option<i64>, O
 }
 
 /// Milliseconds since the epoch, saturating (times before 1970 are 0).
+/// The lease a job's row names, when it is live at `now_ms` and not
+/// `asking`'s own: a job another holds is not erased under it.
+pub(crate) fn foreign_lease(
+    holder: Option<String>,
+    until: Option<i64>,
+    asking: Option<&str>,
+    now_ms: i64,
+) -> Option<Lease> {
+    let (Some(holder), Some(until)) = (holder, until) else {
+        return None;
+    };
+    (until >= now_ms && asking != Some(holder.as_str())).then(|| Lease {
+        owner: holder,
+        until: from_ms(until).unwrap_or(UNIX_EPOCH),
+    })
+}
+
 pub(crate) fn to_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -14,8 +14,8 @@ use crate::row::{
     payload_text, to_ms,
 };
 use crate::{
-    Claim, Erasure, Finish, Footprint, Job, JobState, JobStore, Lease, LockRetry, NewJob,
-    StoreError, lock_retry_delay,
+    Claim, Erasure, Finish, Footprint, Job, JobState, JobStore, LockRetry, NewJob, StoreError,
+    lock_retry_delay,
 };
 
 const SCHEMA: &str = "
@@ -560,18 +560,12 @@ impl JobStore for SqliteStore {
                 .prepare_cached("SELECT lease_owner, lease_until FROM jobs WHERE key = ?1")?
                 .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
-            let erasure = match holder {
+            let erasure = match holder.map(|(holder, until)| {
+                crate::row::foreign_lease(holder, until, owner.as_deref(), now)
+            }) {
                 None => Erasure::Absent,
-                Some((Some(holder), Some(until)))
-                    if until >= now && owner.as_ref() != Some(&holder) =>
-                {
-                    let until = crate::row::from_ms(until).unwrap_or(std::time::UNIX_EPOCH);
-                    Erasure::Held(Lease {
-                        owner: holder,
-                        until,
-                    })
-                }
-                Some(_) => {
+                Some(Some(lease)) => Erasure::Held(lease),
+                Some(None) => {
                     tx.prepare_cached("DELETE FROM jobs WHERE key = ?1")?
                         .execute([&key])?;
                     Erasure::Erased
