@@ -3,7 +3,8 @@
 -- KEYS[1] the tenant's state hash, then the admission's lease sets
 -- (in-flight caps) and rolling windows, told apart by name.
 -- ARGV: the lease member, token ('1': take one, '0': reserved already),
---       the route's dark field, the run the caller knows (0: none), and
+--       the route's dark field, the run the caller knows (0: none), the
+--       Redis-time instant after which its caller gave up (0: none), and
 --       when there are windows, the window member and '1' when an earlier
 --       round trip reserved it ('0': reserve it now). The lease member may
 --       be that of this replica's admission that ended last: taking it
@@ -19,6 +20,8 @@
 --   kind 3: an in-flight cap is full, nothing taken: ask again (`wait`: the
 --           first lease to end);
 -- or {left, mark}: another replica saw the route dark, for `left` µs more;
+-- or {'settle', left}: the fleet settles after a lost state (see run_of)
+-- for `left` µs more: nothing taken, go on at the replica's share;
 -- or {run}: the state's run is not the caller's (see run_of); nothing taken.
 -- Leases are taken only for a request that goes now: a caller whose slot is
 -- ahead holds no in-flight slot while it sleeps, so the in-flight caps never
@@ -36,11 +39,23 @@ local function unlease()
     if caps[names[i]] then redis.call('ZADD', KEYS[i], 'XX', now, member) end
   end
 end
+-- An admission Redis runs after its caller gave up (it waited in a frozen
+-- Redis) takes nothing: kind 3 with no wait.
+local until_ = ARGV[5] + 0
+if until_ > 0 and now > until_ then
+  unlease()
+  return 3
+end
 local run = run_of(s, writes, names, ARGV[4], now)
 if run ~= ARGV[4] + 0 then
   unlease()
   finish(writes, s, names, now)
   return {run}
+end
+local settling = settle_left(s, now)
+if settling then
+  unlease()
+  return {'settle', settling}
 end
 local dark = s[3]
 if dark then
@@ -55,8 +70,8 @@ if s[1] and s[1] + 0 > at then at = s[1] + 0 end
 -- A window slot reserved on an earlier round trip is where this request
 -- stands: it goes no earlier. One lost (a Redis that restarted) is
 -- reserved again.
-local slot = ARGV[5]
-local reserved = ARGV[6] == '1'
+local slot = ARGV[6]
+local reserved = ARGV[7] == '1'
 local own = {}
 if reserved then
   for i = 2, #KEYS do

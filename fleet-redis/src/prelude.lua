@@ -1,11 +1,11 @@
 -- What every fleet script shares, after the policy's numbers the store
--- renders above it: lease, interval, tolerance, window, horizon, grace,
+-- renders above it: lease, interval, tolerance, window, period, horizon, grace,
 -- margin, settle (µs), caps and limits (by key name, after the hash tag).
 --
 -- The tenant's state is one hash, KEYS[1]: `pause` (the pause's end),
 -- `tat` (the token bucket's theoretical arrival time), `dark:<route>`
--- ("<end> <mark>"), `run` (see `run_of`), and the instant until which each
--- key is known to live: `kept` for the hash itself, the key's name for
+-- ("<end> <mark>"), `run` and `settle` (see `run_of`), and the instant
+-- until which each key is known to live: `kept` for the hash itself, the key's name for
 -- every other key.
 --
 -- Every key expires: a script that writes to a key makes sure the key
@@ -15,8 +15,8 @@
 -- an expiry) is `fresh`: its expiry is set whatever the hash says.
 
 -- The state hash's pause, tat, dark mark of `dark`, each key's kept
--- instant (index i + 3 for KEYS[i]) and the run (index #KEYS + 4); the
--- keys' names by index.
+-- instant (index i + 3 for KEYS[i]), the run (index #KEYS + 4) and the
+-- settle's end (#KEYS + 5); the keys' names by index.
 local function read(dark)
   local from = #KEYS[1] - 4
   local fields = {'pause', 'tat', dark, 'kept'}
@@ -27,6 +27,7 @@ local function read(dark)
     fields[i + 3] = name
   end
   fields[#KEYS + 4] = 'run'
+  fields[#KEYS + 5] = 'settle'
   return redis.call('HMGET', KEYS[1], unpack(fields)), names
 end
 
@@ -73,20 +74,27 @@ end
 -- Redis that restarted empty has none: the first script after it writes a
 -- new one, and each replica, told a run other than the one it knows, books
 -- what it sent in the last window again (rebook.lua). When the caller knew
--- a run (`given` not 0: the state was lost, not new), admissions pause for
--- `settle`, the time every live replica takes to hear of the new run.
+-- a run (`given` not 0: the state was lost, not new), the fleet *settles*
+-- for `settle`, the time every live replica takes to hear of the new run:
+-- admissions are told to go on at their replica's share meanwhile (booking
+-- what they send), not to wait, so the return costs no silence and the
+-- windows the lost state held are kept by the shares.
 local function run_of(s, writes, names, given, now)
   local at = #KEYS + 4
   if s[at] then return s[at] + 0 end
   writes[#writes + 1] = 'run'
   writes[#writes + 1] = us(now)
   s[at] = us(now)
-  local end_ = now + settle
-  if given + 0 ~= 0 and (not s[1] or s[1] + 0 < end_) then
-    writes[#writes + 1] = 'pause'
-    writes[#writes + 1] = end_
-    s[1] = end_
-    keep(writes, s, names, 1, end_)
+  if given + 0 ~= 0 then
+    writes[#writes + 1] = 'settle'
+    writes[#writes + 1] = us(now + settle)
+    s[at + 1] = us(now + settle)
   end
   return now
+end
+
+-- µs of the settle left at `now`, or nil once it ended.
+local function settle_left(s, now)
+  local end_ = s[#KEYS + 5]
+  if end_ and end_ + 0 > now then return end_ - now end
 end

@@ -1,11 +1,15 @@
 -- What one replica sent in the last window and still holds, booked again
--- into a Redis that lost it (it restarted empty): the fleet's windows,
--- bucket and in-flight caps go on from what reached the platform, not
--- from nothing.
+-- into a Redis that lost it (it restarted empty): the fleet's windows and
+-- in-flight caps go on from what reached the platform, not from nothing.
+-- The bucket is not booked again: the fleet settles on its shares for
+-- longer than a rate period (run_of), booking each send as it goes, so
+-- by the settle's end the bucket holds every send of the last period, in
+-- the order they went (a count booked at once owed a second of sends
+-- that already went, and silenced the fleet after the return).
 -- KEYS[1] the state hash, then the lease sets it holds leases in and the
 -- windows it sent in, told apart by name.
--- ARGV: the run it books into, its replica id, its sends within the last
--- rate period, then for each key after the first: n, then n lease members
+-- ARGV: the run it books into, its replica id, then for each key after
+-- the first: n, then n lease members
 -- (a lease set) or n ages in µs (a window).
 -- Answers the state's run: another than the one given, nothing is booked.
 local t = redis.call('TIME')
@@ -17,17 +21,7 @@ if run ~= ARGV[1] + 0 then
   finish(writes, s, names, now)
   return run
 end
--- The bucket as if every recent send had just been sent: never looser
--- than the rolling second it came from.
-local sent = ARGV[3] + 0
-if sent > 0 then
-  local tat = (s[2] or 0) + 0
-  if tat < now then tat = now end
-  writes[#writes + 1] = 'tat'
-  writes[#writes + 1] = tat + sent * interval
-  keep(writes, s, names, 1, tat + sent * interval)
-end
-local a = 4
+local a = 3
 for i = 2, #KEYS do
   local n = ARGV[a] + 0
   local fresh = n > 0 and redis.call('EXISTS', KEYS[i]) == 0

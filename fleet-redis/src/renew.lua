@@ -6,10 +6,10 @@
 -- every window of the fleet, told apart by name.
 -- ARGV: replica, the run it knows (0: none), then for each lease set in
 -- KEYS' order: n, members...
--- Answers the run (see run_of), what the fleet sent lately (the token
--- bucket's tat less now, then for each window in KEYS' order: n, then the
--- ages of its n slots, a slot reserved ahead negative), then the live
--- replicas' ids. A replica that goes local starts
+-- Answers the run (see run_of), the token bucket's tat less now, Redis's
+-- now, the settle left (0: none), then what the fleet sent lately (for
+-- each window in KEYS' order: n, then the ages of its n slots, a slot
+-- reserved ahead negative), then the live replicas' ids. A replica that goes local starts
 -- its windows from these. The state hash lives while any replica beats: its
 -- run must outlive a quiet spell.
 local t = redis.call('TIME')
@@ -49,7 +49,7 @@ for f = 1, #state, 2 do
   end
 end
 finish(writes, s, names, now)
-local answer = {us(run), us((s[2] or now) - now)}
+local answer = {us(run), us((s[2] or now) - now), us(now), us(settle_left(s, now) or 0)}
 for i = 3, #KEYS do
   if limits[names[i]] then
     local slots = redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES')

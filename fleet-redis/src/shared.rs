@@ -13,7 +13,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use sdk_policy::RowIx;
-use sdk_policy::policy::{FleetPolicy, Policy, ThrottlePolicy};
+use sdk_policy::policy::{Degraded, FleetPolicy, Policy, ThrottlePolicy};
 use sdk_runtime::alerts::{AlertSink, LogAlerts};
 use sdk_runtime::fleet::{
     DarkMark, Fleet, FleetFuture, FleetMetrics, FleetSetup, FleetSlots, FleetStatus, Refusal, Turn,
@@ -66,6 +66,7 @@ impl Drop for Slots {
                 sets,
             } => {
                 fleet.lock_held().remove(number);
+                fleet.lock_adopted().remove(number);
                 // The next admission takes the member again (which ends
                 // this lease), or the background task gives it back; if it
                 // is gone, it expires within one lease.
@@ -146,6 +147,12 @@ struct Left<'a> {
 /// a few microseconds would cost more than it keeps.
 const GRACE: Duration = Duration::from_millis(1);
 
+/// An admission Redis runs this long (µs) after it was sent takes nothing:
+/// its caller gave up at the store's deadline, and a frozen Redis must not
+/// hand the slots of every call sent into it to callers long gone. Far
+/// above a deadline and the error of the replica's reading of Redis's clock.
+const STALE_AFTER_US: i64 = 100_000;
+
 /// One API client's membership of the fleet. A client given a store URL
 /// makes its own; [`RedisFleet::alone`](Self::alone) makes one without a client (the bench
 /// measures the fleet stage by itself).
@@ -174,6 +181,13 @@ struct Inner {
     ended: Mutex<Vec<Release>>,
     /// Wakes the background task when a lease ends.
     ending: Arc<Notify>,
+    /// Wakes admissions sleeping for a slot Redis reserved when the
+    /// replica goes local: what only Redis could release is not waited for.
+    switched: Notify,
+    /// The degraded shares' permits of requests sent under shared leases
+    /// before the switch, by admission number: what the replica holds
+    /// counts in its share, and comes back to it as each ends.
+    adopted: Mutex<HashMap<u64, Vec<OwnedSemaphorePermit>>>,
     started: AtomicBool,
     /// The replica left the fleet ([`Fleet::leave`]): no heartbeat, and
     /// every lease that ends is given back at once.
@@ -224,6 +238,13 @@ struct State {
     lost: Option<Instant>,
     /// When this replica last set its throttle to its degraded shares.
     went_local: Option<Instant>,
+    /// The store answers, and admissions stay on the shares until then:
+    /// the fleet settles after a lost state, or this replica's bookings
+    /// bring the shared bucket up to its last rate period.
+    local_until: Option<Instant>,
+    /// Redis's clock (µs) at a local instant, read at the last heartbeat:
+    /// what a booking says it was sent at.
+    clock: Option<(Instant, i64)>,
 }
 
 /// What the store keeps of the fleet: its lease, the token bucket's pace
@@ -252,11 +273,14 @@ fn shape(policy: &FleetPolicy, throttle: &ThrottlePolicy) -> Shape {
         interval,
         burst,
         window: throttle.budget_period,
+        period: throttle.rate_period,
         horizon: (interval * burst).max(policy.deadline * 4),
         grace: GRACE,
         caps,
         limits,
-        settle: policy.breaker_retry + policy.heartbeat,
+        // Every replica hears of a lost state (its breaker's retry and a
+        // heartbeat), and the bucket fills with a rate period of sends.
+        settle: (policy.breaker_retry + policy.heartbeat).max(throttle.rate_period),
     }
 }
 
@@ -282,11 +306,7 @@ impl RedisFleet {
         let shape = shape(policy, throttle);
         let (interval, burst) = (shape.interval, shape.burst);
         let per_second = throttle.per_second.max(1);
-        let sent = Sent::new(
-            (throttle.rate_period, (burst + per_second - 1) as usize),
-            throttle.budget_period,
-            &shape.limits,
-        );
+        let sent = Sent::new(throttle.budget_period, &shape.limits);
         let store = Store::open(&url, policy.deadline, &shape)?;
         let fleet = RedisFleet {
             inner: Arc::new(Inner {
@@ -309,10 +329,14 @@ impl RedisFleet {
                     slowest_failure: Duration::ZERO,
                     lost: None,
                     went_local: None,
+                    local_until: None,
+                    clock: None,
                 }),
                 held: Mutex::new(HashMap::new()),
                 ended: Mutex::new(Vec::new()),
                 ending: Arc::new(Notify::new()),
+                switched: Notify::new(),
+                adopted: Mutex::new(HashMap::new()),
                 started: AtomicBool::new(false),
                 left: AtomicBool::new(false),
                 beating: tokio::sync::Mutex::new(()),
@@ -412,11 +436,12 @@ impl RedisFleet {
         let started = Instant::now();
         let epoch = inner.epoch.load(Ordering::Acquire);
         loop {
+            let local = inner.local();
             inner.follow_mode(throttle);
             // Degraded, no admission asks the store: the heartbeat tries it
             // again after the breaker's retry, so a Redis that refuses
             // connections costs no admission a wait.
-            if inner.lock_state().breaker.degraded() {
+            if local {
                 let stale = inner.epoch.load(Ordering::Acquire) != epoch;
                 match inner
                     .admit_degraded(throttle, &question, started, stale)
@@ -549,6 +574,7 @@ impl Slots {
     fn forget_leases(&mut self) {
         if let Held::Leases { fleet, number, .. } = &self.held {
             fleet.lock_held().remove(number);
+            fleet.lock_adopted().remove(number);
         }
         self.held = Held::Local(Vec::new());
     }
@@ -584,6 +610,10 @@ impl Inner {
             reserved: left.reserved,
             token: left.token,
             run: self.run.load(Ordering::Acquire),
+            until: match self.redis_now() {
+                0 => 0,
+                now => now.saturating_add(STALE_AFTER_US),
+            },
         };
         // Registered before the call: a caller cancelled mid-call still
         // gives back what the script may have taken.
@@ -662,9 +692,22 @@ impl Inner {
                 let mark = mark_of(&mark);
                 return Err(Refusal::Dark { left, mark });
             }
+            Answer::Settle(left) => {
+                self.decision("redis", "settle");
+                if self.policy.degraded == Degraded::Open {
+                    self.stay_local(left);
+                    return Ok(());
+                }
+                left
+            }
             Answer::Run(_) => return Ok(()),
         };
-        tokio::time::sleep(wait).await;
+        // Going local ends the wait: the slot was Redis's to give.
+        let switched = self.switched.notified();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = switched => {}
+        }
         Ok(())
     }
 
@@ -884,23 +927,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_sent_log_keeps_the_last_window_at_most_its_limit_and_ages_it() {
         let s = Duration::from_secs;
-        // 3 per rolling second, budget 1: 2 per 60 s, budget 4: 5 per 60 s.
-        let mut sent = Sent::new((s(1), 3), s(60), &[(1, 2), (4, 5)]);
+        // Budget 1: 2 per 60 s, budget 4: 5 per 60 s.
+        let mut sent = Sent::new(s(60), &[(1, 2), (4, 5)]);
         let t0 = Instant::now();
         for i in 0..4 {
             sent.record(&[1], t0 + Duration::from_millis(100 * i));
         }
         sent.record(&[4], t0 + s(2));
-        let (second, windows) = sent.ages(t0 + s(2));
-        // The rolling second holds the one sent at 2 s; each window its
-        // newest sends, at most its limit.
-        assert_eq!(second, 1);
+        // Each window holds its newest sends, at most its limit.
+        let windows = sent.ages(t0 + s(2));
         let ms = Duration::from_millis;
         assert_eq!(windows[0], (1, vec![ms(1800), ms(1700)]));
         assert_eq!(windows[1], (4, vec![Duration::ZERO]));
         // A window later, nothing of it is left.
-        let (second, windows) = sent.ages(t0 + s(62));
-        assert_eq!(second, 0);
+        let windows = sent.ages(t0 + s(62));
         assert!(
             windows.iter().all(|(_, ages)| ages.is_empty()),
             "{windows:?}"

@@ -39,6 +39,9 @@ pub enum Answer {
     /// Another replica saw the route dark, for this much longer; what it
     /// saw is `mark` (see [`RedisFleet::share_dark`](crate::RedisFleet::share_dark)).
     Dark { left: Duration, mark: String },
+    /// The fleet settles after its state was lost, for this much longer
+    /// (prelude.lua's `run_of`): nothing taken; go on at the replica's share.
+    Settle(Duration),
     /// The tenant's state is of another run than the caller's (Redis lost
     /// it, or the caller is new): nothing taken; book what was sent again
     /// ([`Store::rebook`]) and ask again with this run.
@@ -68,6 +71,9 @@ pub struct Ask<'a> {
     pub token: bool,
     /// The run the caller knows (0: none yet).
     pub run: u64,
+    /// Redis's instant (µs) after which the caller no longer waits for the
+    /// answer, so the script takes nothing (0: none).
+    pub until: i64,
 }
 
 /// What one replica books again into a Redis that lost it ([`Store::rebook`]).
@@ -75,8 +81,6 @@ pub struct Ask<'a> {
 pub struct Again<'a> {
     pub run: u64,
     pub replica: &'a str,
-    /// Its sends within the last rate period.
-    pub second: usize,
     /// The members of the leases it holds, by lease set.
     pub leases: &'a [(LeaseSet, Vec<String>)],
     /// The ages of its sends within the last window, by budget.
@@ -88,6 +92,11 @@ pub struct Again<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Beat {
     pub run: u64,
+    /// Redis's clock when it ran the heartbeat (µs), for what this replica
+    /// books later.
+    pub now: i64,
+    /// How much longer the fleet settles after a lost state (zero: it does not).
+    pub settle: Duration,
     pub recent: Recent,
     pub live: Vec<String>,
 }
@@ -127,6 +136,8 @@ pub struct Shape {
     pub burst: u32,
     /// The rolling windows' width.
     pub window: Duration,
+    /// The token bucket's rate period (its rolling second).
+    pub period: Duration,
     /// A window slot further ahead than this is reserved alone.
     pub horizon: Duration,
     /// A slot at most this far ahead goes with its leases (the caller
@@ -150,12 +161,13 @@ impl Shape {
     fn constants(&self) -> String {
         let tolerance = self.interval * self.burst.saturating_sub(1);
         let mut lua = format!(
-            "local lease, interval, tolerance, window, horizon, grace, margin, settle = \
-             {}, {}, {}, {}, {}, {}, {}, {}\nlocal caps = {{",
+            "local lease, interval, tolerance, window, period, horizon, grace, margin, settle = \
+             {}, {}, {}, {}, {}, {}, {}, {}, {}\nlocal caps = {{",
             micros(self.lease),
             micros(self.interval),
             micros(tolerance),
             micros(self.window),
+            micros(self.period),
             micros(self.horizon),
             micros(self.grace),
             micros(self.lease),
@@ -291,6 +303,9 @@ fn answer(value: Value) -> Result<Answer, StoreError> {
                 mark: String::from_utf8_lossy(mark).into_owned(),
             }),
             [Value::Int(run)] => Ok(Answer::Run(run.unsigned_abs())),
+            [Value::BulkString(kind), Value::Int(left)] if kind == b"settle" => {
+                Ok(Answer::Settle(from_micros(*left)))
+            }
             _ => Err(StoreError::Redis(
                 "an admission answer of an unknown shape".into(),
             )),
@@ -302,6 +317,7 @@ fn answer(value: Value) -> Result<Answer, StoreError> {
 }
 
 /// The heartbeat's answer (renew.lua): the run, the bucket's tat less now,
+/// Redis's now, the settle left,
 /// each of `windows`' count and ages, then the live replicas.
 fn beat(answer: Vec<String>, windows: &[usize]) -> Result<Beat, StoreError> {
     let shape = || StoreError::Redis("a heartbeat answer of an unknown shape".into());
@@ -311,6 +327,8 @@ fn beat(answer: Vec<String>, windows: &[usize]) -> Result<Beat, StoreError> {
     };
     let run = number()?.unsigned_abs();
     let tat_ahead = number()?;
+    let now = number()?;
+    let settle = from_micros(number()?);
     let mut seen = Vec::with_capacity(windows.len());
     for &budget in windows {
         let n = usize::try_from(number()?).map_err(|_| shape())?;
@@ -319,6 +337,8 @@ fn beat(answer: Vec<String>, windows: &[usize]) -> Result<Beat, StoreError> {
     }
     Ok(Beat {
         run,
+        now,
+        settle,
         recent: Recent {
             tat_ahead,
             windows: seen,
@@ -471,7 +491,8 @@ impl Store {
             .arg(ask.member)
             .arg(if ask.token { "1" } else { "0" })
             .arg(dark_field(ask.route))
-            .arg(ask.run);
+            .arg(ask.run)
+            .arg(ask.until);
         if !ask.windows.is_empty() {
             invocation
                 .arg(ask.slot)
@@ -485,13 +506,14 @@ impl Store {
 
     /// Books a request sent without asking (degraded) in the shared token
     /// bucket, its `leases` (until [`release`](Self::release)d or one lease
-    /// passes) and the `windows` of its budgets, at Redis's now. Answers the
-    /// state's run (`run`: the one the caller knows).
+    /// passes) and the `windows` of its budgets, at `sent` (Redis time as
+    /// the caller reckons it, µs; 0: Redis's now). Answers the state's run
+    /// (`run`: the one the caller knows).
     pub async fn book(
         &self,
         keys: &Keys,
         member: &str,
-        run: u64,
+        (run, sent): (u64, i64),
         leases: &[LeaseSet],
         windows: &[usize],
     ) -> Result<u64, StoreError> {
@@ -503,21 +525,18 @@ impl Store {
         for &budget in windows {
             invocation.key(keys.window(budget));
         }
-        invocation.arg(member).arg(run);
+        invocation.arg(member).arg(run).arg(sent);
         self.bounded(invocation.invoke_async(&mut connection)).await
     }
 
     /// Books again into `run` what this replica sent and holds, for a Redis
-    /// that lost it: `second` sends within the last rate period, its held
-    /// lease members by set, and each window's sends by age. Answers the
+    /// that lost it: its held lease members by set, and each window's sends
+    /// by age. Answers the
     /// state's run: another than `run`, nothing was booked.
     pub async fn rebook(&self, keys: &Keys, again: &Again<'_>) -> Result<u64, StoreError> {
         let mut connection = self.connection().await?;
         let mut invocation = self.rebook.key(keys.state());
-        invocation
-            .arg(again.run)
-            .arg(again.replica)
-            .arg(again.second);
+        invocation.arg(again.run).arg(again.replica);
         for (set, members) in again.leases {
             invocation
                 .key(keys.leases(*set).as_ref())
@@ -737,6 +756,7 @@ mod tests {
             interval,
             burst,
             window,
+            period: S,
             horizon: Duration::from_millis(200),
             grace: Duration::from_millis(1),
             caps: caps.to_vec(),
@@ -784,6 +804,7 @@ mod tests {
             reserved: false,
             token: true,
             run: 0,
+            until: 0,
         };
         admit(store, keys, ask).await
     }
@@ -895,6 +916,7 @@ mod tests {
             reserved: false,
             token: false,
             run: 0,
+            until: 0,
         };
         go(&admit(&store, &keys, back).await);
     }
@@ -956,6 +978,7 @@ mod tests {
             reserved: true,
             token: true,
             run: 0,
+            until: 0,
         };
         match admit(&store, &keys, back).await {
             Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
@@ -994,6 +1017,7 @@ mod tests {
             reserved: true,
             token: true,
             run: 0,
+            until: 0,
         };
         let mut waits = Vec::new();
         for member in ["x", "y", "z"] {
@@ -1058,7 +1082,8 @@ mod tests {
         server.kill();
         server.restart();
         // A replica that knew the run is told a new one: nothing is taken,
-        // and admissions wait the settle while every replica books again.
+        // and the fleet settles (at its shares) while every replica books
+        // again.
         let asked = Ask {
             route: "/r",
             member: "b",
@@ -1068,16 +1093,16 @@ mod tests {
             reserved: false,
             token: true,
             run,
+            until: 0,
         };
         let new = told_run(&store, &keys, &asked).await;
         assert_ne!(new, run);
-        // Booked again: two sends 1 s ago fill the window of 2, and the
-        // bucket's next token is two intervals ahead.
+        // Booked again: two sends 1 s ago fill the window of 2 (the bucket
+        // is the settle's to fill).
         let windows = [(2, vec![S, S])];
         let again = Again {
             run: new,
             replica: "r1",
-            second: 2,
             leases: &[],
             windows: &windows,
         };
@@ -1091,33 +1116,28 @@ mod tests {
             new,
             "not booked twice"
         );
-        match store
-            .admit(
-                &keys,
-                &Ask {
-                    run: new,
-                    ..asked.clone()
-                },
-            )
-            .await
-            .unwrap()
-        {
-            Answer::Reserved(wait) => between(wait, window - 5 * S, window),
-            other => panic!("{other:?}"),
-        }
-        // The settle (1 s here) holds a request of no window too...
+        // The settle (1 s here) sends every admission to its share, a
+        // request of no window too, and takes nothing...
         let no_window = Ask {
             member: "c",
             windows: &[],
             run: new,
-            ..asked
+            ..asked.clone()
         };
-        match store.admit(&keys, &no_window).await.unwrap() {
-            Answer::Reserved(wait) => between(wait, S / 2, S),
+        let asked = Ask { run: new, ..asked };
+        for ask in [&asked, &no_window] {
+            match store.admit(&keys, ask).await.unwrap() {
+                Answer::Settle(left) => between(left, S / 2, S),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(zcard(&store, &keys.leases(None)).await, 0);
+        // Once it settled, the window booked again is full.
+        tokio::time::sleep(S).await;
+        match store.admit(&keys, &asked).await.unwrap() {
+            Answer::Reserved(wait) => between(wait, window - 5 * S, window),
             other => panic!("{other:?}"),
         }
-        // ...and the bucket's next token is the two sends' two intervals ahead.
-        between(next_token_in(&store, &keys).await, 19 * S, 20 * S);
     }
 
     /// The run a restarted Redis tells a replica that asks with the old one.
@@ -1132,22 +1152,6 @@ mod tests {
         panic!("the restarted Redis never answered")
     }
 
-    /// How far ahead of Redis's clock the bucket's next token is.
-    async fn next_token_in(store: &Store, keys: &Keys) -> Duration {
-        let mut connection = store.connection().await.unwrap();
-        let tat: f64 = redis::cmd("HGET")
-            .arg(keys.state())
-            .arg("tat")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let (secs, us): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        Duration::from_micros(tat as u64 - (secs * 1_000_000 + us))
-    }
-
     #[tokio::test]
     async fn a_booked_request_counts_in_the_bucket_and_the_windows() {
         let shape = shape(10 * S, 1, 600 * S, 60 * S, &[(None, 8)], &[(2, 2)]);
@@ -1157,8 +1161,14 @@ mod tests {
         let window = [2];
         // Two sent while degraded: the window of 2 is full, the bucket's
         // next token two intervals ahead.
-        store.book(&keys, "x1", 0, &ALL, &window).await.unwrap();
-        store.book(&keys, "x2", 0, &ALL, &window).await.unwrap();
+        store
+            .book(&keys, "x1", (0, 0), &ALL, &window)
+            .await
+            .unwrap();
+        store
+            .book(&keys, "x2", (0, 0), &ALL, &window)
+            .await
+            .unwrap();
         match ask(&store, &keys, "a", &ALL, &window).await {
             Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
             other => panic!("{other:?}"),
@@ -1175,12 +1185,54 @@ mod tests {
         };
         let fast = store_of(&server, &fast);
         let other = Keys::new("api", "t2");
-        fast.book(&other, "y1", 0, &ALL, &[]).await.unwrap();
-        fast.book(&other, "y2", 0, &ALL, &[]).await.unwrap();
+        fast.book(&other, "y1", (0, 0), &ALL, &[]).await.unwrap();
+        fast.book(&other, "y2", (0, 0), &ALL, &[]).await.unwrap();
         let busy = ask(&fast, &other, "c", &ALL, &[]).await;
         assert!(matches!(busy, Answer::Busy(_)), "{busy:?}");
         fast.release(&other, &["y1".into()], &ALL).await.unwrap();
         go(&ask(&fast, &other, "c", &ALL, &[]).await);
+    }
+
+    /// Redis's clock now, in µs.
+    async fn redis_now(store: &Store) -> i64 {
+        let mut connection = store.connection().await.unwrap();
+        let (secs, us): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        secs * 1_000_000 + us
+    }
+
+    #[tokio::test]
+    async fn a_booking_run_late_counts_when_it_was_sent_not_when_redis_ran_it() {
+        // 1 s a token (burst 1), a window of 2 in 10 s.
+        let shape = shape(S, 1, 10 * S, 60 * S, &[(None, 8)], &[(2, 2)]);
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
+        let window = [2];
+        // Sent 30 s ago (it waited in a frozen Redis): outside the window
+        // and every rolling second ahead, it leaves both free.
+        let long_ago = redis_now(&store).await - 30_000_000;
+        for member in ["x1", "x2"] {
+            (store.book(&keys, member, (0, long_ago), &ALL, &window))
+                .await
+                .unwrap();
+        }
+        go(&ask(&store, &keys, "a", &ALL, &window).await);
+        // Sent 8 s ago: in the window (until 2 s from now), not in the bucket.
+        let keys = Keys::new("api", "t2");
+        let eight_ago = redis_now(&store).await - 8_000_000;
+        for member in ["y1", "y2"] {
+            (store.book(&keys, member, (0, eight_ago), &ALL, &window))
+                .await
+                .unwrap();
+        }
+        go(&ask(&store, &keys, "b", &ALL, &[]).await);
+        match ask(&store, &keys, "c", &ALL, &window).await {
+            Answer::Reserved(wait) => between(wait, S, 2 * S),
+            other => panic!("{other:?}"),
+        }
     }
 
     fn store_of(server: &RedisServer, shape: &Shape) -> Store {
@@ -1302,7 +1354,7 @@ mod tests {
         for round in 0..3 {
             go(&ask(&store, &keys, &format!("a{round}"), &sets, &windows).await);
             store
-                .book(&keys, &format!("b{round}"), 0, &sets, &windows)
+                .book(&keys, &format!("b{round}"), (0, 0), &sets, &windows)
                 .await
                 .unwrap();
             store.pause(&keys, ms(1)).await.unwrap();
@@ -1373,6 +1425,7 @@ mod tests {
             reserved: false,
             token: true,
             run: 0,
+            until: 0,
         };
         go(&admit(&store, &keys, ask_other).await);
     }
@@ -1431,6 +1484,7 @@ mod tests {
             reserved: false,
             token: true,
             run: 0,
+            until: 0,
         };
         // The first call connects; a loaded machine may need more than 5 ms.
         let mut up = false;

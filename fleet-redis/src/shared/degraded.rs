@@ -95,11 +95,34 @@ impl Inner {
         let live = state.live.clone();
         let settling =
             (state.went_local).is_some_and(|at| at.elapsed() < self.throttle.rate_period);
+        let made = state.gates.is_none();
         let gates = state.gates.get_or_insert_with(|| self.gates(&live));
         let shares = (sets.iter())
             .filter_map(|set| gates.iter().find(|(s, _)| s == set).cloned())
             .collect();
+        let all = made.then(|| gates.clone());
+        drop(state);
+        if let Some(all) = all {
+            self.adopt(&all);
+        }
         (shares, settling)
+    }
+
+    /// New shares count what this replica already sends under shared
+    /// leases: each such request holds a permit of its sets' shares (while
+    /// there are any), given back when it ends.
+    fn adopt(&self, gates: &[(LeaseSet, Arc<Semaphore>)]) {
+        let held: Vec<(u64, Vec<LeaseSet>)> = (self.lock_held().iter())
+            .map(|(n, sets)| (*n, sets.clone()))
+            .collect();
+        let mut adopted = self.lock_adopted();
+        for (number, sets) in held {
+            let permits = (sets.iter())
+                .filter_map(|set| gates.iter().find(|(s, _)| s == set))
+                .filter_map(|(_, gate)| Arc::clone(gate).try_acquire_owned().ok())
+                .collect();
+            adopted.insert(number, permits);
+        }
     }
 
     /// This replica's share of every in-flight cap, from the last live list.
@@ -138,13 +161,14 @@ impl Inner {
     pub(super) fn book(self: &Arc<Self>, number: u64, sets: &[LeaseSet], windows: &[usize]) {
         let inner = Arc::clone(self);
         let (sets, windows) = (sets.to_vec(), windows.to_vec());
+        let sent = self.redis_now();
         self.background(async move {
             let member = inner.member(number);
             let keys = &inner.keys;
             let known = inner.run.load(Ordering::Acquire);
             let booked = inner
                 .store
-                .book(keys, &member, known, &sets, &windows)
+                .book(keys, &member, (known, sent), &sets, &windows)
                 .await;
             // Redis lost the state: what this replica sent goes back in.
             if let Ok(run) = booked

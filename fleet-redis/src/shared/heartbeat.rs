@@ -6,6 +6,8 @@ use std::sync::{Arc, Weak};
 
 use tokio::time::Instant;
 
+use sdk_policy::policy::Degraded;
+
 use super::Inner;
 use crate::Glimpse;
 use crate::store::Beat;
@@ -75,7 +77,16 @@ impl Inner {
                 .renew(&self.keys, &self.replica, known, &grouped, &self.windows)
                 .await;
             match renewed {
-                Ok(Beat { run, recent, live }) => {
+                Ok(Beat {
+                    run,
+                    now,
+                    settle,
+                    recent,
+                    live,
+                }) => {
+                    let answered = Instant::now();
+                    let midway = called + answered.duration_since(called) / 2;
+                    self.lock_state().clock = Some((midway, now));
                     if let Some(m) = &self.metrics
                         && !self.lock_state().breaker.degraded()
                     {
@@ -84,13 +95,18 @@ impl Inner {
                     let limit = |b: usize| self.throttle.budgets[b].per_minute.unwrap_or(u32::MAX);
                     *self.lock_glimpse() = Some(Glimpse {
                         asked: called,
-                        answered: Instant::now(),
+                        answered,
                         tat_ahead: recent.tat_ahead,
                         windows: (recent.windows.into_iter())
                             .map(|(b, ages)| (b, limit(b), ages))
                             .collect(),
                     });
                     self.succeeded(Some(live));
+                    // Told here, the replica settles on its shares at once,
+                    // not after an admission found out.
+                    if !settle.is_zero() && self.policy.degraded == Degraded::Open {
+                        self.stay_local(settle);
+                    }
                     if run != known {
                         self.rebook(run).await;
                     }

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::{Inner, Release};
@@ -76,12 +77,11 @@ impl Inner {
             return;
         }
         let now = Instant::now();
-        let (second, windows) = self.lock_sent().ages(now);
+        let windows = self.lock_sent().ages(now);
         let leases = self.held_by_set();
         let again = Again {
             run,
             replica: &self.replica,
-            second,
             leases: &leases,
             windows: &windows,
         };
@@ -113,31 +113,25 @@ impl Inner {
     pub(super) fn lock_held(&self) -> MutexGuard<'_, HashMap<u64, Vec<LeaseSet>>> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    pub(super) fn lock_adopted(&self) -> MutexGuard<'_, HashMap<u64, Vec<OwnedSemaphorePermit>>> {
+        self.adopted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// What one replica sent lately, on its own clock, within what can matter:
-/// the sends of the last rate period (at most what it admits) and of each
-/// fleet window's last window (at most its limit). Booked again into a
-/// Redis that restarted empty.
+/// the sends of each fleet window's last window (at most its limit).
+/// Booked again into a Redis that restarted empty.
 #[derive(Debug)]
 pub(super) struct Sent {
-    period: Duration,
-    second: (VecDeque<Instant>, usize),
     window: Duration,
     /// By budget: its sends and its limit.
     windows: Vec<(usize, VecDeque<Instant>, usize)>,
 }
 
 impl Sent {
-    pub(super) fn new(
-        second: (Duration, usize),
-        window: Duration,
-        limits: &[(usize, u32)],
-    ) -> Sent {
-        let (period, most) = second;
+    pub(super) fn new(window: Duration, limits: &[(usize, u32)]) -> Sent {
         Sent {
-            period,
-            second: (VecDeque::with_capacity(most), most.max(1)),
             window,
             windows: (limits.iter())
                 .map(|&(b, limit)| (b, VecDeque::new(), (limit as usize).max(1)))
@@ -147,39 +141,26 @@ impl Sent {
 
     /// A request of `windows` sent at `at`.
     pub(super) fn record(&mut self, windows: &[usize], at: Instant) {
-        let keep = |log: &mut VecDeque<Instant>, most: usize, width: Duration| {
-            while log.len() >= most || log.front().is_some_and(|&t| t + width < at) {
-                log.pop_front();
-            }
-            log.push_back(at);
-        };
-        let (log, most) = &mut self.second;
-        keep(log, *most, self.period);
         for (b, log, most) in &mut self.windows {
             if windows.contains(b) {
-                keep(log, *most, self.window);
+                while log.len() >= *most || log.front().is_some_and(|&t| t + self.window < at) {
+                    log.pop_front();
+                }
+                log.push_back(at);
             }
         }
     }
 
-    /// The sends within the last rate period at `now`, and each window's
-    /// sends within its last window by age.
-    pub(super) fn ages(&self, now: Instant) -> (usize, Vec<(usize, Vec<Duration>)>) {
-        let within = |t: &&Instant, width: Duration| now.saturating_duration_since(**t) < width;
-        let second = self
-            .second
-            .0
-            .iter()
-            .filter(|t| within(t, self.period))
-            .count();
-        let windows = (self.windows.iter())
+    /// Each window's sends within its last window at `now`, by age.
+    pub(super) fn ages(&self, now: Instant) -> Vec<(usize, Vec<Duration>)> {
+        (self.windows.iter())
             .map(|(b, log, _)| {
-                let ages = (log.iter().filter(|t| within(t, self.window)))
+                let ages = (log.iter())
+                    .filter(|t| now.saturating_duration_since(**t) < self.window)
                     .map(|t| now.saturating_duration_since(*t))
                     .collect();
                 (*b, ages)
             })
-            .collect();
-        (second, windows)
+            .collect()
     }
 }

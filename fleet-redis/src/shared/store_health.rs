@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -62,17 +63,70 @@ impl Inner {
         if let Some(live) = live {
             state.live = live;
         }
-        if state.breaker.success() == Some(Switch::Shared) {
-            // Waiters on the degraded share go back to the store.
-            for (_, gate) in state.gates.take().into_iter().flatten() {
-                gate.close();
-            }
-            drop(state);
-            self.epoch.fetch_add(1, Ordering::Release);
-            if let Some(m) = &self.metrics {
-                m.mode(false, 1.0);
+        if state.breaker.success() != Some(Switch::Shared) {
+            return;
+        }
+        if let Some(m) = &self.metrics {
+            m.mode(false, 1.0);
+        }
+        // What this replica sent on its share in the last rate period is
+        // booked as it goes from now on: one period more on the share and
+        // the shared bucket holds it, so sharing again sends no burst.
+        if self.policy.degraded == Degraded::Open {
+            let until = sdk_runtime::clock::after(Instant::now(), self.throttle.rate_period);
+            state.local_until = Some(state.local_until.map_or(until, |u| u.max(until)));
+            return;
+        }
+        drop(state);
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// Whether admissions go on this replica's shares now: the store is
+    /// away, or back and not caught up yet (see `State::local_until`).
+    /// The first admission after that ends sends waiters on the shares
+    /// back to the store, and the throttle's windows follow.
+    pub(super) fn local(&self) -> bool {
+        let mut state = self.lock_state();
+        if state.breaker.degraded() {
+            return true;
+        }
+        match state.local_until {
+            None => false,
+            Some(until) if Instant::now() < until => true,
+            Some(_) => {
+                state.local_until = None;
+                let gates = state.gates.take();
+                drop(state);
+                for (_, gate) in gates.into_iter().flatten() {
+                    gate.close();
+                }
+                self.epoch.fetch_add(1, Ordering::Release);
+                false
             }
         }
+    }
+
+    /// The fleet settles for `for_` (the store said so): admissions go on
+    /// the shares meanwhile, those sleeping for a reserved slot at once.
+    pub(super) fn stay_local(&self, for_: Duration) {
+        let until = sdk_runtime::clock::after(Instant::now(), for_);
+        let mut state = self.lock_state();
+        let was_local = state.breaker.degraded() || state.local_until.is_some();
+        state.local_until = Some(state.local_until.map_or(until, |u| u.max(until)));
+        drop(state);
+        if !was_local {
+            self.epoch.fetch_add(1, Ordering::Release);
+            self.switched.notify_waiters();
+        }
+    }
+
+    /// Redis's clock now as this replica reckons it (µs; 0: unknown), from
+    /// the last heartbeat's reading.
+    pub(super) fn redis_now(&self) -> i64 {
+        let state = self.lock_state();
+        state.clock.map_or(0, |(at, redis)| {
+            redis.saturating_add(i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX))
+        })
     }
 
     /// A store call made at `called` failed. One whose deadline this
@@ -94,6 +148,7 @@ impl Inner {
         };
         if switched == Some(Switch::Degraded) {
             self.epoch.fetch_add(1, Ordering::Release);
+            self.switched.notify_waiters();
             let live = self.lock_state().live.len().max(1);
             if let Some(m) = &self.metrics {
                 m.mode(true, 1.0 / live as f64);
@@ -124,7 +179,7 @@ impl Inner {
         }
         let mut state = self.lock_state();
         let live = state.live.len().max(1);
-        let degraded = state.breaker.degraded();
+        let degraded = state.breaker.degraded() || state.local_until.is_some();
         let lost = state.lost;
         let alone = state.live.iter().all(|id| *id == self.replica);
         state.went_local = degraded.then(Instant::now);
