@@ -16,6 +16,8 @@
 #[path = "nginx/harness.rs"]
 #[allow(dead_code)]
 mod harness;
+#[path = "fleet/outage.rs"]
+mod outage;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -211,30 +213,58 @@ async fn sim() -> Sim {
 struct Limiter {
     nginx: Option<harness::Nginx>,
     url: String,
+    /// [`for_replicas`](Self::for_replicas): a port of nginx's per replica,
+    /// and its URL.
+    ports: Vec<u16>,
+    urls: Vec<String>,
 }
 
 impl Limiter {
     fn before(sim: &Sim) -> Limiter {
+        Self::for_replicas(sim, 0)
+    }
+
+    /// [`before`](Self::before), nginx also listening on a port of its own
+    /// for each of `n` replicas and telling the simulator which one a
+    /// request came in on (`X-Fleet-Port`); one address, so one limit.
+    fn for_replicas(sim: &Sim, n: usize) -> Limiter {
         let Some(binary) = harness::binary() else {
             return Limiter {
                 nginx: None,
                 url: sim.url(),
+                ports: Vec::new(),
+                urls: Vec::new(),
             };
         };
+        let ports: Vec<u16> = (0..n).map(|_| harness::free_port()).collect();
         let retrieval = "location ~ ^/ai-gateway/api/v1/retrieval/ { proxy_pass http://$UPSTREAM; \
              limit_req zone=ceiling burst=100 nodelay; limit_req zone=retrieval burst=119 nodelay; }";
-        let setup = harness::Setup::default()
+        let mut setup = harness::Setup::default()
             .http("limit_req_zone $binary_remote_addr zone=ceiling:1m rate=100r/s;")
             .http("limit_req_zone $binary_remote_addr zone=retrieval:1m rate=120r/m;")
             .http("limit_req_status 429;")
+            .server("proxy_set_header X-Fleet-Port $server_port;")
             .server(retrieval)
             .location("limit_req zone=ceiling burst=100 nodelay;");
+        for port in &ports {
+            setup = setup.server(&format!("listen 127.0.0.1:{port};"));
+        }
         let nginx = harness::Nginx::start(&binary, sim.addr(), &setup);
         let url = nginx.url();
+        let urls = (ports.iter())
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect();
         Limiter {
             nginx: Some(nginx),
             url,
+            ports,
+            urls,
         }
+    }
+
+    /// Where replica `i` sends: its own port, or the one URL.
+    fn url(&self, i: usize) -> &str {
+        self.urls.get(i).unwrap_or(&self.url)
     }
 
     /// nginx's 429s (none without nginx), and how many requests it passed on.
