@@ -48,11 +48,10 @@ enum Held {
     },
     Local(#[allow(dead_code)] Vec<OwnedSemaphorePermit>),
     /// The degraded share's permits, and the booking of the same request in
-    /// the store (given back in the background, outside the breaker).
+    /// the store, whose leases are given back (in the background, outside
+    /// the breaker) once this is dropped.
     Booked {
-        fleet: Arc<Inner>,
-        number: u64,
-        sets: Vec<LeaseSet>,
+        _ended: tokio::sync::oneshot::Sender<()>,
         _permits: Vec<OwnedSemaphorePermit>,
     },
 }
@@ -72,13 +71,7 @@ impl Drop for Slots {
                 // is gone, it expires within one lease.
                 fleet.end(*number, std::mem::take(sets));
             }
-            Held::Booked {
-                fleet,
-                number,
-                sets,
-                ..
-            } => fleet.unbook(*number, std::mem::take(sets)),
-            Held::Local(_) => {}
+            Held::Booked { .. } | Held::Local(_) => {}
         }
     }
 }
@@ -199,6 +192,8 @@ struct Inner {
     epoch: AtomicU64,
     /// The store's run this replica booked into (0: none yet).
     run: AtomicU64,
+    /// The primary's moves this replica has claimed the state through.
+    claimed: AtomicU64,
     /// One booking again at a time (see [`Inner::rebook`]).
     rebooking: tokio::sync::Mutex<()>,
     /// What this replica sent lately, for a Redis that lost it.
@@ -342,6 +337,7 @@ impl RedisFleet {
                 beating: tokio::sync::Mutex::new(()),
                 epoch: AtomicU64::new(0),
                 run: AtomicU64::new(0),
+                claimed: AtomicU64::new(0),
                 rebooking: tokio::sync::Mutex::new(()),
                 sent: Mutex::new(sent),
                 glimpse: Mutex::new(None),

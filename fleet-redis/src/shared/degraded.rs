@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 use tokio::time::Instant;
 
 use sdk_policy::policy::Degraded;
@@ -75,13 +75,10 @@ impl Inner {
         self.observe("local", started);
         self.lock_sent().record(question.windows(), Instant::now());
         let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let sets = sets.to_vec();
-        self.book(number, &sets, question.windows());
+        let ended = self.book(number, sets, question.windows());
         Ok(Some(Slots {
             held: Held::Booked {
-                fleet: Arc::clone(self),
-                number,
-                sets,
+                _ended: ended,
                 _permits: permits,
             },
         }))
@@ -157,11 +154,20 @@ impl Inner {
     /// the background and outside the store's breaker: a Redis that is only
     /// slow for this replica (the others still reach it) takes it, so the
     /// others leave room for it and the fleet stays one tenant; a dead
-    /// Redis loses nothing that counts.
-    pub(super) fn book(self: &Arc<Self>, number: u64, sets: &[LeaseSet], windows: &[usize]) {
+    /// Redis loses nothing that counts. Its leases are given back when the
+    /// request ends (`ended` is dropped), after the booking, never before
+    /// it: a release that overtook its booking would leave the lease held
+    /// for a whole lease.
+    pub(super) fn book(
+        self: &Arc<Self>,
+        number: u64,
+        sets: &[LeaseSet],
+        windows: &[usize],
+    ) -> oneshot::Sender<()> {
         let inner = Arc::clone(self);
         let (sets, windows) = (sets.to_vec(), windows.to_vec());
         let sent = self.redis_now();
+        let (ended, request_ended) = oneshot::channel();
         self.background(async move {
             let member = inner.member(number);
             let keys = &inner.keys;
@@ -170,6 +176,8 @@ impl Inner {
                 .store
                 .book(keys, &member, (known, sent), &sets, &windows)
                 .await;
+            let _ = request_ended.await;
+            let _ = inner.store.release(keys, &[member], &sets).await;
             // Redis lost the state: what this replica sent goes back in.
             if let Ok(run) = booked
                 && run != known
@@ -177,14 +185,6 @@ impl Inner {
                 inner.rebook(run).await;
             }
         });
-    }
-
-    /// Gives back a booked request's leases (see [`Inner::book`]).
-    pub(super) fn unbook(self: &Arc<Self>, number: u64, sets: Vec<LeaseSet>) {
-        let inner = Arc::clone(self);
-        self.background(async move {
-            let member = [inner.member(number)];
-            let _ = inner.store.release(&inner.keys, &member, &sets).await;
-        });
+        ended
     }
 }
