@@ -51,14 +51,27 @@ pub fn free_port() -> u16 {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// Arguments after the port and the no-persistence ones.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts one on a free loopback port; panics if it does not listen.
     pub fn start() -> Self {
+        Self::start_with(Vec::new())
+    }
+
+    /// A replica of `primary` (`--replicaof`), on a free loopback port.
+    pub fn replica_of(primary: &RedisServer) -> Self {
+        let of = ["--replicaof", "127.0.0.1", &primary.port.to_string()];
+        Self::start_with(of.map(String::from).to_vec())
+    }
+
+    fn start_with(extra: Vec<String>) -> Self {
         let mut server = Self {
             child: None,
             port: free_port(),
+            extra,
         };
         server.restart();
         server
@@ -84,18 +97,13 @@ impl RedisServer {
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", &std::env::temp_dir().display().to_string()])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
-        for _ in 0..500 {
-            if TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not listen on {}", self.port);
+        listening(self.port, "redis-server");
     }
 
     /// SIGSTOP: the server keeps its connections and answers nothing, as
@@ -131,5 +139,70 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Waits until something listens on `port` (panics after 5 s).
+fn listening(port: u16, what: &str) {
+    for _ in 0..500 {
+        if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{what} did not listen on {port}");
+}
+
+/// A `redis-server --sentinel` of one's own watching a master, its
+/// configuration (which Sentinel rewrites) in a directory of its own;
+/// killed and its directory removed when dropped.
+#[derive(Debug)]
+pub struct Sentinel {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinel {
+    /// Watches `primary` as `master`: down after `down_after` without an
+    /// answer, a failover once `quorum` sentinels agree.
+    pub fn start(master: &str, primary: &RedisServer, quorum: u32, down_after: Duration) -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("sentinel-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the sentinel's directory");
+        let conf = dir.join("sentinel.conf");
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\n\
+             sentinel monitor {master} 127.0.0.1 {} {quorum}\n\
+             sentinel down-after-milliseconds {master} {}\n\
+             sentinel failover-timeout {master} 10000\n\
+             sentinel parallel-syncs {master} 1\n",
+            dir.display(),
+            primary.port,
+            down_after.as_millis(),
+        );
+        std::fs::write(&conf, text).expect("sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel starts");
+        listening(port, "redis-sentinel");
+        Sentinel { child, port, dir }
+    }
+
+    /// `host:port`, as a Sentinel URL lists it.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

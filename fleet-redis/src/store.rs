@@ -1,5 +1,5 @@
-//! The fleet's shared store: Redis, through redis-rs's connection manager
-//! (it reconnects on its own) and nine Lua scripts, each loaded once and
+//! The fleet's shared store: Redis (its primary found by `primary`), through
+//! redis-rs's connection manager (it reconnects on its own) and nine Lua scripts, each loaded once and
 //! sent with EVALSHA (redis-rs loads it again on NOSCRIPT).
 //!
 //! Every call is bounded by the policy's deadline: an admission never waits
@@ -15,12 +15,15 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script, Value};
+use redis::aio::ConnectionManager;
+use redis::{Script, Value};
 use sdk_runtime::fleet::Turn;
 use tokio::sync::OnceCell;
+
+use crate::primary::Primary;
 
 /// What the admission script answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,8 +255,7 @@ fn dark_field(route: &str) -> String {
 
 /// A Redis the replicas share.
 pub struct Store {
-    client: Client,
-    connection: OnceCell<ConnectionManager>,
+    primary: Arc<Primary>,
     /// The first connection and script load were waited for (see [`Store::ready`]).
     ready: OnceCell<()>,
     deadline: Duration,
@@ -271,10 +273,16 @@ pub struct Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("server", &self.client.get_connection_info().addr())
+            .field("server", &self.primary)
             .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
+}
+
+/// How long a connection may take: a TCP and RESP handshake is more than
+/// a call's deadline, once.
+fn connect_timeout(deadline: Duration) -> Duration {
+    deadline.max(Duration::from_millis(100))
 }
 
 fn micros(d: Duration) -> u64 {
@@ -352,12 +360,11 @@ impl Store {
     /// built); connects only on the first call. `shape`'s numbers are
     /// rendered into the scripts.
     pub fn open(url: &str, deadline: Duration, shape: &Shape) -> Result<Self, String> {
-        let client = Client::open(url).map_err(|e| e.to_string())?;
+        let primary = Primary::parse(url, connect_timeout(deadline))?;
         let head = format!("{}{}", shape.constants(), include_str!("prelude.lua"));
         let script = |body: &str| Script::new(&format!("{head}{body}"));
         Ok(Self {
-            client,
-            connection: OnceCell::new(),
+            primary: Arc::new(primary),
             ready: OnceCell::new(),
             deadline,
             admit: script(include_str!("admit.lua")),
@@ -371,26 +378,36 @@ impl Store {
             result: Script::new(GET_RESULT),
         })
     }
-    /// The connection manager, made on the first call (it needs a runtime).
-    /// It connects in the background and reconnects after a failure; a call
-    /// meanwhile fails at once (or at its deadline).
+    /// The current primary's connection manager, made on the first call (it
+    /// needs a runtime). It connects in the background and reconnects after
+    /// a failure; a call meanwhile fails at once (or at its deadline).
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let manager = self
-            .connection
-            .get_or_try_init(|| async {
-                // Each call is bounded by `bounded`; these only free what a
-                // hung Redis would hold.
-                let slack = self.connect_timeout();
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(slack))
-                    .set_response_timeout(Some(slack))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(200));
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            })
+        self.primary.connection().await
+    }
+
+    /// How many times the primary moved (a Sentinel failover).
+    pub fn moves(&self) -> u64 {
+        self.primary.moves()
+    }
+
+    /// After the primary moved: a state last written through another
+    /// primary loses its run (so the next script starts a new one, and the
+    /// fleet books again and settles, as after an empty restart), once for
+    /// the fleet, whichever replica gets here first.
+    pub async fn claim(&self, keys: &Keys) -> Result<(), StoreError> {
+        let Some(address) = self.primary.address() else {
+            return Ok(());
+        };
+        let mut connection = self.connection().await?;
+        let claim = redis::cmd("EVAL")
+            .arg(CLAIM)
+            .arg(1)
+            .arg(keys.state())
+            .arg(address)
+            .to_owned();
+        self.bounded(claim.query_async::<i64>(&mut connection))
             .await
-            .map_err(|e| StoreError::Redis(e.to_string()))?;
-        Ok(manager.clone())
+            .map(drop)
     }
 
     /// `call`, answered within the deadline or failed at it. At the
@@ -414,6 +431,9 @@ impl Store {
                 futures_util::FutureExt::now_or_never(call.as_mut())
             }
         };
+        if !matches!(answered, Some(Ok(_))) {
+            self.primary.failed();
+        }
         match answered {
             Some(Ok(value)) => Ok(value),
             Some(Err(e)) => Err(StoreError::Redis(e.to_string())),
@@ -431,10 +451,8 @@ impl Store {
         }
     }
 
-    /// How long a connection may take: a TCP and RESP handshake is more than
-    /// a call's deadline, once.
     fn connect_timeout(&self) -> Duration {
-        self.deadline.max(Duration::from_millis(100))
+        connect_timeout(self.deadline)
     }
 
     /// Waits once, for the first caller and those beside it, until the
@@ -728,6 +746,13 @@ redis.call('SET', KEYS[1], seen, 'PX', ARGV[2])
 return 1";
 
 /// A turn's result: -1 (none), 0 (not healthy), or 1 + its age in µs.
+/// The primary's address the state was last claimed through; another one
+/// drops the run (see [`Store::claim`]).
+const CLAIM: &str = "if redis.call('HGET', KEYS[1], 'primary') == ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'primary', ARGV[1])
+redis.call('HDEL', KEYS[1], 'run')
+return 1";
+
 const GET_RESULT: &str = "local seen = redis.call('GET', KEYS[1])
 if not seen then return -1 end
 if seen == '0' then return 0 end

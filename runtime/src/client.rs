@@ -115,6 +115,12 @@ impl ClientConfig {
     }
 }
 
+/// A Sentinel configuration as the fleet's store URL, for
+/// [`ClientConfig::redis_url`]: `redis+sentinel://host:port,host:port/<master>`.
+pub fn sentinel_url(master: &str, sentinels: &[&str]) -> String {
+    format!("redis+sentinel://{}/{master}", sentinels.join(","))
+}
+
 /// Every part a log may show: never the API key, nor the store's URL (it
 /// may carry a password).
 impl std::fmt::Debug for ClientConfig {

@@ -43,7 +43,7 @@ mod wire;
 
 pub use api_error::{ApiError, ErrorClasses};
 pub use call::Call;
-pub use client::{Client, ClientConfig};
+pub use client::{Client, ClientConfig, sentinel_url};
 pub use error::{ConfigError, Error, env_flag, env_var};
 pub use events::Events;
 pub use features::FeatureStatus;

@@ -161,6 +161,13 @@ impl FleetConfig {
                 ""
             }
         ));
+        let sentinel_doc = doc(
+            "Share the throttle through the Redis primary that the Sentinels at `sentinels` \
+             (`host:port` each) name as `master`, as [`redis_url`](Self::redis_url) does with \
+             one server: a failover is followed to the promoted replica, and the fleet books \
+             again what it sent (the replica may lack the last writes). The same as a \
+             `redis+sentinel://host:port,host:port/<master>` URL.",
+        );
         FleetConfig {
             method: quote! {
                 #method_doc
@@ -172,6 +179,12 @@ impl FleetConfig {
                     }
                     self
                 }
+
+                #sentinel_doc
+                pub fn redis_sentinel(self, master: &str, sentinels: &[&str]) -> Self {
+                    let url = sdk_runtime::sentinel_url(master, sentinels);
+                    self.redis_url(url)
+                }
             },
             from_env: quote! {
                 match std::env::var(#env) {
@@ -179,7 +192,10 @@ impl FleetConfig {
                     _ => Ok(config),
                 }
             },
-            env_doc: format!(", and `{env}` when set (several replicas)"),
+            env_doc: format!(
+                ", and `{env}` when set (several replicas; \
+                 `redis+sentinel://host:port,host:port/<master>` for Sentinels)"
+            ),
         }
     }
 }

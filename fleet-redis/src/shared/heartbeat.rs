@@ -71,6 +71,19 @@ impl Inner {
             if !self.store_allowed() {
                 return;
             }
+            // The heartbeat is the first call to a primary the Sentinels
+            // named after a failover (admissions do not ask a store that is
+            // away): the state it finds may lack the last writes.
+            let moves = self.store.moves();
+            if moves != self.claimed.load(Ordering::Acquire) {
+                let called = Instant::now();
+                let claimed = self.store.claim(&self.keys).await;
+                if self.account(claimed, called).is_none() {
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+                self.claimed.store(moves, Ordering::Release);
+            }
             let called = Instant::now();
             let known = self.run.load(Ordering::Acquire);
             let renewed = (self.store)

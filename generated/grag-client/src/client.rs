@@ -31,6 +31,12 @@ impl Config {
         self
     }
 
+    /// Share the throttle through the Redis primary that the Sentinels at `sentinels` (`host:port` each) name as `master`, as [`redis_url`](Self::redis_url) does with one server: a failover is followed to the promoted replica, and the fleet books again what it sent (the replica may lack the last writes). The same as a `redis+sentinel://host:port,host:port/<master>` URL.
+    pub fn redis_sentinel(self, master: &str, sentinels: &[&str]) -> Self {
+        let url = sdk_runtime::sentinel_url(master, sentinels);
+        self.redis_url(url)
+    }
+
     /// A production deployment (`GRAG_PRODUCTION`): the calls of a lane whose auth has not landed (`auth.lanes_authenticated`: `bff`) are refused unsent.
     pub fn production(mut self, production: bool) -> Self {
         self.runtime = self.runtime.production(production);
@@ -57,7 +63,7 @@ impl Config {
         self
     }
 
-    /// Reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`, `GRAG_PRODUCTION` (`true` or `1` in production), and `GRAG_REDIS_URL` when set (several replicas).
+    /// Reads `GRAG_URL`, `GRAG_API_KEY` and `GRAG_TENANT`, `GRAG_PRODUCTION` (`true` or `1` in production), and `GRAG_REDIS_URL` when set (several replicas; `redis+sentinel://host:port,host:port/<master>` for Sentinels).
     pub fn from_env() -> Result<Self, ConfigError> {
         let tenant =
             TenantId::parse(&sdk_runtime::env_var("GRAG_TENANT")?).map_err(ConfigError::Tenant)?;
