@@ -2,7 +2,8 @@
 //! processes, each on a port of its own of one nginx (`limit_req` as the
 //! platform's proxies), so the simulator's log says which replica sent each
 //! request. Redis goes away for [`OUTAGE`] (killed and restarted empty,
-//! frozen and thawed) and comes back; every bound is checked over the
+//! frozen and thawed) and comes back, or a primary behind three Sentinels
+//! is killed and its replica promoted; every bound is checked over the
 //! whole run, the outage's first second and the return included.
 
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use grag_client::policy::POLICY;
 use grag_sim::LoggedRequest;
 use grag_sim::testkit::{arrivals, max_in_any_window};
-use sdk_fleet_redis::redis_server::RedisServer;
+use sdk_fleet_redis::redis_server::{RedisServer, Sentinel};
 use tokio::time::Instant;
 
 use super::{
@@ -31,6 +32,96 @@ enum Outage {
     Killed,
     /// SIGSTOP (connections open, nothing answered), then SIGCONT.
     Frozen,
+    /// The primary behind three Sentinels SIGKILLed; its replica promoted.
+    Failover,
+}
+
+/// The master's name the Sentinels watch.
+const MASTER: &str = "grag";
+
+/// A primary and three Sentinels (quorum 2) on loopback watching it and
+/// its replica: the primary is down for them after `DOWN_AFTER` without an
+/// answer.
+struct Watched {
+    primary: RedisServer,
+    replica_port: u16,
+    sentinels: Vec<Sentinel>,
+}
+
+/// Long enough that the fleet runs degraded a while before the failover.
+const DOWN_AFTER: Duration = Duration::from_secs(3);
+
+impl Watched {
+    /// The watch, and the replica (the Redis the fleet ends on).
+    async fn start() -> (Watched, RedisServer) {
+        let primary = RedisServer::start();
+        let replica = RedisServer::replica_of(&primary);
+        let sentinels: Vec<Sentinel> = (0..3)
+            .map(|_| Sentinel::start(MASTER, &primary, 2, DOWN_AFTER))
+            .collect();
+        let watched = Watched {
+            primary,
+            replica_port: replica.port(),
+            sentinels,
+        };
+        // A failover needs every Sentinel to know the replica and the others.
+        for _ in 0..3000 {
+            let mut ready = true;
+            for sentinel in &watched.sentinels {
+                let seen = watched.master_fields(sentinel).await;
+                let field =
+                    |name: &str| seen.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+                ready &= field("num-slaves").as_deref() == Some("1")
+                    && field("num-other-sentinels").as_deref() == Some("2");
+            }
+            if ready {
+                return (watched, replica);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the sentinels never saw the replica and each other");
+    }
+
+    fn url(&self) -> String {
+        let addrs: Vec<String> = self.sentinels.iter().map(Sentinel::addr).collect();
+        format!("redis+sentinel://{}/{MASTER}", addrs.join(","))
+    }
+
+    async fn connection(addr: &str) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
+        client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    async fn master_fields(&self, sentinel: &Sentinel) -> Vec<(String, String)> {
+        let mut connection = Self::connection(&sentinel.addr()).await;
+        let flat: Vec<String> = redis::cmd("SENTINEL")
+            .arg("master")
+            .arg(MASTER)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        flat.chunks(2)
+            .map(|kv| (kv[0].clone(), kv.get(1).cloned().unwrap_or_default()))
+            .collect()
+    }
+
+    /// Waits until the first Sentinel names the replica the master.
+    async fn promoted(&self) {
+        let mut connection = Self::connection(&self.sentinels[0].addr()).await;
+        for _ in 0..6000 {
+            let (_, port): (String, u16) = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(MASTER)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            if port == self.replica_port {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the replica was never promoted");
+    }
 }
 
 /// What the platform saw of one short outage.
@@ -49,27 +140,46 @@ async fn through(kind: Outage) -> Option<Seen> {
     if !redis_available() {
         return None;
     }
-    let mut redis = RedisServer::start();
+    // The run's Redis is the one the fleet ends on.
+    let (mut watched, mut redis) = match kind {
+        Outage::Failover => {
+            let (watched, replica) = Watched::start().await;
+            (Some(watched), replica)
+        }
+        _ => (None, RedisServer::start()),
+    };
+    let url = watched.as_ref().map(Watched::url);
     let sim = sim().await;
     let limiter = Limiter::for_replicas(&sim, 3);
     let replicas = Replicas::spawn_each(limiter.url(0), &redis, "load", 3, |i| {
-        vec![(super::SIM_URL, limiter.url(i))]
+        let mut env = vec![(super::SIM_URL, limiter.url(i))];
+        if let Some(url) = &url {
+            env.push((super::REDIS_URL, url.as_str()));
+        }
+        env
     });
     replicas.all_ready().await;
     let start = sim.log().entries().len();
     replicas.go();
     logged(&sim, start + 400, Duration::from_secs(120)).await;
+    let run_before = run_of(&redis).await;
     let lost = Instant::now();
-    match kind {
-        Outage::Killed => redis.kill(),
-        Outage::Frozen => redis.freeze(),
+    match (kind, watched.as_mut()) {
+        (Outage::Killed, _) => redis.kill(),
+        (Outage::Frozen, _) => redis.freeze(),
+        (Outage::Failover, Some(w)) => w.primary.kill(),
+        (Outage::Failover, None) => unreachable!("a failover is watched"),
     }
-    tokio::time::sleep(OUTAGE).await;
+    match &watched {
+        Some(w) => w.promoted().await,
+        None => tokio::time::sleep(OUTAGE).await,
+    }
     let back = Instant::now();
     let at_back = sim.log().entries().len();
     match kind {
         Outage::Killed => redis.restart(),
         Outage::Frozen => redis.thaw(),
+        Outage::Failover => eprintln!("promoted {:?} after the kill", back - lost),
     }
     logged(&sim, at_back + 600, Duration::from_secs(120)).await;
     let run = LoadRun {
@@ -80,9 +190,23 @@ async fn through(kind: Outage) -> Option<Seen> {
         start,
     };
     let ports = run.limiter.ports.clone();
-    let (reports, entries, _redis) = run.stop().await;
+    let (reports, entries, redis) = run.stop().await;
     assert!(reports.iter().all(|r| r.errors == 0), "{reports:?}");
     assert!(reports.iter().all(|r| !r.degraded), "{reports:?}");
+    // Shared again on the Redis the fleet ended on, in a run of its own
+    // unless Redis only froze (it lost nothing).
+    let mut connection = super::connection(&redis).await;
+    let live: usize = redis::cmd("ZCARD")
+        .arg("{grag:knoll}:replicas")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(live, 3);
+    let run_after = run_of(&redis).await;
+    match kind {
+        Outage::Frozen => assert_eq!(run_after, run_before),
+        _ => assert_ne!(run_after, run_before, "a new run after the state was lost"),
+    }
     let entries = entries[start..].to_vec();
     let replica = (entries.iter())
         .map(|e| {
@@ -96,6 +220,18 @@ async fn through(kind: Outage) -> Option<Seen> {
         lost,
         back,
     })
+}
+
+/// The run of the tenant's state in `redis` (0 where it has none).
+async fn run_of(redis: &RedisServer) -> u64 {
+    let mut connection = super::connection(redis).await;
+    let run: Option<u64> = redis::cmd("HGET")
+        .arg("{grag:knoll}:state")
+        .arg("run")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    run.unwrap_or(0)
 }
 
 /// The longest gap between consecutive arrivals of `times` that ends
@@ -208,6 +344,16 @@ async fn redis_killed_for_five_seconds_stalls_no_replica_and_its_return_bursts_n
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_frozen_for_five_seconds_stalls_no_replica_and_its_thaw_bursts_nothing() {
     let Some(seen) = through(Outage::Frozen).await else {
+        return;
+    };
+    seen.windows_held();
+    seen.full_share();
+    seen.no_stall();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_stalls_no_replica_and_the_promoted_replica_bursts_nothing() {
+    let Some(seen) = through(Outage::Failover).await else {
         return;
     };
     seen.windows_held();
