@@ -15,7 +15,7 @@ use sdk_fleet_redis::redis_server::{RedisServer, Sentinel};
 use tokio::time::Instant;
 
 use super::{
-    Limiter, LoadRun, Replicas, SERIAL, bounds, check_limits, logged, policy, redis_available,
+    Limiter, LoadRun, Replicas, SERIAL, check_limits, degraded_shares, logged, redis_available,
     second, sim,
 };
 
@@ -268,12 +268,12 @@ impl Seen {
 
     /// No replica silent longer than its steady gap (its longest in the
     /// shared phase's last 3 s) + the Redis deadline + the store breaker's
-    /// span + 100 ms, from the outage's first instant until 3 s after its
-    /// end (the return is a transition too).
+    /// span + 100 ms, while Redis fails (from the outage's first instant
+    /// until it is back) and in the 3 s after (while the replicas take it
+    /// back and queue in its bucket again).
     fn no_stall(&self) {
         let fleet = POLICY.fleet.as_ref().unwrap();
         let slack = fleet.deadline + fleet.breaker_over + Duration::from_millis(100);
-        let until = self.back + Duration::from_secs(3);
         // Without nginx no request says its replica: the fleet as one.
         let each: Vec<Vec<Instant>> = if self.replica.iter().all(Option::is_none) {
             eprintln!("no nginx: the fleet's silences, not each replica's");
@@ -285,20 +285,25 @@ impl Seen {
         for (i, times) in each.into_iter().enumerate() {
             assert!(times.len() > 100, "replica {i}: {} requests", times.len());
             let (steady, _) = longest_gap(&times, self.lost - Duration::from_secs(3), self.lost);
-            let (silence, began) = longest_gap(&times, self.lost, until);
+            let (outage, began) = longest_gap(&times, self.lost, self.back);
+            let after = self.back + Duration::from_secs(3);
+            let (back, back_began) = longest_gap(&times, self.back, after);
+            let since = |t: Instant| t.saturating_duration_since(self.lost);
             eprintln!(
-                "replica {i}: steady gap {steady:?}, longest silence {silence:?} from {:?} \
-                 after the outage began (bound {:?})",
-                began.saturating_duration_since(self.lost),
-                steady + slack
+                "replica {i}: steady gap {steady:?}; longest silence while Redis failed {outage:?} \
+                 from {:?} (bound {:?}), after its return {back:?} from {:?} (bound {:?})",
+                since(began),
+                steady + slack,
+                since(back_began),
+                steady + slack,
             );
-            if silence > steady + slack {
-                silent.push((i, silence, steady));
+            if outage.max(back) > steady + slack {
+                silent.push((i, outage, back, steady));
             }
         }
         assert!(
             silent.is_empty(),
-            "(replica, silence, steady gap): {silent:?}"
+            "(replica, silence while Redis failed, after its return, steady gap): {silent:?}"
         );
     }
 
@@ -312,8 +317,7 @@ impl Seen {
             .collect();
         let span = self.back - from;
         let rate = times.len() as f64 / span.as_secs_f64();
-        let margin = policy().fleet.as_ref().unwrap().margin_percent;
-        let share = bounds().per_second as f64 * f64::from(100 - margin) / 100.0;
+        let share = degraded_shares(3);
         eprintln!("degraded: {rate:.1} req/s at the platform ({share:.1} the shares' sum)");
         assert!(rate >= 0.9 * share, "degraded at {rate:.1} req/s");
     }
@@ -326,6 +330,20 @@ impl Seen {
             .collect();
         let most = max_in_any_window(&arrivals(after.iter().copied()), second());
         eprintln!("after the return: {most} per rolling second");
+        let all = arrivals(&self.entries);
+        let per = |t: Instant| {
+            all.iter()
+                .filter(|a| **a >= t && **a < t + second())
+                .count()
+        };
+        let (at, n) = (all.iter())
+            .map(|t| (*t, per(*t)))
+            .max_by_key(|(_, n)| *n)
+            .unwrap();
+        eprintln!(
+            "whole run: most {n} in the rolling second from {:?} after the outage began",
+            at.saturating_duration_since(self.lost)
+        );
         eprint!("whole run: ");
         check_limits(&self.entries, 1.0);
     }

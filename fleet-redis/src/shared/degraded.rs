@@ -122,17 +122,17 @@ impl Inner {
         }
     }
 
+    /// How many replicas share, and this one's rank among them (one that
+    /// is not on the live list yet counts itself, last).
+    pub(super) fn rank(&self, live: &[String]) -> (usize, usize) {
+        let count = live.len() + usize::from(!live.contains(&self.replica));
+        let rank = (live.iter().position(|id| *id == self.replica)).unwrap_or(live.len());
+        (count, rank)
+    }
+
     /// This replica's share of every in-flight cap, from the last live list.
     pub(super) fn gates(&self, live: &[String]) -> Vec<(Option<usize>, Arc<Semaphore>)> {
-        let count = if live.contains(&self.replica) {
-            live.len()
-        } else {
-            live.len() + 1
-        };
-        let rank = live
-            .iter()
-            .position(|id| *id == self.replica)
-            .unwrap_or(live.len());
+        let (count, rank) = self.rank(live);
         let mut gates = vec![(
             None,
             Arc::new(Semaphore::new(

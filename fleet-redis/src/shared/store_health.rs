@@ -14,7 +14,7 @@ use sdk_runtime::throttle::Throttle;
 
 use super::Inner;
 use crate::store::StoreError;
-use crate::{Glimpse, Switch, rate_share, unseen_share};
+use crate::{Glimpse, Switch, cap_share, rate_share, unseen_share};
 
 impl Inner {
     /// Whether a call may go to the store now (its breaker is not open).
@@ -75,7 +75,6 @@ impl Inner {
         if self.policy.degraded == Degraded::Open {
             let until = sdk_runtime::clock::after(Instant::now(), self.throttle.rate_period);
             state.local_until = Some(state.local_until.map_or(until, |u| u.max(until)));
-            return;
         }
         drop(state);
         self.epoch.fetch_add(1, Ordering::Release);
@@ -83,8 +82,8 @@ impl Inner {
 
     /// Whether admissions go on this replica's shares now: the store is
     /// away, or back and not caught up yet (see `State::local_until`).
-    /// The first admission after that ends sends waiters on the shares
-    /// back to the store, and the throttle's windows follow.
+    /// The first admission after that sends waiters on the shares back to
+    /// the store, and the throttle's windows follow.
     pub(super) fn local(&self) -> bool {
         let mut state = self.lock_state();
         if state.breaker.degraded() {
@@ -179,25 +178,44 @@ impl Inner {
         }
         let mut state = self.lock_state();
         let live = state.live.len().max(1);
-        let degraded = state.breaker.degraded() || state.local_until.is_some();
+        let away = state.breaker.degraded();
+        let local = away || state.local_until.is_some();
         let lost = state.lost;
         let alone = state.live.iter().all(|id| *id == self.replica);
-        state.went_local = degraded.then(Instant::now);
+        let was_local = state.went_local.is_some();
+        state.went_local = match (local, state.went_local) {
+            (false, _) => None,
+            (true, Some(at)) => Some(at),
+            (true, None) => Some(Instant::now()),
+        };
+        let (count, rank) = self.rank(&state.live);
         drop(state);
         let margin = self.policy.margin_percent;
         throttle.set_window_limits(&|budget, limit| {
             let fleet_wide =
                 budget.is_none_or(|b| !self.policy.per_replica.iter().any(|r| r.get() == b));
-            if degraded && fleet_wide {
+            if local && fleet_wide {
                 rate_share(limit, live, margin)
             } else {
                 limit
             }
         });
-        // Going local, this replica's windows start from what the fleet
-        // sent, not from its own sends alone: the others may have used the
-        // window it now takes a share of. Alone, its own sends are all.
-        if !degraded || alone {
+        // On its share the replica is paced at a share of the bucket's rate
+        // and burst, spread evenly: within its share of the rolling second,
+        // it sends no burst and then a wait each second, and the fleet stays
+        // under the rate the shared bucket keeps, so taking the store back
+        // owes it no wait and sends no burst on top of the last second.
+        if local {
+            let per_second = rate_share(self.throttle.per_second, live, margin);
+            throttle.set_rate(per_second, cap_share(throttle.burst(), count, rank).max(1));
+        } else {
+            throttle.reset_rate();
+        }
+        // Going local as the store goes away, this replica's windows start
+        // from what the fleet sent, not from its own sends alone: the others
+        // may have used the window it now takes a share of. Alone, its own
+        // sends are all.
+        if !away || was_local || alone {
             return;
         }
         let glimpse = self.lock_glimpse().take();

@@ -30,6 +30,15 @@ impl TokenBucket {
         }
     }
 
+    /// One token every `period` from now on, up to `burst` at once; the
+    /// tokens promised so far stay promised.
+    pub(super) fn set_rate(&mut self, period: Duration, burst: u32) {
+        *self = Self {
+            tat: self.tat,
+            ..Self::new(period, burst)
+        };
+    }
+
     /// Whether a token is free at `now`, or how long until one is.
     fn check(&self, now: Tick) -> Result<(), Duration> {
         let earliest = self.tat.saturating_sub(self.tolerance);

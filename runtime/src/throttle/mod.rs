@@ -164,6 +164,20 @@ impl Throttle {
         (windows.second.window).set_limit(limit_of(None, per_period));
     }
 
+    /// Paces the token bucket at `per_second` tokens a rate period, up to
+    /// `burst` at once (both at least 1): a fleet's degraded share of the
+    /// rate, spread evenly rather than a burst and a wait each second.
+    /// [`reset_rate`](Self::reset_rate) goes back to the policy's.
+    pub fn set_rate(&self, per_second: u32, burst: u32) {
+        let period = (self.policy.rate_period / per_second.max(1)).max(Duration::from_nanos(1));
+        (self.lock_windows().second.bucket).set_rate(period, burst.max(1));
+    }
+
+    /// The policy's rate and burst again (see [`set_rate`](Self::set_rate)).
+    pub fn reset_rate(&self) {
+        self.set_rate(self.policy.per_second, self.burst);
+    }
+
     /// Makes this throttle's rolling windows count at least `second`'s
     /// sends after every instant (the rolling second), and each budget's
     /// its window, their own slots included: a replica going local counts
@@ -438,6 +452,27 @@ mod tests {
         // Sustained: 192 paced admissions after the burst take 3.84 s.
         let span = times[199].duration_since(times[0]);
         assert_eq!(span, Duration::from_millis(192 * 20));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_set_lower_paces_evenly_and_the_policy_s_comes_back() {
+        let throttle = Arc::new(Throttle::new(&POLICY));
+        // 15 a second, 3 at once: the burst, then one every 66.7 ms, at
+        // most 17 in any rolling second.
+        throttle.set_rate(15, 3);
+        let times = admission_times(&throttle, GLOBAL, 48).await;
+        assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 17);
+        let gaps: Vec<Duration> = times[3..].windows(2).map(|w| w[1] - w[0]).collect();
+        let even = Duration::from_secs(1) / 15;
+        assert!(
+            gaps.iter().all(|g| *g <= even + Duration::from_millis(1)),
+            "{gaps:?}"
+        );
+        // The policy's again: after the promised tokens, one every 20 ms.
+        throttle.reset_rate();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let times = admission_times(&throttle, GLOBAL, 200).await;
+        assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 57);
     }
 
     /// Pairs admitted in the other order than they arrived, of `order`: the
