@@ -1273,10 +1273,12 @@ async fn the_retention_pass_deletes_ended_jobs_once_the_spec_lets_it() {
 }
 
 /// A file the release before the schema version wrote, with uploads still
-/// pending: opened by this release it is migrated in place and every job
-/// runs to done.
+/// pending and one failed: opened by this release it is migrated in place,
+/// every pending job runs to done, and the failed one, kept as it was, runs
+/// when the UI sends it again.
 #[tokio::test]
-async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_jobs_run_to_done() {
+async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_and_failed_jobs_run_to_done()
+{
     let q = Queue::start().await;
     let db = TempDb::new();
     let conn = rusqlite::Connection::open(&db.0).unwrap();
@@ -1299,16 +1301,36 @@ async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_jobs_run_t
         )
         .unwrap();
     }
+    // A failed upload, its content kept for the UI's re-upload path.
+    let failed = upload(6, 2);
+    let failed_key = upload_key(&failed);
+    conn.execute(
+        "INSERT INTO jobs (key, kind, payload, state, attempts, progress, last_error, created_at, updated_at) \
+         VALUES (?1, 'ingest', ?2, 'failed', 1, 'null', ?3, 1, 1)",
+        rusqlite::params![
+            failed_key,
+            serde_json::to_string(&failed).unwrap(),
+            r#"{"class":"bad_request","row":"T27","status":400,"request_id":null,"detail":"refused"}"#
+        ],
+    )
+    .unwrap();
     drop(conn);
 
     let jobs = Jobs::new(q.env.grag.clone(), db.store(), "worker-new").unwrap();
     assert_eq!(jobs.drain().await.unwrap(), 5);
+    let kept = jobs.job(&failed_key).await.unwrap();
+    let kept = kept.expect("the failed job survives the migration");
+    assert_eq!(kept.state, JobState::Failed);
+    assert_eq!(kept.payload, serde_json::to_value(&failed).unwrap());
+    assert_eq!(kept.last_error.map(|e| e.class), Some("bad_request".into()));
+    let retried = jobs.retry(&failed_key).await.unwrap().unwrap();
+    assert_eq!(retried.state, JobState::Done, "{:?}", retried.last_error);
     for key in &keys {
         let job = jobs.job(key).await.unwrap().unwrap();
         assert_eq!(job.state, JobState::Done, "{job:?}");
         assert!(job.payload.get("digest").is_some(), "{}", job.payload);
     }
-    assert_eq!(q.env.sim.documents("knoll", KB).len(), 5);
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 6);
     let conn = rusqlite::Connection::open(&db.0).unwrap();
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
