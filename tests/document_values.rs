@@ -180,6 +180,20 @@ fn the_job_stores_retention_is_the_specs_own_numbers() {
     assert_eq!(replay.keep_failed, hours(24 * 7));
     assert_eq!(replay.prune_batch, 500);
     assert_eq!(replay.prune_every, std::time::Duration::from_secs(60));
+    // Ours too: some 500 uploads of a few MB each still held.
+    assert_eq!(replay.store_bound, 2 << 30);
+    let rules = include_str!("../generated/grag-client/alerts.rules.yml");
+    let rule = rules
+        .split("- alert: ")
+        .find(|r| r.starts_with(&format!("\"{}\"", replay.store_alert)))
+        .expect("a rule for the store's alert");
+    assert!(
+        rule.contains(&format!(
+            "({})) > {}\"",
+            replay.store_bytes_metric, replay.store_bound
+        )),
+        "the rule reads the store's bytes against the spec's bound: {rule}"
+    );
     let md = include_str!("../generated/grag-client/POLICY.md");
     assert!(
         md.contains("Retention (§1.4; ours") && md.contains("(inferred)): a done job"),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common_resilience::{Env, wait_until};
+use futures_util::StreamExt;
 use grag_client::types::{CreateKb, Edge, Entity, Point, UploadDocument};
 use grag_client::{DocumentId, EdgeId, EntityId, KbId, WorkspaceId};
 use grag_jobs::{JobState, Jobs, KgBatch, Upload, upload_key};
@@ -907,64 +908,99 @@ fn sized_upload(n: usize, content: usize, points: usize) -> Upload {
     up
 }
 
-/// The store keeps what it still needs: many uploads of real size done, and
-/// the payload bytes it holds are a small constant per job, not the
-/// documents and their embeddings; after the retention pass, nothing.
+/// Uploads of real size run to done in rounds, each a retention period
+/// after the last (the queue's clock, injected), with the retention pass
+/// after each: the payload bytes the store holds stay what one round's done
+/// jobs keep, a few hundred bytes each, however many uploads ran; after a
+/// last pass, nothing.
 async fn done_uploads_keep_a_small_constant(q: &Queue, jobs: &Jobs, store: &dyn JobStore) {
-    const UPLOADS: usize = 100;
-    let mut content_bytes = 0;
-    for n in 0..UPLOADS {
-        let up = sized_upload(n, 32 << 10, 8);
-        content_bytes += serde_json::to_vec(&up).unwrap().len();
-        let job = jobs.submit_upload(up).await.unwrap();
-        assert_eq!(job.state, JobState::Done, "{job:?}");
-    }
-    let footprint = store.footprint().await.unwrap();
-    assert_eq!(footprint.len(), 1, "{footprint:?}");
-    let text = jobs.metrics_text().await;
+    const UPLOADS: usize = 2_000;
+    const ROUNDS: usize = 4;
+    const PER_ROUND: usize = UPLOADS / ROUNDS;
+    // Eight submitted at a time, as Knoll's request handlers would; the
+    // ingest budget still bounds the calls in flight.
+    const AT_ONCE: usize = 8;
     let policy = q.env.grag.runtime().policy().replay.clone().unwrap();
-    let gauge = |name: &str| {
-        let line = format!("{name}{{state=\"done\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&line))
-            .unwrap_or_else(|| panic!("{line} in {text}"))
-            .parse::<u64>()
-            .unwrap()
-    };
-    assert_eq!(gauge(policy.store_rows_metric), footprint[0].rows);
-    assert_eq!(gauge(policy.store_bytes_metric), footprint[0].payload_bytes);
-    let done = footprint[0];
-    assert_eq!((done.state, done.rows), (JobState::Done, UPLOADS as u64));
-    let per_job = done.payload_bytes / UPLOADS as u64;
-    assert!(
-        per_job < 400,
-        "{per_job} bytes a done job, of {} bytes content",
-        content_bytes / UPLOADS
-    );
-    assert!(
-        content_bytes > 100 * done.payload_bytes as usize,
-        "{content_bytes} bytes of content, {footprint:?}"
+    let period = policy.keep_done + Duration::from_secs(1);
+    let mut content_bytes = 0;
+    for round in 0..ROUNDS {
+        let ahead = period * round as u32;
+        let jobs = jobs.clone().with_clock(move || SystemTime::now() + ahead);
+        let uploads: Vec<Upload> = (round * PER_ROUND..(round + 1) * PER_ROUND)
+            .map(|n| sized_upload(n, 32 << 10, 4))
+            .collect();
+        content_bytes += uploads
+            .iter()
+            .map(|u| serde_json::to_vec(u).unwrap().len())
+            .sum::<usize>();
+        let ran: Vec<_> = futures_util::stream::iter(uploads)
+            .map(|up| jobs.submit_upload(up))
+            .buffer_unordered(AT_ONCE)
+            .collect()
+            .await;
+        for job in ran {
+            job.unwrap();
+        }
+        // A call that timed out on a loaded machine left its job to replay,
+        // after the pause: the worker runs it then.
+        let pause = policy.pause;
+        let replay = jobs
+            .clone()
+            .with_clock(move || SystemTime::now() + ahead + pause);
+        while replay.drain().await.unwrap() > 0 {}
+        // The previous round ended a retention period ago: this pass deletes it.
+        let pruned = jobs.prune().await.unwrap();
+        assert_eq!(pruned, if round == 0 { 0 } else { PER_ROUND as u64 });
+
+        let footprint = store.footprint().await.unwrap();
+        assert_eq!(footprint.len(), 1, "only done jobs: {footprint:?}");
+        let done = footprint[0];
+        assert_eq!((done.state, done.rows), (JobState::Done, PER_ROUND as u64));
+        let per_job = done.payload_bytes / PER_ROUND as u64;
+        assert!(
+            per_job < 400,
+            "{per_job} bytes a done job, of {} bytes content",
+            content_bytes / ((round + 1) * PER_ROUND)
+        );
+        assert!(
+            content_bytes > 100 * (round + 1) * done.payload_bytes as usize,
+            "{content_bytes} bytes of content, {footprint:?}"
+        );
+        let text = jobs.metrics_text().await;
+        let gauge = |name: &str| {
+            let line = format!("{name}{{state=\"done\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .unwrap_or_else(|| panic!("{line} in {text}"))
+                .parse::<u64>()
+                .unwrap()
+        };
+        assert_eq!(gauge(policy.store_rows_metric), done.rows);
+        assert_eq!(gauge(policy.store_bytes_metric), done.payload_bytes);
+    }
+    assert_eq!(
+        q.env.sim.documents("knoll", KB).len(),
+        UPLOADS,
+        "every upload reached the platform once"
     );
 
-    let keep = q
-        .env
-        .grag
-        .runtime()
-        .policy()
-        .replay
-        .clone()
-        .unwrap()
-        .keep_done;
-    let later = jobs
-        .clone()
-        .with_clock(move || SystemTime::now() + keep + Duration::from_secs(1));
-    assert_eq!(later.prune().await.unwrap(), UPLOADS as u64);
+    let ahead = period * ROUNDS as u32;
+    let later = jobs.clone().with_clock(move || SystemTime::now() + ahead);
+    assert_eq!(later.prune().await.unwrap(), PER_ROUND as u64);
     assert_eq!(store.footprint().await.unwrap(), []);
+}
+
+/// A simulator whose conversions are ready at once: the uploads below wait
+/// on no conversion, only on the calls and the store they are about.
+async fn converting_at_once() -> Queue {
+    let mut config = common_resilience::sim_config();
+    config.conversion_time = Duration::ZERO;
+    Queue::on(Env::with(config, common_resilience::policy()).await).await
 }
 
 #[tokio::test]
 async fn done_uploads_leave_a_small_constant_of_payload_bytes_not_their_content() {
-    let q = Queue::start().await;
+    let q = converting_at_once().await;
     done_uploads_keep_a_small_constant(&q, &q.jobs, &*q._db.store()).await;
 }
 
@@ -983,7 +1019,7 @@ async fn done_uploads_leave_a_small_constant_of_payload_bytes_on_postgres_too() 
             .await
             .expect("PostgreSQL answers"),
     );
-    let q = Queue::start().await;
+    let q = converting_at_once().await;
     let jobs = Jobs::new(q.env.grag.clone(), store.clone(), "worker-pg").unwrap();
     done_uploads_keep_a_small_constant(&q, &jobs, &*store).await;
     let (raw, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -1237,10 +1273,12 @@ async fn the_retention_pass_deletes_ended_jobs_once_the_spec_lets_it() {
 }
 
 /// A file the release before the schema version wrote, with uploads still
-/// pending: opened by this release it is migrated in place and every job
-/// runs to done.
+/// pending and one failed: opened by this release it is migrated in place,
+/// every pending job runs to done, and the failed one, kept as it was, runs
+/// when the UI sends it again.
 #[tokio::test]
-async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_jobs_run_to_done() {
+async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_and_failed_jobs_run_to_done()
+{
     let q = Queue::start().await;
     let db = TempDb::new();
     let conn = rusqlite::Connection::open(&db.0).unwrap();
@@ -1263,16 +1301,36 @@ async fn a_file_the_earlier_release_wrote_is_migrated_and_its_pending_jobs_run_t
         )
         .unwrap();
     }
+    // A failed upload, its content kept for the UI's re-upload path.
+    let failed = upload(6, 2);
+    let failed_key = upload_key(&failed);
+    conn.execute(
+        "INSERT INTO jobs (key, kind, payload, state, attempts, progress, last_error, created_at, updated_at) \
+         VALUES (?1, 'ingest', ?2, 'failed', 1, 'null', ?3, 1, 1)",
+        rusqlite::params![
+            failed_key,
+            serde_json::to_string(&failed).unwrap(),
+            r#"{"class":"bad_request","row":"T27","status":400,"request_id":null,"detail":"refused"}"#
+        ],
+    )
+    .unwrap();
     drop(conn);
 
     let jobs = Jobs::new(q.env.grag.clone(), db.store(), "worker-new").unwrap();
     assert_eq!(jobs.drain().await.unwrap(), 5);
+    let kept = jobs.job(&failed_key).await.unwrap();
+    let kept = kept.expect("the failed job survives the migration");
+    assert_eq!(kept.state, JobState::Failed);
+    assert_eq!(kept.payload, serde_json::to_value(&failed).unwrap());
+    assert_eq!(kept.last_error.map(|e| e.class), Some("bad_request".into()));
+    let retried = jobs.retry(&failed_key).await.unwrap().unwrap();
+    assert_eq!(retried.state, JobState::Done, "{:?}", retried.last_error);
     for key in &keys {
         let job = jobs.job(key).await.unwrap().unwrap();
         assert_eq!(job.state, JobState::Done, "{job:?}");
         assert!(job.payload.get("digest").is_some(), "{}", job.payload);
     }
-    assert_eq!(q.env.sim.documents("knoll", KB).len(), 5);
+    assert_eq!(q.env.sim.documents("knoll", KB).len(), 6);
     let conn = rusqlite::Connection::open(&db.0).unwrap();
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))

@@ -281,6 +281,10 @@ pub struct Retention {
     pub batch: Spanned<u32>,
     /// How often a replica runs a retention pass.
     pub every: Duration,
+    /// Payload bytes in the store past which Prometheus raises `alert`.
+    pub alert_above: Text,
+    /// The alert of a store grown past `alert_above`.
+    pub alert: Text,
     pub source: Text,
     #[serde(default)]
     pub inferred: bool,

@@ -250,3 +250,50 @@ fn the_openapi_documents_are_what_other_generators_read() {
         "enums only the platform sends are open, those a request carries closed"
     );
 }
+
+#[test]
+fn policy_md_lists_every_metric_the_client_and_its_replay_queue_export() {
+    for (model, files) in apis() {
+        let md = file(&files, "POLICY.md");
+        let section = md
+            .split("\n## ")
+            .find(|s| s.starts_with("Metrics\n"))
+            .expect("a Metrics section");
+        let m = &model.metrics;
+        let mut names = vec![m.requests, m.duration, m.alerts, m.rate_limited];
+        names.extend(
+            [
+                m.circuit_state,
+                m.circuit_open_seconds,
+                m.sse_fallback,
+                m.sse_buffered,
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        if let Some(f) = &model.fleet {
+            let f = &f.metrics;
+            names.extend([f.admission, f.decisions, f.degraded, f.share]);
+        }
+        match &model.replay {
+            Some(r) => names.extend([
+                r.depth_metric,
+                r.failures_metric,
+                r.store_rows_metric,
+                r.store_bytes_metric,
+            ]),
+            None => assert!(
+                section.contains("no job store runs beside this client"),
+                "{section}"
+            ),
+        }
+        let rows = section.lines().filter(|l| l.starts_with("| `")).count();
+        assert_eq!(rows, names.len(), "one row a metric: {section}");
+        for name in names {
+            assert!(
+                section.contains(&format!("| `{name}")),
+                "{name} in {section}"
+            );
+        }
+    }
+}

@@ -137,7 +137,7 @@ macro_rules! unsuffixed {
     )*};
 }
 
-unsuffixed!(u16, u32, usize);
+unsuffixed!(u16, u32, u64, usize);
 
 impl Bake for &str {
     fn bake(&self, _: &dyn Names) -> TokenStream {

@@ -352,6 +352,8 @@ impl Scale {
             keep_failed,
             prune_batch,
             prune_every,
+            store_bound,
+            store_alert,
         } = r;
         ReplayPolicy {
             budget: *budget,
@@ -370,6 +372,8 @@ impl Scale {
             keep_failed: self.of(*keep_failed),
             prune_batch: *prune_batch,
             prune_every: self.of(*prune_every),
+            store_bound: *store_bound,
+            store_alert,
         }
     }
 }

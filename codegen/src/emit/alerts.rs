@@ -4,7 +4,8 @@
 //! stays silent on.
 //!
 //! A rule reads the raw metric where Prometheus can judge the condition
-//! itself (the breaker's state, stream fallbacks and buffering), and the
+//! itself (the breaker's state, stream fallbacks and buffering, the job
+//! store's payload bytes), and the
 //! raised-alerts counter (`metrics.alerts`) where only the client knows the
 //! context (a 401 outside the deploy window, a rate the client counted, a
 //! job that failed on its replay). Every counter a rule reads is exported at
@@ -115,6 +116,10 @@ fn rule<'m>(model: &'m Model, alert: &'m Alert, t: TimeScale) -> Rule<'m> {
     if let Some((b, state)) = breaker {
         return breaker_rule(alert, state, b.alert_after, t);
     }
+    if let Some(r) = model.replay.as_ref().filter(|r| r.store_alert == name) {
+        let hold = model.alert_look_back;
+        return store_rule(alert, r.store_bytes_metric, r.store_bound, hold, t);
+    }
     let fallbacks = model
         .fallbacks_sustained
         .as_ref()
@@ -183,6 +188,67 @@ fn breaker_rule<'m>(alert: &'m Alert, state: &str, hold: Duration, t: TimeScale)
             t.text(hold)
         ),
         cases,
+    }
+}
+
+/// Firing while the job store holds more payload bytes than `bound` for the
+/// hold: its states summed, and the largest figure any replica reports,
+/// because replicas sharing one PostgreSQL store each report all of it.
+fn store_rule<'m>(
+    alert: &'m Alert,
+    bytes: &str,
+    bound: u64,
+    hold: Duration,
+    t: TimeScale,
+) -> Rule<'m> {
+    let h = minutes(hold);
+    let (half, rest) = (bound / 2, bound - bound / 2);
+    let state = |s: &str, n, values: String| (series(bytes, &[("state", s)], n), values);
+    let app = || Some(vec![("job", JOB.to_owned())]);
+    Rule {
+        alert,
+        expr: format!("max by (job) (sum by (job, instance) ({bytes})) > {bound}"),
+        hold: Some(t.of(hold)),
+        how: format!(
+            "the job store's payload bytes ({bytes}, its states summed, the largest figure a replica reports) \
+             stay above {bound} for {}",
+            t.text(hold)
+        ),
+        cases: vec![
+            Case::new(
+                "fires once pending and failed jobs together stay above the bound for the hold, and resolves when the failed ones are pruned",
+                vec![
+                    state("pending", 1, format!("0 {half}+0x{} {half}+0x3", h + 2)),
+                    state("failed", 1, format!("0 {}+0x{} 0+0x3", rest + 1, h + 2)),
+                ],
+                vec![(h + 2, app()), (h + 5, None)],
+            ),
+            Case::new(
+                "stays silent at the bound",
+                vec![
+                    state("pending", 1, format!("0 {half}+0x{}", h + 3)),
+                    state("failed", 1, format!("0 {rest}+0x{}", h + 3)),
+                ],
+                vec![(h + 2, None)],
+            ),
+            Case::new(
+                "stays silent when above the bound a minute short of the hold",
+                vec![state(
+                    "pending",
+                    1,
+                    format!("0 {}+0x{} 0+0x{}", bound + 1, h - 1, h + 2),
+                )],
+                vec![(h, None), (h + 2, None)],
+            ),
+            Case::new(
+                "stays silent when two replicas sharing a store each report it under the bound",
+                vec![
+                    state("pending", 1, format!("0 {}+0x{}", rest + 1, h + 3)),
+                    state("pending", 2, format!("0 {}+0x{}", rest + 1, h + 3)),
+                ],
+                vec![(h + 2, None)],
+            ),
+        ],
     }
 }
 

@@ -8,7 +8,7 @@ use crate::model::{Degraded, Item, Model, Replay, RetrySchedule, TaxonomyRow};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
-    let sections: [fn(&mut String, &Model); 14] = [
+    let sections: [fn(&mut String, &Model); 15] = [
         head,
         routes,
         timeouts,
@@ -20,6 +20,7 @@ pub fn policy_md(model: &Model) -> String {
         stream_notes,
         states,
         messages,
+        super::metric_list::section,
         alerts,
         replay_section,
         fleet_section,
@@ -31,7 +32,7 @@ pub fn policy_md(model: &Model) -> String {
 }
 
 /// A table: its header, the rule under it, a line per row.
-fn table(md: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
+pub(super) fn table(md: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
     let _ = writeln!(md, "| {} |", header.join(" | "));
     let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
     for row in rows {

@@ -8,6 +8,7 @@ mod error;
 mod ids;
 mod log;
 mod markdown;
+mod metric_list;
 mod openapi;
 mod policy;
 pub mod services;

@@ -540,6 +540,13 @@ impl Cx<'_> {
         let keep_failed = self.duration(&r.retention.failed, "replay.retention.failed");
         let prune_batch = self.positive(&r.retention.batch, "replay.retention.batch");
         let prune_every = self.duration(&r.retention.every, "replay.retention.every");
+        let store_bound = self.size(&r.retention.alert_above, "replay.retention.alert_above");
+        self.reference(
+            &r.retention.alert,
+            "replay.retention.alert",
+            "alert",
+            &names.alerts,
+        );
         let retention = self.source(&r.retention.source, r.retention.inferred);
         let source = self.source(&r.source, r.inferred);
         let value = ReplayPolicy {
@@ -559,6 +566,8 @@ impl Cx<'_> {
             keep_failed: keep_failed?,
             prune_batch: prune_batch as usize,
             prune_every: prune_every?,
+            store_bound: store_bound?,
+            store_alert: leak(&r.retention.alert),
         };
         let replay = Item {
             value,

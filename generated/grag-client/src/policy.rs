@@ -1624,6 +1624,10 @@ pub static POLICY: Policy = Policy {
                 severity: "ops",
             },
             AlertSeverity {
+                alert: "replay_store_large",
+                severity: "ops",
+            },
+            AlertSeverity {
                 alert: "retry_exhausted",
                 severity: "ops",
             },
@@ -1646,6 +1650,8 @@ pub static POLICY: Policy = Policy {
         keep_failed: ::std::time::Duration::from_secs(604800),
         prune_batch: 500,
         prune_every: ::std::time::Duration::from_secs(60),
+        store_bound: 2147483648,
+        store_alert: "replay_store_large",
     }),
     fleet: Some(FleetPolicy {
         shared: false,

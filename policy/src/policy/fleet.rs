@@ -147,6 +147,10 @@ pub struct ReplayPolicy {
     pub prune_batch: usize,
     /// How often a replica runs a retention pass.
     pub prune_every: Duration,
+    /// Payload bytes in the store (every state) past which Prometheus raises `store_alert`.
+    pub store_bound: u64,
+    /// The alert of a store grown past `store_bound`; only its Prometheus rule raises it.
+    pub store_alert: &'static str,
 }
 
 #[cfg(feature = "bake")]
@@ -172,6 +176,8 @@ impl Bake for ReplayPolicy {
                 keep_failed,
                 prune_batch,
                 prune_every,
+                store_bound,
+                store_alert,
             }
         )
     }

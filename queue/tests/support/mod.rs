@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its part
 
 pub mod cases;
+pub mod earlier_pg;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
