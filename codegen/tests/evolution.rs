@@ -128,3 +128,40 @@ fn a_hand_edited_version_is_stale() {
     let stale = sdk_codegen::sync::stale(root).unwrap();
     assert!(stale.iter().any(|p| p.ends_with("Cargo.toml")), "{stale:?}");
 }
+
+/// An optional request field is compatible only because no consumer can
+/// build the request by a struct literal: the regenerated type is sealed and
+/// gets a setter, and `new` keeps its arguments.
+#[test]
+fn an_optional_request_field_is_a_patch_the_emitted_request_can_absorb() {
+    let tmp = scratch();
+    let root = tmp.path();
+    let (patch, _) = next(&version(root));
+    edit(
+        root,
+        "services/ai-gateway.yaml",
+        "      top_k: integer\n",
+        "      top_k: integer\n      filter: string?\n",
+    );
+    let changes = &sdk_codegen::sync::verdicts(root).unwrap()[0].1;
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].class, Class::Compatible);
+    assert!(
+        changes[0].what.contains("`SearchRequest.filter`"),
+        "{changes:?}"
+    );
+    sdk_codegen::sync::write(root).unwrap();
+    assert_eq!(version(root), patch);
+    let types = read(root, "src/types.rs");
+    let at = types.find("pub struct SearchRequest {").unwrap();
+    assert!(
+        types[..at].ends_with("#[non_exhaustive]\n"),
+        "{}",
+        &types[at.saturating_sub(200)..at]
+    );
+    assert!(
+        types
+            .contains("pub fn new(query_text: impl Into<String>, top_k: impl Into<i64>) -> Self {")
+    );
+    assert!(types.contains("pub fn with_filter(mut self, filter: impl Into<String>) -> Self {"));
+}
