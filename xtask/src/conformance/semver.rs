@@ -314,7 +314,13 @@ mod tests {
                 .join(c.api)
                 .join(c.file);
             let text = std::fs::read_to_string(&file).unwrap();
-            assert_eq!(text.matches(c.from).count(), 1, "{}: {}", c.name, file.display());
+            assert_eq!(
+                text.matches(c.from).count(),
+                1,
+                "{}: {}",
+                c.name,
+                file.display()
+            );
         }
     }
 }
