@@ -603,17 +603,10 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
     let kb = kb("kb-methodik");
     env.grag
         .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb.clone(),
-            name: "Methodik".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb.clone(), "Methodik"))
         .await
         .unwrap();
-    let search = SearchRequest {
-        query_text: "Standsicherheit".into(),
-        top_k: 1,
-    };
+    let search = SearchRequest::new("Standsicherheit", 1);
     let slow = || Rule::new(Fault::delay(Duration::from_millis(2100))).on("search_rerank");
 
     // Outside the window: 30 s (1.5 s scaled) ends the first attempt.
@@ -646,17 +639,10 @@ async fn a_close_forgets_remembered_dark_answers() {
     let kb = kb("kb-methodik");
     env.grag
         .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb.clone(),
-            name: "Methodik".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb.clone(), "Methodik"))
         .await
         .unwrap();
-    let search = SearchRequest {
-        query_text: "Standsicherheit".into(),
-        top_k: 1,
-    };
+    let search = SearchRequest::new("Standsicherheit", 1);
     let dark = env.sim.faults().dark("search_rerank");
     let e = env
         .grag

@@ -126,24 +126,15 @@ fn ok_body(path: &str) -> String {
 }
 
 fn analyse() -> AnalyseRequest {
-    AnalyseRequest {
-        document_id: DocumentId::parse("doc-1").unwrap(),
-        text: "Prüfbericht".into(),
-        checklist: None,
-    }
+    AnalyseRequest::new(DocumentId::parse("doc-1").unwrap(), "Prüfbericht")
 }
 
 fn decision() -> Decision {
-    Decision {
-        finding_id: FindingId::parse("f-1").unwrap(),
-        comment: None,
-    }
+    Decision::new(FindingId::parse("f-1").unwrap())
 }
 
 fn discussion() -> Discussion {
-    Discussion {
-        message: "Bitte Lastannahme prüfen".into(),
-    }
+    Discussion::new("Bitte Lastannahme prüfen")
 }
 
 fn session() -> SessionId {

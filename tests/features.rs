@@ -82,20 +82,13 @@ fn kb() -> KbId {
 
 async fn create_kb(grag: &Grag) {
     grag.workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb(),
-            name: "Methodik".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb(), "Methodik"))
         .await
         .expect("create_kb");
 }
 
 async fn search(grag: &Grag) -> Result<(), grag_client::Error> {
-    let query = SearchRequest {
-        query_text: "Prüffristen".into(),
-        top_k: 1,
-    };
+    let query = SearchRequest::new("Prüffristen", 1);
     grag.ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb(), &query)
         .await

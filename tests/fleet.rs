@@ -193,11 +193,7 @@ async fn sim() -> Sim {
         .push(Rule::new(Fault::Delay { ms: 3 }).on("list_kbs"));
     let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(DIVISOR));
     grag.workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb(),
-            name: "Flotte".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb(), "Flotte"))
         .await
         .expect("the KB is created");
     sim
@@ -345,13 +341,12 @@ const LOOPS: [(usize, usize); 3] = [(LIST, 6), (SEARCH, 3), (UPLOAD, 2)];
 
 fn upload_of(name: &str, l: usize, n: usize) -> UploadDocument {
     let doc = format!("doc-{name}-{l}-{n}");
-    UploadDocument {
-        document_id: DocumentId::parse(&doc).unwrap(),
-        filename: format!("{doc}.txt"),
-        content_type: "text/plain".into(),
-        content_base64: testkit::TEXT_B64.into(),
-        metadata: None,
-    }
+    UploadDocument::new(
+        DocumentId::parse(&doc).unwrap(),
+        format!("{doc}.txt"),
+        "text/plain",
+        testkit::TEXT_B64,
+    )
 }
 
 /// One request of a load loop of `kind`; `jobs`: an upload is a durable job.
@@ -364,10 +359,7 @@ async fn one_request(
     match (kind, jobs) {
         (LIST, _) => grag.workspaces().list_kbs().await.is_ok(),
         (SEARCH, _) => {
-            let query = SearchRequest {
-                query_text: "Prüffristen".into(),
-                top_k: 1,
-            };
+            let query = SearchRequest::new("Prüffristen", 1);
             grag.ai_gateway(&grag_sim::testkit::pipeline())
                 .search_rerank(&kb(), &query)
                 .await

@@ -109,11 +109,7 @@ async fn a_redirect_is_never_followed_and_is_contract_drift() {
         "{e}"
     );
     assert!(e.message().is_some(), "German copy for {e}");
-    let body = CreateKb {
-        kb_id: kb(),
-        name: "x".into(),
-        description: None,
-    };
+    let body = CreateKb::new(kb(), "x");
     let e = grag.workspaces().create_kb(&body).await.unwrap_err();
     assert_eq!((e.row(), e.status()), ("T26", Some(307)), "{e}");
     assert_eq!(alerts.names(), ["contract_drift", "contract_drift"]);
@@ -615,19 +611,13 @@ async fn an_r0_route_is_never_re_sent_whatever_the_row_says() {
     .await;
     let conversation = client(&up.url())
         .workspaces()
-        .ensure_conversation(&CreateConversation {
-            conversation_id: ConversationId::parse("c-1").unwrap(),
-            title: None,
-            kb_ids: None,
-        })
+        .ensure_conversation(&CreateConversation::new(
+            ConversationId::parse("c-1").unwrap(),
+        ))
         .await
         .unwrap();
     up.stop().await;
-    let chat = ChatRequest {
-        conversation_id: ConversationId::parse("c-1").unwrap(),
-        message: "hallo".into(),
-        kb_ids: None,
-    };
+    let chat = ChatRequest::new(ConversationId::parse("c-1").unwrap(), "hallo");
     let e = grag
         .bff()
         .chat_stream(&conversation, &chat)

@@ -114,22 +114,10 @@ mod sample {
         Score::new(0.5).with_grounded(true)
     }
     pub fn entity() -> Entity {
-        Entity {
-            entity_id: entity_id(),
-            entity_type: "org".into(),
-            name: "Knoll GmbH".into(),
-            kb_id: Some(kb_id()),
-            properties: None,
-        }
+        Entity::new(entity_id(), "org", "Knoll GmbH").with_kb_id(kb_id())
     }
     pub fn edge() -> Edge {
-        Edge {
-            edge_id: edge_id(),
-            source_entity_id: entity_id(),
-            target_entity_id: entity_id(),
-            relation_type: "self".into(),
-            properties: None,
-        }
+        Edge::new(edge_id(), entity_id(), entity_id(), "self")
     }
     pub fn totals() -> LedgerTotals {
         LedgerTotals::new()
@@ -306,11 +294,7 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
         w.list_kbs().await.unwrap_or_else(expect("list_kbs")),
         vec![sample::kb()]
     );
-    let create = CreateKb {
-        kb_id: kb.clone(),
-        name: "Methodik".into(),
-        description: None,
-    };
+    let create = CreateKb::new(kb.clone(), "Methodik");
     assert_eq!(
         w.create_kb(&create)
             .await
@@ -323,24 +307,21 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
             .unwrap_or_else(expect("list_documents")),
         vec![sample::document()]
     );
-    let upload = UploadDocument {
-        document_id: sample::document_id(),
-        filename: "a.pdf".into(),
-        content_type: "application/pdf".into(),
-        content_base64: "JVBERi0=".into(),
-        metadata: None,
-    };
+    let upload = UploadDocument::new(
+        sample::document_id(),
+        "a.pdf",
+        "application/pdf",
+        "JVBERi0=",
+    );
     assert_eq!(
         w.upload_document(&kb, &upload)
             .await
             .unwrap_or_else(expect("upload_document")),
         Created::New(sample::document())
     );
-    let conversation = CreateConversation {
-        conversation_id: sample::conversation_id(),
-        title: Some("Gutachten".into()),
-        kb_ids: Some(vec![kb.clone()]),
-    };
+    let conversation = CreateConversation::new(sample::conversation_id())
+        .with_title("Gutachten")
+        .with_kb_ids(vec![kb.clone()]);
     // create_conversation, and the proof a chat turn needs (its answer
     // decodes as a `Conversation` or the call fails).
     let existing = w
@@ -368,10 +349,7 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
     );
 
     // ai-gateway
-    let search = SearchRequest {
-        query_text: "Methodik".into(),
-        top_k: 3,
-    };
+    let search = SearchRequest::new("Methodik", 3);
     assert_eq!(
         grag.ai_gateway(run)
             .search_rerank(&kb, &search)
@@ -379,12 +357,7 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
             .unwrap_or_else(expect("search_rerank")),
         sample::search_results()
     );
-    let completion = CompletionRequest {
-        messages: Vec::new(),
-        model: None,
-        max_tokens: Some(16),
-        temperature: None,
-    };
+    let completion = CompletionRequest::new(Vec::new()).with_max_tokens(16);
     assert_eq!(
         grag.ai_gateway(run)
             .complete(&completion)
@@ -394,10 +367,7 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
     );
 
     // groundedness
-    let score = ScoreRequest {
-        response_text: "Antwort".into(),
-        chunks: Vec::new(),
-    };
+    let score = ScoreRequest::new("Antwort", Vec::new());
     assert_eq!(
         grag.groundedness()
             .score(&score)
@@ -423,13 +393,13 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
     );
 
     // docfold
-    let convert = ConvertRequest {
-        document_id: sample::document_id(),
-        filename: "a.pdf".into(),
-        content_type: "application/pdf".into(),
-        content_base64: "JVBERi0=".into(),
-        kb_id: Some(kb.clone()),
-    };
+    let convert = ConvertRequest::new(
+        sample::document_id(),
+        "a.pdf",
+        "application/pdf",
+        "JVBERi0=",
+    )
+    .with_kb_id(kb.clone());
     assert_eq!(
         grag.docfold()
             .convert(&convert)
@@ -455,7 +425,7 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
     // voyager
     assert_eq!(
         grag.voyager()
-            .upsert_points(&kb, &UpsertPoints { points: Vec::new() })
+            .upsert_points(&kb, &UpsertPoints::new(Vec::new()))
             .await
             .unwrap_or_else(expect("upsert_points")),
         sample::upsert_result()
@@ -489,10 +459,7 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
     );
 
     // entity-linking, behind the workspace
-    let link = LinkRequest {
-        text: "Knoll GmbH".into(),
-        kb_id: Some(kb.clone()),
-    };
+    let link = LinkRequest::new("Knoll GmbH").with_kb_id(kb.clone());
     assert_eq!(
         grag.entity_linking(&workspace)
             .link(&link)
@@ -515,11 +482,7 @@ async fn walk(grag: &Grag, run: &grag_client::PipelineId) {
         follow(progress).await,
         ["subscribed", "node_complete", "completed"]
     );
-    let chat = ChatRequest {
-        conversation_id: sample::conversation_id(),
-        message: "Hallo".into(),
-        kb_ids: None,
-    };
+    let chat = ChatRequest::new(sample::conversation_id(), "Hallo");
     let turn = grag
         .bff()
         .chat_stream(&existing, &chat)

@@ -59,11 +59,7 @@ impl Queue {
     async fn on(env: Env) -> Queue {
         env.grag
             .workspaces()
-            .create_kb(&CreateKb {
-                kb_id: kb(),
-                name: "Jobs".into(),
-                description: None,
-            })
+            .create_kb(&CreateKb::new(kb(), "Jobs"))
             .await
             .expect("the KB is created");
         let db = TempDb::new();
@@ -117,42 +113,30 @@ fn upload(n: usize, points: usize) -> Upload {
     let doc = format!("doc-{n}");
     Upload {
         kb: kb(),
-        document: UploadDocument {
-            document_id: DocumentId::parse(&doc).unwrap(),
-            filename: format!("{doc}.txt"),
-            content_type: "text/plain".into(),
-            content_base64: "SGFsbG8gS25vbGw=".into(),
-            metadata: None,
-        },
+        document: UploadDocument::new(
+            DocumentId::parse(&doc).unwrap(),
+            format!("{doc}.txt"),
+            "text/plain",
+            "SGFsbG8gS25vbGw=",
+        ),
         points: (0..points)
-            .map(|i| Point {
-                id: format!("{doc}-chunk-{i}"),
-                vector: vec![0.1, 0.2, 0.3],
-                payload: None,
-            })
+            .map(|i| Point::new(format!("{doc}-chunk-{i}"), vec![0.1, 0.2, 0.3]))
             .collect(),
     }
 }
 
 fn batch(n: usize) -> KgBatch {
-    let entity = |id: String| Entity {
-        entity_id: EntityId::parse(&id).unwrap(),
-        entity_type: "concept".into(),
-        name: id.clone(),
-        kb_id: None,
-        properties: None,
-    };
+    let entity = |id: String| Entity::new(EntityId::parse(&id).unwrap(), "concept", id.clone());
     let (a, b) = (format!("e-{n}-a"), format!("e-{n}-b"));
     KgBatch {
         workspace: WorkspaceId::parse(WS).unwrap(),
         entities: vec![entity(a.clone()), entity(b.clone())],
-        edges: vec![Edge {
-            edge_id: EdgeId::parse(&format!("edge-{n}")).unwrap(),
-            source_entity_id: EntityId::parse(&a).unwrap(),
-            target_entity_id: EntityId::parse(&b).unwrap(),
-            relation_type: "relates_to".into(),
-            properties: None,
-        }],
+        edges: vec![Edge::new(
+            EdgeId::parse(&format!("edge-{n}")).unwrap(),
+            EntityId::parse(&a).unwrap(),
+            EntityId::parse(&b).unwrap(),
+            "relates_to",
+        )],
     }
 }
 
@@ -442,11 +426,10 @@ async fn a_write_the_platform_refuses_fails_and_keeps_its_error_for_the_ui() {
     q.env
         .grag
         .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: KbId::parse("kb-missing").unwrap(),
-            name: "Now there".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(
+            KbId::parse("kb-missing").unwrap(),
+            "Now there",
+        ))
         .await
         .unwrap();
     let again = q
@@ -899,10 +882,13 @@ fn sized_upload(n: usize, content: usize, points: usize) -> Upload {
     let mut up = upload(n, 0);
     up.document.content_base64 = format!("{n:08}").repeat(content / 8);
     up.points = (0..points)
-        .map(|i| Point {
-            id: format!("doc-{n}-chunk-{i}"),
-            vector: (0..384).map(|d| (d + i) as f64 / 1000.0).collect(),
-            payload: None,
+        .map(|i| {
+            Point::new(
+                format!("doc-{n}-chunk-{i}"),
+                (0..384)
+                    .map(|d| (d + i) as f64 / 1000.0)
+                    .collect::<Vec<_>>(),
+            )
         })
         .collect();
     up

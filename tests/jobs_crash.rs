@@ -88,19 +88,14 @@ fn upload(n: usize) -> Upload {
     let doc = format!("doc-{n}");
     Upload {
         kb: KbId::parse(KB).unwrap(),
-        document: UploadDocument {
-            document_id: DocumentId::parse(&doc).unwrap(),
-            filename: format!("{doc}.txt"),
-            content_type: "text/plain".into(),
-            content_base64: "SGFsbG8=".into(),
-            metadata: None,
-        },
+        document: UploadDocument::new(
+            DocumentId::parse(&doc).unwrap(),
+            format!("{doc}.txt"),
+            "text/plain",
+            "SGFsbG8=",
+        ),
         points: (0..2)
-            .map(|i| Point {
-                id: format!("{doc}-{i}"),
-                vector: vec![1.0, 0.0],
-                payload: None,
-            })
+            .map(|i| Point::new(format!("{doc}-{i}"), vec![1.0, 0.0]))
             .collect(),
     }
 }
@@ -130,11 +125,7 @@ async fn platform() -> Sim {
     let sim = testkit::start(testkit::sim_config(100)).await;
     let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
     grag.workspaces()
-        .create_kb(&CreateKb {
-            kb_id: KbId::parse(KB).unwrap(),
-            name: "Crash".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(KbId::parse(KB).unwrap(), "Crash"))
         .await
         .unwrap();
     sim

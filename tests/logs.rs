@@ -96,24 +96,18 @@ async fn one_json_line_per_attempt_with_the_policy_fields_and_never_a_body() {
     .unwrap();
     let workspace = WorkspaceId::parse("ws-7").unwrap();
 
-    let entity = Entity {
-        entity_id: EntityId::parse("e-1").unwrap(),
-        entity_type: "person".into(),
-        name: SECRET.into(),
-        kb_id: None,
-        properties: Some(json!({"note": SECRET})),
-    };
+    let entity = Entity::new(EntityId::parse("e-1").unwrap(), "person", SECRET)
+        .with_properties(json!({"note": SECRET}));
     grag.kg(&workspace)
         .upsert_entity(&entity.entity_id, &entity)
         .await
         .unwrap();
-    let upload = UploadDocument {
-        document_id: DocumentId::parse("doc-1").unwrap(),
-        filename: format!("{SECRET}.pdf"),
-        content_type: "application/pdf".into(),
-        content_base64: SECRET.into(),
-        metadata: None,
-    };
+    let upload = UploadDocument::new(
+        DocumentId::parse("doc-1").unwrap(),
+        format!("{SECRET}.pdf"),
+        "application/pdf",
+        SECRET,
+    );
     // The backend's own context (analyse_id, ai_run_id) rides on a span.
     let span = tracing::info_span!("analyse", analyse_id = "a-42", ai_run_id = "run-7");
     let error = tracing::Instrument::instrument(
@@ -247,10 +241,7 @@ async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
         .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(
             &KbId::parse("kb-1").unwrap(),
-            &SearchRequest {
-                query_text,
-                top_k: 3,
-            },
+            &SearchRequest::new(query_text, 3),
         )
         .await
         .unwrap_err();
@@ -398,10 +389,7 @@ async fn the_request_id_is_logged_on_send_and_on_receive_with_a_differing_echo()
     // A job queue's client: the server's wait ends the call instead of being slept.
     let run = grag.deferring_server_waits();
     let pipeline = PipelineId::parse("gutachten-a-042-run-7").unwrap();
-    let query = SearchRequest {
-        query_text: "Brücke".into(),
-        top_k: 3,
-    };
+    let query = SearchRequest::new("Brücke", 3);
     let e = run
         .ai_gateway(&pipeline)
         .search_rerank(&KbId::parse("kb-1").unwrap(), &query)

@@ -115,11 +115,9 @@ async fn follow(mut progress: JobProgress<OrchestratorEvent, JobStatus>) -> (Vec
 
 async fn conversation(grag: &Grag) -> grag_client::Existing<ConversationId> {
     grag.workspaces()
-        .ensure_conversation(&CreateConversation {
-            conversation_id: ConversationId::parse("conv-1").unwrap(),
-            title: None,
-            kb_ids: None,
-        })
+        .ensure_conversation(&CreateConversation::new(
+            ConversationId::parse("conv-1").unwrap(),
+        ))
         .await
         .unwrap()
 }
@@ -127,11 +125,7 @@ async fn conversation(grag: &Grag) -> grag_client::Existing<ConversationId> {
 /// One chat turn to its end: whether it ended with `done`, and whether it was buffered.
 async fn chat_turn(grag: &Grag) -> (bool, bool) {
     let conversation = conversation(grag).await;
-    let request = ChatRequest {
-        conversation_id: conversation.id().clone(),
-        message: "Wie oft werden Brücken geprüft?".into(),
-        kb_ids: None,
-    };
+    let request = ChatRequest::new(conversation.id().clone(), "Wie oft werden Brücken geprüft?");
     let mut turn =
         tokio::time::timeout(HANG_GUARD, grag.bff().chat_stream(&conversation, &request))
             .await
@@ -357,9 +351,7 @@ async fn nginx_502_504_429_and_413_pages_become_one_operator_line() {
     assert_one_line(&e, 429, "429 Too Many Requests");
 
     let kb = KbId::parse("kb-1").unwrap();
-    let big = UpsertPoints {
-        points: vec![point("p-1", 512)],
-    };
+    let big = UpsertPoints::new(vec![point("p-1", 512)]);
     let e = p
         .grag
         .voyager()
@@ -374,13 +366,12 @@ async fn nginx_502_504_429_and_413_pages_become_one_operator_line() {
 }
 
 fn point(id: &str, dimensions: usize) -> Point {
-    Point {
-        id: id.into(),
-        vector: (0..dimensions)
+    Point::new(
+        id,
+        (0..dimensions)
             .map(|i| (i as f64 * 0.618_033_988_749_895).fract())
-            .collect(),
-        payload: None,
-    }
+            .collect::<Vec<_>>(),
+    )
 }
 
 // ---- item 3: a proxy keep-alive shorter than the pool idle ----------------------------------
@@ -485,12 +476,7 @@ async fn completions_sent_at_the_proxys_keep_alive_edge_all_arrive_exactly_once(
         return;
     };
     assert_eq!(p.grag.runtime().pool_idle(), POLICY.pool_idle);
-    let completion = CompletionRequest {
-        messages: Vec::new(),
-        model: None,
-        max_tokens: Some(16),
-        temperature: None,
-    };
+    let completion = CompletionRequest::new(Vec::new()).with_max_tokens(16);
     let run = PipelineId::parse("run-edge").unwrap();
     let mut clients = tokio::task::JoinSet::new();
     for c in 0..CLIENTS {
@@ -527,13 +513,12 @@ async fn completions_sent_at_the_proxys_keep_alive_edge_all_arrive_exactly_once(
 fn upload(doc: &str, points: usize, dimensions: usize) -> Upload {
     Upload {
         kb: KbId::parse("kb-1").unwrap(),
-        document: UploadDocument {
-            document_id: DocumentId::parse(doc).unwrap(),
-            filename: format!("{doc}.txt"),
-            content_type: "text/plain".into(),
-            content_base64: testkit::TEXT_B64.into(),
-            metadata: None,
-        },
+        document: UploadDocument::new(
+            DocumentId::parse(doc).unwrap(),
+            format!("{doc}.txt"),
+            "text/plain",
+            testkit::TEXT_B64,
+        ),
         points: (0..points)
             .map(|i| point(&format!("{doc}-chunk-{i}"), dimensions))
             .collect(),
@@ -551,11 +536,10 @@ async fn an_upsert_nginx_refuses_by_bytes_is_halved_down_to_what_fits_and_one_po
     };
     p.grag
         .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: KbId::parse("kb-1").unwrap(),
-            name: "Brückenprüfung".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(
+            KbId::parse("kb-1").unwrap(),
+            "Brückenprüfung",
+        ))
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -222,13 +222,10 @@ async fn serve_metrics(grag: Grag) -> String {
 }
 
 fn score() -> ScoreRequest {
-    ScoreRequest {
-        response_text: "Die Brücke ist standsicher.".into(),
-        chunks: vec![Chunk {
-            chunk_id: "c1".into(),
-            text: "Die Brücke ist standsicher.".into(),
-        }],
-    }
+    ScoreRequest::new(
+        "Die Brücke ist standsicher.",
+        vec![Chunk::new("c1", "Die Brücke ist standsicher.")],
+    )
 }
 
 fn status(status: u16, detail: &str) -> Fault {

@@ -52,21 +52,18 @@ async fn drain<E: StreamEvent>(
 /// A conversation that exists, proven by creating it.
 async fn conversation(grag: &Grag) -> Existing<ConversationId> {
     grag.workspaces()
-        .ensure_conversation(&CreateConversation {
-            conversation_id: ConversationId::parse("conv-1").unwrap(),
-            title: None,
-            kb_ids: None,
-        })
+        .ensure_conversation(&CreateConversation::new(
+            ConversationId::parse("conv-1").unwrap(),
+        ))
         .await
         .unwrap()
 }
 
 fn chat() -> ChatRequest {
-    ChatRequest {
-        conversation_id: ConversationId::parse("conv-1").unwrap(),
-        message: "Wie oft werden Tragwerke geprüft?".into(),
-        kb_ids: None,
-    }
+    ChatRequest::new(
+        ConversationId::parse("conv-1").unwrap(),
+        "Wie oft werden Tragwerke geprüft?",
+    )
 }
 
 type Progress = JobProgress<OrchestratorEvent, JobStatus>;
@@ -198,15 +195,10 @@ async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
 }
 
 fn completion() -> CompletionRequest {
-    CompletionRequest {
-        messages: vec![ChatMessage {
-            role: ChatRole::User,
-            content: "Fasse den Prüfbericht zusammen.".into(),
-        }],
-        model: None,
-        max_tokens: None,
-        temperature: None,
-    }
+    CompletionRequest::new(vec![ChatMessage::new(
+        ChatRole::User,
+        "Fasse den Prüfbericht zusammen.",
+    )])
 }
 
 /// A run against uvicorn saw 4 of 20 completions failing right after a 500 on

@@ -287,21 +287,15 @@ async fn a_failed_job_ends_in_job_failed_with_the_re_upload_copy() {
 
 async fn conversation(grag: &Grag) -> Existing<ConversationId> {
     grag.workspaces()
-        .ensure_conversation(&CreateConversation {
-            conversation_id: ConversationId::parse("conv-1").unwrap(),
-            title: None,
-            kb_ids: None,
-        })
+        .ensure_conversation(&CreateConversation::new(
+            ConversationId::parse("conv-1").unwrap(),
+        ))
         .await
         .unwrap()
 }
 
 fn question(conversation: &Existing<ConversationId>) -> ChatRequest {
-    ChatRequest {
-        conversation_id: conversation.id().clone(),
-        message: "Wie oft werden Brücken geprüft?".into(),
-        kb_ids: None,
-    }
+    ChatRequest::new(conversation.id().clone(), "Wie oft werden Brücken geprüft?")
 }
 
 /// A turn in words (`trace rerank failed`, `delta`, `degraded rerank`,

@@ -175,40 +175,25 @@ fn status(status: u16, detail: &str) -> Fault {
 }
 
 fn completion() -> CompletionRequest {
-    CompletionRequest {
-        messages: vec![ChatMessage {
-            role: ChatRole::User,
-            content: "Fasse das Gutachten zusammen.".into(),
-        }],
-        model: None,
-        max_tokens: None,
-        temperature: None,
-    }
+    CompletionRequest::new(vec![ChatMessage::new(
+        ChatRole::User,
+        "Fasse das Gutachten zusammen.",
+    )])
 }
 
 fn score_request() -> ScoreRequest {
-    ScoreRequest {
-        response_text: "Die Brücke ist standsicher.".into(),
-        chunks: vec![Chunk {
-            chunk_id: "c1".into(),
-            text: "Die Brücke ist standsicher.".into(),
-        }],
-    }
+    ScoreRequest::new(
+        "Die Brücke ist standsicher.",
+        vec![Chunk::new("c1", "Die Brücke ist standsicher.")],
+    )
 }
 
 fn search() -> SearchRequest {
-    SearchRequest {
-        query_text: "Standsicherheit".into(),
-        top_k: 3,
-    }
+    SearchRequest::new("Standsicherheit", 3)
 }
 
 fn create_kb_body(id: &str, name: &str) -> CreateKb {
-    CreateKb {
-        kb_id: kb(id),
-        name: name.into(),
-        description: None,
-    }
+    CreateKb::new(kb(id), name)
 }
 
 /// Alerts raised after the first `from`.
@@ -487,13 +472,12 @@ async fn t06_404_is_not_found_once_more_for_get_only_inside_the_deploy_window() 
         "inside the window a GET gets exactly one extra attempt"
     );
 
-    let upload = UploadDocument {
-        document_id: DocumentId::parse("doc-1").unwrap(),
-        filename: "gutachten.txt".into(),
-        content_type: "text/plain".into(),
-        content_base64: "R3V0YWNodGVu".into(),
-        metadata: None,
-    };
+    let upload = UploadDocument::new(
+        DocumentId::parse("doc-1").unwrap(),
+        "gutachten.txt",
+        "text/plain",
+        "R3V0YWNodGVu",
+    );
     let e = env
         .grag
         .workspaces()
@@ -520,11 +504,7 @@ async fn t07_409_on_a_create_route_is_success_existing() {
     assert_eq!(second, Created::Existing);
     assert_eq!(env.statuses("create_kb"), [Some(201), Some(409)]);
 
-    let conversation = CreateConversation {
-        conversation_id: ConversationId::parse("conv-1").unwrap(),
-        title: None,
-        kb_ids: None,
-    };
+    let conversation = CreateConversation::new(ConversationId::parse("conv-1").unwrap());
     let first = env
         .grag
         .workspaces()
@@ -553,13 +533,12 @@ async fn t08_409_on_the_docfold_result_is_still_processing() {
     let job = env
         .grag
         .docfold()
-        .convert(&ConvertRequest {
-            document_id: DocumentId::parse("doc-1").unwrap(),
-            filename: "gutachten.txt".into(),
-            content_type: "text/plain".into(),
-            content_base64: "R3V0YWNodGVu".into(),
-            kb_id: None,
-        })
+        .convert(&ConvertRequest::new(
+            DocumentId::parse("doc-1").unwrap(),
+            "gutachten.txt",
+            "text/plain",
+            "R3V0YWNodGVu",
+        ))
         .await
         .unwrap();
     let progress = env.grag.docfold().result(&job.conversion_id).await.unwrap();
@@ -578,16 +557,12 @@ async fn t08_409_on_the_docfold_result_is_still_processing() {
 async fn t09_413_is_payload_too_large_never_retried() {
     let env = Env::start().await;
     let points = (0..257)
-        .map(|i| Point {
-            id: format!("p-{i}"),
-            vector: vec![0.0, 1.0],
-            payload: None,
-        })
-        .collect();
+        .map(|i| Point::new(format!("p-{i}"), vec![0.0, 1.0]))
+        .collect::<Vec<_>>();
     let e = env
         .grag
         .voyager()
-        .upsert_points(&kb("kb-1"), &UpsertPoints { points })
+        .upsert_points(&kb("kb-1"), &UpsertPoints::new(points))
         .await
         .unwrap_err();
     assert_row(&e, "T9", "payload_too_large", MSG_TOO_LARGE);

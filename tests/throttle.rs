@@ -58,11 +58,7 @@ fn kb() -> KbId {
 async fn create_kb(grag: &Grag) {
     let created = grag
         .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb(),
-            name: "Methodik".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb(), "Methodik"))
         .await
         .expect("create_kb");
     assert!(matches!(created, Created::New(_)));
@@ -136,13 +132,12 @@ async fn ingest_routes_never_exceed_2_in_flight_while_other_routes_flow() {
     let mut ingest: Vec<JoinHandle<Result<(), grag_client::Error>>> = Vec::new();
     for i in 0..4 {
         let grag1 = grag.clone();
-        let upload = UploadDocument {
-            document_id: DocumentId::parse(&format!("doc-{i}")).unwrap(),
-            filename: format!("bericht-{i}.txt"),
-            content_type: "text/plain".into(),
-            content_base64: content.clone(),
-            metadata: None,
-        };
+        let upload = UploadDocument::new(
+            DocumentId::parse(&format!("doc-{i}")).unwrap(),
+            format!("bericht-{i}.txt"),
+            "text/plain",
+            content.clone(),
+        );
         ingest.push(tokio::spawn(async move {
             grag1
                 .workspaces()
@@ -151,24 +146,18 @@ async fn ingest_routes_never_exceed_2_in_flight_while_other_routes_flow() {
                 .map(drop)
         }));
         let grag2 = grag.clone();
-        let convert = ConvertRequest {
-            document_id: DocumentId::parse(&format!("scan-{i}")).unwrap(),
-            filename: format!("scan-{i}.pdf"),
-            content_type: "application/pdf".into(),
-            content_base64: content.clone(),
-            kb_id: Some(kb()),
-        };
+        let convert = ConvertRequest::new(
+            DocumentId::parse(&format!("scan-{i}")).unwrap(),
+            format!("scan-{i}.pdf"),
+            "application/pdf",
+            content.clone(),
+        )
+        .with_kb_id(kb());
         ingest.push(tokio::spawn(async move {
             grag2.docfold().convert(&convert).await.map(drop)
         }));
         let grag3 = grag.clone();
-        let points = UpsertPoints {
-            points: vec![Point {
-                id: format!("chunk-{i}"),
-                vector: vec![0.1, 0.2, 0.3],
-                payload: None,
-            }],
-        };
+        let points = UpsertPoints::new(vec![Point::new(format!("chunk-{i}"), vec![0.1, 0.2, 0.3])]);
         ingest.push(tokio::spawn(async move {
             grag3
                 .voyager()
@@ -303,10 +292,7 @@ async fn at_most_57_requests_in_any_rolling_second() {
 fn search_task(grag: &Grag) -> JoinHandle<Result<(), grag_client::Error>> {
     let grag = grag.clone();
     tokio::spawn(async move {
-        let query = SearchRequest {
-            query_text: "Prüffristen".into(),
-            top_k: 1,
-        };
+        let query = SearchRequest::new("Prüffristen", 1);
         grag.ai_gateway(&grag_sim::testkit::pipeline())
             .search_rerank(&kb(), &query)
             .await
@@ -518,10 +504,7 @@ async fn callers_queued_under_pacing_are_admitted_in_arrival_order() {
         let id = PipelineId::parse(&format!("caller-{i}")).expect("a valid pipeline id");
         let caller = grag.clone();
         calls.push(tokio::spawn(async move {
-            let query = SearchRequest {
-                query_text: "Prüffristen".into(),
-                top_k: 1,
-            };
+            let query = SearchRequest::new("Prüffristen", 1);
             caller
                 .ai_gateway(&id)
                 .search_rerank(&kb(), &query)
@@ -710,13 +693,12 @@ async fn an_answered_call_gives_its_slots_back() {
         idle();
     }
     for i in 0..=cap(budget::INGEST) {
-        let upload = UploadDocument {
-            document_id: DocumentId::parse(&format!("doc-{i}")).unwrap(),
-            filename: format!("bericht-{i}.txt"),
-            content_type: "text/plain".into(),
-            content_base64: "UHLDvGZiZXJpY2h0".into(),
-            metadata: None,
-        };
+        let upload = UploadDocument::new(
+            DocumentId::parse(&format!("doc-{i}")).unwrap(),
+            format!("bericht-{i}.txt"),
+            "text/plain",
+            "UHLDvGZiZXJpY2h0",
+        );
         grag.workspaces()
             .upload_document(&kb(), &upload)
             .await
@@ -724,10 +706,7 @@ async fn an_answered_call_gives_its_slots_back() {
         idle();
     }
     for _ in 0..=cap(budget::RETRIEVAL) {
-        let query = SearchRequest {
-            query_text: "Prüffristen".into(),
-            top_k: 1,
-        };
+        let query = SearchRequest::new("Prüffristen", 1);
         let pipeline = testkit::pipeline();
         (grag
             .ai_gateway(&pipeline)
@@ -738,11 +717,7 @@ async fn an_answered_call_gives_its_slots_back() {
     }
     // A create answered 409 (the KB exists): an answer, not a 2xx.
     for _ in 0..=SCALED.throttle.max_in_flight {
-        let again = CreateKb {
-            kb_id: kb(),
-            name: "Methodik".into(),
-            description: None,
-        };
+        let again = CreateKb::new(kb(), "Methodik");
         let created = grag
             .workspaces()
             .create_kb(&again)

@@ -44,21 +44,14 @@ async fn sim() -> Sim {
         .expect("the simulator starts");
     client(&sim)
         .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb(),
-            name: "Methodik".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb(), "Methodik"))
         .await
         .expect("create_kb");
     sim
 }
 
 fn query() -> SearchRequest {
-    SearchRequest {
-        query_text: "Prüffristen".into(),
-        top_k: 1,
-    }
+    SearchRequest::new("Prüffristen", 1)
 }
 
 /// Pairs in the other order than their numbers.

@@ -39,7 +39,7 @@ pub fn settle(root: &Path, dir: &Path, new_record: &str) -> Settled {
     let first = format!(
         "## {version}\n\nThe first record of the API (`api.lock`): every later regeneration is compared with it.\n\n\
          ### Breaking\n\n\
-         - The types only the platform sends are `#[non_exhaustive]`. To do: build them with `new` and the `with_` setters instead of struct literals.\n\
+         - The generated structs are `#[non_exhaustive]`. To do: build them with `new` and the `with_` setters instead of struct literals.\n\
          - The spec's enums and stream events are `#[non_exhaustive]`. To do: give every match over one a wildcard arm.\n"
     );
     let Some(old_record) = read("api.lock") else {

@@ -9,6 +9,7 @@ pub mod lower;
 pub mod model;
 pub mod naming;
 pub mod record;
+pub mod roles;
 pub mod spec;
 pub mod sync;
 

@@ -69,10 +69,16 @@ fn routes(model: &Model, lines: &mut Vec<String>) {
 }
 
 fn types(model: &Model, lines: &mut Vec<String>) {
+    let answered = crate::roles::answer_only(model);
     for t in &model.types {
         match &t.shape {
             Shape::Struct(fields) => {
-                lines.push(format!("struct {} -", t.name));
+                let role = if answered.contains(t.name.as_str()) {
+                    ANSWERED
+                } else {
+                    "sent"
+                };
+                lines.push(format!("struct {} {SEALED} {role}", t.name));
                 for f in fields {
                     lines.push(format!("field {}.{} {}", t.name, f.name, spec_type(&f.ty)));
                 }
@@ -85,6 +91,15 @@ fn types(model: &Model, lines: &mut Vec<String>) {
         }
     }
 }
+
+/// A struct's value in the record: it is `#[non_exhaustive]`, and either
+/// `answered` (only the platform sends it) or `sent` (a request reaches it).
+const SEALED: &str = "non_exhaustive";
+const ANSWERED: &str = "answered";
+
+/// A struct's value in the first records, whose generator made only the
+/// answered types `#[non_exhaustive]`.
+const UNSEALED: &str = "-";
 
 fn policy(model: &Model, lines: &mut Vec<String>) {
     for t in &model.timeouts {
@@ -173,7 +188,7 @@ pub fn diff(old: &str, new: &str) -> Vec<Change> {
     for (fact, before) in &old {
         match new.get(fact) {
             None => out.push(removed(fact, before)),
-            Some(after) if after != before => out.push(changed(fact, before, after)),
+            Some(after) if after != before => out.extend(changed(fact, before, after)),
             Some(_) => {}
         }
     }
@@ -240,9 +255,13 @@ fn added((kind, key): &(String, String), after: &str) -> Change {
     }
 }
 
-fn changed((kind, key): &(String, String), before: &str, after: &str) -> Change {
+fn changed(fact: &(String, String), before: &str, after: &str) -> Option<Change> {
+    let (kind, key) = fact;
+    if kind == "struct" {
+        return sealed(key, before, after);
+    }
     let what = format!("`{key}` changed from `{before}` to `{after}`");
-    match kind.as_str() {
+    Some(match kind.as_str() {
         "behaviour" => change(Class::Behaviour, what, None),
         "field" if before.strip_suffix('?') == Some(after) => change(
             Class::Breaking,
@@ -263,7 +282,36 @@ fn changed((kind, key): &(String, String), before: &str, after: &str) -> Change 
             format!("{} {what}", noun(kind)),
             Some(format!("update the code that builds or reads `{key}`")),
         ),
+    })
+}
+
+/// A struct's record line changed: `#[non_exhaustive]` where the first
+/// records' generator left it open (breaking), or only its role changed,
+/// which nothing a consumer writes sees.
+fn sealed(key: &str, before: &str, after: &str) -> Option<Change> {
+    let answered = after.ends_with(ANSWERED);
+    if before != UNSEALED {
+        let role = if answered {
+            "now only answered"
+        } else {
+            "no longer only answered"
+        };
+        return Some(change(
+            Class::Compatible,
+            format!("type `{key}` is {role}"),
+            None,
+        ));
     }
+    // That generator already made an answered type `#[non_exhaustive]`.
+    (!answered).then(|| {
+        change(
+            Class::Breaking,
+            format!("type `{key}` is now `#[non_exhaustive]`"),
+            Some(format!(
+                "build it with `{key}::new` and the `with_` setters, not a struct literal; end a pattern over it with `..`"
+            )),
+        )
+    })
 }
 
 fn noun(kind: &str) -> &str {

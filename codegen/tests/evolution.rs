@@ -55,6 +55,17 @@ fn next(version: &str) -> (String, String) {
     )
 }
 
+/// The one change regenerating `root` would make, of `class`, naming `what`.
+fn only_change(root: &Path, class: Class, what: &str) -> sdk_codegen::record::Change {
+    let mut verdicts = sdk_codegen::sync::verdicts(root).unwrap();
+    let changes = verdicts.remove(0).1;
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let change = changes.into_iter().next().unwrap();
+    assert_eq!(change.class, class, "{change:?}");
+    assert!(change.what.contains(what), "{change:?}");
+    change
+}
+
 #[test]
 fn an_optional_answer_field_is_a_patch_and_a_removed_enum_value_a_minor() {
     let tmp = scratch();
@@ -71,11 +82,7 @@ fn an_optional_answer_field_is_a_patch_and_a_removed_enum_value_a_minor() {
     );
     let stale = sdk_codegen::sync::stale(root).unwrap();
     assert!(stale.iter().any(|p| p.ends_with("api.lock")), "{stale:?}");
-    let verdicts = sdk_codegen::sync::verdicts(root).unwrap();
-    let changes = &verdicts[0].1;
-    assert_eq!(changes.len(), 1, "{changes:?}");
-    assert_eq!(changes[0].class, Class::Compatible);
-    assert!(changes[0].what.contains("`SearchHit.note`"), "{changes:?}");
+    only_change(root, Class::Compatible, "`SearchHit.note`");
     sdk_codegen::sync::write(root).unwrap();
     assert_eq!(version(root), patch);
     let changelog = read(root, "CHANGELOG.md");
@@ -94,14 +101,8 @@ fn an_optional_answer_field_is_a_patch_and_a_removed_enum_value_a_minor() {
         "      - value: system\n        doc: Instructions the model follows.\n",
         "",
     );
-    let changes = &sdk_codegen::sync::verdicts(root).unwrap()[0].1;
-    assert_eq!(changes.len(), 1, "{changes:?}");
-    assert_eq!(changes[0].class, Class::Breaking);
-    assert!(
-        changes[0].what.contains("`ChatRole.system` removed"),
-        "{changes:?}"
-    );
-    assert!(changes[0].action.is_some());
+    let change = only_change(root, Class::Breaking, "`ChatRole.system` removed");
+    assert!(change.action.is_some());
     sdk_codegen::sync::write(root).unwrap();
     assert_eq!(version(root), minor);
     let changelog = read(root, "CHANGELOG.md");
@@ -127,4 +128,35 @@ fn a_hand_edited_version_is_stale() {
     std::fs::write(root.join(CRATE).join("Cargo.toml"), edited).unwrap();
     let stale = sdk_codegen::sync::stale(root).unwrap();
     assert!(stale.iter().any(|p| p.ends_with("Cargo.toml")), "{stale:?}");
+}
+
+/// An optional request field is compatible only because no consumer can
+/// build the request by a struct literal: the regenerated type is sealed and
+/// gets a setter, and `new` keeps its arguments.
+#[test]
+fn an_optional_request_field_is_a_patch_the_emitted_request_can_absorb() {
+    let tmp = scratch();
+    let root = tmp.path();
+    let (patch, _) = next(&version(root));
+    edit(
+        root,
+        "services/ai-gateway.yaml",
+        "      top_k: integer\n",
+        "      top_k: integer\n      filter: string?\n",
+    );
+    only_change(root, Class::Compatible, "`SearchRequest.filter`");
+    sdk_codegen::sync::write(root).unwrap();
+    assert_eq!(version(root), patch);
+    let types = read(root, "src/types.rs");
+    let at = types.find("pub struct SearchRequest {").unwrap();
+    assert!(
+        types[..at].ends_with("#[non_exhaustive]\n"),
+        "{}",
+        &types[at.saturating_sub(200)..at]
+    );
+    assert!(
+        types
+            .contains("pub fn new(query_text: impl Into<String>, top_k: impl Into<i64>) -> Self {")
+    );
+    assert!(types.contains("pub fn with_filter(mut self, filter: impl Into<String>) -> Self {"));
 }

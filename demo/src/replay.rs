@@ -34,18 +34,18 @@ fn upload(kb: &KbId, n: usize) -> Result<Upload> {
     let text = format!("Prüfbericht {n}: Lager und Fahrbahn ohne Befund.");
     Ok(Upload {
         kb: kb.clone(),
-        document: UploadDocument {
-            document_id: DocumentId::parse(&format!("bericht-{n}"))?,
-            filename: format!("bericht-{n}.txt"),
-            content_type: "text/plain".into(),
-            content_base64: base64::engine::general_purpose::STANDARD.encode(text),
-            metadata: None,
-        },
+        document: UploadDocument::new(
+            DocumentId::parse(&format!("bericht-{n}"))?,
+            format!("bericht-{n}.txt"),
+            "text/plain",
+            base64::engine::general_purpose::STANDARD.encode(text),
+        ),
         points: (0..3)
-            .map(|i| Point {
-                id: format!("bericht-{n}-chunk-{i}"),
-                vector: vec![0.1 * i as f64, 0.5, 0.2],
-                payload: None,
+            .map(|i| {
+                Point::new(
+                    format!("bericht-{n}-chunk-{i}"),
+                    vec![0.1 * i as f64, 0.5, 0.2],
+                )
             })
             .collect(),
     })
@@ -53,25 +53,18 @@ fn upload(kb: &KbId, n: usize) -> Result<Upload> {
 
 fn edge(n: usize) -> Result<KgBatch> {
     let entity = |id: &str, name: &str| -> Result<Entity> {
-        Ok(Entity {
-            entity_id: EntityId::parse(id)?,
-            entity_type: "bauwerk".into(),
-            name: name.into(),
-            kb_id: None,
-            properties: None,
-        })
+        Ok(Entity::new(EntityId::parse(id)?, "bauwerk", name))
     };
     let (a, b) = (format!("bruecke-{n}"), format!("lager-{n}"));
     Ok(KgBatch {
         workspace: WorkspaceId::parse("ws-demo")?,
         entities: vec![entity(&a, "Brücke")?, entity(&b, "Lager")?],
-        edges: vec![Edge {
-            edge_id: EdgeId::parse(&format!("hat-lager-{n}"))?,
-            source_entity_id: EntityId::parse(&a)?,
-            target_entity_id: EntityId::parse(&b)?,
-            relation_type: "hat_lager".into(),
-            properties: None,
-        }],
+        edges: vec![Edge::new(
+            EdgeId::parse(&format!("hat-lager-{n}"))?,
+            EntityId::parse(&a)?,
+            EntityId::parse(&b)?,
+            "hat_lager",
+        )],
     })
 }
 

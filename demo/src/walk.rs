@@ -79,13 +79,12 @@ pub(super) async fn simulated() -> Result<()> {
         "POST /workspaces/api/v1/kbs/kb-demo/documents",
     );
     let doc = DocumentId::parse("doc-pruefbericht")?;
-    let upload = UploadDocument {
-        document_id: doc.clone(),
-        filename: "pruefbericht-muehlenweg.txt".into(),
-        content_type: "text/plain".into(),
-        content_base64: base64::engine::general_purpose::STANDARD.encode(DOCUMENT),
-        metadata: None,
-    };
+    let upload = UploadDocument::new(
+        doc.clone(),
+        "pruefbericht-muehlenweg.txt",
+        "text/plain",
+        base64::engine::general_purpose::STANDARD.encode(DOCUMENT),
+    );
     let job = match grag.workspaces().upload_document(&kb, &upload).await? {
         Created::New(d) => {
             let job = d

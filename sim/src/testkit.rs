@@ -139,20 +139,15 @@ pub const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLD
 pub async fn upload_for_job(grag: &Grag, document: &str) -> JobId {
     let kb = KbId::parse("kb-1").expect("a valid KB id");
     grag.workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb.clone(),
-            name: "Brückenprüfung".into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb.clone(), "Brückenprüfung"))
         .await
         .expect("the KB is created");
-    let upload = UploadDocument {
-        document_id: DocumentId::parse(document).expect("a valid document id"),
-        filename: format!("{document}.txt"),
-        content_type: "text/plain".into(),
-        content_base64: TEXT_B64.into(),
-        metadata: None,
-    };
+    let upload = UploadDocument::new(
+        DocumentId::parse(document).expect("a valid document id"),
+        format!("{document}.txt"),
+        "text/plain",
+        TEXT_B64,
+    );
     match grag.workspaces().upload_document(&kb, &upload).await {
         Ok(Created::New(d)) => d.job_id.expect("an upload starts a job"),
         Ok(Created::Existing) => panic!("a fresh simulator has no documents"),

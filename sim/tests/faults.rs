@@ -284,13 +284,7 @@ async fn a_dark_route_answers_the_same_503_every_time() {
     assert!(details[0].as_str().unwrap().contains("feature flag"));
     let e = client(&sim, "knoll")
         .ai_gateway(&grag_sim::testkit::pipeline())
-        .search_rerank(
-            &KbId::parse("kb-1").unwrap(),
-            &SearchRequest {
-                query_text: "x".into(),
-                top_k: 1,
-            },
-        )
+        .search_rerank(&KbId::parse("kb-1").unwrap(), &SearchRequest::new("x", 1))
         .await
         .unwrap_err();
     assert_eq!((e.row(), e.class_name()), ("T13", "feature_dark"));
@@ -354,10 +348,7 @@ async fn wal_backpressure_is_503_with_retry_after() {
 
 #[tokio::test]
 async fn a_cold_start_slows_only_the_first_answer_of_each_model_route() {
-    let query = SearchRequest {
-        query_text: "x".into(),
-        top_k: 1,
-    };
+    let query = SearchRequest::new("x", 1);
     let kb = KbId::parse("kb-1").unwrap();
     let setup = |cold_start: Duration| {
         let (kb, query) = (kb.clone(), query.clone());
@@ -367,11 +358,7 @@ async fn a_cold_start_slows_only_the_first_answer_of_each_model_route() {
             let sim = common::start(config).await;
             let grag = client(&sim, "knoll");
             grag.workspaces()
-                .create_kb(&grag_client::types::CreateKb {
-                    kb_id: kb,
-                    name: "kb".into(),
-                    description: None,
-                })
+                .create_kb(&grag_client::types::CreateKb::new(kb, "kb"))
                 .await
                 .unwrap();
             sim.faults().cold_start();

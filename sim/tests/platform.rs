@@ -17,21 +17,16 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 fn kb(id: &str) -> CreateKb {
-    CreateKb {
-        kb_id: KbId::parse(id).unwrap(),
-        name: format!("KB {id}"),
-        description: None,
-    }
+    CreateKb::new(KbId::parse(id).unwrap(), format!("KB {id}"))
 }
 
 fn upload(id: &str, text: &str) -> UploadDocument {
-    UploadDocument {
-        document_id: DocumentId::parse(id).unwrap(),
-        filename: format!("{id}.txt"),
-        content_type: "text/plain".into(),
-        content_base64: b64(text),
-        metadata: None,
-    }
+    UploadDocument::new(
+        DocumentId::parse(id).unwrap(),
+        format!("{id}.txt"),
+        "text/plain",
+        b64(text),
+    )
 }
 
 fn concrete(path: &str) -> String {
@@ -164,13 +159,7 @@ async fn another_tenants_things_are_404_never_403() {
         .unwrap();
     let ws = WorkspaceId::parse("ws-1").unwrap();
     let entity_id = EntityId::parse("e-1").unwrap();
-    let entity = Entity {
-        entity_id: entity_id.clone(),
-        entity_type: "Bauwerk".into(),
-        name: "Brücke".into(),
-        kb_id: None,
-        properties: None,
-    };
+    let entity = Entity::new(entity_id.clone(), "Bauwerk", "Brücke");
     knoll
         .kg(&ws)
         .upsert_entity(&entity_id, &entity)
@@ -184,10 +173,7 @@ async fn another_tenants_things_are_404_never_403() {
     let job = grag_client::JobId::parse("doc-1").unwrap();
     let e = other.bff().pipeline_status(&job).await.unwrap_err();
     assert_eq!(e.status(), Some(404));
-    let search = SearchRequest {
-        query_text: "Brücke".into(),
-        top_k: 3,
-    };
+    let search = SearchRequest::new("Brücke", 3);
     let e = other
         .ai_gateway(&grag_sim::testkit::pipeline())
         .search_rerank(&kb_id, &search)
@@ -269,26 +255,14 @@ async fn kg_service_and_entity_linking_need_a_workspace() {
     let bruecke = EntityId::parse("e-bruecke").unwrap();
     let din = EntityId::parse("e-din").unwrap();
     for (id, name) in [(&bruecke, "Brücke"), (&din, "DIN 1076")] {
-        let entity = Entity {
-            entity_id: id.clone(),
-            entity_type: "Begriff".into(),
-            name: name.into(),
-            kb_id: None,
-            properties: Some(json!({ "a": 1 })),
-        };
+        let entity = Entity::new(id.clone(), "Begriff", name).with_properties(json!({ "a": 1 }));
         kg.upsert_entity(id, &entity).await.unwrap();
     }
     // MERGE: a second upsert keeps what it does not overwrite.
     let merged = kg
         .upsert_entity(
             &bruecke,
-            &Entity {
-                entity_id: bruecke.clone(),
-                entity_type: "Bauwerk".into(),
-                name: "Brücke".into(),
-                kb_id: None,
-                properties: Some(json!({ "b": 2 })),
-            },
+            &Entity::new(bruecke.clone(), "Bauwerk", "Brücke").with_properties(json!({ "b": 2 })),
         )
         .await
         .unwrap();
@@ -298,21 +272,17 @@ async fn kg_service_and_entity_linking_need_a_workspace() {
         "Bauwerk"
     );
     let edge_id = EdgeId::parse("edge-1").unwrap();
-    let edge = Edge {
-        edge_id: edge_id.clone(),
-        source_entity_id: bruecke.clone(),
-        target_entity_id: din.clone(),
-        relation_type: "geprueft_nach".into(),
-        properties: None,
-    };
+    let edge = Edge::new(
+        edge_id.clone(),
+        bruecke.clone(),
+        din.clone(),
+        "geprueft_nach",
+    );
     kg.upsert_edge(&edge_id, &edge).await.unwrap();
     assert_eq!(kg.list_edges(&din).await.unwrap(), vec![edge]);
     let links = grag
         .entity_linking(&ws)
-        .link(&LinkRequest {
-            text: "Die Brücke wird nach DIN 1076 geprüft.".into(),
-            kb_id: None,
-        })
+        .link(&LinkRequest::new("Die Brücke wird nach DIN 1076 geprüft."))
         .await
         .unwrap();
     let found: Vec<_> = links
@@ -350,11 +320,7 @@ async fn recreating_a_kb_document_or_conversation_is_409_which_the_client_calls_
             .unwrap(),
         Created::Existing
     );
-    let conversation = CreateConversation {
-        conversation_id: ConversationId::parse("conv-1").unwrap(),
-        title: None,
-        kb_ids: None,
-    };
+    let conversation = CreateConversation::new(ConversationId::parse("conv-1").unwrap());
     assert!(
         ws.create_conversation(&conversation)
             .await
@@ -385,13 +351,12 @@ async fn docfold_answers_409_while_converting() {
     let docfold = client(&sim, "knoll");
     let docfold = docfold.docfold();
     let job = docfold
-        .convert(&ConvertRequest {
-            document_id: DocumentId::parse("doc-1").unwrap(),
-            filename: "a.txt".into(),
-            content_type: "text/plain".into(),
-            content_base64: b64(TEXT),
-            kb_id: None,
-        })
+        .convert(&ConvertRequest::new(
+            DocumentId::parse("doc-1").unwrap(),
+            "a.txt",
+            "text/plain",
+            b64(TEXT),
+        ))
         .await
         .unwrap();
     assert_eq!(job.status, ConversionState::Processing);
@@ -414,14 +379,15 @@ async fn voyager_refuses_more_than_256_points_with_413() {
     let grag = client(&sim, "knoll");
     grag.workspaces().create_kb(&kb("kb-1")).await.unwrap();
     let kb_id = KbId::parse("kb-1").unwrap();
-    let points = |n: usize| UpsertPoints {
-        points: (0..n)
-            .map(|i| Point {
-                id: format!("p-{i}"),
-                vector: vec![0.1, 0.2],
-                payload: Some(json!({ "text": format!("Punkt {i} Standsicherheit") })),
-            })
-            .collect(),
+    let points = |n: usize| {
+        UpsertPoints::new(
+            (0..n)
+                .map(|i| {
+                    Point::new(format!("p-{i}"), vec![0.1, 0.2])
+                        .with_payload(json!({ "text": format!("Punkt {i} Standsicherheit") }))
+                })
+                .collect::<Vec<_>>(),
+        )
     };
     let ok = grag
         .voyager()
@@ -442,13 +408,7 @@ async fn voyager_refuses_more_than_256_points_with_413() {
     // Points with a text payload are searchable right away.
     let hits = grag
         .ai_gateway(&grag_sim::testkit::pipeline())
-        .search_rerank(
-            &kb_id,
-            &SearchRequest {
-                query_text: "Standsicherheit".into(),
-                top_k: 3,
-            },
-        )
+        .search_rerank(&kb_id, &SearchRequest::new("Standsicherheit", 3))
         .await
         .unwrap();
     assert_eq!(hits.results.len(), 3);
@@ -531,10 +491,7 @@ async fn search_completion_and_groundedness() {
         .upload_document(&kb_id, &upload("doc-1", TEXT))
         .await
         .unwrap();
-    let query = SearchRequest {
-        query_text: "Wie oft werden Tragwerke geprüft?".into(),
-        top_k: 2,
-    };
+    let query = SearchRequest::new("Wie oft werden Tragwerke geprüft?", 2);
     // Not searchable before the ingest job has finished.
     let early = grag
         .ai_gateway(&grag_sim::testkit::pipeline())
@@ -560,28 +517,20 @@ async fn search_completion_and_groundedness() {
 
     let completion = grag
         .ai_gateway(&grag_sim::testkit::pipeline())
-        .complete(&CompletionRequest {
-            messages: vec![ChatMessage {
-                role: ChatRole::User,
-                content: "Hallo".into(),
-            }],
-            model: None,
-            max_tokens: None,
-            temperature: None,
-        })
+        .complete(&CompletionRequest::new(vec![ChatMessage::new(
+            ChatRole::User,
+            "Hallo",
+        )]))
         .await
         .unwrap();
     assert!(completion.content.contains("Hallo"));
 
     let score = grag
         .groundedness()
-        .score(&ScoreRequest {
-            response_text: "Tragwerke werden alle sechs Jahre geprüft".into(),
-            chunks: vec![Chunk {
-                chunk_id: "c1".into(),
-                text: hits.results[0].text.clone(),
-            }],
-        })
+        .score(&ScoreRequest::new(
+            "Tragwerke werden alle sechs Jahre geprüft",
+            vec![Chunk::new("c1", hits.results[0].text.clone())],
+        ))
         .await
         .unwrap();
     assert!(score.score > 0.5, "{score:?}");
@@ -596,10 +545,7 @@ async fn ledger_totals_per_pipeline_and_spend_by_service_or_provider() {
     let kb_id = KbId::parse("kb-1").unwrap();
     let run = grag_client::PipelineId::parse("run-7").unwrap();
     let other = grag_client::PipelineId::parse("run-8").unwrap();
-    let query = SearchRequest {
-        query_text: "x".into(),
-        top_k: 1,
-    };
+    let query = SearchRequest::new("x", 1);
     grag.ai_gateway(&run)
         .search_rerank(&kb_id, &query)
         .await

@@ -256,11 +256,10 @@ async fn orchestrator_body(sim: &Sim) -> String {
 }
 
 fn chat() -> ChatRequest {
-    ChatRequest {
-        conversation_id: ConversationId::parse("conv-1").unwrap(),
-        message: "Wie oft werden Tragwerke geprüft?".into(),
-        kb_ids: None,
-    }
+    ChatRequest::new(
+        ConversationId::parse("conv-1").unwrap(),
+        "Wie oft werden Tragwerke geprüft?",
+    )
 }
 
 #[tokio::test]

@@ -27,23 +27,18 @@ fn ingest_config() -> SimConfig {
 async fn kb_with_document(grag: &Grag, kb: &str, doc: &str) {
     let kb_id = KbId::parse(kb).unwrap();
     grag.workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb_id.clone(),
-            name: kb.into(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb_id.clone(), kb))
         .await
         .unwrap();
     grag.workspaces()
         .upload_document(
             &kb_id,
-            &UploadDocument {
-                document_id: DocumentId::parse(doc).unwrap(),
-                filename: format!("{doc}.txt"),
-                content_type: "text/plain".into(),
-                content_base64: b64(TEXT),
-                metadata: None,
-            },
+            &UploadDocument::new(
+                DocumentId::parse(doc).unwrap(),
+                format!("{doc}.txt"),
+                "text/plain",
+                b64(TEXT),
+            ),
         )
         .await
         .unwrap();
@@ -236,11 +231,11 @@ async fn chat_setup(sim: &Sim) -> Grag {
     let grag = client(sim, "knoll");
     kb_with_document(&grag, "kb-1", "doc-1").await;
     grag.workspaces()
-        .create_conversation(&CreateConversation {
-            conversation_id: ConversationId::parse("conv-1").unwrap(),
-            title: Some("Prüfung".into()),
-            kb_ids: Some(vec![KbId::parse("kb-1").unwrap()]),
-        })
+        .create_conversation(
+            &CreateConversation::new(ConversationId::parse("conv-1").unwrap())
+                .with_title("Prüfung")
+                .with_kb_ids(vec![KbId::parse("kb-1").unwrap()]),
+        )
         .await
         .unwrap();
     tokio::time::sleep(sim.config().job_duration() + Duration::from_millis(10)).await;
@@ -248,11 +243,10 @@ async fn chat_setup(sim: &Sim) -> Grag {
 }
 
 fn question(conversation: &str) -> ChatRequest {
-    ChatRequest {
-        conversation_id: ConversationId::parse(conversation).unwrap(),
-        message: "Wie oft werden Tragwerke geprüft?".into(),
-        kb_ids: None,
-    }
+    ChatRequest::new(
+        ConversationId::parse(conversation).unwrap(),
+        "Wie oft werden Tragwerke geprüft?",
+    )
 }
 
 fn stages(events: &[(String, Value)]) -> Vec<(String, String)> {

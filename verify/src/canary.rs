@@ -193,11 +193,8 @@ impl Flow<'_> {
     async fn kb(&mut self, kb: &KbId, writes: bool) -> Option<()> {
         let grag = self.grag;
         if writes {
-            let body = CreateKb {
-                kb_id: kb.clone(),
-                name: "Canary".into(),
-                description: Some("grag-verify canary: a fixed KB, re-used by every run".into()),
-            };
+            let body = CreateKb::new(kb.clone(), "Canary")
+                .with_description("grag-verify canary: a fixed KB, re-used by every run");
             return self
                 .step("kb", async {
                     Ok(match grag.workspaces().create_kb(&body).await? {
@@ -232,13 +229,12 @@ impl Flow<'_> {
     async fn upload(&mut self, kb: &KbId, writes: bool) -> Option<(JobId, bool)> {
         let grag = self.grag;
         let doc = DocumentId::parse(DOCUMENT).expect("a valid document id");
-        let body = UploadDocument {
-            document_id: doc.clone(),
-            filename: "canary-fixture.txt".into(),
-            content_type: "text/plain".into(),
-            content_base64: base64::engine::general_purpose::STANDARD.encode(FIXTURE),
-            metadata: None,
-        };
+        let body = UploadDocument::new(
+            doc.clone(),
+            "canary-fixture.txt",
+            "text/plain",
+            base64::engine::general_purpose::STANDARD.encode(FIXTURE),
+        );
         self.step("upload", async {
             if writes && let Created::New(d) = grag.workspaces().upload_document(kb, &body).await? {
                 let detail = format!(
@@ -341,10 +337,7 @@ impl Flow<'_> {
 
     async fn search(&mut self, kb: &KbId, expect_hits: bool) -> Option<()> {
         let grag = self.grag;
-        let query = SearchRequest {
-            query_text: QUESTION.into(),
-            top_k: 3,
-        };
+        let query = SearchRequest::new(QUESTION, 3);
         self.step("search", async {
             let hits = grag
                 .ai_gateway(self.pipeline)
@@ -381,17 +374,15 @@ impl Flow<'_> {
         self.step("chat", async {
             let conversation = grag
                 .workspaces()
-                .ensure_conversation(&CreateConversation {
-                    conversation_id: ConversationId::parse(CONVERSATION).expect("a valid id"),
-                    title: Some("grag-verify canary".into()),
-                    kb_ids: Some(vec![kb.clone()]),
-                })
+                .ensure_conversation(
+                    &CreateConversation::new(
+                        ConversationId::parse(CONVERSATION).expect("a valid id"),
+                    )
+                    .with_title("grag-verify canary")
+                    .with_kb_ids(vec![kb.clone()]),
+                )
                 .await?;
-            let request = ChatRequest {
-                conversation_id: conversation.id().clone(),
-                message: QUESTION.into(),
-                kb_ids: None,
-            };
+            let request = ChatRequest::new(conversation.id().clone(), QUESTION);
             let mut turn = grag.bff().chat_stream(&conversation, &request).await?;
             let (mut answer, mut ended) = (0usize, false);
             let mut degraded = Vec::new();

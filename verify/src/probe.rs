@@ -338,25 +338,17 @@ async fn canary_job(grag: &Grag, writes: bool) -> Result<JobId, String> {
     let kb = KbId::parse(canary::KB).expect("a valid KB id");
     let doc = DocumentId::parse(canary::DOCUMENT).expect("a valid document id");
     if writes {
-        let create = CreateKb {
-            kb_id: kb.clone(),
-            name: "Canary".into(),
-            description: None,
-        };
+        let create = CreateKb::new(kb.clone(), "Canary");
         grag.workspaces()
             .create_kb(&create)
             .await
             .map_err(|e| format!("create_kb: {e}"))?;
-        let upload = UploadDocument {
-            document_id: doc.clone(),
-            filename: "canary-fixture.txt".into(),
-            content_type: "text/plain".into(),
-            content_base64: base64::Engine::encode(
-                &base64::engine::general_purpose::STANDARD,
-                canary::FIXTURE,
-            ),
-            metadata: None,
-        };
+        let upload = UploadDocument::new(
+            doc.clone(),
+            "canary-fixture.txt",
+            "text/plain",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, canary::FIXTURE),
+        );
         if let Created::New(d) = grag
             .workspaces()
             .upload_document(&kb, &upload)
@@ -410,21 +402,18 @@ async fn chat_lane(grag: &Grag, writes: bool, progress: &Progress) -> Item {
     let step = progress.step("one chat turn");
     let conversation = grag
         .workspaces()
-        .ensure_conversation(&CreateConversation {
-            conversation_id: ConversationId::parse(canary::CONVERSATION).expect("a valid id"),
-            title: Some("grag-verify canary".into()),
-            kb_ids: None,
-        })
+        .ensure_conversation(
+            &CreateConversation::new(
+                ConversationId::parse(canary::CONVERSATION).expect("a valid id"),
+            )
+            .with_title("grag-verify canary"),
+        )
         .await;
     let conversation = match conversation {
         Ok(c) => c,
         Err(e) => return not_seen(CHAT_LANE, format!("ensure_conversation: {e}")),
     };
-    let request = ChatRequest {
-        conversation_id: conversation.id().clone(),
-        message: canary::QUESTION.into(),
-        kb_ids: None,
-    };
+    let request = ChatRequest::new(conversation.id().clone(), canary::QUESTION);
     let sent = Instant::now();
     let mut turn = match grag.bff().chat_stream(&conversation, &request).await {
         Ok(t) => t,

@@ -1,5 +1,5 @@
 //! `cargo xtask codegen [--check]`, `cargo xtask demo`, `cargo xtask bench [--quick]` and
-//! `cargo xtask conformance`.
+//! `cargo xtask conformance [semver]`.
 
 mod bench;
 mod codegen_bench;
@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         ["codegen", "--check"] => codegen(true),
         ["demo"] => demo(),
         ["conformance"] => conformance::run(&root()),
+        ["conformance", "semver"] => conformance::run_semver(&root()),
         ["bench"] => bench::run(&root(), false),
         ["bench", "--quick"] => bench::run(&root(), true),
         // Run by `bench` in release: the generator's own row.
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask codegen [--check] | cargo xtask demo | cargo xtask bench [--quick] | cargo xtask conformance"
+                "usage: cargo xtask codegen [--check] | cargo xtask demo | cargo xtask bench [--quick] | cargo xtask conformance [semver]"
             );
             ExitCode::from(2)
         }

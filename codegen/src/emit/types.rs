@@ -7,11 +7,7 @@ use super::docs::{doc, field_ident, ident, inner_doc, rust_type, source};
 use crate::model::{Field, Model, Shape, Stream, TypeDef, TypeExpr, Variant};
 
 pub fn types_rs(model: &Model) -> TokenStream {
-    let answers = answer_only(model);
-    let types = model
-        .types
-        .iter()
-        .map(|t| type_def(t, answers.contains(t.name.as_str())));
+    let types = model.types.iter().map(type_def);
     let events = model
         .streams
         .iter()
@@ -90,56 +86,10 @@ fn event_enum(model: &Model, stream: &Stream) -> TokenStream {
     }
 }
 
-/// The types only the platform sends: reachable from an answer or a stream
-/// event, never from what a caller sends. They are `#[non_exhaustive]`, so a
-/// field the spec adds breaks no consumer; a caller builds them (a mock, a
-/// test) through `new` and the setters.
-fn answer_only(model: &Model) -> std::collections::BTreeSet<&str> {
-    let mut sent = Vec::new();
-    let mut answered = Vec::new();
-    for route in model.services.iter().flat_map(|s| &s.routes) {
-        let params = route.path_params.iter().chain(&route.query).map(|(_, t)| t);
-        sent.extend(params.chain(&route.body));
-        if let crate::model::Returns::Body(ty) = &route.returns {
-            answered.push(ty);
-        }
-    }
-    let events: Vec<TypeExpr> = (model.streams.iter().flat_map(|s| &s.events))
-        .map(|e| TypeExpr::Named(model.types[e.ty].name.clone()))
-        .collect();
-    answered.extend(&events);
-    let sent = reachable(model, sent);
-    let mut out = reachable(model, answered);
-    out.retain(|name| !sent.contains(name));
-    out
-}
-
-/// The named types `roots` reach through fields, lists, maps and options.
-fn reachable<'m>(model: &'m Model, roots: Vec<&TypeExpr>) -> std::collections::BTreeSet<&'m str> {
-    let mut out = std::collections::BTreeSet::new();
-    let mut todo: Vec<TypeExpr> = roots.into_iter().cloned().collect();
-    while let Some(ty) = todo.pop() {
-        match ty {
-            TypeExpr::List(inner) | TypeExpr::Map(inner) | TypeExpr::Optional(inner) => {
-                todo.push(*inner)
-            }
-            TypeExpr::Named(name) => {
-                let Some(t) = model.types.iter().find(|t| t.name == name) else {
-                    continue;
-                };
-                if out.insert(t.name.as_str())
-                    && let Shape::Struct(fields) = &t.shape
-                {
-                    todo.extend(fields.iter().map(|f| f.ty.clone()));
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-fn type_def(t: &TypeDef, answer_only: bool) -> TokenStream {
+/// A spec type as Rust. Every struct is `#[non_exhaustive]`, so a field the
+/// spec adds breaks no consumer: a caller builds one (a request, a mock of an
+/// answer) through `new` and the setters, never by a struct literal.
+fn type_def(t: &TypeDef) -> TokenStream {
     let name = ident(&t.name);
     let mut text = format!("{}\n\nService `{}`", t.doc, t.service);
     if let Some(s) = &t.source {
@@ -165,11 +115,10 @@ fn type_def(t: &TypeDef, answer_only: bool) -> TokenStream {
             });
             let default = fields_all_optional(t).then(|| quote!(Default,));
             let building = constructors(&name, t);
-            let closed = answer_only.then(|| quote!(#[non_exhaustive]));
             quote! {
                 #docs
                 #[derive(Debug, Clone, PartialEq, #default Serialize, Deserialize)]
-                #closed
+                #[non_exhaustive]
                 pub struct #name {
                     #(#fields,)*
                 }

@@ -175,3 +175,37 @@ fn a_major_version_bumps_by_semver_and_junk_gives_none() {
     assert_eq!(bump("1.4.2", &breaking).as_deref(), Some("2.0.0"));
     assert_eq!(bump("not.a.version", &breaking), None);
 }
+
+#[test]
+fn a_struct_sealed_is_breaking_once_and_an_answer_already_sealed_is_no_change() {
+    // The first records wrote `-`: their generator sealed only the answered types.
+    let old = "struct SearchHit -\nstruct SearchRequest -\n";
+    let new =
+        "struct SearchHit non_exhaustive answered\nstruct SearchRequest non_exhaustive sent\n";
+    let changes = diff(old, new);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].class, Class::Breaking);
+    assert_eq!(
+        changes[0].what,
+        "type `SearchRequest` is now `#[non_exhaustive]`"
+    );
+    let action = changes[0].action.as_deref().unwrap();
+    assert!(action.contains("`SearchRequest::new`"), "{action}");
+    assert_eq!(bump("0.2.0", &changes).as_deref(), Some("0.3.0"));
+    assert!(diff(new, new).is_empty());
+}
+
+#[test]
+fn a_struct_that_changes_role_is_compatible() {
+    let answered = "struct Hit non_exhaustive answered\n";
+    let sent = "struct Hit non_exhaustive sent\n";
+    for (old, new, role) in [
+        (answered, sent, "no longer only answered"),
+        (sent, answered, "now only answered"),
+    ] {
+        let changes = diff(old, new);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(changes[0].class, Class::Compatible);
+        assert_eq!(changes[0].what, format!("type `Hit` is {role}"));
+    }
+}

@@ -25,6 +25,7 @@ impl Health {
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AnalyseRequest {
     pub document_id: crate::ids::DocumentId,
     pub text: String,
@@ -79,6 +80,7 @@ impl Analysis {
 ///
 /// Service `engine`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ExtractRequest {
     pub document_id: crate::ids::DocumentId,
     pub text: String,
@@ -238,6 +240,7 @@ impl SessionFinding {
 ///
 /// Service `sessions`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Decision {
     pub finding_id: crate::ids::FindingId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,6 +267,7 @@ impl Decision {
 ///
 /// Service `sessions`, policy Idempotency (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Discussion {
     pub message: String,
 }

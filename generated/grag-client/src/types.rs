@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Service `ai-gateway`, policy §7.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SearchRequest {
     pub query_text: String,
     pub top_k: i64,
@@ -161,6 +162,7 @@ impl<'de> Deserialize<'de> for ChatRole {
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatMessage {
     pub role: crate::types::ChatRole,
     pub content: String,
@@ -180,6 +182,7 @@ impl ChatMessage {
 ///
 /// Service `ai-gateway`, policy §7 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CompletionRequest {
     pub messages: Vec<crate::types::ChatMessage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -856,6 +859,7 @@ impl AgentStep {
 ///
 /// Service `bff`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatRequest {
     pub conversation_id: crate::ids::ConversationId,
     pub message: String,
@@ -887,6 +891,7 @@ impl ChatRequest {
 ///
 /// Service `docfold`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConvertRequest {
     pub document_id: crate::ids::DocumentId,
     pub filename: String,
@@ -1070,6 +1075,7 @@ impl ConversionResult {
 ///
 /// Service `entity-linking`, policy §3.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LinkRequest {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1134,6 +1140,7 @@ impl EntityLink {
 ///
 /// Service `groundedness`, policy §7.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Chunk {
     pub chunk_id: String,
     pub text: String,
@@ -1153,6 +1160,7 @@ impl Chunk {
 ///
 /// Service `groundedness`, policy §7.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ScoreRequest {
     pub response_text: String,
     pub chunks: Vec<crate::types::Chunk>,
@@ -1211,6 +1219,7 @@ impl Score {
 ///
 /// Service `kg-service`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Entity {
     pub entity_id: crate::ids::EntityId,
     pub entity_type: String,
@@ -1254,6 +1263,7 @@ impl Entity {
 ///
 /// Service `kg-service`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Edge {
     pub edge_id: crate::ids::EdgeId,
     pub source_entity_id: crate::ids::EntityId,
@@ -1477,6 +1487,7 @@ impl Spend {
 ///
 /// Service `voyager`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Point {
     pub id: String,
     pub vector: Vec<f64>,
@@ -1505,6 +1516,7 @@ impl Point {
 ///
 /// Service `voyager`, policy App. A (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UpsertPoints {
     pub points: Vec<crate::types::Point>,
 }
@@ -1619,6 +1631,7 @@ impl Kb {
 ///
 /// Service `workspaces`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CreateKb {
     pub kb_id: crate::ids::KbId,
     pub name: String,
@@ -1706,6 +1719,7 @@ impl Document {
 ///
 /// Service `workspaces`, policy §5.3 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UploadDocument {
     pub document_id: crate::ids::DocumentId,
     pub filename: String,
@@ -1743,6 +1757,7 @@ impl UploadDocument {
 ///
 /// Service `workspaces`, policy §6.2 (inferred).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CreateConversation {
     pub conversation_id: crate::ids::ConversationId,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -106,13 +106,15 @@ async fn convert(
     let sent = step
         .grag()
         .docfold()
-        .convert(&ConvertRequest {
-            document_id: doc.document_id.clone(),
-            filename: doc.filename.clone(),
-            content_type: doc.content_type.clone(),
-            content_base64: doc.content_base64.clone(),
-            kb_id: Some(upload.kb.clone()),
-        })
+        .convert(
+            &ConvertRequest::new(
+                doc.document_id.clone(),
+                doc.filename.clone(),
+                doc.content_type.clone(),
+                doc.content_base64.clone(),
+            )
+            .with_kb_id(upload.kb.clone()),
+        )
         .await;
     let job = step.settled(progress, false, sent).await?;
     let conversion_id = job.conversion_id;
@@ -183,9 +185,7 @@ async fn ingest(
     }
     let size = batch.unwrap_or(points.len()).max(1);
     let end = next.saturating_add(size).min(points.len());
-    let body = UpsertPoints {
-        points: points[next..end].to_vec(),
-    };
+    let body = UpsertPoints::new(points[next..end].to_vec());
     match step.grag().voyager().upsert_points(&upload.kb, &body).await {
         Ok(_) => {
             let next = UploadStep::Ingest { next: end, batch };

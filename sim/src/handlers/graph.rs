@@ -47,30 +47,28 @@ pub(super) fn link(p: &mut Platform, ctx: &Ctx) -> Answer {
 // ---- kg-service --------------------------------------------------------------
 
 pub(super) fn upsert_entity(p: &mut Platform, ctx: &Ctx) -> Answer {
-    let body: Entity = ctx.json()?;
+    let mut body: Entity = ctx.json()?;
     // The path names the MERGE key; the body's own id follows it.
     let id = ctx.param("entity_id");
-    let entity_id = serde_json::from_value(json!(id))
+    body.entity_id = serde_json::from_value(json!(id))
         .map_err(|e| unprocessable(&["path", "entity_id"], e.to_string()))?;
-    let body = Entity { entity_id, ..body };
     let key = (ctx.workspace.clone().unwrap_or_default(), id.to_owned());
     let entities = &mut p.tenant(&ctx.tenant).entities;
     // MERGE: properties of an existing entity are kept unless overwritten.
     let merged = match entities.get(&key) {
         Some(old) => {
+            let mut merged = body;
             let mut props = old.properties.clone().unwrap_or_else(|| json!({}));
             if let (Some(into), Some(Value::Object(new))) =
-                (props.as_object_mut(), &body.properties)
+                (props.as_object_mut(), &merged.properties)
             {
                 for (k, v) in new {
                     into.insert(k.clone(), v.clone());
                 }
             }
-            Entity {
-                properties: Some(props),
-                kb_id: body.kb_id.clone().or_else(|| old.kb_id.clone()),
-                ..body
-            }
+            merged.properties = Some(props);
+            merged.kb_id = merged.kb_id.or_else(|| old.kb_id.clone());
+            merged
         }
         None => body,
     };
@@ -88,12 +86,11 @@ pub(super) fn get_entity(p: &mut Platform, ctx: &Ctx) -> Answer {
 }
 
 pub(super) fn upsert_edge(p: &mut Platform, ctx: &Ctx) -> Answer {
-    let body: Edge = ctx.json()?;
+    let mut body: Edge = ctx.json()?;
     // The path names the MERGE key; the body's own id follows it.
     let id = ctx.param("edge_id");
-    let edge_id = serde_json::from_value(json!(id))
+    body.edge_id = serde_json::from_value(json!(id))
         .map_err(|e| unprocessable(&["path", "edge_id"], e.to_string()))?;
-    let body = Edge { edge_id, ..body };
     let key = (ctx.workspace.clone().unwrap_or_default(), id.to_owned());
     p.tenant(&ctx.tenant).edges.insert(key, body.clone());
     Ok(json_status(200, &body))

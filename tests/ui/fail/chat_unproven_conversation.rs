@@ -5,11 +5,7 @@ use grag_client::{ConversationId, Grag};
 
 async fn turn(grag: &Grag) {
     let conversation = ConversationId::parse("c-1").unwrap();
-    let body = ChatRequest {
-        conversation_id: conversation.clone(),
-        message: "Hallo".to_owned(),
-        kb_ids: None,
-    };
+    let body = ChatRequest::new(conversation.clone(), "Hallo");
     let _ = grag.bff().chat_stream(&conversation, &body).await;
 }
 

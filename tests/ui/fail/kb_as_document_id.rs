@@ -4,11 +4,5 @@ use grag_client::types::UploadDocument;
 
 fn main() {
     let kb = KbId::parse("kb-methodik").unwrap();
-    let _ = UploadDocument {
-        document_id: kb,
-        filename: "a.pdf".to_owned(),
-        content_type: "application/pdf".to_owned(),
-        content_base64: String::new(),
-        metadata: None,
-    };
+    let _ = UploadDocument::new(kb, "a.pdf", "application/pdf", "");
 }

@@ -18,11 +18,7 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     let _kbs = grag.workspaces().list_kbs().await?;
     let created = grag
         .workspaces()
-        .create_kb(&CreateKb {
-            kb_id: kb.clone(),
-            name: "Methodik".to_owned(),
-            description: None,
-        })
+        .create_kb(&CreateKb::new(kb.clone(), "Methodik".to_owned()))
         .await?;
     if let Created::New(made) = created {
         let _: KbId = made.kb_id;
@@ -32,30 +28,23 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
         .workspaces()
         .upload_document(
             &kb,
-            &UploadDocument {
-                document_id: document.clone(),
-                filename: "a.pdf".to_owned(),
-                content_type: "application/pdf".to_owned(),
-                content_base64: String::new(),
-                metadata: None,
-            },
+            &UploadDocument::new(
+                document.clone(),
+                "a.pdf".to_owned(),
+                "application/pdf".to_owned(),
+                String::new(),
+            ),
         )
         .await?;
     let _conversation = grag
         .workspaces()
-        .create_conversation(&CreateConversation {
-            conversation_id: conversation.clone(),
-            title: None,
-            kb_ids: Some(vec![kb.clone()]),
-        })
+        .create_conversation(
+            &CreateConversation::new(conversation.clone()).with_kb_ids(vec![kb.clone()]),
+        )
         .await?;
     let existing = grag
         .workspaces()
-        .ensure_conversation(&CreateConversation {
-            conversation_id: conversation.clone(),
-            title: None,
-            kb_ids: None,
-        })
+        .ensure_conversation(&CreateConversation::new(conversation.clone()))
         .await?;
     let settings = grag.workspaces().get_settings().await?;
     let _ = grag.workspaces().put_settings(&settings).await?;
@@ -64,40 +53,26 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     // The ai-gateway calls exist only as part of a run (X-Pipeline-Id).
     let ai = grag.ai_gateway(&pipeline);
     let _hits = ai
-        .search_rerank(
-            &kb,
-            &SearchRequest {
-                query_text: "Gutachten".to_owned(),
-                top_k: 5,
-            },
-        )
+        .search_rerank(&kb, &SearchRequest::new("Gutachten".to_owned(), 5))
         .await?;
-    let _completion = ai
-        .complete(&CompletionRequest {
-            messages: Vec::new(),
-            model: None,
-            max_tokens: None,
-            temperature: None,
-        })
-        .await?;
+    let _completion = ai.complete(&CompletionRequest::new(Vec::new())).await?;
     let _totals = grag.ledger().totals(&pipeline).await?;
     let _spend = grag.ledger().spend(&SpendGrouping::Provider).await?;
     let _score = grag
         .groundedness()
-        .score(&ScoreRequest {
-            response_text: String::new(),
-            chunks: Vec::new(),
-        })
+        .score(&ScoreRequest::new(String::new(), Vec::new()))
         .await?;
     let job = grag
         .docfold()
-        .convert(&ConvertRequest {
-            document_id: document,
-            filename: "a.pdf".to_owned(),
-            content_type: "application/pdf".to_owned(),
-            content_base64: String::new(),
-            kb_id: Some(kb.clone()),
-        })
+        .convert(
+            &ConvertRequest::new(
+                document,
+                "a.pdf".to_owned(),
+                "application/pdf".to_owned(),
+                String::new(),
+            )
+            .with_kb_id(kb.clone()),
+        )
         .await?;
     let conversion: ConversionId = job.conversion_id;
     if let Progress::Ready(result) = grag.docfold().result(&conversion).await? {
@@ -105,7 +80,7 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     }
     let _ack = grag
         .voyager()
-        .upsert_points(&kb, &UpsertPoints { points: Vec::new() })
+        .upsert_points(&kb, &UpsertPoints::new(Vec::new()))
         .await?;
 
     let job = JobId::parse("job-1")?;
@@ -123,11 +98,7 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
         .bff()
         .chat_stream(
             &existing,
-            &ChatRequest {
-                conversation_id: conversation,
-                message: "Hallo".to_owned(),
-                kb_ids: None,
-            },
+            &ChatRequest::new(conversation, "Hallo".to_owned()),
         )
         .await?;
     while let Some(update) = chat.next().await {

@@ -16,10 +16,7 @@ async fn calls(grag: &Grag) -> Result<(), Box<dyn std::error::Error>> {
     }
     let links = grag
         .entity_linking(&workspace)
-        .link(&LinkRequest {
-            text: "Knoll GmbH".to_owned(),
-            kb_id: None,
-        })
+        .link(&LinkRequest::new("Knoll GmbH".to_owned()))
         .await?;
     let _ = links.len();
     Ok(())

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{KEY, PY_CLIENT, REDOCLY, documents, run_tool, start_sim};
+use super::{KEY, PY_CLIENT, REDOCLY, documents, run_tool, start_sim, write};
 
 /// The calls the generated GRAG Python client makes against `grag-sim`.
 const CALLS: &str = include_str!("calls.py");
@@ -120,8 +120,4 @@ fn package(target: &Path) -> Result<String, String> {
         .find(|p: &PathBuf| p.join("client.py").is_file())
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .ok_or_else(|| format!("no package with a client.py in {}", target.display()))
-}
-
-fn write(path: &Path, text: &str) -> Result<(), String> {
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -6,9 +6,14 @@
 //! Schemathesis fuzzes the GRAG document against `grag-sim` on a free
 //! loopback port. The Python tools live in a virtual environment the
 //! command makes itself (`target/conformance/venv`), Redocly in
-//! `target/conformance/redocly` (npm), all at pinned versions.
+//! `target/conformance/redocly` (npm), all at pinned versions. Last, the
+//! generator's semver verdicts are rehearsed on scratch copies and held to
+//! cargo-semver-checks (`target/conformance/tools`, crates.io); `cargo xtask
+//! conformance semver` runs that step alone, as it needs neither Python nor npm.
 
 mod clients;
+mod rehearsal;
+mod semver;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -37,7 +42,7 @@ type Step<'a> = dyn Fn() -> Result<String, String> + 'a;
 pub fn run(root: &Path) -> ExitCode {
     let started = Instant::now();
     let dir = root.join("target/conformance");
-    let steps: [(&str, &Step); 5] = [
+    let steps: [(&str, &Step); 6] = [
         ("OpenAPI 3.1 validator", &|| validate(root, &dir)),
         ("Redocly recommended lint", &|| clients::redocly(root, &dir)),
         ("openapi-python-client against grag-sim", &|| {
@@ -45,7 +50,22 @@ pub fn run(root: &Path) -> ExitCode {
         }),
         ("promtool", &|| promtool(root)),
         ("Schemathesis against grag-sim", &|| fuzz(root, &dir)),
+        (SEMVER, &|| semver::run(root, &dir)),
     ];
+    report(started, &steps)
+}
+
+/// The name of the semver step.
+const SEMVER: &str = "generator's semver verdicts against cargo-semver-checks";
+
+/// The semver step alone.
+pub fn run_semver(root: &Path) -> ExitCode {
+    let dir = root.join("target/conformance");
+    report(Instant::now(), &[(SEMVER, &|| semver::run(root, &dir))])
+}
+
+/// Runs `steps` in order, each reported; a failure if any failed.
+fn report(started: Instant, steps: &[(&str, &Step)]) -> ExitCode {
     let mut failed = false;
     for (name, step) in steps {
         println!("== {name}");
@@ -318,6 +338,10 @@ fn pyenv_pythons() -> Vec<String> {
         .collect();
     found.sort();
     found.into_iter().rev().map(|(_, p)| p).collect()
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Runs `command`, its output shown; an error unless it succeeds.
