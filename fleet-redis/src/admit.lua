@@ -4,8 +4,9 @@
 -- (in-flight caps) and rolling windows, told apart by name.
 -- ARGV: the lease member, token ('1': take one, '0': reserved already),
 --       the route's dark field, the run the caller knows (0: none), the
---       Redis-time instant after which its caller gave up (0: none), and
---       when there are windows, the window member and '1' when an earlier
+--       Redis-time instant after which its caller gave up (0: none), '1'
+--       when its replica just came back from its share (no burst is free),
+--       and when there are windows, the window member and '1' when an earlier
 --       round trip reserved it ('0': reserve it now). The lease member may
 --       be that of this replica's admission that ended last: taking it
 --       again ends that lease (its release needs no round trip of its own),
@@ -70,8 +71,8 @@ if s[1] and s[1] + 0 > at then at = s[1] + 0 end
 -- A window slot reserved on an earlier round trip is where this request
 -- stands: it goes no earlier. One lost (a Redis that restarted) is
 -- reserved again.
-local slot = ARGV[6]
-local reserved = ARGV[7] == '1'
+local slot = ARGV[7]
+local reserved = ARGV[8] == '1'
 local own = {}
 if reserved then
   for i = 2, #KEYS do
@@ -125,7 +126,11 @@ if at - now > horizon then
   return (at - now) * 4 + 1
 end
 -- The token bucket as a GCRA: a token at `at` once `at` >= tat - tolerance.
+-- A replica that just came back from its share finds no burst free: the
+-- fleet has sent at its shares' rate until now, and the last second of it
+-- is still at the platform.
 local tat = (s[2] or 0) + 0
+if ARGV[6] == '1' and tat < now + tolerance then tat = now + tolerance end
 if token and tat - tolerance > at then at = tat - tolerance end
 local function reserve_token()
   if not token then return end

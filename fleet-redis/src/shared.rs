@@ -240,6 +240,9 @@ struct State {
     /// Redis's clock (µs) at a local instant, read at the last heartbeat:
     /// what a booking says it was sent at.
     clock: Option<(Instant, i64)>,
+    /// Admissions until then find no burst of the shared bucket free: the
+    /// replica just came back from its share.
+    calm_until: Option<Instant>,
 }
 
 /// What the store keeps of the fleet: its lease, the token bucket's pace
@@ -326,6 +329,7 @@ impl RedisFleet {
                     went_local: None,
                     local_until: None,
                     clock: None,
+                    calm_until: None,
                 }),
                 held: Mutex::new(HashMap::new()),
                 ended: Mutex::new(Vec::new()),
@@ -610,6 +614,7 @@ impl Inner {
                 0 => 0,
                 now => now.saturating_add(STALE_AFTER_US),
             },
+            calm: self.calm(),
         };
         // Registered before the call: a caller cancelled mid-call still
         // gives back what the script may have taken.

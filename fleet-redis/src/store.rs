@@ -77,6 +77,9 @@ pub struct Ask<'a> {
     /// Redis's instant (µs) after which the caller no longer waits for the
     /// answer, so the script takes nothing (0: none).
     pub until: i64,
+    /// The caller's replica came back from its share within a rate period:
+    /// the bucket's burst is not free.
+    pub calm: bool,
 }
 
 /// What one replica books again into a Redis that lost it ([`Store::rebook`]).
@@ -510,7 +513,8 @@ impl Store {
             .arg(if ask.token { "1" } else { "0" })
             .arg(dark_field(ask.route))
             .arg(ask.run)
-            .arg(ask.until);
+            .arg(ask.until)
+            .arg(if ask.calm { "1" } else { "0" });
         if !ask.windows.is_empty() {
             invocation
                 .arg(ask.slot)
@@ -830,6 +834,7 @@ mod tests {
             token: true,
             run: 0,
             until: 0,
+            calm: false,
         };
         admit(store, keys, ask).await
     }
@@ -915,6 +920,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_replica_back_from_its_share_finds_no_burst_free() {
+        // One token every 10 s, a burst of 3, the bucket full: a calm
+        // caller goes at once, the next one a whole interval later.
+        let shape = shape(10 * S, 3, 60 * S, 60 * S, &[(None, 100)], &[]);
+        let Some((_server, store, keys)) = started(&shape) else {
+            return;
+        };
+        for (i, n) in [(0, 0), (1, 1)] {
+            let calm = Ask {
+                route: "/r",
+                member: &format!("m{i}"),
+                slot: "",
+                leases: &ALL,
+                windows: &[],
+                reserved: false,
+                token: true,
+                run: 0,
+                until: 0,
+                calm: true,
+            };
+            match admit(&store, &keys, calm).await {
+                Answer::Go(wait) if n == 0 => assert!(wait < S, "{wait:?}"),
+                Answer::Queued(wait) => between(wait, 10 * S * n - S, 10 * S * n),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn a_caller_whose_slot_is_ahead_holds_no_lease_while_it_waits() {
         // One token every 10 s, no burst: the second and third callers'
         // slots are 10 and 20 s ahead, within no grace.
@@ -942,6 +976,7 @@ mod tests {
             token: false,
             run: 0,
             until: 0,
+            calm: false,
         };
         go(&admit(&store, &keys, back).await);
     }
@@ -1004,6 +1039,7 @@ mod tests {
             token: true,
             run: 0,
             until: 0,
+            calm: false,
         };
         match admit(&store, &keys, back).await {
             Answer::Reserved(wait) => between(wait, 600 * S - 5 * S, 600 * S),
@@ -1043,6 +1079,7 @@ mod tests {
             token: true,
             run: 0,
             until: 0,
+            calm: false,
         };
         let mut waits = Vec::new();
         for member in ["x", "y", "z"] {
@@ -1119,6 +1156,7 @@ mod tests {
             token: true,
             run,
             until: 0,
+            calm: false,
         };
         let new = told_run(&store, &keys, &asked).await;
         assert_ne!(new, run);
@@ -1451,6 +1489,7 @@ mod tests {
             token: true,
             run: 0,
             until: 0,
+            calm: false,
         };
         go(&admit(&store, &keys, ask_other).await);
     }
@@ -1510,6 +1549,7 @@ mod tests {
             token: true,
             run: 0,
             until: 0,
+            calm: false,
         };
         // The first call connects; a loaded machine may need more than 5 ms.
         let mut up = false;

@@ -94,6 +94,8 @@ impl Inner {
             Some(until) if Instant::now() < until => true,
             Some(_) => {
                 state.local_until = None;
+                let calm = sdk_runtime::clock::after(Instant::now(), self.throttle.rate_period);
+                state.calm_until = Some(calm);
                 let gates = state.gates.take();
                 drop(state);
                 for (_, gate) in gates.into_iter().flatten() {
@@ -103,6 +105,11 @@ impl Inner {
                 false
             }
         }
+    }
+
+    /// Whether this replica came back from its share within a rate period.
+    pub(super) fn calm(&self) -> bool {
+        (self.lock_state().calm_until).is_some_and(|until| Instant::now() < until)
     }
 
     /// The fleet settles for `for_` (the store said so): admissions go on
