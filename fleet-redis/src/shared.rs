@@ -243,6 +243,11 @@ struct State {
     /// Admissions until then find no burst of the shared bucket free: the
     /// replica just came back from its share.
     calm_until: Option<Instant>,
+    /// The live count when the replica went local: its shares are of at
+    /// least as many until it shares again. A Redis that restarted empty
+    /// (or a promoted replica) knows only the replicas that beat since, and
+    /// the first one back would take the whole rate as its share.
+    local_live: Option<usize>,
 }
 
 /// What the store keeps of the fleet: its lease, the token bucket's pace
@@ -330,6 +335,7 @@ impl RedisFleet {
                     local_until: None,
                     clock: None,
                     calm_until: None,
+                    local_live: None,
                 }),
                 held: Mutex::new(HashMap::new()),
                 ended: Mutex::new(Vec::new()),

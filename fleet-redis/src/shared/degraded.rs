@@ -93,7 +93,8 @@ impl Inner {
         let settling =
             (state.went_local).is_some_and(|at| at.elapsed() < self.throttle.rate_period);
         let made = state.gates.is_none();
-        let gates = state.gates.get_or_insert_with(|| self.gates(&live));
+        let floor = state.local_live;
+        let gates = state.gates.get_or_insert_with(|| self.gates(&live, floor));
         let shares = (sets.iter())
             .filter_map(|set| gates.iter().find(|(s, _)| s == set).cloned())
             .collect();
@@ -122,17 +123,22 @@ impl Inner {
         }
     }
 
-    /// How many replicas share, and this one's rank among them (one that
-    /// is not on the live list yet counts itself, last).
-    pub(super) fn rank(&self, live: &[String]) -> (usize, usize) {
+    /// How many replicas share (at least `floor`), and this one's rank among
+    /// them (one that is not on the live list yet counts itself, last).
+    pub(super) fn rank(&self, live: &[String], floor: Option<usize>) -> (usize, usize) {
         let count = live.len() + usize::from(!live.contains(&self.replica));
         let rank = (live.iter().position(|id| *id == self.replica)).unwrap_or(live.len());
-        (count, rank)
+        (count.max(floor.unwrap_or(0)), rank)
     }
 
-    /// This replica's share of every in-flight cap, from the last live list.
-    pub(super) fn gates(&self, live: &[String]) -> Vec<(Option<usize>, Arc<Semaphore>)> {
-        let (count, rank) = self.rank(live);
+    /// This replica's share of every in-flight cap, from the last live list
+    /// (of at least `floor` replicas).
+    pub(super) fn gates(
+        &self,
+        live: &[String],
+        floor: Option<usize>,
+    ) -> Vec<(Option<usize>, Arc<Semaphore>)> {
+        let (count, rank) = self.rank(live, floor);
         let mut gates = vec![(
             None,
             Arc::new(Semaphore::new(

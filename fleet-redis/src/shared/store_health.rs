@@ -184,9 +184,11 @@ impl Inner {
             return;
         }
         let mut state = self.lock_state();
-        let live = state.live.len().max(1);
         let away = state.breaker.degraded();
         let local = away || state.local_until.is_some();
+        let live = state.live.len().max(1);
+        state.local_live = local.then(|| state.local_live.unwrap_or(live).max(live));
+        let live = state.local_live.unwrap_or(live);
         let lost = state.lost;
         let alone = state.live.iter().all(|id| *id == self.replica);
         let was_local = state.went_local.is_some();
@@ -195,7 +197,7 @@ impl Inner {
             (true, Some(at)) => Some(at),
             (true, None) => Some(Instant::now()),
         };
-        let (count, rank) = self.rank(&state.live);
+        let (count, rank) = self.rank(&state.live, state.local_live);
         drop(state);
         let margin = self.policy.margin_percent;
         throttle.set_window_limits(&|budget, limit| {
