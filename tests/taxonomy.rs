@@ -1432,10 +1432,11 @@ async fn an_alert_carries_its_severity_from_degradation_yaml_for_the_sink_to_rou
         ("sse_fallbacks_sustained", "ops"),
         ("retry_exhausted", "ops"),
         ("fleet_degraded", "ops"),
+        ("replay_store_large", "ops"),
     ] {
         assert_eq!(policy.severity(alert), Some(severity), "{alert}");
     }
-    assert_eq!(policy.alerts.severities.len(), 10);
+    assert_eq!(policy.alerts.severities.len(), 11);
 }
 
 #[tokio::test]
