@@ -47,7 +47,9 @@ impl FleetBackend for Redis {
 /// fail together when one moment goes wrong (a stall of this process or of
 /// Redis on a loaded machine, a lost packet): eight concurrent admissions
 /// timing out at once are one failure, and a stall shorter than `over` is
-/// no outage. A dead store fails every call, one after another, for good.
+/// no outage. A dead store fails every call, one after another, for good;
+/// one that refuses the connection (nothing listens) is not stalled but
+/// gone, and its failures in a row open the breaker at once.
 #[derive(Debug, Clone)]
 pub struct StoreBreaker {
     threshold: u32,
@@ -102,8 +104,10 @@ impl StoreBreaker {
         self.open_until.take().map(|_| Switch::Shared)
     }
 
-    /// A call started at `started` failed at `now`.
-    pub fn failure(&mut self, started: Instant, now: Instant) -> Option<Switch> {
+    /// A call started at `started` failed at `now`; `gone`: nothing listens
+    /// at the address (refused), which is no stall to wait out, so
+    /// `threshold` such failures in a row open it however close together.
+    pub fn failure(&mut self, started: Instant, now: Instant, gone: bool) -> Option<Switch> {
         if self.last_failure.is_some_and(|last| started < last) {
             return None; // in flight with the last counted failure
         }
@@ -111,7 +115,8 @@ impl StoreBreaker {
         self.failures = self.failures.saturating_add(1);
         let first = *self.first_failure.get_or_insert(now);
         let open = self.open_until.is_some();
-        if !open && (self.failures < self.threshold || now.duration_since(first) < self.over) {
+        let waited_out = !gone && now.duration_since(first) < self.over;
+        if !open && (self.failures < self.threshold || waited_out) {
             return None;
         }
         let was_open = self.open_until.is_some();
@@ -253,27 +258,30 @@ mod tests {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
         // Each call starts as the one before failed: in a row.
-        assert_eq!(breaker.failure(t0, t0 + ms(5)), None);
-        assert_eq!(breaker.failure(t0 + ms(5), t0 + ms(10)), None);
+        assert_eq!(breaker.failure(t0, t0 + ms(5), false), None);
+        assert_eq!(breaker.failure(t0 + ms(5), t0 + ms(10), false), None);
         assert!(!breaker.degraded());
         let t1 = t0 + ms(15);
-        assert_eq!(breaker.failure(t0 + ms(10), t1), Some(Switch::Degraded));
+        assert_eq!(
+            breaker.failure(t0 + ms(10), t1, false),
+            Some(Switch::Degraded)
+        );
         assert!(breaker.degraded());
         assert!(!breaker.allows(t1 + ms(999)));
         assert!(breaker.allows(t1 + Duration::from_secs(1)));
         // The retry fails: open again, no second alert.
         let t2 = t1 + Duration::from_secs(1);
-        assert_eq!(breaker.failure(t2, t2 + ms(5)), None);
+        assert_eq!(breaker.failure(t2, t2 + ms(5), false), None);
         assert!(!breaker.allows(t2 + ms(500)));
         assert_eq!(breaker.success(), Some(Switch::Shared));
         assert!(!breaker.degraded());
         assert_eq!(breaker.success(), None);
         // A success in between resets the count.
         let t3 = t2 + Duration::from_secs(5);
-        breaker.failure(t3, t3 + ms(5));
-        breaker.failure(t3 + ms(5), t3 + ms(10));
+        breaker.failure(t3, t3 + ms(5), false);
+        breaker.failure(t3 + ms(5), t3 + ms(10), false);
         breaker.success();
-        assert_eq!(breaker.failure(t3 + ms(10), t3 + ms(15)), None);
+        assert_eq!(breaker.failure(t3 + ms(10), t3 + ms(15), false), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -284,12 +292,12 @@ mod tests {
         // Eight admissions in flight over one bad moment.
         let us = Duration::from_micros;
         for i in 0..8 {
-            assert_eq!(breaker.failure(t0 + us(i), t0 + ms(5) + us(i)), None);
+            assert_eq!(breaker.failure(t0 + us(i), t0 + ms(5) + us(i), false), None);
         }
         assert!(!breaker.degraded());
         // Two more, each started after the last failed: three in a row.
-        assert_eq!(breaker.failure(t0 + ms(6), t0 + ms(11)), None);
-        let open = breaker.failure(t0 + ms(11), t0 + ms(16));
+        assert_eq!(breaker.failure(t0 + ms(6), t0 + ms(11), false), None);
+        let open = breaker.failure(t0 + ms(11), t0 + ms(16), false);
         assert_eq!(open, Some(Switch::Degraded));
     }
 
@@ -300,7 +308,10 @@ mod tests {
         let t0 = Instant::now();
         // Ten calls in a row fail over 50 ms: a stall, not an outage.
         for i in 0..10 {
-            assert_eq!(breaker.failure(t0 + ms(5 * i), t0 + ms(5 * i + 5)), None);
+            assert_eq!(
+                breaker.failure(t0 + ms(5 * i), t0 + ms(5 * i + 5), false),
+                None
+            );
         }
         assert!(!breaker.degraded());
         breaker.success();
@@ -308,13 +319,33 @@ mod tests {
         let t1 = t0 + Duration::from_secs(10);
         let mut opened = None;
         for i in 0..60 {
-            if let Some(switch) = breaker.failure(t1 + ms(5 * i), t1 + ms(5 * i + 5)) {
+            if let Some(switch) = breaker.failure(t1 + ms(5 * i), t1 + ms(5 * i + 5), false) {
                 opened = Some((i, switch));
                 break;
             }
         }
         // The first failure at 5 ms, the one 250 ms after it at 255 ms.
         assert_eq!(opened, Some((50, Switch::Degraded)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_is_gone_opens_it_without_waiting_out_a_stall() {
+        let ms = Duration::from_millis;
+        let mut breaker = StoreBreaker::new(3, ms(250), Duration::from_secs(1));
+        let t0 = Instant::now();
+        // Three refused calls in a row, 1 ms apart: gone, not stalled.
+        assert_eq!(breaker.failure(t0, t0 + ms(1), true), None);
+        assert_eq!(breaker.failure(t0 + ms(1), t0 + ms(2), true), None);
+        assert_eq!(
+            breaker.failure(t0 + ms(2), t0 + ms(3), true),
+            Some(Switch::Degraded)
+        );
+        // Refused calls in flight together still count once.
+        breaker.success();
+        for _ in 0..5 {
+            assert_eq!(breaker.failure(t0 + ms(10), t0 + ms(11), true), None);
+        }
+        assert!(!breaker.degraded());
     }
 
     /// A fleet's sends as its shared bucket (50/s, a burst of 8) lets them

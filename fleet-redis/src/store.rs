@@ -128,6 +128,11 @@ pub enum StoreError {
     /// while): whether Redis would have answered in time is unknown.
     #[error("no answer within the {0} ms deadline, seen {1} ms late")]
     Late(u128, u128),
+    /// Nothing listens at the address (the connection was refused): not a
+    /// stall to wait out. A dropped connection is not this: redis-rs makes
+    /// it again, and the next call may well succeed.
+    #[error("{0}")]
+    Gone(String),
     #[error("{0}")]
     Redis(String),
 }
@@ -439,6 +444,7 @@ impl Store {
         }
         match answered {
             Some(Ok(value)) => Ok(value),
+            Some(Err(e)) if e.is_connection_refusal() => Err(StoreError::Gone(e.to_string())),
             Some(Err(e)) => Err(StoreError::Redis(e.to_string())),
             None => {
                 let late = started.elapsed().saturating_sub(self.deadline);

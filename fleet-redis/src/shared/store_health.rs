@@ -146,7 +146,8 @@ impl Inner {
             if matches!(error, StoreError::Late(..)) {
                 return;
             }
-            let switched = state.breaker.failure(called, now);
+            let gone = matches!(error, StoreError::Gone(_));
+            let switched = state.breaker.failure(called, now, gone);
             if switched == Some(Switch::Degraded) {
                 state.lost = state.breaker.failing_since();
             }
