@@ -250,6 +250,28 @@ struct State {
     local_live: Option<usize>,
 }
 
+impl State {
+    /// Admissions go on this replica's shares: the store is away, or back
+    /// and not caught up yet.
+    fn on_shares(&self) -> bool {
+        self.breaker.degraded() || self.local_until.is_some()
+    }
+
+    /// On the shares until `until` at least.
+    fn local_until_at_least(&mut self, until: Instant) {
+        self.local_until = Some(self.local_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// Redis's clock at `now` as this replica reckons it (µs; 0: unknown),
+    /// from the last heartbeat's reading.
+    fn redis_at(&self, now: Instant) -> i64 {
+        self.clock.map_or(0, |(at, redis)| {
+            let since = now.saturating_duration_since(at).as_micros();
+            redis.saturating_add(i64::try_from(since).unwrap_or(i64::MAX))
+        })
+    }
+}
+
 /// What the store keeps of the fleet: its lease, the token bucket's pace
 /// and burst, the fleet-wide caps and per-minute limits (the budgets the
 /// policy keeps per replica left out), and how long its keys live.
@@ -607,6 +629,7 @@ impl Inner {
         let number =
             (self.take_ended(leases)).unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed));
         let member = self.member(number);
+        let (until, calm) = self.ask_times();
         let ask = Ask {
             route,
             member: &member,
@@ -616,11 +639,8 @@ impl Inner {
             reserved: left.reserved,
             token: left.token,
             run: self.run.load(Ordering::Acquire),
-            until: match self.redis_now() {
-                0 => 0,
-                now => now.saturating_add(STALE_AFTER_US),
-            },
-            calm: self.calm(),
+            until,
+            calm,
         };
         // Registered before the call: a caller cancelled mid-call still
         // gives back what the script may have taken.

@@ -73,8 +73,10 @@ impl Inner {
         // booked as it goes from now on: one period more on the share and
         // the shared bucket holds it, so sharing again sends no burst.
         if self.policy.degraded == Degraded::Open {
-            let until = sdk_runtime::clock::after(Instant::now(), self.throttle.rate_period);
-            state.local_until = Some(state.local_until.map_or(until, |u| u.max(until)));
+            state.local_until_at_least(sdk_runtime::clock::after(
+                Instant::now(),
+                self.throttle.rate_period,
+            ));
         }
         drop(state);
         self.epoch.fetch_add(1, Ordering::Release);
@@ -107,9 +109,17 @@ impl Inner {
         }
     }
 
-    /// Whether this replica came back from its share within a rate period.
-    pub(super) fn calm(&self) -> bool {
-        (self.lock_state().calm_until).is_some_and(|until| Instant::now() < until)
+    /// For an admission's question, under one lock: Redis's instant after
+    /// which its caller no longer waits (0: unknown), and whether this
+    /// replica came back from its share within a rate period.
+    pub(super) fn ask_times(&self) -> (i64, bool) {
+        let now = Instant::now();
+        let state = self.lock_state();
+        let until = match state.redis_at(now) {
+            0 => 0,
+            redis => redis.saturating_add(super::STALE_AFTER_US),
+        };
+        (until, state.calm_until.is_some_and(|calm| now < calm))
     }
 
     /// The fleet settles for `for_` (the store said so): admissions go on
@@ -117,8 +127,8 @@ impl Inner {
     pub(super) fn stay_local(&self, for_: Duration) {
         let until = sdk_runtime::clock::after(Instant::now(), for_);
         let mut state = self.lock_state();
-        let was_local = state.breaker.degraded() || state.local_until.is_some();
-        state.local_until = Some(state.local_until.map_or(until, |u| u.max(until)));
+        let was_local = state.on_shares();
+        state.local_until_at_least(until);
         drop(state);
         if !was_local {
             self.epoch.fetch_add(1, Ordering::Release);
@@ -129,10 +139,7 @@ impl Inner {
     /// Redis's clock now as this replica reckons it (µs; 0: unknown), from
     /// the last heartbeat's reading.
     pub(super) fn redis_now(&self) -> i64 {
-        let state = self.lock_state();
-        state.clock.map_or(0, |(at, redis)| {
-            redis.saturating_add(i64::try_from(at.elapsed().as_micros()).unwrap_or(i64::MAX))
-        })
+        self.lock_state().redis_at(Instant::now())
     }
 
     /// A store call made at `called` failed. One whose deadline this
@@ -186,7 +193,7 @@ impl Inner {
         }
         let mut state = self.lock_state();
         let away = state.breaker.degraded();
-        let local = away || state.local_until.is_some();
+        let local = state.on_shares();
         let live = state.live.len().max(1);
         state.local_live = local.then(|| state.local_live.unwrap_or(live).max(live));
         let live = state.local_live.unwrap_or(live);
