@@ -419,10 +419,6 @@ impl Client {
         &self.parts.gate
     }
 
-    pub(crate) fn transport(&self) -> &Transport {
-        &self.parts.transport
-    }
-
     pub(crate) fn recorder(&self) -> &Arc<Recorder> {
         &self.parts.recorder
     }

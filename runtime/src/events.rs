@@ -92,20 +92,41 @@ impl Drop for Events {
     }
 }
 
+/// An event type a generated crate decodes from a stream's events: one
+/// variant per typed event name, the rest passed through as sent.
+pub trait StreamEvent: Sized + Send + 'static {
+    fn decode(event: SseEvent) -> Result<Self, serde_json::Error>;
+}
+
+impl StreamEvent for SseEvent {
+    fn decode(event: SseEvent) -> Result<Self, serde_json::Error> {
+        Ok(event)
+    }
+}
+
 impl Client {
     /// Opens an SSE route through the same admission and headers as any call.
     pub async fn open_stream(&self, call: Call<'_>) -> Result<Events, Error> {
+        Events::open(self, call).await
+    }
+}
+
+impl Events {
+    /// `client`'s stream of a stream route's call, opened through the
+    /// pipeline, with the route's watchdog and, for a stream that carries an
+    /// answer, the call's deadline.
+    async fn open(client: &Client, call: Call<'_>) -> Result<Events, Error> {
         let endpoint = call.endpoint;
-        let Some(policy) = endpoint.stream.map(|i| &self.plan().policy.streams[i]) else {
+        let Some(policy) = endpoint.stream.map(|i| &client.plan().policy.streams[i]) else {
             let reason = format!("{} is not a stream route", endpoint.path);
-            return Err(self.refused(endpoint, reason));
+            return Err(client.refused(endpoint, reason));
         };
-        let opened = self.open(&call).await?;
+        let opened = crate::pipeline::open(&client.parts, &client.caller, &call).await?;
         let (started, reply, response, slots) =
             (opened.started, opened.reply, opened.response, opened.slots);
         // Built first: from here on, dropping it gives the slots back.
         let mut events = Events::over(
-            self.clone(),
+            client.clone(),
             endpoint,
             policy,
             Box::pin(response.bytes_stream()),
@@ -120,7 +141,7 @@ impl Client {
         // ends. Any other stream's opening counts as the call; its own
         // failures count as fallbacks to polling.
         if policy.lost_copy.is_some() {
-            let deadline = crate::clock::after(started, self.plan().policy.deadline);
+            let deadline = crate::clock::after(started, client.plan().policy.deadline);
             let (started, retried) = reply.opened();
             Ok(events.interactive(deadline, started, retried))
         } else {

@@ -5,7 +5,8 @@ use tokio::time::Instant;
 use crate::backoff::PollCadence;
 use crate::breaker::CircuitState;
 use crate::client::Client;
-use sdk_policy::policy::{FeatureStateCopy, StateTrigger};
+use crate::gate::Gate;
+use sdk_policy::policy::{FeatureStateCopy, Policy, StateTrigger};
 
 /// What the UI shows for a feature right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,41 +24,7 @@ impl Client {
     /// for an unknown feature. The worst news wins: a row-triggered state
     /// (dark, paused), then breaker open, deploy-suspected, a failed stage.
     pub fn feature_state(&self, feature: &str) -> Option<FeatureStatus> {
-        let policy = self.plan().policy;
-        let feature = policy.features.iter().find(|f| f.name == feature)?;
-        let now = Instant::now();
-        let memory = self.gate().memory();
-        let by_row = feature
-            .routes
-            .iter()
-            .filter_map(|e| memory.current(e, now))
-            .find_map(|r| r.row.feature_state);
-        if let Some(name) = by_row {
-            return Some(status(policy.states.iter().find(|s| s.state == name), None));
-        }
-        let stage = memory.failed_stage(feature.name).map(str::to_owned);
-        drop(memory);
-        let (open, deploy) = {
-            let breaker = self.gate().breaker();
-            (
-                breaker.state() != CircuitState::Closed,
-                breaker.deploy_suspected(now),
-            )
-        };
-        let trigger = if open {
-            StateTrigger::BreakerOpen
-        } else if deploy {
-            StateTrigger::DeploySuspected
-        } else if stage.is_some() {
-            StateTrigger::StageFailed
-        } else {
-            StateTrigger::Otherwise
-        };
-        let state = policy.states.iter().find(|s| s.when == trigger);
-        Some(status(
-            state,
-            stage.filter(|_| trigger == StateTrigger::StageFailed),
-        ))
+        state_of(self.plan().policy, self.gate(), feature)
     }
 
     /// A fail-open stage of `feature` failed (e.g. a chat trace stage): the
@@ -89,6 +56,44 @@ impl Client {
     pub fn poll_interval(&self) -> std::time::Duration {
         PollCadence::new(&self.plan().policy.throttle.polling).interval(self.rate_limit_hot())
     }
+}
+
+/// The state of `feature` by the worst news the gate holds.
+fn state_of(policy: &'static Policy, gate: &Gate, feature: &str) -> Option<FeatureStatus> {
+    let feature = policy.features.iter().find(|f| f.name == feature)?;
+    let now = Instant::now();
+    let memory = gate.memory();
+    let by_row = feature
+        .routes
+        .iter()
+        .filter_map(|e| memory.current(e, now))
+        .find_map(|r| r.row.feature_state);
+    if let Some(name) = by_row {
+        return Some(status(policy.states.iter().find(|s| s.state == name), None));
+    }
+    let stage = memory.failed_stage(feature.name).map(str::to_owned);
+    drop(memory);
+    let (open, deploy) = {
+        let breaker = gate.breaker();
+        (
+            breaker.state() != CircuitState::Closed,
+            breaker.deploy_suspected(now),
+        )
+    };
+    let trigger = if open {
+        StateTrigger::BreakerOpen
+    } else if deploy {
+        StateTrigger::DeploySuspected
+    } else if stage.is_some() {
+        StateTrigger::StageFailed
+    } else {
+        StateTrigger::Otherwise
+    };
+    let state = policy.states.iter().find(|s| s.when == trigger);
+    Some(status(
+        state,
+        stage.filter(|_| trigger == StateTrigger::StageFailed),
+    ))
 }
 
 fn status(state: Option<&'static FeatureStateCopy>, stage: Option<String>) -> FeatureStatus {

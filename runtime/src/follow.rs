@@ -24,22 +24,10 @@ use serde_json::Value;
 use crate::call::Call;
 use crate::client::Client;
 use crate::error::{Error, bounded};
-use crate::events::Events;
+use crate::events::{Events, StreamEvent};
 use sdk_policy::Endpoint;
 use sdk_policy::Id;
 use sdk_policy::policy::{OutcomeKind, StreamFallback, StreamPolicy};
-
-/// An event type a generated crate decodes from a stream's events: one
-/// variant per typed event name, the rest passed through as sent.
-pub trait StreamEvent: Sized + Send + 'static {
-    fn decode(event: SseEvent) -> Result<Self, serde_json::Error>;
-}
-
-impl StreamEvent for SseEvent {
-    fn decode(event: SseEvent) -> Result<Self, serde_json::Error> {
-        Ok(event)
-    }
-}
 
 /// What following a job yields; the last item is [`JobUpdate::Completed`] or
 /// an error (a failed or cancelled job is class `job_failed`).
@@ -200,11 +188,23 @@ impl Client {
         E: StreamEvent,
         S: DeserializeOwned + Send + 'static,
     {
+        JobProgress::of(self, call)
+    }
+}
+
+impl<E, S> JobProgress<E, S>
+where
+    E: StreamEvent,
+    S: DeserializeOwned + Send + 'static,
+{
+    /// `client` following the job `call` reports on, or a refusal for a
+    /// route that is no job stream with a fallback.
+    fn of(client: &Client, call: Call<'_>) -> Self {
         let endpoint = call.endpoint;
-        let policy = endpoint.stream.map(|i| &self.plan().policy.streams[i]);
+        let policy = endpoint.stream.map(|i| &client.plan().policy.streams[i]);
         let Some((policy, fallback)) = policy.and_then(|p| Some((p, p.fallback.as_ref()?))) else {
             let reason = format!("{} is not a job stream with a fallback", endpoint.path);
-            let error = self.refused(endpoint, reason);
+            let error = client.refused(endpoint, reason);
             return JobProgress {
                 start: None,
                 expected: None,
@@ -214,13 +214,13 @@ impl Client {
             };
         };
         let source = Platform {
-            client: self.clone(),
+            client: client.clone(),
             endpoint,
             fallback: fallback.route,
             workspace: call.workspace.cloned(),
             path: call.path.iter().map(|p| (*p).to_owned()).collect(),
         };
-        JobProgress::new(self.clone(), endpoint, policy, fallback, source)
+        JobProgress::new(client.clone(), endpoint, policy, fallback, source)
     }
 }
 

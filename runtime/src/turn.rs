@@ -22,7 +22,7 @@ use serde_json::Value;
 use crate::client::Client;
 use crate::error::{Error, bounded};
 use crate::events::Events;
-use crate::follow::StreamEvent;
+use crate::events::StreamEvent;
 use sdk_policy::policy::{OutcomeKind, StagePolicy};
 
 /// What a turn yields.

@@ -5,11 +5,23 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Modules that may name `crate::client`: the client itself and the layers
-/// that run calls with it.
+/// Modules that may name `crate::client` (each with the modules inside it):
+/// the client itself, the layers that run calls with it and the breaker's
+/// life-cycle, which spawns probes and warm-ups with its parts.
 const ABOVE_CLIENT: &[&str] = &[
-    "client", "pipeline", "probe", "events", "follow", "turn", "features",
+    "client",
+    "pipeline",
+    "breaker::admit",
+    "breaker::probe",
+    "events",
+    "follow",
+    "turn",
+    "features",
 ];
+
+/// The longest public entry point an `impl Client` outside `client.rs` may
+/// hold: a few lines that hand the call to the module's own functions.
+const ENTRY_POINT_LINES: usize = 15;
 
 /// Every module of `src/` (as `a::b`) and its source without its unit tests.
 fn modules() -> BTreeMap<String, String> {
@@ -172,8 +184,10 @@ fn nothing_below_the_pipeline_names_the_client() {
     let below: Vec<_> = graph()
         .into_iter()
         .filter(|(m, targets)| {
-            let top = m.split("::").next().unwrap();
-            targets.contains("client") && !ABOVE_CLIENT.contains(&top)
+            let above = ABOVE_CLIENT
+                .iter()
+                .any(|a| m == a || m.starts_with(&format!("{a}::")));
+            targets.contains("client") && !above
         })
         .map(|(m, _)| m)
         .collect();
@@ -181,6 +195,75 @@ fn nothing_below_the_pipeline_names_the_client() {
         below.is_empty(),
         "below the pipeline, naming the client: {below:?}"
     );
+}
+
+/// The functions of every `impl Client` block in `code` that are not a
+/// public entry point of at most [`ENTRY_POINT_LINES`] lines, as
+/// `name (lines)`. A block's items are read by indentation, as rustfmt
+/// writes them: `fn` lines at four spaces, bodies deeper.
+fn not_entry_points(code: &str) -> Vec<String> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < lines.len() {
+        if !lines[at].starts_with("impl Client {") {
+            at += 1;
+            continue;
+        }
+        at += 1;
+        while at < lines.len() && lines[at] != "}" {
+            let line = lines[at];
+            let item = line.strip_prefix("    ").filter(|l| !l.starts_with(' '));
+            let Some(item) = item.filter(|l| l.contains("fn ")) else {
+                at += 1;
+                continue;
+            };
+            let start = at;
+            while at < lines.len() && lines[at] != "    }" {
+                at += 1;
+            }
+            let length = at - start + 1;
+            let public = item.starts_with("pub fn ") || item.starts_with("pub async fn ");
+            if !public || length > ENTRY_POINT_LINES {
+                let name = item.split("fn ").nth(1).unwrap_or(item);
+                let name = name.split(['(', '<']).next().unwrap_or(name);
+                out.push(format!("{name} ({length} lines)"));
+            }
+            at += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn impl_client_outside_client_rs_holds_only_public_entry_points() {
+    let mut found = Vec::new();
+    let mut blocks = 0;
+    for (module, code) in modules() {
+        blocks += code.matches("\nimpl Client {").count();
+        if module != "client" {
+            let offenders = not_entry_points(&code);
+            found.extend(offenders.into_iter().map(|o| format!("{module}: {o}")));
+        }
+    }
+    assert!(blocks >= 5, "the scan found {blocks} impl Client blocks");
+    assert!(
+        found.is_empty(),
+        "not a short public entry point: {found:?}"
+    );
+}
+
+/// The scan itself: a private method or a long public one in an
+/// `impl Client` is seen, a short public one passes.
+#[test]
+fn the_entry_point_scan_sees_private_and_long_methods() {
+    let body = "        x();\n".repeat(ENTRY_POINT_LINES);
+    let code = format!(
+        "impl Client {{\n    pub fn short(&self) {{\n        x();\n    }}\n\n    fn hidden(&self) {{\n    }}\n\n    pub async fn long(&self) {{\n{body}    }}\n}}\n"
+    );
+    let found = not_entry_points(&code);
+    let long = format!("long ({} lines)", ENTRY_POINT_LINES + 2);
+    assert_eq!(found, ["hidden (2 lines)".to_string(), long]);
 }
 
 /// The scan itself: a circle, an import through the facade and a group

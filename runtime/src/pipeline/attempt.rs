@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Run;
+use crate::call::Call;
 use crate::clock;
 use crate::plan::Plan;
-use crate::telemetry;
+use crate::telemetry::{self, LogScope};
 use crate::transport::Transport;
 use crate::wire::{Attempt, Wire, perform};
 
@@ -30,39 +30,80 @@ pub(crate) struct Sent {
     pub span: tracing::Span,
 }
 
-/// Sends attempt `run.attempt` of the call on its rendered path and reads
-/// its answer, within the attempt's timeout class (longer while a deploy
-/// is suspected: `deploy`) and the call's deadline.
+/// One request of a call, as the attempt line and the wire need it.
+pub(crate) struct Request<'r> {
+    pub call: &'r Call<'r>,
+    /// The call's rendered path.
+    pub path: &'r str,
+    pub scope: &'r LogScope<'r>,
+    /// The attempt's number, from 1.
+    pub number: u32,
+}
+
+/// One request as it went out and what came back before `until`.
+pub(crate) struct Exchange {
+    /// The answer and, on a stream's 2xx, its open response; `None` when
+    /// `until` came first.
+    pub answer: Option<(Attempt, Option<reqwest::Response>)>,
+    /// The ID the request was sent with (`X-Request-ID`).
+    pub request_id: String,
+    pub started: Instant,
+}
+
+/// Sends `request` on the transport and reads its answer, bounded by the
+/// route's caps, until `until`, inside `span`: the one place a request is
+/// made, for the call's attempts and the breaker's probes alike.
+pub(crate) async fn once(
+    transport: &Transport,
+    plan: &Plan,
+    request: Request<'_>,
+    wire: Wire,
+    until: Instant,
+    span: &tracing::Span,
+) -> Exchange {
+    let endpoint = request.call.endpoint;
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let started = Instant::now();
+    let sent = transport.request(request.call, request.path, &request_id);
+    telemetry::sent(plan.policy, request.scope, &request_id, request.number);
+    let caps = transport.read_caps(plan.policy, endpoint);
+    let performed = perform(&transport.pool, sent, wire, caps);
+    // A `Span::none()` is not entered around it, as the call's loop.
+    let answer = if span.is_none() {
+        tokio::time::timeout_at(until, performed).await
+    } else {
+        let performed = tracing::Instrument::instrument(performed, span.clone());
+        tokio::time::timeout_at(until, performed).await
+    };
+    Exchange {
+        answer: answer.ok(),
+        request_id,
+        started,
+    }
+}
+
+/// Sends attempt `request.number` of the call and reads its answer, within
+/// the attempt's timeout class (longer while a deploy is suspected:
+/// `deploy`) and the call's `deadline`.
 pub(super) async fn attempt(
     transport: &Transport,
     plan: &Plan,
     deploy: bool,
-    run: &Run<'_, '_>,
+    request: Request<'_>,
+    deadline: Instant,
     wire: Wire,
 ) -> Sent {
-    let (call, endpoint) = (run.call, run.call.endpoint);
-    let path = run.path.as_deref().unwrap_or_default();
-    let request_id = uuid::Uuid::new_v4().to_string();
-    let started = Instant::now();
+    let (call, endpoint) = (request.call, request.call.endpoint);
     let timeout = call.timeout.unwrap_or(endpoint.timeout);
     let budget = plan.policy.timeouts[timeout].budget(deploy);
-    let attempt_deadline = clock::after(started, budget).min(run.deadline);
-    let request = transport.request(call, path, &request_id);
-    telemetry::sent(plan.policy, &run.scope, &request_id, run.attempt);
-    let caps = transport.read_caps(plan.policy, endpoint);
-    let span = crate::spans::attempt(run.attempt);
-    let performed = perform(&transport.pool, request, wire, caps);
-    // As the call's loop: a `Span::none()` is not entered around it.
-    let timed = if span.is_none() {
-        tokio::time::timeout_at(attempt_deadline, performed).await
-    } else {
-        let performed = tracing::Instrument::instrument(performed, span.clone());
-        tokio::time::timeout_at(attempt_deadline, performed).await
-    };
-    let overdue = timed.is_err() && attempt_deadline == run.deadline;
-    let head_withheld = timed.is_err() && !overdue && wire == Wire::Stream;
-    let (attempt, response) = timed.unwrap_or_else(|_| {
-        let reason = timed_out(budget, wire);
+    let attempt_deadline = clock::after(Instant::now(), budget).min(deadline);
+    let span = crate::spans::attempt(request.number);
+    let exchange = once(transport, plan, request, wire, attempt_deadline, &span).await;
+    let timed_out = exchange.answer.is_none();
+    let overdue = timed_out && attempt_deadline == deadline;
+    let head_withheld = timed_out && !overdue && wire == Wire::Stream;
+    let (attempt, response) = exchange.answer.unwrap_or_else(|| {
+        let reason = timed_out_reason(budget, wire);
         let failed = Attempt::Failed {
             maybe_sent: true,
             reason,
@@ -72,8 +113,8 @@ pub(super) async fn attempt(
     Sent {
         attempt,
         response,
-        request_id,
-        started,
+        request_id: exchange.request_id,
+        started: exchange.started,
         deploy,
         head_withheld,
         overdue,
@@ -82,7 +123,7 @@ pub(super) async fn attempt(
 }
 
 /// Why an attempt that ran out of its own time failed.
-fn timed_out(budget: Duration, wire: Wire) -> String {
+fn timed_out_reason(budget: Duration, wire: Wire) -> String {
     match wire {
         Wire::Stream => format!(
             "no response head within the {} ms attempt timeout (a proxy may be holding the stream)",

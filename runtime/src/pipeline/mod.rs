@@ -7,28 +7,33 @@
 //! below joins them; a call and a stream's opening share it.
 
 mod admit;
-mod attempt;
+pub(crate) mod attempt;
 mod conclude;
 mod detail;
 mod fleet;
 mod judge;
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 pub(crate) use detail::operator_view;
 
+use crate::breaker;
 use crate::call::Call;
-use crate::client::{Client, Parts};
+use crate::client::{Caller, Client, Parts};
 use crate::clock;
 use crate::error::{Detail, Error};
 use crate::fleet::FleetSlots;
+use crate::gate::Gate;
 use crate::plan::Plan;
+use crate::recorder::Recorder;
 use crate::reply::Reply;
 use crate::telemetry::{self, LogScope};
 use crate::throttle::{HeldSlots, Throttle};
 use crate::wire::Wire;
 use admit::{Prelude, admit, prelude};
-use attempt::attempt;
+use attempt::{Request, attempt};
 use conclude::{Step, conclude, settle};
 use judge::{Previous, judge};
 
@@ -91,35 +96,11 @@ pub(crate) struct Opened {
 impl Client {
     /// Runs a call through the pipeline and returns the successful answer.
     pub async fn send(&self, call: Call<'_>) -> Result<Reply, Error> {
-        if let Some(error) = self.refused_at_once(&call) {
+        if let Some(error) = refused_at_once(&self.parts, &call) {
             return Err(error);
         }
         self.plan().refuse_stream_sent(call.endpoint)?;
-        Ok(self.run(&call).await?.reply)
-    }
-
-    /// Opens a stream through the same pipeline, for a stream route (its
-    /// caller, `open_stream`, refuses any other): a 2xx hands back its open
-    /// response; any other success (a 409 a create route takes as its
-    /// answer) has no event stream and is a decode error.
-    pub(crate) async fn open(&self, call: &Call<'_>) -> Result<Opened, Error> {
-        if let Some(error) = self.refused_at_once(call) {
-            return Err(error);
-        }
-        let answered = self.run(call).await?;
-        let Some((response, slots)) = answered.stream else {
-            let reply = answered.reply;
-            let detail = Some(Detail::Shown("the answer has no event stream".into()));
-            let error = (self.plan()).error(sdk_policy::OutcomeKind::Decode, call.endpoint);
-            return Err(error.with_status(reply.status(), detail));
-        };
-        Ok(Opened {
-            reply: answered.reply,
-            response,
-            slots,
-            started: answered.started,
-            sent: answered.sent,
-        })
+        Ok(run(&self.parts, &self.caller, &call).await?.reply)
     }
 
     /// A call refused before a byte is sent (T22), for `reason`: a scope
@@ -138,134 +119,176 @@ impl Client {
     /// before it builds the send future, so a refusal moves nothing but the
     /// error; `send` asks again for a call that did not.
     pub fn fail_fast(&self, call: &Call<'_>) -> Result<(), Error> {
-        match self.refused_at_once(call) {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    }
-
-    /// The open breaker's refusal without the attempt loop, counted, its
-    /// span made and closed here when anything records it. Asked before
-    /// the loop's future is even built: a refusal moves nothing but the
-    /// error, which is the route's shared one.
-    fn refused_at_once(&self, call: &Call<'_>) -> Option<Error> {
-        let error = self.gate().refused_while_open(self.plan(), call)?;
-        let e = call.endpoint;
-        (self.recorder().metrics).refused(e.route, e.service, error.class_name());
-        if crate::spans::recorded() {
-            let base = self.transport().origin.base();
-            let span = crate::spans::call(self.policy(), base, call);
-            crate::spans::failed(&span, &error);
-        }
-        Some(error)
-    }
-
-    /// The attempt loop, in the call's span (`spans`).
-    async fn run(&self, call: &Call<'_>) -> Result<Answered, Error> {
-        use tracing::Instrument;
-        let base = self.transport().origin.base();
-        let span = crate::spans::call(self.policy(), base, call);
-        // `Span::none()` (nothing records spans): entering it does nothing,
-        // so the loop's future is not moved into a wrapper that would.
-        let result = if span.is_none() {
-            self.attempts(call).await
-        } else {
-            self.attempts(call).instrument(span.clone()).await
-        };
-        crate::spans::finished(&span, result.as_ref().map(|a| a.reply.status()));
-        result
-    }
-
-    async fn attempts(&self, call: &Call<'_>) -> Result<Answered, Error> {
-        let Parts {
-            plan,
-            gate,
-            transport,
-            recorder,
-            ..
-        } = &*self.parts;
-        plan.check_scope(call)?;
-        // The route says how its 2xx body is taken: a stream route's is its
-        // event stream.
-        let wire = Wire::of(call.endpoint);
-        let mut run = Run::new(plan, call);
-        match prelude(plan, gate, call, run.started) {
-            Prelude::Go => {}
-            Prelude::Refused(error) => return Err(self.fail(&mut run, error, false)),
-            Prelude::Settled { error, row, detail } => {
-                settle(
-                    gate,
-                    recorder,
-                    row,
-                    &error,
-                    call.endpoint,
-                    None,
-                    detail,
-                    false,
-                );
-                return Err(self.fail(&mut run, error, false));
-            }
-        }
-        loop {
-            run.attempt += 1;
-            crate::spans::resent(run.attempt);
-            let admitted = match self.admit_breaker(call.endpoint, run.attempt).await {
-                Ok(generation) => admit(plan, gate, &self.caller, &mut run, generation).await,
-                Err(error) => Err(error),
-            };
-            let admitted = match admitted {
-                Ok(admitted) => admitted,
-                Err(error) => return Err(self.fail(&mut run, error, false)),
-            };
-            let deploy = gate.breaker().deploy_suspected(Instant::now());
-            let sent = attempt(transport, plan, deploy, &run, wire).await;
-            if sent.overdue {
-                // Ended in flight: the request may have arrived.
-                let transition = gate.record(admitted.generation, call.endpoint.path, true);
-                self.on_transition(transition);
-                let unknown = !call.endpoint.idempotent;
-                let error = run.deadline_error(plan, Some(sent.request_id), unknown);
-                return Err(self.fail(&mut run, error, false));
-            }
-            let verdict = judge(
-                plan.policy,
-                call.endpoint,
-                run.previous.as_ref(),
-                &sent.attempt,
-            );
-            let (step, transition) =
-                conclude(&self.parts, &self.caller, &mut run, sent, verdict, admitted);
-            self.on_transition(transition);
-            match step {
-                Step::Done(answered) => return Ok(answered),
-                Step::Fail { error, exhausted } => {
-                    return Err(self.fail(&mut run, error, exhausted));
-                }
-                Step::RetryAt(at) => tokio::time::sleep_until(at).await,
-            }
-        }
-    }
-
-    /// Ends the call with `error`: noted, counted, and when the row's
-    /// retries were used up (the row itself raised no alert) a log line with
-    /// the call's context and the retry-exhaustion alert, for every such
-    /// call or only when their rate is elevated, as the policy says.
-    fn fail(&self, run: &mut Run<'_, '_>, error: Error, exhausted: bool) -> Error {
-        let recorder = self.recorder();
-        let endpoint = run.call.endpoint;
-        if let Some(id) = error.request_id() {
-            self.caller.note(endpoint, id, error.status(), false);
-        }
-        if exhausted && run.attempt > 1 {
-            recorder.exhausted(&error, run.call);
-        }
-        let retried = run.attempt > 1;
-        recorder.count_call(endpoint, error.class_name(), retried, run.started);
-        error
+        refused_at_once(&self.parts, call).map_or(Ok(()), Err)
     }
 }
 
+/// Opens a stream through the same pipeline, for a stream route (its
+/// caller, `open_stream`, refuses any other): a 2xx hands back its open
+/// response; any other success (a 409 a create route takes as its answer)
+/// has no event stream and is a decode error.
+pub(crate) async fn open(
+    parts: &Arc<Parts>,
+    caller: &Caller,
+    call: &Call<'_>,
+) -> Result<Opened, Error> {
+    if let Some(error) = refused_at_once(parts, call) {
+        return Err(error);
+    }
+    let answered = run(parts, caller, call).await?;
+    let Some((response, slots)) = answered.stream else {
+        let reply = answered.reply;
+        let detail = Some(Detail::Shown("the answer has no event stream".into()));
+        let error = (parts.plan).error(sdk_policy::OutcomeKind::Decode, call.endpoint);
+        return Err(error.with_status(reply.status(), detail));
+    };
+    Ok(Opened {
+        reply: answered.reply,
+        response,
+        slots,
+        started: answered.started,
+        sent: answered.sent,
+    })
+}
+
+/// The open breaker's refusal without the attempt loop, counted, its span
+/// made and closed here when anything records it. Asked before the loop's
+/// future is even built: a refusal moves nothing but the error, which is
+/// the route's shared one.
+fn refused_at_once(parts: &Parts, call: &Call<'_>) -> Option<Error> {
+    let error = parts.gate.refused_while_open(&parts.plan, call)?;
+    let e = call.endpoint;
+    (parts.recorder.metrics).refused(e.route, e.service, error.class_name());
+    if crate::spans::recorded() {
+        let base = parts.transport.origin.base();
+        let span = crate::spans::call(parts.plan.policy, base, call);
+        crate::spans::failed(&span, &error);
+    }
+    Some(error)
+}
+
+/// The attempt loop, in the call's span (`spans`).
+async fn run(parts: &Arc<Parts>, caller: &Caller, call: &Call<'_>) -> Result<Answered, Error> {
+    use tracing::Instrument;
+    let base = parts.transport.origin.base();
+    let span = crate::spans::call(parts.plan.policy, base, call);
+    // `Span::none()` (nothing records spans): entering it does nothing, so
+    // the loop's future is not moved into a wrapper that would.
+    let result = if span.is_none() {
+        attempts(parts, caller, call).await
+    } else {
+        attempts(parts, caller, call).instrument(span.clone()).await
+    };
+    crate::spans::finished(&span, result.as_ref().map(|a| a.reply.status()));
+    result
+}
+
+async fn attempts(parts: &Arc<Parts>, caller: &Caller, call: &Call<'_>) -> Result<Answered, Error> {
+    let Parts {
+        plan,
+        gate,
+        transport,
+        recorder,
+        ..
+    } = &**parts;
+    plan.check_scope(call)?;
+    // The route says how its 2xx body is taken: a stream route's is its
+    // event stream.
+    let wire = Wire::of(call.endpoint);
+    let mut run = Run::new(plan, call);
+    if let Some(error) = settled_before(plan, gate, recorder, call, run.started) {
+        return Err(fail(recorder, caller, &mut run, error, false));
+    }
+    loop {
+        run.attempt += 1;
+        crate::spans::resent(run.attempt);
+        let admitted = match breaker::admit(parts, call.endpoint, run.attempt).await {
+            Ok(generation) => admit(plan, gate, caller, &mut run, generation).await,
+            Err(error) => Err(error),
+        };
+        let admitted = match admitted {
+            Ok(admitted) => admitted,
+            Err(error) => return Err(fail(recorder, caller, &mut run, error, false)),
+        };
+        let deploy = gate.breaker().deploy_suspected(Instant::now());
+        let sent = attempt(transport, plan, deploy, run.request(), run.deadline, wire).await;
+        if sent.overdue {
+            // Ended in flight: the request may have arrived.
+            let transition = gate.record(admitted.generation, call.endpoint.path, true);
+            breaker::react(parts, transition);
+            let unknown = !call.endpoint.idempotent;
+            let error = run.deadline_error(plan, Some(sent.request_id), unknown);
+            return Err(fail(recorder, caller, &mut run, error, false));
+        }
+        let previous = run.previous.as_ref();
+        let verdict = judge(plan.policy, call.endpoint, previous, &sent.attempt);
+        let (step, transition) = conclude(parts, caller, &mut run, sent, verdict, admitted);
+        breaker::react(parts, transition);
+        match step {
+            Step::Done(answered) => return Ok(answered),
+            Step::Fail { error, exhausted } => {
+                return Err(fail(recorder, caller, &mut run, error, exhausted));
+            }
+            Step::RetryAt(at) => tokio::time::sleep_until(at).await,
+        }
+    }
+}
+
+/// The prelude's verdict: `None` to go on to the loop, or the error the
+/// call ends with before any attempt (a settled one recorded as an
+/// attempt's would be).
+fn settled_before(
+    plan: &Plan,
+    gate: &Gate,
+    recorder: &Recorder,
+    call: &Call<'_>,
+    started: Instant,
+) -> Option<Error> {
+    match prelude(plan, gate, call, started) {
+        Prelude::Go => None,
+        Prelude::Refused(error) => Some(error),
+        Prelude::Settled { error, row, detail } => {
+            let endpoint = call.endpoint;
+            settle(gate, recorder, row, &error, endpoint, None, detail, false);
+            Some(error)
+        }
+    }
+}
+
+/// Ends the call with `error`: noted, counted, and when the row's retries
+/// were used up (the row itself raised no alert) a log line with the call's
+/// context and the retry-exhaustion alert, for every such call or only when
+/// their rate is elevated, as the policy says.
+fn fail(
+    recorder: &Recorder,
+    caller: &Caller,
+    run: &mut Run<'_, '_>,
+    error: Error,
+    exhausted: bool,
+) -> Error {
+    let endpoint = run.call.endpoint;
+    if let Some(id) = error.request_id() {
+        caller.note(endpoint, id, error.status(), false);
+    }
+    if exhausted && run.attempt > 1 {
+        recorder.exhausted(&error, run.call);
+    }
+    let retried = run.attempt > 1;
+    recorder.count_call(endpoint, error.class_name(), retried, run.started);
+    error
+}
+
 impl<'c, 'a> Run<'c, 'a> {
+    /// The request the next attempt sends.
+    fn request(&self) -> Request<'_> {
+        Request {
+            call: self.call,
+            path: self.path.as_deref().unwrap_or_default(),
+            scope: &self.scope,
+            number: self.attempt,
+        }
+    }
+
     fn new(plan: &'c Plan, call: &'c Call<'a>) -> Self {
         let started = Instant::now();
         Run {
