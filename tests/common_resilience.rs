@@ -12,9 +12,9 @@ use grag_client::types::SpendGrouping;
 use grag_client::{Grag, PipelineId};
 use grag_sim::testkit::{self, Kit};
 use grag_sim::{Fault, Rule, Sim, SimConfig};
+use sdk_runtime::CircuitState;
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
-use sdk_runtime::breaker::CircuitState;
 use tokio::time::Instant;
 
 /// The key the clients present (the simulator accepts any by default).

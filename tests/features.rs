@@ -14,8 +14,8 @@ use grag_client::types::{CreateKb, SearchRequest};
 use grag_client::{Config, Grag, KbId, PipelineId};
 use grag_sim::testkit;
 use grag_sim::{Fault, Rule, Sim};
+use sdk_runtime::CircuitState;
 use sdk_runtime::alerts::CollectAlerts;
-use sdk_runtime::breaker::CircuitState;
 use sdk_runtime::{FeatureStatus, OutcomeKind, Policy};
 use tokio::time::Instant;
 

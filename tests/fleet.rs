@@ -1401,7 +1401,7 @@ async fn open_breakers(sim: &Sim, replicas: &[Grag]) {
         let _ = grag.workspaces().get_settings().await;
         assert_eq!(
             grag.runtime().circuit_state(),
-            sdk_runtime::breaker::CircuitState::Open
+            sdk_runtime::CircuitState::Open
         );
     }
 }
@@ -1459,8 +1459,7 @@ async fn three_replicas_send_one_canary_and_every_breaker_closes_on_it() {
     let before = sim.log().count(canary);
     sim.faults().clear();
     let back = Instant::now();
-    let closed =
-        |grag: &Grag| grag.runtime().circuit_state() == sdk_runtime::breaker::CircuitState::Closed;
+    let closed = |grag: &Grag| grag.runtime().circuit_state() == sdk_runtime::CircuitState::Closed;
     let mut closed_at: Vec<Option<Duration>> = vec![None; replicas.len()];
     for _ in 0..6000 {
         for (at, grag) in closed_at.iter_mut().zip(&replicas) {
@@ -1527,7 +1526,7 @@ async fn a_canary_another_replica_passed_after_the_open_closes_every_breaker_by_
     let breaker = testkit::policy(20).breaker.as_ref().unwrap();
     let interval = breaker.probe_interval;
     let state = |grag: &Grag| grag.runtime().circuit_state();
-    use sdk_runtime::breaker::CircuitState;
+    use sdk_runtime::CircuitState;
     // A pass from before the breakers opened says nothing of this outage.
     canary_passed(&redis, interval * 20).await;
     let replicas = [a, b];

@@ -17,9 +17,9 @@ use grag_client::policy::{ENDPOINTS, POLICY, budget, timeout};
 use grag_client::types::{ChatRequest, CreateConversation, CreateKb, JobState};
 use grag_client::{Config, ConversationId, Grag, JobId, KbId, SessionId, TenantId};
 use recorder::Recorder;
+use sdk_runtime::CircuitState;
 use sdk_runtime::alerts::CollectAlerts;
-use sdk_runtime::breaker::CircuitState;
-use sdk_runtime::classify::{Outcome, classify};
+use sdk_runtime::internals::{Outcome, classify};
 use sdk_runtime::{Call, ConfigError, Endpoint, Lane, OutcomeKind, Policy, ScopeNeed};
 use serde_json::json;
 

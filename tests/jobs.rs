@@ -16,7 +16,7 @@ use grag_client::{DocumentId, EdgeId, EntityId, KbId, WorkspaceId};
 use grag_jobs::{JobState, Jobs, KgBatch, Upload, upload_key};
 use grag_sim::{ChurnPhase, Fault, RetryAfter, Rule};
 use sdk_queue::{JobStore, PgStore, SqliteStore};
-use sdk_runtime::breaker::CircuitState;
+use sdk_runtime::CircuitState;
 
 const KB: &str = "kb-jobs";
 const WS: &str = "ws-jobs";

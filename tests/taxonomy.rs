@@ -22,7 +22,7 @@ use grag_client::{
     WorkspaceId,
 };
 use grag_sim::{Fault, RetryAfter, Rule};
-use sdk_runtime::breaker::CircuitState;
+use sdk_runtime::CircuitState;
 use sdk_runtime::{Call, OutcomeKind};
 use tokio::time::Instant;
 

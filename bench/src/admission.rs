@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use grag_client::policy::POLICY;
 use grag_client::{Config, Grag, KbId, TenantId};
-use sdk_runtime::breaker::{Admission, Breaker, CircuitState, SharedBreaker};
+use sdk_runtime::CircuitState;
+use sdk_runtime::internals::Throttle;
+use sdk_runtime::internals::{Admission, Breaker, SharedBreaker};
 use sdk_runtime::policy::{BudgetPolicy, ThrottlePolicy};
-use sdk_runtime::throttle::Throttle;
 
 use crate::report::{Goal, Measurement};
 use crate::rounds::pair;

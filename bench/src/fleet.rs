@@ -17,7 +17,7 @@ use grag_client::{Config, Grag, TenantId};
 use redis::Script;
 use sdk_fleet_redis::RedisFleet as Fleet;
 use sdk_fleet_redis::redis_server::{self, RedisServer};
-use sdk_runtime::throttle::Throttle;
+use sdk_runtime::internals::Throttle;
 
 use crate::Opts;
 use crate::pipeline::{OVERRIDE, unpaced};

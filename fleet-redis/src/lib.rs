@@ -1,7 +1,7 @@
 //! Several replicas, one tenant: the throttle's promises kept by the whole
 //! fleet through a shared store (Redis), behind the runtime's `Fleet` trait.
 //!
-//! The local [`Throttle`](sdk_runtime::throttle::Throttle) still runs first
+//! The replica's own throttle ([`LocalWindows`](sdk_runtime::fleet::LocalWindows)) still runs first
 //! in every replica; the fleet stage comes after it and asks the store, in
 //! one round trip, for the fleet's share of the rate budgets and in-flight
 //! caps. When the store is away the replica is *degraded*: it runs the local
@@ -120,7 +120,7 @@ impl StoreBreaker {
             return None;
         }
         let was_open = self.open_until.is_some();
-        self.open_until = Some(sdk_runtime::clock::after(now, self.retry));
+        self.open_until = Some(after(now, self.retry));
         (!was_open).then_some(Switch::Degraded)
     }
 }
@@ -171,6 +171,16 @@ pub struct Glimpse {
     pub windows: Vec<(usize, u32, Vec<i64>)>,
 }
 
+/// About 30 years: later than any lease, window or pause.
+const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// `at + wait`, saturating far in the future instead of overflowing (a
+/// wait may come from Redis or a server).
+pub(crate) fn after(at: Instant, wait: Duration) -> Instant {
+    at.checked_add(wait.min(FAR))
+        .unwrap_or_else(|| at.checked_add(Duration::from_secs(86_400)).unwrap_or(at))
+}
+
 /// What a replica going local counts at least in its rolling windows, its
 /// own sends included: a `live`-th of what the fleet may have sent by
 /// `lost` (when the store stopped answering), as `glimpse` saw it and as
@@ -193,7 +203,7 @@ pub fn unseen_share(
     let at = |base: Instant, micros: i64| {
         let d = Duration::from_micros(micros.unsigned_abs());
         if micros >= 0 {
-            sdk_runtime::clock::after(base, d)
+            after(base, d)
         } else {
             base.checked_sub(d).unwrap_or(base)
         }
@@ -203,7 +213,7 @@ pub fn unseen_share(
     // `from` + (n - 1) intervals) within its tolerance of `lost`.
     let tolerance = interval * (rates.burst.max(1) - 1);
     let from = tat.max(glimpse.asked);
-    let reach = sdk_runtime::clock::after(lost, tolerance);
+    let reach = after(lost, tolerance);
     let after = match reach.checked_duration_since(from) {
         Some(d) => (d.as_nanos() / interval.as_nanos()) as usize + 1,
         None => 0,

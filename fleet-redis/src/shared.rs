@@ -12,14 +12,14 @@ use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use sdk_policy::Endpoint;
 use sdk_policy::RowIx;
-use sdk_policy::policy::{Degraded, FleetPolicy, Policy, ThrottlePolicy};
+use sdk_policy::policy::{BudgetIx, Degraded, FleetPolicy, Policy, ThrottlePolicy};
 use sdk_runtime::alerts::{AlertSink, LogAlerts};
 use sdk_runtime::fleet::{
-    DarkMark, Fleet, FleetFuture, FleetMetrics, FleetSetup, FleetSlots, FleetStatus, Refusal, Turn,
-    TurnTimes,
+    DarkMark, Fleet, FleetAsk, FleetFuture, FleetMetrics, FleetSetup, FleetSlots, FleetStatus,
+    LocalWindows, MAX_BUDGETS, Refusal, Turn, TurnTimes,
 };
-use sdk_runtime::throttle::{MAX_BUDGETS, Throttle};
 
 use crate::store::{Answer, Ask, Keys, LeaseSet, Shape, Store};
 use crate::{Glimpse, Rates, StoreBreaker};
@@ -122,6 +122,11 @@ impl Question {
     fn windows(&self) -> &[usize] {
         &self.windows[..self.n_windows]
     }
+
+    /// The budgets of [`windows`](Self::windows) as the throttle names them.
+    fn window_budgets(&self) -> Vec<BudgetIx> {
+        self.windows().iter().map(|&b| budget_ix(b)).collect()
+    }
 }
 
 /// What an admission still has to reserve: its windows (one member, `slot`,
@@ -156,6 +161,8 @@ pub struct RedisFleet {
 
 struct Inner {
     policy: &'static FleetPolicy,
+    /// The API's routes, by the positions the pipeline asks with.
+    routes: &'static [&'static Endpoint],
     throttle: &'static ThrottlePolicy,
     store: Store,
     keys: Keys,
@@ -336,6 +343,7 @@ impl RedisFleet {
         let fleet = RedisFleet {
             inner: Arc::new(Inner {
                 policy,
+                routes: whole.routes,
                 throttle,
                 store,
                 keys: Keys::new(whole.api, &tenant),
@@ -431,7 +439,7 @@ impl RedisFleet {
     /// first, the leases taken in the second).
     pub async fn admit(
         &self,
-        throttle: &Throttle,
+        throttle: &dyn LocalWindows,
         route: &str,
         budgets: &[usize],
     ) -> Result<FleetSlots, Refusal> {
@@ -442,7 +450,7 @@ impl RedisFleet {
 
     async fn admit_slots(
         &self,
-        throttle: &Throttle,
+        throttle: &dyn LocalWindows,
         route: &str,
         budgets: &[usize],
     ) -> Result<Slots, Refusal> {
@@ -564,7 +572,7 @@ impl RedisFleet {
             }
             return healthy;
         }
-        let until = sdk_runtime::clock::after(called, wait);
+        let until = crate::after(called, wait);
         loop {
             let called = Instant::now();
             let seen = inner.store.result(&inner.keys, turn).await;
@@ -669,10 +677,8 @@ impl Inner {
         if let Answer::Go(wait) = answer {
             self.decision("redis", if wait.is_zero() { "go" } else { "go_later" });
             self.observe("redis", started);
-            self.lock_sent().record(
-                left.windows,
-                sdk_runtime::clock::after(Instant::now(), wait),
-            );
+            self.lock_sent()
+                .record(left.windows, crate::after(Instant::now(), wait));
             // Not `sleep(0)`: a timer waits for the next tick of tokio's
             // 1 ms wheel, which would be most of an admission's cost.
             if !wait.is_zero() {
@@ -759,14 +765,28 @@ fn mark_of(text: &str) -> DarkMark {
     }
 }
 
+/// A budget's position in the policy as its typed index.
+fn budget_ix(position: usize) -> BudgetIx {
+    BudgetIx::new(u16::try_from(position).unwrap_or(u16::MAX))
+}
+
 impl Fleet for RedisFleet {
     fn admit<'a>(
         &'a self,
-        throttle: &'a Throttle,
-        route: &'static str,
-        budgets: &'a [usize],
+        local: &'a dyn LocalWindows,
+        ask: FleetAsk<'a>,
     ) -> FleetFuture<'a, Result<FleetSlots, Refusal>> {
-        Box::pin(RedisFleet::admit(self, throttle, route, budgets))
+        let route = self
+            .inner
+            .routes
+            .get(ask.route.get())
+            .map_or("", |e| e.path);
+        let mut positions = [0; MAX_BUDGETS];
+        let n = ask.budgets.len().min(MAX_BUDGETS);
+        for (slot, budget) in positions.iter_mut().zip(ask.budgets) {
+            *slot = budget.get();
+        }
+        Box::pin(async move { RedisFleet::admit(self, local, route, &positions[..n]).await })
     }
 
     fn pause(&self, wait: Duration) {
@@ -809,6 +829,7 @@ mod tests {
     use super::*;
     use crate::{rate_share, unseen_share};
     use sdk_policy::policy::{BudgetPolicy, PollingPolicy};
+    use sdk_runtime::internals::Throttle;
 
     const RETRIEVAL: usize = 1;
 
@@ -917,6 +938,9 @@ mod tests {
             throttle.set_window_limits(&|_, limit| rate_share(limit, 3, 5));
             if seeded {
                 let (second, windows) = unseen_share(&glimpse, lost, rates, 3);
+                let windows: Vec<_> = (windows.into_iter())
+                    .map(|(b, sends)| (budget_ix(b), sends))
+                    .collect();
                 throttle.seed_windows(&second, &windows);
             }
         }

@@ -73,7 +73,8 @@ fn uniform(rng: &mut impl Rng, max: Duration) -> Duration {
 /// Whether another attempt is allowed after `attempt` attempts (1-based, the
 /// first one included). Conditions of a class (idempotency, deploy window)
 /// are the caller's; this only counts.
-pub fn may_retry(schedule: &RetrySchedule, attempt: u32) -> bool {
+#[cfg(test)]
+fn may_retry(schedule: &RetrySchedule, attempt: u32) -> bool {
     attempt < schedule.attempts()
 }
 
@@ -92,7 +93,7 @@ pub struct RetryCase {
 }
 
 /// Whether the call may be sent again at all (the attempt count is
-/// [`may_retry`]'s): never on an R0 row or route, R2 only for a GET inside the
+/// the schedule's): never on an R0 row or route, R2 only for a GET inside the
 /// deploy-suspected window, and a call that is not idempotent only when the
 /// request cannot have reached the server.
 pub fn may_resend(case: &RetryCase) -> bool {

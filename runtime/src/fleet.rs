@@ -10,11 +10,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sdk_policy::Policy;
 use sdk_policy::RowIx;
+use sdk_policy::policy::BudgetIx;
+use sdk_policy::{Policy, RouteIx};
+use tokio::time::Instant;
 
 use crate::alerts::AlertSink;
-use crate::throttle::Throttle;
 
 pub use crate::metrics::FleetMetrics;
 
@@ -24,14 +25,13 @@ pub type FleetFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The fleet stage after the local throttle.
 pub trait Fleet: Send + Sync + fmt::Debug + 'static {
-    /// This request's share of the fleet's budgets (`route`, drawing from
-    /// `budgets`), after `throttle` admitted it locally. The slots are held
+    /// The share of the fleet's budgets of the request `ask` names, after
+    /// the replica's own throttle (`local`) admitted it. The slots are held
     /// while the request is in flight; dropping them gives them back.
     fn admit<'a>(
         &'a self,
-        throttle: &'a Throttle,
-        route: &'static str,
-        budgets: &'a [usize],
+        local: &'a dyn LocalWindows,
+        ask: FleetAsk<'a>,
     ) -> FleetFuture<'a, Result<FleetSlots, Refusal>>;
 
     /// A platform-wide wait (`Retry-After` on a 429 or 503) pauses every replica.
@@ -60,6 +60,48 @@ pub trait Fleet: Send + Sync + fmt::Debug + 'static {
 
     /// Leaves the fleet: no longer counted live, its leases given back.
     fn leave(&self) -> FleetFuture<'_, ()>;
+}
+
+/// At most this many distinct budgets per request: the route's and a
+/// caller's mode (a backfill).
+pub const MAX_BUDGETS: usize = 2;
+
+/// One request the fleet is asked to admit: its route and the budgets it
+/// draws from (at most [`MAX_BUDGETS`], each once), by their positions in
+/// the policy.
+#[derive(Debug, Clone, Copy)]
+pub struct FleetAsk<'a> {
+    pub route: RouteIx,
+    pub budgets: &'a [BudgetIx],
+}
+
+/// The replica's own throttle as a fleet may reshape it while its store is
+/// away: the runtime defines these few operations and its throttle does
+/// them, so a backend never holds the throttle itself. A window is a
+/// budget's (`Some(position)`) or the rolling second (`None`).
+pub trait LocalWindows: Send + Sync {
+    /// Each window's limit as `limit_of(window, the policy's limit)`.
+    fn set_window_limits(&self, limit_of: &dyn Fn(Option<BudgetIx>, u32) -> u32);
+    /// The rolling second paced at `per_second`, at most `burst` at once.
+    fn set_rate(&self, per_second: u32, burst: u32);
+    /// The policy's rate and burst again.
+    fn reset_rate(&self);
+    /// The policy's burst (the most sent at once).
+    fn burst(&self) -> u32;
+    /// Counts sends this replica did not make into its windows: `second`
+    /// into the rolling second, each budget's into its window.
+    fn seed_windows(&self, second: &[Instant], budgets: &[(BudgetIx, Vec<Instant>)]);
+    /// Gives up the window slots a request admitted locally holds (those of
+    /// `budgets` and the rolling second) until [`HeldWindows::retake`].
+    fn leave_windows<'a>(&'a self, budgets: &[BudgetIx]) -> Box<dyn HeldWindows + 'a>;
+}
+
+/// Window slots a request gave up for a while; dropped, it needs none again.
+pub trait HeldWindows: Send + Sync + fmt::Debug {
+    /// Waits for a slot of each window again, in its queue.
+    fn retake<'a>(self: Box<Self>) -> FleetFuture<'a, ()>
+    where
+        Self: 'a;
 }
 
 /// Connects a client to its fleet: the backend a configuration names.

@@ -7,12 +7,12 @@
 
 pub mod alerts;
 mod api_error;
-pub mod backoff;
-pub mod breaker;
+mod backoff;
+mod breaker;
 mod call;
-pub mod classify;
+mod classify;
 mod client;
-pub mod clock;
+mod clock;
 mod digest;
 mod error;
 mod events;
@@ -35,12 +35,13 @@ mod spans;
 mod telemetry;
 #[cfg(test)]
 mod testing;
-pub mod throttle;
+mod throttle;
 mod transport;
 mod turn;
 mod wire;
 
 pub use api_error::{ApiError, ErrorClasses};
+pub use breaker::CircuitState;
 pub use call::Call;
 pub use client::{Client, ClientConfig, sentinel_url};
 pub use error::{ConfigError, Error, env_flag, env_var};
@@ -62,4 +63,14 @@ pub use turn::{FailedStage, Turn, TurnUpdate};
 #[doc(hidden)]
 pub mod __private {
     pub use serde;
+}
+
+/// The runtime's parts the benches and the suites drive by themselves (the
+/// throttle, the breaker's state machine, the classifier): not the API a
+/// generated crate or its user names.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::breaker::{Admission, Breaker, SharedBreaker};
+    pub use crate::classify::{Outcome, classify};
+    pub use crate::throttle::Throttle;
 }

@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sdk_runtime::breaker::{Admission, Breaker, CircuitState};
+use sdk_runtime::CircuitState;
+use sdk_runtime::internals::{Admission, Breaker};
 use sdk_runtime::policy::BreakerPolicy;
 use tokio::time::Instant;
 

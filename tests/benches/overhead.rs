@@ -39,9 +39,9 @@ use futures_util::future::join_all;
 use grag_client::policy::POLICY;
 use grag_client::types::{Document, Kb};
 use grag_client::{Config, Grag, KbId, TenantId};
-use sdk_runtime::classify::{Outcome, classify};
+use sdk_runtime::internals::Throttle;
+use sdk_runtime::internals::{Outcome, classify};
 use sdk_runtime::policy::ThrottlePolicy;
-use sdk_runtime::throttle::Throttle;
 
 /// Counts allocations, so the fail-fast path can be held to "the error and nothing else".
 struct Counting;
@@ -413,7 +413,7 @@ fn open_breaker(rt: &tokio::runtime::Runtime) -> Grag {
         let _ = grag.workspaces().list_documents(&kb).await;
         assert_eq!(
             grag.runtime().circuit_state(),
-            sdk_runtime::breaker::CircuitState::Open
+            sdk_runtime::CircuitState::Open
         );
         grag
     })

@@ -9,8 +9,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::time::Instant;
 
 use sdk_policy::policy::Degraded;
-use sdk_runtime::fleet::Refusal;
-use sdk_runtime::throttle::{Throttle, WindowsLeft};
+use sdk_runtime::fleet::{HeldWindows, LocalWindows, Refusal};
 
 use super::{Held, Inner, Question, Slots};
 use crate::cap_share;
@@ -22,7 +21,7 @@ impl Inner {
     /// meanwhile.
     pub(super) async fn admit_degraded(
         self: &Arc<Self>,
-        throttle: &Throttle,
+        throttle: &dyn LocalWindows,
         question: &Question,
         started: Instant,
         stale: bool,
@@ -37,7 +36,10 @@ impl Inner {
         // shared limits, goes within this replica's share of its windows:
         // it takes its slots again first, holding no in-flight share.
         if stale {
-            throttle.leave_windows(question.windows()).retake().await;
+            throttle
+                .leave_windows(&question.window_budgets())
+                .retake()
+                .await;
         }
         let mut permits = Vec::with_capacity(gates.len());
         // A budget's share may keep a request waiting long (ingest's is
@@ -47,7 +49,7 @@ impl Inner {
         // holding its slot, as the throttle's own global stage does, so no
         // holder of the share queues for a slot; only just after the switch
         // it takes its slot again within the share before it goes.
-        let mut left: Option<WindowsLeft<'_>> = None;
+        let mut left: Option<Box<dyn HeldWindows + '_>> = None;
         for (set, gate) in gates {
             let holds_slots = set.is_none() && !settling;
             // What a budget's wait left is taken again before a wait that

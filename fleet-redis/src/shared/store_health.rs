@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use sdk_policy::policy::Degraded;
 use sdk_runtime::alerts::Alert;
-use sdk_runtime::throttle::Throttle;
+use sdk_runtime::fleet::LocalWindows;
 
 use super::Inner;
 use crate::store::StoreError;
@@ -73,10 +73,7 @@ impl Inner {
         // booked as it goes from now on: one period more on the share and
         // the shared bucket holds it, so sharing again sends no burst.
         if self.policy.degraded == Degraded::Open {
-            state.local_until_at_least(sdk_runtime::clock::after(
-                Instant::now(),
-                self.throttle.rate_period,
-            ));
+            state.local_until_at_least(crate::after(Instant::now(), self.throttle.rate_period));
         }
         drop(state);
         self.epoch.fetch_add(1, Ordering::Release);
@@ -96,7 +93,7 @@ impl Inner {
             Some(until) if Instant::now() < until => true,
             Some(_) => {
                 state.local_until = None;
-                let calm = sdk_runtime::clock::after(Instant::now(), self.throttle.rate_period);
+                let calm = crate::after(Instant::now(), self.throttle.rate_period);
                 state.calm_until = Some(calm);
                 let gates = state.gates.take();
                 drop(state);
@@ -125,7 +122,7 @@ impl Inner {
     /// The fleet settles for `for_` (the store said so): admissions go on
     /// the shares meanwhile, those sleeping for a reserved slot at once.
     pub(super) fn stay_local(&self, for_: Duration) {
-        let until = sdk_runtime::clock::after(Instant::now(), for_);
+        let until = crate::after(Instant::now(), for_);
         let mut state = self.lock_state();
         let was_local = state.on_shares();
         state.local_until_at_least(until);
@@ -186,7 +183,7 @@ impl Inner {
 
     /// Sets the throttle's rolling windows to this replica's share while
     /// degraded, back to the policy's limits when shared.
-    pub(super) fn follow_mode(&self, throttle: &Throttle) {
+    pub(super) fn follow_mode(&self, throttle: &dyn LocalWindows) {
         let epoch = self.epoch.load(Ordering::Acquire);
         if self.applied.swap(epoch, Ordering::AcqRel) == epoch {
             return;
@@ -209,8 +206,7 @@ impl Inner {
         drop(state);
         let margin = self.policy.margin_percent;
         throttle.set_window_limits(&|budget, limit| {
-            let fleet_wide =
-                budget.is_none_or(|b| !self.policy.per_replica.iter().any(|r| r.get() == b));
+            let fleet_wide = budget.is_none_or(|b| !self.policy.per_replica.contains(&b));
             if local && fleet_wide {
                 rate_share(limit, live, margin)
             } else {
@@ -238,6 +234,9 @@ impl Inner {
         let glimpse = self.lock_glimpse().take();
         if let (Some(lost), Some(glimpse)) = (lost, glimpse) {
             let (second, windows) = unseen_share(&glimpse, lost, self.rates, live);
+            let windows: Vec<_> = (windows.into_iter())
+                .map(|(b, sends)| (super::budget_ix(b), sends))
+                .collect();
             throttle.seed_windows(&second, &windows);
         }
     }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use sdk_queue::Claim;
-use sdk_runtime::breaker::CircuitState;
+use sdk_runtime::CircuitState;
 use tokio::task::JoinSet;
 
 use crate::JobsError;

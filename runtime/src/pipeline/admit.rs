@@ -70,10 +70,11 @@ pub(super) async fn admit<'g>(
         let path = call.render_path();
         run.path = Some(path.map_err(|reason| plan.refused(call.endpoint, reason))?);
     }
-    let budgets = budgets(caller, call.endpoint).map(BudgetIx::get);
-    let budgets = &budgets[..if budgets[0] == budgets[1] { 1 } else { 2 }];
+    let both = budgets(caller, call.endpoint);
+    let budgets = &both[..if both[0] == both[1] { 1 } else { 2 }];
+    let positions = both.map(BudgetIx::get);
     // A free admission builds no timeout: only a wait needs the deadline.
-    let permit = match gate.throttle.try_admit_all(budgets) {
+    let permit = match gate.throttle.try_admit_all(&positions[..budgets.len()]) {
         Ok(permit) => permit,
         Err(waiting) => match tokio::time::timeout_at(run.deadline, waiting).await {
             Ok(permit) => permit,

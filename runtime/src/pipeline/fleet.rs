@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use sdk_policy::endpoint::Endpoint;
-use sdk_policy::policy::TaxonomyRow;
+use sdk_policy::policy::{BudgetIx, TaxonomyRow};
 use tokio::time::Instant;
 
 use crate::call::Call;
 use crate::clock;
 use crate::error::Error;
-use crate::fleet::{DarkMark, FleetSlots, Refusal};
+use crate::fleet::{DarkMark, FleetAsk, FleetSlots, Refusal};
 use crate::gate::Gate;
 use crate::plan::Plan;
 
@@ -22,14 +22,18 @@ pub(super) async fn fleet_stage(
     plan: &Plan,
     gate: &Gate,
     call: &Call<'_>,
-    budgets: &[usize],
+    budgets: &[BudgetIx],
     deadline: Instant,
 ) -> Result<Option<FleetSlots>, Option<Error>> {
     let Some(fleet) = &gate.fleet else {
         return Ok(None);
     };
     let endpoint = call.endpoint;
-    let admitted = fleet.admit(&gate.throttle, endpoint.path, budgets);
+    let ask = FleetAsk {
+        route: endpoint.route,
+        budgets,
+    };
+    let admitted = fleet.admit(&gate.throttle, ask);
     match tokio::time::timeout_at(deadline, admitted).await {
         Err(_) => Err(None),
         Ok(Ok(slots)) => Ok(Some(slots)),

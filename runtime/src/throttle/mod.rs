@@ -15,18 +15,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sdk_policy::policy::ThrottlePolicy;
+use sdk_policy::policy::{BudgetIx, ThrottlePolicy};
 
 mod admit;
 mod bucket;
 mod leave;
+mod local;
 mod queue;
 mod semaphore;
 mod slots;
 mod tick;
 mod window;
 
-pub use admit::Admit;
+pub use crate::fleet::MAX_BUDGETS;
 pub use leave::WindowsLeft;
 pub use slots::{HeldSlots, Permit};
 
@@ -68,10 +69,6 @@ struct LaneWindow {
     queue: Queue,
     at: u8,
 }
-
-/// At most this many distinct budgets per request: the route's and a
-/// caller's mode (a backfill).
-pub const MAX_BUDGETS: usize = 2;
 
 /// Admission control of one API, built from its [`ThrottlePolicy`].
 ///
@@ -182,7 +179,7 @@ impl Throttle {
     /// sends after every instant (the rolling second), and each budget's
     /// its window, their own slots included: a replica going local counts
     /// its share of what the fleet sent, not its own sends alone.
-    pub fn seed_windows(&self, second: &[Instant], budgets: &[(usize, Vec<Instant>)]) {
+    pub fn seed_windows(&self, second: &[Instant], budgets: &[(BudgetIx, Vec<Instant>)]) {
         let clock = self.clock;
         let ticks = |sends: &[Instant]| -> Vec<tick::Tick> {
             sends.iter().map(|&at| clock.tick_of(at)).collect()
@@ -190,7 +187,7 @@ impl Throttle {
         let mut windows = self.lock_windows();
         windows.second.window.seed(&ticks(second));
         for (budget, sends) in budgets {
-            let lane = self.lanes.get(*budget).and_then(|l| l.window.as_ref());
+            let lane = self.lanes.get(budget.get()).and_then(|l| l.window.as_ref());
             if let Some(window) = lane {
                 windows.budgets[usize::from(window.at)].seed(&ticks(sends));
             }
@@ -729,7 +726,7 @@ mod tests {
         tokio::time::sleep_until(t0 + s(30)).await;
         // Its share of the fleet's: three 25 s ago, one 5 s ago.
         let share = [t0 + s(5), t0 + s(5), t0 + s(5), t0 + s(25)];
-        throttle.seed_windows(&[], &[(RETRIEVAL, share.to_vec())]);
+        throttle.seed_windows(&[], &[(BudgetIx::new(RETRIEVAL as u16), share.to_vec())]);
         // Since 6 s ago: the share's one (its own none: one added). Since
         // 11 s ago: its own one and that. Since 26 s ago: the share's four
         // (its own one, three added). In all, its own two and three added.
@@ -750,7 +747,7 @@ mod tests {
         // its own open one counts for one of them.
         throttle.set_window_limits(&|budget, limit| if budget.is_some() { 1 } else { limit });
         let now = Instant::now();
-        throttle.seed_windows(&[], &[(RETRIEVAL, vec![now, now])]);
+        throttle.seed_windows(&[], &[(BudgetIx::new(RETRIEVAL as u16), vec![now, now])]);
         assert_eq!(throttle.window_of(RETRIEVAL, |w| w.used()), 2);
         let left = throttle.leave_windows(&[RETRIEVAL]);
         assert_eq!(throttle.window_of(RETRIEVAL, |w| w.open()), 0);
@@ -764,7 +761,7 @@ mod tests {
         // Cancelled while it waits: its slots are held again, for its permit.
         let other = throttle.admit(RETRIEVAL).await;
         let now = Instant::now();
-        throttle.seed_windows(&[], &[(RETRIEVAL, vec![now, now])]);
+        throttle.seed_windows(&[], &[(BudgetIx::new(RETRIEVAL as u16), vec![now, now])]);
         {
             let left = throttle.leave_windows(&[RETRIEVAL]);
             assert!(left.retake().now_or_never().is_none(), "the minute is full");
