@@ -78,7 +78,7 @@ impl<T: Scale + 'static> Scale for &[T] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{BreakerPolicy, Degraded, FleetMetricNames, FleetPolicy, RetrySchedule};
+    use crate::policy::{BreakerPolicy, FleetPolicy, RetrySchedule};
 
     /// The durations `Debug` shows in `text`: `30ms`, `1.5s`, `0ns`.
     fn durations(text: &str) -> Vec<&str> {
@@ -92,10 +92,12 @@ mod tests {
     /// in seconds after dividing by 1000 is one the derive did not reach.
     #[test]
     fn breaker_durations_are_all_scaled() {
-        let scaled = BreakerPolicy::example().scale(Divisor::new(1000));
+        let example = BreakerPolicy::example();
+        let scaled = example.scale(Divisor::new(1000));
         let text = format!("{scaled:?}");
         let found = durations(&text);
-        assert_eq!(found.len(), 6, "{text}");
+        assert_eq!(found.len(), durations(&format!("{example:?}")).len());
+        assert!(found.len() >= 6, "{text}");
         let unscaled: Vec<_> = found.iter().filter(|d| !d.ends_with("ms")).collect();
         assert!(unscaled.is_empty(), "not scaled: {unscaled:?} in {text}");
         assert!(text.contains("window: 30ms"), "{text}");
@@ -132,29 +134,9 @@ mod tests {
     /// keeps every one of them.
     #[test]
     fn the_fleet_timers_are_not_scaled() {
-        static PER_REPLICA: [BudgetIx; 1] = [BudgetIx::new(0)];
-        let fleet = FleetPolicy {
-            shared: true,
-            url_env: "REDIS_URL",
-            deadline: Duration::from_millis(250),
-            breaker_failures: 3,
-            breaker_over: Duration::from_millis(250),
-            breaker_retry: Duration::from_secs(1),
-            lease: Duration::from_secs(30),
-            heartbeat: Duration::from_secs(10),
-            margin_percent: 10,
-            degraded: Degraded::Open,
-            per_replica: &PER_REPLICA,
-            metrics: FleetMetricNames {
-                admission: "admission",
-                decisions: "decisions",
-                degraded: "degraded",
-                share: "share",
-            },
-            alert: "fleet_degraded",
-        };
+        let fleet = FleetPolicy::example();
         let scaled = fleet.scale(Divisor::new(1000));
         assert_eq!(scaled, fleet);
-        assert_eq!(durations(&format!("{scaled:?}")).len(), 5);
+        assert!(!durations(&format!("{scaled:?}")).is_empty());
     }
 }

@@ -47,6 +47,36 @@ pub struct FleetPolicy {
     pub alert: &'static str,
 }
 
+impl FleetPolicy {
+    /// A fleet of ordinary values (a 250 ms store deadline, 30 s leases
+    /// renewed every 10 s), for tests that start from it with `..`: a new
+    /// field gets its value here, beside its declaration. Behind the
+    /// `testing` feature.
+    #[cfg(any(test, feature = "testing"))]
+    pub const fn example() -> FleetPolicy {
+        FleetPolicy {
+            shared: true,
+            url_env: "REDIS_URL",
+            deadline: Duration::from_millis(250),
+            breaker_failures: 3,
+            breaker_over: Duration::from_millis(250),
+            breaker_retry: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(10),
+            margin_percent: 10,
+            degraded: Degraded::Open,
+            per_replica: &[],
+            metrics: FleetMetricNames {
+                admission: "admission",
+                decisions: "decisions",
+                degraded: "degraded",
+                share: "share",
+            },
+            alert: "fleet_degraded",
+        }
+    }
+}
+
 /// What a replica does while the shared store is unreachable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Scale)]
 #[cfg_attr(feature = "bake", derive(Bake))]
