@@ -8,16 +8,17 @@
 
 use std::time::Duration;
 
-use proc_macro2::{Literal, TokenStream};
-use quote::quote;
+pub use proc_macro2::TokenStream;
+use proc_macro2::{Ident, Literal, Span};
+use quote::{ToTokens, quote};
 
-use crate::endpoint::Endpoint;
-use crate::index::{BudgetIx, RetryIx, StreamIx, TimeoutIx};
+use crate::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 
 /// How the generated crate names what a baked value points to.
 pub trait Names {
-    /// A route's static descriptor: `&crate::workspaces::HEALTH`.
-    fn endpoint(&self, endpoint: &Endpoint) -> TokenStream;
+    /// A route's static descriptor, by its place in the policy's routes:
+    /// `&crate::workspaces::HEALTH`.
+    fn endpoint(&self, route: RouteIx) -> TokenStream;
     /// A timeout class by its named index: `timeout::DEFAULT`.
     fn timeout(&self, index: TimeoutIx) -> TokenStream;
     /// A retry class by its named index: `retry::R1`.
@@ -52,22 +53,34 @@ pub trait Bake {
 }
 
 /// `part` as its static, or `value` written out.
-pub(crate) fn part_or(
-    names: &dyn Names,
-    part: Part,
-    value: impl FnOnce() -> TokenStream,
-) -> TokenStream {
+pub fn part_or(names: &dyn Names, part: Part, value: impl FnOnce() -> TokenStream) -> TokenStream {
     names.part(part).unwrap_or_else(value)
 }
 
-/// References to routes' static descriptors: `&[&crate::a::B, …]`.
-pub(crate) fn endpoints(list: &[&Endpoint], names: &dyn Names) -> TokenStream {
-    let items = list.iter().map(|e| names.endpoint(e));
-    quote!(&[#(#items),*])
+/// A path written as a name: `RetrySchedule::Never`.
+pub fn path(name: &str) -> TokenStream {
+    let segments = name.split("::").map(|s| Ident::new(s, Span::call_site()));
+    quote!(#(#segments)::*)
+}
+
+/// `Type { field: value, … }`, in the order given.
+pub fn named<const N: usize>(name: &str, fields: [(&str, TokenStream); N]) -> TokenStream {
+    let path = path(name);
+    let (members, values): (Vec<_>, Vec<_>) = fields
+        .into_iter()
+        .map(|(field, value)| (Ident::new(field, Span::call_site()), value))
+        .unzip();
+    quote!(#path { #(#members: #values),* })
+}
+
+/// `Type(value, …)`.
+pub fn tuple<const N: usize>(name: &str, values: [TokenStream; N]) -> TokenStream {
+    let path = path(name);
+    quote!(#path(#(#values),*))
 }
 
 /// Byte ranges of an ID pattern's class: `&[(b'a', b'z'), …]`.
-pub(crate) fn byte_ranges(class: &[(u8, u8)]) -> TokenStream {
+pub fn byte_ranges(class: &[(u8, u8)], _: &dyn Names) -> TokenStream {
     let items = class.iter().map(|&(lo, hi)| {
         let (lo, hi) = (Literal::byte_character(lo), Literal::byte_character(hi));
         quote!((#lo, #hi))
@@ -75,48 +88,18 @@ pub(crate) fn byte_ranges(class: &[(u8, u8)]) -> TokenStream {
     quote!(&[#(#items),*])
 }
 
-/// `Type { field: <baked>, … }` of fields the caller has bound, in this
-/// order: each one baked, or the tokens given as `field = <tokens>`.
-macro_rules! bake_fields {
-    ($n:ident, $($path:ident)::+ { $($field:ident $(= $tokens:expr)?),* $(,)? }) => {{
-        $(let $field = $crate::bake::bake_fields!(@one $n, $field $(, $tokens)?);)*
-        ::quote::quote!($($path)::+ { $($field: #$field),* })
-    }};
-    (@one $n:ident, $field:ident) => {
-        $crate::bake::Bake::bake($field, $n)
-    };
-    (@one $n:ident, $field:ident, $tokens:expr) => {
-        $tokens
-    };
+/// A number with its type suffix (`3u32`), where generated crates have one.
+pub fn suffixed(value: &impl ToTokens, _: &dyn Names) -> TokenStream {
+    quote!(#value)
 }
 
-/// [`bake_fields!`] of every field of `self`, taken apart without `..`: a
-/// field added to the type does not compile until it is baked too.
-macro_rules! bake_struct {
-    ($self:ident, $n:ident, $ty:ident { $($field:ident $(= $tokens:expr)?),* $(,)? }) => {{
-        #[allow(unused_variables)]
-        let $ty { $($field),* } = $self;
-        $crate::bake::bake_fields!($n, $ty { $($field $(= $tokens)?),* })
-    }};
+/// A list of numbers with their suffix: `&[500u16, …]`.
+pub fn suffixed_all<T: ToTokens>(values: &[T], _: &dyn Names) -> TokenStream {
+    quote!(&[#(#values),*])
 }
-
-/// `Bake` for an enum without data: `Type::Variant`.
-macro_rules! bake_unit_enum {
-    ($ty:ident { $($variant:ident),* $(,)? }) => {
-        impl $crate::bake::Bake for $ty {
-            fn bake(&self, _: &dyn $crate::bake::Names) -> ::proc_macro2::TokenStream {
-                match self {
-                    $($ty::$variant => ::quote::quote!($ty::$variant),)*
-                }
-            }
-        }
-    };
-}
-
-pub(crate) use {bake_fields, bake_struct, bake_unit_enum};
 
 /// An integer literal without a type suffix (`3`, not `3u32`).
-pub(crate) fn int(n: impl Into<u64>) -> Literal {
+pub fn int(n: impl Into<u64>) -> Literal {
     Literal::u64_unsuffixed(n.into())
 }
 
@@ -185,6 +168,33 @@ impl<A: Bake, B: Bake> Bake for (A, B) {
     }
 }
 
+/// A named index is the generated crate's constant.
+macro_rules! named_index {
+    ($($ty:ident => $method:ident),*) => {$(
+        impl Bake for $ty {
+            fn bake(&self, names: &dyn Names) -> TokenStream {
+                names.$method(*self)
+            }
+        }
+    )*};
+}
+
+named_index!(TimeoutIx => timeout, RetryIx => retry, BudgetIx => budget, StreamIx => stream);
+
+/// By position: a row, detail set or route has no named constant.
+macro_rules! positional {
+    ($($ty:ident),*) => {$(
+        impl Bake for $ty {
+            fn bake(&self, _: &dyn Names) -> TokenStream {
+                let i = int(self.get() as u64);
+                quote!($ty::new(#i))
+            }
+        }
+    )*};
+}
+
+positional!(RowIx, DetailIx, RouteIx);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,9 +204,9 @@ mod tests {
     struct Positions;
 
     impl Names for Positions {
-        fn endpoint(&self, endpoint: &Endpoint) -> TokenStream {
-            let op = endpoint.operation;
-            quote!(&#op)
+        fn endpoint(&self, route: RouteIx) -> TokenStream {
+            let i = int(route.get() as u64);
+            quote!(&ROUTES[#i])
         }
         fn timeout(&self, index: TimeoutIx) -> TokenStream {
             let i = int(index.get() as u64);

@@ -1,10 +1,11 @@
 //! The static descriptor of one route, emitted by the generator.
 
 use crate::index::{BudgetIx, RetryIx, RouteIx, StreamIx, TimeoutIx};
-use crate::policy::Conflict;
+use crate::scale::{Divisor, Scale};
 
 /// HTTP method of a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub enum Method {
     Get,
     Post,
@@ -27,6 +28,7 @@ impl Method {
 
 /// Which scope headers a route needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub enum ScopeNeed {
     /// No headers at all (liveness probe).
     Public,
@@ -44,6 +46,7 @@ crate::spelled::spelled!(ScopeNeed {
 
 /// How a route is authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub enum Lane {
     /// The client presents its API key.
     Key,
@@ -52,8 +55,28 @@ pub enum Lane {
     Keyless,
 }
 
-/// Everything the pipeline needs to know about a route.
+/// What a 409 means on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
+pub enum Conflict {
+    /// A plain error.
+    Error,
+    /// The thing already exists: success (idempotent create).
+    Success,
+    /// Still being processed: poll again.
+    Poll,
+}
+
+crate::spelled::spelled!(Conflict {
+    Error => "error",
+    Success => "success",
+    Poll => "poll",
+});
+
+/// Everything the pipeline needs to know about a route. Its bake is the
+/// descriptor itself, as its static's value.
 #[derive(Debug)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct Endpoint {
     /// Platform service name (`kg-service`).
     pub service: &'static str,
@@ -83,53 +106,19 @@ pub struct Endpoint {
     pub route: RouteIx,
 }
 
+crate::index::indexes!(RouteIx => &'static Endpoint);
+
+/// A route in a policy is its static, never a copy: scaling keeps it.
+impl Scale for &Endpoint {
+    fn scale(&self, _: Divisor) -> Self {
+        self
+    }
+}
+
+/// A route in a policy names the generated crate's static of it.
 #[cfg(feature = "bake")]
-mod bake {
-    use proc_macro2::TokenStream;
-
-    use super::*;
-    use crate::bake::{Bake, Names, bake_struct, bake_unit_enum};
-
-    bake_unit_enum!(Method {
-        Get,
-        Post,
-        Put,
-        Patch,
-        Delete
-    });
-    bake_unit_enum!(ScopeNeed {
-        Public,
-        Tenant,
-        Workspace
-    });
-    bake_unit_enum!(Lane { Key, Keyless });
-
-    /// The descriptor itself, as its static's value; a reference to one
-    /// elsewhere in a policy is [`Names::endpoint`].
-    impl Bake for Endpoint {
-        fn bake(&self, n: &dyn Names) -> TokenStream {
-            bake_struct!(
-                self,
-                n,
-                Endpoint {
-                    service,
-                    operation,
-                    method,
-                    path,
-                    scope,
-                    lane,
-                    timeout,
-                    retry,
-                    idempotent,
-                    budget,
-                    replay,
-                    conflict,
-                    pipeline_id,
-                    stream,
-                    max_response,
-                    route,
-                }
-            )
-        }
+impl crate::bake::Bake for &Endpoint {
+    fn bake(&self, names: &dyn crate::bake::Names) -> crate::bake::TokenStream {
+        names.endpoint(self.route)
     }
 }

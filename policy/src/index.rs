@@ -5,14 +5,12 @@
 //! constants (`policy::timeout::LLM`); a client checks once, when it is
 //! built, that every index of its policy's routes and rows is in range
 //! ([`crate::Policy::check_indices`]), so no call checks them again.
-
-use std::ops::Index;
-
-use crate::endpoint::Endpoint;
-use crate::policy::{BudgetPolicy, DetailSet, RetryClass, StreamPolicy, TaxonomyRow, TimeoutClass};
+//!
+//! This module names no other: each table's file says which index reads it
+//! ([`indexes`]), so the vocabulary's files import each other one way only.
 
 macro_rules! index {
-    ($(#[$doc:meta])* $name:ident => $table:ty) => {
+    ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(u16);
@@ -28,91 +26,51 @@ macro_rules! index {
                 self.0 as usize
             }
         }
-
-        impl Index<$name> for [$table] {
-            type Output = $table;
-
-            fn index(&self, index: $name) -> &$table {
-                &self[index.get()]
-            }
-        }
     };
 }
 
+/// `table[index]` for the table an index reads, written beside the table's type.
+macro_rules! indexes {
+    ($($name:ident => $table:ty),* $(,)?) => {$(
+        impl ::std::ops::Index<$crate::index::$name> for [$table] {
+            type Output = $table;
+
+            fn index(&self, index: $crate::index::$name) -> &$table {
+                &self[index.get()]
+            }
+        }
+    )*};
+}
+
+pub(crate) use indexes;
+
 index!(
     /// A timeout class: an index into [`crate::Policy::timeouts`].
-    TimeoutIx => TimeoutClass
+    TimeoutIx
 );
 index!(
     /// A retry class: an index into [`crate::Policy::retries`].
-    RetryIx => RetryClass
+    RetryIx
 );
 index!(
     /// A throttle budget: an index into the policy's `throttle.budgets`.
-    BudgetIx => BudgetPolicy
+    BudgetIx
 );
 index!(
     /// A stream contract: an index into [`crate::Policy::streams`].
-    StreamIx => StreamPolicy
+    StreamIx
 );
 index!(
     /// A route: its position in [`crate::Policy::routes`], carried by its
     /// own descriptor ([`crate::Endpoint::route`]) so that telling a route
     /// of the policy from a hand-made descriptor compares one entry.
-    RouteIx => &'static Endpoint
+    RouteIx
 );
 index!(
     /// A taxonomy row: an index into [`crate::Policy::taxonomy`].
-    RowIx => TaxonomyRow
+    RowIx
 );
 index!(
     /// A named set of detail substrings: an index into [`crate::Policy::detail_sets`].
-    DetailIx => DetailSet
+    DetailIx
 );
-
-#[cfg(feature = "bake")]
-mod bake {
-    use proc_macro2::TokenStream;
-    use quote::quote;
-
-    use super::*;
-    use crate::bake::{Bake, Names, int};
-
-    impl Bake for TimeoutIx {
-        fn bake(&self, names: &dyn Names) -> TokenStream {
-            names.timeout(*self)
-        }
-    }
-
-    impl Bake for RetryIx {
-        fn bake(&self, names: &dyn Names) -> TokenStream {
-            names.retry(*self)
-        }
-    }
-
-    impl Bake for BudgetIx {
-        fn bake(&self, names: &dyn Names) -> TokenStream {
-            names.budget(*self)
-        }
-    }
-
-    impl Bake for StreamIx {
-        fn bake(&self, names: &dyn Names) -> TokenStream {
-            names.stream(*self)
-        }
-    }
-
-    macro_rules! positional {
-        ($($ty:ident),*) => {$(
-            /// By position: a row, detail set or route has no named constant.
-            impl Bake for $ty {
-                fn bake(&self, _: &dyn Names) -> TokenStream {
-                    let i = int(self.get() as u64);
-                    quote!($ty::new(#i))
-                }
-            }
-        )*};
-    }
-
-    positional!(RowIx, DetailIx, RouteIx);
-}

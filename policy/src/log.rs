@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::scale::{Divisor, Scale};
+
 /// The most path fields a policy may log (the generator refuses more).
 pub const MAX_PATH_FIELDS: usize = 4;
 
@@ -116,7 +118,8 @@ pub trait LogLines: Send + Sync + fmt::Debug {
 }
 
 /// What the lines are called, for the runtime's side of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct LogNames {
     /// The `tracing` target of attempt lines (`grag_client`).
     pub target: &'static str,
@@ -125,16 +128,17 @@ pub struct LogNames {
     pub path_fields: &'static [(&'static str, &'static [&'static str])],
 }
 
+/// The writer is the generated crate's static: scaling keeps it.
+impl Scale for &dyn LogLines {
+    fn scale(&self, _: Divisor) -> Self {
+        *self
+    }
+}
+
+/// The writer is named, never written out: `&crate::log::LINES`.
 #[cfg(feature = "bake")]
-impl crate::bake::Bake for LogNames {
-    fn bake(&self, n: &dyn crate::bake::Names) -> proc_macro2::TokenStream {
-        crate::bake::bake_struct!(
-            self,
-            n,
-            LogNames {
-                target,
-                path_fields
-            }
-        )
+impl crate::bake::Bake for &dyn LogLines {
+    fn bake(&self, names: &dyn crate::bake::Names) -> crate::bake::TokenStream {
+        names.log_lines()
     }
 }

@@ -4,9 +4,8 @@
 //! Behind the `testing` feature, so they are not part of the vocabulary a
 //! generated crate sees.
 
-use crate::endpoint::{Endpoint, Lane, Method, ScopeNeed};
+use crate::endpoint::{Conflict, Endpoint, Lane, Method, ScopeNeed};
 use crate::index::{BudgetIx, RetryIx, RouteIx, TimeoutIx};
-use crate::policy::Conflict;
 
 /// A public liveness read, `GET /health`: the probe and canary of the
 /// example breaker, whose sending is the client's business, not the state

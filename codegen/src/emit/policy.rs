@@ -3,7 +3,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 use sdk_policy::bake::{Bake, Names, Part};
-use sdk_policy::{BudgetIx, Endpoint, RetryIx, StreamIx, TimeoutIx};
+use sdk_policy::{BudgetIx, RetryIx, RouteIx, StreamIx, TimeoutIx};
 
 use super::docs::{doc, ident, inner_doc, int, source};
 use crate::model::{Model, Route, Service};
@@ -18,11 +18,11 @@ pub(crate) struct CrateNames<'m> {
 }
 
 impl Names for CrateNames<'_> {
-    fn endpoint(&self, endpoint: &Endpoint) -> TokenStream {
+    fn endpoint(&self, route: RouteIx) -> TokenStream {
         let (service, route) = self
             .model
             .routes()
-            .nth(endpoint.route.get())
+            .nth(route.get())
             .expect("the policy's routes are the model's");
         endpoint_path(service, route)
     }
@@ -110,7 +110,13 @@ fn tables(policy: &sdk_policy::Policy, names: &CrateNames) -> TokenStream {
             .map(|b| b.bake(names))
             .collect(),
     );
-    let endpoints = table(policy.routes.iter().map(|e| names.endpoint(e)).collect());
+    let endpoints = table(
+        policy
+            .routes
+            .iter()
+            .map(|e| names.endpoint(e.route))
+            .collect(),
+    );
     let n_timeouts = int(policy.timeouts.len() as u64);
     let n_retries = int(policy.retries.len() as u64);
     let n_budgets = int(policy.throttle.budgets.len() as u64);
@@ -155,7 +161,10 @@ fn openapi_documents(model: &Model) -> TokenStream {
 /// The breaker's probe and canary routes, for an API with a breaker.
 fn breaker_statics(policy: &sdk_policy::Policy, names: &CrateNames) -> Option<TokenStream> {
     policy.breaker.as_ref().map(|b| {
-        let (probe, canary) = (names.endpoint(b.probe), names.endpoint(b.canary));
+        let (probe, canary) = (
+            names.endpoint(b.probe.route),
+            names.endpoint(b.canary.route),
+        );
         quote! {
             /// The public liveness route the open breaker probes.
             pub static PROBE: &Endpoint = #probe;

@@ -2,13 +2,9 @@
 
 use std::time::Duration;
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, bake_struct};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-
 /// Alerts the runtime raises on its own.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct AlertNames {
     /// A call failed after its retry class was used up.
     pub retry_exhausted: &'static str,
@@ -21,46 +17,19 @@ pub struct AlertNames {
     pub severities: &'static [AlertSeverity],
 }
 
-#[cfg(feature = "bake")]
-impl Bake for AlertNames {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            AlertNames {
-                retry_exhausted,
-                retry_exhausted_rate,
-                severities,
-            }
-        )
-    }
-}
-
 /// An alert's severity (degradation.yaml `alerts.<name>.severity`, one of its
 /// `severities`: `page`, `ops`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct AlertSeverity {
     pub alert: &'static str,
     pub severity: &'static str,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for AlertSeverity {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(self, n, AlertSeverity { alert, severity })
-    }
-}
-
 /// "Elevated": at least `at_least` events within a rolling `within`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct AlertRate {
     pub at_least: u32,
     pub within: Duration,
-}
-
-#[cfg(feature = "bake")]
-impl Bake for AlertRate {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(self, n, AlertRate { at_least, within })
-    }
 }

@@ -2,16 +2,12 @@
 
 use std::time::Duration;
 
-use crate::Endpoint;
+use crate::endpoint::Endpoint;
 use crate::index::TimeoutIx;
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, Part, bake_struct, part_or};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-
 /// One warm-up call of §7.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct WarmUpCall {
     pub endpoint: &'static Endpoint,
     pub path: &'static [&'static str],
@@ -24,25 +20,9 @@ pub struct WarmUpCall {
     pub pipeline_id: Option<&'static str>,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for WarmUpCall {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            WarmUpCall {
-                endpoint = n.endpoint(endpoint),
-                path,
-                body,
-                timeout,
-                pipeline_id,
-            }
-        )
-    }
-}
-
 /// The origin circuit breaker.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct BreakerPolicy {
     /// Failures that open the breaker within `window`.
     pub threshold: u32,
@@ -50,8 +30,10 @@ pub struct BreakerPolicy {
     /// Count failures of distinct endpoints only.
     pub distinct_endpoints: bool,
     /// The public liveness route the open breaker probes.
+    #[bake(part = Probe)]
     pub probe: &'static Endpoint,
     /// The authenticated read sent alone while the breaker is half-open.
+    #[bake(part = Canary)]
     pub canary: &'static Endpoint,
     pub probe_interval: Duration,
     pub probe_timeout: Duration,
@@ -89,43 +71,5 @@ impl BreakerPolicy {
             alert_after: Duration::from_secs(300),
             open_alert: "breaker_open_long",
         }
-    }
-
-    /// Every duration of the breaker, for a scaled copy of the policy: a
-    /// duration added to the breaker is named here, in the type's own file
-    /// (`breaker_durations_are_all_scaled` fails for one left out).
-    pub(crate) fn durations_mut(&mut self) -> [&mut Duration; 6] {
-        [
-            &mut self.window,
-            &mut self.probe_interval,
-            &mut self.probe_timeout,
-            &mut self.canary_timeout,
-            &mut self.deploy_suspected,
-            &mut self.alert_after,
-        ]
-    }
-}
-
-#[cfg(feature = "bake")]
-impl Bake for BreakerPolicy {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            BreakerPolicy {
-                threshold,
-                window,
-                distinct_endpoints,
-                probe = part_or(n, Part::Probe, || n.endpoint(probe)),
-                canary = part_or(n, Part::Canary, || n.endpoint(canary)),
-                probe_interval,
-                probe_timeout,
-                healthy_probes,
-                canary_timeout,
-                deploy_suspected,
-                alert_after,
-                open_alert,
-            }
-        )
     }
 }

@@ -4,14 +4,14 @@ use std::time::Duration;
 
 use crate::index::BudgetIx;
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, bake_struct, bake_unit_enum};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-
 /// How several replicas of one client keep the throttle's promises as one
 /// tenant, through a shared store (Redis).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its timers keep their values in a scaled policy (`#[scale(skip)]`): they
+/// bound round trips to a real Redis server (a store call's deadline, the
+/// lease a heartbeat renews), which dividing them cannot make faster.
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct FleetPolicy {
     /// The spec asks for the shared backend: a client without a store URL
     /// is refused. `false`: shared only when a URL is configured.
@@ -19,17 +19,22 @@ pub struct FleetPolicy {
     /// The environment variable the store URL is read from.
     pub url_env: &'static str,
     /// Every call to the store ends within this, answered or not.
+    #[scale(skip)]
     pub deadline: Duration,
     /// Failed store calls in a row that open the store's breaker...
     pub breaker_failures: u32,
     /// ...the first and the last at least this far apart: a stall shorter
     /// than this (a loaded machine, a slow fork) is not an outage.
+    #[scale(skip)]
     pub breaker_over: Duration,
     /// How long the store's breaker stays open before one call tries again.
+    #[scale(skip)]
     pub breaker_retry: Duration,
     /// How long an in-flight slot (a lease) lives without renewal.
+    #[scale(skip)]
     pub lease: Duration,
     /// How often a replica renews its leases and says it is live.
+    #[scale(skip)]
     pub heartbeat: Duration,
     /// Percent kept below `limit ÷ live replicas` while degraded.
     pub margin_percent: u32,
@@ -42,33 +47,39 @@ pub struct FleetPolicy {
     pub alert: &'static str,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for FleetPolicy {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            FleetPolicy {
-                shared,
-                url_env,
-                deadline,
-                breaker_failures,
-                breaker_over,
-                breaker_retry,
-                lease,
-                heartbeat,
-                margin_percent,
-                degraded,
-                per_replica,
-                metrics,
-                alert,
-            }
-        )
+impl FleetPolicy {
+    /// A fleet of ordinary values (a 250 ms store deadline, 30 s leases
+    /// renewed every 10 s), for tests that start from it with `..`: a new
+    /// field gets its value here, beside its declaration. Behind the
+    /// `testing` feature.
+    #[cfg(any(test, feature = "testing"))]
+    pub const fn example() -> FleetPolicy {
+        FleetPolicy {
+            shared: true,
+            url_env: "REDIS_URL",
+            deadline: Duration::from_millis(250),
+            breaker_failures: 3,
+            breaker_over: Duration::from_millis(250),
+            breaker_retry: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(10),
+            margin_percent: 10,
+            degraded: Degraded::Open,
+            per_replica: &[],
+            metrics: FleetMetricNames {
+                admission: "admission",
+                decisions: "decisions",
+                degraded: "degraded",
+                share: "share",
+            },
+            alert: "fleet_degraded",
+        }
     }
 }
 
 /// What a replica does while the shared store is unreachable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub enum Degraded {
     /// Go on at this replica's share of the local budgets.
     Open,
@@ -76,11 +87,9 @@ pub enum Degraded {
     Closed,
 }
 
-#[cfg(feature = "bake")]
-bake_unit_enum!(Degraded { Open, Closed });
-
 /// What the fleet's metrics are called.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct FleetMetricNames {
     /// Histogram of admission time, by backend.
     pub admission: &'static str,
@@ -92,24 +101,9 @@ pub struct FleetMetricNames {
     pub share: &'static str,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for FleetMetricNames {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            FleetMetricNames {
-                admission,
-                decisions,
-                degraded,
-                share,
-            }
-        )
-    }
-}
-
 /// How queued writes are replayed (GRAG §5.3): the numbers a job queue reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct ReplayPolicy {
     /// The throttle budget replays run in; its `max_in_flight` is how many
     /// jobs a worker runs at once.
@@ -151,34 +145,4 @@ pub struct ReplayPolicy {
     pub store_bound: u64,
     /// The alert of a store grown past `store_bound`; only its Prometheus rule raises it.
     pub store_alert: &'static str,
-}
-
-#[cfg(feature = "bake")]
-impl Bake for ReplayPolicy {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            ReplayPolicy {
-                budget,
-                lease,
-                pause,
-                split,
-                kinds,
-                lock_attempts,
-                lock_step,
-                depth_metric,
-                failures_metric,
-                store_rows_metric,
-                store_bytes_metric,
-                failure_alert,
-                keep_done,
-                keep_failed,
-                prune_batch,
-                prune_every,
-                store_bound,
-                store_alert,
-            }
-        )
-    }
 }

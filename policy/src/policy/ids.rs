@@ -1,12 +1,8 @@
 //! The rules an ID must follow before it is sent.
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, bake_struct, byte_ranges};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-
 /// What an ID must look like.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct IdRules {
     /// The pattern the IDs the client chooses follow (spec `ids.pattern`).
     pub pattern: IdPattern<'static>,
@@ -19,56 +15,25 @@ pub struct IdRules {
     pub opaque_max_len: usize,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for IdRules {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            IdRules {
-                pattern,
-                reserved_tenants,
-                opaque,
-                opaque_max_len,
-            }
-        )
-    }
-}
-
 /// An ID pattern `^[first][rest]{min,max}$`, lowered by the generator into
 /// byte ranges so that checking an ID needs no regex engine: one pass over
 /// its bytes, each looked up in a handful of ranges.
 ///
 /// The classes hold ASCII only, so a valid ID is as many bytes as characters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct IdPattern<'a> {
     /// The pattern as the spec wrote it, quoted by [`InvalidId`](crate::InvalidId).
     pub text: &'a str,
     /// The bytes the first character may be: inclusive ranges.
+    #[bake(with = crate::bake::byte_ranges)]
     pub first: &'a [(u8, u8)],
     /// The bytes every later character may be: inclusive ranges.
+    #[bake(with = crate::bake::byte_ranges)]
     pub rest: &'a [(u8, u8)],
     /// Shortest and longest ID, in bytes (the first character included).
     pub min_len: usize,
     pub max_len: usize,
-}
-
-#[cfg(feature = "bake")]
-/// The classes as byte literals: `(b'a', b'z')`.
-impl Bake for IdPattern<'_> {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            IdPattern {
-                text,
-                first = byte_ranges(first),
-                rest = byte_ranges(rest),
-                min_len,
-                max_len,
-            }
-        )
-    }
 }
 
 impl IdPattern<'_> {

@@ -5,9 +5,12 @@
 
 use std::time::Duration;
 
-use crate::Endpoint;
+pub use crate::endpoint::Conflict;
+use crate::endpoint::Endpoint;
+use crate::index::indexes;
 pub use crate::index::{BudgetIx, DetailIx, RetryIx, RouteIx, RowIx, StreamIx, TimeoutIx};
 use crate::log::{LogLines, LogNames};
+use crate::scale::{Divisor, Scale};
 
 mod alerts;
 mod breaker;
@@ -30,18 +33,12 @@ pub use streams::*;
 pub use taxonomy::*;
 pub use throttle::*;
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, Part, bake_struct, endpoints, part_or};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-#[cfg(feature = "bake")]
-use quote::quote;
-
 /// The class of an error no taxonomy row matched: every API has it.
 pub const UNCLASSIFIED: &str = "unclassified";
 
 /// The whole policy of one API.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct Policy {
     /// Short API name (`grag`), used in logs and metrics.
     pub api: &'static str,
@@ -53,9 +50,34 @@ pub struct Policy {
     /// every construction path, instead of sending that tenant (GRAG §3:
     /// `default` would be served silently).
     pub reserved_floor: &'static [&'static str],
+    pub limits: Limits,
+    /// Every route of the API: the only descriptors the pipeline sends.
+    #[bake(part = Routes)]
+    pub routes: &'static [&'static Endpoint],
+    /// How long an idle pooled connection is kept: less than the server's
+    /// keep-alive, so no request goes out on a connection it already closed.
+    pub pool_idle: Duration,
+    /// The least pool idle a deployment may configure, for a proxy whose
+    /// keep-alive is shorter than the server's.
+    pub pool_idle_floor: Duration,
+    /// A server's announced `Keep-Alive: timeout=` lowers the pool idle to
+    /// this much less; `None`: announcements are not read.
+    pub keep_alive_margin: Option<Duration>,
+    /// Statuses after which the server closes the connection unannounced
+    /// (uvicorn after an unhandled error): unless the answer said
+    /// `Connection: close`, no pooled connection is used again.
+    #[bake(with = crate::bake::suffixed_all)]
+    pub fresh_after: &'static [u16],
+    /// What the log lines are called, and who writes them.
+    pub log: LogNames,
+    pub log_lines: &'static dyn LogLines,
+    /// What the exported metrics are called.
+    pub metrics: MetricNames,
+    #[bake(part = Timeouts)]
     pub timeouts: &'static [TimeoutClass],
     /// Overall deadline of an interactive operation, retries included.
     pub deadline: Duration,
+    #[bake(part = Retries)]
     pub retries: &'static [RetryClass],
     /// The origin's circuit breaker; `None` for an API without one (no
     /// failure ever opens anything, no probe runs).
@@ -75,27 +97,6 @@ pub struct Policy {
     pub warm_up: &'static [WarmUpCall],
     pub features: &'static [FeaturePolicy],
     pub alerts: AlertNames,
-    pub limits: Limits,
-    /// Every route of the API: the only descriptors the pipeline sends.
-    pub routes: &'static [&'static Endpoint],
-    /// How long an idle pooled connection is kept: less than the server's
-    /// keep-alive, so no request goes out on a connection it already closed.
-    pub pool_idle: Duration,
-    /// The least pool idle a deployment may configure, for a proxy whose
-    /// keep-alive is shorter than the server's.
-    pub pool_idle_floor: Duration,
-    /// A server's announced `Keep-Alive: timeout=` lowers the pool idle to
-    /// this much less; `None`: announcements are not read.
-    pub keep_alive_margin: Option<Duration>,
-    /// What the exported metrics are called.
-    pub metrics: MetricNames,
-    /// What the log lines are called, and who writes them.
-    pub log: LogNames,
-    pub log_lines: &'static dyn LogLines,
-    /// Statuses after which the server closes the connection unannounced
-    /// (uvicorn after an unhandled error): unless the answer said
-    /// `Connection: close`, no pooled connection is used again.
-    pub fresh_after: &'static [u16],
     /// The durable replay queue of the `replay` routes; `None` for an API
     /// whose writes are never queued.
     pub replay: Option<ReplayPolicy>,
@@ -104,52 +105,10 @@ pub struct Policy {
     pub fleet: Option<FleetPolicy>,
 }
 
-#[cfg(feature = "bake")]
-/// The tables and the log writer are the generated crate's statics; `fresh_after` is written with its suffix (`500u16`), as generated crates have it.
-impl Bake for Policy {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            Policy {
-                api,
-                headers,
-                ids,
-                reserved_floor,
-                limits,
-                routes = part_or(n, Part::Routes, || endpoints(routes, n)),
-                pool_idle,
-                pool_idle_floor,
-                keep_alive_margin,
-                fresh_after = quote!(&[#(#fresh_after),*]),
-                log,
-                log_lines = n.log_lines(),
-                metrics,
-                timeouts = part_or(n, Part::Timeouts, || timeouts.bake(n)),
-                deadline,
-                retries = part_or(n, Part::Retries, || retries.bake(n)),
-                breaker,
-                throttle,
-                taxonomy,
-                detail_sets,
-                streams,
-                buffering,
-                fallbacks_sustained,
-                states,
-                messages,
-                warm_up,
-                features,
-                alerts,
-                replay,
-                fleet,
-            }
-        )
-    }
-}
-
 /// Bounds on what a server may send, in bytes. The largest 2xx body is per
 /// route ([`Endpoint::max_response`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct Limits {
     /// Bytes of a non-2xx body read for its `detail`; the rest is never read.
     pub error_body: usize,
@@ -161,23 +120,24 @@ pub struct Limits {
     pub sse_event: usize,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for Limits {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            Limits {
-                error_body,
-                detail,
-                sse_line,
-                sse_event,
-            }
-        )
-    }
-}
+indexes!(
+    TimeoutIx => TimeoutClass,
+    RetryIx => RetryClass,
+    BudgetIx => BudgetPolicy,
+    StreamIx => StreamPolicy,
+    RowIx => TaxonomyRow,
+    DetailIx => DetailSet,
+);
 
 impl Policy {
+    /// This policy with every duration divided by `divisor` (at least 1 ms
+    /// where it was non-zero), but the fleet's timers (`#[scale(skip)]`).
+    /// The copy lives for the rest of the process: make one per test
+    /// binary, not per call.
+    pub fn scaled(&self, divisor: u32) -> &'static Policy {
+        Box::leak(Box::new(self.scale(Divisor::new(divisor))))
+    }
+
     /// Whether every typed index of this policy's routes, rows and warm-up
     /// calls is inside its table, and every row sits at its own index: a
     /// generated policy always is, a hand-made copy may not be. A client

@@ -1,14 +1,10 @@
 //! What the wire's headers and the metrics are called.
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, bake_struct};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-
 /// Names of the Prometheus metrics (counters without their `_total`). A
 /// metric of a section the API does not have (no breaker, no streams) is
 /// `None` and not exported.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct MetricNames {
     /// Calls by service, final error class and whether they were retried.
     pub requests: &'static str,
@@ -27,28 +23,9 @@ pub struct MetricNames {
     pub rate_limited: &'static str,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for MetricNames {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            MetricNames {
-                requests,
-                duration,
-                circuit_state,
-                circuit_open_seconds,
-                sse_fallback,
-                sse_buffered,
-                alerts,
-                rate_limited,
-            }
-        )
-    }
-}
-
 /// Names of the headers the pipeline stamps.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct HeaderNames {
     pub authorization: &'static str,
     /// The scheme the key is sent under: `<scheme> <key>` (`Bearer`).
@@ -62,23 +39,4 @@ pub struct HeaderNames {
     pub retry_after: &'static str,
     /// `None`: no route carries a pipeline id.
     pub pipeline: Option<&'static str>,
-}
-
-#[cfg(feature = "bake")]
-impl Bake for HeaderNames {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            HeaderNames {
-                authorization,
-                auth_scheme,
-                tenant,
-                workspace,
-                request_id,
-                retry_after,
-                pipeline,
-            }
-        )
-    }
 }

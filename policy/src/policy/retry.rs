@@ -2,35 +2,14 @@
 
 use std::time::Duration;
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, bake_fields, bake_struct};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-#[cfg(feature = "bake")]
-use quote::quote;
-
 /// Per-attempt time budget of a route.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct TimeoutClass {
     pub name: &'static str,
     pub per_attempt: Duration,
     /// Longer budget while the origin is deploy-suspected (cold starts).
     pub deploy_suspected: Option<Duration>,
-}
-
-#[cfg(feature = "bake")]
-impl Bake for TimeoutClass {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            TimeoutClass {
-                name,
-                per_attempt,
-                deploy_suspected,
-            }
-        )
-    }
 }
 
 impl TimeoutClass {
@@ -44,7 +23,8 @@ impl TimeoutClass {
 }
 
 /// A named retry class (R0–R5 for GRAG).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct RetryClass {
     pub name: &'static str,
     pub schedule: RetrySchedule,
@@ -53,47 +33,19 @@ pub struct RetryClass {
     pub configurable: Option<RetryBounds>,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for RetryClass {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            RetryClass {
-                name,
-                schedule,
-                configurable,
-            }
-        )
-    }
-}
-
 /// What a configured linear retry may ask for: fewer attempts than
 /// `min_attempts`, more than `max_attempts` or a shorter step is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct RetryBounds {
     pub min_attempts: u32,
     pub max_attempts: u32,
     pub min_step: Duration,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for RetryBounds {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            RetryBounds {
-                min_attempts,
-                max_attempts,
-                min_step,
-            }
-        )
-    }
-}
-
 /// How a retry class spaces its attempts. `attempts` counts the first one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub enum RetrySchedule {
     /// Never retried.
     Never,
@@ -119,48 +71,6 @@ pub enum RetrySchedule {
     /// A wait growing linearly, without jitter: `step * n` before retry `n`
     /// (the Core client's `retry_backoff_seconds * attempt`).
     Linear { attempts: u32, step: Duration },
-}
-
-#[cfg(feature = "bake")]
-impl Bake for RetrySchedule {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        match self {
-            RetrySchedule::Never => quote!(RetrySchedule::Never),
-            RetrySchedule::Exponential {
-                attempts,
-                base,
-                factor,
-                cap,
-            } => bake_fields!(
-                n,
-                RetrySchedule::Exponential {
-                    attempts,
-                    base,
-                    factor,
-                    cap
-                }
-            ),
-            RetrySchedule::DeployWindow { attempts } => {
-                bake_fields!(n, RetrySchedule::DeployWindow { attempts })
-            }
-            RetrySchedule::RetryAfter {
-                attempts,
-                floor,
-                jitter,
-            } => bake_fields!(
-                n,
-                RetrySchedule::RetryAfter {
-                    attempts,
-                    floor,
-                    jitter
-                }
-            ),
-            RetrySchedule::Once { attempts } => bake_fields!(n, RetrySchedule::Once { attempts }),
-            RetrySchedule::Linear { attempts, step } => {
-                bake_fields!(n, RetrySchedule::Linear { attempts, step })
-            }
-        }
-    }
 }
 
 impl RetrySchedule {

@@ -2,17 +2,11 @@
 
 use std::time::Duration;
 
-use crate::Endpoint;
-
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, bake_struct};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-#[cfg(feature = "bake")]
-use quote::quote;
+use crate::endpoint::Endpoint;
 
 /// An SSE contract.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct StreamPolicy {
     pub name: &'static str,
     /// Silence (no byte at all) after which the stream counts as stalled.
@@ -21,14 +15,14 @@ pub struct StreamPolicy {
     pub ceiling: Option<Duration>,
     pub resync_after_reconnect: bool,
     pub resend: bool,
-    pub first_event: Option<&'static str>,
-    pub terminal_events: &'static [&'static str],
     /// A clean close before a terminal event is a drop, not an end.
     pub ends_with_terminal: bool,
     /// The `event:` name that fails the stream (the `stream_error` outcome).
     pub error_event: &'static str,
     /// The `event:` name of the server's ceiling (the `stream_timeout` outcome).
     pub timeout_event: &'static str,
+    pub first_event: Option<&'static str>,
+    pub terminal_events: &'static [&'static str],
     /// The status route that stands in for the stream when it fails (a job's
     /// progress); `None`: a failed stream is the caller's error.
     pub fallback: Option<StreamFallback>,
@@ -40,69 +34,29 @@ pub struct StreamPolicy {
     pub lost_copy: Option<&'static str>,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for StreamPolicy {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            StreamPolicy {
-                name,
-                watchdog,
-                keepalive,
-                ceiling,
-                resync_after_reconnect,
-                resend,
-                ends_with_terminal,
-                error_event,
-                timeout_event,
-                first_event,
-                terminal_events,
-                fallback,
-                stages,
-                lost_copy,
-            }
-        )
-    }
-}
-
 /// A proxy that buffers event streams (§6.4) holds every byte back and
 /// delivers the stream in one burst when it ends. A stream whose events
 /// (at least `min_events`) all arrived within `burst` of each other, after
 /// `silent_for` or more of nothing since it opened, was buffered; after
 /// `confirm_after` such streams buffering is confirmed: the alert is raised
 /// and jobs are followed by polling alone from then on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct BufferingRule {
+    #[bake(with = crate::bake::suffixed)]
     pub min_events: u32,
     pub burst: Duration,
     pub silent_for: Duration,
+    #[bake(with = crate::bake::suffixed)]
     pub confirm_after: u32,
     pub alert: &'static str,
-}
-
-#[cfg(feature = "bake")]
-/// The counts with their suffix (`3u32`), as generated crates have them.
-impl Bake for BufferingRule {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            BufferingRule {
-                min_events = quote!(#min_events),
-                burst,
-                silent_for,
-                confirm_after = quote!(#confirm_after),
-                alert,
-            }
-        )
-    }
 }
 
 /// A stream's stage trace: which events report stages, and which stages fail
 /// closed. Every other failed stage fails open: the stream goes on, the
 /// result is marked degraded and so is the feature.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct StagePolicy {
     /// The event that reports a stage (`trace`).
     pub event: &'static str,
@@ -118,28 +72,10 @@ pub struct StagePolicy {
     pub feature: &'static str,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for StagePolicy {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            StagePolicy {
-                event,
-                stage_field,
-                status_field,
-                failed,
-                fail_closed,
-                detail_field,
-                feature,
-            }
-        )
-    }
-}
-
 /// How a stream falls back to polling its status route, and how that route's
 /// answer reads.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct StreamFallback {
     /// The status route; its path parameters are the stream route's.
     pub route: &'static Endpoint,
@@ -154,24 +90,6 @@ pub struct StreamFallback {
     pub error_field: Option<&'static str>,
     /// Polls of a running job after a fallback before the stream is opened
     /// again (0: never again).
+    #[bake(with = crate::bake::suffixed)]
     pub reopen_after: u32,
-}
-
-#[cfg(feature = "bake")]
-/// `reopen_after` with its suffix (`6u32`), as generated crates have it.
-impl Bake for StreamFallback {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            StreamFallback {
-                route = n.endpoint(route),
-                status_field,
-                completed,
-                failed,
-                error_field,
-                reopen_after = quote!(#reopen_after),
-            }
-        )
-    }
 }

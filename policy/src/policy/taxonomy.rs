@@ -2,19 +2,13 @@
 
 use std::time::Duration;
 
-use crate::Endpoint;
+use crate::endpoint::{Conflict, Endpoint};
 use crate::index::{DetailIx, RetryIx, RowIx};
 use crate::spelled::spelled;
 
-#[cfg(feature = "bake")]
-use crate::bake::{Bake, Names, bake_struct, bake_unit_enum, endpoints};
-#[cfg(feature = "bake")]
-use proc_macro2::TokenStream;
-#[cfg(feature = "bake")]
-use quote::quote;
-
 /// Which kind of outcome a taxonomy row matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub enum OutcomeKind {
     /// Refused, reset, TLS failure or per-attempt timeout.
     Connection,
@@ -40,22 +34,6 @@ pub enum OutcomeKind {
     JobFailed,
 }
 
-#[cfg(feature = "bake")]
-bake_unit_enum!(OutcomeKind {
-    Connection,
-    Status,
-    Decode,
-    Deadline,
-    CircuitOpen,
-    InvalidScope,
-    InvalidRequest,
-    TooLarge,
-    StreamError,
-    StreamTimeout,
-    StreamStalled,
-    JobFailed
-});
-
 spelled!(OutcomeKind {
     Connection => "connection",
     Status => "status",
@@ -71,32 +49,9 @@ spelled!(OutcomeKind {
     JobFailed => "job_failed",
 });
 
-/// What a 409 means on a route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Conflict {
-    /// A plain error.
-    Error,
-    /// The thing already exists: success (idempotent create).
-    Success,
-    /// Still being processed: poll again.
-    Poll,
-}
-
-spelled!(Conflict {
-    Error => "error",
-    Success => "success",
-    Poll => "poll",
-});
-
-#[cfg(feature = "bake")]
-bake_unit_enum!(Conflict {
-    Error,
-    Success,
-    Poll
-});
-
 /// Conditions of a taxonomy row; `None` matches anything.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct RowMatch {
     pub outcome: OutcomeKind,
     /// Inclusive status range (a single status is `(s, s)`).
@@ -111,27 +66,9 @@ pub struct RowMatch {
     pub routes: Option<&'static [&'static Endpoint]>,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for RowMatch {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            RowMatch {
-                outcome,
-                status,
-                detail,
-                retry_after,
-                conflict,
-                keyless,
-                routes = routes.map_or(quote!(None), |list| { let list = endpoints(list, n); quote!(Some(#list)) }),
-            }
-        )
-    }
-}
-
 /// One row of the error taxonomy.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct TaxonomyRow {
     /// This row's own position in [`Policy::taxonomy`](super::Policy::taxonomy): an error keeps it,
     /// and a generated crate reads its class from it.
@@ -169,35 +106,6 @@ pub struct TaxonomyRow {
     pub unknown_message: Option<&'static str>,
 }
 
-#[cfg(feature = "bake")]
-impl Bake for TaxonomyRow {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(
-            self,
-            n,
-            TaxonomyRow {
-                index,
-                row,
-                matches,
-                class,
-                success,
-                retry,
-                feeds_breaker,
-                outcome_unknown,
-                alert,
-                alert_outside_deploy,
-                feature_state,
-                remember_for,
-                escalate_to,
-                replay,
-                action,
-                message,
-                unknown_message,
-            }
-        )
-    }
-}
-
 impl TaxonomyRow {
     /// Whether this row turns the outcome into a success.
     pub fn is_success(&self) -> bool {
@@ -209,7 +117,8 @@ impl TaxonomyRow {
 /// GRAG §5.3): whether the job waits and is sent again, or fails for a
 /// person to decide. The taxonomy row says it, so the queue keeps no status
 /// list of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub enum Replay {
     /// The platform, or the way to it, is down: the job is replayed once
     /// the breaker closes, and a deploy is suspected meanwhile.
@@ -224,14 +133,6 @@ pub enum Replay {
     /// A verdict on the write: the job fails and keeps its error.
     Never,
 }
-
-#[cfg(feature = "bake")]
-bake_unit_enum!(Replay {
-    Outage,
-    Later,
-    Deploy,
-    Never
-});
 
 spelled!(Replay {
     Outage => "outage",
@@ -253,17 +154,11 @@ impl Replay {
 }
 
 /// Named substrings of the `detail` text (matched case-insensitively).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Scale)]
+#[cfg_attr(feature = "bake", derive(Bake))]
 pub struct DetailSet {
     pub name: &'static str,
     pub contains: &'static [&'static str],
-}
-
-#[cfg(feature = "bake")]
-impl Bake for DetailSet {
-    fn bake(&self, n: &dyn Names) -> TokenStream {
-        bake_struct!(self, n, DetailSet { name, contains })
-    }
 }
 
 impl DetailSet {
