@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use crate::job::{JobsError, KgBatch, Upload, document_key, kg_key, upload_key};
+use crate::job::{INGEST, JobsError, KG, KgBatch, Upload, document_key, kg_key, upload_key};
 use crate::kept::{Content, digest, kept, kept_digest};
 use crate::kg;
 use crate::metrics::Metrics;
@@ -24,10 +24,6 @@ use crate::settle::{Settle, is_outage, settle};
 use crate::shared::{Clock, Inner};
 use crate::step::{Step, StepError};
 use crate::upload::{self, UploadProgress};
-
-/// The job kind of an upload, and of a KG batch (`policy.yaml replay.kinds`).
-pub(crate) const INGEST: &str = "ingest";
-pub(crate) const KG: &str = "kg";
 
 /// The store's lock retry rule, as the spec gives it.
 pub fn lock_retry() -> LockRetry {
