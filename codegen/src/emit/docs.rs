@@ -1,5 +1,6 @@
 //! Doc comments and small token helpers shared by the emitters.
 
+use std::fmt::Write;
 use std::time::Duration;
 
 use proc_macro2::{Ident, Span, TokenStream};
@@ -205,5 +206,14 @@ pub fn schedule_text(s: &RetrySchedule) -> String {
             "{attempts} attempts, waiting {} × the retry's number, no jitter",
             duration_text(step)
         ),
+    }
+}
+
+/// A markdown table (POLICY.md, the metric list): its header, the rule under it, a line per row.
+pub fn table(md: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
+    let _ = writeln!(md, "| {} |", header.join(" | "));
+    let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
+    for row in rows {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
     }
 }

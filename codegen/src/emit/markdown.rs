@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::docs::{duration_text, returns_text, schedule_text, source};
+use super::docs::{duration_text, returns_text, schedule_text, source, table};
 use crate::model::{Degraded, Item, Model, Replay, TaxonomyRow};
 
 pub fn policy_md(model: &Model) -> String {
@@ -28,15 +28,6 @@ pub fn policy_md(model: &Model) -> String {
         section(&mut md, model);
     }
     md
-}
-
-/// A table: its header, the rule under it, a line per row.
-pub(super) fn table(md: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
-    let _ = writeln!(md, "| {} |", header.join(" | "));
-    let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
-    for row in rows {
-        let _ = writeln!(md, "| {} |", row.join(" | "));
-    }
 }
 
 /// `header` and its `column` where `with` holds (the breaker's, the deploy window's).
