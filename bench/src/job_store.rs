@@ -101,6 +101,13 @@ pub fn run(opts: &Opts) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    sqlite(opts, n, &rt);
+    postgres(opts, n, &rt);
+}
+
+/// The SQLite store, from a multi-thread and a current-thread runtime, against
+/// the same transactions on one bare connection.
+fn sqlite(opts: &Opts, n: usize, rt: &tokio::runtime::Runtime) {
     // How a backend runs the store: a task on `#[tokio::main]`'s multi-thread runtime.
     let mt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -154,7 +161,11 @@ pub fn run(opts: &Opts) {
     drop(store);
     drop(bare);
     let _ = std::fs::remove_dir_all(&dir);
+}
 
+/// The PostgreSQL store against the same statements on one bare connection,
+/// when a server is named.
+fn postgres(opts: &Opts, n: usize, rt: &tokio::runtime::Runtime) {
     let Ok(url) = std::env::var(PG_URL) else {
         eprintln!(
             "job store postgres: skipped, set {PG_URL}=postgres://postgres@127.0.0.1:5432/test"

@@ -185,10 +185,6 @@ pub fn run(opts: &Opts) {
         .expect("a runtime");
     let _guard = rt.enter();
     let small_get = SmallGet::new(&base);
-    let (grag, http) = (&small_get.grag, &small_get.http);
-    let kb = KbId::parse("kb-1").expect("a KB id");
-    let settings = server::settings_body();
-    let (documents, put) = (format!("{base}{DOCUMENTS}"), format!("{base}{SETTINGS}"));
     let scale = |n: usize| if opts.quick { n / 4 } else { n / 2 };
     let rounds = opts.rounds;
 
@@ -202,12 +198,37 @@ pub fn run(opts: &Opts) {
     rows("small GET", results)
         .iter()
         .for_each(Measurement::print);
+    rows(
+        "106 KB GET",
+        large_get(&rt, scale(400), rounds, &small_get, &base),
+    )
+    .iter()
+    .for_each(Measurement::print);
+    rows(
+        "1 MB PUT",
+        large_put(&rt, scale(80), rounds, &small_get, &base),
+    )
+    .iter()
+    .for_each(Measurement::print);
+    allocations(&rt, &small_get, rounds);
+}
 
-    let results = rotate(
+/// The 106 KB document list, through the client and bare, `n` calls a round.
+fn large_get(
+    rt: &tokio::runtime::Runtime,
+    n: usize,
+    rounds: usize,
+    small_get: &SmallGet,
+    base: &str,
+) -> Vec<Vec<Batch>> {
+    let (grag, http) = (&small_get.grag, &small_get.http);
+    let kb = KbId::parse("kb-1").expect("a KB id");
+    let documents = format!("{base}{DOCUMENTS}");
+    rotate(
         rounds,
         &mut [
             &mut || {
-                batch(&rt, scale(400), || async {
+                batch(rt, n, || async {
                     grag.workspaces()
                         .list_documents(&kb)
                         .await
@@ -215,21 +236,30 @@ pub fn run(opts: &Opts) {
                 })
             },
             &mut || {
-                batch(&rt, scale(400), || async {
+                batch(rt, n, || async {
                     bare_json::<Vec<Document>>(bare(http, reqwest::Method::GET, &documents)).await;
                 })
             },
         ],
-    );
-    rows("106 KB GET", results)
-        .iter()
-        .for_each(Measurement::print);
+    )
+}
 
-    let results = rotate(
+/// The 1 MB settings PUT, through the client and bare, `n` calls a round.
+fn large_put(
+    rt: &tokio::runtime::Runtime,
+    n: usize,
+    rounds: usize,
+    small_get: &SmallGet,
+    base: &str,
+) -> Vec<Vec<Batch>> {
+    let (grag, http) = (&small_get.grag, &small_get.http);
+    let settings = server::settings_body();
+    let put = format!("{base}{SETTINGS}");
+    rotate(
         rounds,
         &mut [
             &mut || {
-                batch(&rt, scale(80), || async {
+                batch(rt, n, || async {
                     grag.workspaces()
                         .put_settings(&settings)
                         .await
@@ -237,7 +267,7 @@ pub fn run(opts: &Opts) {
                 })
             },
             &mut || {
-                batch(&rt, scale(80), || async {
+                batch(rt, n, || async {
                     let body = serde_json::to_vec(&settings).expect("JSON");
                     bare_json::<serde_json::Value>(
                         bare(http, reqwest::Method::PUT, &put)
@@ -248,12 +278,7 @@ pub fn run(opts: &Opts) {
                 })
             },
         ],
-    );
-    rows("1 MB PUT", results)
-        .iter()
-        .for_each(Measurement::print);
-
-    allocations(&rt, &small_get, rounds);
+    )
 }
 
 /// Row 2: allocations per small GET on this thread (the client's runtime),

@@ -2,6 +2,7 @@
 //!
 //! `cargo xtask codegen` calls [`generate`] for every API under `spec/`.
 
+pub mod emit;
 pub mod error;
 pub mod history;
 pub mod load;
@@ -36,8 +37,6 @@ pub fn model(files: &[(PathBuf, String)]) -> Result<Model, SpecErrors> {
         }])
     })
 }
-
-pub mod emit;
 
 /// Loads, validates and emits one API: the files of its generated crate.
 pub fn generate(files: &[(PathBuf, String)]) -> Result<Vec<emit::File>, SpecErrors> {

@@ -1,14 +1,20 @@
-//! Step 8: a deploy churn takes a compressed client's breaker through its whole cycle.
+//! The deploy churn: a compressed client's breaker goes through its whole
+//! cycle, open, failing fast, probing, and closed by one canary.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use grag_client::types::{SearchRequest, SpendGrouping};
-use grag_client::{Config, Grag, KbId, PipelineId, TenantId};
+use grag_client::{Grag, KbId, PipelineId};
 use grag_sim::Sim;
+use sdk_runtime::policy::BreakerPolicy;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{QUESTION, SPEED, stamp, step};
+use crate::scene::stamp;
+use crate::stage::{QUESTION, SPEED, Walk};
 
 /// The deploy churn runs at 1/CHURN_SPEED of the platform's time, client and
 /// simulator alike: the breaker's 5 s probe interval becomes 100 ms.
@@ -33,62 +39,83 @@ fn failed(since: Instant, what: &str, error: &grag_client::Error) {
     );
 }
 
-/// Step 8: a deploy takes the platform away and brings it back. A second
-/// client with the same policy, compressed, goes through the whole breaker
-/// cycle in well under a second. Returns that client for its metrics.
-pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
-    step(
-        8,
-        "Deploy churn: the breaker opens, fails fast, probes, and one canary closes it",
-        "origin breaker (policy §5.2), probe GET /workspaces/health, canary GET /workspaces/api/v1/kbs",
-    );
-    let policy = grag_client::policy::POLICY.scaled(CHURN_SPEED);
-    let breaker = policy.breaker.as_ref().expect("GRAG has a breaker");
-    let grag = Grag::with_policy(
-        Config::new(sim.url(), "demo-key", TenantId::parse("knoll")?),
-        policy,
-    )?;
-    let shrink = SPEED / f64::from(CHURN_SPEED);
-    let refused = sim.config().churn_refused.mul_f64(shrink);
-    let flaky = sim.config().churn_flaky.mul_f64(shrink);
-    println!(
-        "   a second client runs the same policy at 1/{CHURN_SPEED}: probes every {} ms instead of 5 s,",
-        breaker.probe_interval.as_millis()
-    );
-    println!(
-        "   deploy-suspected for {:.1} s instead of 2 min. The platform refuses connections for {:.2} s,",
-        breaker.deploy_suspected.as_secs_f64(),
-        refused.as_secs_f64()
-    );
-    println!(
-        "   then answers 401/404/422 for {:.2} s while /workspaces/health already says 200.",
-        flaky.as_secs_f64()
-    );
+/// The breaker's states as a UI sees them, each with when it was first seen.
+type Seen = Vec<(Instant, &'static str)>;
 
-    // The breaker as a UI sees it: its state, sampled every millisecond.
-    let watcher = {
-        let grag = grag.clone();
-        tokio::spawn(async move {
-            let mut seen: Vec<(Instant, &'static str)> = Vec::new();
-            loop {
-                let state = grag.runtime().circuit_state().as_str();
-                if seen.last().is_none_or(|(_, last)| *last != state) {
-                    seen.push((Instant::now(), state));
-                }
-                if state == "closed" && seen.len() > 1 {
-                    return seen;
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
+/// A deploy takes the platform away and brings it back. A second client with
+/// the same policy, compressed, goes through the whole breaker cycle in well
+/// under a second; the walk keeps it for its metrics.
+pub(crate) fn deploy_churn(walk: &mut Walk) -> BoxFuture<'_, Result<()>> {
+    async move {
+        let policy = grag_client::policy::POLICY.scaled(CHURN_SPEED);
+        let breaker = policy.breaker.as_ref().expect("GRAG has a breaker");
+        let grag = Grag::with_policy(walk.config()?, policy)?;
+        let (sim, kb) = (&walk.sim, &walk.kb);
+        let shrink = SPEED / f64::from(CHURN_SPEED);
+        let refused = sim.config().churn_refused.mul_f64(shrink);
+        let flaky = sim.config().churn_flaky.mul_f64(shrink);
+        println!(
+            "   a second client runs the same policy at 1/{CHURN_SPEED}: probes every {} ms instead of 5 s,",
+            breaker.probe_interval.as_millis()
+        );
+        println!(
+            "   deploy-suspected for {:.1} s instead of 2 min. The platform refuses connections for {:.2} s,",
+            breaker.deploy_suspected.as_secs_f64(),
+            refused.as_secs_f64()
+        );
+        println!(
+            "   then answers 401/404/422 for {:.2} s while /workspaces/health already says 200.",
+            flaky.as_secs_f64()
+        );
+        let watcher = watch_breaker(&grag);
+        let churn = Instant::now();
+        sim.faults().deploy_churn_for(refused, flaky).await;
+        println!("   {} the deploy starts", stamp(churn));
+        open_the_breaker(&grag, kb, churn, breaker).await?;
+        println!(
+            "   … the probe loop takes over: GET /workspaces/health every {} ms, then one canary read",
+            breaker.probe_interval.as_millis()
+        );
+        let seen = tokio::time::timeout(Duration::from_secs(10), watcher)
+            .await
+            .context("the breaker did not close within 10 s")?
+            .context("the breaker watcher")?;
+        timeline(sim, churn, &seen);
+        let closed_at = seen.last().map_or(churn, |(at, _)| *at);
+        after_the_close(&grag, kb, churn, closed_at, breaker).await?;
+        walk.churned = Some(grag);
+        Ok(())
+    }
+    .boxed()
+}
+
+/// The breaker as a UI sees it: its state, sampled every millisecond, until
+/// it has closed again.
+fn watch_breaker(grag: &Grag) -> JoinHandle<Seen> {
+    let grag = grag.clone();
+    tokio::spawn(async move {
+        let mut seen: Seen = Vec::new();
+        loop {
+            let state = grag.runtime().circuit_state().as_str();
+            if seen.last().is_none_or(|(_, last)| *last != state) {
+                seen.push((Instant::now(), state));
             }
-        })
-    };
+            if state == "closed" && seen.len() > 1 {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+}
 
-    let churn = Instant::now();
-    sim.faults().deploy_churn_for(refused, flaky).await;
-    println!("   {} the deploy starts", stamp(churn));
-    let query = SearchRequest::new(QUESTION, 2);
-    let pipeline = PipelineId::parse("demo-churn")?;
-    // Three distinct endpoints fail at the connection level (R1 retries each).
+/// Three distinct endpoints fail at the connection level (R1 retries each)
+/// and open the breaker; an interactive call then fails fast.
+async fn open_the_breaker(
+    grag: &Grag,
+    kb: &KbId,
+    churn: Instant,
+    breaker: &BreakerPolicy,
+) -> Result<()> {
     match grag.workspaces().list_documents(kb).await {
         Ok(_) => anyhow::bail!("list_documents answered during the refusal"),
         Err(e) => failed(churn, "GET /workspaces/api/v1/kbs/kb-demo/documents", &e),
@@ -111,9 +138,10 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
         stamp(churn),
         breaker.window.as_secs_f64()
     );
-
     // Interactive calls now fail fast, with the state text for the UI.
     let asked = Instant::now();
+    let query = SearchRequest::new(QUESTION, 2);
+    let pipeline = PipelineId::parse("demo-churn")?;
     match grag.ai_gateway(&pipeline).search_rerank(kb, &query).await {
         Ok(_) => anyhow::bail!("search went through an open breaker"),
         Err(e) => println!(
@@ -134,18 +162,12 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
             chat.copy.unwrap_or("")
         );
     }
+    Ok(())
+}
 
-    println!(
-        "   … the probe loop takes over: GET /workspaces/health every {} ms, then one canary read",
-        breaker.probe_interval.as_millis()
-    );
-    let seen = tokio::time::timeout(Duration::from_secs(10), watcher)
-        .await
-        .context("the breaker did not close within 10 s")?
-        .context("the breaker watcher")?;
-    let closed_at = seen.last().map_or(churn, |(at, _)| *at);
-
-    // What the platform saw, merged with the breaker states seen client-side.
+/// What the platform saw since the churn began, merged with the breaker
+/// states seen client-side.
+fn timeline(sim: &Sim, churn: Instant, seen: &Seen) {
     let log = sim.log();
     let mut timeline: Vec<(Instant, String)> = log
         .notes()
@@ -206,8 +228,17 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
 
-    // Deploy-suspected: the UI says the first answers may be slow.
+/// Deploy-suspected after the close: the UI says the first answers may be
+/// slow, and a search goes through again.
+async fn after_the_close(
+    grag: &Grag,
+    kb: &KbId,
+    churn: Instant,
+    closed_at: Instant,
+    breaker: &BreakerPolicy,
+) -> Result<()> {
     anyhow::ensure!(
         grag.runtime().deploy_suspected(),
         "not deploy-suspected after the close"
@@ -221,6 +252,8 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
             chat.copy.unwrap_or("")
         );
     }
+    let query = SearchRequest::new(QUESTION, 2);
+    let pipeline = PipelineId::parse("demo-churn")?;
     let hits = grag
         .ai_gateway(&pipeline)
         .search_rerank(kb, &query)
@@ -232,5 +265,5 @@ pub(super) async fn deploy_churn(sim: &Sim, kb: &KbId) -> Result<Grag> {
         hits.len(),
         closed_at.elapsed().as_secs_f64()
     );
-    Ok(grag)
+    Ok(())
 }

@@ -13,16 +13,11 @@ mod churn;
 mod fleet;
 mod live;
 mod replay;
+mod scene;
+mod stage;
 mod walk;
 
 use std::process::ExitCode;
-
-use tokio::time::Instant;
-
-/// How much faster than the platform the simulator runs in the demo.
-const SPEED: f64 = 10.0;
-
-const QUESTION: &str = "Wie oft werden Brücken nach DIN 1076 geprüft?";
 
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -50,24 +45,5 @@ fn main() -> ExitCode {
             eprintln!("\ndemo failed: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn step(n: u32, what: &str, route: &str) {
-    println!();
-    println!("{n}. {what}");
-    println!("   {route}");
-}
-
-fn stamp(since: Instant) -> String {
-    format!("[{:5.2} s]", since.elapsed().as_secs_f64())
-}
-
-fn short(text: &str, max: usize) -> String {
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() <= max {
-        one_line
-    } else {
-        format!("{}…", one_line.chars().take(max).collect::<String>())
     }
 }

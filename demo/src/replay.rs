@@ -1,19 +1,22 @@
-//! Step 9: uploads and KG writes accepted during a deploy are queued durably
-//! and replayed after it, each exactly once.
+//! Uploads and KG writes accepted during a deploy are queued durably and
+//! replayed after it, each exactly once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use base64::Engine;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use grag_client::types::{Edge, Entity, Point, UploadDocument};
-use grag_client::{Config, DocumentId, EdgeId, EntityId, Grag, KbId, TenantId, WorkspaceId};
+use grag_client::{DocumentId, EdgeId, EntityId, Grag, KbId, WorkspaceId};
 use grag_jobs::{JobState, Jobs, KgBatch, Upload};
 use grag_sim::Sim;
 use sdk_queue::SqliteStore;
 use tokio::time::Instant;
 
-use super::{SPEED, stamp, step};
+use crate::scene::stamp;
+use crate::stage::{SPEED, Walk};
 
 /// The replay runs at 1/50 of the platform's time, like the churn before it.
 const REPLAY_SPEED: u32 = 50;
@@ -68,37 +71,51 @@ fn edge(n: usize) -> Result<KgBatch> {
     })
 }
 
-pub(super) async fn queued_through_a_deploy(sim: &Sim, kb: &KbId) -> Result<()> {
-    step(
-        9,
-        "Writes during a deploy: queued durably, replayed after it, each exactly once",
-        "grag-jobs on SQLite (policy §5.3): upload → convert → upsert points, KG upserts",
-    );
-    let policy = grag_client::policy::POLICY.scaled(REPLAY_SPEED);
-    let grag = Grag::with_policy(
-        Config::new(sim.url(), "demo-key", TenantId::parse("knoll")?),
-        policy,
-    )?;
-    let db =
-        DemoDb(std::env::temp_dir().join(format!("grag-demo-jobs-{}.sqlite", std::process::id())));
-    let store = SqliteStore::open(&db.0, grag_jobs::lock_retry()).context("the job store")?;
-    let jobs = Jobs::new(grag.clone(), Arc::new(store), "demo-worker")?;
-    println!(
-        "   queue: {} (WAL), worker `demo-worker`, at most 2 jobs at once",
-        db.0.display()
-    );
+/// Opens the queue, submits during a deploy, lets the worker drain it, then
+/// counts what the platform stored.
+pub(crate) fn queued_through_a_deploy(walk: &mut Walk) -> BoxFuture<'_, Result<()>> {
+    async move {
+        let policy = grag_client::policy::POLICY.scaled(REPLAY_SPEED);
+        let grag = Grag::with_policy(walk.config()?, policy)?;
+        let (sim, kb) = (&walk.sim, &walk.kb);
+        let db = DemoDb(
+            std::env::temp_dir().join(format!("grag-demo-jobs-{}.sqlite", std::process::id())),
+        );
+        let store = SqliteStore::open(&db.0, grag_jobs::lock_retry()).context("the job store")?;
+        let jobs = Jobs::new(grag.clone(), Arc::new(store), "demo-worker")?;
+        println!(
+            "   queue: {} (WAL), worker `demo-worker`, at most 2 jobs at once",
+            db.0.display()
+        );
+        let shrink = SPEED / f64::from(REPLAY_SPEED);
+        let refused = sim.config().churn_refused.mul_f64(shrink);
+        let flaky = sim.config().churn_flaky.mul_f64(shrink);
+        let churn = Instant::now();
+        sim.faults().deploy_churn_for(refused, flaky).await;
+        println!(
+            "   {} a deploy starts: connections refused for {:.2} s",
+            stamp(churn),
+            refused.as_secs_f64()
+        );
+        let keys = submit(&jobs, kb, churn).await?;
+        let pause = policy.replay.as_ref().map_or(Duration::ZERO, |r| r.pause);
+        println!(
+            "   {} breaker {}. The worker replays oldest first, never while the breaker is open,",
+            stamp(churn),
+            grag.runtime().circuit_state().as_str()
+        );
+        println!(
+            "   each job after its pause ({} ms here, 5 s at platform speed); a replayed send is read back first",
+            pause.as_millis()
+        );
+        drain(&jobs, &keys, churn).await?;
+        stored_once(sim, kb)
+    }
+    .boxed()
+}
 
-    let shrink = SPEED / f64::from(REPLAY_SPEED);
-    let refused = sim.config().churn_refused.mul_f64(shrink);
-    let flaky = sim.config().churn_flaky.mul_f64(shrink);
-    let churn = Instant::now();
-    sim.faults().deploy_churn_for(refused, flaky).await;
-    println!(
-        "   {} a deploy starts: connections refused for {:.2} s",
-        stamp(churn),
-        refused.as_secs_f64()
-    );
-
+/// The writes submitted while the platform is away: each is kept for replay.
+async fn submit(jobs: &Jobs, kb: &KbId, churn: Instant) -> Result<Vec<String>> {
     let mut keys = Vec::new();
     for n in 0..UPLOADS {
         let job = jobs.submit_upload(upload(kb, n)?).await?;
@@ -127,22 +144,17 @@ pub(super) async fn queued_through_a_deploy(sim: &Sim, kb: &KbId) -> Result<()> 
     {
         println!("   {} {line}", stamp(churn));
     }
+    Ok(keys)
+}
 
-    let pause = policy.replay.as_ref().map_or(Duration::ZERO, |r| r.pause);
-    println!(
-        "   {} breaker {}. The worker replays oldest first, never while the breaker is open,",
-        stamp(churn),
-        grag.runtime().circuit_state().as_str()
-    );
-    println!(
-        "   each job after its pause ({} ms here, 5 s at platform speed); a replayed send is read back first",
-        pause.as_millis()
-    );
+/// Runs the worker until every job is done, then prints each job and the
+/// queue's metrics.
+async fn drain(jobs: &Jobs, keys: &[String], churn: Instant) -> Result<()> {
     let worker = tokio::spawn(jobs.clone().work());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut done = 0;
-        for key in &keys {
+        for key in keys {
             if jobs
                 .job(key)
                 .await?
@@ -161,7 +173,7 @@ pub(super) async fn queued_through_a_deploy(sim: &Sim, kb: &KbId) -> Result<()> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     worker.abort();
-    for key in &keys {
+    for key in keys {
         if let Some(job) = jobs.job(key).await? {
             println!(
                 "   {} {key}: {} after {} attempt(s)",
@@ -179,6 +191,11 @@ pub(super) async fn queued_through_a_deploy(sim: &Sim, kb: &KbId) -> Result<()> 
     {
         println!("   {line}");
     }
+    Ok(())
+}
+
+/// What the platform holds: each document converted exactly once.
+fn stored_once(sim: &Sim, kb: &KbId) -> Result<()> {
     let mut once = true;
     for n in 0..UPLOADS {
         let doc = format!("bericht-{n}");

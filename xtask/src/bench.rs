@@ -15,7 +15,7 @@ use crate::summary::{self, Goal, Measurement, On, Op, Row};
 /// Rows whose part has not landed: the name prefix a measurement of it will
 /// carry, its unit and why it is missing. When a group prints a measurement
 /// with the prefix, the row is measured instead: for the job store, a
-/// `job-store` group in `sdk-bench`, named in [`GROUPS`].
+/// `job-store` group in `sdk-bench`, named in `bench/groups.txt`.
 const PLANNED: [(&str, &str, &str); 2] = [
     (
         "job store postgres",
@@ -30,16 +30,13 @@ const PLANNED: [(&str, &str, &str); 2] = [
     ),
 ];
 
-/// The groups of `sdk-bench`, in the order they run and print.
-const GROUPS: [&str; 7] = [
-    "pipeline",
-    "admission",
-    "fairness",
-    "sse",
-    "sse-memory",
-    "job-store",
-    "fleet",
-];
+/// The groups of `sdk-bench`, in the order they run and print: one file both
+/// read, so xtask need not link the bench (and all it measures) to know them.
+const GROUPS: &str = include_str!("../../bench/groups.txt");
+
+fn groups() -> impl Iterator<Item = &'static str> {
+    GROUPS.lines().map(str::trim).filter(|g| !g.is_empty())
+}
 
 /// The callgrind rows: ours and the peer as `sdk-bench micro` names them,
 /// what the peer is, and operations per run (the second run does twice as many).
@@ -290,56 +287,15 @@ pub fn run(root: &Path, quick: bool) -> ExitCode {
             .find(|(n, _)| n == name)
             .map(|(_, p)| p.clone())
     };
-    let mut rows: Vec<Row> = Vec::new();
     let flag: &[&str] = if quick { &["--quick"] } else { &[] };
-
-    match exe("sdk-bench") {
-        Some(bench) => {
-            for group in GROUPS {
-                progress(started, &format!("running {group}"));
-                let args: Vec<&str> = [group].iter().chain(flag).copied().collect();
-                match measurements(&bench, &args) {
-                    Ok(ms) => rows.extend(ms.iter().map(Row::of)),
-                    Err(e) => rows.push(Row::failed(group, &e)),
-                }
-            }
-            if valgrind_installed() {
-                progress(started, "counting instructions with callgrind");
-                rows.extend(callgrind(&bench, quick));
-            } else {
-                eprintln!("valgrind is not installed: no instruction counts");
-                rows.push(Row::missing(
-                    "instruction counts (callgrind)",
-                    "instr/op",
-                    None,
-                    "valgrind is not installed on this machine",
-                ));
-            }
-        }
-        None => rows.push(Row::failed(
-            "runtime and SSE groups",
-            "sdk-bench did not build in release (does generated/ compile?)",
-        )),
-    }
-
+    let mut rows = bench_rows(exe("sdk-bench").as_deref(), started, flag);
     progress(started, "running codegen");
-    match exe("xtask") {
-        Some(xtask) => {
-            let args: Vec<&str> = ["bench-codegen"].iter().chain(flag).copied().collect();
-            match measurements(&xtask, &args) {
-                Ok(ms) => rows.extend(ms.iter().map(Row::of)),
-                Err(e) => rows.push(Row::failed("codegen", &e)),
-            }
-        }
-        None => rows.push(Row::failed("codegen", "xtask did not build in release")),
-    }
-
+    rows.extend(codegen_rows(exe("xtask").as_deref(), flag));
     for (prefix, unit, why) in PLANNED {
         if !rows.iter().any(|r| r.name.starts_with(prefix)) {
             rows.push(Row::missing(prefix, unit, None, why));
         }
     }
-
     let table = summary::table(&rows);
     println!("{table}");
     let dir = exe("sdk-bench")
@@ -347,9 +303,58 @@ pub fn run(root: &Path, quick: bool) -> ExitCode {
         .and_then(|p| Some(p.parent()?.parent()?.to_path_buf()))
         .unwrap_or_else(|| root.join("target"))
         .join("bench");
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(dir.join("summary.json"), summary::json(&rows)))
-        .and_then(|()| std::fs::write(dir.join("table.md"), &table));
+    write_summary(&dir, &rows, &table, started, quick)
+}
+
+/// Every group of `sdk-bench`, then the instruction counts when valgrind is here.
+fn bench_rows(bench: Option<&Path>, started: Instant, flag: &[&str]) -> Vec<Row> {
+    let Some(bench) = bench else {
+        return vec![Row::failed(
+            "runtime and SSE groups",
+            "sdk-bench did not build in release (does generated/ compile?)",
+        )];
+    };
+    let mut rows = Vec::new();
+    for group in groups() {
+        progress(started, &format!("running {group}"));
+        let args: Vec<&str> = [group].iter().chain(flag).copied().collect();
+        match measurements(bench, &args) {
+            Ok(ms) => rows.extend(ms.iter().map(Row::of)),
+            Err(e) => rows.push(Row::failed(group, &e)),
+        }
+    }
+    if valgrind_installed() {
+        progress(started, "counting instructions with callgrind");
+        rows.extend(callgrind(bench, flag.contains(&"--quick")));
+    } else {
+        eprintln!("valgrind is not installed: no instruction counts");
+        rows.push(Row::missing(
+            "instruction counts (callgrind)",
+            "instr/op",
+            None,
+            "valgrind is not installed on this machine",
+        ));
+    }
+    rows
+}
+
+/// The generator's own row, measured by xtask in release.
+fn codegen_rows(xtask: Option<&Path>, flag: &[&str]) -> Vec<Row> {
+    let Some(xtask) = xtask else {
+        return vec![Row::failed("codegen", "xtask did not build in release")];
+    };
+    let args: Vec<&str> = ["bench-codegen"].iter().chain(flag).copied().collect();
+    match measurements(xtask, &args) {
+        Ok(ms) => ms.iter().map(Row::of).collect(),
+        Err(e) => vec![Row::failed("codegen", &e)],
+    }
+}
+
+/// Writes `summary.json` and `table.md` into `dir`.
+fn write_summary(dir: &Path, rows: &[Row], table: &str, started: Instant, quick: bool) -> ExitCode {
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(dir.join("summary.json"), summary::json(rows)))
+        .and_then(|()| std::fs::write(dir.join("table.md"), table));
     let elapsed = started.elapsed().as_secs_f64();
     match written {
         Ok(()) => {

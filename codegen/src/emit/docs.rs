@@ -1,11 +1,12 @@
 //! Doc comments and small token helpers shared by the emitters.
 
+use std::fmt::Write;
 use std::time::Duration;
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
 
-use crate::model::{Source, TypeExpr};
+use crate::model::{Model, RetrySchedule, Returns, Route, Source, TypeExpr};
 use crate::naming;
 
 /// `#[doc = "..."]` attributes, one per line, rendered as `///` by prettyplease.
@@ -162,5 +163,57 @@ pub fn duration_text(d: Duration) -> String {
         format!("{} s", millis / 1000)
     } else {
         format!("{millis} ms")
+    }
+}
+
+/// How a type reads in generated docs (method docs and POLICY.md).
+pub fn returns_text(model: &Model, r: &Route) -> String {
+    match &r.returns {
+        Returns::Nothing => "none".into(),
+        Returns::Body(t) => type_text(t),
+        Returns::Stream(i) => format!("SSE `{}`", model.streams[*i].name),
+    }
+}
+
+/// A retry schedule in a few words (`3 attempts, exponential from 500 ms ...`).
+pub fn schedule_text(s: &RetrySchedule) -> String {
+    match *s {
+        RetrySchedule::Never => "never".into(),
+        RetrySchedule::Exponential {
+            attempts,
+            base,
+            factor,
+            cap,
+        } => format!(
+            "{attempts} attempts, exponential from {} ×{factor} capped at {}, full jitter",
+            duration_text(base),
+            duration_text(cap)
+        ),
+        RetrySchedule::DeployWindow { attempts } => {
+            format!("{attempts} attempts, GET inside the deploy-suspected window only")
+        }
+        RetrySchedule::RetryAfter {
+            attempts,
+            floor,
+            jitter,
+        } => format!(
+            "{attempts} attempts, wait Retry-After ({} when absent) + up to {} jitter",
+            duration_text(floor),
+            duration_text(jitter)
+        ),
+        RetrySchedule::Once { attempts } => format!("{attempts} attempts, no wait"),
+        RetrySchedule::Linear { attempts, step } => format!(
+            "{attempts} attempts, waiting {} × the retry's number, no jitter",
+            duration_text(step)
+        ),
+    }
+}
+
+/// A markdown table (POLICY.md, the metric list): its header, the rule under it, a line per row.
+pub fn table(md: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
+    let _ = writeln!(md, "| {} |", header.join(" | "));
+    let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
+    for row in rows {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
     }
 }

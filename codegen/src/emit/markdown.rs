@@ -2,9 +2,8 @@
 
 use std::fmt::Write;
 
-use super::docs::{duration_text, source};
-use super::services::returns_text;
-use crate::model::{Degraded, Item, Model, Replay, RetrySchedule, TaxonomyRow};
+use super::docs::{duration_text, returns_text, schedule_text, source, table};
+use crate::model::{Degraded, Item, Model, Replay, TaxonomyRow};
 
 pub fn policy_md(model: &Model) -> String {
     let mut md = String::new();
@@ -29,15 +28,6 @@ pub fn policy_md(model: &Model) -> String {
         section(&mut md, model);
     }
     md
-}
-
-/// A table: its header, the rule under it, a line per row.
-pub(super) fn table(md: &mut String, header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
-    let _ = writeln!(md, "| {} |", header.join(" | "));
-    let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
-    for row in rows {
-        let _ = writeln!(md, "| {} |", row.join(" | "));
-    }
 }
 
 /// `header` and its `column` where `with` holds (the breaker's, the deploy window's).
@@ -585,40 +575,6 @@ fn replay_rows(md: &mut String, model: &Model) {
 
 fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
-}
-
-/// A retry schedule in a few words (`3 attempts, exponential from 500 ms ...`).
-pub(super) fn schedule_text(s: &RetrySchedule) -> String {
-    match *s {
-        RetrySchedule::Never => "never".into(),
-        RetrySchedule::Exponential {
-            attempts,
-            base,
-            factor,
-            cap,
-        } => format!(
-            "{attempts} attempts, exponential from {} ×{factor} capped at {}, full jitter",
-            duration_text(base),
-            duration_text(cap)
-        ),
-        RetrySchedule::DeployWindow { attempts } => {
-            format!("{attempts} attempts, GET inside the deploy-suspected window only")
-        }
-        RetrySchedule::RetryAfter {
-            attempts,
-            floor,
-            jitter,
-        } => format!(
-            "{attempts} attempts, wait Retry-After ({} when absent) + up to {} jitter",
-            duration_text(floor),
-            duration_text(jitter)
-        ),
-        RetrySchedule::Once { attempts } => format!("{attempts} attempts, no wait"),
-        RetrySchedule::Linear { attempts, step } => format!(
-            "{attempts} attempts, waiting {} × the retry's number, no jitter",
-            duration_text(step)
-        ),
-    }
 }
 
 fn breaker_section(md: &mut String, model: &Model) {

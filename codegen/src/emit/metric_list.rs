@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::model::Model;
+use crate::model::{FleetPolicy, Item, Model};
 
 /// One exported series family: its name as scraped, type, labels, meaning and exporter.
 type Metric = (
@@ -86,41 +86,44 @@ fn client(model: &Model) -> Vec<Metric> {
         "429 answers, by whether Retry-After was usable",
         CLIENT,
     ));
-    if let Some(f) = &model.fleet {
-        let fleet = "the client, with a fleet backend";
-        let n = &f.metrics;
-        out.extend([
-            (
-                n.admission.to_owned(),
-                "histogram",
-                "backend",
-                "time of the fleet stage of admission",
-                fleet,
-            ),
-            (
-                counter(n.decisions),
-                "counter",
-                "backend, outcome",
-                "fleet admission decisions",
-                fleet,
-            ),
-            (
-                n.degraded.to_owned(),
-                "gauge",
-                "",
-                "1 while the fleet's store is unreachable",
-                fleet,
-            ),
-            (
-                n.share.to_owned(),
-                "gauge",
-                "",
-                "this replica's share of the fleet's limits",
-                fleet,
-            ),
-        ]);
-    }
+    out.extend(model.fleet.as_ref().map(fleet).into_iter().flatten());
     out
+}
+
+/// The fleet stage's metrics, when the spec has a fleet.
+fn fleet(f: &Item<FleetPolicy>) -> Vec<Metric> {
+    let part = "the client, with a fleet backend";
+    let n = &f.metrics;
+    vec![
+        (
+            n.admission.to_owned(),
+            "histogram",
+            "backend",
+            "time of the fleet stage of admission",
+            part,
+        ),
+        (
+            counter(n.decisions),
+            "counter",
+            "backend, outcome",
+            "fleet admission decisions",
+            part,
+        ),
+        (
+            n.degraded.to_owned(),
+            "gauge",
+            "",
+            "1 while the fleet's store is unreachable",
+            part,
+        ),
+        (
+            n.share.to_owned(),
+            "gauge",
+            "",
+            "this replica's share of the fleet's limits",
+            part,
+        ),
+    ]
 }
 
 /// The replay queue's metrics, the job store's among them.
@@ -163,7 +166,7 @@ fn queue(model: &Model) -> Vec<Metric> {
 pub(super) fn section(md: &mut String, model: &Model) {
     let _ = writeln!(md, "\n## Metrics\n");
     let rows = client(model).into_iter().chain(queue(model));
-    super::markdown::table(
+    super::docs::table(
         md,
         &["metric", "type", "labels", "what", "exported by"],
         rows.map(|(name, ty, labels, what, by)| {

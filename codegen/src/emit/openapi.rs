@@ -843,7 +843,7 @@ fn retries(model: &Model) -> Value {
                     r.name.to_owned(),
                     json!({
                         "attempts": r.schedule.attempts(),
-                        "schedule": super::markdown::schedule_text(&r.schedule),
+                        "schedule": super::docs::schedule_text(&r.schedule),
                         "doc": r.doc,
                     }),
                 )

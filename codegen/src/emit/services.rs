@@ -4,7 +4,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
 use super::docs::{
-    doc, duration_text, field_ident, ident, inner_doc, rust_type, source, type_text,
+    doc, duration_text, field_ident, ident, inner_doc, rust_type, schedule_text, source,
 };
 use crate::model::{
     Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service, Stream,
@@ -193,7 +193,7 @@ fn method_doc(model: &Model, r: &Route) -> TokenStream {
             "- Retry class: [`{}`](crate::policy::retry::{}), {}",
             retry.name,
             model.constants.retries[r.retry.get()],
-            super::markdown::schedule_text(&retry.schedule)
+            schedule_text(&retry.schedule)
         ),
         format!(
             "- Idempotent: {}",
@@ -557,14 +557,5 @@ fn arg_type(ty: &TypeExpr, arg: TokenStream) -> (TokenStream, TokenStream) {
         }
         TypeExpr::String => (quote!(&str), arg),
         other => (rust_type(other), quote!(#arg.to_string())),
-    }
-}
-
-/// How a type reads in generated docs (used by POLICY.md too).
-pub fn returns_text(model: &Model, r: &Route) -> String {
-    match &r.returns {
-        Returns::Nothing => "none".into(),
-        Returns::Body(t) => type_text(t),
-        Returns::Stream(i) => format!("SSE `{}`", model.streams[*i].name),
     }
 }

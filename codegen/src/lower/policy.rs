@@ -489,40 +489,10 @@ impl Cx<'_> {
         names: &Known,
         deadline: Option<std::time::Duration>,
     ) -> Option<(Item<ReplayPolicy>, Source)> {
-        let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
-        if let Some(b) = budget
-            && throttle.budgets[b].max_in_flight.is_none()
-        {
-            self.error(
-                &r.budget,
-                "replay.budget",
-                "replays need a budget with `max_in_flight`: it bounds the jobs a worker runs at once",
-            );
-        }
-        let lease = self.duration(&r.lease, "replay.lease");
-        if let (Some(lease), Some(deadline)) = (lease, deadline)
-            && lease <= deadline
-        {
-            self.error(
-                &r.lease,
-                "replay.lease",
-                "must outlast `deadline.interactive`: a lease that runs out mid-call hands a live job to a second worker",
-            );
-        }
+        let (budget, lease) = self.replay_budget_and_lease(r, throttle, names, deadline);
         let pause = self.duration(&r.pause, "replay.pause");
         let split = self.positive(&r.split, "replay.split");
-        if r.kinds.is_empty() {
-            self.sources.at(
-                r.source.span(),
-                "replay.kinds",
-                "name at least one job kind",
-            );
-        }
-        for kind in &r.kinds {
-            if !is_snake(kind) {
-                self.error(kind, "replay.kinds", "a job kind is snake_case");
-            }
-        }
+        self.replay_kinds(r);
         let lock_attempts = self.positive(&r.lock_retry.attempts, "replay.lock_retry.attempts");
         let lock_step = self.duration(&r.lock_retry.step, "replay.lock_retry.step");
         let depth_metric = self.metric_name(&r.depth_metric, "replay.depth_metric");
@@ -575,6 +545,54 @@ impl Cx<'_> {
             source,
         };
         Some((replay, retention))
+    }
+
+    /// The replay budget (it must bound the jobs run at once) and the lease
+    /// (it must outlast a call).
+    fn replay_budget_and_lease(
+        &mut self,
+        r: &spec::ReplayQueue,
+        throttle: &Throttle,
+        names: &Known,
+        deadline: Option<std::time::Duration>,
+    ) -> (Option<usize>, Option<std::time::Duration>) {
+        let budget = self.reference(&r.budget, "replay.budget", "budget", &names.budgets);
+        if let Some(b) = budget
+            && throttle.budgets[b].max_in_flight.is_none()
+        {
+            self.error(
+                &r.budget,
+                "replay.budget",
+                "replays need a budget with `max_in_flight`: it bounds the jobs a worker runs at once",
+            );
+        }
+        let lease = self.duration(&r.lease, "replay.lease");
+        if let (Some(lease), Some(deadline)) = (lease, deadline)
+            && lease <= deadline
+        {
+            self.error(
+                &r.lease,
+                "replay.lease",
+                "must outlast `deadline.interactive`: a lease that runs out mid-call hands a live job to a second worker",
+            );
+        }
+        (budget, lease)
+    }
+
+    /// The job kinds: at least one, each snake_case.
+    fn replay_kinds(&mut self, r: &spec::ReplayQueue) {
+        if r.kinds.is_empty() {
+            self.sources.at(
+                r.source.span(),
+                "replay.kinds",
+                "name at least one job kind",
+            );
+        }
+        for kind in &r.kinds {
+            if !is_snake(kind) {
+                self.error(kind, "replay.kinds", "a job kind is snake_case");
+            }
+        }
     }
 
     /// The fleet section: how replicas share the throttle through Redis.

@@ -6,6 +6,10 @@ use grag_client::{DocumentId, KbId, WorkspaceId};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// The job kind of an upload, and of a KG batch (`policy.yaml replay.kinds`).
+pub(crate) const INGEST: &str = "ingest";
+pub(crate) const KG: &str = "kg";
+
 /// One document into a knowledge base: upload, convert, then upsert its
 /// chunk points. The document id is deterministic (409 = already there) and
 /// the point ids are derived from the chunks, so every step can be repeated.

@@ -44,7 +44,7 @@ pub(crate) fn kept(kind: &str, payload: &Value) -> Value {
     let count = |v: &Value| v.as_array().map_or(0, Vec::len);
     let bytes = serde_json::to_vec(payload).map_or(0, |t| t.len());
     let mut kept = match kind {
-        crate::run::INGEST => json!({
+        crate::job::INGEST => json!({
             "kb": payload["kb"],
             "document_id": payload["document"]["document_id"],
             "filename": payload["document"]["filename"],
@@ -86,7 +86,7 @@ mod tests {
     #[test]
     fn a_kept_payload_names_its_digest_and_an_old_whole_payload_is_digested() {
         let whole = json!({"kb": "kb-1", "document": {"document_id": "d", "filename": "f"}, "points": [1, 2]});
-        let k = kept(crate::run::INGEST, &whole);
+        let k = kept(crate::job::INGEST, &whole);
         assert_eq!(
             (k["kb"].clone(), k["points"].clone()),
             (json!("kb-1"), json!(2))

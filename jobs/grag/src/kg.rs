@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::job::KgBatch;
-use crate::run::{Step, StepError};
+use crate::step::{Step, StepError};
 
 /// Items `0..next` of the batch (entities first, then edges) are written.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

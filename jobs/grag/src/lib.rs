@@ -30,6 +30,8 @@ mod metrics;
 mod retention;
 mod run;
 mod settle;
+mod shared;
+mod step;
 mod stop;
 mod upload;
 mod worker;

@@ -16,16 +16,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
-use crate::job::{JobsError, KgBatch, Upload, document_key, kg_key, upload_key};
+use crate::job::{INGEST, JobsError, KG, KgBatch, Upload, document_key, kg_key, upload_key};
 use crate::kept::{Content, digest, kept, kept_digest};
 use crate::kg;
 use crate::metrics::Metrics;
 use crate::settle::{Settle, is_outage, settle};
+use crate::shared::{Clock, Inner};
+use crate::step::{Step, StepError};
 use crate::upload::{self, UploadProgress};
-
-/// The job kind of an upload, and of a KG batch (`policy.yaml replay.kinds`).
-pub(crate) const INGEST: &str = "ingest";
-pub(crate) const KG: &str = "kg";
 
 /// The store's lock retry rule, as the spec gives it.
 pub fn lock_retry() -> LockRetry {
@@ -36,36 +34,10 @@ pub fn lock_retry() -> LockRetry {
     }
 }
 
-/// The wall clock the store's leases and `not_before` are read against.
-pub(crate) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
-
 /// The durable job queue of one backend process. Cheap to clone.
 #[derive(Clone)]
 pub struct Jobs {
     pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    /// Defers server waits: a `Retry-After` re-queues the job.
-    pub grag: Grag,
-    pub store: Arc<dyn JobStore>,
-    /// This worker's name on its leases; unique per live process.
-    pub owner: String,
-    pub policy: &'static ReplayPolicy,
-    pub clock: Clock,
-    pub metrics: Metrics,
-    /// A job became eligible (submitted for replay, finished): look again.
-    pub wake: Notify,
-    /// When a job last met an outage (see [`Jobs::in_outage`]).
-    pub last_outage: Mutex<Option<SystemTime>>,
-    /// The process is stopping ([`Jobs::shutdown`]): nothing more is
-    /// claimed, and a job at its next checkpoint is handed back.
-    pub stopping: AtomicBool,
-    /// The jobs the worker runs now, by key: aborted and handed back when
-    /// the shutdown's grace ends first.
-    pub running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
-    /// A worker's job ended (the shutdown waits for the last).
-    pub ended: Notify,
 }
 
 impl Jobs {
@@ -304,7 +276,7 @@ impl Jobs {
     }
 
     pub(crate) fn now(&self) -> SystemTime {
-        (self.inner.clock)()
+        self.inner.now()
     }
 
     /// The gauge is read only here, so the store is asked only here, not
@@ -351,10 +323,7 @@ impl Jobs {
 
     /// The steps of the job's kind, from its checkpoint on.
     async fn run_steps(&self, job: &Job) -> Result<(), StepError> {
-        let step = Step {
-            jobs: self,
-            key: &job.key,
-        };
+        let step = Step::new(&self.inner, &job.key);
         match job.kind.as_str() {
             INGEST => match (decode("payload", &job.payload), progress(job)) {
                 (Ok(upload), Ok(mut progress)) => upload::run(&step, &upload, &mut progress).await,
@@ -460,27 +429,9 @@ impl Jobs {
             .unwrap_or_else(|e| e.into_inner()) = Some(self.now());
     }
 
-    /// A store error on its way up, looked at: a store that stayed locked
-    /// through its lock retries (the Core policy: "log ... lock-contention
-    /// events"; "alert on elevated retry-exhaustion rates ... DB pressure")
-    /// is logged with the job's key and raises the retry-exhaustion alert.
-    /// The job itself stays as the store has it: its lease brings it back.
+    /// A store error on its way up, looked at ([`Inner::watch`]).
     pub(crate) fn watch(&self, key: &str, e: StoreError) -> StoreError {
-        if let StoreError::Locked { op, attempts } = &e {
-            tracing::error!(
-                target: "grag_jobs::store",
-                job_key = key,
-                op = *op,
-                attempts = *attempts,
-                "job store locked, retries exhausted"
-            );
-            let runtime = self.inner.grag.runtime();
-            runtime.alert(Alert {
-                detail: Some(format!("job {key}: {e}")),
-                ..runtime.alert_of(runtime.policy().alerts.retry_exhausted)
-            });
-        }
-        e
+        self.inner.watch(key, e)
     }
 
     fn failed_alert(&self, job: &Job, e: Option<&grag_client::Error>, why: &str) {
@@ -499,138 +450,6 @@ impl Jobs {
 /// taken over from a crashed worker, or was run again.
 fn replayed(job: &Job) -> bool {
     job.attempts > 1
-}
-
-/// What ended a step early.
-pub(crate) enum StepError {
-    /// The platform call failed: [`settle`] decides what follows.
-    Platform(grag_client::Error),
-    /// A single point is refused as too large (413): no split can cure it,
-    /// the job fails.
-    PointTooLarge {
-        error: grag_client::Error,
-        point: String,
-    },
-    /// The checkpoint could not be written (or the lease was lost).
-    Store(StoreError),
-    /// A write whose outcome is unknown, and the read that would settle it
-    /// cannot: the job fails for a person to decide, never sent again.
-    Unknown {
-        step: &'static str,
-        request_id: Option<String>,
-        read: String,
-    },
-    /// The stored payload or checkpoint does not decode.
-    Corrupt { what: &'static str, reason: String },
-    /// The process is stopping: the job, at a checkpoint, is handed back.
-    Stopped,
-}
-
-/// The running job, as its steps see it.
-pub(crate) struct Step<'a> {
-    jobs: &'a Jobs,
-    key: &'a str,
-}
-
-impl Step<'_> {
-    pub fn grag(&self) -> &Grag {
-        &self.jobs.inner.grag
-    }
-
-    /// Most items of a batch after a 413.
-    pub fn split(&self) -> usize {
-        self.jobs.inner.policy.split
-    }
-
-    /// Saves the checkpoint and renews the lease.
-    pub async fn save(&self, progress: &impl Serialize) -> Result<(), StepError> {
-        let inner = &self.jobs.inner;
-        let value = serde_json::to_value(progress).map_err(|e| {
-            StepError::Store(StoreError::Corrupt {
-                key: self.key.to_owned(),
-                field: "progress",
-                reason: e.to_string(),
-            })
-        })?;
-        inner
-            .store
-            .checkpoint(
-                self.key,
-                &inner.owner,
-                &value,
-                inner.policy.lease,
-                self.jobs.now(),
-            )
-            .await
-            .map_err(|e| StepError::Store(self.jobs.watch(self.key, e)))
-    }
-
-    /// The step's request is about to go out: from here its outcome is
-    /// unknown until its answer is read, even across a crash.
-    pub async fn sending(&self, progress: &mut UploadProgress) -> Result<(), StepError> {
-        progress.sent = true;
-        self.save(progress).await
-    }
-
-    /// The step is done: the next one starts unsent.
-    pub async fn advance(
-        &self,
-        progress: &mut UploadProgress,
-        next: upload::UploadStep,
-    ) -> Result<(), StepError> {
-        progress.step = next;
-        progress.sent = false;
-        progress.unknown_request = None;
-        self.save(progress).await?;
-        self.unless_stopping()
-    }
-
-    /// At a checkpoint with nothing in doubt: a stopping process hands the
-    /// job back here, for another replica to go on from it at once.
-    fn unless_stopping(&self) -> Result<(), StepError> {
-        let stopping = self
-            .jobs
-            .inner
-            .stopping
-            .load(std::sync::atomic::Ordering::Acquire);
-        if stopping {
-            Err(StepError::Stopped)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// The answer of a step's write that is not idempotent: a refusal (a
-    /// known outcome) makes the step unsent again, so it is sent again
-    /// without a read; an unknown outcome keeps it `sent` with the request
-    /// id in doubt (§5.3.3, the pipeline's `outcome_unknown`). An idempotent
-    /// write stays `sent` whatever came back: its read is cheap and keeps a
-    /// repeat from looking like a second upload.
-    pub async fn settled<T>(
-        &self,
-        progress: &mut UploadProgress,
-        idempotent: bool,
-        sent: Result<T, grag_client::Error>,
-    ) -> Result<T, StepError> {
-        let e = match sent {
-            Ok(value) => return Ok(value),
-            Err(e) => e,
-        };
-        if e.outcome_unknown() {
-            progress.unknown_request = e.request_id().map(str::to_owned);
-        } else if !idempotent {
-            progress.sent = false;
-        }
-        self.save(progress).await?;
-        Err(StepError::Platform(e))
-    }
-
-    /// Waits the polling interval (×2 while a 429 is hot), keeping the lease.
-    pub async fn poll_later(&self, progress: &UploadProgress) -> Result<(), StepError> {
-        tokio::time::sleep(self.grag().runtime().poll_interval()).await;
-        self.save(progress).await?;
-        self.unless_stopping()
-    }
 }
 
 fn decode<T: DeserializeOwned>(

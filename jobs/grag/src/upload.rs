@@ -12,7 +12,7 @@ use grag_client::{ConversionId, Error, Progress};
 use serde::{Deserialize, Serialize};
 
 use crate::job::Upload;
-use crate::run::{Step, StepError};
+use crate::step::{Step, StepError};
 
 /// Where an upload job stands.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -266,6 +266,61 @@ fn no_such_route(e: &Error) -> bool {
         Some(405) => true,
         Some(404) => e.detail() == Some(NO_SUCH_ROUTE),
         _ => false,
+    }
+}
+
+/// The upload's own checkpoints: sent, settled, advanced, polled.
+impl Step<'_> {
+    /// The step's request is about to go out: from here its outcome is
+    /// unknown until its answer is read, even across a crash.
+    pub async fn sending(&self, progress: &mut UploadProgress) -> Result<(), StepError> {
+        progress.sent = true;
+        self.save(progress).await
+    }
+
+    /// The step is done: the next one starts unsent.
+    pub async fn advance(
+        &self,
+        progress: &mut UploadProgress,
+        next: UploadStep,
+    ) -> Result<(), StepError> {
+        progress.step = next;
+        progress.sent = false;
+        progress.unknown_request = None;
+        self.save(progress).await?;
+        self.unless_stopping()
+    }
+
+    /// The answer of a step's write that is not idempotent: a refusal (a
+    /// known outcome) makes the step unsent again, so it is sent again
+    /// without a read; an unknown outcome keeps it `sent` with the request
+    /// id in doubt (§5.3.3, the pipeline's `outcome_unknown`). An idempotent
+    /// write stays `sent` whatever came back: its read is cheap and keeps a
+    /// repeat from looking like a second upload.
+    pub async fn settled<T>(
+        &self,
+        progress: &mut UploadProgress,
+        idempotent: bool,
+        sent: Result<T, grag_client::Error>,
+    ) -> Result<T, StepError> {
+        let e = match sent {
+            Ok(value) => return Ok(value),
+            Err(e) => e,
+        };
+        if e.outcome_unknown() {
+            progress.unknown_request = e.request_id().map(str::to_owned);
+        } else if !idempotent {
+            progress.sent = false;
+        }
+        self.save(progress).await?;
+        Err(StepError::Platform(e))
+    }
+
+    /// Waits the polling interval (×2 while a 429 is hot), keeping the lease.
+    pub async fn poll_later(&self, progress: &UploadProgress) -> Result<(), StepError> {
+        tokio::time::sleep(self.grag().runtime().poll_interval()).await;
+        self.save(progress).await?;
+        self.unless_stopping()
     }
 }
 

@@ -10,7 +10,8 @@ use sdk_runtime::CircuitState;
 use tokio::task::JoinSet;
 
 use crate::JobsError;
-use crate::run::{INGEST, Jobs, KG};
+use crate::job::{INGEST, KG};
+use crate::run::Jobs;
 
 /// The longest a job a stopping replica handed back waits for a worker
 /// with a free slot to look: one claim query this often per idle worker.
