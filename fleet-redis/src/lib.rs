@@ -17,6 +17,7 @@ use std::time::Duration;
 use sdk_runtime::fleet::{Fleet, FleetBackend, FleetSetup};
 use tokio::time::Instant;
 
+mod error;
 mod primary;
 #[cfg(any(test, feature = "redis-server"))]
 pub mod redis_server;

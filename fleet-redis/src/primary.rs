@@ -15,7 +15,7 @@ use redis::Client;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
-use crate::store::StoreError;
+use crate::error::StoreError;
 
 /// The scheme of a Sentinel configuration.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel://";

@@ -34,19 +34,6 @@ const KNOWN: &[Known] = &[
     Known::Long("sim", "src/handlers/bff.rs", "chat_turn"),
     Known::Long("sim", "src/lib.rs", "accept_loop"),
     Known::Circle("sim", &["src/handlers/mod.rs", "src/platform.rs"]),
-    // The policy vocabulary's bake (branch `derive`).
-    Known::Circle(
-        "policy",
-        &[
-            "src/bake.rs",
-            "src/endpoint.rs",
-            "src/index.rs",
-            "src/log.rs",
-            "src/policy/mod.rs",
-        ],
-    ),
-    // The Redis backend (main).
-    Known::Circle("fleet-redis", &["src/primary.rs", "src/store.rs"]),
 ];
 
 /// One offender another branch is fixing: a long function (crate directory,
