@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::response::Response;
 use grag_client::policy::ENDPOINTS;
 use sdk_runtime::{Endpoint, Lane, ScopeNeed};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::faults::{ChurnAnswer, Fault};
+use crate::handlers::ctx::{Ctx, is_label};
+use crate::handlers::reply::{detail, plain, unprocessable};
 use crate::log::LoggedRequest;
 use crate::sse::channel_body;
 use crate::{CloseConn, ConnId, Peer, Shared};
@@ -33,37 +33,6 @@ pub const DEFAULT_TENANT: &str = "default";
 /// Largest request body the simulator reads.
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
 
-/// `{"detail": ...}` with a status.
-pub(crate) fn detail(status: u16, detail: impl Into<Value>) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, axum::Json(json!({ "detail": detail.into() }))).into_response()
-}
-
-/// A FastAPI-style 422: `detail` is a list of validation errors.
-pub(crate) fn unprocessable(loc: &[&str], msg: impl Into<String>) -> Response {
-    detail(
-        422,
-        json!([{ "type": "value_error", "loc": loc, "msg": msg.into() }]),
-    )
-}
-
-/// A plain-text answer, as the edge proxy (Traefik) gives it.
-pub(crate) fn plain(status: u16, text: &'static str) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        text,
-    )
-        .into_response()
-}
-
-/// A JSON answer with a status.
-pub(crate) fn json_status<T: serde::Serialize>(status: u16, value: &T) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    (status, axum::Json(value)).into_response()
-}
-
 fn with_retry_after(mut response: Response, value: Option<String>) -> Response {
     if let Some(v) = value
         && let Ok(v) = HeaderValue::from_str(&v)
@@ -71,47 +40,6 @@ fn with_retry_after(mut response: Response, value: Option<String>) -> Response {
         response.headers_mut().insert(header::RETRY_AFTER, v);
     }
     response
-}
-
-/// One resolved platform request, as a handler sees it.
-pub(crate) struct Ctx {
-    pub endpoint: &'static Endpoint,
-    pub params: Vec<(&'static str, String)>,
-    pub query: Vec<(String, String)>,
-    pub body: Bytes,
-    pub tenant: String,
-    pub workspace: Option<String>,
-    pub pipeline_id: Option<String>,
-    /// A fault the handler itself applies (SSE faults, stage and job failures).
-    pub fault: Option<Fault>,
-}
-
-impl Ctx {
-    /// A path parameter by its template name (`kb`).
-    pub fn param(&self, name: &str) -> &str {
-        self.params
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-            .unwrap_or("")
-    }
-
-    pub fn query(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The body decoded into the route's request type, or the 422 FastAPI gives.
-    /// A number with a zero fraction (`3.0`) is an integer, as JSON Schema
-    /// and pydantic's lax mode read it.
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T, Response> {
-        let fail = |e: serde_json::Error| unprocessable(&["body"], e.to_string());
-        let mut value: Value = serde_json::from_slice(&self.body).map_err(fail)?;
-        integral_floats_as_integers(&mut value);
-        serde_json::from_value(value).map_err(fail)
-    }
 }
 
 /// What the log learns while the request is served.
@@ -572,34 +500,10 @@ fn parse_query(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `^[a-z0-9][a-z0-9-]{0,62}$`, the platform's ID charset.
-/// Turns every float with a zero fraction within `i64` into that integer.
-fn integral_floats_as_integers(value: &mut Value) {
-    match value {
-        Value::Number(n) if n.is_f64() => {
-            let f = n.as_f64().unwrap_or(f64::NAN);
-            if f.fract() == 0.0 && f > i64::MIN as f64 && f < i64::MAX as f64 {
-                *value = Value::from(f as i64);
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
-        Value::Object(fields) => fields.values_mut().for_each(integral_floats_as_integers),
-        _ => {}
-    }
-}
-
-pub(crate) fn is_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
 
     #[test]
     fn every_route_resolves_to_itself() {

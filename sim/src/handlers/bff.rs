@@ -7,11 +7,12 @@ use grag_client::types::SearchHit;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::Answer;
 use super::ai::search;
+use super::ctx::Ctx;
+use super::reply::Answer;
+use super::reply::{detail, json_status};
 use crate::Shared;
 use crate::faults::Fault;
-use crate::platform::{Ctx, detail, json_status};
 use crate::sse::{SseOut, sse_response};
 use crate::state::{Charge, Job, Platform, overlap, words};
 
