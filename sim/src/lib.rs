@@ -198,7 +198,7 @@ impl Sim {
             config,
         });
         let router = openapi::routes(admin::routes())
-            .fallback(platform::platform)
+            .fallback_service(platform::service(shared.clone()))
             .with_state(shared.clone());
         let task = tokio::spawn(accept_loop(shared.clone(), listener, addr, router));
         Ok(Sim {
