@@ -29,7 +29,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::faults::{Faults, Rule};
-use crate::{Shared, state::Platform};
+use crate::shared::Shared;
+use crate::state::Platform;
 
 pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::Shared;
+use crate::shared::Shared;
 
 /// `Retry-After` as delta-seconds or as an HTTP date that far in the future.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

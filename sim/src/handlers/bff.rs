@@ -11,8 +11,8 @@ use super::ai::search;
 use super::ctx::Ctx;
 use super::reply::Answer;
 use super::reply::{detail, json_status};
-use crate::Shared;
 use crate::faults::Fault;
+use crate::shared::Shared;
 use crate::sse::{SseOut, sse_response};
 use crate::state::{Charge, Job, Platform, overlap, words};
 

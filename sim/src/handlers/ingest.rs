@@ -12,7 +12,7 @@ use super::ctx::Ctx;
 use super::ctx::charge;
 use super::reply::Answer;
 use super::reply::{detail, json_status};
-use crate::Shared;
+use crate::shared::Shared;
 use crate::state::{Conversion, Platform};
 
 pub(super) fn upsert_points(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use axum::response::Response;
 use grag_client::types::Health;
 
-use crate::Shared;
+use crate::shared::Shared;
 use crate::state::Platform;
 
 use ai::{complete, score, search_rerank};

@@ -14,9 +14,10 @@ use super::ctx::Ctx;
 use super::ctx::charge;
 use super::reply::{Answer, kb_not_found};
 use super::reply::{detail, json_status};
+use crate::config::JobStart;
 use crate::faults::Fault;
+use crate::shared::Shared;
 use crate::state::{ConversationState, DocState, Job, KbState, Platform, chunks, now_rfc3339};
-use crate::{JobStart, Shared};
 
 pub(super) fn list_kbs(p: &mut Platform, ctx: &Ctx) -> Answer {
     let kbs: Vec<Kb> = p

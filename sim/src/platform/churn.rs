@@ -12,9 +12,9 @@ use tokio::time::Instant;
 
 use super::notes::shaped;
 use super::route::route_of;
-use crate::Shared;
 use crate::faults::ChurnAnswer;
 use crate::handlers::reply::{detail, plain, unprocessable};
+use crate::shared::Shared;
 
 /// The stage.
 pub(super) async fn churn(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {

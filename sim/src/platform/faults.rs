@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use super::BODY_LIMIT;
 use super::notes::{Aftermath, HandlerFault, shaped};
 use super::route::route_of;
-use crate::Shared;
 use crate::faults::Fault;
 use crate::handlers::reply::{detail, plain};
+use crate::shared::Shared;
 use crate::sse::channel_body;
 
 /// What a scripted fault does to the request it matched.
@@ -105,7 +105,7 @@ async fn wait(shared: &Shared, d: Duration) {
     let mut shutdown = shared.shutdown.clone();
     tokio::select! {
         _ = tokio::time::sleep(d) => {}
-        _ = crate::stopped(&mut shutdown) => {}
+        _ = crate::shared::stopped(&mut shutdown) => {}
     }
 }
 

@@ -11,7 +11,8 @@ use axum::response::Response;
 use super::DEFAULT_TENANT;
 use super::notes::{Arrival, Lookup, shaped};
 use crate::handlers::reply::plain;
-use crate::{Peer, Shared};
+use crate::listener::Peer;
+use crate::shared::Shared;
 
 /// The stage.
 pub(super) async fn limits(

@@ -21,9 +21,9 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::Response;
 use tower::ServiceBuilder;
 
-use crate::Shared;
 use crate::faults::Fault;
 use crate::handlers::ctx::Ctx;
+use crate::shared::Shared;
 use notes::{HandlerFault, Scope};
 use route::{parse_query, route_of};
 

@@ -17,8 +17,9 @@ use tokio::time::Instant;
 
 use super::notes::{Aftermath, Arrival, Lookup, Shaped, TenantSeen};
 use super::route::resolve;
+use crate::listener::{CloseConn, ConnId};
 use crate::log::LoggedRequest;
-use crate::{CloseConn, ConnId, Shared};
+use crate::shared::Shared;
 
 /// Counts a request in flight until its response body is finished or
 /// dropped, and logs when that was.

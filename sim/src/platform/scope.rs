@@ -16,10 +16,10 @@ use sdk_runtime::{Endpoint, Lane, ScopeNeed};
 use super::DEFAULT_TENANT;
 use super::notes::{Scope, TenantSeen};
 use super::route::route_of;
-use crate::Shared;
 use crate::config::SimConfig;
 use crate::handlers::ctx::is_label;
 use crate::handlers::reply::detail;
+use crate::shared::Shared;
 
 /// The stage.
 pub(super) async fn scope(
