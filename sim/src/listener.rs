@@ -12,6 +12,7 @@ use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -73,9 +74,22 @@ enum Turn {
     Reaped,
 }
 
+/// What the accept loop goes on with after a churn turn.
+enum AfterChurn {
+    /// Serve on this listener (`None`: the port is tried again next turn).
+    Serve(Option<TcpListener>),
+    /// Stop: the simulator is stopping, or the port could not be bound again.
+    Stop,
+}
+
 /// Accepts connections; on a deploy churn closes the listener, cuts every
 /// open connection, and binds the same port again when the refusal ends.
-pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, addr: SocketAddr, router: Router) {
+pub(crate) async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    addr: SocketAddr,
+    router: Router,
+) {
     let mut listener = Some(listener);
     let mut shutdown = shared.shutdown.clone();
     let mut conns = JoinSet::new();
@@ -105,49 +119,72 @@ pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, addr
                 ));
             }
             Turn::Churn => {
-                if shared.faults.refused_until(Instant::now()).is_none() {
-                    if listener.is_none() {
-                        listener = rebind(addr).await;
-                    }
-                    continue;
-                }
-                listener = None;
-                conns.abort_all();
-                shared.listener_closed.send_replace(true);
-                shared
-                    .log
-                    .note("deploy churn: listener closed, open connections cut");
-                // Refused until the clock (timed churn) or a step ends it.
-                while let Some(until) = shared.faults.refused_until(Instant::now()) {
-                    let clock = async {
-                        match until {
-                            Some(t) => tokio::time::sleep_until(t).await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        _ = crate::shared::stopped(&mut shutdown) => break,
-                        _ = clock => {}
-                        _ = shared.faults.churn_stepped.notified() => {}
-                    }
-                }
-                if *shutdown.borrow() {
-                    break;
-                }
-                listener = rebind(addr).await;
-                shared.listener_closed.send_replace(false);
-                shared.log.note(match listener {
-                    Some(_) => "deploy churn: listener open again",
-                    None => "deploy churn: could not bind the port again",
-                });
-                if listener.is_none() {
-                    break;
+                let taken = listener.take();
+                match churn_turn(&shared, taken, &mut conns, &mut shutdown, addr).await {
+                    AfterChurn::Serve(l) => listener = l,
+                    AfterChurn::Stop => break,
                 }
             }
         }
     }
     drop(listener);
-    let grace = tokio::time::sleep(shared.config.shutdown_grace);
+    drain(conns, shared.config.shutdown_grace).await;
+}
+
+/// A churn turn: while the deploy refuses connections the listener is
+/// closed and every open connection cut; once it ends, the same port is
+/// bound again.
+async fn churn_turn(
+    shared: &Shared,
+    listener: Option<TcpListener>,
+    conns: &mut JoinSet<()>,
+    shutdown: &mut watch::Receiver<bool>,
+    addr: SocketAddr,
+) -> AfterChurn {
+    if shared.faults.refused_until(Instant::now()).is_none() {
+        return AfterChurn::Serve(match listener {
+            Some(l) => Some(l),
+            None => rebind(addr).await,
+        });
+    }
+    drop(listener);
+    conns.abort_all();
+    shared.listener_closed.send_replace(true);
+    shared
+        .log
+        .note("deploy churn: listener closed, open connections cut");
+    // Refused until the clock (timed churn) or a step ends it.
+    while let Some(until) = shared.faults.refused_until(Instant::now()) {
+        let clock = async {
+            match until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = crate::shared::stopped(shutdown) => break,
+            _ = clock => {}
+            _ = shared.faults.churn_stepped.notified() => {}
+        }
+    }
+    if *shutdown.borrow() {
+        return AfterChurn::Stop;
+    }
+    let listener = rebind(addr).await;
+    shared.listener_closed.send_replace(false);
+    shared.log.note(match listener {
+        Some(_) => "deploy churn: listener open again",
+        None => "deploy churn: could not bind the port again",
+    });
+    match listener {
+        Some(l) => AfterChurn::Serve(Some(l)),
+        None => AfterChurn::Stop,
+    }
+}
+
+/// Waits for the open connections to end, at most `grace`, then cuts them.
+async fn drain(mut conns: JoinSet<()>, grace: Duration) {
+    let grace = tokio::time::sleep(grace);
     tokio::pin!(grace);
     loop {
         tokio::select! {
