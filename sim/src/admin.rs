@@ -28,7 +28,8 @@ use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::faults::{Faults, Rule};
+use crate::faults::Rule;
+use crate::scripting::Faults;
 use crate::shared::Shared;
 use crate::state::Platform;
 

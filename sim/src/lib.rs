@@ -77,6 +77,7 @@ mod listener;
 mod log;
 pub mod openapi;
 mod platform;
+mod scripting;
 mod server;
 mod shared;
 mod sse;
@@ -84,8 +85,9 @@ mod state;
 pub mod testkit;
 
 pub use config::{JobStart, SimConfig};
-pub use faults::{ActiveRule, ChurnPhase, Fault, Faults, MODEL_ROUTES, RetryAfter, Route, Rule};
+pub use faults::{ActiveRule, ChurnPhase, Fault, MODEL_ROUTES, RetryAfter, Route, Rule};
 pub use limits::PlatformLimits;
 pub use log::{LoggedRequest, Note, RequestLog};
 pub use platform::DEFAULT_TENANT;
+pub use scripting::Faults;
 pub use server::Sim;

@@ -14,9 +14,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::SimConfig;
-use crate::faults::{self, Faults};
+use crate::faults;
 use crate::listener::accept_loop;
 use crate::log::RequestLog;
+use crate::scripting::Faults;
 use crate::shared::Shared;
 use crate::{admin, limits, openapi, platform, state};
 

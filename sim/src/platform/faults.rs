@@ -14,9 +14,8 @@ use axum::response::Response;
 use sdk_runtime::Endpoint;
 use serde_json::{Value, json};
 
-use super::BODY_LIMIT;
 use super::notes::{Aftermath, HandlerFault, shaped};
-use super::route::route_of;
+use super::route::{BODY_LIMIT, route_of};
 use crate::faults::Fault;
 use crate::handlers::reply::{detail, plain};
 use crate::shared::Shared;

@@ -8,8 +8,8 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::DEFAULT_TENANT;
 use super::notes::{Arrival, Lookup, shaped};
+use super::scope::DEFAULT_TENANT;
 use crate::handlers::reply::plain;
 use crate::listener::Peer;
 use crate::shared::Shared;

@@ -25,14 +25,8 @@ use crate::faults::Fault;
 use crate::handlers::ctx::Ctx;
 use crate::shared::Shared;
 use notes::{HandlerFault, Scope};
-use route::{parse_query, route_of};
-
-/// The tenant a request without `X-Tenant-ID` is served as
-/// (`allow_default_tenant=true`, the platform-wide default: policy §3).
-pub const DEFAULT_TENANT: &str = "default";
-
-/// Largest request body the simulator reads.
-const BODY_LIMIT: usize = 64 * 1024 * 1024;
+use route::{BODY_LIMIT, parse_query, route_of};
+pub use scope::DEFAULT_TENANT;
 
 /// Every path that is not an admin route: the stages, then the handler.
 pub(crate) fn service(shared: Arc<Shared>) -> Router {

@@ -12,9 +12,11 @@ use axum::middleware::Next;
 use axum::response::Response;
 use grag_client::policy::ENDPOINTS;
 
-use super::BODY_LIMIT;
 use super::notes::{Lookup, Miss, Route};
 use crate::handlers::reply::{detail, unprocessable};
+
+/// Largest request body the simulator reads.
+pub(super) const BODY_LIMIT: usize = 64 * 1024 * 1024;
 
 /// The stage: every later one sees a [`Route`] and a body already read.
 pub(super) async fn route(req: Request, next: Next) -> Response {

@@ -13,13 +13,16 @@ use axum::middleware::Next;
 use axum::response::Response;
 use sdk_runtime::{Endpoint, Lane, ScopeNeed};
 
-use super::DEFAULT_TENANT;
 use super::notes::{Scope, TenantSeen};
 use super::route::route_of;
 use crate::config::SimConfig;
 use crate::handlers::ctx::is_label;
 use crate::handlers::reply::detail;
 use crate::shared::Shared;
+
+/// The tenant a request without `X-Tenant-ID` is served as
+/// (`allow_default_tenant=true`, the platform-wide default: policy §3).
+pub const DEFAULT_TENANT: &str = "default";
 
 /// The stage.
 pub(super) async fn scope(
