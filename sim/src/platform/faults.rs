@@ -215,3 +215,78 @@ pub(super) async fn cut_mid_body(response: Response) -> Response {
     });
     Response::from_parts(parts, body)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use grag_client::policy::ENDPOINTS;
+
+    use super::*;
+
+    fn endpoint(operation: &str) -> &'static Endpoint {
+        ENDPOINTS
+            .iter()
+            .copied()
+            .find(|e| e.operation == operation)
+            .unwrap_or_else(|| panic!("no route {operation}"))
+    }
+
+    fn effect_on(operation: &str, fault: Fault) -> Effect {
+        effect(endpoint(operation), fault, Duration::from_millis(7))
+    }
+
+    #[test]
+    fn a_reset_cuts_a_body_mid_way_and_a_stream_between_events() {
+        assert!(matches!(
+            effect_on("list_kbs", Fault::ResetMidBody),
+            Effect::Handler(Fault::ResetMidBody)
+        ));
+        assert!(matches!(
+            effect_on("chat_stream", Fault::ResetMidBody),
+            Effect::Handler(Fault::SseDrop { after_events: 1 })
+        ));
+    }
+
+    #[test]
+    fn slow_answers_wait_and_status_faults_answer() {
+        assert!(matches!(
+            effect_on("list_kbs", Fault::ColdStart),
+            Effect::Wait(d) if d == Duration::from_millis(7)
+        ));
+        assert!(matches!(
+            effect_on("list_kbs", Fault::delay(Duration::from_millis(30))),
+            Effect::Wait(d) if d == Duration::from_millis(30)
+        ));
+        let Effect::Answer(unhandled) = effect_on("list_kbs", Fault::Unhandled) else {
+            panic!("an unhandled error is an answer");
+        };
+        assert_eq!(unhandled.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(unhandled.headers()[header::CONTENT_LENGTH], "21");
+        let Effect::Answer(limited) = effect_on("list_kbs", Fault::rate_limited_secs(2)) else {
+            panic!("a rate limit is an answer");
+        };
+        assert_eq!(limited.headers()[header::RETRY_AFTER], "2");
+        assert!(matches!(
+            effect_on("list_kbs", Fault::ValidationEcho { max_length: 9 }),
+            Effect::EchoValidation { max_length: 9 }
+        ));
+    }
+
+    #[test]
+    fn only_two_faults_outlive_their_answer() {
+        assert_eq!(
+            Aftermath::of(&Fault::Unhandled),
+            Some(Aftermath::CloseAfterAnswer)
+        );
+        assert_eq!(
+            Aftermath::of(&Fault::AppliedThenLost),
+            Some(Aftermath::DropUnanswered)
+        );
+        assert!(matches!(
+            effect_on("create_kb", Fault::AppliedThenLost),
+            Effect::Handler(Fault::AppliedThenLost)
+        ));
+        assert_eq!(Aftermath::of(&Fault::BadGateway), None);
+        assert_eq!(Aftermath::of(&Fault::ResetMidBody), None);
+    }
+}

@@ -110,3 +110,70 @@ fn places(
     };
     Ok((workspace, pipeline_id))
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderValue, StatusCode};
+    use grag_client::policy::ENDPOINTS;
+
+    use super::*;
+
+    fn endpoint(scope: ScopeNeed) -> &'static Endpoint {
+        ENDPOINTS
+            .iter()
+            .copied()
+            .find(|e| e.scope == scope && e.lane == Lane::Key)
+            .or_else(|| ENDPOINTS.iter().copied().find(|e| e.scope == scope))
+            .unwrap_or_else(|| panic!("no route of scope {scope:?}"))
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn config(allow_default_tenant: bool) -> SimConfig {
+        SimConfig {
+            allow_default_tenant,
+            api_key: None,
+            ..SimConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_public_route_has_no_tenant() {
+        let public = endpoint(ScopeNeed::Public);
+        assert_eq!(
+            tenant(&headers(&[]), public, &config(false)).ok(),
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn the_tenant_header_is_a_label_or_the_default() {
+        let workspace = endpoint(ScopeNeed::Workspace);
+        let keyed = [("authorization", "Bearer k")];
+        let found = tenant(&headers(&keyed), workspace, &config(true)).ok();
+        assert_eq!(found, Some(Some(DEFAULT_TENANT.to_owned())));
+        let missing = tenant(&headers(&keyed), workspace, &config(false)).err();
+        assert_eq!(missing.map(|r| r.status()), Some(StatusCode::BAD_REQUEST));
+        let bad = [("authorization", "Bearer k"), ("x-tenant-id", "Knoll")];
+        let bad = tenant(&headers(&bad), workspace, &config(true)).err();
+        assert_eq!(bad.map(|r| r.status()), Some(StatusCode::BAD_REQUEST));
+    }
+
+    #[test]
+    fn a_workspace_route_needs_its_workspace() {
+        let workspace = endpoint(ScopeNeed::Workspace);
+        let refused = places(&headers(&[]), workspace).err();
+        assert_eq!(refused.map(|r| r.status()), Some(StatusCode::BAD_REQUEST));
+        let named = [("x-workspace-id", "ws-1"), ("x-pipeline-id", "run-1")];
+        let found = places(&headers(&named), workspace).ok();
+        assert_eq!(found, Some((Some("ws-1".into()), Some("run-1".into()))));
+        let bad_pipeline = [("x-workspace-id", "ws-1"), ("x-pipeline-id", "Run 1")];
+        assert!(places(&headers(&bad_pipeline), workspace).is_err());
+    }
+}
