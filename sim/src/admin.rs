@@ -28,8 +28,10 @@ use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::faults::{Faults, Rule};
-use crate::{Shared, state::Platform};
+use crate::faults::Rule;
+use crate::scripting::Faults;
+use crate::shared::Shared;
+use crate::state::Platform;
 
 pub(crate) fn routes() -> Router<Arc<Shared>> {
     Router::new()

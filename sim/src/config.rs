@@ -94,7 +94,7 @@ pub struct SimConfig {
     pub without_routes: Vec<String>,
     /// The platform's own limits per address and tenant (Traefik's ceiling,
     /// the gateway's retrieval bucket); `None` (the default) enforces none.
-    pub platform_limits: Option<crate::PlatformLimits>,
+    pub platform_limits: Option<crate::limits::PlatformLimits>,
     /// Whether each service's OpenAPI document (`GET /<service>/openapi.json`)
     /// has a few routes, fields and enum values moved (scenario `drifted`):
     /// what a platform that moved on from the spec serves.
@@ -207,7 +207,7 @@ impl SimConfig {
 
     /// The same configuration answering 429 past the platform's limits,
     /// as `limits` counts them.
-    pub fn with_platform_limits(mut self, limits: crate::PlatformLimits) -> Self {
+    pub fn with_platform_limits(mut self, limits: crate::limits::PlatformLimits) -> Self {
         self.platform_limits = Some(limits);
         self
     }

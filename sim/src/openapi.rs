@@ -14,7 +14,7 @@ use axum::routing::get;
 use grag_client::policy::{OPENAPI, OPENAPI_DOCUMENTS};
 use serde_json::{Map, Value, json};
 
-use crate::Shared;
+use crate::shared::Shared;
 
 /// The router with a `GET` of every service's document added.
 pub(crate) fn routes(router: Router<Arc<Shared>>) -> Router<Arc<Shared>> {

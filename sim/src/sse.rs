@@ -205,7 +205,7 @@ impl SseOut {
         tokio::select! {
             _ = tokio::time::sleep_until(at) => true,
             _ = self.tx.closed() => { self.stopped = true; false }
-            _ = crate::stopped(shutdown) => { self.stopped = true; false }
+            _ = crate::shared::stopped(shutdown) => { self.stopped = true; false }
         }
     }
 
@@ -244,7 +244,7 @@ impl SseOut {
         let shutdown = &mut self.shutdown;
         tokio::select! {
             _ = self.tx.closed() => {}
-            _ = crate::stopped(shutdown) => {}
+            _ = crate::shared::stopped(shutdown) => {}
         }
     }
 }

@@ -23,7 +23,8 @@ use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::{JobProgress, JobUpdate};
 
-use crate::{Sim, SimConfig};
+use crate::config::SimConfig;
+use crate::server::Sim;
 
 /// The key the tests' clients present (the simulator accepts any by default).
 pub const KEY: &str = "test-key";
@@ -197,7 +198,7 @@ pub fn max_in_any_window(times: &[tokio::time::Instant], width: std::time::Durat
 
 /// When each of `entries` arrived, in order.
 pub fn arrivals<'a>(
-    entries: impl IntoIterator<Item = &'a crate::LoggedRequest>,
+    entries: impl IntoIterator<Item = &'a crate::log::LoggedRequest>,
 ) -> Vec<tokio::time::Instant> {
     let mut times: Vec<tokio::time::Instant> = entries.into_iter().map(|e| e.arrived).collect();
     times.sort();

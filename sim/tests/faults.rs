@@ -548,6 +548,13 @@ async fn admin_routes_script_the_same_faults_and_stay_out_of_the_log() {
         204
     );
     assert_eq!(get(&sim).await.status(), 200);
+}
+
+#[tokio::test]
+async fn admin_routes_switch_the_agent_plane_and_show_the_config() {
+    let sim = common::start(common::config()).await;
+    let http = raw();
+    let admin = |path: &str| format!("{}/_sim/{path}", sim.url());
 
     // The agent plane switch.
     let r = http
@@ -583,6 +590,24 @@ async fn admin_routes_script_the_same_faults_and_stay_out_of_the_log() {
         204
     );
     assert_eq!(sim.faults().rules().len(), 4);
+}
+
+#[tokio::test]
+async fn an_admin_deploy_refuses_until_stepped_and_a_reset_forgets_everything() {
+    let sim = common::start(common::config()).await;
+    let http = raw();
+    let admin = |path: &str| format!("{}/_sim/{path}", sim.url());
+    assert_eq!(
+        http.post(admin("cold-start"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    assert_eq!(get(&sim).await.status(), 200);
+    assert!(!sim.faults().rules().is_empty());
+    assert!(!sim.log().is_empty());
 
     // A deploy through the admin route: refused shortly after the answer (an
     // hour long: the test, not the clock, ends it with a step).

@@ -8,8 +8,10 @@ use grag_client::types::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Answer, charge};
-use crate::platform::{Ctx, detail, json_status};
+use super::ctx::Ctx;
+use super::ctx::charge;
+use super::reply::Answer;
+use super::reply::{detail, json_status};
 use crate::state::{Platform, Tenant, chunks, overlap, words};
 
 /// Hits for `query` in the given KBs: chunks of indexed documents and points
@@ -98,7 +100,7 @@ pub(super) fn complete(p: &mut Platform, ctx: &Ctx) -> Answer {
         .iter()
         .find(|m| matches!(m.role, ChatRole::Unknown(_)))
     {
-        return Err(crate::platform::unprocessable(
+        return Err(super::reply::unprocessable(
             &["body", "messages", "role"],
             format!(
                 "Input should be 'system', 'user' or 'assistant', not '{}'",

@@ -7,11 +7,12 @@ use grag_client::types::SearchHit;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::Answer;
 use super::ai::search;
-use crate::Shared;
+use super::ctx::Ctx;
+use super::reply::Answer;
+use super::reply::{detail, json_status};
 use crate::faults::Fault;
-use crate::platform::{Ctx, detail, json_status};
+use crate::shared::Shared;
 use crate::sse::{SseOut, sse_response};
 use crate::state::{Charge, Job, Platform, overlap, words};
 
@@ -203,139 +204,32 @@ fn stage(name: &str, failed: bool, extra: Value) -> Value {
 /// retrieval → rerank → (silence) generate → groundedness → the answer in
 /// pieces → persist → done. Every stage but `generate` fails open.
 async fn chat_turn(shared: Arc<Shared>, mut out: SseOut, turn: Turn, pipeline_id: Option<String>) {
-    let c = &shared.config;
-    let fails = |s: &str| turn.failing.as_deref() == Some(s);
-    let bill = |service: &'static str, provider: &'static str, cost: f64| {
-        with_platform(&shared, |p| {
-            p.tenant(&turn.tenant).ledger.push(Charge {
-                service,
-                provider,
-                pipeline_id: pipeline_id.clone(),
-                cost,
-            })
-        })
+    let run = TurnRun {
+        shared: &shared,
+        turn: &turn,
+        pipeline_id,
     };
-    let retrieval = if fails("retrieval") {
-        stage(
-            "retrieval",
-            true,
-            json!({ "detail": "retrieval failed; answering without context" }),
-        )
-    } else {
-        stage("retrieval", false, json!({ "hits": turn.hits.len() }))
-    };
-    if !out.sleep(c.chat_stage_pace).await || !out.event("trace", &retrieval).await {
-        return;
-    }
-    let rerank = if fails("rerank") {
-        stage(
-            "rerank",
-            true,
-            json!({ "detail": "rerank failed; using retrieval order" }),
-        )
-    } else {
-        bill("ai-gateway", "sim-rerank", 0.0004);
-        stage("rerank", false, json!({ "kept": turn.hits.len().min(3) }))
-    };
-    if !out.sleep(c.chat_stage_pace).await || !out.event("trace", &rerank).await {
-        return;
-    }
+    let pace = shared.config.chat_stage_pace;
     // The upstream completion is not streamed: silence until it returns.
-    if !out.sleep(c.chat_silence).await {
+    let asked = traced(&mut out, pace, run.retrieval()).await
+        && traced(&mut out, pace, run.rerank()).await
+        && out.sleep(shared.config.chat_silence).await;
+    if !asked {
         return;
     }
-    if fails("generate") {
-        let failed = stage(
-            "generate",
-            true,
-            json!({ "detail": "completion failed upstream" }),
-        );
-        if out.event("trace", &failed).await
-            && out
-                .event(
-                    "error",
-                    &json!({ "detail": "generate failed: the completion did not return; the turn was not answered" }),
-                )
-                .await
-        {
-            out.finish().await;
-        }
+    if run.fails("generate") {
+        return generate_failed(out).await;
+    }
+    run.bill("ai-gateway", "sim-llm", 0.002);
+    let generated = stage("generate", false, json!({ "model": "sim-llm" }));
+    let answered = out.event("trace", &generated).await
+        && traced(&mut out, pace, run.groundedness()).await
+        && delivered(&mut out, &turn.answer, shared.config.chat_piece_pace).await;
+    if !answered {
         return;
     }
-    bill("ai-gateway", "sim-llm", 0.002);
-    if !out
-        .event(
-            "trace",
-            &stage("generate", false, json!({ "model": "sim-llm" })),
-        )
-        .await
-    {
-        return;
-    }
-    let groundedness = if fails("groundedness") {
-        stage(
-            "groundedness",
-            true,
-            json!({ "detail": "groundedness check failed; answer not verified" }),
-        )
-    } else {
-        bill("groundedness", "sim-nli", 0.0002);
-        let context: String = turn
-            .hits
-            .iter()
-            .map(|h| h.text.as_str())
-            .collect::<Vec<_>>()
-            .join(" ");
-        let score = overlap(&words(&turn.answer), &context);
-        let score = (score * 100.0).round() / 100.0;
-        stage("groundedness", false, json!({ "score": score }))
-    };
-    if !out.sleep(c.chat_stage_pace).await || !out.event("trace", &groundedness).await {
-        return;
-    }
-    // Fake tokenization of the finished completion: a few words per piece.
-    let pieces: Vec<String> = turn
-        .answer
-        .split_inclusive(' ')
-        .collect::<Vec<_>>()
-        .chunks(3)
-        .map(|w| w.concat())
-        .collect();
-    for piece in pieces {
-        if !out.sleep(c.chat_piece_pace).await
-            || !out.event("delta", &json!({ "text": piece })).await
-        {
-            return;
-        }
-    }
-    let persisted = turn.exists
-        && !fails("persist")
-        && with_platform(&shared, |p| {
-            let tenant = p.tenant(&turn.tenant);
-            match tenant.conversations.get_mut(&turn.conversation_id) {
-                Some(c) => {
-                    c.messages.push(("assistant".into(), turn.answer.clone()));
-                    true
-                }
-                None => false,
-            }
-        });
-    let persist = if persisted {
-        stage("persist", false, json!({}))
-    } else if !turn.exists {
-        stage(
-            "persist",
-            true,
-            json!({ "detail": format!("conversation '{}' does not exist; the turn was not saved", turn.conversation_id) }),
-        )
-    } else {
-        stage(
-            "persist",
-            true,
-            json!({ "detail": "persisting the answer failed" }),
-        )
-    };
-    if !out.sleep(c.chat_stage_pace).await || !out.event("trace", &persist).await {
+    let (persisted, persist) = run.persist();
+    if !traced(&mut out, pace, persist).await {
         return;
     }
     let done = json!({
@@ -345,6 +239,138 @@ async fn chat_turn(shared: Arc<Shared>, mut out: SseOut, turn: Turn, pipeline_id
     });
     if out.event("done", &done).await {
         out.finish().await;
+    }
+}
+
+/// A stage's trace event, `pace` after the one before; `false` once the
+/// stream is gone.
+async fn traced(out: &mut SseOut, pace: std::time::Duration, stage: Value) -> bool {
+    out.sleep(pace).await && out.event("trace", &stage).await
+}
+
+/// The completion failed: the turn ends with `event: error`, unanswered.
+async fn generate_failed(mut out: SseOut) {
+    let failed = stage(
+        "generate",
+        true,
+        json!({ "detail": "completion failed upstream" }),
+    );
+    let error = json!({ "detail": "generate failed: the completion did not return; the turn was not answered" });
+    if out.event("trace", &failed).await && out.event("error", &error).await {
+        out.finish().await;
+    }
+}
+
+/// The finished completion as if tokenized: a few words per `delta`.
+async fn delivered(out: &mut SseOut, answer: &str, pace: std::time::Duration) -> bool {
+    let words: Vec<&str> = answer.split_inclusive(' ').collect();
+    for piece in words.chunks(3).map(|w| w.concat()) {
+        if !out.sleep(pace).await || !out.event("delta", &json!({ "text": piece })).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// One chat turn as it runs: which stage fails, and what it bills.
+struct TurnRun<'a> {
+    shared: &'a Shared,
+    turn: &'a Turn,
+    pipeline_id: Option<String>,
+}
+
+impl TurnRun<'_> {
+    fn fails(&self, name: &str) -> bool {
+        self.turn.failing.as_deref() == Some(name)
+    }
+
+    fn bill(&self, service: &'static str, provider: &'static str, cost: f64) {
+        with_platform(self.shared, |p| {
+            p.tenant(&self.turn.tenant).ledger.push(Charge {
+                service,
+                provider,
+                pipeline_id: self.pipeline_id.clone(),
+                cost,
+            })
+        })
+    }
+
+    fn retrieval(&self) -> Value {
+        match self.fails("retrieval") {
+            true => stage(
+                "retrieval",
+                true,
+                json!({ "detail": "retrieval failed; answering without context" }),
+            ),
+            false => stage("retrieval", false, json!({ "hits": self.turn.hits.len() })),
+        }
+    }
+
+    fn rerank(&self) -> Value {
+        if self.fails("rerank") {
+            return stage(
+                "rerank",
+                true,
+                json!({ "detail": "rerank failed; using retrieval order" }),
+            );
+        }
+        self.bill("ai-gateway", "sim-rerank", 0.0004);
+        let kept = self.turn.hits.len().min(3);
+        stage("rerank", false, json!({ "kept": kept }))
+    }
+
+    fn groundedness(&self) -> Value {
+        if self.fails("groundedness") {
+            return stage(
+                "groundedness",
+                true,
+                json!({ "detail": "groundedness check failed; answer not verified" }),
+            );
+        }
+        self.bill("groundedness", "sim-nli", 0.0002);
+        let context: String = self
+            .turn
+            .hits
+            .iter()
+            .map(|h| h.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let score = overlap(&words(&self.turn.answer), &context);
+        let score = (score * 100.0).round() / 100.0;
+        stage("groundedness", false, json!({ "score": score }))
+    }
+
+    /// Saves the answer in the conversation; whether it was, and the trace.
+    fn persist(&self) -> (bool, Value) {
+        let turn = self.turn;
+        let persisted = turn.exists
+            && !self.fails("persist")
+            && with_platform(self.shared, |p| {
+                let tenant = p.tenant(&turn.tenant);
+                match tenant.conversations.get_mut(&turn.conversation_id) {
+                    Some(c) => {
+                        c.messages.push(("assistant".into(), turn.answer.clone()));
+                        true
+                    }
+                    None => false,
+                }
+            });
+        let trace = if persisted {
+            stage("persist", false, json!({}))
+        } else if !turn.exists {
+            let detail = format!(
+                "conversation '{}' does not exist; the turn was not saved",
+                turn.conversation_id
+            );
+            stage("persist", true, json!({ "detail": detail }))
+        } else {
+            stage(
+                "persist",
+                true,
+                json!({ "detail": "persisting the answer failed" }),
+            )
+        };
+        (persisted, trace)
     }
 }
 

@@ -3,8 +3,9 @@
 use grag_client::types::{Edge, Entity, EntityLink, LinkRequest};
 use serde_json::{Value, json};
 
-use super::Answer;
-use crate::platform::{Ctx, detail, json_status, unprocessable};
+use super::ctx::Ctx;
+use super::reply::Answer;
+use super::reply::{detail, json_status, unprocessable};
 use crate::state::Platform;
 
 pub(super) fn link(p: &mut Platform, ctx: &Ctx) -> Answer {

@@ -8,9 +8,11 @@ use grag_client::types::{
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::{Answer, charge};
-use crate::Shared;
-use crate::platform::{Ctx, detail, json_status};
+use super::ctx::Ctx;
+use super::ctx::charge;
+use super::reply::Answer;
+use super::reply::{detail, json_status};
+use crate::shared::Shared;
 use crate::state::{Conversion, Platform};
 
 pub(super) fn upsert_points(shared: &Shared, p: &mut Platform, ctx: &Ctx) -> Answer {

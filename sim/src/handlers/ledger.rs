@@ -5,15 +5,16 @@ use std::collections::BTreeMap;
 use grag_client::types::{LedgerTotals, Spend, SpendGrouping, SpendLine};
 use serde_json::json;
 
-use super::Answer;
-use crate::platform::{Ctx, json_status, unprocessable};
+use super::ctx::Ctx;
+use super::reply::Answer;
+use super::reply::{json_status, unprocessable};
 use crate::state::Platform;
 
 pub(super) fn totals(p: &mut Platform, ctx: &Ctx) -> Answer {
     let Some(pipeline) = ctx.query("pipeline_id").filter(|v| !v.is_empty()) else {
         return Err(unprocessable(&["query", "pipeline_id"], "Field required"));
     };
-    if !crate::platform::is_label(pipeline) {
+    if !super::ctx::is_label(pipeline) {
         return Err(unprocessable(
             &["query", "pipeline_id"],
             "String should match the pipeline id pattern",

@@ -6,9 +6,11 @@
 
 mod ai;
 mod bff;
+pub(crate) mod ctx;
 mod graph;
 mod ingest;
 mod ledger;
+pub(crate) mod reply;
 mod workspaces;
 
 use std::sync::Arc;
@@ -16,21 +18,20 @@ use std::sync::Arc;
 use axum::response::Response;
 use grag_client::types::Health;
 
-use crate::Shared;
-use crate::platform::{Ctx, detail, json_status};
-use crate::state::{Charge, Platform, Tenant};
+use crate::shared::Shared;
+use crate::state::Platform;
 
 use ai::{complete, score, search_rerank};
 use bff::{agent_session_stream, chat_stream, orchestrator_events, pipeline_status};
+use ctx::Ctx;
 use graph::{get_entity, link, list_edges, upsert_edge, upsert_entity};
 use ingest::{conversion_of, conversion_result, convert, upsert_points};
 use ledger::{spend, totals};
+use reply::{Answer, detail, json_status};
 use workspaces::{
     conversation_messages, create_conversation, create_kb, get_settings, list_documents, list_kbs,
     put_settings, upload_document,
 };
-
-type Answer = Result<Response, Response>;
 
 /// Runs the route's handler.
 pub(crate) async fn dispatch(shared: &Arc<Shared>, ctx: Ctx) -> Response {
@@ -74,23 +75,4 @@ pub(crate) async fn dispatch(shared: &Arc<Shared>, ctx: Ctx) -> Response {
 fn with(shared: &Shared, f: impl FnOnce(&mut Platform) -> Answer) -> Answer {
     let mut platform = shared.platform.lock().unwrap_or_else(|e| e.into_inner());
     f(&mut platform)
-}
-
-fn charge(
-    tenant: &mut Tenant,
-    ctx: &Ctx,
-    service: &'static str,
-    provider: &'static str,
-    cost: f64,
-) {
-    tenant.ledger.push(Charge {
-        service,
-        provider,
-        pipeline_id: ctx.pipeline_id.clone(),
-        cost,
-    });
-}
-
-fn kb_not_found(kb: &str) -> Response {
-    detail(404, format!("knowledge base '{kb}' not found"))
 }

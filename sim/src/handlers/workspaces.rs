@@ -10,11 +10,14 @@ use grag_client::types::{
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::{Answer, charge, kb_not_found};
+use super::ctx::Ctx;
+use super::ctx::charge;
+use super::reply::{Answer, kb_not_found};
+use super::reply::{detail, json_status};
+use crate::config::JobStart;
 use crate::faults::Fault;
-use crate::platform::{Ctx, detail, json_status};
+use crate::shared::Shared;
 use crate::state::{ConversationState, DocState, Job, KbState, Platform, chunks, now_rfc3339};
-use crate::{JobStart, Shared};
 
 pub(super) fn list_kbs(p: &mut Platform, ctx: &Ctx) -> Answer {
     let kbs: Vec<Kb> = p
