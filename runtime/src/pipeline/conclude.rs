@@ -11,7 +11,7 @@ use super::Run;
 use super::admit::Admitted;
 use super::attempt::Sent;
 use super::fleet::{fleet_pause, fleet_share_dark};
-use super::judge::Verdict;
+use super::judge::{BreakerNews, Previous, Verdict};
 use super::{Answered, StreamSlots};
 use crate::backoff::{Attempted, Next, RetryCase, next};
 use crate::breaker::Transition;
@@ -59,9 +59,14 @@ pub(super) fn conclude(
     let endpoint = run.call.endpoint;
     let status = sent.attempt.status();
     crate::spans::attempt_done(&sent.span, status, verdict.row);
-    let transition = verdict
-        .breaker
-        .and_then(|failed| gate.record(admitted.generation, endpoint.path, failed));
+    let transition = match verdict.breaker {
+        BreakerNews::Silent => None,
+        news => gate.record(
+            admitted.generation,
+            endpoint.path,
+            news == BreakerNews::Failure,
+        ),
+    };
     // The ID the platform's logs know the request by: its echo, else ours.
     let echoed = match &mut sent.attempt {
         Attempt::Answer { echoed_id, .. } => echoed_id.take(),
@@ -175,7 +180,10 @@ fn retry_or_fail(
     let endpoint = run.call.endpoint;
     let (exhausted, wait) = match decide(plan, caller, run, sent, &verdict) {
         Ok(at) => {
-            run.previous = verdict.row.map(|r| (r, verdict.detail));
+            run.previous = (verdict.row).map(|row| Previous {
+                row,
+                detail: verdict.detail,
+            });
             return Step::RetryAt(at);
         }
         Err(Ended::Deadline) => {

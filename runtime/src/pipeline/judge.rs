@@ -13,7 +13,23 @@ use sdk_policy::policy::{Policy, TaxonomyRow};
 
 /// The previous attempt's row and detail: a retry that brings back the same
 /// detail escalates (T16 -> T13).
-pub(crate) type Previous = (&'static TaxonomyRow, Option<Detail>);
+#[derive(Debug)]
+pub(crate) struct Previous {
+    pub row: &'static TaxonomyRow,
+    pub detail: Option<Detail>,
+}
+
+/// What the breaker hears of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BreakerNews {
+    /// A failure of the origin.
+    Failure,
+    /// The origin answered well.
+    Success,
+    /// Nothing about the origin: a request that could not be built, or
+    /// never left a connection that closed under it.
+    Silent,
+}
 
 /// The judge's verdict on one attempt.
 #[derive(Debug)]
@@ -29,11 +45,8 @@ pub(crate) struct Verdict {
     /// A 2xx, or a row that is an answer rather than an error (409 on a
     /// create route, 409 still-processing on a poll route).
     pub answered: bool,
-    /// What the breaker hears: `Some(true)` a failure of the origin,
-    /// `Some(false)` a success; `None` when the attempt says nothing about
-    /// it (a request that could not be built, or never left a connection
-    /// that closed under it).
-    pub breaker: Option<bool>,
+    /// What the breaker hears.
+    pub breaker: BreakerNews,
     /// A write that may have arrived, ended on a row that does not know its
     /// outcome (no answer, a 500, a gateway's 502/504): the caller must look.
     pub unknown: bool,
@@ -77,7 +90,11 @@ pub(crate) fn judge(
     let origin = !matches!(attempt, Attempt::Unbuildable { .. } | Attempt::Stale { .. });
     Verdict {
         answered: success || row.is_some_and(|r| r.is_success() || r.matches.conflict.is_some()),
-        breaker: origin.then(|| row.is_some_and(|r| r.feeds_breaker)),
+        breaker: match (origin, row.is_some_and(|r| r.feeds_breaker)) {
+            (false, _) => BreakerNews::Silent,
+            (true, true) => BreakerNews::Failure,
+            (true, false) => BreakerNews::Success,
+        },
         unknown: !endpoint.idempotent && maybe_sent && row.is_some_and(|r| r.outcome_unknown),
         row,
         detail,
@@ -123,8 +140,8 @@ fn escalate(
 ) -> Option<&'static TaxonomyRow> {
     let row = row?;
     match (row.escalate_to, previous) {
-        (Some(target), Some((previous, previous_detail)))
-            if std::ptr::eq(*previous, row) && previous_detail == detail =>
+        (Some(target), Some(previous))
+            if std::ptr::eq(previous.row, row) && &previous.detail == detail =>
         {
             Some(&policy.taxonomy[target])
         }
@@ -316,10 +333,11 @@ mod tests {
     fn summary(v: &Verdict) -> String {
         let mut words = vec![name(v)];
         words.extend(v.answered.then_some("answered"));
-        words.extend(
-            v.breaker
-                .map(|f| if f { "breaker:fail" } else { "breaker:ok" }),
-        );
+        words.extend(match v.breaker {
+            BreakerNews::Failure => Some("breaker:fail"),
+            BreakerNews::Success => Some("breaker:ok"),
+            BreakerNews::Silent => None,
+        });
         words.extend(v.maybe_sent.then_some("sent"));
         words.extend(v.unknown.then_some("unknown"));
         words.join(" ")
@@ -367,7 +385,10 @@ mod tests {
         let unknown = answer(503, r#"{"detail":"odd"}"#, None);
         let first = judge(policy(), &read, None, &unknown);
         assert_eq!(name(&first), "ambiguous");
-        let previous = (first.row.unwrap(), first.detail.clone());
+        let previous = Previous {
+            row: first.row.unwrap(),
+            detail: first.detail.clone(),
+        };
         let again = judge(policy(), &read, Some(&previous), &unknown);
         assert_eq!(name(&again), "dark", "the same detail twice escalates");
         let other = answer(503, r#"{"detail":"other"}"#, None);
