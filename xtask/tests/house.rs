@@ -24,26 +24,6 @@ const MAX_LINES: usize = 80;
 /// Directories that hold no hand-written crate source.
 const SKIPPED: &[&str] = &["generated", "tests", "benches", "fuzz", "target"];
 
-/// Offenders in crates other branches are fixing. Each entry must still
-/// offend (a stale one fails the check); the list is emptied once those
-/// branches are merged.
-const KNOWN: &[Known] = &[
-    // The simulator (branch `sim-edges`).
-    Known::Long("sim", "src/platform.rs", "platform"),
-    Known::Long("sim", "src/platform.rs", "serve"),
-    Known::Long("sim", "src/handlers/bff.rs", "chat_turn"),
-    Known::Long("sim", "src/lib.rs", "accept_loop"),
-    Known::Circle("sim", &["src/handlers/mod.rs", "src/platform.rs"]),
-];
-
-/// One offender another branch is fixing: a long function (crate directory,
-/// file inside it, function name) or a circle (crate directory, its files).
-#[derive(Debug)]
-enum Known {
-    Long(&'static str, &'static str, &'static str),
-    Circle(&'static str, &'static [&'static str]),
-}
-
 /// A function over the limit.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct LongFn {
@@ -495,16 +475,6 @@ fn inspect_crate(dir: &Path, krate: &str) -> (Vec<LongFn>, Vec<Circle>) {
     (long, found)
 }
 
-impl Known {
-    fn is_long(&self, f: &LongFn) -> bool {
-        matches!(self, Known::Long(c, file, name) if *c == f.krate && *file == f.file && *name == f.name)
-    }
-
-    fn is_circle(&self, c: &Circle) -> bool {
-        matches!(self, Known::Circle(krate, files) if *krate == c.krate && *files == c.files)
-    }
-}
-
 /// The scan reaches every hand-written crate (a scan that finds none passes
 /// anything) and none of the generated ones.
 #[test]
@@ -530,11 +500,7 @@ fn the_scan_reaches_every_crate() {
 #[test]
 fn no_hand_written_function_is_over_80_lines() {
     let (long, _) = inspect(&root());
-    let offenders: Vec<String> = long
-        .iter()
-        .filter(|f| !KNOWN.iter().any(|k| k.is_long(f)))
-        .map(|f| f.to_string())
-        .collect();
+    let offenders: Vec<String> = long.iter().map(|f| f.to_string()).collect();
     assert!(
         offenders.is_empty(),
         "functions over {MAX_LINES} lines:\n{}",
@@ -545,31 +511,11 @@ fn no_hand_written_function_is_over_80_lines() {
 #[test]
 fn no_crate_has_an_import_circle() {
     let (_, found) = inspect(&root());
-    let offenders: Vec<String> = found
-        .iter()
-        .filter(|c| !KNOWN.iter().any(|k| k.is_circle(c)))
-        .map(|c| c.to_string())
-        .collect();
+    let offenders: Vec<String> = found.iter().map(|c| c.to_string()).collect();
     assert!(
         offenders.is_empty(),
         "import circles:\n{}",
         offenders.join("\n")
-    );
-}
-
-/// A known offender that no longer offends must leave the list.
-#[test]
-fn every_known_offender_still_offends() {
-    let (long, found) = inspect(&root());
-    let stale: Vec<String> = KNOWN
-        .iter()
-        .filter(|k| !long.iter().any(|f| k.is_long(f)) && !found.iter().any(|c| k.is_circle(c)))
-        .map(|k| format!("{k:?}"))
-        .collect();
-    assert!(
-        stale.is_empty(),
-        "no longer offenders, remove them from KNOWN:\n{}",
-        stale.join("\n")
     );
 }
 
