@@ -10,6 +10,8 @@
 //!
 //! The decisions here (the store's breaker, the shares) are pure; the I/O
 //! is in `shared` (the fleet) and `store` (Redis).
+//!
+#![doc = include_str!("protocol.md")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -198,8 +198,8 @@ fn cell(v: Option<f64>) -> String {
     v.map_or_else(|| "—".into(), number)
 }
 
-/// The table, as Markdown (it reads in a terminal and pastes into the
-/// README), and the rows' notes under it, each once for its run of rows.
+/// The table, as Markdown (it reads in a terminal and pastes into
+/// `bench/README.md`), and the rows' notes under it, each once for its run of rows.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
         "| # | row | ours | peer | unit | ratio (min–max) | ours − peer | goal | met |\n\
