@@ -1,3 +1,5 @@
+//! Own binary: it spawns replica processes of itself and kills them.
+//!
 //! Several replicas, one tenant, measured at the simulator: the
 //! fleet's requests, whichever replica sent them, stay within the platform's
 //! limits, with the platform's own limits enforced by the simulator (a 429
@@ -13,7 +15,7 @@
 //! Phases are driven by request counts in the simulator's log, never by
 //! wall-clock windows; the bounds are checked over every window of the log.
 
-#[path = "nginx/harness.rs"]
+#[path = "it/nginx/harness.rs"]
 #[allow(dead_code)]
 mod harness;
 #[path = "fleet/outage.rs"]

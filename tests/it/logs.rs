@@ -2,15 +2,13 @@
 //! never a body: a secret marker sent in a request body (and echoed in the
 //! answer's body and `detail`) appears in no line, and neither does the API key.
 
-mod recorder;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use crate::kit::recorder::Recorder;
 use axum::response::IntoResponse;
 use grag_client::types::{Entity, UploadDocument};
 use grag_client::{Config, DocumentId, EntityId, Grag, KbId, TenantId, WorkspaceId};
-use recorder::Recorder;
 use serde_json::{Value, json};
 
 const SECRET: &str = "MANDANT-GEHEIM-4711";

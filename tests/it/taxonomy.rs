@@ -6,11 +6,9 @@
 //!
 //! The stream rows T17–T19 are covered with the streams.
 
-mod common_resilience;
-
 use std::time::Duration;
 
-use common_resilience::{
+use crate::kit::resilience::{
     Env, WallClock, early_in_a_second, policy, ready_now, sim_config, whole_second,
 };
 use grag_client::types::{
