@@ -612,8 +612,7 @@ async fn a_job_store_that_stays_locked_is_logged_with_the_job_key_and_alerted() 
         .flatten_event(true)
         .with_writer(move || writer.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let _guard = crate::kit::capture::set_default(subscriber);
 
     let job = upload(1, 1);
     let key = upload_key(&job);

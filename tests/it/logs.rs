@@ -53,8 +53,7 @@ fn capture(
 ) {
     static SERIAL: Mutex<()> = Mutex::new(());
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let default = tracing::subscriber::set_default(subscriber(captured));
-    tracing::callsite::rebuild_interest_cache();
+    let default = crate::kit::capture::set_default(subscriber(captured));
     (serial, default)
 }
 

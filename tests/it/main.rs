@@ -5,6 +5,7 @@
 
 mod kit;
 
+mod alerts;
 mod breaker;
 mod compile_pass;
 mod core_api;
@@ -19,6 +20,7 @@ mod nginx;
 mod production;
 mod prometheus;
 mod real_servers;
+mod retry_after;
 mod scope;
 mod spans;
 mod streams;
