@@ -198,6 +198,10 @@ async fn check(case: &'static Case) {
     };
     let took = started.elapsed();
     let what = case.what;
+    if case.in_window {
+        let suspected = env.grag.runtime().deploy_suspected();
+        assert!(suspected, "{what}: the call ran inside the deploy window");
+    }
     assert_row(&e, case.row, case.class, case.copy);
     assert_eq!(e.status(), case.status, "{what}: the status of {e}");
     assert_eq!(e.attempts(), case.attempts, "{what}: the attempts of {e}");
