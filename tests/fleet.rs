@@ -15,7 +15,7 @@
 //! Phases are driven by request counts in the simulator's log, never by
 //! wall-clock windows; the bounds are checked over every window of the log.
 
-#[path = "it/nginx/harness.rs"]
+#[path = "nginx/harness.rs"]
 #[allow(dead_code)]
 mod harness;
 #[path = "fleet/outage.rs"]
