@@ -1,3 +1,5 @@
+//! Own binary: trybuild runs cargo with CARGO_ENCODED_RUSTFLAGS, set for the whole process.
+//!
 //! Misuse of the generated client that must not compile. Each `ui/fail/*.rs`
 //! case has a committed `.stderr` snapshot taken with the stable toolchain;
 //! regenerate with `TRYBUILD=overwrite cargo test -p grag-tests --test

@@ -1,3 +1,5 @@
+//! Own binary: it spawns replica processes of itself and kills them.
+//!
 //! Several replicas, one tenant, measured at the simulator: the
 //! fleet's requests, whichever replica sent them, stay within the platform's
 //! limits, with the platform's own limits enforced by the simulator (a 429

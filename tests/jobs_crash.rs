@@ -1,3 +1,5 @@
+//! Own binary: it spawns worker processes of itself and SIGKILLs them mid-job.
+//!
 //! Replay workers in processes of their own. One killed with SIGKILL
 //! mid-replay loses nothing and doubles nothing: a new process opens the same
 //! SQLite file, takes over the dead worker's jobs once their lease ran out,

@@ -39,7 +39,7 @@ pub fn binary() -> Option<PathBuf> {
             use std::io::Write;
             let line = format!(
                 "nginx suite skipped: install nginx (apt-get install nginx-light, or set {BINARY}=/path/to/nginx) \
-                 and run `cargo test -p grag-tests --test nginx`; {REQUIRE}=1 makes it required\n"
+                 and run `cargo test -p grag-tests --test it nginx::`; {REQUIRE}=1 makes it required\n"
             );
             let _ = std::io::stderr().lock().write_all(line.as_bytes());
             None

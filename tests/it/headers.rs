@@ -10,11 +10,10 @@
 //! compared with the spec's, so a route added to the spec and not called here
 //! fails the test.
 
-mod recorder;
-
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
+use crate::kit::recorder::{Recorded, Recorder, routes_matching};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use grag_client::policy::ENDPOINTS;
@@ -29,7 +28,6 @@ use grag_client::{
     Config, ConversationId, ConversionId, Created, DocumentId, EdgeId, EntityId, Grag, JobId, KbId,
     Progress, SessionId, TenantId, WorkspaceId,
 };
-use recorder::{Recorded, Recorder, routes_matching};
 use sdk_runtime::{Endpoint, JobDone, JobProgress, JobUpdate, Lane, ScopeNeed, Turn, TurnUpdate};
 use serde_json::json;
 use uuid::Uuid;

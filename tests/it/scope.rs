@@ -8,17 +8,15 @@
 //! tenants, and the pipeline refusing a hand-built `Call` whose scope is
 //! incomplete before a byte is sent.
 
-mod recorder;
-
 use std::path::Path;
 
+use crate::kit::recorder::Recorder;
 use axum::response::IntoResponse;
 use grag_client::policy::{ENDPOINTS, POLICY};
 use grag_client::{
     Config, ConversationId, ConversionId, DocumentId, EdgeId, EntityId, Grag, InvalidId, JobId,
     KbId, PipelineId, SessionId, TenantId, WorkspaceId,
 };
-use recorder::Recorder;
 use sdk_runtime::policy::IdRules;
 use sdk_runtime::{Call, ClientConfig, ConfigError, Id, IdKind, OutcomeKind, ScopeNeed};
 use serde_json::json;
@@ -457,7 +455,7 @@ async fn a_path_value_cannot_leave_its_placeholder() {
     }
     for request in server.stop().await {
         assert!(
-            recorder::routes_matching(&ENDPOINTS, &request.method, &request.path)
+            crate::kit::recorder::routes_matching(&ENDPOINTS, &request.method, &request.path)
                 .iter()
                 .any(|e| e.path == grag_client::workspaces::LIST_DOCUMENTS.path),
             "the call for {} reached {} {}",

@@ -4,12 +4,10 @@
 //! again, 413 splits, failures kept for the UI, and a deploy churn survived
 //! with every document and edge on the platform exactly once.
 
-mod common_resilience;
-
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use common_resilience::{Env, wait_until};
+use crate::kit::resilience::{self, Env, wait_until};
 use futures_util::StreamExt;
 use grag_client::types::{CreateKb, Edge, Entity, Point, UploadDocument};
 use grag_client::{DocumentId, EdgeId, EntityId, KbId, WorkspaceId};
@@ -524,11 +522,7 @@ async fn a_deploy_churn_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn interactive_calls_never_wait_on_the_queue() {
     // 1/10: an attempt may take 3 s, so the 2 s upserts stay in flight.
-    let env = Env::with(
-        common_resilience::sim_config(),
-        grag_sim::testkit::policy(10),
-    )
-    .await;
+    let env = Env::with(resilience::sim_config(), grag_sim::testkit::policy(10)).await;
     let Queue { env, jobs, _db } = Queue::on(env).await;
     env.sim
         .faults()
@@ -618,8 +612,7 @@ async fn a_job_store_that_stays_locked_is_logged_with_the_job_key_and_alerted() 
         .flatten_event(true)
         .with_writer(move || writer.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let _guard = crate::kit::capture::set_default(subscriber);
 
     let job = upload(1, 1);
     let key = upload_key(&job);
@@ -660,8 +653,8 @@ async fn a_job_store_that_stays_locked_is_logged_with_the_job_key_and_alerted() 
 /// A queue on a platform whose docfold has no `conversion_of` route (it is
 /// inferred; §5.3.3 names only the document list and the pipeline status).
 async fn queue_without_conversion_of() -> Queue {
-    let config = common_resilience::sim_config().without_route("conversion_of");
-    Queue::on(Env::with(config, common_resilience::policy()).await).await
+    let config = resilience::sim_config().without_route("conversion_of");
+    Queue::on(Env::with(config, resilience::policy()).await).await
 }
 
 #[tokio::test]
@@ -979,9 +972,9 @@ async fn done_uploads_keep_a_small_constant(q: &Queue, jobs: &Jobs, store: &dyn 
 /// A simulator whose conversions are ready at once: the uploads below wait
 /// on no conversion, only on the calls and the store they are about.
 async fn converting_at_once() -> Queue {
-    let mut config = common_resilience::sim_config();
+    let mut config = resilience::sim_config();
     config.conversion_time = Duration::ZERO;
-    Queue::on(Env::with(config, common_resilience::policy()).await).await
+    Queue::on(Env::with(config, resilience::policy()).await).await
 }
 
 #[tokio::test]

@@ -1,9 +1,6 @@
 //! A tiny recording HTTP server on `127.0.0.1:0` for the integration tests:
 //! it keeps every request it sees (method, path, query, headers) and answers
-//! with whatever the test's responder says. Shared by `headers.rs`,
-//! `scope.rs` and `logs.rs` through `mod recorder;`.
-// Shared by several test binaries through `mod recorder;`; each uses a part.
-#![allow(dead_code)]
+//! with whatever the test's responder says.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};

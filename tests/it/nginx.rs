@@ -13,7 +13,7 @@
 //! the few waits are the proxy's own timers (a keep-alive, a read timeout),
 //! which only real time can pass, with margins of half a second or more.
 
-#[path = "nginx/harness.rs"]
+#[path = "../nginx/harness.rs"]
 mod harness;
 
 use std::sync::{Arc, OnceLock};

@@ -4,13 +4,11 @@
 //! the open-too-long alert, a full deploy churn, stale attempts (the
 //! generation rule) and the metrics. Durations are the spec's, compressed.
 
-mod common_resilience;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use common_resilience::{Env, fast_policy, policy, ready_now, sim_config, wait_until};
+use crate::kit::resilience::{Env, fast_policy, policy, ready_now, sim_config, wait_until};
 use grag_client::types::{CreateKb, SearchRequest, SpendGrouping};
 use grag_client::{Error, KbId, PipelineId};
 use grag_sim::testkit::{self, Kit};

@@ -83,7 +83,7 @@ fn field<'a>(span: &'a Seen, name: &str) -> Option<&'a str> {
 async fn a_retried_call_is_one_span_with_an_attempt_span_per_try() {
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::kit::capture::set_default(subscriber);
     let sim = testkit::start(testkit::sim_config(100)).await;
     let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
     // One 502 (T12, bad_gateway, R1): retried, then answered.
@@ -132,7 +132,7 @@ async fn a_retried_call_is_one_span_with_an_attempt_span_per_try() {
 async fn a_failed_call_names_its_taxonomy_class_as_error_type() {
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::kit::capture::set_default(subscriber);
     let sim = testkit::start(testkit::sim_config(100)).await;
     let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
     // A 402 (T5): never retried.

@@ -2,15 +2,13 @@
 //! never a body: a secret marker sent in a request body (and echoed in the
 //! answer's body and `detail`) appears in no line, and neither does the API key.
 
-mod recorder;
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
+use crate::kit::recorder::Recorder;
 use axum::response::IntoResponse;
 use grag_client::types::{Entity, UploadDocument};
 use grag_client::{Config, DocumentId, EntityId, Grag, KbId, TenantId, WorkspaceId};
-use recorder::Recorder;
 use serde_json::{Value, json};
 
 const SECRET: &str = "MANDANT-GEHEIM-4711";
@@ -55,8 +53,7 @@ fn capture(
 ) {
     static SERIAL: Mutex<()> = Mutex::new(());
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let default = tracing::subscriber::set_default(subscriber(captured));
-    tracing::callsite::rebuild_interest_cache();
+    let default = crate::kit::capture::set_default(subscriber(captured));
     (serial, default)
 }
 

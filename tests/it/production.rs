@@ -1,24 +1,31 @@
 //! The production switch (§2, §6: the BFF lane stays out of production until
-//! its auth lands). One test in a binary of its own: it sets the process
-//! environment, which no other thread may read meanwhile.
-
-mod recorder;
+//! its auth lands). The test runs alone in a child process of its own
+//! ([`in_own_process`]): it sets the process environment, which no other
+//! thread may read meanwhile.
 
 use axum::response::IntoResponse;
 use grag_client::{Config, Grag, JobId};
-use recorder::Recorder;
 use sdk_runtime::{ConfigError, Lane};
 use serde_json::json;
 
+use crate::kit::alone::in_own_process;
+use crate::kit::recorder::Recorder;
+
 /// Sets `name` for [`Config::from_env`].
 fn set(name: &str, value: &str) {
-    // SAFETY: the only test of this binary, on a current-thread runtime that
-    // has started no other thread: nothing reads the environment meanwhile.
+    // SAFETY: the only test of its process (`in_own_process`), on a
+    // current-thread runtime that has started no other thread: nothing reads
+    // the environment meanwhile.
     unsafe { std::env::set_var(name, value) };
 }
 
 #[test]
 fn a_production_client_refuses_the_unauthenticated_lane_and_only_it() {
+    if !in_own_process(
+        "production::a_production_client_refuses_the_unauthenticated_lane_and_only_it",
+    ) {
+        return;
+    }
     let keyless = |e: &&sdk_runtime::Endpoint| e.service == "bff" && e.lane == Lane::Keyless;
     assert!(
         grag_client::policy::ENDPOINTS.iter().any(keyless),

@@ -182,7 +182,7 @@ fn the_job_stores_retention_is_the_specs_own_numbers() {
     assert_eq!(replay.prune_every, std::time::Duration::from_secs(60));
     // Ours too: some 500 uploads of a few MB each still held.
     assert_eq!(replay.store_bound, 2 << 30);
-    let rules = include_str!("../generated/grag-client/alerts.rules.yml");
+    let rules = include_str!("../../generated/grag-client/alerts.rules.yml");
     let rule = rules
         .split("- alert: ")
         .find(|r| r.starts_with(&format!("\"{}\"", replay.store_alert)))
@@ -194,7 +194,7 @@ fn the_job_stores_retention_is_the_specs_own_numbers() {
         )),
         "the rule reads the store's bytes against the spec's bound: {rule}"
     );
-    let md = include_str!("../generated/grag-client/POLICY.md");
+    let md = include_str!("../../generated/grag-client/POLICY.md");
     assert!(
         md.contains("Retention (§1.4; ours") && md.contains("(inferred)): a done job"),
         "POLICY.md marks the retention numbers as ours"

@@ -1,9 +1,7 @@
-//! Helpers shared by the end-to-end resilience tests (`taxonomy.rs`,
-//! `breaker.rs`): a simulator with a client on the spec's policy in
-//! compressed time, alert collection, request-log counting, and the scenarios
-//! several tests need (open the breaker, get inside the deploy window).
-// Shared through `mod common_resilience;`; each binary uses a part.
-#![allow(dead_code)]
+//! The end-to-end resilience environment: a simulator with a client on the
+//! spec's policy in compressed time, alert collection, request-log counting,
+//! and the scenarios several tests need (open the breaker, get inside the
+//! deploy window).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -16,9 +14,6 @@ use sdk_runtime::CircuitState;
 use sdk_runtime::Policy;
 use sdk_runtime::alerts::CollectAlerts;
 use tokio::time::Instant;
-
-/// The key the clients present (the simulator accepts any by default).
-pub const KEY: &str = testkit::KEY;
 
 /// The spec's policy at 1/100: default attempt timeout 300 ms, deadline
 /// 1.8 s, R1 from 5 ms, 429 floor 20 ms, breaker window 300 ms, probe every

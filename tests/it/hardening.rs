@@ -3,12 +3,11 @@
 //! The servers are the test's own (`recorder`), so an answer can be anything
 //! a hostile or broken server could send.
 
-mod recorder;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::kit::recorder::Recorder;
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -16,7 +15,6 @@ use bytes::Bytes;
 use grag_client::policy::{ENDPOINTS, POLICY, budget, timeout};
 use grag_client::types::{ChatRequest, CreateConversation, CreateKb, JobState};
 use grag_client::{Config, ConversationId, Grag, JobId, KbId, SessionId, TenantId};
-use recorder::Recorder;
 use sdk_runtime::CircuitState;
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::internals::{Outcome, classify};

@@ -500,8 +500,7 @@ async fn a_turn_that_fails_after_its_head_is_counted_and_logged_not_ok() {
         .flatten_event(true)
         .with_writer(move || writer.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    tracing::callsite::rebuild_interest_cache();
+    let _guard = crate::kit::capture::set_default(subscriber);
 
     let kit = kit_with(|_| {}).await;
     let conversation = conversation(&kit.grag).await;

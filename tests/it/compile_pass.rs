@@ -8,7 +8,7 @@
 macro_rules! pass_case {
     ($case:ident) => {
         mod $case {
-            include!(concat!("ui/pass/", stringify!($case), ".rs"));
+            include!(concat!("../ui/pass/", stringify!($case), ".rs"));
 
             #[test]
             fn run() {

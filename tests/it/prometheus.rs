@@ -11,13 +11,11 @@
 //! `alerts.rules.yml`. Skipped, saying so, without the binary;
 //! `SDK_REQUIRE_PROMETHEUS=1` (set by `.ci/run`) makes its absence a failure.
 
-mod common_resilience;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common_resilience::Env;
+use crate::kit::resilience::Env;
 use grag_client::Grag;
 use grag_client::types::{Chunk, ScoreRequest};
 use grag_sim::{Fault, Rule};

@@ -1,0 +1,28 @@
+//! The in-process integration suites in one test binary: one link for all of
+//! them instead of one per suite, one module per area, one kit (`kit/`). The
+//! suites that must be processes of their own are binaries of their own
+//! (`compile_fail`, `fleet`, `jobs_crash`; see `tests/Cargo.toml`).
+
+mod kit;
+
+mod alerts;
+mod breaker;
+mod compile_pass;
+mod core_api;
+mod document_values;
+mod enums;
+mod features;
+mod hardening;
+mod headers;
+mod jobs;
+mod logs;
+mod nginx;
+mod production;
+mod prometheus;
+mod real_servers;
+mod retry_after;
+mod scope;
+mod spans;
+mod streams;
+mod taxonomy;
+mod throttle;
