@@ -158,7 +158,7 @@ async fn probe(parts: &Parts) -> bool {
         return false;
     };
     let probe = async {
-        let status = bare_attempt(parts, b.probe, b.probe_timeout).await;
+        let status = probe_status(parts, b.probe, b.probe_timeout).await;
         status.is_some_and(|s| (200..300).contains(&s))
     };
     // A fleet sends one probe per interval, not one per replica: the
@@ -182,7 +182,7 @@ async fn canary(parts: &Parts) -> bool {
     let Some(b) = &parts.plan.policy.breaker else {
         return false;
     };
-    let canary = async { bare_attempt(parts, b.canary, b.canary_timeout).await == Some(200) };
+    let canary = async { probe_status(parts, b.canary, b.canary_timeout).await == Some(200) };
     // One canary for the fleet, like the probe: the others wait for its
     // answer (up to its timeout) instead of sending their own. What it saw
     // is kept two probe intervals, so that every replica's probe loop, an
@@ -221,7 +221,7 @@ async fn closed_by_fleet(parts: &Arc<Parts>) -> bool {
 
 /// One request outside the retry loop (probe and canary), made and logged
 /// as the pipeline makes any. Returns the status, if any came back.
-async fn bare_attempt(
+async fn probe_status(
     parts: &Parts,
     endpoint: &'static Endpoint,
     timeout: std::time::Duration,
