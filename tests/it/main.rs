@@ -6,6 +6,7 @@
 mod kit;
 
 mod alerts;
+mod book_links;
 mod breaker;
 mod compile_pass;
 mod core_api;

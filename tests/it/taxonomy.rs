@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use grag_client::{Error, ErrorClass};
 use grag_sim::{Fault, RetryAfter, Rule};
-use sdk_runtime::OutcomeKind;
 use sdk_runtime::CircuitState;
+use sdk_runtime::OutcomeKind;
 use tokio::time::Instant;
 
 use crate::kit::resilience::{Env, policy, ready_now};
