@@ -18,6 +18,8 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
+mod taxonomy;
+
 /// What the scripted Core does with the next request.
 #[derive(Debug, Clone)]
 enum Step {
@@ -29,6 +31,10 @@ enum Step {
     Body(u16, &'static str),
     /// Takes the request (it counts as applied), then answers only after this long.
     Hang(Duration),
+    /// Answers 302 to this path on the same server.
+    Redirect(&'static str),
+    /// Answers 200 with a JSON string of this many bytes in all.
+    Sized(usize),
 }
 
 #[derive(Default)]
@@ -111,6 +117,12 @@ async fn answer(State(shared): State<Arc<Shared>>, request: Request) -> Response
             tokio::time::sleep(after).await;
             json(200, ok_body(&path))
         }
+        Some(Step::Redirect(to)) => Response::builder()
+            .status(StatusCode::FOUND)
+            .header("location", to)
+            .body(Body::empty())
+            .unwrap(),
+        Some(Step::Sized(bytes)) => json(200, format!("\"{}\"", "x".repeat(bytes - 2))),
         None => json(200, ok_body(&path)),
     }
 }
