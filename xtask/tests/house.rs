@@ -5,8 +5,15 @@
 //! declarations from each crate root; an arrow is any path a file names
 //! (`use`, an expression, a type, a macro's tokens) through `crate::`,
 //! `super::` or `self::`, to the file of the longest module it names (an
-//! item re-exported by `lib.rs` is `lib.rs`'s). A parent naming its own
-//! children by their bare names draws no arrow.
+//! item re-exported by `lib.rs` is `lib.rs`'s), and a derive of
+//! [`DERIVE_IMPORTS`] to the module its expansion names. A parent naming its
+//! own children by their bare names draws no arrow, except in the crates of
+//! [`STRICT_TREES`].
+//!
+//! Some crates are held to more: in [`FACADES`] the root is only a facade,
+//! so no module names an item through it; [`NAMED_ONLY_BY`] says which
+//! modules alone may name a module (the runtime's client is named only by
+//! the layers above it).
 //!
 //! The source is read with `syn` and measured with span locations: strings,
 //! raw strings, comments and lifetimes cannot fool the count.
@@ -23,6 +30,60 @@ const MAX_LINES: usize = 80;
 
 /// Directories that hold no hand-written crate source.
 const SKIPPED: &[&str] = &["generated", "tests", "benches", "fuzz", "target"];
+
+/// Derives whose expansion names a module of the crate that applies them
+/// (the scan does not expand macros): applying one imports that module.
+const DERIVE_IMPORTS: &[(&str, &str)] = &[("Bake", "bake"), ("Scale", "scale")];
+
+/// Modules only some of their crate's modules may name: (crate, module,
+/// the modules, each with those inside it, that may).
+const NAMED_ONLY_BY: &[(&str, &str, &[&str])] = &[(
+    // The client is named by the layers that run calls with it and by the
+    // breaker's life-cycle, which spawns probes and warm-ups with its parts;
+    // nothing below the pipeline names it.
+    "runtime",
+    "client",
+    &[
+        "client",
+        "pipeline",
+        "breaker::admit",
+        "breaker::probe",
+        "events",
+        "follow",
+        "turn",
+        "features",
+    ],
+)];
+
+/// Crates whose root is only their facade: no module names an item through it.
+const FACADES: &[&str] = &["policy", "runtime", "sim"];
+
+/// Crates whose modules never name their parent's items: a parent naming a
+/// child by its bare name is an arrow too, so a child naming the parent back
+/// closes a circle.
+const STRICT_TREES: &[&str] = &["sim"];
+
+/// The rules a crate is held to beyond the house's own.
+#[derive(Default)]
+struct Rules {
+    facade: bool,
+    strict_tree: bool,
+    /// (module, the modules that may name it).
+    named_only_by: Vec<(&'static str, &'static [&'static str])>,
+}
+
+impl Rules {
+    fn of(krate: &str) -> Rules {
+        Rules {
+            facade: FACADES.contains(&krate),
+            strict_tree: STRICT_TREES.contains(&krate),
+            named_only_by: (NAMED_ONLY_BY.iter())
+                .filter(|(k, _, _)| *k == krate)
+                .map(|(_, module, by)| (*module, *by))
+                .collect(),
+        }
+    }
+}
 
 /// A function over the limit.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -70,8 +131,15 @@ struct Scanned {
     defines: Vec<Vec<String>>,
     /// Paths named, made absolute from the crate root.
     names: Vec<Vec<String>>,
+    /// Bare paths named, with the module they were named in.
+    bare: Vec<(Vec<String>, Vec<String>)>,
+    /// The bare paths that name a child of the module they were named in,
+    /// made absolute.
+    children_named: Vec<Vec<String>>,
     /// Child modules declared here that live in files of their own.
     children: Vec<(Vec<String>, PathBuf)>,
+    /// The derives this file applies.
+    derives: Vec<String>,
 }
 
 fn root() -> PathBuf {
@@ -178,8 +246,10 @@ impl Walker {
     }
 
     fn name(&mut self, segments: Vec<String>) {
-        if let Some(path) = self.absolute(&segments) {
-            self.out.names.push(path);
+        match self.absolute(&segments) {
+            Some(path) => self.out.names.push(path),
+            None if segments.len() > 1 => self.out.bare.push((self.module.clone(), segments)),
+            None => {}
         }
     }
 }
@@ -206,8 +276,11 @@ fn macro_paths(tokens: TokenStream, out: &mut Vec<Vec<String>>) {
     while i < trees.len() {
         match &trees[i] {
             TokenTree::Group(g) => macro_paths(g.stream(), out),
+            // `$crate::` in a `macro_rules!` is the path its callers see.
             TokenTree::Ident(id)
-                if ["crate", "super", "self"].contains(&id.to_string().as_str()) =>
+                if ["crate", "super", "self"].contains(&id.to_string().as_str())
+                    && !matches!(i.checked_sub(1).and_then(|p| trees.get(p)),
+                        Some(TokenTree::Punct(p)) if p.as_char() == '$') =>
             {
                 let mut path = vec![id.to_string()];
                 // `ident` `:` `:` `ident` …
@@ -295,6 +368,18 @@ impl<'ast> Visit<'ast> for Walker {
         syn::visit::visit_path(self, i);
     }
 
+    fn visit_attribute(&mut self, i: &'ast syn::Attribute) {
+        if i.path().is_ident("derive") {
+            let _ = i.parse_nested_meta(|meta| {
+                if let Some(last) = meta.path.segments.last() {
+                    self.out.derives.push(last.ident.to_string());
+                }
+                Ok(())
+            });
+        }
+        syn::visit::visit_attribute(self, i);
+    }
+
     /// `pub(super)` and `pub(crate)` say who may see an item, not what it uses.
     fn visit_vis_restricted(&mut self, _: &'ast syn::VisRestricted) {}
 
@@ -318,7 +403,17 @@ fn scan(file: &Path, module: Vec<String>, dir: PathBuf) -> Scanned {
     };
     walker.out.defines.push(module);
     walker.visit_file(&ast);
-    walker.out
+    let mut out = walker.out;
+    let declared: BTreeSet<Vec<String>> = (out.defines.iter().cloned())
+        .chain(out.children.iter().map(|(m, _)| m.clone()))
+        .collect();
+    for (at, path) in std::mem::take(&mut out.bare) {
+        let child = [at.as_slice(), &path[..1]].concat();
+        if declared.contains(&child) {
+            out.children_named.push([at, path].concat());
+        }
+    }
+    out
 }
 
 /// Every file module of a crate, from each of its roots (`lib.rs`,
@@ -359,7 +454,10 @@ fn crate_modules(src: &Path) -> BTreeMap<PathBuf, Scanned> {
 
 /// The crate's file graph: an arrow from each file to the file of the
 /// longest module prefix of each path it names.
-fn file_graph(files: &BTreeMap<PathBuf, Scanned>) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+fn file_graph(
+    files: &BTreeMap<PathBuf, Scanned>,
+    strict: bool,
+) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let owner: BTreeMap<&[String], &PathBuf> = files
         .iter()
         .flat_map(|(file, s)| s.defines.iter().map(move |m| (m.as_slice(), file)))
@@ -367,12 +465,18 @@ fn file_graph(files: &BTreeMap<PathBuf, Scanned>) -> BTreeMap<PathBuf, BTreeSet<
     let mut graph = BTreeMap::new();
     for (file, scanned) in files {
         let mut targets = BTreeSet::new();
-        for path in &scanned.names {
+        let children = scanned.children_named.iter().filter(|_| strict);
+        for path in scanned.names.iter().chain(children) {
             let target = (0..=path.len()).rev().find_map(|n| owner.get(&path[..n]));
             if let Some(target) = target {
                 targets.insert((*target).clone());
             }
         }
+        let derived = DERIVE_IMPORTS
+            .iter()
+            .filter(|(derive, _)| scanned.derives.iter().any(|d| d == derive))
+            .filter_map(|(_, module)| owner.get([module.to_string()].as_slice()));
+        targets.extend(derived.map(|f| (*f).clone()));
         targets.remove(file);
         graph.insert(file.clone(), targets);
     }
@@ -431,20 +535,34 @@ fn circles<N: Ord + Clone>(graph: &BTreeMap<N, BTreeSet<N>>) -> Vec<Vec<N>> {
     t.found
 }
 
-/// The whole house: its long functions and its circles.
-fn inspect(root: &Path) -> (Vec<LongFn>, Vec<Circle>) {
-    let (mut long, mut found) = (Vec::new(), Vec::new());
-    for krate in crates(root) {
-        let (l, c) = inspect_crate(&root.join(&krate), &krate);
-        long.extend(l);
-        found.extend(c);
-    }
-    long.sort();
-    (long, found)
+/// What the check finds in one crate, or in the whole house.
+#[derive(Debug, Default)]
+struct Findings {
+    long: Vec<LongFn>,
+    circles: Vec<Circle>,
+    /// Modules naming an item through their crate's root (`lib.rs`,
+    /// `main.rs`) instead of the module that defines it, as `crate/file`.
+    upward: Vec<String>,
+    /// Modules naming one of [`NAMED_ONLY_BY`] they may not, as `crate/file → module`.
+    layering: Vec<String>,
 }
 
-/// One crate's long functions and circles, its files named from its directory.
-fn inspect_crate(dir: &Path, krate: &str) -> (Vec<LongFn>, Vec<Circle>) {
+/// The whole house.
+fn inspect(root: &Path) -> Findings {
+    let mut all = Findings::default();
+    for krate in crates(root) {
+        let found = inspect_crate(&root.join(&krate), &krate, &Rules::of(&krate));
+        all.long.extend(found.long);
+        all.circles.extend(found.circles);
+        all.upward.extend(found.upward);
+        all.layering.extend(found.layering);
+    }
+    all.long.sort();
+    all
+}
+
+/// One crate, its files named from its directory.
+fn inspect_crate(dir: &Path, krate: &str, rules: &Rules) -> Findings {
     let base = dir.canonicalize().expect("the crate directory");
     let files = crate_modules(&base.join("src"));
     let rel = |f: &Path| {
@@ -465,14 +583,39 @@ fn inspect_crate(dir: &Path, krate: &str) -> (Vec<LongFn>, Vec<Circle>) {
             });
         }
     }
-    let found = circles(&file_graph(&files))
+    let graph = file_graph(&files, rules.strict_tree);
+    let module = |f: &PathBuf| files[f].defines[0].join("::");
+    let roots: BTreeSet<&PathBuf> = files.keys().filter(|f| module(f).is_empty()).collect();
+    let upward = (graph.iter())
+        .filter(|_| rules.facade)
+        .filter(|(file, targets)| {
+            !roots.contains(file) && targets.iter().any(|t| roots.contains(t))
+        })
+        .map(|(file, _)| format!("{krate}/{}", rel(file)))
+        .collect();
+    let mut layering = Vec::new();
+    for (guarded, allowed) in &rules.named_only_by {
+        let may = |m: &str| (allowed.iter()).any(|a| m == *a || m.starts_with(&format!("{a}::")));
+        for (file, targets) in &graph {
+            let root = roots.contains(file);
+            if targets.iter().any(|t| module(t) == *guarded) && !may(&module(file)) && !root {
+                layering.push(format!("{krate}/{} → {guarded}", rel(file)));
+            }
+        }
+    }
+    let circles = circles(&graph)
         .into_iter()
         .map(|set| Circle {
             krate: krate.to_owned(),
             files: set.iter().map(|f| rel(f)).collect(),
         })
         .collect();
-    (long, found)
+    Findings {
+        long,
+        circles,
+        upward,
+        layering,
+    }
 }
 
 /// The scan reaches every hand-written crate (a scan that finds none passes
@@ -499,8 +642,11 @@ fn the_scan_reaches_every_crate() {
 
 #[test]
 fn no_hand_written_function_is_over_80_lines() {
-    let (long, _) = inspect(&root());
-    let offenders: Vec<String> = long.iter().map(|f| f.to_string()).collect();
+    let offenders: Vec<String> = inspect(&root())
+        .long
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
     assert!(
         offenders.is_empty(),
         "functions over {MAX_LINES} lines:\n{}",
@@ -510,12 +656,34 @@ fn no_hand_written_function_is_over_80_lines() {
 
 #[test]
 fn no_crate_has_an_import_circle() {
-    let (_, found) = inspect(&root());
+    let found = inspect(&root()).circles;
     let offenders: Vec<String> = found.iter().map(|c| c.to_string()).collect();
     assert!(
         offenders.is_empty(),
         "import circles:\n{}",
         offenders.join("\n")
+    );
+}
+
+/// A crate's root is its facade: its modules name each other, never an item
+/// through the root, so the facade can change without moving them.
+#[test]
+fn no_module_imports_through_its_crate_s_root() {
+    let upward = inspect(&root()).upward;
+    assert!(
+        upward.is_empty(),
+        "naming items through the crate root:\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn only_the_layers_above_a_guarded_module_name_it() {
+    let layering = inspect(&root()).layering;
+    assert!(
+        layering.is_empty(),
+        "naming a module from below it:\n{}",
+        layering.join("\n")
     );
 }
 
@@ -557,7 +725,11 @@ fn the_check_sees_long_functions_and_circles() {
     for (name, text) in &files {
         std::fs::write(src.join(name), text).unwrap();
     }
-    let (long, found) = inspect_crate(dir.path(), "toy");
+    let Findings {
+        long,
+        circles: found,
+        ..
+    } = inspect_crate(dir.path(), "toy", &Rules::default());
     let seen: Vec<(&str, usize, &str, usize)> = long
         .iter()
         .map(|f| (f.file.as_str(), f.line, f.name.as_str(), f.lines))
@@ -571,4 +743,75 @@ fn the_check_sees_long_functions_and_circles() {
     );
     let circles: Vec<Vec<String>> = found.into_iter().map(|c| c.files).collect();
     assert_eq!(circles, [["src/a/mod.rs", "src/b.rs"]]);
+}
+
+/// The crate rules, on a crate written here: an import through the root, a
+/// guarded module named from below, a derive's import closing a circle and,
+/// in a strict tree, a child naming its parent back.
+#[test]
+fn the_check_sees_facade_imports_layers_derives_and_strict_trees() {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("tree")).unwrap();
+    let files = [
+        (
+            "lib.rs",
+            "mod client;\nmod low;\nmod scale;\nmod tree;\nmod kinds;\npub use client::Client;\n",
+        ),
+        ("client.rs", "pub struct Client;\n"),
+        (
+            "low.rs",
+            "pub fn f(_: crate::client::Client, _: crate::Client) {}\n",
+        ),
+        ("scale.rs", "pub fn g(_: crate::kinds::K) {}\n"),
+        ("kinds.rs", "#[derive(Debug, Scale)]\npub struct K;\n"),
+        (
+            "tree/mod.rs",
+            "mod leaf;\npub struct T;\nfn h() { leaf::l(); }\n",
+        ),
+        ("tree/leaf.rs", "pub fn l(_: super::T) {}\n"),
+    ];
+    for (name, text) in files {
+        std::fs::write(src.join(name), text).unwrap();
+    }
+    let rules = Rules {
+        facade: true,
+        strict_tree: true,
+        named_only_by: vec![("client", &["tree"])],
+    };
+    let found = inspect_crate(dir.path(), "toy", &rules);
+    assert_eq!(found.upward, ["toy/src/low.rs"]);
+    assert_eq!(found.layering, ["toy/src/low.rs → client"]);
+    let circles: Vec<Vec<String>> = found.circles.into_iter().map(|c| c.files).collect();
+    assert_eq!(
+        circles,
+        [
+            vec!["src/kinds.rs", "src/scale.rs"],
+            vec!["src/tree/leaf.rs", "src/tree/mod.rs"]
+        ]
+    );
+    // Without a strict tree, a child naming its parent is the house's norm.
+    let relaxed = inspect_crate(dir.path(), "toy", &Rules::default());
+    assert_eq!(relaxed.circles.len(), 1, "{:?}", relaxed.circles);
+    assert!(relaxed.upward.is_empty() && relaxed.layering.is_empty());
+}
+
+/// The scan follows what the old per-crate checks followed in the real
+/// tree: a derive's expansion in the vocabulary, and a parent's bare names
+/// of its children in the simulator.
+#[test]
+fn the_scan_sees_the_real_tree_s_derives_and_children() {
+    let arrow = |krate: &str, from: &str, to: &str| {
+        let base = root().join(krate).canonicalize().unwrap();
+        let files = crate_modules(&base.join("src"));
+        let graph = file_graph(&files, Rules::of(krate).strict_tree);
+        graph[&base.join(from)].contains(&base.join(to))
+    };
+    assert!(arrow("policy", "src/policy/breaker.rs", "src/scale.rs"));
+    assert!(arrow(
+        "sim",
+        "src/platform/mod.rs",
+        "src/platform/record.rs"
+    ));
+    assert!(arrow("runtime", "src/pipeline/mod.rs", "src/client.rs"));
 }
