@@ -125,7 +125,10 @@ impl Question {
 
     /// The budgets of [`windows`](Self::windows) as the throttle names them.
     fn window_budgets(&self) -> Vec<BudgetIx> {
-        self.windows().iter().map(|&b| budget_ix(b)).collect()
+        self.windows()
+            .iter()
+            .map(|&b| BudgetIx::of_position(b))
+            .collect()
     }
 }
 
@@ -765,11 +768,6 @@ fn mark_of(text: &str) -> DarkMark {
     }
 }
 
-/// A budget's position in the policy as its typed index.
-fn budget_ix(position: usize) -> BudgetIx {
-    BudgetIx::new(u16::try_from(position).unwrap_or(u16::MAX))
-}
-
 impl Fleet for RedisFleet {
     fn admit<'a>(
         &'a self,
@@ -939,7 +937,7 @@ mod tests {
             if seeded {
                 let (second, windows) = unseen_share(&glimpse, lost, rates, 3);
                 let windows: Vec<_> = (windows.into_iter())
-                    .map(|(b, sends)| (budget_ix(b), sends))
+                    .map(|(b, sends)| (BudgetIx::of_position(b), sends))
                     .collect();
                 throttle.seed_windows(&second, &windows);
             }

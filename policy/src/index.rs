@@ -25,6 +25,12 @@ macro_rules! index {
             pub const fn get(self) -> usize {
                 self.0 as usize
             }
+
+            /// The entry at a table position counted as `usize`; one past
+            /// `u16::MAX` (no checked policy has one) names no entry at all.
+            pub fn of_position(position: usize) -> Self {
+                $name(u16::try_from(position).unwrap_or(u16::MAX))
+            }
         }
     };
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sdk_policy::policy::Degraded;
+use sdk_policy::policy::{BudgetIx, Degraded};
 use sdk_runtime::alerts::Alert;
 use sdk_runtime::fleet::LocalWindows;
 
@@ -235,7 +235,7 @@ impl Inner {
         if let (Some(lost), Some(glimpse)) = (lost, glimpse) {
             let (second, windows) = unseen_share(&glimpse, lost, self.rates, live);
             let windows: Vec<_> = (windows.into_iter())
-                .map(|(b, sends)| (super::budget_ix(b), sends))
+                .map(|(b, sends)| (BudgetIx::of_position(b), sends))
                 .collect();
             throttle.seed_windows(&second, &windows);
         }

@@ -9,7 +9,9 @@ use crate::fleet::{FleetFuture, HeldWindows, LocalWindows};
 
 impl LocalWindows for Throttle {
     fn set_window_limits(&self, limit_of: &dyn Fn(Option<BudgetIx>, u32) -> u32) {
-        Throttle::set_window_limits(self, &|b, limit| limit_of(b.map(position), limit));
+        Throttle::set_window_limits(self, &|b, limit| {
+            limit_of(b.map(BudgetIx::of_position), limit)
+        });
     }
 
     fn set_rate(&self, per_second: u32, burst: u32) {
@@ -45,9 +47,4 @@ impl HeldWindows for WindowsLeft<'_> {
     {
         Box::pin(WindowsLeft::retake(*self))
     }
-}
-
-/// A budget's position in the policy as its typed index.
-fn position(budget: usize) -> BudgetIx {
-    BudgetIx::new(u16::try_from(budget).unwrap_or(u16::MAX))
 }
