@@ -18,7 +18,7 @@ use sdk_policy::policy::{BudgetIx, Degraded, FleetPolicy, Policy, ThrottlePolicy
 use sdk_runtime::alerts::{AlertSink, LogAlerts};
 use sdk_runtime::fleet::{
     DarkMark, Fleet, FleetAsk, FleetFuture, FleetMetrics, FleetSetup, FleetSlots, FleetStatus,
-    LocalWindows, MAX_BUDGETS, Refusal, Turn, TurnTimes,
+    LocalWindows, MAX_BUDGETS, Positions, Refusal, Turn, TurnTimes,
 };
 
 use crate::store::{Answer, Ask, Keys, LeaseSet, Shape, Store};
@@ -779,12 +779,8 @@ impl Fleet for RedisFleet {
             .routes
             .get(ask.route.get())
             .map_or("", |e| e.path);
-        let mut positions = [0; MAX_BUDGETS];
-        let n = ask.budgets.len().min(MAX_BUDGETS);
-        for (slot, budget) in positions.iter_mut().zip(ask.budgets) {
-            *slot = budget.get();
-        }
-        Box::pin(async move { RedisFleet::admit(self, local, route, &positions[..n]).await })
+        let positions = Positions::of(ask.budgets);
+        Box::pin(async move { RedisFleet::admit(self, local, route, positions.as_slice()).await })
     }
 
     fn pause(&self, wait: Duration) {

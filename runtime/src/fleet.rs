@@ -75,6 +75,30 @@ pub struct FleetAsk<'a> {
     pub budgets: &'a [BudgetIx],
 }
 
+/// A request's budgets as plain table positions, held by value (at most
+/// [`MAX_BUDGETS`]; any beyond are dropped), for a future that outlives
+/// the ask or a table read by `usize`.
+#[derive(Debug, Clone, Copy)]
+pub struct Positions {
+    at: [usize; MAX_BUDGETS],
+    len: usize,
+}
+
+impl Positions {
+    pub fn of(budgets: &[BudgetIx]) -> Self {
+        let mut at = [0; MAX_BUDGETS];
+        for (slot, budget) in at.iter_mut().zip(budgets) {
+            *slot = budget.get();
+        }
+        let len = budgets.len().min(MAX_BUDGETS);
+        Positions { at, len }
+    }
+
+    pub fn as_slice(&self) -> &[usize] {
+        &self.at[..self.len]
+    }
+}
+
 /// The replica's own throttle as a fleet may reshape it while its store is
 /// away: the runtime defines these few operations and its throttle does
 /// them, so a backend never holds the throttle itself. A window is a

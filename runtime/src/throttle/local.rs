@@ -4,8 +4,8 @@
 use sdk_policy::policy::BudgetIx;
 use tokio::time::Instant;
 
-use super::{MAX_BUDGETS, Throttle, WindowsLeft};
-use crate::fleet::{FleetFuture, HeldWindows, LocalWindows};
+use super::{Throttle, WindowsLeft};
+use crate::fleet::{FleetFuture, HeldWindows, LocalWindows, Positions};
 
 impl LocalWindows for Throttle {
     fn set_window_limits(&self, limit_of: &dyn Fn(Option<BudgetIx>, u32) -> u32) {
@@ -31,12 +31,8 @@ impl LocalWindows for Throttle {
     }
 
     fn leave_windows<'a>(&'a self, budgets: &[BudgetIx]) -> Box<dyn HeldWindows + 'a> {
-        let mut positions = [0; MAX_BUDGETS];
-        let n = budgets.len().min(MAX_BUDGETS);
-        for (slot, budget) in positions.iter_mut().zip(budgets) {
-            *slot = budget.get();
-        }
-        Box::new(Throttle::leave_windows(self, &positions[..n]))
+        let positions = Positions::of(budgets);
+        Box::new(Throttle::leave_windows(self, positions.as_slice()))
     }
 }
 
