@@ -12,7 +12,7 @@ use super::admit::Admitted;
 use super::attempt::Sent;
 use super::fleet::{fleet_pause, fleet_share_dark};
 use super::judge::{BreakerNews, Previous, Verdict};
-use super::{Answered, StreamSlots};
+use super::{Answered, Opened, StreamSlots};
 use crate::backoff::{Attempted, Next, RetryCase, next};
 use crate::breaker::Transition;
 use crate::client::{Caller, Parts};
@@ -103,12 +103,15 @@ pub(super) fn conclude(
         let reply = Reply::new(recorder, endpoint, status, body, request_id, ledger);
         // Only an open stream keeps its slots past this call; a read's are
         // freed when `admitted` drops here.
-        let stream = sent.response.map(|r| (r, held_open(admitted)));
-        let answered = Answered {
-            reply,
-            stream,
-            started: run.started,
-            sent: sent.started,
+        let answered = match sent.response {
+            Some(response) => Answered::Stream(Opened {
+                reply,
+                response,
+                slots: held_open(admitted),
+                started: run.started,
+                sent: sent.started,
+            }),
+            None => Answered::Whole(reply),
         };
         return (Step::Done(answered), transition);
     }

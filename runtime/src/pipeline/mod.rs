@@ -55,12 +55,20 @@ pub(crate) struct Run<'c, 'a> {
 }
 
 /// What the loop hands on from the answering attempt.
-pub(crate) struct Answered {
-    reply: Reply,
-    /// A stream's response and its slots, on a 2xx of a stream route.
-    stream: Option<(reqwest::Response, StreamSlots)>,
-    started: Instant,
-    sent: Instant,
+pub(crate) enum Answered {
+    /// The whole answer, read.
+    Whole(Reply),
+    /// A 2xx of a stream route: its open response, holding its slots.
+    Stream(Opened),
+}
+
+impl Answered {
+    fn reply(&self) -> &Reply {
+        match self {
+            Answered::Whole(reply) => reply,
+            Answered::Stream(opened) => &opened.reply,
+        }
+    }
 }
 
 /// What an open stream holds while it is open, as any request in flight:
@@ -100,7 +108,10 @@ impl Client {
             return Err(error);
         }
         self.plan().refuse_stream_sent(call.endpoint)?;
-        Ok(run(&self.parts, &self.caller, &call).await?.reply)
+        match run(&self.parts, &self.caller, &call).await? {
+            Answered::Whole(reply) => Ok(reply),
+            Answered::Stream(opened) => Ok(opened.reply),
+        }
     }
 
     /// A call refused before a byte is sent (T22), for `reason`: a scope
@@ -135,20 +146,14 @@ pub(crate) async fn open(
     if let Some(error) = refused_at_once(parts, call) {
         return Err(error);
     }
-    let answered = run(parts, caller, call).await?;
-    let Some((response, slots)) = answered.stream else {
-        let reply = answered.reply;
-        let detail = Some(Detail::Shown("the answer has no event stream".into()));
-        let error = (parts.plan).error(sdk_policy::OutcomeKind::Decode, call.endpoint);
-        return Err(error.with_status(reply.status(), detail));
-    };
-    Ok(Opened {
-        reply: answered.reply,
-        response,
-        slots,
-        started: answered.started,
-        sent: answered.sent,
-    })
+    match run(parts, caller, call).await? {
+        Answered::Stream(opened) => Ok(opened),
+        Answered::Whole(reply) => {
+            let detail = Some(Detail::Shown("the answer has no event stream".into()));
+            let error = (parts.plan).error(sdk_policy::OutcomeKind::Decode, call.endpoint);
+            Err(error.with_status(reply.status(), detail))
+        }
+    }
 }
 
 /// The open breaker's refusal without the attempt loop, counted, its span
@@ -179,7 +184,7 @@ async fn run(parts: &Arc<Parts>, caller: &Caller, call: &Call<'_>) -> Result<Ans
     } else {
         attempts(parts, caller, call).instrument(span.clone()).await
     };
-    crate::spans::finished(&span, result.as_ref().map(|a| a.reply.status()));
+    crate::spans::finished(&span, result.as_ref().map(|a| a.reply().status()));
     result
 }
 
