@@ -131,8 +131,6 @@ struct Scanned {
     defines: Vec<Vec<String>>,
     /// Paths named, made absolute from the crate root.
     names: Vec<Vec<String>>,
-    /// Bare paths named, with the module they were named in.
-    bare: Vec<(Vec<String>, Vec<String>)>,
     /// The bare paths that name a child of the module they were named in,
     /// made absolute.
     children_named: Vec<Vec<String>>,
@@ -206,6 +204,9 @@ struct Walker {
     /// Where `mod x;` of the current module finds `x.rs` / `x/mod.rs`.
     dir: PathBuf,
     out: Scanned,
+    /// Bare paths named, with the module they were named in: whether one
+    /// names a child is known once every `mod` of the file is seen.
+    bare: Vec<(Vec<String>, Vec<String>)>,
 }
 
 impl Walker {
@@ -248,7 +249,7 @@ impl Walker {
     fn name(&mut self, segments: Vec<String>) {
         match self.absolute(&segments) {
             Some(path) => self.out.names.push(path),
-            None if segments.len() > 1 => self.out.bare.push((self.module.clone(), segments)),
+            None if segments.len() > 1 => self.bare.push((self.module.clone(), segments)),
             None => {}
         }
     }
@@ -400,6 +401,7 @@ fn scan(file: &Path, module: Vec<String>, dir: PathBuf) -> Scanned {
         module: module.clone(),
         dir,
         out: Scanned::default(),
+        bare: Vec::new(),
     };
     walker.out.defines.push(module);
     walker.visit_file(&ast);
@@ -407,7 +409,7 @@ fn scan(file: &Path, module: Vec<String>, dir: PathBuf) -> Scanned {
     let declared: BTreeSet<Vec<String>> = (out.defines.iter().cloned())
         .chain(out.children.iter().map(|(m, _)| m.clone()))
         .collect();
-    for (at, path) in std::mem::take(&mut out.bare) {
+    for (at, path) in walker.bare {
         let child = [at.as_slice(), &path[..1]].concat();
         if declared.contains(&child) {
             out.children_named.push([at, path].concat());
