@@ -101,18 +101,7 @@ pub(super) fn conclude(
         caller.note(endpoint, &request_id, Some(status), true);
         let recorder = std::sync::Arc::clone(recorder);
         let reply = Reply::new(recorder, endpoint, status, body, request_id, ledger);
-        // Only an open stream keeps its slots past this call; a read's are
-        // freed when `admitted` drops here.
-        let answered = match sent.response {
-            Some(response) => Answered::Stream(Opened {
-                reply,
-                response,
-                slots: held_open(admitted),
-                started: run.started,
-                sent: sent.started,
-            }),
-            None => Answered::Whole(reply),
-        };
+        let answered = answered(reply, sent.response, admitted, run.started, sent.started);
         return (Step::Done(answered), transition);
     }
     telemetry::attempt(plan.policy, &log, digest);
@@ -126,13 +115,30 @@ pub(super) fn conclude(
     (step, transition)
 }
 
-/// The slots an open stream holds until it ends.
-fn held_open(admitted: Admitted<'_>) -> StreamSlots {
+/// What the answering attempt hands on. Only an open stream keeps the
+/// call's slots, until it ends; a read's are freed when `admitted` drops here.
+fn answered(
+    reply: Reply,
+    response: Option<reqwest::Response>,
+    admitted: Admitted<'_>,
+    started: Instant,
+    sent: Instant,
+) -> Answered {
+    let Some(response) = response else {
+        return Answered::Whole(reply);
+    };
     let fleet = admitted.fleet;
-    StreamSlots {
+    let slots = StreamSlots {
         local: admitted.permit.detach(),
         fleet,
-    }
+    };
+    Answered::Stream(Opened {
+        reply,
+        response,
+        slots,
+        started,
+        sent,
+    })
 }
 
 /// What only an attempt's log line reads, its latency and the breaker's
