@@ -99,14 +99,29 @@ fn join(dir: &Path, target: &str) -> PathBuf {
     out
 }
 
-fn root() -> PathBuf {
+/// The READMEs whose links are checked beside the book's.
+const READMES: [&str; 3] = ["README.md", "bench/README.md", "ARCHITECTURE.md"];
+
+/// Every Markdown file a reader meets: the READMEs and the book's pages.
+pub(crate) fn pages() -> Vec<PathBuf> {
+    let src = root().join("docs/src");
+    let mut book: Vec<PathBuf> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    book.sort();
+    READMES.iter().map(|f| root().join(f)).chain(book).collect()
+}
+
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("tests/ sits in the workspace")
         .to_path_buf()
 }
 
-fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -200,7 +215,7 @@ fn every_link_of_the_book_resolves() {
 
 #[test]
 fn every_link_of_the_readmes_resolves() {
-    let broken: Vec<String> = ["README.md", "bench/README.md", "ARCHITECTURE.md"]
+    let broken: Vec<String> = READMES
         .iter()
         .flat_map(|f| broken_links(&root().join(f), None))
         .collect();

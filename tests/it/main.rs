@@ -7,6 +7,7 @@ mod kit;
 
 mod alerts;
 mod book_links;
+mod book_output;
 mod breaker;
 mod compile_pass;
 mod core_api;

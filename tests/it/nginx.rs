@@ -310,7 +310,7 @@ async fn nginx_502_504_429_and_413_pages_become_one_operator_line() {
         nginx.error_log().contains("connect() failed"),
         "nginx's own 502"
     );
-    eprintln!("nginx 502, operator line: {e}");
+    crate::book_output::shown("nginx-502", &e.to_string());
     drop(nginx);
 
     // 504: the route is slower than proxy_read_timeout; 429: limit_req; 413:

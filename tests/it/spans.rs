@@ -4,6 +4,7 @@
 //! after a 502 and on one that fails for good.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
 use grag_sim::testkit;
@@ -13,11 +14,12 @@ use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-/// One span as the layer saw it: name, fields, parent.
+/// One span as the layer saw it: name, fields in the order they were
+/// first recorded (the span's own order), parent.
 #[derive(Debug, Clone, Default)]
 struct Seen {
     name: String,
-    fields: BTreeMap<String, String>,
+    fields: Vec<(String, String)>,
     parent: Option<u64>,
 }
 
@@ -25,14 +27,23 @@ struct Seen {
 #[derive(Clone, Default)]
 struct Spans(Arc<Mutex<BTreeMap<u64, Seen>>>);
 
-struct Fields<'a>(&'a mut BTreeMap<String, String>);
+struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+impl Fields<'_> {
+    fn set(&mut self, name: &str, value: String) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((name.to_owned(), value)),
+        }
+    }
+}
 
 impl Visit for Fields<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+        self.set(field.name(), format!("{value:?}"));
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
+        self.set(field.name(), value.to_owned());
     }
 }
 
@@ -76,7 +87,32 @@ impl Spans {
 }
 
 fn field<'a>(span: &'a Seen, name: &str) -> Option<&'a str> {
-    span.fields.get(name).map(String::as_str)
+    let (_, value) = span.fields.iter().find(|(n, _)| n == name)?;
+    Some(value)
+}
+
+/// A call and its attempts as the book draws them: a line of `field=value`
+/// per span, the attempts as branches below the call.
+fn tree(call: &Seen, attempts: &[Seen]) -> String {
+    let fields = |span: &Seen| {
+        let words: Vec<String> = (span.fields.iter())
+            .map(|(n, v)| match v.contains(' ') {
+                true => format!("{n}=\"{v}\""),
+                false => format!("{n}={v}"),
+            })
+            .collect();
+        words.join(" ")
+    };
+    let mut out = format!("call  {}\n", fields(call));
+    for (i, attempt) in attempts.iter().enumerate() {
+        let branch = if i + 1 == attempts.len() {
+            "└─"
+        } else {
+            "├─"
+        };
+        writeln!(out, "{branch} attempt  {}", fields(attempt)).expect("a String");
+    }
+    out
 }
 
 #[tokio::test]
@@ -125,6 +161,7 @@ async fn a_retried_call_is_one_span_with_an_attempt_span_per_try() {
     assert_eq!(field(second, "http.request.resend_count"), Some("1"));
     assert_eq!(field(second, "http.response.status_code"), Some("200"));
     assert_eq!(field(second, "error.type"), None);
+    crate::book_output::shown("retried-call-spans", &tree(call, attempts));
     sim.stop().await;
 }
 

@@ -55,6 +55,11 @@ impl Target {
                 sim: None,
             });
         }
+        Target::embedded(scenario).await
+    }
+
+    /// The embedded simulator in `scenario`, whatever `GRAG_URL` says.
+    pub async fn embedded(scenario: Scenario) -> Result<Target, String> {
         let mut config = SimConfig::scaled(1.0 / SPEED);
         config.drifted_documents = scenario == Scenario::Drifted;
         let sim = Sim::start(config)
