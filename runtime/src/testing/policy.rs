@@ -420,7 +420,7 @@ pub static POLICY: Policy = Policy {
         },
         TaxonomyRow {
             index: RowIx::new(8),
-            row: "T27",
+            row: "T31",
             matches: RowMatch {
                 outcome: OutcomeKind::InvalidRequest,
                 status: None,
