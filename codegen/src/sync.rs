@@ -23,8 +23,14 @@ impl fmt::Display for SyncError {
 
 impl std::error::Error for SyncError {}
 
+/// Specs that emit a policy module alone, not a crate: (the spec's folder,
+/// the module's file), relative to the workspace root. The runtime's test
+/// fixture is no API a user gets a client for, so its spec lives beside the
+/// runtime rather than in `spec/`, and nothing of it lands in `generated/`.
+pub const POLICY_MODULES: &[(&str, &str)] = &[("runtime/fixture", "runtime/src/testing/policy.rs")];
+
 /// Every file under `generated/`, rendered from every API folder of `spec/`,
-/// with paths relative to `root`.
+/// and every policy module of [`POLICY_MODULES`], with paths relative to `root`.
 ///
 /// Every folder of `spec/` is an API: one without a readable `api.yaml` is an
 /// error, never skipped, and so is a `spec/` that holds no API at all.
@@ -65,11 +71,42 @@ pub fn render(root: &Path) -> Result<Vec<File>, SyncError> {
             Err(errors) => refused.extend(errors.0),
         }
     }
+    for (dir, path) in POLICY_MODULES {
+        match policy_module(root, dir, path) {
+            Ok(file) => out.extend(file),
+            Err(errors) => refused.extend(errors),
+        }
+    }
     if !refused.is_empty() {
         refused.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         return Err(SyncError::Spec(crate::SpecErrors(refused)));
     }
     Ok(out)
+}
+
+/// The policy module lowered from the spec folder `dir`, written to `path`.
+///
+/// A root without the folder (a scratch copy of `spec/` alone) has no
+/// module to render, unless the module is there: then its spec is gone.
+fn policy_module(
+    root: &Path,
+    dir: &str,
+    path: &str,
+) -> Result<Option<File>, Vec<crate::SpecError>> {
+    let spec = root.join(dir);
+    if !spec.exists() {
+        if root.join(path).exists() {
+            let message = format!(
+                "is generated from {dir}/, which is gone: restore it, or remove the module"
+            );
+            return Err(vec![whole(PathBuf::from(path), &message)]);
+        }
+        return Ok(None);
+    }
+    let model = api_model(root, &spec)?;
+    crate::emit::policy_module(&model, dir, Path::new(path))
+        .map(Some)
+        .map_err(|errors| errors.0)
 }
 
 /// The history of the crate at `crate_dir` given its newly rendered files

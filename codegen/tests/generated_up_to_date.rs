@@ -1,4 +1,5 @@
-//! `cargo test --workspace` fails when `generated/` drifts from `spec/` or `codegen/`.
+//! `cargo test --workspace` fails when `generated/` drifts from `spec/` or `codegen/`,
+//! and so does the runtime's fixture module from `runtime/fixture/`.
 
 use std::path::Path;
 
@@ -8,6 +9,6 @@ fn generated_code_matches_the_spec() {
     let stale = sdk_codegen::sync::stale(root).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         stale.is_empty(),
-        "generated/ is out of date with spec/ (run `cargo xtask codegen`): {stale:#?}"
+        "generated code is out of date with its spec (run `cargo xtask codegen`): {stale:#?}"
     );
 }

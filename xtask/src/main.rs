@@ -89,7 +89,9 @@ fn codegen(check: bool) -> ExitCode {
             for p in &paths {
                 eprintln!("stale: {}", p.display());
             }
-            eprintln!("generated/ is out of date with spec/: run `cargo xtask codegen`");
+            eprintln!(
+                "generated code is out of date with its spec (spec/, runtime/fixture/): run `cargo xtask codegen`"
+            );
             ExitCode::FAILURE
         }
         Ok(paths) => {

@@ -1,4 +1,6 @@
-//! `src/policy.rs`: the whole policy as one `static`, plus named indices.
+//! `src/policy.rs`: the whole policy as one `static`, plus named indices;
+//! or the same as a policy module of its own, routes included, for a crate
+//! that builds on `sdk-policy` directly (the runtime's test fixture).
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -8,13 +10,25 @@ use sdk_policy::{BudgetIx, RetryIx, RouteIx, StreamIx, TimeoutIx};
 use super::docs::{doc, ident, inner_doc, int, source};
 use crate::model::{Model, Route, Service};
 
-/// How the generated crate names what a baked value points to: each route's
-/// static in its service's module, the named indices of `src/policy.rs`,
-/// and (in `POLICY` itself) the tables kept in statics of their own.
+/// Where the emitted policy lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Home {
+    /// `src/policy.rs` of a generated crate: the routes are its services'
+    /// statics, the log lines its `log` module's, the runtime `sdk_runtime`.
+    Crate,
+    /// A policy module alone, inside a crate that names `sdk_policy` itself:
+    /// the routes are statics of the module, the log lines its parent's `LINES`.
+    Module,
+}
+
+/// How the generated code names what a baked value points to: each route's
+/// static, the named indices of the policy, and (in `POLICY` itself) the
+/// tables kept in statics of their own.
 pub(crate) struct CrateNames<'m> {
     pub model: &'m Model,
-    /// Whether the tables and the breaker's routes are the statics of `src/policy.rs`.
+    /// Whether the tables and the breaker's routes are the statics of the policy.
     pub statics: bool,
+    pub home: Home,
 }
 
 impl Names for CrateNames<'_> {
@@ -24,7 +38,13 @@ impl Names for CrateNames<'_> {
             .routes()
             .nth(route.get())
             .expect("the policy's routes are the model's");
-        endpoint_path(service, route)
+        match self.home {
+            Home::Crate => endpoint_path(service, route),
+            Home::Module => {
+                let name = ident(&route.constant);
+                quote!(&#name)
+            }
+        }
     }
 
     fn timeout(&self, index: TimeoutIx) -> TokenStream {
@@ -59,39 +79,85 @@ impl Names for CrateNames<'_> {
     }
 
     fn log_lines(&self) -> TokenStream {
-        quote!(&crate::log::LINES)
+        match self.home {
+            Home::Crate => quote!(&crate::log::LINES),
+            Home::Module => quote!(&super::LINES),
+        }
     }
 }
 
 /// `src/policy.rs`: the named indices, the tables and the baked `POLICY`.
 pub fn policy_rs(model: &Model) -> TokenStream {
-    let policy = model.policy();
-    let names = CrateNames {
-        model,
-        statics: true,
-    };
-    let index_modules = index_modules(model);
-    let tables = tables(&policy, &names);
-    let documents = openapi_documents(model);
-    let breaker_statics = breaker_statics(&policy, &names);
     let module_doc = inner_doc(&format!(
         "The {} policy as data, lowered from `spec/{}/`. The runtime executes it; nothing here is code.",
         model.api.title, model.api.name
     ));
-    let policy_doc = policy_doc(model);
+    let imports = quote! {
+        use sdk_runtime::Endpoint;
+        use sdk_runtime::log::LogNames;
+        use sdk_runtime::policy::*;
+    };
+    let documents = openapi_documents(model);
+    let policy_doc = policy_doc(model, &format!("[`crate::{}`]", model.api.client));
+    policy_items(
+        model,
+        Home::Crate,
+        module_doc,
+        imports,
+        documents,
+        policy_doc,
+    )
+}
+
+/// A policy module alone, lowered from the spec in `dir`: the policy of
+/// `src/policy.rs` with its routes' statics beside it and no client around
+/// it. Its parent holds `LINES`, the log lines the policy writes to.
+pub fn policy_module(model: &Model, dir: &str) -> TokenStream {
+    let module_doc = inner_doc(&format!(
+        "The {} policy as data, lowered from `{dir}/`. The runtime executes it; nothing here is code.",
+        model.api.title
+    ));
+    let imports = quote! {
+        use sdk_policy::log::LogNames;
+        use sdk_policy::policy::*;
+        use sdk_policy::{Endpoint, Lane, Method, ScopeNeed};
+    };
+    let routes = (model.routes()).map(|(_, r)| endpoint(model, r, Home::Module));
+    let routes = quote!(#(#routes)*);
+    let policy_doc = policy_doc(model, "the code around this module");
+    policy_items(model, Home::Module, module_doc, imports, routes, policy_doc)
+}
+
+/// What both homes hold: the named indices, the tables, the breaker's
+/// routes and `POLICY`, around the items only one of them has.
+fn policy_items(
+    model: &Model,
+    home: Home,
+    module_doc: TokenStream,
+    imports: TokenStream,
+    own: TokenStream,
+    policy_doc: TokenStream,
+) -> TokenStream {
+    let policy = model.policy();
+    let names = CrateNames {
+        model,
+        statics: true,
+        home,
+    };
+    let index_modules = index_modules(model, home);
+    let tables = tables(&policy, &names);
+    let breaker_statics = breaker_statics(&policy, &names);
     let policy = policy.bake(&names);
     quote! {
         #module_doc
 
-        use sdk_runtime::Endpoint;
-        use sdk_runtime::log::LogNames;
-        use sdk_runtime::policy::*;
+        #imports
 
         #(#index_modules)*
 
         #tables
 
-        #documents
+        #own
 
         #breaker_statics
 
@@ -177,11 +243,10 @@ fn breaker_statics(policy: &sdk_policy::Policy, names: &CrateNames) -> Option<To
 
 /// The doc of `POLICY`: who hands it to the runtime, and the sources of
 /// its deadline, breaker and throttle.
-fn policy_doc(model: &Model) -> TokenStream {
+fn policy_doc(model: &Model, handed_by: &str) -> TokenStream {
     doc(&format!(
-        "The whole policy, handed to the runtime by [`crate::{}`].\n\n\
+        "The whole policy, handed to the runtime by {handed_by}.\n\n\
          Deadline: policy {}. Breaker: {}. Throttle: policy {}.",
-        model.api.client,
         source(&model.deadline_source),
         model
             .breaker
@@ -195,12 +260,13 @@ fn policy_doc(model: &Model) -> TokenStream {
 }
 
 /// `pub mod timeout { … }` and its kin: the named index of every item of a table.
-fn index_modules(model: &Model) -> [TokenStream; 4] {
+fn index_modules(model: &Model, home: Home) -> [TokenStream; 4] {
     [
         (
             "timeout",
             "Timeout classes, by name.",
             names(
+                home,
                 "TimeoutIx",
                 (model.constants.timeouts.iter()).zip(model.timeouts.iter().map(|t| &t.doc)),
             ),
@@ -209,6 +275,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "retry",
             "Retry classes, by name.",
             names(
+                home,
                 "RetryIx",
                 (model.constants.retries.iter()).zip(model.retries.iter().map(|r| &r.doc)),
             ),
@@ -217,6 +284,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "budget",
             "Throttle budgets, by name.",
             names(
+                home,
                 "BudgetIx",
                 (model.constants.budgets.iter()).zip(model.throttle.budgets.iter().map(|b| &b.doc)),
             ),
@@ -225,6 +293,7 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
             "stream",
             "Stream contracts, by name.",
             names(
+                home,
                 "StreamIx",
                 (model.constants.streams.iter()).zip(model.streams.iter().map(|s| &s.doc)),
             ),
@@ -242,13 +311,33 @@ fn index_modules(model: &Model) -> [TokenStream; 4] {
     })
 }
 
+/// The descriptor of `r`, at position `route` of the policy's routes.
+pub(super) fn endpoint(model: &Model, r: &Route, home: Home) -> TokenStream {
+    let name = ident(&r.constant);
+    let text = format!(" `{} {}`", r.method.as_str(), r.path);
+    let names = CrateNames {
+        model,
+        statics: false,
+        home,
+    };
+    let value = r.endpoint.bake(&names);
+    quote! {
+        #[doc = #text]
+        pub static #name: Endpoint = #value;
+    }
+}
+
 fn endpoint_path(service: &Service, route: &Route) -> TokenStream {
     let (module, name) = (ident(&service.module), ident(&route.constant));
     quote!(&crate::#module::#name)
 }
 
 /// `pub const NAME: TimeoutIx = TimeoutIx::new(i);` for each named item, typed by its table.
-fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a String, &'a String)>) -> TokenStream {
+fn names<'a>(
+    home: Home,
+    ty: &str,
+    items: impl Iterator<Item = (&'a String, &'a String)>,
+) -> TokenStream {
     let ty = ident(ty);
     let consts = items.enumerate().map(|(i, (name, text))| {
         let docs = doc(text);
@@ -263,8 +352,12 @@ fn names<'a>(ty: &str, items: impl Iterator<Item = (&'a String, &'a String)>) ->
     if consts.is_empty() {
         return TokenStream::new();
     }
+    let vocabulary = match home {
+        Home::Crate => quote!(sdk_runtime::policy),
+        Home::Module => quote!(sdk_policy::policy),
+    };
     quote! {
-        use sdk_runtime::policy::#ty;
+        use #vocabulary::#ty;
 
         #(#consts)*
     }

@@ -6,6 +6,7 @@ use quote::quote;
 use super::docs::{
     doc, duration_text, field_ident, ident, inner_doc, rust_type, schedule_text, source,
 };
+use super::policy::Home;
 use crate::model::{
     Conflict, Existence, Item, Lane, Model, Returns, Route, RouteRef, ScopeNeed, Service, Stream,
     TaxonomyRow, TypeExpr,
@@ -24,7 +25,7 @@ pub fn handle_type(service: &Service) -> String {
 /// `src/<service>.rs`: the service's route descriptors and its typed handle.
 pub fn service_rs(model: &Model, index: usize) -> TokenStream {
     let service = &model.services[index];
-    let endpoints = service.routes.iter().map(|r| endpoint(model, r));
+    let endpoints = (service.routes.iter()).map(|r| super::policy::endpoint(model, r, Home::Crate));
     let methods = service.routes.iter().map(|r| method(model, r));
     let ensures = ensures(model, index);
     let handle = ident(&service.handle_type);
@@ -146,22 +147,6 @@ fn handle_doc(model: &Model, service: &Service) -> TokenStream {
         ));
     }
     doc(&handle_doc)
-}
-
-/// The descriptor of `r`, at position `route` of the policy's routes.
-fn endpoint(model: &Model, r: &Route) -> TokenStream {
-    use sdk_policy::bake::Bake;
-    let name = ident(&r.constant);
-    let text = format!(" `{} {}`", r.method.as_str(), r.path);
-    let names = super::policy::CrateNames {
-        model,
-        statics: false,
-    };
-    let value = r.endpoint.bake(&names);
-    quote! {
-        #[doc = #text]
-        pub static #name: Endpoint = #value;
-    }
 }
 
 /// The rustdoc link to a route's reconcile read: `Self::read` on its own
