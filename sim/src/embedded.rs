@@ -1,36 +1,35 @@
-//! What every test against the simulator starts with: the spec's policy in
-//! compressed time, a simulator on 127.0.0.1 (port 0), and a client of tenant
-//! [`TENANT`] with the test key on it.
+//! The simulator embedded in a program beside clients of it, both in
+//! compressed time: the spec's policy at a scale, the simulator's timings at
+//! the same kind of scale, a simulator on 127.0.0.1 (port 0), and clients of
+//! a tenant with the key it is given. The integration suites, the operator's
+//! checks and the benches start from here.
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use grag_sim::testkit::{self, Kit};
+//! use grag_sim::embedded;
 //!
 //! // The simulator at 1/1000, the client's policy at 1/100.
-//! let kit = Kit::start(testkit::sim_config(1000), testkit::policy(100)).await;
-//! kit.grag.workspaces().list_kbs().await.unwrap();
-//! assert_eq!(kit.sim.log().count("list_kbs"), 1);
+//! let sim = embedded::start(embedded::sim_config(1000)).await;
+//! let grag = embedded::client(&sim, embedded::TENANT, embedded::policy(100));
+//! grag.workspaces().list_kbs().await.unwrap();
+//! assert_eq!(sim.log().count("list_kbs"), 1);
 //! # }
 //! ```
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use grag_client::policy::POLICY;
-use grag_client::types::{CreateKb, JobStatus, OrchestratorEvent, UploadDocument};
-use grag_client::{Config, Created, DocumentId, Grag, JobId, KbId, PipelineId, TenantId};
+use grag_client::{Config, Grag, PipelineId, TenantId};
 use sdk_runtime::Policy;
-use sdk_runtime::alerts::CollectAlerts;
-use sdk_runtime::{JobProgress, JobUpdate};
 
 use crate::config::SimConfig;
 use crate::server::Sim;
 
-/// The key the tests' clients present (the simulator accepts any by default).
+/// The key the clients present (the simulator accepts any by default).
 pub const KEY: &str = "test-key";
 
-/// The tenant of [`Kit`]'s client and of [`client`] when a test has no
-/// reason to pick another.
+/// The tenant of a client that has no reason to pick another.
 pub const TENANT: &str = "knoll";
 
 /// The spec's policy with every duration divided by `divisor` (100: the
@@ -76,8 +75,8 @@ pub fn sim_config(divisor: u32) -> SimConfig {
     SimConfig::scaled(1.0 / f64::from(divisor))
 }
 
-/// The run the tests' ai-gateway calls belong to (every one carries a
-/// pipeline id).
+/// The run the ai-gateway calls of a client on the simulator belong to
+/// (every one carries a pipeline id).
 pub fn pipeline() -> PipelineId {
     PipelineId::parse("test-run").expect("a valid pipeline id")
 }
@@ -101,106 +100,4 @@ pub fn client_with(config: Config, policy: &'static Policy) -> Grag {
 /// A client of `tenant` on `sim` with `policy`.
 pub fn client(sim: &Sim, tenant: &str, policy: &'static Policy) -> Grag {
     client_with(config(sim, tenant), policy)
-}
-
-/// A simulator and one client of [`TENANT`] on it, whose alerts are collected.
-pub struct Kit {
-    pub sim: Sim,
-    pub grag: Grag,
-    pub alerts: Arc<CollectAlerts>,
-}
-
-impl Kit {
-    /// A simulator on `sim` and a client of [`TENANT`] with `policy`.
-    pub async fn start(sim: SimConfig, policy: &'static Policy) -> Kit {
-        Kit::start_with(sim, policy, |c| c).await
-    }
-
-    /// Like [`Kit::start`], with the client's configuration adjusted by
-    /// `adjust` (after the alert sink is set), e.g. `|c| c.warm_up(true)`.
-    pub async fn start_with(
-        sim: SimConfig,
-        policy: &'static Policy,
-        adjust: impl FnOnce(Config) -> Config,
-    ) -> Kit {
-        let sim = start(sim).await;
-        let alerts = Arc::new(CollectAlerts::default());
-        let config = adjust(config(&sim, TENANT).alerts(alerts.clone()));
-        let grag = client_with(config, policy);
-        Kit { sim, grag, alerts }
-    }
-}
-
-/// "Die Brücke wird alle sechs Jahre geprüft." in base64: the document the
-/// stream tests upload.
-pub const TEXT_B64: &str = "RGllIEJyw7xja2Ugd2lyZCBhbGxlIHNlY2hzIEphaHJlIGdlcHLDvGZ0Lg==";
-
-/// Creates `kb-1`, uploads `document` into it and returns the id of the
-/// ingest job the upload started.
-pub async fn upload_for_job(grag: &Grag, document: &str) -> JobId {
-    let kb = KbId::parse("kb-1").expect("a valid KB id");
-    grag.workspaces()
-        .create_kb(&CreateKb::new(kb.clone(), "Brückenprüfung"))
-        .await
-        .expect("the KB is created");
-    let upload = UploadDocument::new(
-        DocumentId::parse(document).expect("a valid document id"),
-        format!("{document}.txt"),
-        "text/plain",
-        TEXT_B64,
-    );
-    match grag.workspaces().upload_document(&kb, &upload).await {
-        Ok(Created::New(d)) => d.job_id.expect("an upload starts a job"),
-        Ok(Created::Existing) => panic!("a fresh simulator has no documents"),
-        Err(e) => panic!("the upload fails: {e}"),
-    }
-}
-
-/// Follows a job to its end, at most `guard` long: what it yielded, in
-/// words (`subscribed`, `status running`, `fell back: connection`,
-/// `completed`), and the error it ended with, if any.
-pub async fn follow(
-    progress: &mut JobProgress<OrchestratorEvent, JobStatus>,
-    guard: std::time::Duration,
-) -> (Vec<String>, Option<sdk_runtime::Error>) {
-    tokio::time::timeout(guard, async {
-        let mut seen = Vec::new();
-        while let Some(next) = progress.next().await {
-            seen.push(match next {
-                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
-                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
-                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class_name()),
-                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
-                Err(e) => return (seen, Some(e)),
-            });
-        }
-        (seen, None)
-    })
-    .await
-    .expect("the job is followed to its end")
-}
-
-/// The most arrivals in any half-open window `[t, t + width)`; only windows
-/// starting at an arrival can hold a maximum. `times` must be sorted.
-pub fn max_in_any_window(times: &[tokio::time::Instant], width: std::time::Duration) -> usize {
-    times
-        .iter()
-        .enumerate()
-        .map(|(i, &start)| {
-            times[i..]
-                .iter()
-                .take_while(|&&t| t.duration_since(start) < width)
-                .count()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// When each of `entries` arrived, in order.
-pub fn arrivals<'a>(
-    entries: impl IntoIterator<Item = &'a crate::log::LoggedRequest>,
-) -> Vec<tokio::time::Instant> {
-    let mut times: Vec<tokio::time::Instant> = entries.into_iter().map(|e| e.arrived).collect();
-    times.sort();
-    times
 }

@@ -522,7 +522,7 @@ async fn a_deploy_churn_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn interactive_calls_never_wait_on_the_queue() {
     // 1/10: an attempt may take 3 s, so the 2 s upserts stay in flight.
-    let env = Env::with(resilience::sim_config(), grag_sim::testkit::policy(10)).await;
+    let env = Env::with(resilience::sim_config(), grag_sim::embedded::policy(10)).await;
     let Queue { env, jobs, _db } = Queue::on(env).await;
     env.sim
         .faults()

@@ -1,38 +1,35 @@
-//! Helpers shared by the simulator's test binaries.
-#![allow(dead_code)]
+//! What the tests against the simulator share: a simulator and a client of
+//! it with its alerts collected ([`Kit`]), a job uploaded and followed, and
+//! raw HTTP for what the typed client never sends. The simulator's own
+//! start-up (`grag_sim::embedded`) is what these build on.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
-use grag_client::Grag;
-use grag_sim::testkit;
+use grag_client::types::{CreateKb, JobStatus, OrchestratorEvent, UploadDocument};
+use grag_client::{Config, Created, DocumentId, Grag, JobId, KbId};
+use grag_sim::embedded::{self, KEY, TENANT};
 use grag_sim::{Sim, SimConfig};
-use sdk_runtime::Policy;
+use sdk_runtime::alerts::CollectAlerts;
+use sdk_runtime::{JobProgress, JobUpdate, Policy};
 
-pub use grag_sim::testkit::KEY;
+use super::document;
+use super::resilience;
 
 /// The simulator's timings at 1/1000: 20 ms keepalive, 1.8 s ceiling, 3 ms per job node.
 pub fn config() -> SimConfig {
-    testkit::sim_config(1000)
+    embedded::sim_config(1000)
 }
 
+/// A simulator on [`config`].
 pub async fn sim() -> Sim {
-    start(config()).await
+    embedded::start(config()).await
 }
 
-pub async fn start(config: SimConfig) -> Sim {
-    testkit::start(config).await
-}
-
-/// The spec's policy at 1/100 (R1 backoff from 5 ms, 429 floor 20 ms, 450 ms
-/// orchestrator watchdog): the client's real rules, in test time.
-pub fn policy() -> &'static Policy {
-    testkit::policy(100)
-}
-
-/// A client of `tenant` on the simulator, with the scaled policy.
+/// A client of `tenant` on the simulator, with the policy at 1/100
+/// ([`resilience::policy`]): the client's real rules, in test time.
 pub fn client(sim: &Sim, tenant: &str) -> Grag {
-    testkit::client(sim, tenant, policy())
+    embedded::client(sim, tenant, resilience::policy())
 }
 
 /// A plain HTTP client, for what the typed client never sends.
@@ -53,14 +50,6 @@ pub fn scoped(
         .header("Authorization", format!("Bearer {KEY}"))
         .header("X-Tenant-ID", "knoll")
 }
-
-pub fn b64(text: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(text)
-}
-
-pub const TEXT: &str = "Das Gutachten bewertet die Standsicherheit der Brücke.\n\n\
-    Die Prüfung der Tragwerke erfolgt alle sechs Jahre nach DIN 1076.\n\n\
-    Schäden an Lagern werden in der Schadensklasse 3 eingeordnet.";
 
 /// Reads a raw SSE body chunk by chunk until it ends, with arrival times.
 pub async fn read_all(
@@ -105,4 +94,77 @@ where
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+}
+
+/// A simulator and one client of [`TENANT`] on it, whose alerts are collected.
+pub struct Kit {
+    pub sim: Sim,
+    pub grag: Grag,
+    pub alerts: Arc<CollectAlerts>,
+}
+
+impl Kit {
+    /// A simulator on `sim` and a client of [`TENANT`] with `policy`.
+    pub async fn start(sim: SimConfig, policy: &'static Policy) -> Kit {
+        Kit::start_with(sim, policy, |c| c).await
+    }
+
+    /// Like [`Kit::start`], with the client's configuration adjusted by
+    /// `adjust` (after the alert sink is set), e.g. `|c| c.warm_up(true)`.
+    pub async fn start_with(
+        sim: SimConfig,
+        policy: &'static Policy,
+        adjust: impl FnOnce(Config) -> Config,
+    ) -> Kit {
+        let sim = embedded::start(sim).await;
+        let alerts = Arc::new(CollectAlerts::default());
+        let config = adjust(embedded::config(&sim, TENANT).alerts(alerts.clone()));
+        let grag = embedded::client_with(config, policy);
+        Kit { sim, grag, alerts }
+    }
+}
+
+/// Creates `kb-1`, uploads `document` into it and returns the id of the
+/// ingest job the upload started.
+pub async fn upload_for_job(grag: &Grag, document: &str) -> JobId {
+    let kb = KbId::parse("kb-1").expect("a valid KB id");
+    grag.workspaces()
+        .create_kb(&CreateKb::new(kb.clone(), "Brückenprüfung"))
+        .await
+        .expect("the KB is created");
+    let upload = UploadDocument::new(
+        DocumentId::parse(document).expect("a valid document id"),
+        format!("{document}.txt"),
+        "text/plain",
+        document::TEXT_B64,
+    );
+    match grag.workspaces().upload_document(&kb, &upload).await {
+        Ok(Created::New(d)) => d.job_id.expect("an upload starts a job"),
+        Ok(Created::Existing) => panic!("a fresh simulator has no documents"),
+        Err(e) => panic!("the upload fails: {e}"),
+    }
+}
+
+/// Follows a job to its end, at most `guard` long: what it yielded, in
+/// words (`subscribed`, `status running`, `fell back: connection`,
+/// `completed`), and the error it ended with, if any.
+pub async fn follow(
+    progress: &mut JobProgress<OrchestratorEvent, JobStatus>,
+    guard: std::time::Duration,
+) -> (Vec<String>, Option<sdk_runtime::Error>) {
+    tokio::time::timeout(guard, async {
+        let mut seen = Vec::new();
+        while let Some(next) = progress.next().await {
+            seen.push(match next {
+                Ok(JobUpdate::Event(e)) => e.name().to_owned(),
+                Ok(JobUpdate::Status(s)) => format!("status {}", s.status),
+                Ok(JobUpdate::FellBack(e)) => format!("fell back: {}", e.class_name()),
+                Ok(JobUpdate::Completed(_)) => "completed".to_owned(),
+                Err(e) => return (seen, Some(e)),
+            });
+        }
+        (seen, None)
+    })
+    .await
+    .expect("the job is followed to its end")
 }
