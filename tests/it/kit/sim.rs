@@ -13,7 +13,7 @@ use grag_sim::{Sim, SimConfig};
 use sdk_runtime::alerts::CollectAlerts;
 use sdk_runtime::{JobProgress, JobUpdate, Policy};
 
-use super::document;
+use super::document::TEXT_B64;
 use super::resilience;
 
 /// The simulator's timings at 1/1000: 20 ms keepalive, 1.8 s ceiling, 3 ms per job node.
@@ -136,7 +136,7 @@ pub async fn upload_for_job(grag: &Grag, document: &str) -> JobId {
         DocumentId::parse(document).expect("a valid document id"),
         format!("{document}.txt"),
         "text/plain",
-        document::TEXT_B64,
+        TEXT_B64,
     );
     match grag.workspaces().upload_document(&kb, &upload).await {
         Ok(Created::New(d)) => d.job_id.expect("an upload starts a job"),
@@ -150,7 +150,7 @@ pub async fn upload_for_job(grag: &Grag, document: &str) -> JobId {
 /// `completed`), and the error it ended with, if any.
 pub async fn follow(
     progress: &mut JobProgress<OrchestratorEvent, JobStatus>,
-    guard: std::time::Duration,
+    guard: Duration,
 ) -> (Vec<String>, Option<sdk_runtime::Error>) {
     tokio::time::timeout(guard, async {
         let mut seen = Vec::new();
