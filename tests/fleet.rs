@@ -20,6 +20,10 @@
 mod harness;
 #[path = "fleet/outage.rs"]
 mod outage;
+// The document the `it` suites upload too; this binary takes only its base64.
+#[path = "it/kit/document.rs"]
+#[allow(dead_code)]
+mod document;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -31,8 +35,8 @@ use grag_client::policy::{POLICY, budget};
 use grag_client::types::{CreateKb, SearchRequest, UploadDocument};
 use grag_client::{Config, DocumentId, Grag, KbId, TenantId};
 use grag_jobs::{JobState, JobStore, Jobs, Upload};
-use grag_sim::testkit::{arrivals, max_in_any_window};
-use grag_sim::{Fault, LoggedRequest, PlatformLimits, Rule, Sim, testkit};
+use grag_sim::{Fault, LoggedRequest, PlatformLimits, Rule, Sim, embedded};
+use grag_sim::{arrivals, max_in_any_window};
 use sdk_fleet_redis::redis_server::{self, RedisServer, free_port};
 use sdk_queue::PgStore;
 use sdk_runtime::Policy;
@@ -80,8 +84,8 @@ fn the_fleet_numbers_are_the_issue_s() {
 
 #[test]
 fn a_bad_redis_url_is_refused_when_the_client_is_built() {
-    let tenant = TenantId::parse(testkit::TENANT).unwrap();
-    let config = Config::new("http://127.0.0.1:9", testkit::KEY, tenant).redis_url("mongo://x");
+    let tenant = TenantId::parse(embedded::TENANT).unwrap();
+    let config = Config::new("http://127.0.0.1:9", embedded::KEY, tenant).redis_url("mongo://x");
     let error = Grag::new(config).err().expect("refused");
     let text = error.to_string();
     assert!(text.contains("invalid Redis URL"), "{text}");
@@ -89,14 +93,14 @@ fn a_bad_redis_url_is_refused_when_the_client_is_built() {
 
 #[tokio::test]
 async fn an_unreachable_redis_at_start_is_degraded_mode_with_an_alert_not_a_crash() {
-    let sim = testkit::start(testkit::sim_config(20)).await;
+    let sim = embedded::start(embedded::sim_config(20)).await;
     // A port nobody listens on.
     let port = free_port();
     let alerts = Arc::new(CollectAlerts::default());
-    let config = testkit::config(&sim, testkit::TENANT)
+    let config = embedded::config(&sim, embedded::TENANT)
         .alerts(alerts.clone())
         .redis_url(format!("redis://127.0.0.1:{port}/"));
-    let grag = testkit::client_with(config, testkit::policy(20));
+    let grag = embedded::client_with(config, embedded::policy(20));
     for _ in 0..5 {
         grag.workspaces()
             .list_kbs()
@@ -120,8 +124,8 @@ async fn an_unreachable_redis_at_start_is_degraded_mode_with_an_alert_not_a_cras
 
 #[tokio::test]
 async fn fail_closed_refuses_while_redis_is_away_and_sends_nothing() {
-    let sim = testkit::start(testkit::sim_config(20)).await;
-    let scaled = testkit::policy(20);
+    let sim = embedded::start(embedded::sim_config(20)).await;
+    let scaled = embedded::policy(20);
     let closed: &'static Policy = Box::leak(Box::new(Policy {
         fleet: scaled
             .fleet
@@ -133,10 +137,10 @@ async fn fail_closed_refuses_while_redis_is_away_and_sends_nothing() {
         ..scaled.clone()
     }));
     let alerts = Arc::new(CollectAlerts::default());
-    let config = testkit::config(&sim, testkit::TENANT)
+    let config = embedded::config(&sim, embedded::TENANT)
         .alerts(alerts.clone())
         .redis_url(format!("redis://127.0.0.1:{}/", free_port()));
-    let grag = testkit::client_with(config, closed);
+    let grag = embedded::client_with(config, closed);
     let error = grag.workspaces().list_kbs().await.expect_err("refused");
     assert_eq!(error.class_name(), "circuit_open", "{error}");
     assert!(error.to_string().contains("Redis"), "{error}");
@@ -165,7 +169,7 @@ const DIVISOR: u32 = 1;
 /// The spec's policy, its Redis deadline (5 ms) included: a replica on a
 /// loaded machine must not take its own late timers for a dead Redis.
 fn policy() -> &'static Policy {
-    testkit::policy(DIVISOR)
+    embedded::policy(DIVISOR)
 }
 
 /// The Redis tests run one at a time: each wants both cores.
@@ -186,14 +190,14 @@ fn kb() -> KbId {
 }
 
 async fn sim() -> Sim {
-    let config = testkit::sim_config(1000).with_platform_limits(PlatformLimits::scaled(DIVISOR));
-    let sim = testkit::start(config).await;
+    let config = embedded::sim_config(1000).with_platform_limits(PlatformLimits::scaled(DIVISOR));
+    let sim = embedded::start(config).await;
     // Ingest calls take a while at the platform, so their cap binds.
     sim.faults()
         .push(Rule::new(Fault::Delay { ms: 40 }).on("upload_document"));
     sim.faults()
         .push(Rule::new(Fault::Delay { ms: 3 }).on("list_kbs"));
-    let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(DIVISOR));
+    let grag = embedded::client(&sim, embedded::TENANT, embedded::policy(DIVISOR));
     grag.workspaces()
         .create_kb(&CreateKb::new(kb(), "Flotte"))
         .await
@@ -347,7 +351,7 @@ fn upload_of(name: &str, l: usize, n: usize) -> UploadDocument {
         DocumentId::parse(&doc).unwrap(),
         format!("{doc}.txt"),
         "text/plain",
-        testkit::TEXT_B64,
+        document::TEXT_B64,
     )
 }
 
@@ -362,7 +366,7 @@ async fn one_request(
         (LIST, _) => grag.workspaces().list_kbs().await.is_ok(),
         (SEARCH, _) => {
             let query = SearchRequest::new("Prüffristen", 1);
-            grag.ai_gateway(&grag_sim::testkit::pipeline())
+            grag.ai_gateway(&grag_sim::embedded::pipeline())
                 .search_rerank(&kb(), &query)
                 .await
                 .is_ok()
@@ -408,12 +412,12 @@ static HANDED_BACK: AtomicUsize = AtomicUsize::new(0);
 #[ignore = "a replica process of the fleet tests, started by them"]
 async fn replica_process() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
-    let tenant = TenantId::parse(testkit::TENANT).unwrap();
+    let tenant = TenantId::parse(embedded::TENANT).unwrap();
     let alerts = Arc::new(CollectAlerts::default());
-    let config = Config::new(var(SIM_URL), testkit::KEY, tenant)
+    let config = Config::new(var(SIM_URL), embedded::KEY, tenant)
         .redis_url(var(REDIS_URL))
         .alerts(alerts.clone());
-    let grag = testkit::client_with(config, policy());
+    let grag = embedded::client_with(config, policy());
     let dir = PathBuf::from(var(DIR));
     let name = var(NAME);
     let replicas: usize = var(REPLICAS).parse().unwrap();
@@ -1069,12 +1073,12 @@ async fn redis_killed_mid_run_degrades_to_shares_and_shared_mode_resumes() {
     for job in &done {
         let doc = job.key.rsplit(':').next().unwrap();
         assert_eq!(
-            sim.conversions_of(testkit::TENANT, doc).len(),
+            sim.conversions_of(embedded::TENANT, doc).len(),
             1,
             "{doc} converted exactly once"
         );
     }
-    let documents = sim.documents(testkit::TENANT, KB).len();
+    let documents = sim.documents(embedded::TENANT, KB).len();
     assert_eq!(documents, done.len(), "one document per job");
     // Shared again: the restarted Redis holds this fleet's keys.
     let mut connection = connection(&redis).await;
@@ -1232,8 +1236,8 @@ async fn a_replica_killed_holding_leases_gives_them_back_within_one_lease() {
     holder.kill(0);
     let killed = Instant::now();
     sim.faults().clear();
-    let config = testkit::config(&sim, testkit::TENANT).redis_url(redis.url());
-    let grag = testkit::client_with(config, policy());
+    let config = embedded::config(&sim, embedded::TENANT).redis_url(redis.url());
+    let grag = embedded::client_with(config, policy());
     grag.workspaces()
         .list_kbs()
         .await
@@ -1270,11 +1274,11 @@ async fn in_process(n: usize) -> Option<InProcess> {
         return None;
     }
     let redis = RedisServer::start();
-    let sim = testkit::start(testkit::sim_config(20)).await;
+    let sim = embedded::start(embedded::sim_config(20)).await;
     let replicas = (0..n)
         .map(|_| {
-            let config = testkit::config(&sim, testkit::TENANT).redis_url(redis.url());
-            testkit::client_with(config, testkit::policy(20))
+            let config = embedded::config(&sim, embedded::TENANT).redis_url(redis.url());
+            embedded::client_with(config, embedded::policy(20))
         })
         .collect();
     Some(InProcess {
@@ -1432,7 +1436,11 @@ async fn the_fleet_sends_one_health_probe_per_interval_not_one_per_replica() {
     }
     let times = arrivals(&sim.log().of("health"));
     assert!(times.len() >= 12, "{} probes", times.len());
-    let interval = testkit::policy(20).breaker.as_ref().unwrap().probe_interval;
+    let interval = embedded::policy(20)
+        .breaker
+        .as_ref()
+        .unwrap()
+        .probe_interval;
     let span = times[11].duration_since(times[0]);
     eprintln!("12 probes spanned {span:?} ({interval:?} interval)");
     // 12 probes of one prober span 11 intervals; of two, about 5.5.
@@ -1456,7 +1464,7 @@ async fn three_replicas_send_one_canary_and_every_breaker_closes_on_it() {
     open_breakers(&sim, &replicas).await;
     // The platform is back: the probes see it, one replica half-opens and
     // sends the fleet's canary, the others close on its answer.
-    let breaker = testkit::policy(20).breaker.as_ref().unwrap();
+    let breaker = embedded::policy(20).breaker.as_ref().unwrap();
     let canary = breaker.canary.operation;
     let before = sim.log().count(canary);
     sim.faults().clear();
@@ -1525,7 +1533,7 @@ async fn a_canary_another_replica_passed_after_the_open_closes_every_breaker_by_
     else {
         return;
     };
-    let breaker = testkit::policy(20).breaker.as_ref().unwrap();
+    let breaker = embedded::policy(20).breaker.as_ref().unwrap();
     let interval = breaker.probe_interval;
     let state = |grag: &Grag| grag.runtime().circuit_state();
     use sdk_runtime::CircuitState;
@@ -1712,13 +1720,13 @@ async fn a_replica_stopped_with_sigterm_hands_back_its_jobs_and_leaves_the_fleet
         done.len()
     );
     assert_eq!(
-        sim.documents(testkit::TENANT, KB).len(),
+        sim.documents(embedded::TENANT, KB).len(),
         done.len(),
         "one document per job"
     );
     for job in &done {
         let doc = job.key.rsplit(':').next().unwrap();
-        let conversions = sim.conversions_of(testkit::TENANT, doc).len();
+        let conversions = sim.conversions_of(embedded::TENANT, doc).len();
         assert_eq!(conversions, 1, "{doc} converted exactly once");
     }
     queue.drop_schema().await;

@@ -18,7 +18,7 @@ use grag_client::types::{CreateKb, Point, UploadDocument};
 use grag_client::{DocumentId, KbId};
 use grag_jobs::{JobState, Jobs, Upload, upload_key};
 use grag_sim::{Fault, Rule};
-use grag_sim::{Sim, testkit};
+use grag_sim::{Sim, embedded};
 use sdk_queue::{JobStore, NewJob, PgStore, SqliteStore};
 
 const KB: &str = "kb-crash";
@@ -41,10 +41,10 @@ async fn worker_process() {
     let ahead = Duration::from_secs(var(CLOCK_AHEAD).parse().expect("seconds"));
     let config = grag_client::Config::new(
         var(URL),
-        testkit::KEY,
-        grag_client::TenantId::parse(testkit::TENANT).unwrap(),
+        embedded::KEY,
+        grag_client::TenantId::parse(embedded::TENANT).unwrap(),
     );
-    let grag = testkit::client_with(config, testkit::policy(100));
+    let grag = embedded::client_with(config, embedded::policy(100));
     let store: Arc<dyn JobStore> = match std::env::var(PG_SCHEMA) {
         Ok(schema) => Arc::new(
             PgStore::connect(&var(PG_URL), &schema)
@@ -124,8 +124,8 @@ async fn wait_done(store: &dyn JobStore, secs: u64) -> usize {
 
 /// A simulator with the knowledge base the jobs upload into.
 async fn platform() -> Sim {
-    let sim = testkit::start(testkit::sim_config(100)).await;
-    let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
+    let sim = embedded::start(embedded::sim_config(100)).await;
+    let grag = embedded::client(&sim, embedded::TENANT, embedded::policy(100));
     grag.workspaces()
         .create_kb(&CreateKb::new(KbId::parse(KB).unwrap(), "Crash"))
         .await
@@ -162,16 +162,16 @@ async fn converts_seen(sim: &Sim, n: usize) -> bool {
 
 /// Every document once, converted once, with all its points.
 fn assert_exactly_once(sim: &Sim) {
-    assert_eq!(sim.documents(testkit::TENANT, KB).len(), JOBS);
+    assert_eq!(sim.documents(embedded::TENANT, KB).len(), JOBS);
     for n in 0..JOBS {
         let doc = format!("doc-{n}");
         assert_eq!(
-            sim.conversions_of(testkit::TENANT, &doc).len(),
+            sim.conversions_of(embedded::TENANT, &doc).len(),
             1,
             "{doc} converted exactly once"
         );
     }
-    assert_eq!(sim.points(testkit::TENANT, KB).len(), JOBS * 2);
+    assert_eq!(sim.points(embedded::TENANT, KB).len(), JOBS * 2);
 }
 
 /// `SDK_QUEUE_PG_URL` with `application_name=<owner>`.
@@ -269,7 +269,7 @@ async fn a_worker_killed_mid_replay_loses_and_doubles_nothing() {
     assert!(held >= 1, "the dead worker still holds its jobs: {held}");
 
     // A new process, its clock past the dead worker's lease.
-    let lease = testkit::policy(100).replay.as_ref().unwrap().lease;
+    let lease = embedded::policy(100).replay.as_ref().unwrap().lease;
     let second = spawn_worker(
         Queue::Sqlite(&db),
         &sim.url(),

@@ -179,7 +179,7 @@ async fn list_kbs_latency(backlog: bool) -> f64 {
             .map(|_| {
                 let grag = grag.clone();
                 tokio::spawn(async move {
-                    let pipeline = grag_sim::testkit::pipeline();
+                    let pipeline = grag_sim::embedded::pipeline();
                     let _ = grag
                         .ai_gateway(&pipeline)
                         .search_rerank(&kb(), &query())

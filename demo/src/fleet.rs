@@ -10,8 +10,8 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use grag_client::policy::POLICY;
 use grag_client::{Config, Grag, TenantId};
-use grag_sim::testkit::{arrivals, max_in_any_window};
 use grag_sim::{LoggedRequest, PlatformLimits, Sim, SimConfig};
+use grag_sim::{arrivals, max_in_any_window};
 use sdk_fleet_redis::redis_server::{self, RedisServer};
 use tokio::time::Instant;
 

@@ -38,8 +38,9 @@
 //! long [`SimConfig::conversion_time`] and [`Sim::finish_conversion`]. The
 //! clock-driven forms remain for the demo and the binary's scenarios.
 //!
-//! [`testkit`] starts what a test needs: a simulator, the policy at a scale,
-//! a client of tenant `knoll`.
+//! [`embedded`] starts the simulator inside a program with clients of it:
+//! a simulator, the policy at a scale, a client of tenant `knoll`. The
+//! request log measures what arrived ([`arrivals`], [`max_in_any_window`]).
 //!
 //! | fault | `kind` | answer |
 //! |---|---|---|
@@ -70,6 +71,7 @@
 
 pub mod admin;
 mod config;
+pub mod embedded;
 mod faults;
 mod handlers;
 mod limits;
@@ -82,12 +84,11 @@ mod server;
 mod shared;
 mod sse;
 mod state;
-pub mod testkit;
 
 pub use config::{JobStart, SimConfig};
 pub use faults::{ActiveRule, ChurnPhase, Fault, MODEL_ROUTES, RetryAfter, Route, Rule};
 pub use limits::PlatformLimits;
-pub use log::{LoggedRequest, Note, RequestLog};
+pub use log::{LoggedRequest, Note, RequestLog, arrivals, max_in_any_window};
 pub use platform::DEFAULT_TENANT;
 pub use scripting::Faults;
 pub use server::Sim;

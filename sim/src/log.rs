@@ -220,3 +220,27 @@ impl RequestLog {
         }
     }
 }
+
+/// When each of `entries` arrived, in order: what [`max_in_any_window`]
+/// measures a rate on.
+pub fn arrivals<'a>(entries: impl IntoIterator<Item = &'a LoggedRequest>) -> Vec<Instant> {
+    let mut times: Vec<Instant> = entries.into_iter().map(|e| e.arrived).collect();
+    times.sort();
+    times
+}
+
+/// The most arrivals in any half-open window `[t, t + width)`; only windows
+/// starting at an arrival can hold a maximum. `times` must be sorted.
+pub fn max_in_any_window(times: &[Instant], width: Duration) -> usize {
+    times
+        .iter()
+        .enumerate()
+        .map(|(i, &start)| {
+            times[i..]
+                .iter()
+                .take_while(|&&t| t.duration_since(start) < width)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}

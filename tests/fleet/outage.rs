@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use grag_client::policy::POLICY;
 use grag_sim::LoggedRequest;
-use grag_sim::testkit::{arrivals, max_in_any_window};
+use grag_sim::{arrivals, max_in_any_window};
 use sdk_fleet_redis::redis_server::{RedisServer, Sentinel};
 use tokio::time::Instant;
 

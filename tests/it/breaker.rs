@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::kit::resilience::{Env, fast_policy, policy, ready_now, sim_config, wait_until};
+use crate::kit::sim::Kit;
 use grag_client::types::{CreateKb, SearchRequest, SpendGrouping};
 use grag_client::{Error, KbId, PipelineId};
-use grag_sim::testkit::{self, Kit};
+use grag_sim::embedded;
 use grag_sim::{ChurnPhase, Fault, Rule};
 use sdk_runtime::CircuitState;
 use sdk_runtime::alerts::{Alert, AlertSink, CollectAlerts};
@@ -597,7 +598,7 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
     // 1/20 (30 s is 1.5 s, 60 s is 3 s, the window 6 s), not 1/100: the slow
     // answer sits 600 ms past the first timeout and 900 ms inside the second,
     // margins a loaded machine does not eat (at 1/100 they were 120/180 ms).
-    let env = Env::with(sim_config(), testkit::policy(20)).await;
+    let env = Env::with(sim_config(), embedded::policy(20)).await;
     let kb = kb("kb-methodik");
     env.grag
         .workspaces()
@@ -610,7 +611,7 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
     // Outside the window: 30 s (1.5 s scaled) ends the first attempt.
     env.sim.faults().push(slow().once());
     env.grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&grag_sim::embedded::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap();
@@ -620,7 +621,7 @@ async fn deploy_suspected_gives_search_its_longer_attempt_timeout() {
     env.enter_deploy_window().await;
     env.sim.faults().push(slow().once());
     env.grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&grag_sim::embedded::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap();
@@ -644,14 +645,14 @@ async fn a_close_forgets_remembered_dark_answers() {
     let dark = env.sim.faults().dark("search_rerank");
     let e = env
         .grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&grag_sim::embedded::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap_err();
     assert_eq!(e.row(), "T13", "{e}");
     let e = env
         .grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&grag_sim::embedded::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap_err();
@@ -663,7 +664,7 @@ async fn a_close_forgets_remembered_dark_answers() {
     env.enter_deploy_window().await;
     assert_eq!(env.feature("search"), ("warming_up", Some(WARMING_UP)));
     env.grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&grag_sim::embedded::pipeline())
         .search_rerank(&kb, &search)
         .await
         .unwrap();

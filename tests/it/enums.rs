@@ -6,7 +6,7 @@
 use grag_client::types::{
     ChatEvent, ChatStage, ChatTrace, JobState, JobStatus, SpendGrouping, StageStatus,
 };
-use grag_sim::testkit;
+use grag_sim::embedded;
 use sdk_runtime::StreamEvent;
 use sdk_runtime::sse::SseEvent;
 use serde_json::{Value, json};
@@ -113,8 +113,8 @@ fn a_chat_trace_decodes_its_stage_and_status() {
 /// verbatim: the simulated platform answers 422 for a grouping it does not offer.
 #[tokio::test]
 async fn an_enum_query_parameter_is_sent_as_its_wire_string() {
-    let sim = testkit::start(testkit::sim_config(50)).await;
-    let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(50));
+    let sim = embedded::start(embedded::sim_config(50)).await;
+    let grag = embedded::client(&sim, embedded::TENANT, embedded::policy(50));
     let spend = grag.ledger().spend(&SpendGrouping::Provider).await.unwrap();
     assert_eq!(spend.group_by, Some(SpendGrouping::Provider));
     let error = grag

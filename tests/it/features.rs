@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use grag_client::types::{CreateKb, SearchRequest};
 use grag_client::{Config, Grag, KbId, PipelineId};
-use grag_sim::testkit;
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule, Sim};
 use sdk_runtime::CircuitState;
 use sdk_runtime::alerts::CollectAlerts;
@@ -20,7 +20,7 @@ use sdk_runtime::{FeatureStatus, OutcomeKind, Policy};
 use tokio::time::Instant;
 
 const DIVISOR: u32 = 50;
-static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| testkit::policy(DIVISOR));
+static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| embedded::policy(DIVISOR));
 
 const UPDATING: &str = "Wird gerade aktualisiert";
 const WARMING_UP: &str =
@@ -32,15 +32,15 @@ const SEARCH_PATH: &str = "/ai-gateway/api/v1/retrieval/collections/kb-methodik/
 const SCORE_PATH: &str = "/groundedness/api/v1/score";
 
 async fn sim() -> Sim {
-    testkit::start(testkit::sim_config(DIVISOR)).await
+    embedded::start(embedded::sim_config(DIVISOR)).await
 }
 
 fn config(sim: &Sim) -> Config {
-    testkit::config(sim, testkit::TENANT)
+    embedded::config(sim, embedded::TENANT)
 }
 
 fn client(config: Config) -> Grag {
-    testkit::client_with(config, &SCALED)
+    embedded::client_with(config, &SCALED)
 }
 
 /// Every feature the spec names.
@@ -89,7 +89,7 @@ async fn create_kb(grag: &Grag) {
 
 async fn search(grag: &Grag) -> Result<(), grag_client::Error> {
     let query = SearchRequest::new("Prüffristen", 1);
-    grag.ai_gateway(&grag_sim::testkit::pipeline())
+    grag.ai_gateway(&grag_sim::embedded::pipeline())
         .search_rerank(&kb(), &query)
         .await
         .map(drop)

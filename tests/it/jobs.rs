@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::kit::resilience::{self, Env, wait_until};
+use crate::kit::stores;
 use futures_util::StreamExt;
 use grag_client::types::{CreateKb, Edge, Entity, Point, UploadDocument};
 use grag_client::{DocumentId, EdgeId, EntityId, KbId, WorkspaceId};
@@ -522,7 +523,7 @@ async fn a_deploy_churn_loses_and_doubles_nothing() {
 #[tokio::test]
 async fn interactive_calls_never_wait_on_the_queue() {
     // 1/10: an attempt may take 3 s, so the 2 s upserts stay in flight.
-    let env = Env::with(resilience::sim_config(), grag_sim::testkit::policy(10)).await;
+    let env = Env::with(resilience::sim_config(), grag_sim::embedded::policy(10)).await;
     let Queue { env, jobs, _db } = Queue::on(env).await;
     env.sim
         .faults()
@@ -986,13 +987,8 @@ async fn done_uploads_leave_a_small_constant_of_payload_bytes_not_their_content(
 /// The same on PostgreSQL. Needs `SDK_QUEUE_PG_URL`.
 #[tokio::test]
 async fn done_uploads_leave_a_small_constant_of_payload_bytes_on_postgres_too() {
-    let Ok(url) = std::env::var("SDK_QUEUE_PG_URL") else {
-        eprintln!(
-            "PostgreSQL test skipped: set SDK_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test"
-        );
-        return;
-    };
-    let schema = format!("grag_jobs_{}", uuid::Uuid::new_v4().simple());
+    let Some(url) = stores::pg_url() else { return };
+    let schema = stores::fresh_schema("grag_jobs");
     let store = Arc::new(
         PgStore::connect(&url, &schema)
             .await
@@ -1001,10 +997,7 @@ async fn done_uploads_leave_a_small_constant_of_payload_bytes_on_postgres_too() 
     let q = converting_at_once().await;
     let jobs = Jobs::new(q.env.grag.clone(), store.clone(), "worker-pg").unwrap();
     done_uploads_keep_a_small_constant(&q, &jobs, &*store).await;
-    let (raw, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let raw = stores::pg_raw(&url, &schema).await;
     raw.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
         .await
         .unwrap();

@@ -220,13 +220,14 @@ async fn the_attempt_line_of_a_2xx_that_does_not_decode_says_t24() {
 /// Debug, `detail()`, log line, alert or metric.
 #[tokio::test]
 async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
+    use crate::kit::sim::Kit;
     use grag_client::types::SearchRequest;
-    use grag_sim::testkit::{self, Kit};
+    use grag_sim::embedded;
     use grag_sim::{Fault, Rule};
 
     let captured = Captured::default();
     let _guard = capture(&captured);
-    let kit = Kit::start(testkit::sim_config(1000), testkit::policy(100)).await;
+    let kit = Kit::start(embedded::sim_config(1000), embedded::policy(100)).await;
     kit.sim.faults().push(
         Rule::new(Fault::ValidationEcho { max_length: 200 })
             .on("search_rerank")
@@ -235,7 +236,7 @@ async fn a_pydantic_422_that_quotes_the_request_leaks_it_nowhere() {
     let query_text = format!("{SECRET} {}", "Prüfbericht der Brücke ".repeat(10));
     let error = kit
         .grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&grag_sim::embedded::pipeline())
         .search_rerank(
             &KbId::parse("kb-1").unwrap(),
             &SearchRequest::new(query_text, 3),

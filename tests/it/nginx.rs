@@ -19,6 +19,8 @@ mod harness;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::kit::document::TEXT_B64;
+use crate::kit::sim::upload_for_job;
 use grag_client::policy::POLICY;
 use grag_client::types::{
     ChatEvent, ChatRequest, CompletionRequest, CreateConversation, CreateKb, JobStatus,
@@ -26,7 +28,7 @@ use grag_client::types::{
 };
 use grag_client::{Config, ConversationId, DocumentId, Error, Grag, KbId, PipelineId, TenantId};
 use grag_jobs::{JobState, Jobs, Upload};
-use grag_sim::testkit::{self, KEY, TENANT};
+use grag_sim::embedded::{self, KEY, TENANT};
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use harness::{Nginx, Setup};
 use sdk_runtime::alerts::CollectAlerts;
@@ -39,13 +41,13 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 /// every second), the buffering burst at the spec's 250 ms; the silence is
 /// the simulator's job time, which only gets longer on a slow machine.
 fn policy() -> &'static Policy {
-    grag_sim::testkit::buffering_policy(5)
+    grag_sim::embedded::buffering_policy(5)
 }
 
 /// The simulator at 1/1000, its jobs held until their first subscriber and
 /// then running `job` (queue time) long, the stream ceiling out of the way.
 fn sim_config(job: Duration) -> SimConfig {
-    let mut sim = testkit::sim_config(1000).with_held_jobs();
+    let mut sim = embedded::sim_config(1000).with_held_jobs();
     sim.job_queue = job;
     sim.job_node_pace = Duration::from_millis(5);
     sim.stream_ceiling = Duration::from_secs(600);
@@ -75,7 +77,7 @@ impl Proxied {
         adjust: impl FnOnce(Config) -> Config,
     ) -> Option<Proxied> {
         let binary = harness::binary()?;
-        let sim = testkit::start(sim).await;
+        let sim = embedded::start(sim).await;
         let nginx = Nginx::start(&binary, sim.addr(), &setup);
         let alerts = Arc::new(CollectAlerts::default());
         let config =
@@ -103,7 +105,7 @@ impl Proxied {
 /// Follows a job to its end: what it yielded in words, and whether its
 /// stream reported buffering.
 async fn follow(mut progress: JobProgress<OrchestratorEvent, JobStatus>) -> (Vec<String>, bool) {
-    let (seen, end) = testkit::follow(&mut progress, HANG_GUARD).await;
+    let (seen, end) = crate::kit::sim::follow(&mut progress, HANG_GUARD).await;
     assert!(end.is_none(), "{end:?} after {seen:?}");
     assert_eq!(
         seen.last().map(String::as_str),
@@ -155,7 +157,7 @@ async fn behind_plesk_defaults_buffering_is_detected_on_both_lanes_and_jobs_swit
     else {
         return;
     };
-    let first = testkit::upload_for_job(&p.grag, "doc-1").await;
+    let first = upload_for_job(&p.grag, "doc-1").await;
     let (seen, buffered) = follow(p.grag.bff().orchestrator_events(&first)).await;
     assert!(buffered, "the job stream reports it: {seen:?}");
     assert_eq!(p.buffered("orchestrator"), 1);
@@ -172,7 +174,7 @@ async fn behind_plesk_defaults_buffering_is_detected_on_both_lanes_and_jobs_swit
     assert_eq!(p.alerts.names(), ["sse_fallbacks_sustained"], "confirmed");
     assert!(p.grag.runtime().polling_only());
     let streams = p.sim.log().count("orchestrator_events");
-    let third = testkit::upload_for_job(&p.grag, "doc-3").await;
+    let third = upload_for_job(&p.grag, "doc-3").await;
     p.sim.start_job(TENANT, third.as_str());
     let (seen, buffered) = follow(p.grag.bff().orchestrator_events(&third)).await;
     assert!(!buffered);
@@ -224,7 +226,7 @@ async fn a_job_longer_than_the_open_timeout_behind_plesk_defaults_is_opened_once
         return;
     };
     for (n, doc) in ["doc-1", "doc-2"].into_iter().enumerate() {
-        let job = testkit::upload_for_job(&p.grag, doc).await;
+        let job = upload_for_job(&p.grag, doc).await;
         let (seen, buffered) = follow(p.grag.bff().orchestrator_events(&job)).await;
         assert!(buffered, "{seen:?}");
         assert_eq!(seen[0], "fell back: connection", "{seen:?}");
@@ -247,7 +249,7 @@ async fn a_job_longer_than_the_open_timeout_behind_plesk_defaults_is_opened_once
         p.grag.runtime().polling_only(),
         "jobs are polled from now on"
     );
-    let third = testkit::upload_for_job(&p.grag, "doc-3").await;
+    let third = upload_for_job(&p.grag, "doc-3").await;
     p.sim.start_job(TENANT, third.as_str());
     follow(p.grag.bff().orchestrator_events(&third)).await;
     assert_eq!(
@@ -264,7 +266,7 @@ async fn with_buffering_off_streams_are_live_and_nothing_is_reported() {
         return;
     };
     for doc in ["doc-1", "doc-2"] {
-        let job = testkit::upload_for_job(&p.grag, doc).await;
+        let job = upload_for_job(&p.grag, doc).await;
         let (seen, buffered) = follow(p.grag.bff().orchestrator_events(&job)).await;
         assert!(!buffered, "{seen:?}");
         assert_eq!(seen.first().map(String::as_str), Some("subscribed"));
@@ -517,7 +519,7 @@ fn upload(doc: &str, points: usize, dimensions: usize) -> Upload {
             DocumentId::parse(doc).unwrap(),
             format!("{doc}.txt"),
             "text/plain",
-            testkit::TEXT_B64,
+            TEXT_B64,
         ),
         points: (0..points)
             .map(|i| point(&format!("{doc}-chunk-{i}"), dimensions))

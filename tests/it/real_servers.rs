@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
+use crate::kit::sim::{Kit, upload_for_job};
 use grag_client::types::{
     ChatMessage, ChatRequest, ChatRole, CompletionRequest, CreateConversation, JobStatus,
     OrchestratorEvent,
 };
 use grag_client::{ConversationId, Existing, Grag, SessionId};
-use grag_sim::testkit::{self, Kit};
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule, SimConfig};
 use sdk_runtime::{Error, JobProgress, StreamEvent, Turn, TurnUpdate};
 
@@ -23,10 +24,10 @@ const HANG_GUARD: Duration = Duration::from_secs(10);
 /// subscriber (so what a stream sees does not depend on the machine's
 /// speed), and a client at 1/100.
 async fn kit() -> Kit {
-    let mut sim = testkit::sim_config(1000).with_held_jobs();
+    let mut sim = embedded::sim_config(1000).with_held_jobs();
     sim.job_queue = Duration::from_millis(20);
     sim.job_node_pace = Duration::from_millis(5);
-    Kit::start(sim, testkit::policy(100)).await
+    Kit::start(sim, embedded::policy(100)).await
 }
 
 /// Reads a turn to its end: its event names, and how it ended (`None`: cleanly).
@@ -69,7 +70,7 @@ fn chat() -> ChatRequest {
 type Progress = JobProgress<OrchestratorEvent, JobStatus>;
 
 async fn follow(progress: &mut Progress) -> (Vec<String>, Option<Error>) {
-    testkit::follow(progress, HANG_GUARD).await
+    crate::kit::sim::follow(progress, HANG_GUARD).await
 }
 
 /// A drop: the connection row, with what happened in the detail.
@@ -88,7 +89,7 @@ fn assert_drop(error: &Error, endpoint: &str) {
 #[tokio::test]
 async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the_job_is_polled() {
     let kit = kit().await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseEndsEarly { after_events: 2 })
             .on("orchestrator_events")
@@ -113,7 +114,7 @@ async fn a_progress_stream_that_ends_before_its_terminal_event_is_a_drop_and_the
     );
 
     // Another job's stream, without the fault, ends with its terminal event.
-    let job = testkit::upload_for_job(&kit.grag, "doc-2").await;
+    let job = upload_for_job(&kit.grag, "doc-2").await;
     let polls = kit.sim.log().count("pipeline_status");
     let (seen, end) = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "{end:?}");
@@ -175,12 +176,12 @@ async fn a_relay_without_a_terminal_event_may_end_cleanly() {
 #[tokio::test]
 async fn an_sse_starlette_stream_with_crlf_and_pings_reads_like_any_other() {
     let kit = kit().await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     let plain = follow(&mut kit.grag.bff().orchestrator_events(&job)).await;
     assert!(plain.1.is_none(), "{:?}", plain.1);
 
     // A second job of the same shape, streamed as sse-starlette writes it.
-    let job = testkit::upload_for_job(&kit.grag, "doc-2").await;
+    let job = upload_for_job(&kit.grag, "doc-2").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseStarlette { ping_ms: 5 })
             .on("orchestrator_events")
@@ -207,7 +208,7 @@ fn completion() -> CompletionRequest {
 #[tokio::test]
 async fn completions_right_after_an_unhandled_500_all_go_through() {
     let kit = kit().await;
-    let pipeline = grag_sim::testkit::pipeline();
+    let pipeline = grag_sim::embedded::pipeline();
     let ai = kit.grag.ai_gateway(&pipeline);
     for round in 0..20 {
         kit.sim
@@ -246,7 +247,7 @@ async fn completions_right_after_an_unhandled_500_all_go_through() {
 /// meet the server's close. At a tenth of real time: 400 ms and 500 ms.
 #[tokio::test]
 async fn a_connection_idle_past_pool_idle_is_never_reused_so_the_keep_alive_close_is_never_met() {
-    let policy = testkit::policy(10);
+    let policy = embedded::policy(10);
     let keep_alive = Duration::from_millis(500);
     assert_eq!(policy.pool_idle, Duration::from_millis(400));
     let sim = SimConfig::scaled(0.001).with_keep_alive_timeout(keep_alive);

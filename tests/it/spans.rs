@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 
-use grag_sim::testkit;
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -120,8 +120,8 @@ async fn a_retried_call_is_one_span_with_an_attempt_span_per_try() {
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
     let _guard = crate::kit::capture::set_default(subscriber);
-    let sim = testkit::start(testkit::sim_config(100)).await;
-    let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
+    let sim = embedded::start(embedded::sim_config(100)).await;
+    let grag = embedded::client(&sim, embedded::TENANT, embedded::policy(100));
     // One 502 (T12, bad_gateway, R1): retried, then answered.
     sim.faults()
         .push(Rule::new(Fault::BadGateway).on("list_kbs").once());
@@ -170,8 +170,8 @@ async fn a_failed_call_names_its_taxonomy_class_as_error_type() {
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
     let _guard = crate::kit::capture::set_default(subscriber);
-    let sim = testkit::start(testkit::sim_config(100)).await;
-    let grag = testkit::client(&sim, testkit::TENANT, testkit::policy(100));
+    let sim = embedded::start(embedded::sim_config(100)).await;
+    let grag = embedded::client(&sim, embedded::TENANT, embedded::policy(100));
     // A 402 (T5): never retried.
     sim.faults()
         .push(Rule::new(Fault::Budget).on("get_settings"));

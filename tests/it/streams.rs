@@ -9,11 +9,12 @@
 
 use std::time::Duration;
 
+use crate::kit::sim::{Kit, upload_for_job};
 use grag_client::types::{
     AgentEvent, ChatEvent, ChatRequest, CreateConversation, JobStatus, OrchestratorEvent,
 };
 use grag_client::{ConversationId, Existing, Grag, SessionId};
-use grag_sim::testkit::{self, Kit};
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule, SimConfig};
 use sdk_runtime::{Error, JobProgress, JobUpdate, TurnUpdate};
 
@@ -32,18 +33,18 @@ async fn kit_with(adjust: impl FnOnce(&mut SimConfig)) -> Kit {
 /// keepalive every 20 ms is then 225 times faster than the watchdog, however
 /// busy the machine.
 async fn kit_at(divisor: u32, adjust: impl FnOnce(&mut SimConfig)) -> Kit {
-    let mut sim = testkit::sim_config(1000).with_held_jobs();
+    let mut sim = embedded::sim_config(1000).with_held_jobs();
     sim.job_queue = Duration::from_millis(20);
     sim.job_node_pace = Duration::from_millis(5);
     adjust(&mut sim);
-    Kit::start(sim, testkit::policy(divisor)).await
+    Kit::start(sim, embedded::policy(divisor)).await
 }
 
 /// What following a job yielded, in words, and how it ended.
 async fn follow(
     mut progress: JobProgress<OrchestratorEvent, JobStatus>,
 ) -> (Vec<String>, Option<Error>) {
-    testkit::follow(&mut progress, HANG_GUARD).await
+    crate::kit::sim::follow(&mut progress, HANG_GUARD).await
 }
 
 fn fallbacks(grag: &Grag) -> usize {
@@ -70,7 +71,7 @@ async fn keepalives_longer_than_the_watchdog_are_no_stall() {
         s.stream_ceiling = Duration::from_secs(60);
     })
     .await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "{end:?}");
     assert!(fell_back(&seen).is_empty(), "{seen:?}");
@@ -86,7 +87,7 @@ async fn keepalives_longer_than_the_watchdog_are_no_stall() {
 #[tokio::test]
 async fn an_unknown_orchestrator_event_passes_through_verbatim_and_ends_nothing() {
     let kit = kit_with(|_| {}).await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     let data = serde_json::json!({"job_id": job.as_str(), "node": "embed", "shard": 3});
     kit.sim.faults().push(
         Rule::new(Fault::SseExtraEvent {
@@ -140,7 +141,7 @@ async fn an_unknown_orchestrator_event_passes_through_verbatim_and_ends_nothing(
 #[tokio::test]
 async fn a_stall_falls_back_to_polling_and_the_result_still_arrives() {
     let kit = kit_with(|_| {}).await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseStall { after_events: 2 })
             .on("orchestrator_events")
@@ -165,7 +166,7 @@ async fn a_stall_falls_back_to_polling_and_the_result_still_arrives() {
 async fn the_ceiling_s_timeout_event_is_polled_through_not_a_failed_job() {
     // The job outlasts the stream's ceiling (1.8 s at this scale).
     let kit = kit_at(10, |s| s.job_queue = Duration::from_millis(2500)).await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     assert!(end.is_none(), "not failed: {end:?}");
     assert_eq!(
@@ -187,7 +188,7 @@ async fn the_ceiling_s_timeout_event_is_polled_through_not_a_failed_job() {
 #[tokio::test]
 async fn an_error_event_falls_back_to_polling() {
     let kit = kit_with(|_| {}).await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseError {
             after_events: 1,
@@ -217,7 +218,7 @@ async fn a_reconnect_is_resynced_by_exactly_one_poll() {
         s.stream_ceiling = Duration::from_secs(60);
     })
     .await;
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     kit.sim.faults().push(
         Rule::new(Fault::SseDrop { after_events: 1 })
             .on("orchestrator_events")
@@ -270,7 +271,7 @@ async fn a_failed_job_ends_in_job_failed_with_the_re_upload_copy() {
         .on("upload_document")
         .once(),
     );
-    let job = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let job = upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&job)).await;
     let error = end.expect("a failed job is an error");
     assert_eq!(
@@ -330,13 +331,13 @@ async fn ask(grag: &Grag, conversation: &Existing<ConversationId>) -> (Vec<Strin
 /// 180 s deadline still ends the turn, as T20 with the German copy.
 #[tokio::test(start_paused = true)]
 async fn a_turn_trickling_past_the_overall_deadline_ends_in_t20() {
-    let policy = testkit::policy(1);
+    let policy = embedded::policy(1);
     // The chat stream: the one that carries an answer.
     let chat = policy.streams.iter().find(|s| s.lost_copy.is_some());
     let watchdog = chat.expect("the chat stream").watchdog;
     let pace = Duration::from_secs(50);
     assert!(pace < watchdog && 3 * pace < policy.deadline && policy.deadline < 4 * pace);
-    let mut sim = testkit::sim_config(1);
+    let mut sim = embedded::sim_config(1);
     (sim.chat_stage_pace, sim.chat_silence, sim.chat_piece_pace) = (pace, pace, pace);
     let kit = Kit::start(sim, policy).await;
     let conversation = conversation(&kit.grag).await;
@@ -652,7 +653,7 @@ async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_ar
             .on("orchestrator_events")
             .times(2),
     );
-    let first = testkit::upload_for_job(&kit.grag, "doc-1").await;
+    let first = upload_for_job(&kit.grag, "doc-1").await;
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&first)).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(
@@ -666,7 +667,7 @@ async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_ar
     );
     assert!(!kit.grag.runtime().polling_only());
 
-    let second = testkit::upload_for_job(&kit.grag, "doc-2").await;
+    let second = upload_for_job(&kit.grag, "doc-2").await;
     let (_, end) = follow(kit.grag.bff().orchestrator_events(&second)).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(kit.alerts.names(), ["sse_fallbacks_sustained"], "confirmed");
@@ -680,8 +681,8 @@ async fn a_buffering_proxy_is_confirmed_then_jobs_are_polled_and_chat_answers_ar
 
     // From now on jobs are followed by polling alone.
     let streams = kit.sim.log().count("orchestrator_events");
-    let third = testkit::upload_for_job(&kit.grag, "doc-3").await;
-    kit.sim.start_job(testkit::TENANT, third.as_str());
+    let third = upload_for_job(&kit.grag, "doc-3").await;
+    kit.sim.start_job(embedded::TENANT, third.as_str());
     let (seen, end) = follow(kit.grag.bff().orchestrator_events(&third)).await;
     assert!(end.is_none(), "{end:?}");
     assert_eq!(

@@ -437,7 +437,7 @@ impl Then {
                 );
             }
             Then::SearchStaysDark => {
-                let (run, query) = (grag_sim::testkit::pipeline(), search());
+                let (run, query) = (grag_sim::embedded::pipeline(), search());
                 let kb = kb("kb-methodik");
                 let e = ready_now(env.grag.ai_gateway(&run).search_rerank(&kb, &query))
                     .expect("remembered: fails fast, ready on the first poll")

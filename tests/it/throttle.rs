@@ -28,8 +28,9 @@ use grag_client::types::{
     ConvertRequest, CreateKb, Point, SearchRequest, SpendGrouping, UploadDocument, UpsertPoints,
 };
 use grag_client::{Config, Created, DocumentId, Grag, KbId, PipelineId, TenantId};
-use grag_sim::testkit::{self, arrivals, max_in_any_window};
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule, Sim};
+use grag_sim::{arrivals, max_in_any_window};
 use sdk_runtime::Policy;
 use sdk_runtime::policy::{BudgetIx, ThrottlePolicy};
 use tokio::task::JoinHandle;
@@ -37,18 +38,18 @@ use tokio::time::Instant;
 
 /// 1 s → 50 ms, 60 s → 3 s.
 const DIVISOR: u32 = 20;
-static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| testkit::policy(DIVISOR));
+static SCALED: LazyLock<&'static Policy> = LazyLock::new(|| embedded::policy(DIVISOR));
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const INGEST_ROUTES: [&str; 3] = ["upload_document", "convert", "upsert_points"];
 
 async fn sim() -> Sim {
-    testkit::start(testkit::sim_config(DIVISOR)).await
+    embedded::start(embedded::sim_config(DIVISOR)).await
 }
 
 fn client(sim: &Sim) -> Grag {
-    testkit::client(sim, testkit::TENANT, &SCALED)
+    embedded::client(sim, embedded::TENANT, &SCALED)
 }
 
 fn kb() -> KbId {
@@ -233,8 +234,8 @@ async fn at_most_57_requests_in_any_rolling_second() {
     // Half real time: the bucket asks for 100 requests a second, which a
     // loaded machine still sends (at the suite's 1/20 it would be 1000 a
     // second, and a slow machine would not even reach the rate under test).
-    let policy = testkit::policy(2);
-    let grag = testkit::client(&sim, testkit::TENANT, policy);
+    let policy = embedded::policy(2);
+    let grag = embedded::client(&sim, embedded::TENANT, policy);
     let window = second(policy);
     let throttle = &policy.throttle;
     // The documented bound: the burst (min(8 in flight, 50/s) = 8) at once,
@@ -293,7 +294,7 @@ fn search_task(grag: &Grag) -> JoinHandle<Result<(), grag_client::Error>> {
     let grag = grag.clone();
     tokio::spawn(async move {
         let query = SearchRequest::new("Prüffristen", 1);
-        grag.ai_gateway(&grag_sim::testkit::pipeline())
+        grag.ai_gateway(&grag_sim::embedded::pipeline())
             .search_rerank(&kb(), &query)
             .await
             .map(drop)
@@ -707,7 +708,7 @@ async fn an_answered_call_gives_its_slots_back() {
     }
     for _ in 0..=cap(budget::RETRIEVAL) {
         let query = SearchRequest::new("Prüffristen", 1);
-        let pipeline = testkit::pipeline();
+        let pipeline = embedded::pipeline();
         (grag
             .ai_gateway(&pipeline)
             .search_rerank(&kb(), &query)

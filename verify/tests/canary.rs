@@ -197,7 +197,7 @@ async fn read_only_the_canary_writes_nothing_and_says_what_it_skipped() {
 /// the rest (a refusal of our own would otherwise fail it as our side's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_production_the_keyless_lane_steps_are_not_run_and_the_rest_is_judged() {
-    let sim = grag_sim::testkit::start(grag_sim::testkit::sim_config(1000)).await;
+    let sim = grag_sim::embedded::start(grag_sim::embedded::sim_config(1000)).await;
     let url = sim.url();
     let run = |production: &'static str| {
         let url = url.clone();
@@ -205,8 +205,8 @@ async fn in_production_the_keyless_lane_steps_are_not_run_and_the_rest_is_judged
             std::process::Command::new(env!("CARGO_BIN_EXE_grag-verify"))
                 .args(["canary", "--write", "--json"])
                 .env("GRAG_URL", url)
-                .env("GRAG_API_KEY", grag_sim::testkit::KEY)
-                .env("GRAG_TENANT", grag_sim::testkit::TENANT)
+                .env("GRAG_API_KEY", grag_sim::embedded::KEY)
+                .env("GRAG_TENANT", grag_sim::embedded::TENANT)
                 .env("GRAG_PRODUCTION", production)
                 .env_remove("GRAG_REDIS_URL")
                 .output()

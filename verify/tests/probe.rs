@@ -146,8 +146,8 @@ async fn in_production_the_lanes_are_not_seen_and_say_why() {
     let stage = Stage::direct(sim_config(JOB)).await;
     let config = grag_client::Config::new(
         stage.sim.url(),
-        grag_sim::testkit::KEY,
-        grag_client::TenantId::parse(grag_sim::testkit::TENANT).unwrap(),
+        grag_sim::embedded::KEY,
+        grag_client::TenantId::parse(grag_sim::embedded::TENANT).unwrap(),
     )
     .production(true);
     let grag = grag_client::Grag::with_policy(config, common::policy()).unwrap();

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::kit::sim::Kit;
 use grag_client::types::SpendGrouping;
 use grag_client::{Grag, PipelineId};
-use grag_sim::testkit::{self, Kit};
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use sdk_runtime::CircuitState;
 use sdk_runtime::Policy;
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 /// 1.8 s, R1 from 5 ms, 429 floor 20 ms, breaker window 300 ms, probe every
 /// 50 ms (30 ms timeout), canary 50 ms, deploy-suspected 1.2 s, open alert 3 s.
 pub fn policy() -> &'static Policy {
-    testkit::policy(100)
+    embedded::policy(100)
 }
 
 /// The spec's policy at 1/1000, for the rules whose scaled(100) duration
@@ -27,13 +28,13 @@ pub fn policy() -> &'static Policy {
 /// attempt timeout 30 ms, llm 150 ms, deadline 180 ms, breaker window 30 ms,
 /// probe every 5 ms, open alert 300 ms.
 pub fn fast_policy() -> &'static Policy {
-    testkit::policy(1000)
+    embedded::policy(1000)
 }
 
 /// The simulator's timings at 1/100 (deploy churn 200 ms refused + 100 ms
 /// flaky, conversions 30 ms).
 pub fn sim_config() -> SimConfig {
-    testkit::sim_config(100)
+    embedded::sim_config(100)
 }
 
 /// A simulator and one client of tenant `knoll` on it.

@@ -63,7 +63,7 @@ impl Route {
     pub async fn fail(self, env: &Env) -> Error {
         use Route::*;
         let grag = &env.grag;
-        let run = grag_sim::testkit::pipeline();
+        let run = grag_sim::embedded::pipeline();
         let ws = WorkspaceId::parse("ws-7").unwrap();
         let result = match self {
             ListKbs => grag.workspaces().list_kbs().await.err(),

@@ -9,7 +9,7 @@ pub mod harness;
 use std::time::Duration;
 
 use grag_client::{Config, Grag, TenantId};
-use grag_sim::testkit::{self, KEY, TENANT};
+use grag_sim::embedded::{self, KEY, TENANT};
 use grag_sim::{Sim, SimConfig};
 use harness::{Nginx, Setup};
 use sdk_runtime::Policy;
@@ -17,14 +17,14 @@ use sdk_runtime::Policy;
 /// The spec's policy at 1/5 (buffering seen after 1 s of silence), the
 /// buffering burst at the spec's 250 ms.
 pub fn policy() -> &'static Policy {
-    testkit::buffering_policy(5)
+    embedded::buffering_policy(5)
 }
 
 /// The simulator at 1/1000, each job held until its first subscriber and
 /// then queued `job` long, a chat's silence as long: the silence a
 /// buffering proxy turns into a late burst.
 pub fn sim_config(job: Duration) -> SimConfig {
-    let mut sim = testkit::sim_config(1000).with_held_jobs();
+    let mut sim = embedded::sim_config(1000).with_held_jobs();
     sim.job_queue = job;
     sim.job_node_pace = Duration::from_millis(5);
     sim.stream_ceiling = Duration::from_secs(600);
@@ -41,7 +41,7 @@ pub struct Stage {
 
 impl Stage {
     pub async fn direct(sim: SimConfig) -> Stage {
-        let sim = testkit::start(sim).await;
+        let sim = embedded::start(sim).await;
         let grag = client(&sim.url());
         Stage {
             sim,
@@ -53,7 +53,7 @@ impl Stage {
     /// `None` when nginx is absent and not required (the harness said so).
     pub async fn behind(sim: SimConfig, setup: Setup) -> Option<Stage> {
         let binary = harness::binary()?;
-        let sim = testkit::start(sim).await;
+        let sim = embedded::start(sim).await;
         let nginx = Nginx::start(&binary, sim.addr(), &setup);
         let grag = client(&nginx.url());
         Some(Stage {

@@ -1,4 +1,4 @@
-//! The store suite, written once: every case runs against each store (see `suite!`).
+//! The store suite, written once: every case runs against each store (see `suite!` in `suite.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use sdk_queue::{
 };
 use serde_json::json;
 
-use super::{Harness, at};
+use crate::kit::stores::{Harness, at};
 
 const LEASE: Duration = Duration::from_secs(30);
 

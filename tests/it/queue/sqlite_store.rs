@@ -7,18 +7,15 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use crate::kit::stores::at;
 use sdk_queue::{Claim, Finish, JobStore, LockRetry, NewJob, SqliteStore, StoreError};
 use tokio::time::Instant;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
 const LEASE: Duration = Duration::from_secs(30);
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn now() -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(1_700_000_000)
-}
 
 fn job(key: &str) -> NewJob {
     NewJob {
@@ -103,7 +100,7 @@ async fn a_held_lock_is_tried_three_times_20_then_40_ms_apart_then_reported() {
     let (events, _guard) = capture();
 
     let started = Instant::now();
-    let result = store.submit(job("a"), now()).await;
+    let result = store.submit(job("a"), at(0)).await;
     assert!(
         matches!(
             result,
@@ -158,7 +155,7 @@ async fn a_lock_released_between_attempts_is_ridden_out_on_the_next_attempt() {
         });
 
         let started = Instant::now();
-        let stored = store.submit(job("a"), now()).await.unwrap();
+        let stored = store.submit(job("a"), at(0)).await.unwrap();
         assert_eq!(started.elapsed(), MS(waited), "released at {release_at} ms");
         assert_eq!(stored.key, "a");
         let events = events.take();
@@ -175,9 +172,9 @@ async fn a_lock_released_between_attempts_is_ridden_out_on_the_next_attempt() {
 async fn every_write_is_under_the_rule_and_its_lock_lines_name_the_job() {
     let (_dir, path) = temp();
     let store = store(&path);
-    store.submit(job("a"), now()).await.unwrap();
+    store.submit(job("a"), at(0)).await.unwrap();
     store
-        .claim_key("a", "w", LEASE, now())
+        .claim_key("a", "w", LEASE, at(0))
         .await
         .unwrap()
         .unwrap();
@@ -189,18 +186,18 @@ async fn every_write_is_under_the_rule_and_its_lock_lines_name_the_job() {
         kinds: &["ingest"],
         limit: 1,
         lease: LEASE,
-        now: now(),
+        now: at(0),
     };
     let results = [
         ("claim", store.claim(claim).await.map(drop)),
         (
             "claim_key",
-            store.claim_key("a", "v", LEASE, now()).await.map(drop),
+            store.claim_key("a", "v", LEASE, at(0)).await.map(drop),
         ),
         (
             "checkpoint",
             store
-                .checkpoint("a", "w", &serde_json::json!(1), LEASE, now())
+                .checkpoint("a", "w", &serde_json::json!(1), LEASE, at(0))
                 .await,
         ),
         (
@@ -210,7 +207,7 @@ async fn every_write_is_under_the_rule_and_its_lock_lines_name_the_job() {
                     "a",
                     "w",
                     Finish::Done(serde_json::json!({"kept": true})),
-                    now(),
+                    at(0),
                 )
                 .await,
         ),
@@ -258,7 +255,7 @@ async fn the_rule_is_data() {
     .unwrap();
     let _holder = hold_write_lock(&path);
     let started = Instant::now();
-    let result = once.submit(job("a"), now()).await;
+    let result = once.submit(job("a"), at(0)).await;
     assert!(
         matches!(result, Err(StoreError::Locked { attempts: 1, .. })),
         "{result:?}"
@@ -276,7 +273,7 @@ async fn the_rule_is_data() {
     .unwrap();
     let started = Instant::now();
     assert!(matches!(
-        five.submit(job("a"), now()).await,
+        five.submit(job("a"), at(0)).await,
         Err(StoreError::Locked { attempts: 5, .. })
     ));
     assert_eq!(started.elapsed(), MS(7 + 14 + 21 + 28));
@@ -293,7 +290,7 @@ async fn any_other_database_error_fails_at_once() {
     let (events, _guard) = capture();
 
     let started = Instant::now();
-    let refused = store.submit(job("a"), now()).await;
+    let refused = store.submit(job("a"), at(0)).await;
     match &refused {
         Err(StoreError::Database {
             op: "submit",
@@ -333,7 +330,7 @@ fn a_file_that_is_not_a_database_is_refused_at_open() {
 async fn an_oversize_value_in_the_file_is_refused_not_read() {
     let (_dir, path) = temp();
     let store = SqliteStore::open(&path, LockRetry::CORE_POLICY).unwrap();
-    store.submit(job("big"), now()).await.unwrap();
+    store.submit(job("big"), at(0)).await.unwrap();
     // Behind the store's back, a payload one byte over the cap (SQLite's own limit is 1 GB).
     let other = rusqlite::Connection::open(&path).unwrap();
     let fill = |len: usize| {
@@ -366,7 +363,7 @@ async fn an_oversize_value_in_the_file_is_refused_not_read() {
                 payload,
                 ..job("huge")
             },
-            now(),
+            at(0),
         )
         .await;
     assert!(
@@ -392,7 +389,7 @@ async fn a_waiting_operation_leaves_its_worker_to_the_other_tasks() {
     let submitted = tokio::spawn(async move {
         // Queued on this task's worker, which is busy with this task until the submit blocks.
         let release = tokio::spawn(async move { holder.execute_batch("COMMIT").unwrap() });
-        let job = store.submit(job("a"), now()).await;
+        let job = store.submit(job("a"), at(0)).await;
         release.await.unwrap();
         job
     });

@@ -1,13 +1,12 @@
 //! Every fault, scripted from Rust and over the admin routes, observed on the
 //! wire, through the generated client, and in the request log.
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
-use common::{client, raw, scoped};
+use crate::kit::sim::{self as kit, client, raw, scoped};
 use grag_client::types::SearchRequest;
 use grag_client::{KbId, SessionId};
+use grag_sim::embedded;
 use grag_sim::{ChurnPhase, Fault, RetryAfter, Rule};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -36,7 +35,7 @@ fn statuses(sim: &grag_sim::Sim, operation: &str) -> Vec<u16> {
 async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() {
     // The phases are steps and answer counts, not windows of the clock: refused
     // until the test steps, then three transient answers, then healthy.
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     let grag = client(&sim, "knoll");
     assert_eq!(get(&sim).await.status(), 200);
     // An open stream, cut by the deploy.
@@ -118,7 +117,7 @@ async fn deploy_churn_refuses_connections_then_answers_401_404_422_then_heals() 
 
 #[tokio::test]
 async fn a_stepped_churn_stays_flaky_until_the_next_step_and_a_timed_one_can_be_stepped() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     // Stepped, with no answer count: flaky until the second step.
     sim.faults().deploy_churn_stepped(None).await;
     assert_eq!(sim.faults().churn_step().await, Some(ChurnPhase::Flaky));
@@ -153,7 +152,7 @@ async fn a_stepped_churn_stays_flaky_until_the_next_step_and_a_timed_one_can_be_
     sim.faults().deploy_churn_stepped(Some(1)).await;
     sim.faults().clear();
     assert!(!sim.faults().churning());
-    let back = common::wait_for(Duration::from_secs(10), || async {
+    let back = kit::wait_for(Duration::from_secs(10), || async {
         raw()
             .get(format!("{}/workspaces/health", sim.url()))
             .send()
@@ -167,7 +166,7 @@ async fn a_stepped_churn_stays_flaky_until_the_next_step_and_a_timed_one_can_be_
 
 #[tokio::test]
 async fn rate_limits_with_retry_after_seconds_date_or_none() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     let faults = sim.faults();
     faults.once(
         "list_kbs",
@@ -220,7 +219,7 @@ async fn rate_limits_with_retry_after_seconds_date_or_none() {
 
 #[tokio::test]
 async fn budget_and_admin_gate_are_final() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     let grag = client(&sim, "knoll");
     sim.faults().once("list_kbs", Fault::Budget);
     let e = grag.workspaces().list_kbs().await.unwrap_err();
@@ -245,7 +244,7 @@ async fn budget_and_admin_gate_are_final() {
 
 #[tokio::test]
 async fn bad_gateway_is_plain_text_and_retried_when_idempotent() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     sim.faults().once("list_kbs", Fault::BadGateway);
     let r = get(&sim).await;
     assert_eq!(r.status(), 502);
@@ -264,7 +263,7 @@ async fn bad_gateway_is_plain_text_and_retried_when_idempotent() {
 
 #[tokio::test]
 async fn a_dark_route_answers_the_same_503_every_time() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     sim.faults().dark("search_rerank");
     let url = format!(
         "{}/ai-gateway/api/v1/retrieval/collections/kb-1/search/rerank",
@@ -283,7 +282,7 @@ async fn a_dark_route_answers_the_same_503_every_time() {
     assert_eq!(details[0], details[1]);
     assert!(details[0].as_str().unwrap().contains("feature flag"));
     let e = client(&sim, "knoll")
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&embedded::pipeline())
         .search_rerank(&KbId::parse("kb-1").unwrap(), &SearchRequest::new("x", 1))
         .await
         .unwrap_err();
@@ -294,7 +293,7 @@ async fn a_dark_route_answers_the_same_503_every_time() {
 
 #[tokio::test]
 async fn safety_503_is_transient_and_retried_once() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     sim.faults().once("list_kbs", Fault::Safety);
     client(&sim, "knoll").workspaces().list_kbs().await.unwrap();
     assert_eq!(statuses(&sim, "list_kbs"), [503, 200]);
@@ -315,7 +314,7 @@ async fn safety_503_is_transient_and_retried_once() {
 
 #[tokio::test]
 async fn wal_backpressure_is_503_with_retry_after() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     sim.faults().once(
         "upsert_points",
         Fault::Backpressure {
@@ -353,9 +352,9 @@ async fn a_cold_start_slows_only_the_first_answer_of_each_model_route() {
     let setup = |cold_start: Duration| {
         let (kb, query) = (kb.clone(), query.clone());
         async move {
-            let mut config = common::config();
+            let mut config = kit::config();
             config.cold_start = cold_start;
-            let sim = common::start(config).await;
+            let sim = embedded::start(config).await;
             let grag = client(&sim, "knoll");
             grag.workspaces()
                 .create_kb(&grag_client::types::CreateKb::new(kb, "kb"))
@@ -382,12 +381,12 @@ async fn a_cold_start_slows_only_the_first_answer_of_each_model_route() {
     // while the first still waits.
     let (sim_2, grag, cold) = setup(Duration::from_secs(3600)).await;
     let first = tokio::spawn(cold.send());
-    let arrived = common::wait_for(Duration::from_secs(10), || async {
+    let arrived = kit::wait_for(Duration::from_secs(10), || async {
         sim_2.log().count("search_rerank") == 1
     })
     .await;
     assert!(arrived, "the cold call reached the simulator");
-    grag.ai_gateway(&grag_sim::testkit::pipeline())
+    grag.ai_gateway(&embedded::pipeline())
         .search_rerank(&kb, &query)
         .await
         .unwrap();
@@ -407,7 +406,7 @@ async fn a_cold_start_slows_only_the_first_answer_of_each_model_route() {
 
 #[tokio::test]
 async fn a_reset_mid_body_is_a_connection_failure() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     let grag = client(&sim, "knoll");
     grag.workspaces()
         .put_settings(&json!({ "a": "a long enough value to cut in half" }))
@@ -438,7 +437,7 @@ async fn a_reset_mid_body_is_a_connection_failure() {
 
 #[tokio::test]
 async fn rules_match_by_route_or_service_and_count_skip_and_times() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     sim.faults().push(
         Rule::new(Fault::Status {
             status: 500,
@@ -471,9 +470,9 @@ async fn rules_match_by_route_or_service_and_count_skip_and_times() {
 
 #[tokio::test]
 async fn admin_routes_script_the_same_faults_and_stay_out_of_the_log() {
-    let mut config = common::config();
+    let mut config = kit::config();
     config.stream_ceiling = Duration::from_millis(50);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     let http = raw();
     let admin = |path: &str| format!("{}/_sim/{path}", sim.url());
 
@@ -552,7 +551,7 @@ async fn admin_routes_script_the_same_faults_and_stay_out_of_the_log() {
 
 #[tokio::test]
 async fn admin_routes_switch_the_agent_plane_and_show_the_config() {
-    let sim = common::start(common::config()).await;
+    let sim = embedded::start(kit::config()).await;
     let http = raw();
     let admin = |path: &str| format!("{}/_sim/{path}", sim.url());
 
@@ -594,7 +593,7 @@ async fn admin_routes_switch_the_agent_plane_and_show_the_config() {
 
 #[tokio::test]
 async fn an_admin_deploy_refuses_until_stepped_and_a_reset_forgets_everything() {
-    let sim = common::start(common::config()).await;
+    let sim = embedded::start(kit::config()).await;
     let http = raw();
     let admin = |path: &str| format!("{}/_sim/{path}", sim.url());
     assert_eq!(
@@ -618,7 +617,7 @@ async fn an_admin_deploy_refuses_until_stepped_and_a_reset_forgets_everything() 
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    let refused = common::wait_for(Duration::from_secs(10), || async {
+    let refused = kit::wait_for(Duration::from_secs(10), || async {
         raw()
             .get(admin("config"))
             .send()
@@ -636,56 +635,4 @@ async fn an_admin_deploy_refuses_until_stepped_and_a_reset_forgets_everything() 
     assert!(sim.faults().rules().is_empty());
     assert!(sim.log().is_empty());
     assert_eq!(get(&sim).await.status(), 200);
-}
-
-#[tokio::test]
-async fn the_binary_serves_a_scenario_until_stopped() {
-    use tokio::io::AsyncBufReadExt;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_grag-sim"))
-        .args([
-            "--port",
-            "0",
-            "--scenario",
-            "dark-agents",
-            "--scale",
-            "0.001",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let first = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap()
-        .to_owned();
-    let health = raw()
-        .get(format!("{url}/workspaces/health"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(health.status(), 200);
-    let agent = raw()
-        .get(format!("{url}/next/api/agents/sessions/s-1/stream"))
-        .header("X-Tenant-ID", "knoll")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(agent.status(), 503, "scenario dark-agents");
-    child.kill().await.unwrap();
-
-    let usage = tokio::process::Command::new(env!("CARGO_BIN_EXE_grag-sim"))
-        .args(["--scenario", "nope"])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(usage.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&usage.stderr).contains("deploy-churn"));
 }

@@ -4,13 +4,13 @@
 //! timeout, streams that end cleanly before their terminal event, and
 //! sse-starlette's CRLF lines and pings.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{event_names, raw, read_all, scoped};
+use crate::kit::document::{TEXT, b64};
+use crate::kit::sim::{self as kit, event_names, raw, read_all, scoped};
 use grag_client::types::ChatRequest;
 use grag_client::{ConversationId, JobId};
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -36,7 +36,7 @@ async fn push_json(sim: &Sim, rule: Value) {
 
 #[tokio::test]
 async fn a_validation_echo_is_pydantic_s_422_quoting_the_request() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     push_json(
         &sim,
         json!({ "route": "search_rerank", "fault": { "kind": "validation_echo" }, "times": 1 }),
@@ -127,7 +127,7 @@ async fn closes_silently(socket: &mut TcpStream) -> bool {
 
 #[tokio::test]
 async fn an_unhandled_error_is_a_plain_500_then_the_connection_closes_unannounced() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     push_json(
         &sim,
         json!({ "route": "list_kbs", "fault": { "kind": "unhandled" }, "skip": 1, "times": 1 }),
@@ -180,12 +180,12 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_timeout() {
         "uvicorn's and Node's default"
     );
     assert_eq!(
-        common::config().keep_alive_timeout,
+        kit::config().keep_alive_timeout,
         Duration::from_secs(5),
         "scaling keeps it: a client's pool_idle has a scale of its own"
     );
     let sim =
-        common::start(common::config().with_keep_alive_timeout(Duration::from_millis(30))).await;
+        embedded::start(kit::config().with_keep_alive_timeout(Duration::from_millis(30))).await;
     let mut socket = TcpStream::connect(sim.addr()).await.unwrap();
     socket.write_all(GET_KBS).await.unwrap();
     let answer = read_response(&mut socket).await;
@@ -206,7 +206,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_timeout() {
 
 /// Held jobs: the first subscriber sees every event of its job.
 fn stream_config() -> SimConfig {
-    let mut c = common::config().with_held_jobs();
+    let mut c = kit::config().with_held_jobs();
     c.job_queue = Duration::from_millis(20);
     c.job_node_pace = Duration::from_millis(5);
     c
@@ -233,7 +233,7 @@ async fn upload(sim: &Sim) {
         "document_id": "doc-1",
         "filename": "doc-1.txt",
         "content_type": "text/plain",
-        "content_base64": common::b64(common::TEXT),
+        "content_base64": b64(TEXT),
     }))
     .send()
     .await
@@ -264,7 +264,7 @@ fn chat() -> ChatRequest {
 
 #[tokio::test]
 async fn streams_can_end_cleanly_before_their_terminal_event() {
-    let sim = common::start(stream_config()).await;
+    let sim = embedded::start(stream_config()).await;
     upload(&sim).await;
     sim.faults().push(
         Rule::new(Fault::SseEndsEarly { after_events: 2 })
@@ -304,7 +304,7 @@ async fn streams_can_end_cleanly_before_their_terminal_event() {
 async fn an_sse_starlette_stream_has_crlf_lines_and_pings_and_the_same_events() {
     let mut config = stream_config();
     config.job_nodes = vec!["convert".into(), "index".into()];
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     upload(&sim).await;
     let lf = orchestrator_body(&sim).await;
     assert!(!lf.contains('\r'));

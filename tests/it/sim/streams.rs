@@ -1,14 +1,14 @@
 //! The three SSE streams (ingest progress, chat, agent session) and the SSE
 //! faults, over real HTTP on loopback.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{TEXT, b64, client, event_names, raw, read_all, scoped};
+use crate::kit::document::{TEXT, b64};
+use crate::kit::sim::{self as kit, client, event_names, raw, read_all, scoped};
 use grag_client::bff::{AGENT_SESSION_STREAM, CHAT_STREAM, ORCHESTRATOR_EVENTS};
 use grag_client::types::{ChatRequest, CreateConversation, CreateKb, JobState, UploadDocument};
 use grag_client::{ConversationId, DocumentId, Grag, JobId, KbId, SessionId};
+use grag_sim::embedded;
 use grag_sim::{Fault, Rule, Sim, SimConfig};
 use reqwest::Method;
 use sdk_runtime::{Call, Events};
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 /// Jobs held until their first subscriber, which therefore sees every node
 /// however long it took to subscribe.
 fn ingest_config() -> SimConfig {
-    let mut c = common::config().with_held_jobs();
+    let mut c = kit::config().with_held_jobs();
     c.job_queue = Duration::from_millis(60);
     c.job_node_pace = Duration::from_millis(10);
     c
@@ -87,7 +87,7 @@ fn names(events: &[(String, Value)]) -> Vec<&str> {
 
 #[tokio::test]
 async fn ingest_progress_on_the_orchestrator_stream_and_the_status_route() {
-    let sim = common::start(ingest_config()).await;
+    let sim = embedded::start(ingest_config()).await;
     let grag = client(&sim, "knoll");
     kb_with_document(&grag, "kb-1", "doc-1").await;
     let job = JobId::parse("doc-1").unwrap();
@@ -133,10 +133,10 @@ async fn ingest_progress_on_the_orchestrator_stream_and_the_status_route() {
 
 #[tokio::test]
 async fn keepalives_every_interval_then_timeout_at_the_ceiling() {
-    let mut config = common::config();
+    let mut config = kit::config();
     config.keepalive = Duration::from_millis(20);
     config.stream_ceiling = Duration::from_millis(210);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     let grag = client(&sim, "knoll");
     kb_with_document(&grag, "kb-1", "doc-1").await;
     tokio::time::sleep(sim.config().job_duration() + Duration::from_millis(10)).await;
@@ -186,7 +186,7 @@ async fn keepalives_every_interval_then_timeout_at_the_ceiling() {
 
 #[tokio::test]
 async fn a_failing_node_fails_the_job_on_stream_and_status() {
-    let sim = common::start(ingest_config()).await;
+    let sim = embedded::start(ingest_config()).await;
     sim.faults().once(
         "upload_document",
         Fault::JobFails {
@@ -209,7 +209,7 @@ async fn a_failing_node_fails_the_job_on_stream_and_status() {
 
 #[tokio::test]
 async fn event_error_on_the_orchestrator_stream_is_t17() {
-    let sim = common::start(ingest_config()).await;
+    let sim = embedded::start(ingest_config()).await;
     sim.faults().once(
         "orchestrator_events",
         Fault::SseError {
@@ -264,7 +264,7 @@ fn stages(events: &[(String, Value)]) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn a_chat_turn_traces_its_stages_and_answers_in_pieces() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     let grag = chat_setup(&sim).await;
     let stream = raw_chat(&grag, &question("conv-1")).await.unwrap();
     let (events, error) = collect(stream).await;
@@ -302,9 +302,9 @@ async fn a_chat_turn_traces_its_stages_and_answers_in_pieces() {
 
 #[tokio::test]
 async fn the_chat_stream_is_silent_before_the_answer_and_has_no_keepalives() {
-    let mut config = common::config();
+    let mut config = kit::config();
     config.chat_silence = Duration::from_millis(150);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     chat_setup(&sim).await;
     let response = scoped(
         &raw(),
@@ -334,7 +334,7 @@ async fn the_chat_stream_is_silent_before_the_answer_and_has_no_keepalives() {
 
 #[tokio::test]
 async fn chat_stages_fail_open_except_generate_which_ends_the_turn() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     let grag = chat_setup(&sim).await;
     sim.faults().once(
         "chat_stream",
@@ -377,7 +377,7 @@ async fn chat_stages_fail_open_except_generate_which_ends_the_turn() {
 
 #[tokio::test]
 async fn a_chat_turn_in_a_conversation_that_does_not_exist_is_not_saved() {
-    let sim = common::sim().await;
+    let sim = kit::sim().await;
     let grag = chat_setup(&sim).await;
     let (events, error) = collect(raw_chat(&grag, &question("conv-nope")).await.unwrap()).await;
     assert!(error.is_none());
@@ -392,9 +392,9 @@ async fn a_chat_turn_in_a_conversation_that_does_not_exist_is_not_saved() {
 
 #[tokio::test]
 async fn the_agent_stream_relays_steps_and_is_503_when_the_plane_is_dark() {
-    let mut config = common::config();
+    let mut config = kit::config();
     config.stream_ceiling = Duration::from_millis(80);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     let grag = client(&sim, "knoll");
     let session = SessionId::parse("s-1").unwrap();
     let (events, error) = collect(raw_agent(&grag, &session).await.unwrap()).await;
@@ -427,7 +427,7 @@ async fn the_agent_stream_relays_steps_and_is_503_when_the_plane_is_dark() {
 async fn a_stalled_stream_sends_no_byte_and_trips_the_watchdog() {
     let mut config = ingest_config();
     config.keepalive = Duration::from_millis(20);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     sim.faults()
         .push(Rule::new(Fault::SseStall { after_events: 1 }).on("orchestrator_events"));
     let grag = client(&sim, "knoll");
@@ -463,7 +463,7 @@ async fn a_stalled_stream_sends_no_byte_and_trips_the_watchdog() {
 
 #[tokio::test]
 async fn a_stream_dropped_mid_event_is_a_connection_failure() {
-    let sim = common::start(ingest_config()).await;
+    let sim = embedded::start(ingest_config()).await;
     sim.faults()
         .push(Rule::new(Fault::SseDrop { after_events: 2 }).on("orchestrator_events"));
     let grag = client(&sim, "knoll");
@@ -495,9 +495,9 @@ async fn a_stream_dropped_mid_event_is_a_connection_failure() {
 
 #[tokio::test]
 async fn a_buffered_stream_arrives_in_one_burst_at_the_end() {
-    let mut config = common::config();
+    let mut config = kit::config();
     config.chat_silence = Duration::from_millis(100);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     chat_setup(&sim).await;
     sim.faults().once("chat_stream", Fault::SseBuffered);
     let sent = Instant::now();
@@ -525,7 +525,7 @@ async fn a_buffered_stream_arrives_in_one_burst_at_the_end() {
 async fn stopping_ends_open_streams() {
     let mut config = ingest_config();
     config.shutdown_grace = Duration::from_secs(3600);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     let grag = client(&sim, "knoll");
     kb_with_document(&grag, "kb-1", "doc-1").await;
     let response = scoped(

@@ -1,16 +1,14 @@
-//! Two worker processes on one PostgreSQL queue: each test re-runs this binary as its workers
-//! (`--exact <test>` with a role in the environment). Every job runs exactly once: each worker
+//! Two worker processes on one PostgreSQL queue: each test re-runs this test binary as its
+//! workers (`--exact <test>` with a role in the environment). Every job runs exactly once: each worker
 //! records its completions in a side table whose primary key refuses a second run.
-
-mod support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
+use crate::kit::stores::{fresh_schema, pg_raw, pg_url};
 use sdk_queue::{Claim, Finish, JobState, JobStore, NewJob, PgStore};
 use serde_json::json;
-use support::{fresh_schema, pg_raw, pg_url};
 
 const ROLE: &str = "SDK_QUEUE_TEST_ROLE";
 const SCHEMA: &str = "SDK_QUEUE_TEST_SCHEMA";
@@ -47,8 +45,13 @@ fn spawn_worker(
     owner: &str,
     clock_offset: Duration,
 ) -> Worker {
+    // The harness names a test by its path below the crate (`queue::pg_two_processes::…`).
+    let (_, module) = module_path!()
+        .split_once("::")
+        .expect("a module below the crate");
+    let test = format!("{module}::{test}");
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test, "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env(SCHEMA, schema)
         .env(OWNER, owner)

@@ -1,8 +1,7 @@
 //! The platform's behaviour, route by route, over real HTTP on loopback.
 
-mod common;
-
-use common::{KEY, TEXT, b64, client, raw, scoped, sim};
+use crate::kit::document::{TEXT, b64};
+use crate::kit::sim::{self as kit, client, raw, scoped, sim};
 use grag_client::policy::ENDPOINTS;
 use grag_client::types::{
     ChatMessage, ChatRole, Chunk, CompletionRequest, ConversionState, ConvertRequest,
@@ -12,7 +11,7 @@ use grag_client::types::{
 use grag_client::{
     ConversationId, Created, DocumentId, EdgeId, EntityId, KbId, Progress, WorkspaceId,
 };
-use grag_sim::testkit;
+use grag_sim::embedded::{self, KEY};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -103,7 +102,7 @@ async fn health_is_public() {
         json!({ "status": "ok" })
     );
     // The spec's own timeouts: what is tested is the missing key, not speed.
-    let health = testkit::client(&sim, "knoll", &grag_client::policy::POLICY)
+    let health = embedded::client(&sim, "knoll", &grag_client::policy::POLICY)
         .workspaces()
         .health()
         .await
@@ -175,7 +174,7 @@ async fn another_tenants_things_are_404_never_403() {
     assert_eq!(e.status(), Some(404));
     let search = SearchRequest::new("Brücke", 3);
     let e = other
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&embedded::pipeline())
         .search_rerank(&kb_id, &search)
         .await
         .unwrap_err();
@@ -207,7 +206,7 @@ async fn key_lane_routes_need_a_bearer_key_and_the_bff_lane_does_not() {
         .unwrap();
     assert_eq!(bff.status(), 404, "unauthenticated BFF lane, unknown job");
 
-    let strict = common::start(common::config().with_api_key("right")).await;
+    let strict = embedded::start(kit::config().with_api_key("right")).await;
     let wrong = client(&strict, "knoll")
         .workspaces()
         .list_kbs()
@@ -344,10 +343,10 @@ async fn recreating_a_kb_document_or_conversation_is_409_which_the_client_calls_
 
 #[tokio::test]
 async fn docfold_answers_409_while_converting() {
-    let mut config = common::config();
+    let mut config = kit::config();
     // Converting until the test finishes it, however slow the machine.
     config.conversion_time = std::time::Duration::from_secs(3600);
-    let sim = common::start(config).await;
+    let sim = embedded::start(config).await;
     let docfold = client(&sim, "knoll");
     let docfold = docfold.docfold();
     let job = docfold
@@ -407,7 +406,7 @@ async fn voyager_refuses_more_than_256_points_with_413() {
     assert_eq!(sim.log().count("upsert_points"), 2, "a 413 is not retried");
     // Points with a text payload are searchable right away.
     let hits = grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&embedded::pipeline())
         .search_rerank(&kb_id, &SearchRequest::new("Standsicherheit", 3))
         .await
         .unwrap();
@@ -483,7 +482,7 @@ async fn settings_are_per_tenant() {
 #[tokio::test]
 async fn search_completion_and_groundedness() {
     // The ingest job waits until the test starts it.
-    let sim = common::start(common::config().with_held_jobs()).await;
+    let sim = embedded::start(kit::config().with_held_jobs()).await;
     let grag = client(&sim, "knoll");
     grag.workspaces().create_kb(&kb("kb-1")).await.unwrap();
     let kb_id = KbId::parse("kb-1").unwrap();
@@ -494,7 +493,7 @@ async fn search_completion_and_groundedness() {
     let query = SearchRequest::new("Wie oft werden Tragwerke geprüft?", 2);
     // Not searchable before the ingest job has finished.
     let early = grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&embedded::pipeline())
         .search_rerank(&kb_id, &query)
         .await
         .unwrap();
@@ -503,7 +502,7 @@ async fn search_completion_and_groundedness() {
     assert!(!sim.start_job("knoll", "doc-1"), "started once");
     tokio::time::sleep(sim.config().job_duration() * 2).await;
     let hits = grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&embedded::pipeline())
         .search_rerank(&kb_id, &query)
         .await
         .unwrap();
@@ -516,7 +515,7 @@ async fn search_completion_and_groundedness() {
     assert_eq!(docs[0].status.as_deref(), Some("indexed"));
 
     let completion = grag
-        .ai_gateway(&grag_sim::testkit::pipeline())
+        .ai_gateway(&embedded::pipeline())
         .complete(&CompletionRequest::new(vec![ChatMessage::new(
             ChatRole::User,
             "Hallo",
@@ -637,7 +636,7 @@ async fn the_platform_s_limits_answer_429_without_retry_after_per_address_and_te
         retrieval: 3,
         minute: hour,
     };
-    let sim = common::start(common::config().with_platform_limits(limits)).await;
+    let sim = embedded::start(kit::config().with_platform_limits(limits)).await;
     let http = raw();
     let search = format!(
         "{}/ai-gateway/api/v1/retrieval/collections/kb-1/search/rerank",

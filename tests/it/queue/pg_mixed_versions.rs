@@ -4,14 +4,12 @@
 //! by the other, an earlier replica that restarts connects as before, and no pending or failed
 //! job is lost on the way.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::kit::stores::earlier_pg::Earlier;
+use crate::kit::stores::{self, at};
 use sdk_queue::{Claim, Finish, JobError, JobState, JobStore, PgStore};
 use serde_json::json;
-use support::at;
-use support::earlier_pg::Earlier;
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -59,9 +57,9 @@ async fn catalog(raw: &tokio_postgres::Client, schema: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn an_earlier_replica_and_this_release_share_one_queue_across_the_migration() {
-    let Some(url) = support::pg_url() else { return };
-    let schema = support::fresh_schema("sdk_queue_mixed");
-    let raw = support::pg_raw(&url, &schema).await;
+    let Some(url) = stores::pg_url() else { return };
+    let schema = stores::fresh_schema("sdk_queue_mixed");
+    let raw = stores::pg_raw(&url, &schema).await;
 
     // Before the upgrade: the earlier release alone leaves a job pending and one failed.
     let old = Earlier::connect(&url, &schema).await;

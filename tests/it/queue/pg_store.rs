@@ -2,9 +2,9 @@
 //! server: the refusals come before, a bad name or URL, or from the connection itself, a port
 //! nobody listens on); and its indexes, on a table of its own or of an earlier version.
 
-mod support;
-
 use std::time::Duration;
+
+use crate::kit::stores;
 
 use sdk_queue::{Claim, JobState, JobStore, PgStore, StoreError};
 
@@ -70,12 +70,12 @@ const EARLIER: &str = "
 /// is brought to the same indexes, its jobs kept and claimable.
 #[tokio::test]
 async fn no_index_holds_the_state_and_an_earlier_table_is_brought_to_the_same() {
-    let Some(url) = support::pg_url() else { return };
+    let Some(url) = stores::pg_url() else { return };
     let (fresh, earlier) = (
-        support::fresh_schema("sdk_queue_fresh"),
-        support::fresh_schema("sdk_queue_earlier"),
+        stores::fresh_schema("sdk_queue_fresh"),
+        stores::fresh_schema("sdk_queue_earlier"),
     );
-    let raw = support::pg_raw(&url, &earlier).await;
+    let raw = stores::pg_raw(&url, &earlier).await;
     raw.batch_execute(&format!(
         "CREATE SCHEMA \"{earlier}\"; SET search_path TO \"{earlier}\"; {EARLIER}"
     ))
@@ -107,7 +107,7 @@ async fn no_index_holds_the_state_and_an_earlier_table_is_brought_to_the_same() 
                     kinds: &["ingest"],
                     limit: 5,
                     lease: Duration::from_secs(30),
-                    now: support::at(0),
+                    now: stores::at(0),
                 })
                 .await
                 .unwrap();
@@ -130,10 +130,10 @@ async fn no_index_holds_the_state_and_an_earlier_table_is_brought_to_the_same() 
 /// with nothing to do, and every query behind it would queue).
 #[tokio::test]
 async fn a_connect_to_a_current_table_waits_for_no_reader() {
-    let Some(url) = support::pg_url() else { return };
-    let schema = support::fresh_schema("sdk_queue_reconnect");
+    let Some(url) = stores::pg_url() else { return };
+    let schema = stores::fresh_schema("sdk_queue_reconnect");
     drop(PgStore::connect(&url, &schema).await.unwrap());
-    let mut reader = support::pg_raw(&url, &schema).await;
+    let mut reader = stores::pg_raw(&url, &schema).await;
     let tx = reader.transaction().await.unwrap();
     tx.batch_execute(&format!(
         "LOCK TABLE \"{schema}\".jobs IN ACCESS SHARE MODE"
@@ -158,8 +158,8 @@ async fn a_connect_to_a_current_table_waits_for_no_reader() {
 /// prune deletes nothing, and once it is released the same call does its batch.
 #[tokio::test]
 async fn one_replica_prunes_at_a_time() {
-    let Some(url) = support::pg_url() else { return };
-    let schema = support::fresh_schema("sdk_queue_prune");
+    let Some(url) = stores::pg_url() else { return };
+    let schema = stores::fresh_schema("sdk_queue_prune");
     let store = PgStore::connect(&url, &schema).await.unwrap();
     for key in ["a", "b"] {
         let job = sdk_queue::NewJob {
@@ -167,17 +167,17 @@ async fn one_replica_prunes_at_a_time() {
             kind: "ingest".into(),
             payload: serde_json::json!({}),
         };
-        store.submit(job, support::at(0)).await.unwrap();
+        store.submit(job, stores::at(0)).await.unwrap();
         let lease = Duration::from_secs(30);
         store
-            .claim_key(key, "w", lease, support::at(0))
+            .claim_key(key, "w", lease, stores::at(0))
             .await
             .unwrap()
             .unwrap();
         let kept = sdk_queue::Finish::Done(serde_json::json!({}));
-        store.finish(key, "w", kept, support::at(1)).await.unwrap();
+        store.finish(key, "w", kept, stores::at(1)).await.unwrap();
     }
-    let mut other = support::pg_raw(&url, &schema).await;
+    let mut other = stores::pg_raw(&url, &schema).await;
     let tx = other.transaction().await.unwrap();
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext($1))",
@@ -185,7 +185,7 @@ async fn one_replica_prunes_at_a_time() {
     )
     .await
     .unwrap();
-    let later = support::at(10_000);
+    let later = stores::at(10_000);
     assert_eq!(
         store.prune(later, later, 10).await.unwrap(),
         0,
@@ -205,9 +205,9 @@ async fn one_replica_prunes_at_a_time() {
 /// table) works beside; a schema of a later version is refused.
 #[tokio::test]
 async fn an_unversioned_schema_is_stamped_and_a_later_one_is_refused() {
-    let Some(url) = support::pg_url() else { return };
-    let schema = support::fresh_schema("sdk_queue_version");
-    let raw = support::pg_raw(&url, &schema).await;
+    let Some(url) = stores::pg_url() else { return };
+    let schema = stores::fresh_schema("sdk_queue_version");
+    let raw = stores::pg_raw(&url, &schema).await;
     raw.batch_execute(&format!(
         "CREATE SCHEMA \"{schema}\"; SET search_path TO \"{schema}\"; {EARLIER}"
     ))
@@ -235,7 +235,7 @@ async fn an_unversioned_schema_is_stamped_and_a_later_one_is_refused() {
         .unwrap();
     assert_eq!(rows.get::<_, i64>(0), 1, "one row, however many connects");
     let job = store
-        .claim_key("waiting", "w", Duration::from_secs(30), support::at(0))
+        .claim_key("waiting", "w", Duration::from_secs(30), stores::at(0))
         .await
         .unwrap()
         .expect("the earlier release's job is claimable");

@@ -3,15 +3,12 @@
 //! write-ahead log is checkpointed, not merely unreachable in free pages.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use crate::kit::stores::at;
 use sdk_queue::{Erasure, Finish, JobStore, LockRetry, NewJob, SqliteStore};
 
 const LEASE: Duration = Duration::from_secs(30);
-
-fn now() -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(1_700_000_000)
-}
 
 /// A job whose content carries `marker`, `repeat` times: many times spills it over several
 /// overflow pages, once keeps it inside the table's own page.
@@ -55,7 +52,7 @@ async fn forgotten_and_done_content_leaves_no_trace_in_the_file() {
         ("kept", "ZQXSTILLPENDING", 1),
     ];
     for (key, marker, repeat) in jobs {
-        store.submit(job(key, marker, repeat), now()).await.unwrap();
+        store.submit(job(key, marker, repeat), at(0)).await.unwrap();
     }
     let before = checkpointed_bytes(&path);
     for (_, marker, _) in jobs {
@@ -64,18 +61,18 @@ async fn forgotten_and_done_content_leaves_no_trace_in_the_file() {
 
     for key in ["forgotten-large", "done-large", "done-small"] {
         store
-            .claim_key(key, "w", LEASE, now())
+            .claim_key(key, "w", LEASE, at(0))
             .await
             .unwrap()
             .unwrap();
     }
     for key in ["done-large", "done-small"] {
         let kept = Finish::Done(serde_json::json!({ "digest": "d" }));
-        store.finish(key, "w", kept, now()).await.unwrap();
+        store.finish(key, "w", kept, at(0)).await.unwrap();
     }
     for (key, owner) in [("forgotten-large", Some("w")), ("forgotten-small", None)] {
         assert_eq!(
-            store.forget(key, owner, now()).await.unwrap(),
+            store.forget(key, owner, at(0)).await.unwrap(),
             Erasure::Erased
         );
     }

@@ -3,18 +3,15 @@
 //! has run many jobs is the size of the content still pending, not of every job it ever ran.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use crate::kit::stores::at;
 use sdk_queue::{Finish, JobStore, LockRetry, NewJob, SqliteStore};
 
 const LEASE: Duration = Duration::from_secs(30);
 /// Jobs per round, and each one's content: 64 KiB spans many overflow pages.
 const ROUND: usize = 40;
 const CONTENT: usize = 64 << 10;
-
-fn now() -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(1_700_000_000)
-}
 
 /// Submits a round of jobs with real-sized content and runs each to done.
 async fn round(store: &SqliteStore, n: usize) {
@@ -25,14 +22,14 @@ async fn round(store: &SqliteStore, n: usize) {
             kind: "ingest".into(),
             payload: serde_json::json!({ "content": "x".repeat(CONTENT) }),
         };
-        store.submit(job, now()).await.unwrap();
+        store.submit(job, at(0)).await.unwrap();
         store
-            .claim_key(&key, "w", LEASE, now())
+            .claim_key(&key, "w", LEASE, at(0))
             .await
             .unwrap()
             .unwrap();
         let kept = Finish::Done(serde_json::json!({ "digest": "d" }));
-        store.finish(&key, "w", kept, now()).await.unwrap();
+        store.finish(&key, "w", kept, at(0)).await.unwrap();
     }
 }
 
