@@ -1,16 +1,11 @@
 //! What the commands run against: the platform `GRAG_URL` names, or the
 //! embedded simulator when it is unset.
 
-use std::sync::OnceLock;
-
-use grag_client::policy::POLICY;
 use grag_client::{Config, Grag, TenantId};
-use grag_sim::{Fault, Rule, Sim, SimConfig};
-use sdk_runtime::Policy;
-use sdk_runtime::policy::BufferingRule;
+use grag_sim::{Fault, Rule, Sim, embedded};
 
 /// The embedded simulator runs this many times faster than the platform.
-const SPEED: f64 = 10.0;
+const SPEED: u32 = 10;
 /// The tenant of a run against the embedded simulator.
 pub const SIM_TENANT: &str = "knoll";
 
@@ -60,15 +55,19 @@ impl Target {
 
     /// The embedded simulator in `scenario`, whatever `GRAG_URL` says.
     pub async fn embedded(scenario: Scenario) -> Result<Target, String> {
-        let mut config = SimConfig::scaled(1.0 / SPEED);
+        let mut config = embedded::sim_config(SPEED);
         config.drifted_documents = scenario == Scenario::Drifted;
         let sim = Sim::start(config)
             .await
             .map_err(|e| format!("the embedded simulator cannot listen: {e}"))?;
         stage(&sim, scenario);
         let tenant = TenantId::parse(SIM_TENANT).expect("a valid tenant");
-        let grag = Grag::with_policy(Config::new(sim.url(), "verify-key", tenant), policy())
-            .map_err(|e| format!("configuration: {e}"))?;
+        let grag = Grag::with_policy(
+            Config::new(sim.url(), "verify-key", tenant),
+            // A proxy's burst is one write however fast the clock runs.
+            embedded::buffering_policy(SPEED),
+        )
+        .map_err(|e| format!("configuration: {e}"))?;
         Ok(Target {
             grag,
             origin: sim.url(),
@@ -82,26 +81,6 @@ impl Target {
             sim.stop().await;
         }
     }
-}
-
-/// The spec's policy at the simulator's speed, the buffering rule's burst
-/// left at the spec's: a proxy's burst is one write however fast the clock runs.
-fn policy() -> &'static Policy {
-    static SCALED: OnceLock<&'static Policy> = OnceLock::new();
-    SCALED.get_or_init(|| {
-        let scaled = POLICY.scaled(SPEED as u32);
-        let buffering = match (&POLICY.buffering, &scaled.buffering) {
-            (Some(spec), Some(fast)) => Some(BufferingRule {
-                silent_for: fast.silent_for,
-                ..spec.clone()
-            }),
-            _ => None,
-        };
-        Box::leak(Box::new(Policy {
-            buffering,
-            ..scaled.clone()
-        }))
-    })
 }
 
 fn stage(sim: &Sim, scenario: Scenario) {
