@@ -27,9 +27,9 @@ mod document;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
 
 use grag_client::policy::{POLICY, budget};
 use grag_client::types::{CreateKb, SearchRequest, UploadDocument};
@@ -40,7 +40,7 @@ use grag_sim::{arrivals, max_in_any_window};
 use sdk_fleet_redis::redis_server::{self, RedisServer, free_port};
 use sdk_queue::PgStore;
 use sdk_runtime::Policy;
-use sdk_runtime::alerts::CollectAlerts;
+use sdk_runtime::alerts::{Alert, AlertSink, CollectAlerts};
 use sdk_runtime::policy::Degraded;
 use tokio::time::Instant;
 
@@ -309,6 +309,9 @@ struct Report {
     /// Requests admitted when the test killed Redis, and when it restarted it.
     at_kill: usize,
     at_restart: usize,
+    /// When the replica first went degraded, by the wall clock (µs since
+    /// the epoch; 0: never).
+    switched_us: u64,
 }
 
 impl Report {
@@ -327,6 +330,7 @@ impl Report {
                 "slowest_failed_us" => r.slowest_failed_us = n() as u64,
                 "at_kill" => r.at_kill = n(),
                 "at_restart" => r.at_restart = n(),
+                "switched_us" => r.switched_us = n() as u64,
                 _ => panic!("unknown report field {key}"),
             }
         }
@@ -336,6 +340,45 @@ impl Report {
     /// Every request this replica had admitted: its share of the fleet.
     fn total(&self) -> usize {
         self.list + self.search + self.upload
+    }
+
+    /// When the replica first went degraded, as an instant of this process
+    /// that was `now_wall` by the wall clock at `now`.
+    fn switched(&self, now: Instant, now_wall: SystemTime) -> Option<Instant> {
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_micros(self.switched_us);
+        (self.switched_us > 0).then(|| match wall.duration_since(now_wall) {
+            Ok(after) => now + after,
+            Err(before) => now.checked_sub(before.duration()).unwrap_or(now),
+        })
+    }
+}
+
+/// A replica's alerts, and when the fleet's first came: the instant its
+/// store breaker opened. By the wall clock, the one clock the test's
+/// process reads too.
+#[derive(Default)]
+struct Alerts {
+    all: CollectAlerts,
+    switched: OnceLock<SystemTime>,
+}
+
+impl AlertSink for Alerts {
+    fn alert(&self, alert: Alert) {
+        if policy()
+            .fleet
+            .as_ref()
+            .is_some_and(|f| f.alert == alert.name)
+        {
+            let _ = self.switched.set(SystemTime::now());
+        }
+        self.all.alert(alert);
+    }
+}
+
+impl Alerts {
+    fn switched_us(&self) -> u128 {
+        let since = |t: &SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        self.switched.get().map_or(0, |t| since(t).as_micros())
     }
 }
 
@@ -413,7 +456,7 @@ static HANDED_BACK: AtomicUsize = AtomicUsize::new(0);
 async fn replica_process() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
     let tenant = TenantId::parse(embedded::TENANT).unwrap();
-    let alerts = Arc::new(CollectAlerts::default());
+    let alerts = Arc::new(Alerts::default());
     let config = Config::new(var(SIM_URL), embedded::KEY, tenant)
         .redis_url(var(REDIS_URL))
         .alerts(alerts.clone());
@@ -540,18 +583,19 @@ async fn replica_process() {
     let status = grag.runtime().fleet_status().unwrap();
     let report = format!(
         "list={} search={} upload={} errors={} degraded={} degradations={} slowest_failed_us={} \
-         at_kill={} at_restart={}",
+         at_kill={} at_restart={} switched_us={}",
         snapshot[LIST],
         snapshot[SEARCH],
         snapshot[UPLOAD],
         snapshot[3],
         status.degraded,
-        alerts.names().len(),
+        alerts.all.names().len(),
         status.slowest_failed_call.as_micros(),
         marks[0],
         marks[1],
+        alerts.switched_us(),
     );
-    for alert in alerts.taken() {
+    for alert in alerts.all.taken() {
         eprintln!("replica {name}: {}", alert.detail.unwrap_or_default());
     }
     std::fs::write(dir.join(format!("report-{name}")), report).unwrap();

@@ -6,7 +6,7 @@
 //! is killed and its replica promoted; every bound is checked over the
 //! whole run, the outage's first second and the return included.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use grag_client::policy::POLICY;
 use grag_sim::LoggedRequest;
@@ -129,6 +129,8 @@ struct Seen {
     entries: Vec<LoggedRequest>,
     /// The replica each entry came from (by the port nginx saw it on).
     replica: Vec<Option<usize>>,
+    /// When each replica went degraded (`None`: it never did).
+    switched: Vec<Option<Instant>>,
     lost: Instant,
     back: Instant,
 }
@@ -163,7 +165,7 @@ async fn through(kind: Outage) -> Option<Seen> {
     replicas.go();
     logged(&sim, start + 400, Duration::from_secs(120)).await;
     let run_before = run_of(&redis).await;
-    let lost = Instant::now();
+    let (lost, lost_wall) = (Instant::now(), SystemTime::now());
     match (kind, watched.as_mut()) {
         (Outage::Killed, _) => redis.kill(),
         (Outage::Frozen, _) => redis.freeze(),
@@ -214,9 +216,13 @@ async fn through(kind: Outage) -> Option<Seen> {
             ports.iter().position(|p| p.to_string() == port.1)
         })
         .collect();
+    let switched = (reports.iter())
+        .map(|r| r.switched(lost, lost_wall))
+        .collect();
     Some(Seen {
         entries,
         replica,
+        switched,
         lost,
         back,
     })
@@ -234,25 +240,19 @@ async fn run_of(redis: &RedisServer) -> u64 {
     run.unwrap_or(0)
 }
 
-/// The longest gap between consecutive arrivals of `times` that ends
-/// within `from..until` (a gap open at `until` counts to `until`), and
-/// when it began.
+/// The longest silence of `times` within `from..until` (a gap open at
+/// either end counts from `from` or to `until`), and when it began.
 fn longest_gap(times: &[Instant], from: Instant, until: Instant) -> (Duration, Instant) {
     let mut longest = (Duration::ZERO, from);
-    let mut last: Option<Instant> = None;
-    for &t in times.iter().filter(|t| **t <= until) {
-        if let Some(prev) = last
-            && t > from
-            && t - prev > longest.0
-        {
-            longest = (t - prev, prev);
+    let mut last = from;
+    for &t in times.iter().filter(|t| **t > from && **t <= until) {
+        if t - last > longest.0 {
+            longest = (t - last, last);
         }
-        last = Some(t);
+        last = t;
     }
-    if let Some(prev) = last.map(|l| l.max(from))
-        && until.saturating_duration_since(prev) > longest.0
-    {
-        longest = (until - prev, prev);
+    if until.saturating_duration_since(last) > longest.0 {
+        longest = (until - last, last);
     }
     longest
 }
@@ -268,43 +268,58 @@ impl Seen {
 
     /// No replica silent longer than its steady gap (its longest in the
     /// shared phase's last 3 s) + the Redis deadline + the store breaker's
-    /// span + 100 ms, while Redis fails (from the outage's first instant
-    /// until it is back) and in the 3 s after (while the replicas take it
-    /// back and queue in its bucket again).
+    /// span + 100 ms, from its first failed Redis call until 3 s after
+    /// Redis is back (while the replicas take it back and queue in its
+    /// bucket again). Before that call the replica still waits, as in its
+    /// steady gaps, for slots Redis reserved before it failed.
     fn no_stall(&self) {
         let fleet = POLICY.fleet.as_ref().unwrap();
         let slack = fleet.deadline + fleet.breaker_over + Duration::from_millis(100);
         // Without nginx no request says its replica: the fleet as one.
-        let each: Vec<Vec<Instant>> = if self.replica.iter().all(Option::is_none) {
+        let each: Vec<(Instant, Vec<Instant>)> = if self.replica.iter().all(Option::is_none) {
             eprintln!("no nginx: the fleet's silences, not each replica's");
-            vec![self.entries.iter().map(|e| e.arrived).collect()]
+            vec![(self.lost, self.entries.iter().map(|e| e.arrived).collect())]
         } else {
-            (0..3).map(|i| self.of_replica(i)).collect()
+            (0..3)
+                .map(|i| (self.first_failure(i), self.of_replica(i)))
+                .collect()
         };
+        let after = self.back + Duration::from_secs(3);
         let mut silent = Vec::new();
-        for (i, times) in each.into_iter().enumerate() {
+        for (i, (failed, times)) in each.into_iter().enumerate() {
             assert!(times.len() > 100, "replica {i}: {} requests", times.len());
             let (steady, _) = longest_gap(&times, self.lost - Duration::from_secs(3), self.lost);
-            let (outage, began) = longest_gap(&times, self.lost, self.back);
-            let after = self.back + Duration::from_secs(3);
-            let (back, back_began) = longest_gap(&times, self.back, after);
+            let (silence, began) = longest_gap(&times, failed, after);
             let since = |t: Instant| t.saturating_duration_since(self.lost);
             eprintln!(
-                "replica {i}: steady gap {steady:?}; longest silence while Redis failed {outage:?} \
-                 from {:?} (bound {:?}), after its return {back:?} from {:?} (bound {:?})",
+                "replica {i}: steady gap {steady:?}; first failed Redis call {:?} into the \
+                 outage; longest silence from then until 3 s after Redis was back {silence:?} \
+                 from {:?} (bound {:?})",
+                since(failed),
                 since(began),
                 steady + slack,
-                since(back_began),
-                steady + slack,
             );
-            if outage.max(back) > steady + slack {
-                silent.push((i, outage, back, steady));
+            if silence > steady + slack {
+                silent.push((i, silence, since(began), steady));
             }
         }
         assert!(
             silent.is_empty(),
-            "(replica, silence while Redis failed, after its return, steady gap): {silent:?}"
+            "(replica, silence, from, steady gap): {silent:?}"
         );
+    }
+
+    /// When replica `i`'s first Redis call failed, dated from its switch:
+    /// its breaker opens on the failure that comes the breaker's span after
+    /// the first, a deadline at most after that call was made. The
+    /// outage's first instant for a replica that did not switch, or that
+    /// switched sooner (a refused connection is a failure at once).
+    fn first_failure(&self, i: usize) -> Instant {
+        let fleet = POLICY.fleet.as_ref().unwrap();
+        let before = fleet.breaker_over + fleet.deadline;
+        let switched = self.switched.get(i).copied().flatten();
+        (switched.and_then(|s| s.checked_sub(before)))
+            .map_or(self.lost, |t| t.clamp(self.lost, self.back))
     }
 
     /// From 1 s after the failure until Redis is back, the fleet's rate at
