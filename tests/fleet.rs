@@ -309,9 +309,9 @@ struct Report {
     /// Requests admitted when the test killed Redis, and when it restarted it.
     at_kill: usize,
     at_restart: usize,
-    /// When the replica first went degraded, by the wall clock (µs since
-    /// the epoch; 0: never).
-    switched_us: u64,
+    /// When the replica first went degraded, by the wall clock (reported
+    /// as µs since the epoch; 0: never).
+    switched: Option<SystemTime>,
 }
 
 impl Report {
@@ -330,7 +330,10 @@ impl Report {
                 "slowest_failed_us" => r.slowest_failed_us = n() as u64,
                 "at_kill" => r.at_kill = n(),
                 "at_restart" => r.at_restart = n(),
-                "switched_us" => r.switched_us = n() as u64,
+                "switched_us" => {
+                    let since = Duration::from_micros(n() as u64);
+                    r.switched = (!since.is_zero()).then(|| SystemTime::UNIX_EPOCH + since);
+                }
                 _ => panic!("unknown report field {key}"),
             }
         }
@@ -345,11 +348,11 @@ impl Report {
     /// When the replica first went degraded, as an instant of this process
     /// that was `now_wall` by the wall clock at `now`.
     fn switched(&self, now: Instant, now_wall: SystemTime) -> Option<Instant> {
-        let wall = SystemTime::UNIX_EPOCH + Duration::from_micros(self.switched_us);
-        (self.switched_us > 0).then(|| match wall.duration_since(now_wall) {
-            Ok(after) => now + after,
-            Err(before) => now.checked_sub(before.duration()).unwrap_or(now),
-        })
+        self.switched
+            .map(|wall| match wall.duration_since(now_wall) {
+                Ok(after) => now + after,
+                Err(before) => now.checked_sub(before.duration()).unwrap_or(now),
+            })
     }
 }
 
